@@ -1,0 +1,3 @@
+"""tokenmill: raw text to a trained, evaluated base language model."""
+
+__version__ = "0.1.0"

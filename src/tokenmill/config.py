@@ -1,0 +1,260 @@
+"""Pydantic models for every stage: YAML in, unknown keys rejected with their path.
+
+A run is described by one `RunConfig`. The CLI only picks the YAML file and applies
+`--set section.key=value` overrides; every knob lives here with a default and a one-line
+description, and the fully resolved config is written to the run directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+
+class ConfigError(ValueError):
+    """A config file or override that cannot be used; the message names the file and key."""
+
+
+class Strict(BaseModel):
+    """Base for config sections: unknown keys are errors, not silently ignored typos."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# --------------------------------------------------------------------------- curate
+class SourceConfig(Strict):
+    """One input of the curation stage."""
+
+    kind: Literal["files", "python_stdlib"] = Field(
+        "files", description="'files': paths on disk; 'python_stdlib': the embedded demo corpus."
+    )
+    path: str | None = Field(None, description="File, directory or glob (kind=files).")
+    part: Literal["code", "pydoc_html", "reference", "system_html"] | None = Field(
+        None, description="Which part of the Python installation to read (kind=python_stdlib)."
+    )
+    format: Literal["auto", "html", "text", "code", "jsonl", "parquet"] = Field(
+        "auto", description="How to read each file; 'auto' decides by file extension."
+    )
+    bucket: str = Field(..., description="Bucket (slice of the mixture) the documents go to.")
+    license: str = Field("unknown", description="License recorded on every document of this source.")
+    text_field: str = Field("text", description="Field holding the text in jsonl/parquet records.")
+    max_docs: int | None = Field(None, description="Read at most this many documents (None: all).")
+    max_bytes: int | None = Field(None, description="Read at most this many raw bytes (None: all).")
+
+
+class QualityConfig(Strict):
+    """Gopher-style heuristic rules (Rae et al. 2021), applied to prose buckets only."""
+
+    skip_buckets: list[str] = Field(["code"], description="Buckets the prose rules do not apply to.")
+    min_words: int = Field(50, description="Fewer words than this: rejected.")
+    max_words: int = Field(100_000, description="More words than this: rejected.")
+    min_mean_word_len: float = Field(3.0, description="Mean word length below this: rejected.")
+    max_mean_word_len: float = Field(10.0, description="Mean word length above this: rejected.")
+    max_symbol_word_ratio: float = Field(0.1, description="'#' and '...' per word above this: rejected.")
+    max_bullet_line_frac: float = Field(0.9, description="Fraction of lines starting with a bullet.")
+    max_ellipsis_line_frac: float = Field(0.3, description="Fraction of lines ending with an ellipsis.")
+    min_alpha_word_frac: float = Field(0.8, description="Fraction of words with a letter, below: rejected.")
+    min_stop_words: int = Field(2, description="Fewer English stop words than this: rejected.")
+
+
+class CurateConfig(Strict):
+    """Curation: raw sources in, curated Parquet shards + rejected log + funnel out."""
+
+    sources: list[SourceConfig] = Field(default_factory=list, description="Inputs of the run.")
+    quality: QualityConfig = Field(default_factory=QualityConfig, description="Heuristic filters.")
+    min_chars: int = Field(200, description="Documents shorter than this after extraction are dropped.")
+    max_doc_bytes: int = Field(2_000_000, description="Larger raw records are quarantined, not parsed.")
+    shard_docs: int = Field(5000, description="Kept documents per Parquet part.")
+    workers: int = Field(2, description="Processes for extraction and filtering.")
+
+
+# --------------------------------------------------------------------------- tokenizer
+class TokenizerConfig(Strict):
+    """Byte-level BPE trained with HF `tokenizers` on a sample of the curated text."""
+
+    vocab_size: int = Field(4096, description="Vocabulary size including special tokens.")
+    min_frequency: int = Field(2, description="A pair must occur this often to be merged.")
+    sample_bytes: int = Field(30_000_000, description="Train on at most this many bytes of text.")
+    max_token_bytes: int = Field(32, description="Longest token, in characters, BPE may create.")
+
+
+# --------------------------------------------------------------------------- tokenize
+class TokenizeConfig(Strict):
+    """Turn curated documents into memmapped token shards with document offsets."""
+
+    val_fraction: float = Field(0.05, ge=0.0, lt=1.0, description="Documents held out per bucket.")
+    min_val_docs: int = Field(2, description="At least this many held-out documents per bucket.")
+    shard_tokens: int = Field(50_000_000, description="Start a new shard after this many tokens.")
+    batch_docs: int = Field(512, description="Documents encoded per batch.")
+
+
+# --------------------------------------------------------------------------- mixture
+class MixtureConfig(Strict):
+    """How training batches draw from buckets."""
+
+    weights: dict[str, float] | None = Field(
+        None, description="Sampling weight per bucket (None: proportional to training tokens)."
+    )
+
+
+# --------------------------------------------------------------------------- model
+class ModelConfig(Strict):
+    """Llama-style decoder: RMSNorm pre-norm, RoPE, SwiGLU, untied or tied embeddings."""
+
+    vocab_size: int | None = Field(None, description="None: take the tokenizer's vocabulary size.")
+    d_model: int = Field(256, description="Width of the residual stream.")
+    n_layers: int = Field(4, description="Transformer blocks.")
+    n_heads: int = Field(4, description="Attention (query) heads.")
+    n_kv_heads: int | None = Field(None, description="Key/value heads (GQA); None: n_heads.")
+    ffn_hidden: int | None = Field(None, description="SwiGLU hidden size; None: 8/3·d rounded to 64.")
+    max_seq_len: int = Field(256, description="Longest sequence the RoPE tables cover.")
+    rope_theta: float = Field(10_000.0, description="RoPE base frequency.")
+    norm_eps: float = Field(1e-5, description="RMSNorm epsilon.")
+    tie_embeddings: bool = Field(True, description="Share input embedding and output head.")
+    init_std: float = Field(0.02, description="Std of the normal init; residual outputs scaled by 1/√(2L).")
+
+    @field_validator("n_heads")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v <= 0:
+            raise ValueError("must be positive")
+        return v
+
+
+# --------------------------------------------------------------------------- train
+class TrainConfig(Strict):
+    """The training recipe: AdamW, warmup + cosine, clipping, checkpoints, periodic eval."""
+
+    seq_len: int = Field(256, description="Tokens per training sequence.")
+    micro_batch: int = Field(16, description="Sequences per forward/backward.")
+    grad_accum: int = Field(1, description="Micro-batches per optimizer step.")
+    max_steps: int = Field(1000, description="Optimizer steps.")
+    lr: float = Field(3e-3, description="Peak learning rate.")
+    min_lr_ratio: float = Field(0.1, description="Final LR as a fraction of peak (cosine floor).")
+    warmup_steps: int = Field(50, description="Linear warmup steps.")
+    weight_decay: float = Field(0.1, description="AdamW decoupled weight decay (matrices only).")
+    beta1: float = Field(0.9, description="AdamW β1.")
+    beta2: float = Field(0.95, description="AdamW β2.")
+    eps: float = Field(1e-8, description="AdamW ε.")
+    grad_clip: float = Field(1.0, description="Global gradient-norm clip (0: off).")
+    device: str = Field("auto", description="'auto' (cuda if present, else cpu), 'cpu', 'cuda', 'cuda:1'.")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="Autocast dtype; 'auto': bf16 on CUDA, fp32 on CPU."
+    )
+    threads: int | None = Field(None, description="torch CPU threads (None: torch's default).")
+    ckpt_every: int = Field(100, description="Save a checkpoint every this many steps.")
+    keep_checkpoints: int = Field(2, description="Keep this many most recent checkpoints.")
+    eval_every: int = Field(0, description="Evaluate held-out loss every this many steps (0: only at end).")
+    eval_docs: int = Field(32, description="Held-out documents per bucket for in-training evals.")
+    log_every: int = Field(10, description="Print a progress line every this many steps.")
+    peak_tflops: float | None = Field(
+        None, description="Device peak for MFU; None: known GPU table, or a measured matmul peak on CPU."
+    )
+
+
+# --------------------------------------------------------------------------- eval
+class EvalConfig(Strict):
+    """Held-out loss / perplexity / bits-per-byte per bucket, unigram baseline, samples."""
+
+    max_docs: int | None = Field(200, description="Held-out documents per bucket (None: all).")
+    batch_size: int = Field(16, description="Windows per forward pass.")
+    num_samples: int = Field(3, description="Generated samples written with the eval.")
+    sample_tokens: int = Field(64, description="New tokens per sample.")
+    temperature: float = Field(0.8, description="Sampling temperature.")
+    top_k: int = Field(50, description="Sample from the k most likely tokens.")
+    prompt_tokens: int = Field(16, description="Prompt length taken from the start of held-out documents.")
+
+
+class ReportConfig(Strict):
+    """The self-contained HTML report."""
+
+    title: str | None = Field(None, description="Title shown on the report (None: the run name).")
+
+
+class RunConfig(Strict):
+    """A whole run: every stage's config plus where the run directory lives."""
+
+    name: str = Field("run", description="Run name; the run directory is <root>/<name>.")
+    root: str = Field("runs", description="Directory holding run directories.")
+    seed: int = Field(1234, description="Seed every stage's generators derive from.")
+    curate: CurateConfig = Field(default_factory=CurateConfig)
+    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    tokenize: TokenizeConfig = Field(default_factory=TokenizeConfig)
+    mixture: MixtureConfig = Field(default_factory=MixtureConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    report: ReportConfig = Field(default_factory=ReportConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.root) / self.name
+
+
+# --------------------------------------------------------------------------- loading
+def _format_errors(err: ValidationError, origin: str) -> str:
+    lines = [f"{origin}: invalid config"]
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "<root>"
+        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+        lines.append(f"  {key}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`train.lr=3e-4` -> (["train", "lr"], 0.0003); the value is read as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected section.key=value")
+    key, raw = text.split("=", 1)
+    path = [p for p in key.strip().split(".") if p]
+    if not path:
+        raise ConfigError(f"override {text!r}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {text!r}: value is not valid YAML: {exc}") from exc
+    return path, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Set nested keys; a key that does not exist is reported by validation with its path."""
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for i, part in enumerate(path[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {text!r}: {'.'.join(path[: i + 1])} is not a section")
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> RunConfig:
+    """Read a YAML config (or the defaults when path is None), apply overrides, validate."""
+    origin = str(path) if path is not None else "<defaults>"
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"{p}: config file not found")
+        try:
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{p}: top level must be a mapping, got {type(loaded).__name__}")
+        data = loaded or {}
+    data = apply_overrides(data, overrides or [])
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_errors(err, origin)) from None
+
+
+def dump_config(cfg: RunConfig) -> str:
+    """The resolved config as YAML, every default filled in."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False, allow_unicode=True)

@@ -1,0 +1,149 @@
+"""The run directory: resolved config, one event log for every stage, and stage caching.
+
+A stage is skipped when its fingerprint (its config sections, the fingerprint of the stage
+before it, and for curation the raw inputs on disk) equals the one recorded when it last
+finished. Stages talk to each other only through files under the run directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from tokenmill.config import RunConfig, dump_config
+
+STAGES: tuple[str, ...] = ("curate", "tokenizer", "tokenize", "train", "eval", "report")
+
+# Config sections each stage depends on; a change in any of them reruns the stage and all later.
+STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
+    "curate": ("curate",),
+    "tokenizer": ("tokenizer",),
+    "tokenize": ("tokenize",),
+    "train": ("mixture", "model", "train"),
+    "eval": ("eval",),
+    "report": ("report",),
+}
+
+
+def sha256_json(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temporary file and rename, so a kill never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class EventLog:
+    """Append-only JSONL timeline: {"t": unix time, "stage": ..., "kind": ..., ...}."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, stage: str, kind: str, **fields: Any) -> dict[str, Any]:
+        event = {"t": round(time.time(), 3), "stage": stage, "kind": kind, **fields}
+        line = json.dumps(event, default=_json_default, allow_nan=True)
+        # One write call per line, O_APPEND: a killed process leaves at most one partial line.
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+        return event
+
+    def read(self) -> list[dict[str, Any]]:
+        return list(read_events(self.path))
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def read_events(path: Path) -> Iterator[dict[str, Any]]:
+    """Events in order; a torn last line (the writer was killed mid-write) is skipped."""
+    if not path.exists():
+        return
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue
+
+
+@dataclass
+class RunDir:
+    """One run: its config, its directory and its event log."""
+
+    config: RunConfig
+    path: Path
+
+    @classmethod
+    def create(cls, config: RunConfig, path: Path | None = None) -> "RunDir":
+        run = cls(config=config, path=Path(path) if path is not None else config.run_dir)
+        run.path.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(run.path / "config.yaml", dump_config(config))
+        return run
+
+    @property
+    def events(self) -> EventLog:
+        return EventLog(self.path / "events.jsonl")
+
+    def sub(self, *parts: str) -> Path:
+        return self.path.joinpath(*parts)
+
+    # -- stage caching --------------------------------------------------------
+    def _marker(self, stage: str) -> Path:
+        return self.path / ".stages" / f"{stage}.json"
+
+    def finished(self, stage: str) -> dict[str, Any] | None:
+        marker = self._marker(stage)
+        if not marker.exists():
+            return None
+        try:
+            return json.loads(marker.read_text())
+        except json.JSONDecodeError:
+            return None
+
+    def fingerprint(self, stage: str, inputs: Any = None) -> str:
+        """Hash of the stage's config sections, the previous stage's fingerprint and its inputs."""
+        idx = STAGES.index(stage)
+        sections = {s: getattr(self.config, s).model_dump(mode="json") for s in STAGE_SECTIONS[stage]}
+        upstream = None
+        if idx > 0:
+            prev = STAGES[idx - 1]
+            done = self.finished(prev)
+            upstream = done["fingerprint"] if done else self.fingerprint(prev)
+        return sha256_json({"stage": stage, "seed": self.config.seed, "sections": sections,
+                            "upstream": upstream, "inputs": inputs})
+
+    def is_fresh(self, stage: str, inputs: Any = None) -> bool:
+        done = self.finished(stage)
+        return done is not None and done.get("fingerprint") == self.fingerprint(stage, inputs)
+
+    def mark_done(self, stage: str, inputs: Any = None, summary: dict[str, Any] | None = None) -> None:
+        record = {"stage": stage, "fingerprint": self.fingerprint(stage, inputs),
+                  "finished_at": time.time(), "summary": summary or {}}
+        atomic_write_text(self._marker(stage), json.dumps(record, indent=1, default=_json_default))
+        self.events.write(stage, "stage_done", **(summary or {}))
+
+    def invalidate_from(self, stage: str) -> None:
+        """Forget that this stage and every later one finished (their outputs are now stale)."""
+        for s in STAGES[STAGES.index(stage):]:
+            self._marker(s).unlink(missing_ok=True)

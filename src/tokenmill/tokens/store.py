@@ -1,0 +1,157 @@
+"""Token shard store: flat memmapped token ids + int64 document offsets, per bucket and split.
+
+Layout under `tokens/`:
+  _meta.json                          dtype, vocab size, special ids, per-bucket totals, shards
+  <bucket>/<split>-<k>.bin            token ids, uint16 when vocab <= 65535 else uint32
+  <bucket>/<split>-<k>.idx            int64 offsets, n_docs + 1 entries; doc i is [idx[i], idx[i+1])
+  <bucket>/<split>-<k>.docs.parquet   doc_index, id (curated row id), n_tokens, n_bytes
+
+EOS closes every document, so a position in a shard maps back to (shard, document, offset) and
+from the document's id to its curated row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SPLITS = ("train", "val")
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= 65535 else np.dtype(np.uint32)
+
+
+class ShardWriter:
+    """Streams documents into one shard; files appear under their final names only on close."""
+
+    def __init__(self, prefix: Path, dtype: np.dtype):
+        self.prefix = prefix
+        self.dtype = dtype
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        self._bin_tmp = prefix.with_name(prefix.name + ".bin.tmp")
+        self._bin = open(self._bin_tmp, "wb")
+        self._offsets: list[int] = [0]
+        self._ids: list[str] = []
+        self._bytes: list[int] = []
+
+    @property
+    def n_tokens(self) -> int:
+        return self._offsets[-1]
+
+    def add(self, doc_id: str, tokens: np.ndarray | list[int], n_bytes: int) -> None:
+        arr = np.asarray(tokens, dtype=self.dtype)
+        self._bin.write(arr.tobytes())
+        self._offsets.append(self._offsets[-1] + int(arr.size))
+        self._ids.append(doc_id)
+        self._bytes.append(int(n_bytes))
+
+    def close(self) -> dict[str, int]:
+        self._bin.flush()
+        os.fsync(self._bin.fileno())
+        self._bin.close()
+        offsets = np.asarray(self._offsets, dtype=np.int64)
+        idx_tmp = self.prefix.with_name(self.prefix.name + ".idx.tmp")
+        offsets.tofile(idx_tmp)
+        lengths = np.diff(offsets)
+        table = pa.table({
+            "doc_index": pa.array(np.arange(len(self._ids), dtype=np.int64)),
+            "id": pa.array(self._ids, type=pa.string()),
+            "n_tokens": pa.array(lengths, type=pa.int64()),
+            "n_bytes": pa.array(self._bytes, type=pa.int64()),
+        })
+        docs_tmp = self.prefix.with_name(self.prefix.name + ".docs.parquet.tmp")
+        pq.write_table(table, docs_tmp)
+        # Data before index: a reader that sees the .idx sees a complete .bin.
+        os.replace(self._bin_tmp, self.prefix.with_suffix(".bin"))
+        os.replace(docs_tmp, self.prefix.with_name(self.prefix.name + ".docs.parquet"))
+        os.replace(idx_tmp, self.prefix.with_suffix(".idx"))
+        return {"docs": len(self._ids), "tokens": int(offsets[-1]), "bytes": int(sum(self._bytes))}
+
+
+@dataclass
+class Shard:
+    """One memmapped shard of one bucket and split."""
+
+    bucket: str
+    split: str
+    prefix: Path
+    dtype: np.dtype
+    tokens: np.memmap = field(init=False, repr=False)
+    offsets: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        bin_path = self.prefix.with_suffix(".bin")
+        idx_path = self.prefix.with_suffix(".idx")
+        self.offsets = np.fromfile(idx_path, dtype=np.int64)
+        n = int(self.offsets[-1]) if self.offsets.size else 0
+        expected = n * self.dtype.itemsize
+        actual = bin_path.stat().st_size
+        if actual != expected:
+            raise ValueError(f"{bin_path}: {actual} bytes, index {idx_path} says {expected}")
+        # np.memmap refuses empty files; an empty shard is a valid zero-length array.
+        self.tokens = (np.memmap(bin_path, dtype=self.dtype, mode="r") if n
+                       else np.zeros(0, dtype=self.dtype))  # type: ignore[assignment]
+
+    @property
+    def n_docs(self) -> int:
+        return int(self.offsets.size - 1)
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.offsets[-1])
+
+    def doc(self, i: int) -> np.ndarray:
+        return np.asarray(self.tokens[self.offsets[i]: self.offsets[i + 1]])
+
+    def doc_table(self) -> pa.Table:
+        return pq.read_table(self.prefix.with_name(self.prefix.name + ".docs.parquet"))
+
+    def locate(self, position: int) -> tuple[int, int]:
+        """Token position in this shard -> (document index, offset inside the document)."""
+        if not 0 <= position < self.n_tokens:
+            raise IndexError(f"position {position} outside shard of {self.n_tokens} tokens")
+        doc = int(np.searchsorted(self.offsets, position, side="right") - 1)
+        return doc, int(position - self.offsets[doc])
+
+
+class TokenStore:
+    """Read side of `tokens/`: the meta file plus every shard, grouped by bucket and split."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        meta_path = self.root / "_meta.json"
+        if not meta_path.exists():
+            raise FileNotFoundError(f"{meta_path}: no token store here (run `tokenmill tokenize`)")
+        self.meta = json.loads(meta_path.read_text())
+        self.dtype = np.dtype(self.meta["dtype"])
+        self.vocab_size: int = int(self.meta["vocab_size"])
+        self.eos_id: int = int(self.meta["eos_id"])
+        self.bos_id: int = int(self.meta["bos_id"])
+        self.pad_id: int = int(self.meta["pad_id"])
+        self._shards: dict[tuple[str, str], list[Shard]] = {}
+        for rel in self.meta["shards"]:
+            prefix = self.root / rel
+            bucket, name = prefix.parent.name, prefix.name
+            split = name.split("-", 1)[0]
+            self._shards.setdefault((bucket, split), []).append(Shard(bucket, split, prefix, self.dtype))
+
+    @property
+    def buckets(self) -> list[str]:
+        return sorted(self.meta["buckets"])
+
+    def shards(self, bucket: str, split: str) -> list[Shard]:
+        return self._shards.get((bucket, split), [])
+
+    def n_tokens(self, bucket: str, split: str) -> int:
+        return sum(s.n_tokens for s in self.shards(bucket, split))
+
+    def docs(self, bucket: str, split: str) -> list[tuple[Shard, int]]:
+        """Every (shard, doc index) of a bucket and split, in store order."""
+        return [(s, i) for s in self.shards(bucket, split) for i in range(s.n_docs)]
