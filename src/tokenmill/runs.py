@@ -2,7 +2,7 @@
 
 A stage is skipped when its fingerprint (its config sections, the fingerprint of the stage
 before it, and for curation the raw inputs on disk) equals the one recorded when it last
-finished. Stages talk to each other only through files under the run directory.
+finished; a stage that reruns forgets that every later stage finished. Stages talk to each other only through files under the run directory.
 """
 
 from __future__ import annotations
@@ -125,11 +125,9 @@ class RunDir:
         """Hash of the stage's config sections, the previous stage's fingerprint and its inputs."""
         idx = STAGES.index(stage)
         sections = {s: getattr(self.config, s).model_dump(mode="json") for s in STAGE_SECTIONS[stage]}
-        upstream = None
-        if idx > 0:
-            prev = STAGES[idx - 1]
-            done = self.finished(prev)
-            upstream = done["fingerprint"] if done else self.fingerprint(prev)
+        # Raw-input changes reach later stages through invalidation: a stage that reruns
+        # forgets every later stage (see pipeline.run_stage).
+        upstream = self.fingerprint(STAGES[idx - 1]) if idx > 0 else None
         return sha256_json({"stage": stage, "seed": self.config.seed, "sections": sections,
                             "upstream": upstream, "inputs": inputs})
 

@@ -1,0 +1,184 @@
+"""The `tokenmill` command: one sub-command per stage, `run` for all of them, `demo` for a tour.
+
+Every command takes a YAML config and `--set section.key=value` overrides; the run directory is
+`<root>/<name>` from the config unless `--run-dir` says otherwise.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+from rich.console import Console
+
+from tokenmill.config import ConfigError, RunConfig, load_config
+from tokenmill.runs import STAGES, RunDir
+
+app = typer.Typer(
+    help="tokenmill: raw text to a trained, evaluated base language model, auditable and resumable.",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+)
+tokenizer_app = typer.Typer(help="Train and audit the byte-level BPE tokenizer.", no_args_is_help=True)
+app.add_typer(tokenizer_app, name="tokenizer")
+console = Console(stderr=True)
+
+ConfigArg = typer.Argument(..., help="Run config (YAML). See examples/ and `tokenmill demo`.",
+                           exists=False, dir_okay=False)
+SetOpt = typer.Option(None, "--set", "-s", help="Override a config key: section.key=value (repeatable).")
+RunDirOpt = typer.Option(None, "--run-dir", help="Run directory (default: <root>/<name> from the config).")
+
+
+def demo_config_path() -> Path:
+    return Path(str(resources.files("tokenmill") / "configs" / "demo.yaml"))
+
+
+def _open(config: Path | None, overrides: list[str] | None, run_dir: Path | None) -> RunDir:
+    cfg: RunConfig = load_config(config, overrides or [])
+    return RunDir.create(cfg, run_dir)
+
+
+def _guard(fn: Callable[[], Any]) -> Any:
+    """User errors (bad config, missing input, bad data) print one clear message, no traceback."""
+    try:
+        return fn()
+    except ConfigError as exc:
+        console.print(f"[red]config error[/]: {exc}")
+        raise typer.Exit(2)
+    except (FileNotFoundError, ValueError) as exc:
+        console.print(f"[red]error[/]: {exc}")
+        raise typer.Exit(1)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]: run the same command again to continue from the last checkpoint")
+        raise typer.Exit(130)
+
+
+def _one_stage(stage: str, config: Path, overrides: list[str] | None, run_dir: Path | None,
+               resume: bool | None = None) -> None:
+    from tokenmill.pipeline import run_stage
+
+    def go() -> None:
+        run = _open(config, overrides, run_dir)
+        run_stage(run, stage, resume=resume)
+    _guard(go)
+
+
+@app.command()
+def curate(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt) -> None:
+    """Extract, normalize, filter and deduplicate the sources into curated Parquet shards.
+
+    Writes curated/<bucket>/part-*.parquet, curated/_rejected/ (every removed document with the
+    step, rule and value that removed it) and curated/_funnel.json.
+    """
+    _one_stage("curate", config, set_, run_dir)
+
+
+@tokenizer_app.command("train")
+def tokenizer_train(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt,
+                    run_dir: Optional[Path] = RunDirOpt) -> None:
+    """Train a byte-level BPE on a seeded sample of the curated training text.
+
+    Writes tokenizer/tokenizer.json (HF tokenizers format) and tokenizer/audit.json
+    (bytes per token and exact round-trip, per bucket, on held-out documents).
+    """
+    _one_stage("tokenizer", config, set_, run_dir)
+
+
+@app.command()
+def tokenize(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt) -> None:
+    """Encode curated documents into memmapped token shards with document offsets.
+
+    Writes tokens/<bucket>/{train,val}-*.bin/.idx/.docs.parquet and tokens/_meta.json; each
+    document ends with EOS and its id maps back to the curated row.
+    """
+    _one_stage("tokenize", config, set_, run_dir)
+
+
+@app.command()
+def train(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt,
+          resume: bool = typer.Option(False, "--resume", help="Continue from the latest valid checkpoint.")) -> None:
+    """Train the model on the token store: AdamW, warmup + cosine, clipping, atomic checkpoints.
+
+    One `train_step` event per optimizer step goes to events.jsonl. Ctrl-C saves a checkpoint
+    at the current step; `--resume` continues from it with exactly the same losses.
+    """
+    _one_stage("train", config, set_, run_dir, resume=resume)
+
+
+@app.command("eval")
+def eval_(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt,
+          checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory (default: latest).")) -> None:
+    """Held-out loss, perplexity and bits-per-byte per bucket, beside a unigram baseline; samples.
+
+    Writes eval/<step>.json and an `eval` event.
+    """
+    from tokenmill.eval.evaluate import run_eval
+
+    def go() -> None:
+        run = _open(config, set_, run_dir)
+        if checkpoint is None:
+            from tokenmill.pipeline import run_stage
+            run_stage(run, "eval")
+        else:
+            console.print(run_eval(run, checkpoint))
+    _guard(go)
+
+
+@app.command()
+def report(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt) -> None:
+    """Build the self-contained report.html: funnel, tokenizer, loss curves, eval table, samples."""
+    from tokenmill.pipeline import run_stage
+
+    def go() -> Path:
+        r = _open(config, set_, run_dir)
+        run_stage(r, "report")
+        return r.sub("report.html").resolve()
+    typer.echo(str(_guard(go)))
+
+
+@app.command()
+def run(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt,
+        force: Optional[list[str]] = typer.Option(None, "--force", help=f"Rerun this stage even if unchanged ({', '.join(STAGES)}).")) -> None:
+    """Run every stage in order, skipping stages whose config and inputs are unchanged since they finished.
+
+    Training continues from its last checkpoint when it was interrupted; the report is rebuilt.
+    """
+    from tokenmill.pipeline import run_pipeline
+
+    def go() -> Path:
+        unknown = set(force or []) - set(STAGES)
+        if unknown:
+            raise ConfigError(f"--force: unknown stage(s) {sorted(unknown)}; stages are {', '.join(STAGES)}")
+        r = _open(config, set_, run_dir)
+        run_pipeline(r, force=frozenset(force or []))
+        return r.sub("report.html").resolve()
+    typer.echo(str(_guard(go)))
+
+
+@app.command()
+def demo(set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt) -> None:
+    """The whole pipeline on a corpus embedded in every Python install (no data, no download).
+
+    Buckets: the standard library's source (code), pydoc's HTML pages for its modules (web) and
+    the language reference topics (reference). Prints the path of runs/demo/report.html.
+    Ctrl-C during training and running it again continues from the last checkpoint.
+    """
+    from tokenmill.pipeline import run_pipeline
+
+    def go() -> Path:
+        r = _open(demo_config_path(), set_, run_dir)
+        run_pipeline(r)
+        return r.sub("report.html").resolve()
+    path = _guard(go)
+    console.print("[bold green]report:[/]")
+    typer.echo(str(path))
+
+
+def main() -> None:  # pragma: no cover - entry point
+    sys.exit(app())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

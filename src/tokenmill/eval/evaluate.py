@@ -1,0 +1,128 @@
+"""The eval stage and the in-training evaluator: per-bucket scores, baseline, samples, files.
+
+Every evaluation writes `eval/<step>.json` = {"step", "buckets": {b: {loss, ppl, bpb,
+unigram_bpb, ...}}, "samples": [...]} and an `eval` event with the same figures.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from tokenmill.eval.generate import generate
+from tokenmill.eval.perplexity import Score, doc_targets, doc_windows, windows_nll
+from tokenmill.eval.unigram import unigram_logprobs, unigram_nll
+from tokenmill.runs import RunDir, atomic_write_text
+from tokenmill.tokenizer.bpe import load_tokenizer
+from tokenmill.tokens.store import TokenStore
+from tokenmill.train.device import autocast, resolve_device
+
+
+class Evaluator:
+    """Scores a model on the first `max_docs` held-out documents of every bucket.
+
+    The windows and the unigram baseline depend only on the store, so they are built once and
+    reused by every evaluation of a run.
+    """
+
+    def __init__(self, store: TokenStore, seq_len: int, max_docs: int | None, batch_size: int):
+        self.store, self.batch_size = store, batch_size
+        self.windows: dict[str, list[np.ndarray]] = {}
+        self.baseline: dict[str, Score] = {}
+        self.counts: dict[str, Score] = {}
+        for bucket in store.buckets:
+            docs = store.docs(bucket, "val")[:max_docs]
+            if not docs:
+                continue
+            logp = unigram_logprobs(store, bucket)
+            tables: dict[Path, list[int]] = {}
+            count, base, windows = Score(), Score(), []
+            for shard, i in docs:
+                n_bytes = tables.setdefault(shard.prefix, shard.doc_table().column("n_bytes").to_pylist())[i]
+                doc = shard.doc(i)
+                targets = doc_targets(doc)
+                windows += doc_windows(doc, seq_len, store.eos_id)
+                piece = Score(tokens=len(targets), bytes=n_bytes, docs=1)
+                count.add(piece)
+                base.add(Score(nll=unigram_nll(logp, targets), tokens=piece.tokens, bytes=n_bytes, docs=1))
+            self.windows[bucket], self.counts[bucket], self.baseline[bucket] = windows, count, base
+
+    def score(self, model: torch.nn.Module, device: torch.device, dtype: str = "auto") -> dict[str, dict]:
+        was_training = model.training
+        model.eval()
+        out: dict[str, dict] = {}
+        try:
+            with autocast(device, dtype):
+                for bucket, windows in self.windows.items():
+                    s = Score(tokens=self.counts[bucket].tokens, bytes=self.counts[bucket].bytes,
+                              docs=self.counts[bucket].docs)
+                    s.nll = windows_nll(model, windows, self.batch_size, device, self.store.pad_id)
+                    base = self.baseline[bucket].metrics()
+                    out[bucket] = {**s.metrics(), "unigram_loss": base["loss"], "unigram_bpb": base["bpb"]}
+        finally:
+            model.train(was_training)
+        return out
+
+
+def write_eval(run: RunDir, step: int, buckets: dict[str, dict], **extra: Any) -> dict[str, Any]:
+    record = {"step": step, "buckets": buckets, **extra}
+    atomic_write_text(run.sub("eval", f"{step}.json"), json.dumps(record, indent=1))
+    run.events.write("eval", "eval", step=step, buckets=buckets)
+    return record
+
+
+def sample_texts(run: RunDir, model: torch.nn.Module, store: TokenStore, device: torch.device) -> list[dict]:
+    """Continuations of the first tokens of held-out documents, one bucket after another."""
+    cfg = run.config.eval
+    tok = load_tokenizer(run.sub("tokenizer", "tokenizer.json"))
+    gen = torch.Generator().manual_seed(run.config.seed)
+    buckets = [b for b in store.buckets if store.docs(b, "val")]
+    samples = []
+    for k in range(cfg.num_samples if buckets else 0):
+        bucket = buckets[k % len(buckets)]
+        shard, i = store.docs(bucket, "val")[k // len(buckets) % len(store.docs(bucket, "val"))]
+        prompt = [store.eos_id, *doc_targets(shard.doc(i))[: cfg.prompt_tokens].tolist()]
+        was_training = model.training
+        model.eval()
+        with autocast(device, run.config.train.dtype):
+            new = generate(model, prompt, cfg.sample_tokens, max_context=run.config.train.seq_len,
+                           temperature=cfg.temperature, top_k=cfg.top_k, stop_id=store.eos_id,
+                           generator=gen, device=device)
+        model.train(was_training)
+        samples.append({"bucket": bucket, "prompt": tok.decode(prompt[1:]), "completion": tok.decode(new)})
+    return samples
+
+
+def in_training_evaluator(run: RunDir) -> Callable[[int, torch.nn.Module], None]:
+    """The callback the trainer calls every `train.eval_every` steps (and after the last)."""
+    store = TokenStore(run.sub("tokens"))
+    ev = Evaluator(store, run.config.train.seq_len, run.config.train.eval_docs, run.config.eval.batch_size)
+
+    def on_eval(step: int, model: torch.nn.Module) -> None:
+        device = next(model.parameters()).device
+        write_eval(run, step, ev.score(model, device, run.config.train.dtype), docs_per_bucket=run.config.train.eval_docs)
+
+    return on_eval
+
+
+def run_eval(run: RunDir, checkpoint: Path | None = None) -> dict[str, Any]:
+    """Evaluate a checkpoint (default: the latest valid one) on the held-out documents."""
+    from tokenmill.train.checkpoint import latest_checkpoint, load_model
+
+    ckpt = checkpoint or latest_checkpoint(run.sub("checkpoints"))
+    if ckpt is None:
+        raise FileNotFoundError(f"{run.sub('checkpoints')}: no checkpoint to evaluate (run `tokenmill train`)")
+    device = resolve_device(run.config.train.device)
+    model, step = load_model(Path(ckpt), device)
+    store = TokenStore(run.sub("tokens"))
+    ev = Evaluator(store, run.config.train.seq_len, run.config.eval.max_docs, run.config.eval.batch_size)
+    buckets = ev.score(model, device, run.config.train.dtype)
+    samples = sample_texts(run, model, store, device)
+    write_eval(run, step, buckets, samples=samples, checkpoint=str(ckpt),
+               docs_per_bucket=run.config.eval.max_docs)
+    return {"step": step, "bpb": {b: round(m["bpb"], 4) for b, m in buckets.items()},
+            "unigram_bpb": {b: round(m["unigram_bpb"], 4) for b, m in buckets.items()}}

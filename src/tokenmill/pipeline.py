@@ -1,0 +1,88 @@
+"""Runs stages in order with caching: a stage whose fingerprint matches its finished record is
+skipped; a stage that reruns makes every later stage stale.
+
+Stage functions take the RunDir and talk to each other only through files under it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from typing import Any, Callable
+
+from rich.console import Console
+
+from tokenmill.runs import STAGES, RunDir
+
+console = Console(stderr=True)
+
+
+def _inputs(run: RunDir, stage: str) -> Any:
+    """Raw inputs outside the run directory that a stage depends on (only curation has any)."""
+    if stage != "curate":
+        return None
+    from tokenmill.data.curate import curate_inputs_fingerprint
+
+    return curate_inputs_fingerprint(run.config.curate)
+
+
+def _train(run: RunDir, resume: bool | None) -> dict[str, Any]:
+    from tokenmill.eval.evaluate import in_training_evaluator
+    from tokenmill.train.checkpoint import checkpoint_fingerprint, latest_checkpoint
+    from tokenmill.train.trainer import run_train
+
+    ckpt_dir = run.sub("checkpoints")
+    latest = latest_checkpoint(ckpt_dir)
+    if resume is None:  # the orchestrator decides: continue a matching run, restart a stale one
+        resume = latest is not None and checkpoint_fingerprint(latest) == run.fingerprint("train")
+        if latest is not None and not resume:
+            console.print(f"[yellow]train: config or data changed since {latest.name}; starting over[/]")
+            shutil.rmtree(ckpt_dir)
+            shutil.rmtree(run.sub("eval"), ignore_errors=True)
+        elif resume:
+            console.print(f"[cyan]train: continuing from {latest}[/]")
+    return run_train(run, resume=resume, on_eval=in_training_evaluator(run))
+
+
+def stage_function(stage: str, resume: bool | None = None) -> Callable[[RunDir], dict[str, Any]]:
+    if stage == "curate":
+        from tokenmill.data.curate import run_curate
+        return run_curate
+    if stage == "tokenizer":
+        from tokenmill.tokenizer.stage import run_tokenizer
+        return run_tokenizer
+    if stage == "tokenize":
+        from tokenmill.tokens.tokenize import run_tokenize
+        return run_tokenize
+    if stage == "train":
+        return lambda run: _train(run, resume)
+    if stage == "eval":
+        from tokenmill.eval.evaluate import run_eval
+        return run_eval
+    if stage == "report":
+        from tokenmill.report.build import run_report
+        return run_report
+    raise ValueError(f"unknown stage {stage!r}; stages are {', '.join(STAGES)}")
+
+
+def run_stage(run: RunDir, stage: str, resume: bool | None = None) -> dict[str, Any]:
+    """Run one stage now (cached or not), record it finished, and mark later stages stale."""
+    inputs = _inputs(run, stage)
+    run.invalidate_from(stage)
+    run.events.write(stage, "stage_start")
+    console.print(f"[bold]▶ {stage}[/]")
+    t0 = time.time()
+    summary = stage_function(stage, resume)(run) or {}
+    summary = {**summary, "seconds": round(time.time() - t0, 2)}
+    run.mark_done(stage, inputs, summary)
+    console.print(f"[green]✓ {stage}[/] {summary}")
+    return summary
+
+
+def run_pipeline(run: RunDir, stages: tuple[str, ...] = STAGES, force: frozenset[str] = frozenset()) -> None:
+    """Every stage in order; fresh ones are skipped unless forced, and the report always rebuilds."""
+    for stage in stages:
+        if stage not in force and stage != "report" and run.is_fresh(stage, _inputs(run, stage)):
+            console.print(f"[dim]· {stage}: unchanged since it finished, skipped[/]")
+            continue
+        run_stage(run, stage)

@@ -1,0 +1,184 @@
+"""The report stage: one self-contained `report.html` from the files of a run directory.
+
+It reads only files (config, stage markers, funnel, tokenizer audit, token meta, events, eval
+results), so it can be rebuilt at any time, also while a run is still training.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from tokenmill import __version__
+from tokenmill.report.charts import bar_chart, line_chart
+from tokenmill.runs import STAGES, RunDir, atomic_write_text, read_events
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1000px;color:#222}
+h1{margin-bottom:.2rem} h2{border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
+table{border-collapse:collapse;margin:.6rem 0;font-size:.9rem} td,th{border:1px solid #ddd;padding:.25rem .6rem;text-align:right}
+th{background:#f5f5f5} td:first-child,th:first-child{text-align:left}
+.muted{color:#777;font-size:.85rem} .good{color:#13692b;font-weight:600} .bad{color:#a11;font-weight:600}
+pre{background:#f7f7f7;padding:.6rem;white-space:pre-wrap;font-size:.82rem;border-radius:4px}
+svg{max-width:100%;height:auto}
+"""
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:,.4g}" if abs(v) < 1e5 else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return html.escape(str(v))
+
+
+def table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{_fmt(c) if not str(c).startswith('<span') else c}</td>"
+                                    for c in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def train_curve(events: list[dict]) -> dict[str, list[float]]:
+    """Per-step training metrics; a step replayed after a resume keeps its last record."""
+    by_step: dict[int, dict] = {}
+    for e in events:
+        if e.get("kind") == "train_step":
+            by_step[int(e["step"])] = e
+    steps = sorted(by_step)
+    keys = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu")
+    return {"step": steps, **{k: [by_step[s].get(k) for s in steps] for k in keys}}
+
+
+def eval_history(run: RunDir) -> list[dict]:
+    files = sorted(run.sub("eval").glob("*.json"), key=lambda p: int(p.stem)) if run.sub("eval").exists() else []
+    return [json.loads(p.read_text()) for p in files]
+
+
+def section_stages(run: RunDir) -> str:
+    rows = []
+    for stage in STAGES:
+        done = run.finished(stage)
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(done["finished_at"])) if done else "—"
+        summary = json.dumps(done.get("summary", {}))[:160] if done else "not finished"
+        rows.append([stage, when, summary])
+    return "<h2>Stages</h2>" + table(["stage", "finished", "summary"], rows)
+
+
+def section_funnel(run: RunDir) -> str:
+    funnel = _read_json(run.sub("curated", "_funnel.json"))
+    if not funnel:
+        return "<h2>Data funnel</h2><p class=muted>No curated/_funnel.json yet.</p>"
+    steps = funnel.get("steps", [])
+    out = ["<h2>Data funnel</h2>"]
+    if steps and isinstance(steps[0], dict):
+        cols = [k for k in steps[0] if not isinstance(steps[0][k], (dict, list))]
+        out.append(table(cols, [[s.get(c, "") for c in cols] for s in steps]))
+        if "docs_out" in steps[0]:
+            out.append(bar_chart([str(s.get("step")) for s in steps],
+                                 {"docs in": [s.get("docs_in", 0) for s in steps],
+                                  "docs out": [s.get("docs_out", 0) for s in steps]},
+                                 title="Documents through each curation step", ylabel="documents"))
+    rest = {k: v for k, v in funnel.items() if k != "steps"}
+    if rest:
+        out.append(f"<details><summary>funnel details</summary><pre>{html.escape(json.dumps(rest, indent=1))}</pre></details>")
+    return "".join(out)
+
+
+def section_tokens(run: RunDir) -> str:
+    out = ["<h2>Tokenizer and token store</h2>"]
+    audit = _read_json(run.sub("tokenizer", "audit.json"))
+    if audit:
+        out.append(f"<p>Byte-level BPE, vocabulary {audit['vocab_size']:,}, trained on "
+                   f"{audit['sample_bytes']:,} bytes of curated training text (held-out documents excluded).</p>")
+        out.append(table(["bucket", "held-out docs", "bytes/token", "chars/token", "exact round-trip"],
+                         [[b, a["docs"], a["bytes_per_token"], a["chars_per_token"], a["roundtrip_exact"]]
+                          for b, a in audit["buckets"].items()]))
+    meta = _read_json(run.sub("tokens", "_meta.json"))
+    if meta:
+        out.append(table(["bucket", "train docs", "train tokens", "val docs", "val tokens"],
+                         [[b, d["train"]["docs"], d["train"]["tokens"], d["val"]["docs"], d["val"]["tokens"]]
+                          for b, d in meta["buckets"].items()]))
+    return "".join(out)
+
+
+def section_training(run: RunDir, events: list[dict], evals: list[dict]) -> str:
+    curve = train_curve(events)
+    if not curve["step"]:
+        return "<h2>Training</h2><p class=muted>No training steps yet.</p>"
+    series = {"train loss": (curve["step"], curve["loss"])}
+    for bucket in (evals[-1]["buckets"] if evals else {}):
+        pts = [(e["step"], e["buckets"][bucket]["loss"]) for e in evals if bucket in e["buckets"]]
+        series[f"held-out loss: {bucket}"] = ([p[0] for p in pts], [p[1] for p in pts])
+    out = ["<h2>Training</h2>",
+           line_chart(series, title="Loss (nats/token)", xlabel="optimizer step", ylabel="loss"),
+           line_chart({"lr": (curve["step"], curve["lr"])}, title="Learning rate", xlabel="step", ylabel="lr"),
+           line_chart({"grad norm (pre-clip)": (curve["step"], curve["grad_norm"])},
+                      title="Global gradient norm", xlabel="step", ylabel="norm", logy=True)]
+    tps = [v for v in curve["tokens_per_s"] if v]
+    mfu = [v for v in curve["mfu"] if v is not None]
+    resumes = [e for e in events if e.get("kind") in ("resume", "resumed", "interrupted")]
+    out.append(table(["steps", "final loss", "median tokens/s", "median MFU", "interruptions / resumes"],
+                     [[curve["step"][-1], curve["loss"][-1], sorted(tps)[len(tps) // 2] if tps else "—",
+                       sorted(mfu)[len(mfu) // 2] if mfu else "—", len(resumes)]]))
+    return "".join(out)
+
+
+def section_eval(evals: list[dict]) -> str:
+    if not evals:
+        return "<h2>Evaluation</h2><p class=muted>No evaluation yet.</p>"
+    last = evals[-1]
+    rows = []
+    for bucket, m in last["buckets"].items():
+        ratio = m["bpb"] / m["unigram_bpb"] if m.get("unigram_bpb") else float("nan")
+        verdict = f'<span class="{"good" if ratio < 1 else "bad"}">{ratio:.3f}</span>'
+        rows.append([bucket, m["docs"], m["tokens"], m["loss"], m["ppl"], m["bpb"], m["unigram_bpb"], verdict])
+    out = [f"<h2>Evaluation (step {last['step']})</h2>",
+           "<p>Held-out documents, scored one by one. Bits-per-byte = Σ NLL / (ln 2 · UTF-8 bytes); "
+           "the unigram baseline is fitted on the bucket's training tokens (add-one smoothing).</p>",
+           table(["bucket", "docs", "tokens", "loss", "ppl", "bpb", "unigram bpb", "bpb / unigram"], rows)]
+    if len(evals) > 1:
+        series = {}
+        for bucket in last["buckets"]:
+            pts = [(e["step"], e["buckets"][bucket]["bpb"]) for e in evals if bucket in e["buckets"]]
+            series[bucket] = ([p[0] for p in pts], [p[1] for p in pts])
+        out.append(line_chart(series, title="Held-out bits-per-byte", xlabel="step", ylabel="bpb", markers=True))
+    samples = last.get("samples") or []
+    if samples:
+        out.append("<h3>Samples</h3>")
+        for s in samples:
+            out.append(f"<p class=muted>{html.escape(s['bucket'])}</p><pre><b>{html.escape(s['prompt'])}</b>"
+                       f"{html.escape(s['completion'])}</pre>")
+    return "".join(out)
+
+
+def render(run: RunDir) -> str:
+    events = list(read_events(run.sub("events.jsonl")))
+    evals = eval_history(run)
+    title = run.config.report.title or run.config.name
+    config_yaml = run.sub("config.yaml").read_text() if run.sub("config.yaml").exists() else ""
+    body = [
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p class=muted>tokenmill {__version__} · run directory {html.escape(str(run.path))} · "
+        f"generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>",
+        section_eval(evals) if evals else "",
+        section_stages(run), section_funnel(run), section_tokens(run),
+        section_training(run, events, evals),
+        "" if evals else section_eval(evals),
+        f"<h2>Config</h2><details><summary>resolved config.yaml</summary><pre>{html.escape(config_yaml)}</pre></details>",
+    ]
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)} — tokenmill</title>"
+            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")
+
+
+def run_report(run: RunDir) -> dict[str, Any]:
+    path = run.sub("report.html")
+    atomic_write_text(path, render(run))
+    return {"path": str(path)}

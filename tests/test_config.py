@@ -1,0 +1,65 @@
+import pytest
+import yaml
+
+from tokenmill.config import ConfigError, RunConfig, dump_config, load_config, parse_override
+
+
+def test_defaults_and_yaml_roundtrip(tmp_path):
+    cfg = load_config(None)
+    assert cfg == RunConfig()
+    p = tmp_path / "c.yaml"
+    p.write_text(dump_config(cfg))
+    assert load_config(p) == cfg
+
+
+def test_unknown_key_is_named_with_its_path(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("train:\n  lrr: 0.1\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(p)
+    assert str(p) in str(err.value) and "train.lrr: unknown key" in str(err.value)
+
+
+def test_nested_unknown_key_in_list(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("curate:\n  sources:\n    - {path: x, bucket: web, colour: red}\n")
+    with pytest.raises(ConfigError, match=r"curate\.sources\.0\.colour: unknown key"):
+        load_config(p)
+
+
+def test_overrides_are_typed_by_yaml_and_validated():
+    cfg = load_config(None, ["train.lr=3e-4", "model.n_layers=2", "mixture.weights={a: 1, b: 3}"])
+    assert cfg.train.lr == 3e-4 and cfg.model.n_layers == 2 and cfg.mixture.weights == {"a": 1.0, "b": 3.0}
+    with pytest.raises(ConfigError, match="train.max_steps"):
+        load_config(None, ["train.max_steps=lots"])
+    with pytest.raises(ConfigError, match="expected section.key=value"):
+        load_config(None, ["train.lr"])
+    with pytest.raises(ConfigError, match="not a section"):
+        load_config(None, ["seed=1", "seed.x=1"])
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.yaml")
+    p = tmp_path / "list.yaml"
+    p.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(p)
+
+
+def test_yaml_is_loaded_safely(tmp_path):
+    p = tmp_path / "evil.yaml"
+    p.write_text("name: !!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(p)
+
+
+def test_parse_override_keeps_strings():
+    assert parse_override("name=my run") == (["name"], "my run")
+    assert parse_override("report.title=") == (["report", "title"], "")
+
+
+def test_dump_has_every_default():
+    data = yaml.safe_load(dump_config(RunConfig()))
+    assert data["train"]["warmup_steps"] == RunConfig().train.warmup_steps
+    assert set(data) >= {"curate", "tokenizer", "tokenize", "mixture", "model", "train", "eval", "report"}

@@ -1,0 +1,50 @@
+import json
+
+from tokenmill.config import load_config
+from tokenmill.runs import STAGES, RunDir, read_events
+
+
+def _run(tmp_path, *overrides):
+    return RunDir.create(load_config(None, [f"root={tmp_path}", "name=r", *overrides]))
+
+
+def test_create_writes_resolved_config(tmp_path):
+    run = _run(tmp_path, "train.lr=0.5")
+    assert run.path == tmp_path / "r"
+    assert "lr: 0.5" in (run.path / "config.yaml").read_text()
+
+
+def test_events_append_and_torn_line_is_skipped(tmp_path):
+    run = _run(tmp_path)
+    run.events.write("train", "train_step", step=1, loss=2.5)
+    with open(run.path / "events.jsonl", "a") as fh:
+        fh.write('{"t": 1, "stage": "tr')  # a writer killed mid-line
+    events = list(read_events(run.path / "events.jsonl"))
+    assert len(events) == 1 and events[0]["kind"] == "train_step" and events[0]["stage"] == "train"
+    assert {"t", "stage", "kind", "step", "loss"} <= set(events[0])
+
+
+def test_fresh_until_config_or_upstream_or_inputs_change(tmp_path):
+    run = _run(tmp_path)
+    for s in STAGES:
+        run.mark_done(s, inputs=["x"] if s == "curate" else None)
+    assert all(run.is_fresh(s, ["x"] if s == "curate" else None) for s in STAGES)
+    assert not run.is_fresh("curate", ["y"])
+
+    # A train-only change leaves the data stages fresh and makes train and later stale.
+    changed = RunDir(load_config(None, [f"root={tmp_path}", "name=r", "train.lr=0.1"]), run.path)
+    assert changed.is_fresh("tokenize")
+    assert [s for s in STAGES if not changed.is_fresh(s, ["x"] if s == "curate" else None)] == ["train", "eval", "report"]
+
+    # An upstream config change changes every downstream fingerprint.
+    tok = RunDir(load_config(None, [f"root={tmp_path}", "name=r", "tokenizer.vocab_size=300"]), run.path)
+    assert [s for s in STAGES if not tok.is_fresh(s, ["x"] if s == "curate" else None)] == list(STAGES[1:])
+
+
+def test_invalidate_from(tmp_path):
+    run = _run(tmp_path)
+    for s in STAGES:
+        run.mark_done(s)
+    run.invalidate_from("train")
+    assert [s for s in STAGES if run.finished(s)] == ["curate", "tokenizer", "tokenize"]
+    assert json.loads((run.path / ".stages" / "curate.json").read_text())["stage"] == "curate"
