@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 import xxhash
 
 from tokenmill.config import load_config
@@ -40,3 +41,25 @@ def curated_run(tmp_path: Path) -> RunDir:
     run = RunDir.create(cfg)
     write_curated(run.path, real_documents())
     return run
+
+
+@pytest.fixture()
+def tokenized_run(curated_run: RunDir) -> RunDir:
+    """`curated_run` after the tokenizer and tokenize stages (a real token store)."""
+    from tokenmill.tokenizer.stage import run_tokenizer
+    from tokenmill.tokens.tokenize import run_tokenize
+
+    run_tokenizer(curated_run)
+    run_tokenize(curated_run)
+    return curated_run
+
+
+class ContextFreeModel(torch.nn.Module):
+    """Logits that ignore the context: a unigram model in the shape of a language model."""
+
+    def __init__(self, logprobs):
+        super().__init__()
+        self.logits = torch.nn.Parameter(torch.as_tensor(logprobs, dtype=torch.float32))
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.logits.expand(idx.shape[0], idx.shape[1], -1)

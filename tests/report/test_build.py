@@ -1,0 +1,45 @@
+import json
+import re
+
+from tokenmill.config import load_config
+from tokenmill.report.build import render, run_report, train_curve
+from tokenmill.runs import RunDir
+
+
+def _run(tmp_path):
+    return RunDir.create(load_config(None, [f"root={tmp_path}", "name=rep"]))
+
+
+def test_train_curve_keeps_the_last_record_of_a_replayed_step():
+    ev = [{"kind": "train_step", "step": s, "loss": l, "lr": 1e-3, "grad_norm": 1.0, "tokens_per_s": 10.0, "mfu": 0.1}
+          for s, l in [(1, 5.0), (2, 4.0), (3, 3.9), (2, 4.0), (3, 3.8)]]
+    curve = train_curve(ev + [{"kind": "eval", "step": 3}])
+    assert curve["step"] == [1, 2, 3] and curve["loss"] == [5.0, 4.0, 3.8]
+
+
+def test_empty_run_renders_with_placeholders(tmp_path):
+    page = render(_run(tmp_path))
+    assert "No training steps yet" in page and "No evaluation yet" in page
+
+
+def test_full_report_is_self_contained_and_shows_the_figures(tmp_path):
+    run = _run(tmp_path)
+    for s in range(1, 21):
+        run.events.write("train", "train_step", step=s, loss=6 - s * 0.1, lr=1e-3, grad_norm=1.0,
+                         tokens_per_s=1000.0, mfu=0.2)
+    (run.path / "eval").mkdir()
+    for step, bpb in [(10, 2.5), (20, 1.75)]:
+        rec = {"step": step, "buckets": {"web": {"loss": 2.0, "ppl": 7.39, "bpb": bpb, "unigram_bpb": 3.5,
+                                                 "tokens": 100, "bytes": 400, "docs": 3}},
+               "samples": [{"bucket": "web", "prompt": "<b>hi", "completion": " there"}]}
+        (run.path / "eval" / f"{step}.json").write_text(json.dumps(rec))
+    (run.path / "curated").mkdir()
+    (run.path / "curated" / "_funnel.json").write_text(json.dumps(
+        {"steps": [{"step": "read", "docs_in": 10, "docs_out": 9}, {"step": "dedup", "docs_in": 9, "docs_out": 7}]}))
+    run_report(run)
+    page = (run.path / "report.html").read_text()
+    assert "Evaluation (step 20)" in page and "1.75" in page and "3.5" in page
+    assert "0.500" in page  # bpb / unigram = 1.75 / 3.5
+    assert "&lt;b&gt;hi" in page  # sample text is escaped
+    assert page.count("<svg") >= 4
+    assert not re.search(r"""(src|href)=["']https?://""", page)  # no external resources
