@@ -1,0 +1,57 @@
+"""The funnel: docs_in = kept + rejected at every step, and one step's out is the next one's in."""
+
+from __future__ import annotations
+
+import json
+
+from tokenmill.data.funnel import STEPS, Funnel, StepMark
+
+
+def _through(funnel: Funnel, bucket: str, n: int, stop: str | None = None, rule: str | None = None) -> None:
+    for step in STEPS:
+        if step == stop:
+            funnel.record(bucket, StepMark(step, n, 0, True, rule))
+            return
+        funnel.record(bucket, StepMark(step, n, n, step != "extract"))
+
+
+def test_counts_and_invariants(tmp_path):
+    f = Funnel()
+    _through(f, "web", 100)
+    _through(f, "web", 50, stop="quality", rule="min_words")
+    _through(f, "web", 30, stop="read", rule="bad_json")
+    _through(f, "code", 10, stop="exact_dedup", rule="duplicate_of")
+    _through(f, "code", 10)
+    assert f.violations() == []
+    data = f.write(tmp_path / "_funnel.json")
+    assert json.loads((tmp_path / "_funnel.json").read_text()) == data
+    assert data["steps"] == list(STEPS)
+    web = data["buckets"]["web"]
+    assert web["read"]["docs_in"] == 3 and web["read"]["docs_out"] == 2
+    assert web["read"]["rejected"] == {"bad_json": {"docs": 1, "bytes": 30}}
+    assert web["quality"]["rejected"]["min_words"] == {"docs": 1, "bytes": 50}
+    assert web["extract"]["docs_skipped"] == 2
+    total = data["total"]
+    for step in STEPS:
+        c = total[step]
+        assert c["docs_in"] == c["docs_out"] + sum(r["docs"] for r in c["rejected"].values())
+    assert total["exact_dedup"]["docs_out"] == 2
+    assert total["read"]["docs_in"] == 5
+    assert data["d_eff"]["buckets"]["code"]["r_dup"] == 0.5
+    assert data["d_eff"]["total"]["rho_parse"] == 4 / 5
+
+
+def test_violations_are_reported():
+    f = Funnel()
+    f.record("web", StepMark("read", 1, 1))
+    f.record("web", StepMark("normalize", 1, 1))  # skipped extract: the chain is broken
+    assert any("normalize" in p for p in f.violations())
+
+
+def test_sources_counts():
+    f = Funnel()
+    f.source_in("s", "web", 10)
+    f.source_in("s", "web", 5)
+    f.source_out("s", 4)
+    assert f.to_dict()["sources"]["s"] == {"bucket": "web", "docs_in": 2, "bytes_in": 15,
+                                           "docs_out": 1, "bytes_out": 4}
