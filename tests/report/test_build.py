@@ -34,12 +34,18 @@ def test_full_report_is_self_contained_and_shows_the_figures(tmp_path):
                "samples": [{"bucket": "web", "prompt": "<b>hi", "completion": " there"}]}
         (run.path / "eval" / f"{step}.json").write_text(json.dumps(rec))
     (run.path / "curated").mkdir()
+    def step(di, do, rules):
+        return {"docs_in": di, "docs_out": do, "bytes_in": 10 * di, "bytes_out": 10 * do,
+                "docs_rejected": di - do, "rejected": rules}
     (run.path / "curated" / "_funnel.json").write_text(json.dumps(
-        {"steps": [{"step": "read", "docs_in": 10, "docs_out": 9}, {"step": "dedup", "docs_in": 9, "docs_out": 7}]}))
+        {"steps": ["read", "exact_dedup"],
+         "total": {"read": step(10, 10, {}), "exact_dedup": step(10, 7, {"duplicate_of": {"docs": 3, "bytes": 30}})},
+         "buckets": {"web": {"read": step(10, 10, {}), "exact_dedup": step(10, 7, {})}}}))
     run_report(run)
     page = (run.path / "report.html").read_text()
     assert "Evaluation (step 20)" in page and "1.75" in page and "3.5" in page
     assert "0.500" in page  # bpb / unigram = 1.75 / 3.5
+    assert "duplicate_of: 3" in page and "70" in page  # funnel rules and kept %
     assert "&lt;b&gt;hi" in page  # sample text is escaped
     assert page.count("<svg") >= 4
     assert not re.search(r"""(src|href)=["']https?://""", page)  # no external resources

@@ -76,19 +76,25 @@ def section_funnel(run: RunDir) -> str:
     funnel = _read_json(run.sub("curated", "_funnel.json"))
     if not funnel:
         return "<h2>Data funnel</h2><p class=muted>No curated/_funnel.json yet.</p>"
-    steps = funnel.get("steps", [])
-    out = ["<h2>Data funnel</h2>"]
-    if steps and isinstance(steps[0], dict):
-        cols = [k for k in steps[0] if not isinstance(steps[0][k], (dict, list))]
-        out.append(table(cols, [[s.get(c, "") for c in cols] for s in steps]))
-        if "docs_out" in steps[0]:
-            out.append(bar_chart([str(s.get("step")) for s in steps],
-                                 {"docs in": [s.get("docs_in", 0) for s in steps],
-                                  "docs out": [s.get("docs_out", 0) for s in steps]},
-                                 title="Documents through each curation step", ylabel="documents"))
-    rest = {k: v for k, v in funnel.items() if k != "steps"}
-    if rest:
-        out.append(f"<details><summary>funnel details</summary><pre>{html.escape(json.dumps(rest, indent=1))}</pre></details>")
+    steps, total = funnel["steps"], funnel["total"]
+    rows = []
+    for step in steps:
+        t = total[step]
+        rules = ", ".join(f"{r}: {v['docs']}" for r, v in sorted(t["rejected"].items())) or "—"
+        rows.append([step, t["docs_in"], t["docs_out"], t["docs_rejected"], t["bytes_in"], t["bytes_out"], rules])
+    out = ["<h2>Data funnel</h2>",
+           "<p>Every removed document is in <code>curated/_rejected/</code> with the step, rule and measured value.</p>",
+           table(["step", "docs in", "docs out", "rejected", "bytes in", "bytes out", "rejected by rule"], rows),
+           bar_chart(steps, {"docs in": [total[s]["docs_in"] for s in steps],
+                             "docs out": [total[s]["docs_out"] for s in steps]},
+                     title="Documents through each curation step", ylabel="documents")]
+    first, last = steps[0], steps[-1]
+    out.append(table(["bucket", "docs read", "docs kept", "bytes read", "bytes kept", "docs kept %"],
+                     [[b, d[first]["docs_in"], d[last]["docs_out"], d[first]["bytes_in"], d[last]["bytes_out"],
+                       100.0 * d[last]["docs_out"] / max(d[first]["docs_in"], 1)]
+                      for b, d in sorted(funnel.get("buckets", {}).items())]))
+    if funnel.get("d_eff"):
+        out.append(f"<details><summary>D_eff inputs</summary><pre>{html.escape(json.dumps(funnel['d_eff'], indent=1))}</pre></details>")
     return "".join(out)
 
 
