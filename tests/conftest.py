@@ -63,3 +63,66 @@ class ContextFreeModel(torch.nn.Module):
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.logits.expand(idx.shape[0], idx.shape[1], -1)
+
+
+# --------------------------------------------------------------------------- tiny_run
+TINY_VOCAB = 64
+TINY_EOS, TINY_BOS, TINY_PAD = 0, 1, 2
+
+
+def _pattern_doc(bucket: str, rng, length: int) -> list[int]:
+    """A learnable document: within a document each token determines the next one.
+
+    bucket "a" counts up through ids 3..22 (step 1); bucket "b" walks ids 23..63 in steps of 7.
+    """
+    lo, n, stride = (3, 20, 1) if bucket == "a" else (23, 41, 7)
+    start = int(rng.integers(0, n))
+    return [lo + (start + stride * i) % n for i in range(length)] + [TINY_EOS]
+
+
+def write_tiny_store(root: Path, seed: int = 0) -> None:
+    """A synthetic token store: bucket "a" (two train shards, ~2/3 of the tokens) and "b"."""
+    import json
+
+    import numpy as np
+
+    from tokenmill.tokens.store import ShardWriter, token_dtype
+
+    rng = np.random.default_rng(seed)
+    dtype = token_dtype(TINY_VOCAB)
+    layout = {"a": {"train": [90, 90], "val": [12]}, "b": {"train": [90], "val": [12]}}
+    meta: dict = {"dtype": dtype.name, "vocab_size": TINY_VOCAB, "eos_id": TINY_EOS, "bos_id": TINY_BOS,
+                  "pad_id": TINY_PAD, "buckets": {}, "shards": []}
+    for bucket, splits in layout.items():
+        meta["buckets"][bucket] = {}
+        for split, shard_docs in splits.items():
+            total = {"docs": 0, "tokens": 0, "bytes": 0}
+            for k, n_docs in enumerate(shard_docs):
+                rel = f"{bucket}/{split}-{k:05d}"
+                writer = ShardWriter(root / rel, dtype)
+                for i in range(n_docs):
+                    doc = _pattern_doc(bucket, rng, int(rng.integers(10, 41)))
+                    writer.add(f"{bucket}-{split}-{k}-{i}", doc, n_bytes=3 * len(doc))
+                for key, v in writer.close().items():
+                    total[key] += v
+                meta["shards"].append(rel)
+            meta["buckets"][bucket][split] = total
+    (root / "_meta.json").write_text(json.dumps(meta, indent=1))
+
+
+@pytest.fixture()
+def tiny_run(tmp_path: Path) -> RunDir:
+    """A run directory with a tiny learnable token store (vocab 64, buckets "a" and "b", train +
+    val) and a config for a 2-layer d=32 model that trains 30 steps on CPU in about a second."""
+    from tokenmill.config import RunConfig
+
+    cfg = RunConfig.model_validate({
+        "name": "tiny", "root": str(tmp_path), "seed": 11,
+        "model": {"d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 32},
+        "train": {"seq_len": 32, "micro_batch": 8, "grad_accum": 2, "max_steps": 30, "lr": 0.01,
+                  "warmup_steps": 5, "ckpt_every": 10, "keep_checkpoints": 2, "device": "cpu",
+                  "threads": 1, "log_every": 10, "eval_every": 0},
+    })
+    run = RunDir.create(cfg, tmp_path / "tiny")
+    write_tiny_store(run.path / "tokens")
+    return run

@@ -1,0 +1,130 @@
+"""FLOPs per token, parameter counts from the config alone, and device peak throughput (for MFU).
+
+Training FLOPs per token (PaLM appendix B; nanoGPT `estimate_mfu`):
+
+    flops_per_token = 6 · N  +  12 · L · d_attn · T
+
+- 6·N: every weight is used in one multiply-add (2 FLOPs) per token in the forward pass and in
+  two in the backward pass (gradient w.r.t. the input and w.r.t. the weight): "2 forward +
+  4 backward" FLOPs per parameter per token (seed 003, "Understanding FLOPs").
+  N = every weight that takes part in a matmul or elementwise op: the transformer blocks, the
+  final norm and the lm_head (V·d, counted even when tied, since the output projection is a real
+  matmul). The input embedding *lookup* does no arithmetic and is left out.
+- 12·L·d_attn·T: attention scores Q·Kᵀ and the weighted sum A·V each cost 2·T·d_attn FLOPs per
+  token per layer in the forward pass (4·L·T·d_attn), ×3 for forward + backward. d_attn =
+  n_heads · head_dim (= d_model); grouped K/V heads are broadcast, so GQA does not reduce it.
+  The causal mask is not subtracted (the usual convention; flash kernels skip about half).
+
+Peak throughput: a table of dense (no sparsity) tensor-core peaks for known GPUs, looked up by
+`torch.cuda.get_device_name`; on CPU (and unknown GPUs) a short measured matmul peak instead
+(~0.3 s, cached per process). CPU MFU is therefore relative to the *measured* matmul throughput
+of this machine at this thread count, not to a datasheet number.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from tokenmill.config import ModelConfig
+from tokenmill.model.transformer import resolve_ffn_hidden
+
+# Dense peak FLOP/s by device-name fragment: (bf16/fp16 tensor core, tf32 tensor core).
+# Sources: NVIDIA datasheets. More specific names must come first (matched in order).
+GPU_PEAKS: list[tuple[str, float, float]] = [
+    ("H100 PCIe", 756e12, 378e12),
+    ("H100 NVL", 835e12, 418e12),
+    ("H100", 989e12, 494e12),  # SXM
+    ("H200", 989e12, 494e12),
+    ("GH200", 989e12, 494e12),
+    ("B200", 2250e12, 1100e12),
+    ("A100", 312e12, 156e12),
+    ("A800", 312e12, 156e12),
+    ("L40S", 362e12, 183e12),
+    ("L4", 121e12, 60e12),
+    ("A10G", 70e12, 35e12),
+    ("A10", 125e12, 62.5e12),
+    ("RTX 4090", 165e12, 82.6e12),
+    ("RTX 3090", 71e12, 35.6e12),
+]
+
+_measured: dict[tuple[str, str, int], float] = {}
+
+
+def param_count(cfg: ModelConfig) -> dict[str, int]:
+    """Parameter counts computed from the config alone (no model is built).
+
+    embedding: V·d; per_layer: attention + MLP + 2 norms; lm_head: V·d if untied else 0 (shared);
+    total: all unique parameters; non_embedding: total - embedding (+ nothing for a tied head).
+    """
+    if cfg.vocab_size is None:
+        raise ValueError("model.vocab_size must be set to count parameters")
+    d, V, L = cfg.d_model, cfg.vocab_size, cfg.n_layers
+    hd = d // cfg.n_heads
+    kv = cfg.n_kv_heads or cfg.n_heads
+    h = resolve_ffn_hidden(cfg)
+    attn = d * (cfg.n_heads * hd) + 2 * d * (kv * hd) + (cfg.n_heads * hd) * d
+    mlp = 3 * d * h
+    per_layer = attn + mlp + 2 * d
+    embedding = V * d
+    lm_head = 0 if cfg.tie_embeddings else V * d
+    total = embedding + L * per_layer + d + lm_head
+    return {"embedding": embedding, "per_layer": per_layer, "lm_head": lm_head, "total": total,
+            "non_embedding": total - embedding}
+
+
+def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
+    """Training (forward + backward) FLOPs per token: 6·N + 12·L·d_attn·T (see module doc)."""
+    counts = param_count(cfg)
+    assert cfg.vocab_size is not None
+    n_compute = counts["non_embedding"] + (cfg.vocab_size * cfg.d_model if cfg.tie_embeddings else 0)
+    d_attn = cfg.n_heads * (cfg.d_model // cfg.n_heads)
+    return 6.0 * n_compute + 12.0 * cfg.n_layers * d_attn * seq_len
+
+
+def gpu_peak_from_table(name: str, dtype: torch.dtype = torch.bfloat16) -> float | None:
+    for fragment, bf16, tf32 in GPU_PEAKS:
+        if fragment.lower() in name.lower():
+            return bf16 if dtype in (torch.bfloat16, torch.float16) else tf32
+    return None
+
+
+def measure_matmul_peak(device: torch.device, dtype: torch.dtype = torch.float32, seconds: float = 0.3,
+                        n: int = 1024) -> float:
+    """Best observed FLOP/s of an n×n @ n×n matmul over about `seconds` (cached per process)."""
+    key = (str(device), str(dtype), torch.get_num_threads())
+    if key in _measured:
+        return _measured[key]
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    torch.matmul(a, b)  # warm up kernels / thread pool
+    sync()
+    best = float("inf")
+    deadline = time.perf_counter() + seconds
+    iters = 0
+    while time.perf_counter() < deadline or iters < 3:
+        t0 = time.perf_counter()
+        torch.matmul(a, b)
+        sync()
+        best = min(best, time.perf_counter() - t0)
+        iters += 1
+    _measured[key] = 2.0 * n ** 3 / best
+    return _measured[key]
+
+
+def peak_flops(device: torch.device | str, dtype: torch.dtype | None = None) -> float:
+    """Peak FLOP/s of `device` for matmuls in `dtype` (table on known GPUs, measured otherwise).
+
+    dtype None: bf16 on CUDA, fp32 on CPU (the trainer's 'auto' precision).
+    """
+    device = torch.device(device)
+    if dtype is None:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    if device.type == "cuda":
+        peak = gpu_peak_from_table(torch.cuda.get_device_name(device), dtype)
+        if peak is not None:
+            return peak
+        return measure_matmul_peak(device, dtype, n=4096)
+    return measure_matmul_peak(device, dtype)

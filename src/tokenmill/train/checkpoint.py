@@ -1,0 +1,302 @@
+"""Atomic, verified checkpoints holding the whole training state S_t.
+
+    checkpoints/step_<N>/
+      model.safetensors   parameters (a tied lm_head is stored once, as embed_tokens.weight)
+      optim.pt            optimizer.state_dict(): tensors, numbers and strings only, loaded with
+                          torch.load(weights_only=True)
+      rng.safetensors     torch CPU (and CUDA) generator states as uint8 tensors
+      state.json          step, resolved model config, train fingerprint, scheduler / data cursor /
+                          accumulation position, guard state, python + numpy RNG states, caller fields
+      SHA256SUMS          `sha256sum -c` format, one line per file above
+
+A checkpoint is written into `step_<N>.tmp/`, every file fsynced, the directory fsynced and
+renamed to `step_<N>`, then the parent fsynced: a kill at any moment leaves either the previous
+set of checkpoints or the new one, never a directory that passes verification half-written.
+Loading never executes code from the files (safetensors, weights_only, JSON).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import random
+import re
+import shutil
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+from torch import nn
+
+from tokenmill.config import ModelConfig
+from tokenmill.model.transformer import Transformer
+from tokenmill.runs import EventLog
+
+FORMAT_VERSION = 1
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+REQUIRED_FILES = ("model.safetensors", "optim.pt", "rng.safetensors", "state.json")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that is missing, partial or does not match its SHA256SUMS."""
+
+
+# --------------------------------------------------------------------------- files
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_bytes(path: Path, data: bytes) -> str:
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return hashlib.sha256(data).hexdigest()
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- RNG
+def capture_rng_state() -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """(JSON-safe python + numpy state, torch generator states as tensors)."""
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
+    js = {
+        "python": {"version": version, "state": list(internal), "gauss_next": gauss},
+        "numpy": {"name": name, "keys": [int(k) for k in keys], "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+    }
+    tensors = {"torch_cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"torch_cuda_{i}"] = s.cpu()
+    return js, tensors
+
+
+def restore_rng_state(js: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
+    py = js["python"]
+    random.setstate((py["version"], tuple(py["state"]), py["gauss_next"]))
+    n = js["numpy"]
+    np.random.set_state((n["name"], np.array(n["keys"], dtype=np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
+    torch.set_rng_state(tensors["torch_cpu"])
+    cuda = [tensors[k] for k in sorted((k for k in tensors if k.startswith("torch_cuda_")),
+                                       key=lambda k: int(k.rsplit("_", 1)[1]))]
+    if cuda and torch.cuda.is_available():
+        if len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
+        else:
+            warnings.warn(f"checkpoint holds {len(cuda)} CUDA RNG states, this machine has "
+                          f"{torch.cuda.device_count()} devices; CUDA RNG not restored", stacklevel=2)
+
+
+# --------------------------------------------------------------------------- model weights
+def model_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """CPU copies of the persistent parameters/buffers; a tensor shared by two names is kept once
+    under its first name (a tied lm_head is stored as embed_tokens.weight, like HF)."""
+    out: dict[str, torch.Tensor] = {}
+    seen: set[tuple[int, int]] = set()
+    for name, t in model.state_dict().items():
+        key = (t.untyped_storage().data_ptr(), t.storage_offset()) if t.numel() else (id(t), 0)
+        if key in seen:
+            continue
+        seen.add(key)
+        out[name] = t.detach().to("cpu", copy=True).contiguous()
+    return out
+
+
+def load_model_tensors(model: nn.Module, tensors: dict[str, torch.Tensor], origin: Path) -> None:
+    """Copy stored tensors into the model; the only key allowed missing is a tied duplicate."""
+    expected = model.state_dict()
+    missing = set(expected) - set(tensors)
+    unexpected = set(tensors) - set(expected)
+    tied = {n for n in missing if any(expected[n].data_ptr() == expected[m].data_ptr()
+                                      for m in tensors if m in expected)}
+    if missing - tied or unexpected:
+        raise CheckpointError(f"{origin}: parameters do not match the model "
+                              f"(missing {sorted(missing - tied)}, unexpected {sorted(unexpected)})")
+    for name, t in tensors.items():
+        if expected[name].shape != t.shape:
+            raise CheckpointError(f"{origin}: {name} has shape {tuple(t.shape)}, "
+                                  f"the model expects {tuple(expected[name].shape)}")
+    model.load_state_dict(tensors, strict=False)
+
+
+# --------------------------------------------------------------------------- listing / verify
+def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
+    """Every `step_<N>` directory under root (verified or not), oldest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = []
+    for p in root.iterdir():
+        m = _STEP_DIR.match(p.name)
+        if m and p.is_dir():
+            found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def verify_checkpoint(path: Path) -> dict[str, Any]:
+    """Check SHA256SUMS covers every required file and every hash matches; return state.json."""
+    path = Path(path)
+    sums = path / "SHA256SUMS"
+    if not sums.is_file():
+        raise CheckpointError(f"{path}: no SHA256SUMS (partial or not a checkpoint)")
+    listed: dict[str, str] = {}
+    for i, line in enumerate(sums.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split(None, 1)
+        if len(parts) != 2 or not re.fullmatch(r"[0-9a-f]{64}", parts[0]):
+            raise CheckpointError(f"{sums}:{i}: malformed line {line!r}")
+        listed[parts[1].lstrip("*").strip()] = parts[0]
+    for name in REQUIRED_FILES:
+        if name not in listed:
+            raise CheckpointError(f"{path}: SHA256SUMS does not list {name}")
+    for name, digest in listed.items():
+        f = path / name
+        if not f.is_file():
+            raise CheckpointError(f"{path}: {name} is missing")
+        actual = _sha256_file(f)
+        if actual != digest:
+            raise CheckpointError(f"{path}: {name} has SHA-256 {actual[:16]}…, SHA256SUMS says {digest[:16]}…")
+    state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+    m = _STEP_DIR.match(path.name)
+    if m and int(m.group(1)) != state.get("step"):
+        raise CheckpointError(f"{path}: state.json says step {state.get('step')}")
+    return state
+
+
+def latest_checkpoint(root: Path, events: EventLog | None = None) -> Path | None:
+    """Newest checkpoint that verifies; a corrupt or partial newer one is skipped with a warning
+    (and a `checkpoint_corrupt` event when `events` is given). None when there is none."""
+    for step, path in reversed(list_checkpoints(root)):
+        try:
+            verify_checkpoint(path)
+            return path
+        except (CheckpointError, OSError, ValueError) as exc:
+            msg = f"skipping checkpoint {path}: {exc}"
+            warnings.warn(msg, stacklevel=2)
+            if events is not None:
+                events.write("train", "checkpoint_corrupt", step=step, path=str(path), reason=str(exc))
+    return None
+
+
+# --------------------------------------------------------------------------- save / load
+def save_checkpoint(
+    root: Path,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    state: dict[str, Any],
+    keep: int | None = None,
+) -> Path:
+    """Write `root/step_<step>/` atomically; then keep only the `keep` newest (None: all).
+
+    `state` (JSON-serialisable) goes into state.json next to the step, RNG states and format.
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    for p in root.iterdir():  # leftovers of a write or replace that was killed
+        if p.is_dir() and (p.name.endswith(".tmp") or p.name.endswith(".old")) and p.name.startswith("step_"):
+            shutil.rmtree(p, ignore_errors=True)
+    final = root / f"step_{step}"
+    tmp = root / f"step_{step}.tmp"
+    tmp.mkdir()
+
+    sums: dict[str, str] = {}
+    sums["model.safetensors"] = _write_bytes(tmp / "model.safetensors", st_save(model_tensors(model)))
+    buf = io.BytesIO()
+    torch.save(optimizer.state_dict() if optimizer is not None else {}, buf)
+    sums["optim.pt"] = _write_bytes(tmp / "optim.pt", buf.getvalue())
+    rng_js, rng_tensors = capture_rng_state()
+    sums["rng.safetensors"] = _write_bytes(tmp / "rng.safetensors", st_save(rng_tensors))
+    full_state = {"format": FORMAT_VERSION, "step": int(step), "saved_at": time.time(),
+                  "torch": torch.__version__, **state, "rng": rng_js}
+    sums["state.json"] = _write_bytes(tmp / "state.json",
+                                      json.dumps(full_state, indent=1, sort_keys=True).encode("utf-8"))
+    _write_bytes(tmp / "SHA256SUMS", "".join(f"{d}  {n}\n" for n, d in sums.items()).encode("utf-8"))
+    _fsync_dir(tmp)
+
+    old = None
+    if final.exists():  # e.g. re-reaching a step whose checkpoint was corrupt
+        old = root / f"step_{step}.old"
+        os.replace(final, old)
+    os.replace(tmp, final)
+    _fsync_dir(root)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+    if keep is not None and keep > 0:
+        for _, p in list_checkpoints(root)[:-keep]:
+            shutil.rmtree(p, ignore_errors=True)
+        _fsync_dir(root)
+    return final
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    return json.loads((Path(path) / "state.json").read_text(encoding="utf-8"))
+
+
+def checkpoint_fingerprint(path: Path) -> str | None:
+    """The train fingerprint the checkpoint was written under (None if state.json lacks one)."""
+    return read_state(path).get("train_fingerprint")
+
+
+def load_checkpoint(
+    path: Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    restore_rng: bool = True,
+    verify: bool = True,
+) -> dict[str, Any]:
+    """Load weights (and optimizer state, RNG states) from a checkpoint; return its state.json."""
+    path = Path(path)
+    state = verify_checkpoint(path) if verify else read_state(path)
+    load_model_tensors(model, st_load((path / "model.safetensors").read_bytes()), path)
+    if optimizer is not None:
+        opt_state = torch.load(path / "optim.pt", map_location="cpu", weights_only=True)
+        optimizer.load_state_dict(opt_state)
+    if restore_rng:
+        restore_rng_state(state["rng"], st_load((path / "rng.safetensors").read_bytes()))
+    return state
+
+
+def load_model(ckpt_path: Path | str, device: torch.device | str = "cpu") -> tuple[Transformer, int]:
+    """(Transformer in eval mode on `device`, step) from a checkpoint directory.
+
+    `ckpt_path` may also be a `checkpoints/` directory: its newest valid checkpoint is used.
+    """
+    path = Path(ckpt_path)
+    if not (path / "state.json").exists() and list_checkpoints(path):
+        latest = latest_checkpoint(path)
+        if latest is None:
+            raise CheckpointError(f"{path}: no checkpoint verifies")
+        path = latest
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: no checkpoint here")
+    state = verify_checkpoint(path)
+    cfg = ModelConfig.model_validate(state["model_config"])
+    model = Transformer(cfg)
+    load_model_tensors(model, st_load((path / "model.safetensors").read_bytes()), path)
+    return model.to(device).eval(), int(state["step"])

@@ -1,0 +1,61 @@
+"""Device and precision: which device, which autocast dtype, TF32 on CUDA."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+
+
+def resolve_device(spec: str) -> torch.device:
+    """'auto' -> cuda if available else cpu; otherwise the named device, checked to exist."""
+    spec = (spec or "auto").strip().lower()
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(spec)
+    except RuntimeError as exc:
+        raise ValueError(f"train.device={spec!r} is not a device ('auto', 'cpu', 'cuda', 'cuda:1')") from exc
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"train.device={spec!r} but CUDA is not available here; use 'auto' or 'cpu'")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"train.device={spec!r} but only {torch.cuda.device_count()} CUDA device(s) exist")
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"train.device={spec!r} but MPS is not available here")
+    return device
+
+
+def resolve_dtype(device: torch.device, spec: str) -> torch.dtype:
+    """Autocast dtype: 'auto' is bf16 on a CUDA device that supports it, fp32 elsewhere."""
+    if spec == "float32":
+        return torch.float32
+    if spec == "bfloat16":
+        return torch.bfloat16
+    if spec != "auto":
+        raise ValueError(f"train.dtype={spec!r}: expected 'auto', 'float32' or 'bfloat16'")
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+def enable_tf32(device: torch.device) -> None:
+    """Let fp32 matmuls and convolutions use TF32 tensor cores on CUDA (no-op elsewhere)."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+@contextlib.contextmanager
+def autocast(device: torch.device, dtype_spec: str | torch.dtype = "auto") -> Iterator[None]:
+    """Mixed-precision region: bf16 autocast where chosen, nothing at all for fp32.
+
+    Parameters, gradients and optimizer state stay fp32; only matmul inputs/outputs are bf16.
+    """
+    dtype = dtype_spec if isinstance(dtype_spec, torch.dtype) else resolve_dtype(device, dtype_spec)
+    if dtype == torch.float32:
+        yield
+        return
+    with torch.autocast(device_type=device.type, dtype=dtype):
+        yield

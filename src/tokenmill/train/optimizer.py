@@ -1,0 +1,79 @@
+"""AdamW with weight-decay groups, and the warmup + cosine learning-rate schedule.
+
+Weight decay (decoupled, AdamW) applies to the Linear weight matrices only: attention q/k/v/o,
+the SwiGLU gate/up/down and an untied lm_head. It does not apply to
+- norm gains (1-D; decaying them pulls the scale toward 0, a pure regularisation artefact), nor
+- the token embedding table (and so a lm_head tied to it): a row of a rare token receives a
+  gradient only when that token appears, yet decay shrinks it every step, so rare tokens'
+  embeddings would collapse toward 0 (OLMo excludes embeddings from decay for this reason).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from tokenmill.config import TrainConfig
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """[{"params": decayed, "weight_decay": wd, "name": "decay"}, {"params": rest, "weight_decay": 0, ...}]."""
+    no_decay_ids: set[int] = set()
+    for module in model.modules():
+        if isinstance(module, nn.Embedding):
+            no_decay_ids.add(id(module.weight))
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():  # shared parameters appear once
+        if not p.requires_grad:
+            continue
+        if p.ndim >= 2 and id(p) not in no_decay_ids:
+            decay.append(p)
+        else:
+            no_decay.append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay, "name": "decay"},
+        {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"},
+    ]
+
+
+def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device | None = None) -> torch.optim.AdamW:
+    """AdamW(β1, β2, ε from cfg) over `param_groups`; the fused kernel on CUDA.
+
+    The LR is set per step from `lr_at`; the initial value here is the step-1 LR.
+    """
+    kwargs: dict = {}
+    if device is not None and device.type == "cuda":
+        kwargs["fused"] = True
+    return torch.optim.AdamW(
+        param_groups(model, cfg.weight_decay),
+        lr=lr_at(1, cfg),
+        betas=(cfg.beta1, cfg.beta2),
+        eps=cfg.eps,
+        **kwargs,
+    )
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate of optimizer step `step` (1-based).
+
+    warmup:  lr · step / warmup_steps                       for step <= warmup_steps
+    cosine:  min + (lr - min) · ½(1 + cos(π · progress))   progress = (step - warmup) / (max_steps - warmup)
+    after max_steps: min, where min = min_lr_ratio · lr.
+    """
+    peak = cfg.lr
+    floor = cfg.min_lr_ratio * peak
+    warm = cfg.warmup_steps
+    if warm > 0 and step <= warm:
+        return peak * max(step, 0) / warm
+    decay_steps = cfg.max_steps - warm
+    if decay_steps <= 0:
+        return peak
+    progress = min(1.0, (step - warm) / decay_steps)
+    return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr

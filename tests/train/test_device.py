@@ -1,0 +1,44 @@
+import pytest
+import torch
+
+from tokenmill.train.device import autocast, enable_tf32, resolve_device, resolve_dtype
+
+
+def test_resolve_device():
+    assert resolve_device("cpu") == torch.device("cpu")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device("auto").type == expected
+    with pytest.raises(ValueError, match="not a device"):
+        resolve_device("quantum")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA error")
+def test_cuda_without_cuda_is_a_clear_error():
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        resolve_device("cuda:0")
+
+
+def test_resolve_dtype():
+    cpu = torch.device("cpu")
+    assert resolve_dtype(cpu, "auto") == torch.float32
+    assert resolve_dtype(cpu, "bfloat16") == torch.bfloat16
+    assert resolve_dtype(cpu, "float32") == torch.float32
+    with pytest.raises(ValueError):
+        resolve_dtype(cpu, "fp8")
+
+
+def test_autocast_fp32_is_a_no_op_and_bf16_casts_matmuls():
+    cpu = torch.device("cpu")
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    with autocast(cpu, "auto"):
+        assert (a @ b).dtype == torch.float32
+        assert not torch.is_autocast_enabled("cpu")
+    with autocast(cpu, "bfloat16"):
+        assert (a @ b).dtype == torch.bfloat16
+    assert (a @ b).dtype == torch.float32  # restored on exit
+
+
+def test_enable_tf32_leaves_cpu_settings_alone():
+    before = torch.backends.cuda.matmul.allow_tf32
+    enable_tf32(torch.device("cpu"))
+    assert torch.backends.cuda.matmul.allow_tf32 == before

@@ -1,0 +1,176 @@
+"""The trainer: learning, events, checkpoints, errors, and exact resume in real processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tokenmill.config import RunConfig
+from tokenmill.runs import RunDir, read_events
+from tokenmill.train import trainer
+from tokenmill.train.checkpoint import list_checkpoints, verify_checkpoint
+from tokenmill.train.trainer import TrainError, TrainingDiverged, run_train
+
+WORKER = Path(__file__).with_name("train_worker.py")
+
+
+def steps(run_dir: Path, kind: str = "train_step") -> list[dict]:
+    return [e for e in read_events(run_dir / "events.jsonl") if e["kind"] == kind]
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    """Loss per step; a step run twice (replayed after a resume) must give the same loss."""
+    seen: dict[int, float] = {}
+    for e in steps(run_dir):
+        assert seen.setdefault(e["step"], e["loss"]) == e["loss"], f"step {e['step']} replayed differently"
+    return seen
+
+
+def copy_run(run: RunDir, dest: Path) -> RunDir:
+    shutil.copytree(run.path, dest)
+    return RunDir(config=run.config, path=dest)
+
+
+def with_config(run: RunDir, **train) -> RunDir:
+    data = run.config.model_dump()
+    data["train"].update(train)
+    return RunDir.create(RunConfig.model_validate(data), run.path)
+
+
+def worker(run_dir: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, str(WORKER), str(run_dir), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str]:
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out + err
+
+
+def wait_for(cond, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while not cond():
+        assert proc.poll() is None, f"worker ended early: {finish(proc)}"
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+# --------------------------------------------------------------------------- in process
+def test_loss_decreases_and_every_step_is_recorded(tiny_run):
+    evals = []
+    summary = run_train(with_config(tiny_run, eval_every=10), progress=False,
+                        on_eval=lambda step, model: evals.append((step, model.training)))
+    ev = steps(tiny_run.path)
+    assert [e["step"] for e in ev] == list(range(1, 31))
+    assert all({"loss", "lr", "grad_norm", "tokens_per_s", "mfu"} <= set(e) for e in ev)
+    first, last = ev[0]["loss"], sum(e["loss"] for e in ev[-5:]) / 5
+    assert first == pytest.approx(torch.log(torch.tensor(64.0)).item(), abs=0.3)  # uniform at init
+    assert last < first - 2.0  # the patterns are learnable
+    assert ev[0]["lr"] == pytest.approx(0.01 / 5) and ev[-1]["lr"] == pytest.approx(0.001)
+    assert summary["steps"] == 30 and summary["final_loss"] == ev[-1]["loss"]
+    assert summary["tokens"] == 30 * 8 * 32 * 2 and summary["params"] > 0
+    assert [s for s, _ in list_checkpoints(tiny_run.path / "checkpoints")] == [20, 30]  # keep 2
+    assert evals == [(10, False), (20, False), (30, False)]  # eval mode, last step once
+
+
+def test_refuses_to_overwrite_and_refuses_a_changed_config(tiny_run):
+    run_train(tiny_run, progress=False)
+    with pytest.raises(TrainError, match="--resume"):
+        run_train(tiny_run, progress=False)
+    changed = with_config(tiny_run, lr=0.02)
+    with pytest.raises(TrainError, match=r"train\.lr: 0\.01 -> 0\.02"):
+        run_train(changed, resume=True, progress=False)
+
+
+def test_resume_of_a_finished_run_is_a_no_op(tiny_run):
+    first = run_train(tiny_run, progress=False)
+    evals = []
+    again = run_train(tiny_run, resume=True, progress=False, on_eval=lambda s, m: evals.append(s))
+    assert again["steps"] == 30 and again["final_loss"] == first["final_loss"]
+    assert len(steps(tiny_run.path)) == 30
+    assert evals == [30]  # the final evaluation is (re)done: the stopped process may have missed it
+
+
+def test_nan_loss_stops_with_the_step(tiny_run, monkeypatch):
+    real = trainer.clm_loss
+    monkeypatch.setattr(trainer, "clm_loss", lambda m, t: real(m, t) * float("nan"))
+    with pytest.raises(TrainingDiverged, match="step 1"):
+        run_train(tiny_run, progress=False)
+    assert steps(tiny_run.path, "diverged")[0]["step"] == 1
+
+
+def test_resume_after_a_crash_in_process_is_exact(tiny_run, tmp_path):
+    reference = copy_run(tiny_run, tmp_path / "ref")
+    run_train(reference, progress=False)
+
+    def crash(step, model):
+        if step == 15:
+            raise RuntimeError("simulated crash")
+
+    crashing = with_config(tiny_run, eval_every=5)  # eval_every is part of the fingerprint
+    ref2 = with_config(reference, eval_every=5)
+    with pytest.raises(RuntimeError, match="simulated"):
+        run_train(crashing, on_eval=crash, progress=False)
+    evals = []
+    run_train(crashing, resume=True, progress=False, on_eval=lambda s, m: evals.append(s))
+    assert steps(crashing.path, "resumed")[0]["step"] == 10
+    assert evals == [10, 15, 20, 25, 30]  # the eval due at the resumed step runs again
+    assert losses(crashing.path) == losses(ref2.path)
+
+
+# --------------------------------------------------------------------------- real processes
+@pytest.mark.slow
+def test_sigkill_then_resume_reproduces_the_uninterrupted_run_bitwise(tiny_run, tmp_path):
+    full = copy_run(tiny_run, tmp_path / "full")
+    killed = copy_run(tiny_run, tmp_path / "killed")
+    p_full = worker(full.path)
+    p_kill = worker(killed.path, "--sleep", "0.05")
+    wait_for(lambda: (killed.path / "checkpoints" / "step_10").exists(), p_kill)
+    os.kill(p_kill.pid, signal.SIGKILL)
+    assert p_kill.wait(timeout=30) == -signal.SIGKILL
+    rc, out = finish(p_full)
+    assert rc == 0, out
+    done_before_kill = max(e["step"] for e in steps(killed.path))
+    assert done_before_kill < 30
+
+    rc, out = finish(worker(killed.path, "--resume"))
+    assert rc == 0, out
+    resumed = steps(killed.path, "resumed")[0]["step"]
+    assert 10 <= resumed <= done_before_kill
+    reference = losses(full.path)
+    assert sorted(reference) == list(range(1, 31))
+    assert losses(killed.path) == reference  # every step, including those run twice
+    grad = {e["step"]: e["grad_norm"] for e in steps(full.path)}
+    assert all(grad[e["step"]] == e["grad_norm"] for e in steps(killed.path))
+    for name in ("model.safetensors", "optim.pt"):  # the final state is byte-identical
+        a = (full.path / "checkpoints" / "step_30" / name).read_bytes()
+        assert a == (killed.path / "checkpoints" / "step_30" / name).read_bytes(), name
+
+
+@pytest.mark.slow
+def test_sigint_finishes_the_step_saves_and_exits_nonzero(tiny_run, tmp_path):
+    reference = copy_run(tiny_run, tmp_path / "ref")
+    proc = worker(tiny_run.path, "--sleep", "0.05")
+    wait_for(lambda: len(steps(tiny_run.path)) >= 3, proc)
+    proc.send_signal(signal.SIGINT)
+    rc, out = finish(proc)
+    assert rc == 130, out
+    (ev,) = steps(tiny_run.path, "interrupted")
+    n = ev["step"]
+    assert 3 <= n < 30 and f"interrupted at step {n}; checkpoint saved" in out
+    assert max(e["step"] for e in steps(tiny_run.path)) == n  # stopped right after that step
+    ckpt = tiny_run.path / "checkpoints" / f"step_{n}"
+    assert verify_checkpoint(ckpt)["step"] == n and ev["checkpoint"] == str(ckpt)
+
+    run_train(tiny_run, resume=True, progress=False)  # continue (in this process: same threads)
+    run_train(reference, progress=False)
+    assert losses(tiny_run.path) == losses(reference.path)
