@@ -48,3 +48,11 @@ def test_invalidate_from(tmp_path):
     run.invalidate_from("train")
     assert [s for s in STAGES if run.finished(s)] == ["curate", "tokenizer", "tokenize"]
     assert json.loads((run.path / ".stages" / "curate.json").read_text())["stage"] == "curate"
+
+
+def test_reporting_knobs_do_not_change_the_fingerprint(tmp_path):
+    base = _run(tmp_path)
+    other = RunDir(load_config(None, [f"root={tmp_path}", "name=r", "train.log_every=3", "train.ckpt_every=7",
+                                      "train.eval_every=5", "eval.batch_size=2"]), base.path)
+    assert all(base.fingerprint(s) == other.fingerprint(s) for s in STAGES)
+    assert base.fingerprint("train") != RunDir(load_config(None, ["train.max_steps=3"]), base.path).fingerprint("train")

@@ -29,6 +29,13 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "report": ("report",),
 }
 
+# Knobs that change how a stage reports or how often it saves, never what it computes: changing
+# them must not restart a run (training resumes bit-exactly across them).
+NOT_FINGERPRINTED: dict[str, frozenset[str]] = {
+    "train": frozenset({"log_every", "ckpt_every", "keep_checkpoints", "eval_every", "eval_docs", "peak_tflops"}),
+    "eval": frozenset({"batch_size"}),
+}
+
 
 def sha256_json(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
@@ -124,7 +131,8 @@ class RunDir:
     def fingerprint(self, stage: str, inputs: Any = None) -> str:
         """Hash of the stage's config sections, the previous stage's fingerprint and its inputs."""
         idx = STAGES.index(stage)
-        sections = {s: getattr(self.config, s).model_dump(mode="json") for s in STAGE_SECTIONS[stage]}
+        sections = {s: getattr(self.config, s).model_dump(mode="json", exclude=set(NOT_FINGERPRINTED.get(s, ())))
+                    for s in STAGE_SECTIONS[stage]}
         # Raw-input changes reach later stages through invalidation: a stage that reruns
         # forgets every later stage (see pipeline.run_stage).
         upstream = self.fingerprint(STAGES[idx - 1]) if idx > 0 else None

@@ -1,0 +1,53 @@
+"""The CLI surface: help texts, config errors, overrides (fast, in-process)."""
+
+import yaml
+from typer.testing import CliRunner
+
+from tokenmill.cli import app, demo_config_path
+from tokenmill.config import load_config
+
+runner = CliRunner()
+
+
+def test_every_command_has_help():
+    for cmd in (["--help"], ["curate", "--help"], ["tokenizer", "train", "--help"], ["tokenize", "--help"],
+                ["train", "--help"], ["eval", "--help"], ["report", "--help"], ["run", "--help"], ["demo", "--help"]):
+        res = runner.invoke(app, cmd)
+        assert res.exit_code == 0, (cmd, res.output)
+        assert "Usage" in res.output
+    assert "--resume" in runner.invoke(app, ["train", "--help"]).output
+
+
+def test_unknown_key_exits_2_with_its_path(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("train:\n  lrr: 1\n")
+    res = runner.invoke(app, ["curate", str(cfg)])
+    assert res.exit_code == 2 and "train.lrr" in res.output
+
+
+def test_missing_input_is_a_clear_error(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"name": "x", "root": str(tmp_path)}))
+    res = runner.invoke(app, ["tokenize", str(cfg)])
+    assert res.exit_code == 1 and "tokenizer" in res.output
+
+
+def test_report_writes_resolved_config_with_overrides(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"name": "x", "root": str(tmp_path)}))
+    res = runner.invoke(app, ["report", str(cfg), "--set", "train.lr=0.123"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "x" / "report.html").exists()
+    assert yaml.safe_load((tmp_path / "x" / "config.yaml").read_text())["train"]["lr"] == 0.123
+
+
+def test_run_rejects_unknown_force_stage(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"name": "x", "root": str(tmp_path)}))
+    res = runner.invoke(app, ["run", str(cfg), "--force", "bake"])
+    assert res.exit_code == 2 and "bake" in res.output
+
+
+def test_packaged_demo_config_is_valid():
+    cfg = load_config(demo_config_path())
+    assert cfg.name == "demo" and {s.bucket for s in cfg.curate.sources} == {"code", "web", "reference"}

@@ -1,0 +1,115 @@
+"""End to end: the real CLI in real processes on the tiny example config.
+
+One uninterrupted run is shared by the tests; a second run is interrupted with a real SIGINT
+during training and continued, and must reproduce the uninterrupted losses exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tokenmill.runs import STAGES, read_events
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "examples" / "tiny.yaml"
+pytestmark = pytest.mark.slow
+
+
+def tokenmill(*args: str, **kw) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "tokenmill", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, **kw)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 420) -> tuple[int, str]:
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    """Per-step loss; a step replayed after a resume must repeat the same value."""
+    seen: dict[int, float] = {}
+    for e in read_events(run_dir / "events.jsonl"):
+        if e["kind"] == "train_step":
+            assert seen.setdefault(e["step"], e["loss"]) == e["loss"], f"step {e['step']} replayed differently"
+    return seen
+
+
+@pytest.fixture(scope="module")
+def tiny_pipeline(tmp_path_factory) -> tuple[Path, str]:
+    root = tmp_path_factory.mktemp("runs")
+    rc, out = finish(tokenmill("run", str(TINY), "--set", f"root={root}"))
+    assert rc == 0, out
+    return root / "tiny", out
+
+
+def test_every_stage_writes_its_contract(tiny_pipeline):
+    run_dir, out = tiny_pipeline
+    assert out.strip().splitlines()[-1] == str((run_dir / "report.html").resolve())
+    assert (run_dir / "config.yaml").exists()
+    assert list((run_dir / "curated" / "code").glob("part-*.parquet"))
+    assert json.loads((run_dir / "curated" / "_funnel.json").read_text())
+    assert (run_dir / "tokenizer" / "tokenizer.json").exists()
+    meta = json.loads((run_dir / "tokens" / "_meta.json").read_text())
+    assert set(meta["buckets"]) == {"code", "reference"}
+    assert (run_dir / "checkpoints" / "step_80" / "model.safetensors").exists()
+    steps = [e for e in read_events(run_dir / "events.jsonl") if e["kind"] == "train_step"]
+    assert [e["step"] for e in steps] == list(range(1, 81))
+    assert all({"loss", "lr", "grad_norm", "tokens_per_s", "mfu", "t", "stage"} <= set(e) for e in steps)
+    assert {e["stage"] for e in read_events(run_dir / "events.jsonl")} >= set(STAGES)
+
+
+def test_model_beats_the_unigram_baseline_on_every_bucket(tiny_pipeline):
+    run_dir, _ = tiny_pipeline
+    final = json.loads((run_dir / "eval" / "80.json").read_text())
+    assert set(final["buckets"]) == {"code", "reference"}
+    for bucket, m in final["buckets"].items():
+        assert m["bpb"] < m["unigram_bpb"], (bucket, m)
+    assert final["samples"] and (run_dir / "eval" / "40.json").exists()
+    page = (run_dir / "report.html").read_text()
+    assert "Evaluation (step 80)" in page and "unigram bpb" in page
+
+
+def test_second_run_skips_unchanged_stages_and_reruns_changed_ones(tiny_pipeline, tmp_path):
+    run_dir = tmp_path / "tiny"
+    shutil.copytree(tiny_pipeline[0], run_dir)  # the shared run stays untouched for other tests
+    rc, out = finish(tokenmill("run", str(TINY), "--set", f"root={run_dir.parent}"))
+    assert rc == 0, out
+    assert sum(f"{s}: unchanged" in out for s in STAGES) == 5  # all but the report
+    before = losses(run_dir)
+    rc, out = finish(tokenmill("run", str(TINY), "--set", f"root={run_dir.parent}", "--set", "train.max_steps=30",
+                               "--set", "train.eval_every=0"))
+    assert rc == 0, out
+    assert all(f"{s}: unchanged" in out for s in ("curate", "tokenizer", "tokenize"))
+    assert "starting over" in out
+    after = [e for e in read_events(run_dir / "events.jsonl") if e["kind"] == "train_step"][-30:]
+    assert [e["step"] for e in after] == list(range(1, 31))
+    assert after[0]["loss"] == before[1]  # same data and init: step 1 is the same step
+
+
+def test_ctrl_c_during_training_then_rerun_continues_exactly(tiny_pipeline, tmp_path):
+    reference = losses(tiny_pipeline[0])
+    proc = tokenmill("run", str(TINY), "--set", f"root={tmp_path}")
+    ckpt = tmp_path / "tiny" / "checkpoints" / "step_40"
+    deadline = time.time() + 300
+    while not ckpt.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "finished before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    rc, out = finish(proc)
+    assert rc == 130, out
+    interrupted = [e for e in read_events(tmp_path / "tiny" / "events.jsonl") if e["kind"] == "interrupted"]
+    assert interrupted and interrupted[0]["step"] < 80
+    rc, out = finish(tokenmill("run", str(TINY), "--set", f"root={tmp_path}"))
+    assert rc == 0, out
+    assert "continuing from" in out
+    assert losses(tmp_path / "tiny") == reference
