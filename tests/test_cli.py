@@ -51,3 +51,16 @@ def test_run_rejects_unknown_force_stage(tmp_path):
 def test_packaged_demo_config_is_valid():
     cfg = load_config(demo_config_path())
     assert cfg.name == "demo" and {s.bucket for s in cfg.curate.sources} == {"code", "web", "reference"}
+
+
+def test_train_refuses_to_overwrite_then_resumes(tiny_run):
+    cfg = tiny_run.path / "config.yaml"  # the resolved config RunDir.create wrote
+    args = ["train", str(cfg), "--set", "train.max_steps=4", "--set", "train.ckpt_every=2"]
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    again = runner.invoke(app, args)
+    assert again.exit_code == 1 and "--resume" in again.output and "Traceback" not in again.output
+    more = runner.invoke(app, [*args[:-2], "--set", "train.max_steps=6", "--resume"])
+    assert more.exit_code == 1 and "train.max_steps: 4 -> 6" in more.output
+    same = runner.invoke(app, [*args, "--resume"])
+    assert same.exit_code == 0, same.output

@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 
 from tokenmill.config import ConfigError, RunConfig, load_config
+from tokenmill.errors import UserError
 from tokenmill.runs import STAGES, RunDir
 
 app = typer.Typer(
@@ -23,7 +24,7 @@ app = typer.Typer(
 )
 tokenizer_app = typer.Typer(help="Train and audit the byte-level BPE tokenizer.", no_args_is_help=True)
 app.add_typer(tokenizer_app, name="tokenizer")
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # error messages hold paths: never break them
 
 ConfigArg = typer.Argument(..., help="Run config (YAML). See examples/ and `tokenmill demo`.",
                            exists=False, dir_okay=False)
@@ -40,18 +41,19 @@ def _open(config: Path | None, overrides: list[str] | None, run_dir: Path | None
     return RunDir.create(cfg, run_dir)
 
 
-def _guard(fn: Callable[[], Any]) -> Any:
+def _guard(fn: Callable[[], Any], hint: str = "Run the same command again to continue where it stopped.") -> Any:
     """User errors (bad config, missing input, bad data) print one clear message, no traceback."""
     try:
         return fn()
     except ConfigError as exc:
         console.print(f"[red]config error[/]: {exc}")
         raise typer.Exit(2)
-    except (FileNotFoundError, ValueError) as exc:
+    except (UserError, FileNotFoundError, ValueError) as exc:
         console.print(f"[red]error[/]: {exc}")
         raise typer.Exit(1)
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/]: run the same command again to continue from the last checkpoint")
+    except KeyboardInterrupt as exc:
+        console.print(f"[yellow]{exc or 'interrupted'}[/]")
+        console.print(f"[yellow]{hint}[/]")
         raise typer.Exit(130)
 
 
@@ -62,7 +64,8 @@ def _one_stage(stage: str, config: Path, overrides: list[str] | None, run_dir: P
     def go() -> None:
         run = _open(config, overrides, run_dir)
         run_stage(run, stage, resume=resume)
-    _guard(go)
+    _guard(go, "Run it again with --resume to continue from that checkpoint." if stage == "train"
+           else "Run the same command again to redo the stage.")
 
 
 @app.command()

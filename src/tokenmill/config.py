@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from tokenmill.errors import UserError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config file or override that cannot be used; the message names the file and key."""
 
 

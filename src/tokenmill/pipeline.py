@@ -14,7 +14,7 @@ from rich.console import Console
 
 from tokenmill.runs import STAGES, RunDir
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)
 
 
 def _inputs(run: RunDir, stage: str) -> Any:

@@ -7,7 +7,7 @@ from tokenmill.eval.evaluate import Evaluator, write_eval
 from tokenmill.eval.unigram import unigram_logprobs
 from tokenmill.tokens.store import TokenStore
 
-from conftest import ContextFreeModel
+from tests.conftest import ContextFreeModel
 
 
 def test_a_model_equal_to_the_unigram_scores_the_unigram_bpb(tokenized_run):

@@ -2,7 +2,7 @@ import torch
 
 from tokenmill.eval.generate import generate
 
-from conftest import ContextFreeModel
+from tests.conftest import ContextFreeModel
 
 
 def test_greedy_picks_argmax_and_stops_at_eos():

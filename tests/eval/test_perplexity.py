@@ -5,7 +5,7 @@ import torch
 
 from tokenmill.eval.perplexity import Score, doc_targets, doc_windows, windows_nll
 
-from conftest import ContextFreeModel
+from tests.conftest import ContextFreeModel
 
 
 def test_windows_cover_every_target_once():

@@ -2,7 +2,7 @@ from tokenmill.config import TokenizerConfig
 from tokenmill.tokenizer.audit import audit_bucket
 from tokenmill.tokenizer.bpe import train_bpe
 
-from conftest import real_documents
+from tests.conftest import real_documents
 
 
 def test_audit_counts_match_independent_encoding():

@@ -2,7 +2,7 @@ from tokenmill.config import TokenizerConfig
 from tokenmill.tokenizer.bpe import sample_texts, train_bpe
 from tokenmill.tokenizer.special import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID
 
-from conftest import real_documents
+from tests.conftest import real_documents
 
 
 def _trained(vocab=400):

@@ -36,6 +36,7 @@ from safetensors.torch import save as st_save
 from torch import nn
 
 from tokenmill.config import ModelConfig
+from tokenmill.errors import UserError
 from tokenmill.model.transformer import Transformer
 from tokenmill.runs import EventLog
 
@@ -44,7 +45,7 @@ _STEP_DIR = re.compile(r"^step_(\d+)$")
 REQUIRED_FILES = ("model.safetensors", "optim.pt", "rng.safetensors", "state.json")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint that is missing, partial or does not match its SHA256SUMS."""
 
 

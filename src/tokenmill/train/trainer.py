@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from tokenmill.config import ModelConfig, RunConfig
+from tokenmill.errors import UserError
 from tokenmill.mixture.loader import BatchSampler
 from tokenmill.model.objectives import clm_loss
 from tokenmill.model.transformer import Transformer
@@ -53,7 +54,7 @@ STAGE = "train"
 EvalHook = Callable[[int, nn.Module], None]
 
 
-class TrainError(RuntimeError):
+class TrainError(UserError, RuntimeError):
     """Training cannot start or continue; the message says why and what to do."""
 
 
