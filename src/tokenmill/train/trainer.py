@@ -68,8 +68,8 @@ class TrainingInterrupted(KeyboardInterrupt):
     def __init__(self, step: int, checkpoint: Path):
         self.step = step
         self.checkpoint = checkpoint
-        super().__init__(f"interrupted at step {step}; checkpoint saved to {checkpoint}; "
-                         f"run again with --resume to continue")
+        # How to continue depends on the caller (`train --resume`, or `run`/`demo` again): the CLI says it.
+        super().__init__(f"interrupted at step {step}; checkpoint saved to {checkpoint}")
 
     def __str__(self) -> str:
         return str(self.args[0])
