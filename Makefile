@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.tokenmill-installed
 
-.PHONY: demo test install clean
+.PHONY: demo test install bench clean
 
 install: $(STAMP)
 
@@ -18,6 +18,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# Side-by-side benchmarks (results in BENCHMARKS.md); needs the demo's run directory.
+bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
+	test -f runs/demo/.stages/tokenize.json || $(BIN)/tokenmill demo
+	$(BIN)/python benchmarks/bench_tokenize.py --run runs/demo
+	$(BIN)/python benchmarks/bench_train_step.py --run runs/demo
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
