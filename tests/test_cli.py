@@ -1,5 +1,7 @@
 """The CLI surface: help texts, config errors, overrides (fast, in-process)."""
 
+from pathlib import Path
+
 import yaml
 from typer.testing import CliRunner
 
@@ -48,9 +50,13 @@ def test_run_rejects_unknown_force_stage(tmp_path):
     assert res.exit_code == 2 and "bake" in res.output
 
 
-def test_packaged_demo_config_is_valid():
+def test_packaged_demo_config_is_valid_and_every_example_loads():
     cfg = load_config(demo_config_path())
     assert cfg.name == "demo" and {s.bucket for s in cfg.curate.sources} == {"code", "web", "reference"}
+    examples = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yaml"))
+    assert len(examples) >= 3
+    for path in examples:
+        assert load_config(path).curate.sources, path
 
 
 def test_train_refuses_to_overwrite_then_resumes(tiny_run):

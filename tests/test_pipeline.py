@@ -95,6 +95,13 @@ def test_second_run_skips_unchanged_stages_and_reruns_changed_ones(tiny_pipeline
     assert [e["step"] for e in after] == list(range(1, 31))
     assert after[0]["loss"] == before[1]  # same data and init: step 1 is the same step
 
+    rc, out = finish(tokenmill("run", str(TINY), "--set", f"root={run_dir.parent}", "--set", "train.max_steps=30",
+                               "--set", "train.eval_every=0", "--force", "train"))
+    assert rc == 0, out
+    assert "forced" in out and "eval: unchanged" not in out
+    again = [e for e in read_events(run_dir / "events.jsonl") if e["kind"] == "train_step"][-30:]
+    assert [(e["step"], e["loss"]) for e in again] == [(e["step"], e["loss"]) for e in after]  # deterministic
+
 
 def test_ctrl_c_during_training_then_rerun_continues_exactly(tiny_pipeline, tmp_path):
     reference = losses(tiny_pipeline[0])

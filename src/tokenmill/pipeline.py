@@ -26,12 +26,16 @@ def _inputs(run: RunDir, stage: str) -> Any:
     return curate_inputs_fingerprint(run.config.curate)
 
 
-def _train(run: RunDir, resume: bool | None) -> dict[str, Any]:
+def _train(run: RunDir, resume: bool | None, fresh: bool = False) -> dict[str, Any]:
     from tokenmill.eval.evaluate import in_training_evaluator
     from tokenmill.train.checkpoint import checkpoint_fingerprint, latest_checkpoint
     from tokenmill.train.trainer import run_train
 
     ckpt_dir = run.sub("checkpoints")
+    if fresh and ckpt_dir.exists():  # `run --force train`: retrain from step 0
+        console.print(f"[yellow]train: forced, removing {ckpt_dir}[/]")
+        shutil.rmtree(ckpt_dir)
+        shutil.rmtree(run.sub("eval"), ignore_errors=True)
     latest = latest_checkpoint(ckpt_dir)
     if resume is None:  # the orchestrator decides: continue a matching run, restart a stale one
         resume = latest is not None and checkpoint_fingerprint(latest) == run.fingerprint("train")
@@ -44,7 +48,7 @@ def _train(run: RunDir, resume: bool | None) -> dict[str, Any]:
     return run_train(run, resume=resume, on_eval=in_training_evaluator(run))
 
 
-def stage_function(stage: str, resume: bool | None = None) -> Callable[[RunDir], dict[str, Any]]:
+def stage_function(stage: str, resume: bool | None = None, fresh: bool = False) -> Callable[[RunDir], dict[str, Any]]:
     if stage == "curate":
         from tokenmill.data.curate import run_curate
         return run_curate
@@ -55,7 +59,7 @@ def stage_function(stage: str, resume: bool | None = None) -> Callable[[RunDir],
         from tokenmill.tokens.tokenize import run_tokenize
         return run_tokenize
     if stage == "train":
-        return lambda run: _train(run, resume)
+        return lambda run: _train(run, resume, fresh)
     if stage == "eval":
         from tokenmill.eval.evaluate import run_eval
         return run_eval
@@ -65,14 +69,17 @@ def stage_function(stage: str, resume: bool | None = None) -> Callable[[RunDir],
     raise ValueError(f"unknown stage {stage!r}; stages are {', '.join(STAGES)}")
 
 
-def run_stage(run: RunDir, stage: str, resume: bool | None = None) -> dict[str, Any]:
-    """Run one stage now (cached or not), record it finished, and mark later stages stale."""
+def run_stage(run: RunDir, stage: str, resume: bool | None = None, fresh: bool = False) -> dict[str, Any]:
+    """Run one stage now (cached or not), record it finished, and mark later stages stale.
+
+    For training, resume=None continues a run whose checkpoints match the config and restarts a
+    stale one; fresh=True always restarts from step 0."""
     inputs = _inputs(run, stage)
     run.invalidate_from(stage)
     run.events.write(stage, "stage_start")
     console.print(f"[bold]▶ {stage}[/]")
     t0 = time.time()
-    summary = stage_function(stage, resume)(run) or {}
+    summary = stage_function(stage, resume, fresh)(run) or {}
     summary = {**summary, "seconds": round(time.time() - t0, 2)}
     run.mark_done(stage, inputs, summary)
     console.print(f"[green]✓ {stage}[/] {summary}")
@@ -85,4 +92,4 @@ def run_pipeline(run: RunDir, stages: tuple[str, ...] = STAGES, force: frozenset
         if stage not in force and stage != "report" and run.is_fresh(stage, _inputs(run, stage)):
             console.print(f"[dim]· {stage}: unchanged since it finished, skipped[/]")
             continue
-        run_stage(run, stage)
+        run_stage(run, stage, fresh=stage in force)
