@@ -67,7 +67,8 @@ def section_stages(run: RunDir) -> str:
     for stage in STAGES:
         done = run.finished(stage)
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(done["finished_at"])) if done else "—"
-        summary = json.dumps(done.get("summary", {}))[:160] if done else "not finished"
+        summary = (json.dumps(done.get("summary", {}))[:160] if done
+                   else "this page" if stage == "report" else "not finished")
         rows.append([stage, when, summary])
     return "<h2>Stages</h2>" + table(["stage", "finished", "summary"], rows)
 
