@@ -61,15 +61,143 @@ class QualityConfig(Strict):
     min_stop_words: int = Field(2, description="Fewer English stop words than this: rejected.")
 
 
+CURATE_STEPS: tuple[str, ...] = (
+    "extract", "normalize", "url", "langid", "quality", "model_quality", "safety", "pii",
+    "exact_dedup", "minhash_dedup", "line_dedup", "decontaminate", "bucket",
+)
+
+
+class ExtractConfig(Strict):
+    """HTML main-content extraction."""
+
+    fallback: bool = Field(True, description="When the main extractor finds nothing, try the fallback extractor.")
+
+
+class NormalizeConfig(Strict):
+    """Unicode and whitespace normalization."""
+
+    fix_mojibake: bool = Field(True, description="Repair UTF-8 decoded as Latin-1/cp1252 (ftfy).")
+
+
+class UrlFilterConfig(Strict):
+    """Domain block / allow lists (one domain per line; a domain matches its subdomains)."""
+
+    block_lists: list[str] = Field(default_factory=list, description="Files of blocked domains.")
+    allow_lists: list[str] = Field(default_factory=list, description="Files of allowed domains; when set, only these pass.")
+
+
+class LangIdConfig(Strict):
+    """Offline language identification (model shipped inside its wheel)."""
+
+    languages: list[str] | None = Field(None, description="ISO 639-1 codes to keep (None: keep every language).")
+    min_score: float = Field(0.65, description="Documents whose top language scores below this are removed.")
+    paragraph_check: bool = Field(True, description="Score paragraphs too and flag mixed-language documents.")
+    max_foreign_frac: float | None = Field(
+        None, description="Remove documents whose share of paragraphs in another language exceeds this (None: flag only)."
+    )
+    skip_buckets: list[str] = Field(["code"], description="Buckets language ID does not apply to.")
+
+
+class ModelQualityConfig(Strict):
+    """Model-based quality: an n-gram LM perplexity (CCNet) and a linear classifier, both trained here."""
+
+    reference: str | None = Field(None, description="Reference corpus (file or dir of text/jsonl) the models learn 'good' from; None: step off.")
+    ngram_order: int = Field(3, description="Order of the n-gram language model.")
+    max_perplexity: float | None = Field(None, description="Remove documents above this perplexity (None: score only).")
+    classifier: bool = Field(True, description="Also train a reference-vs-random linear classifier.")
+    min_classifier_score: float | None = Field(None, description="Remove documents below this score (None: score only).")
+    tier_perplexities: list[float] = Field([300.0, 1000.0], description="Perplexity cut-points of the quality tiers head/middle/tail (CCNet).")
+    skip_buckets: list[str] = Field(["code"], description="Buckets the step does not apply to.")
+
+
+class SafetyConfig(Strict):
+    """Toxicity scoring with a word list (and an optional trained classifier)."""
+
+    word_list: str | None = Field(None, description="File of terms, one per line (None: the built-in list).")
+    threshold: float = Field(0.02, description="Remove documents whose toxicity score exceeds this.")
+    skip_buckets: list[str] = Field(["code"], description="Buckets the step does not apply to.")
+
+
+class PiiConfig(Strict):
+    """PII replaced by typed placeholders; counts stored on the row."""
+
+    kinds: list[Literal["email", "phone", "ip", "card", "iban", "national_id"]] = Field(
+        ["email", "phone", "ip", "card", "iban", "national_id"], description="What to find and replace."
+    )
+
+
+class MinHashConfig(Strict):
+    """Near-duplicate removal: shingles, MinHash with bands × rows permutations, LSH, verification."""
+
+    shingle: Literal["word", "char"] = Field("word", description="Shingle unit.")
+    k: int = Field(5, description="Shingle length in units.")
+    bands: int = Field(25, description="LSH bands b (candidate probability 1-(1-J^r)^b: 0.9999 at J=0.8 with r=5).")
+    rows: int = Field(5, description="Rows per band r; permutations R = b × r.")
+    threshold: float = Field(0.8, description="Verified Jaccard at or above which two documents are duplicates.")
+    verify: bool = Field(True, description="Check candidate pairs with their exact shingle Jaccard.")
+
+
+class LineDedupConfig(Strict):
+    """Lines or paragraphs repeated across many documents (menus, footers) removed inside documents."""
+
+    unit: Literal["line", "paragraph"] = Field("line", description="What counts as one repeated unit.")
+    min_docs: int = Field(10, description="A unit in at least this many documents is boilerplate.")
+    min_chars: int = Field(10, description="Shorter units are never removed (blank lines, '}', bullets).")
+
+
+class DecontaminateConfig(Strict):
+    """n-gram overlap against the evaluation sets the user lists."""
+
+    eval_sets: list[str] = Field(default_factory=list, description="JSONL files of evaluation items (a text field each).")
+    text_fields: list[str] = Field(["text", "question", "answer", "context"], description="Fields whose text forms an item.")
+    n: int = Field(13, description="n-gram length in words.")
+    max_overlap: float = Field(0.0, description="Remove documents with more than this share of an item's n-grams (0: any shared n-gram).")
+
+
+class BucketRule(Strict):
+    """Documents matching every given condition go to `bucket` (first matching rule wins)."""
+
+    bucket: str = Field(..., description="Target bucket.")
+    source: str | None = Field(None, description="Glob on the source name.")
+    domain: str | None = Field(None, description="Glob on the URL's domain.")
+    language: str | None = Field(None, description="Language code.")
+    tier: str | None = Field(None, description="Quality tier (head / middle / tail).")
+
+
 class CurateConfig(Strict):
     """Curation: raw sources in, curated Parquet shards + rejected log + funnel out."""
 
     sources: list[SourceConfig] = Field(default_factory=list, description="Inputs of the run.")
+    steps: list[str] | None = Field(None, description=f"Steps to run, in canonical order (None: all): {', '.join(CURATE_STEPS)}.")
+    extract: ExtractConfig = Field(default_factory=ExtractConfig)
+    normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)
+    url: UrlFilterConfig = Field(default_factory=UrlFilterConfig)
+    langid: LangIdConfig = Field(default_factory=LangIdConfig)
     quality: QualityConfig = Field(default_factory=QualityConfig, description="Heuristic filters.")
+    model_quality: ModelQualityConfig = Field(default_factory=ModelQualityConfig)
+    safety: SafetyConfig = Field(default_factory=SafetyConfig)
+    pii: PiiConfig = Field(default_factory=PiiConfig)
+    minhash_dedup: MinHashConfig = Field(default_factory=MinHashConfig)
+    line_dedup: LineDedupConfig = Field(default_factory=LineDedupConfig)
+    decontaminate: DecontaminateConfig = Field(default_factory=DecontaminateConfig)
+    bucket_rules: list[BucketRule] = Field(default_factory=list, description="Bucket assignment rules (none: the source's bucket).")
     min_chars: int = Field(200, description="Documents shorter than this after extraction are dropped.")
     max_doc_bytes: int = Field(2_000_000, description="Larger raw records are quarantined, not parsed.")
     shard_docs: int = Field(5000, description="Kept documents per Parquet part.")
+    chunk_docs: int = Field(1000, description="Records per resumable chunk inside a shard.")
     workers: int = Field(2, description="Processes for extraction and filtering.")
+    executor: Literal["local", "ray"] = Field("local", description="Run shards in local processes or as Ray tasks.")
+    max_removal_share: float = Field(0.9, description="A step removing more than this share of its input stops the run.")
+    allow_empty_bucket: bool = Field(False, description="Let a bucket end up empty instead of stopping the run.")
+
+    @field_validator("steps")
+    @classmethod
+    def _known_steps(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None:
+            unknown = [s for s in v if s not in CURATE_STEPS]
+            if unknown:
+                raise ValueError(f"unknown step(s) {unknown}; steps are {', '.join(CURATE_STEPS)}")
+        return v
 
 
 # --------------------------------------------------------------------------- tokenizer

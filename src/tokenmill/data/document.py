@@ -34,11 +34,25 @@ QUALITY_FIELDS: dict[str, pa.DataType] = {
     "n_stop_words": pa.int64(),
 }
 
-# Counts of what PII masking replaced; no PII step exists yet, so every count is zero.
-PII_FIELDS: tuple[str, ...] = ("email", "phone", "ip_address")
+# Counts of what PII masking replaced, by kind (data.pii).
+PII_FIELDS: tuple[str, ...] = ("email", "phone", "ip", "card", "iban", "national_id")
+
+# Model-based quality (data.model_quality): n-gram LM perplexity, classifier score, tier.
+MODEL_QUALITY_FIELDS: dict[str, pa.DataType] = {
+    "perplexity": pa.float64(), "classifier_score": pa.float64(), "tier": pa.string(),
+}
+# Safety (data.safety): toxicity score in [0, 1] and how many listed terms matched.
+SAFETY_FIELDS: dict[str, pa.DataType] = {"toxicity": pa.float64(), "matched_terms": pa.int64()}
+# Decontamination (data.decontaminate): the largest share of one eval item's n-grams found here.
+CONTAMINATION_FIELDS: dict[str, pa.DataType] = {
+    "max_overlap": pa.float64(), "eval_set": pa.string(), "shared_ngrams": pa.int64(),
+}
 
 QUALITY_TYPE = pa.struct([pa.field(k, t) for k, t in QUALITY_FIELDS.items()])
 PII_TYPE = pa.struct([pa.field(k, pa.int64()) for k in PII_FIELDS])
+MODEL_QUALITY_TYPE = pa.struct([pa.field(k, t) for k, t in MODEL_QUALITY_FIELDS.items()])
+SAFETY_TYPE = pa.struct([pa.field(k, t) for k, t in SAFETY_FIELDS.items()])
+CONTAMINATION_TYPE = pa.struct([pa.field(k, t) for k, t in CONTAMINATION_FIELDS.items()])
 LINEAGE_TYPE = pa.list_(pa.struct([pa.field("step", pa.string()), pa.field("version", pa.string())]))
 
 DOC_SCHEMA = pa.schema([
@@ -46,13 +60,20 @@ DOC_SCHEMA = pa.schema([
     pa.field("text", pa.string()),
     pa.field("source", pa.string(), nullable=False),
     pa.field("url", pa.string()),
+    pa.field("domain", pa.string()),
     pa.field("bucket", pa.string(), nullable=False),
     pa.field("language", pa.string()),
     pa.field("language_score", pa.float64()),
+    pa.field("language_mixed", pa.bool_()),
     pa.field("license", pa.string()),
+    pa.field("metadata", pa.string()),  # JSON of the input record's own metadata, when it had any
     pa.field("quality", QUALITY_TYPE),
+    pa.field("model_quality", MODEL_QUALITY_TYPE),
+    pa.field("safety", SAFETY_TYPE),
     pa.field("pii", PII_TYPE),
     pa.field("dup_cluster", pa.string()),
+    pa.field("dup_cluster_size", pa.int64()),
+    pa.field("contamination", CONTAMINATION_TYPE),
     pa.field("lineage", LINEAGE_TYPE),
 ])
 
@@ -119,11 +140,18 @@ class Doc:
     bucket: str
     license: str
     format: str
+    domain: str | None = None
     language: str | None = None
     language_score: float | None = None
+    language_mixed: bool | None = None
+    metadata: str | None = None
     quality: dict[str, Any] | None = None
+    model_quality: dict[str, Any] | None = None
+    safety: dict[str, Any] | None = None
     pii: dict[str, int] = field(default_factory=lambda: {k: 0 for k in PII_FIELDS})
     dup_cluster: str | None = None
+    dup_cluster_size: int | None = None
+    contamination: dict[str, Any] | None = None
     lineage: list[tuple[str, str]] = field(default_factory=list)
 
     @classmethod
@@ -135,9 +163,12 @@ class Doc:
         """The curated row (DOC_SCHEMA)."""
         return {
             "id": self.id, "text": self.text, "source": self.source, "url": self.url,
-            "bucket": self.bucket, "language": self.language, "language_score": self.language_score,
-            "license": self.license, "quality": self.quality, "pii": self.pii,
-            "dup_cluster": self.dup_cluster,
+            "domain": self.domain, "bucket": self.bucket, "language": self.language,
+            "language_score": self.language_score, "language_mixed": self.language_mixed,
+            "license": self.license, "metadata": self.metadata, "quality": self.quality,
+            "model_quality": self.model_quality, "safety": self.safety, "pii": self.pii,
+            "dup_cluster": self.dup_cluster, "dup_cluster_size": self.dup_cluster_size,
+            "contamination": self.contamination,
             "lineage": [{"step": s, "version": v} for s, v in self.lineage],
         }
 
