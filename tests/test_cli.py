@@ -23,7 +23,7 @@ def test_every_command_has_help():
 def test_unknown_key_exits_2_with_its_path(tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("train:\n  lrr: 1\n")
-    res = runner.invoke(app, ["curate", str(cfg)])
+    res = runner.invoke(app, ["curate", "--config", str(cfg)])
     assert res.exit_code == 2 and "train.lrr" in res.output
 
 

@@ -69,13 +69,82 @@ def _one_stage(stage: str, config: Path, overrides: list[str] | None, run_dir: P
 
 
 @app.command()
-def curate(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt) -> None:
-    """Extract, normalize, filter and deduplicate the sources into curated Parquet shards.
+def curate(
+    inputs: Optional[list[Path]] = typer.Argument(
+        None, help="Files or directories: WARC/WET, HTML, JSONL(.gz/.zst), Parquet, text, code trees."),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Output directory (required with INPUTs)."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Run config (YAML); its `curate` section is used."),
+    steps: Optional[str] = typer.Option(None, "--steps", help="Comma-separated subset of the steps, run in canonical order."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-w", help="Worker processes (or Ray CPUs)."),
+    executor: Optional[str] = typer.Option(None, "--executor", help="local (processes) or ray (RAY_ADDRESS, else a local Ray)."),
+    bucket: Optional[str] = typer.Option(None, "--bucket", help="Bucket for the INPUTs (default: code for code trees, else web)."),
+    set_: Optional[list[str]] = SetOpt,
+    run_dir: Optional[Path] = RunDirOpt,
+) -> None:
+    """Extract, normalize, filter, deduplicate and decontaminate text into curated Parquet shards.
 
-    Writes curated/<bucket>/part-*.parquet, curated/_rejected/ (every removed document with the
-    step, rule and value that removed it) and curated/_funnel.json.
+    With INPUTs: `tokenmill curate INPUT... -o OUT` curates those files into OUT. Without:
+    `tokenmill curate --config RUN.yaml` curates the config's sources into the run directory.
+    Steps (canonical order): extract, normalize, url, langid, quality, model_quality, safety, pii,
+    exact_dedup, minhash_dedup, line_dedup, decontaminate, bucket. Writes OUT/<bucket>/part-*.parquet,
+    OUT/_rejected/ (every removed document with the step, rule and measured value) and
+    OUT/_funnel.json. A killed run, started again, continues where it stopped.
     """
-    _one_stage("curate", config, set_, run_dir)
+    from tokenmill.pipeline import run_stage
+
+    overrides = list(set_ or [])
+    if steps:
+        overrides.append(f"curate.steps=[{steps}]")
+    if workers is not None:
+        overrides.append(f"curate.workers={workers}")
+    if executor is not None:
+        overrides.append(f"curate.executor={executor}")
+
+    def go() -> None:
+        if not inputs:
+            if config is None:
+                raise ConfigError("tokenmill curate: give INPUT paths with -o OUT, or --config RUN.yaml")
+            run_stage(_open(config, overrides, run_dir), "curate")
+            return
+        if out is None:
+            raise ConfigError("tokenmill curate INPUT...: -o OUT is required")
+        from tokenmill.data.curate import curate as curate_paths
+        from tokenmill.data.sources import sources_from_paths
+
+        cfg = load_config(config, overrides).curate
+        cfg = cfg.model_copy(update={"sources": sources_from_paths([str(p) for p in inputs], bucket)})
+        out.mkdir(parents=True, exist_ok=True)
+        from tokenmill.runs import EventLog
+
+        summary = curate_paths(cfg, out, base_dir=config.parent if config else Path.cwd(),
+                               events=EventLog(out.parent / f".{out.name}.events.jsonl"))
+        console.print(f"[green]✓ curate[/] {summary}")
+    _guard(go, "Run the same command again: finished shards are not redone.")
+
+
+@app.command("curate-eval")
+def curate_eval(
+    what: str = typer.Argument(..., help="pii or safety"),
+    labelled: Path = typer.Argument(..., help="Labelled JSONL file (see `tokenmill.data.curate_eval`)."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Run config whose curate section is used."),
+    set_: Optional[list[str]] = SetOpt,
+) -> None:
+    """Measure a curation filter on labelled data: PII recall and over-removal per bucket, or
+    toxicity false-positive rate and recall per slice (news, medicine, law, code, fiction...)."""
+    import json as _json
+
+    def go() -> None:
+        from tokenmill.data import curate_eval as ce
+
+        cfg = load_config(config, list(set_ or [])).curate
+        if what == "pii":
+            result = ce.eval_pii(labelled, cfg)
+        elif what == "safety":
+            result = ce.eval_safety(labelled, cfg)
+        else:
+            raise ConfigError(f"curate-eval: unknown target {what!r}: pii or safety")
+        typer.echo(_json.dumps(result, indent=1))
+    _guard(go)
 
 
 @tokenizer_app.command("train")

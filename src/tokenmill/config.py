@@ -36,7 +36,7 @@ class SourceConfig(Strict):
     part: Literal["code", "pydoc_html", "reference", "system_html"] | None = Field(
         None, description="Which part of the Python installation to read (kind=python_stdlib)."
     )
-    format: Literal["auto", "html", "text", "code", "jsonl", "parquet"] = Field(
+    format: Literal["auto", "html", "text", "code", "jsonl", "parquet", "warc"] = Field(
         "auto", description="How to read each file; 'auto' decides by file extension."
     )
     bucket: str = Field(..., description="Bucket (slice of the mixture) the documents go to.")
@@ -47,9 +47,12 @@ class SourceConfig(Strict):
 
 
 class QualityConfig(Strict):
-    """Gopher-style heuristic rules (Rae et al. 2021), applied to prose buckets only."""
+    """Heuristic rules on prose buckets, published thresholds as defaults: Gopher quality and
+    repetition (Rae et al. 2021, §A.1.1 / Table A1), C4 (Raffel et al. 2020), FineWeb (Penedo et al. 2024)."""
 
-    skip_buckets: list[str] = Field(["code"], description="Buckets the prose rules do not apply to.")
+    skip_buckets: list[str] = Field(["code"], description="Buckets the rules do not apply to (signals and the length floor still do).")
+    # Gopher quality rules
+    gopher: bool = Field(True, description="Apply the Gopher quality rules.")
     min_words: int = Field(50, description="Fewer words than this: rejected.")
     max_words: int = Field(100_000, description="More words than this: rejected.")
     min_mean_word_len: float = Field(3.0, description="Mean word length below this: rejected.")
@@ -59,6 +62,45 @@ class QualityConfig(Strict):
     max_ellipsis_line_frac: float = Field(0.3, description="Fraction of lines ending with an ellipsis.")
     min_alpha_word_frac: float = Field(0.8, description="Fraction of words with a letter, below: rejected.")
     min_stop_words: int = Field(2, description="Fewer English stop words than this: rejected.")
+    # Gopher repetition rules (Table A1)
+    gopher_repetition: bool = Field(True, description="Apply the Gopher repetition rules.")
+    max_dup_line_frac: float = Field(0.30, description="Share of lines that repeat an earlier line.")
+    max_dup_para_frac: float = Field(0.30, description="Share of paragraphs that repeat an earlier paragraph.")
+    max_dup_line_char_frac: float = Field(0.20, description="Share of line characters in repeated lines.")
+    max_dup_para_char_frac: float = Field(0.20, description="Share of paragraph characters in repeated paragraphs.")
+    max_top_ngram_char_frac: dict[int, float] = Field(
+        {2: 0.20, 3: 0.18, 4: 0.16}, description="n (2-4) -> limit on the word characters of the most frequent word n-gram.")
+    max_dup_ngram_char_frac: dict[int, float] = Field(
+        {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10},
+        description="n (5-10) -> limit on the share of word characters inside repeated word n-grams.")
+    # C4 rules
+    c4: bool = Field(True, description="Apply the C4 document rules (lorem ipsum, curly bracket, minimum sentences).")
+    c4_min_sentences: int = Field(5, description="Fewer sentences in the lines C4 keeps: rejected.")
+    c4_min_words_per_line: int = Field(3, description="C4 keeps only lines with at least this many words.")
+    c4_max_word_len: int = Field(1000, description="C4 drops lines with a word longer than this.")
+    c4_curly_bracket: bool = Field(True, description="Reject documents with '{' in a line C4 keeps (off for code-rich prose).")
+    c4_remove_lines: bool = Field(False, description="Also delete the lines C4's line rules drop (False: measure and filter only).")
+    # FineWeb rules
+    fineweb: bool = Field(True, description="Apply the FineWeb rules.")
+    min_line_punct_frac: float = Field(0.12, description="Share of lines ending in terminal punctuation, below: rejected.")
+    max_short_line_frac: float = Field(0.67, description="Share of short lines, above: rejected.")
+    short_line_chars: int = Field(30, description="A line of at most this many characters is short (FineWeb).")
+    max_char_dup_frac: float = Field(0.01, description="Share of characters in repeated lines, above: rejected (FineWeb).")
+    max_newline_word_ratio: float = Field(0.3, description="Line breaks per word, above: rejected (FineWeb list pages).")
+
+    @field_validator("max_top_ngram_char_frac")
+    @classmethod
+    def _top_ngram_sizes(cls, v: dict[int, float]) -> dict[int, float]:
+        if not set(v) <= {2, 3, 4}:
+            raise ValueError(f"n must be 2, 3 or 4 (the measured top n-grams), got {sorted(v)}")
+        return v
+
+    @field_validator("max_dup_ngram_char_frac")
+    @classmethod
+    def _dup_ngram_sizes(cls, v: dict[int, float]) -> dict[int, float]:
+        if not set(v) <= set(range(5, 11)):
+            raise ValueError(f"n must be 5 to 10 (the measured duplicate n-grams), got {sorted(v)}")
+        return v
 
 
 CURATE_STEPS: tuple[str, ...] = (
@@ -92,6 +134,7 @@ class LangIdConfig(Strict):
     languages: list[str] | None = Field(None, description="ISO 639-1 codes to keep (None: keep every language).")
     min_score: float = Field(0.65, description="Documents whose top language scores below this are removed.")
     paragraph_check: bool = Field(True, description="Score paragraphs too and flag mixed-language documents.")
+    mixed_min_frac: float = Field(0.2, description="Flag a document mixed when this share of its paragraphs' text is confidently another language.")
     max_foreign_frac: float | None = Field(
         None, description="Remove documents whose share of paragraphs in another language exceeds this (None: flag only)."
     )
@@ -102,12 +145,21 @@ class ModelQualityConfig(Strict):
     """Model-based quality: an n-gram LM perplexity (CCNet) and a linear classifier, both trained here."""
 
     reference: str | None = Field(None, description="Reference corpus (file or dir of text/jsonl) the models learn 'good' from; None: step off.")
-    ngram_order: int = Field(3, description="Order of the n-gram language model.")
+    ngram_order: int = Field(3, ge=1, description="Order of the n-gram language model.")
     max_perplexity: float | None = Field(None, description="Remove documents above this perplexity (None: score only).")
     classifier: bool = Field(True, description="Also train a reference-vs-random linear classifier.")
     min_classifier_score: float | None = Field(None, description="Remove documents below this score (None: score only).")
-    tier_perplexities: list[float] = Field([300.0, 1000.0], description="Perplexity cut-points of the quality tiers head/middle/tail (CCNet).")
+    tier_perplexities: list[float] | None = Field(None, description="Perplexity cut-points of the tiers head/middle/tail; None: the 30th and 60th percentiles of the random sample's (CCNet).")
     skip_buckets: list[str] = Field(["code"], description="Buckets the step does not apply to.")
+    negative_every: int = Field(10, ge=1, description="Every k-th raw record of the run's sources is a 'random' example for the classifier.")
+    max_examples: int = Field(20_000, ge=10, description="At most this many training passages per class for the classifier.")
+
+    @field_validator("tier_perplexities")
+    @classmethod
+    def _two_increasing_cuts(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None and (len(v) != 2 or not v[0] < v[1]):
+            raise ValueError(f"needs two increasing cut-points (head < first <= middle < second <= tail), got {v}")
+        return v
 
 
 class SafetyConfig(Strict):
@@ -130,11 +182,12 @@ class MinHashConfig(Strict):
     """Near-duplicate removal: shingles, MinHash with bands × rows permutations, LSH, verification."""
 
     shingle: Literal["word", "char"] = Field("word", description="Shingle unit.")
-    k: int = Field(5, description="Shingle length in units.")
-    bands: int = Field(25, description="LSH bands b (candidate probability 1-(1-J^r)^b: 0.9999 at J=0.8 with r=5).")
-    rows: int = Field(5, description="Rows per band r; permutations R = b × r.")
-    threshold: float = Field(0.8, description="Verified Jaccard at or above which two documents are duplicates.")
-    verify: bool = Field(True, description="Check candidate pairs with their exact shingle Jaccard.")
+    k: int = Field(5, ge=1, description="Shingle length in units.")
+    bands: int = Field(25, ge=1, description="LSH bands b (candidate probability 1-(1-J^r)^b: 0.99995 at J=0.8 with r=5).")
+    rows: int = Field(5, ge=1, description="Rows per band r; permutations R = b × r.")
+    threshold: float = Field(0.8, ge=0.0, le=1.0, description="Verified Jaccard at or above which two documents are duplicates.")
+    verify: bool = Field(True, description="Check candidate pairs with their exact shingle Jaccard (False: with the MinHash estimate).")
+    bucket_window: int = Field(64, ge=1, description="In an LSH bucket each document is paired with the next this-many members (all pairs in smaller buckets).")
 
 
 class LineDedupConfig(Strict):
@@ -143,6 +196,7 @@ class LineDedupConfig(Strict):
     unit: Literal["line", "paragraph"] = Field("line", description="What counts as one repeated unit.")
     min_docs: int = Field(10, description="A unit in at least this many documents is boilerplate.")
     min_chars: int = Field(10, description="Shorter units are never removed (blank lines, '}', bullets).")
+    skip_buckets: list[str] = Field(["code"], description="Buckets whose lines are never removed (a repeated import line is code, not boilerplate).")
 
 
 class DecontaminateConfig(Strict):

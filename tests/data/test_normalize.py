@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import unicodedata
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,3 +54,89 @@ def test_idempotent(text, code):
     assert unicodedata.is_normalized("NFC", once)
     assert "\r" not in once and "\n\n\n\n" not in once
     assert all(not line.endswith((" ", "\t")) for line in once.split("\n"))
+
+
+# --------------------------------------------------------------------------- mojibake + step
+from tokenmill.config import CurateConfig  # noqa: E402
+from tokenmill.data.document import Doc  # noqa: E402
+from tokenmill.data.normalize import Normalize, fix_mojibake  # noqa: E402
+
+# Real words of several scripts, broken the way a UTF-8 page read as cp1252 / Latin-1 breaks.
+_CLEAN = ["café naïve", "Ångström", "Dateien aneinanderhängen", "l’été à Paris", "привет мир",
+          "don’t … “quoted” – dash", "日本語のテキスト", "Đà Nẵng", "smörgåsbord ✔"]
+
+
+@pytest.mark.parametrize("clean", _CLEAN)
+def test_mojibake_repaired_to_the_original(clean):
+    broken = clean.encode("utf-8").decode("cp1252", errors="ignore") if clean.isascii() else None
+    for codec in ("cp1252", "latin-1"):
+        try:
+            broken = clean.encode("utf-8").decode(codec)
+        except UnicodeDecodeError:
+            continue  # cp1252 leaves 5 bytes undefined; latin-1 decodes everything
+        assert normalize_text(broken, mojibake=True) == normalize_text(clean)
+    assert broken is not None
+
+
+def test_mojibake_off_keeps_the_text_and_repair_runs_before_newline_handling():
+    # "Å" is C3 85; read as Latin-1 its second byte is NEL, which step 2 would turn into a newline.
+    broken = "Ångström".encode("utf-8").decode("latin-1")
+    assert normalize_text(broken, mojibake=True) == "Ångström"
+    assert normalize_text(broken) == "Ã\nngstrÃ¶m"  # what repairing after newline handling would see
+
+
+def test_only_encoding_is_repaired():
+    # Curly quotes, full-width letters, ligatures, HTML entities and dashes are text, not damage.
+    text = "“quotes” ＡＢＣ 全角 ﬁne &amp; x – y"
+    assert fix_mojibake(text) == text
+    assert normalize_text(text, mojibake=True) == normalize_text(text)
+
+
+def test_clean_non_ascii_text_unchanged_by_repair():
+    for clean in _CLEAN:
+        assert fix_mojibake(clean) == clean
+
+
+def test_step_uses_config_and_keeps_code_indentation():
+    broken = "caf\u00c3\u00a9  au   lait\r\n\r\n\r\n\r\n\r\nend"
+    code = "def f():\n\treturn  'caf\u00c3\u00a9'   \r\n"
+    on, off = Normalize(CurateConfig()), Normalize(CurateConfig(normalize={"fix_mojibake": False}))
+    assert on.name == "normalize" and on.enabled()
+    docs = {}
+    for key, step, text, fmt in (("on", on, broken, "text"), ("off", off, broken, "text"), ("code", on, code, "code")):
+        doc = Doc(id=key, text=text, source="s", url="u", bucket="b", license="l", format=fmt)
+        assert step.process(doc) is None  # normalization never removes a document
+        docs[key] = doc.text
+    assert docs["on"] == "café au lait\n\n\nend"
+    assert docs["off"] == "caf\u00c3\u00a9 au lait\n\n\nend"
+    assert docs["code"] == "def f():\n\treturn  'café'"
+
+
+_moji = st.text(alphabet=st.sampled_from(list(
+    "aAé \u00c3\u00a9\u00a2\u00e2\u20ac\u2122\u0153\u0303\u0301\u00ef\u00bb\u00bf\ufeff\n\r\t\x85\x81\x00")),
+    max_size=40)
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(_moji, st.booleans())
+def test_idempotent_with_mojibake_repair(text, code):
+    once = normalize_text(text, code=code, mojibake=True)
+    assert normalize_text(once, code=code, mojibake=True) == once
+
+
+def test_line_wise_repair_equals_ftfy_on_the_whole_text():
+    # Real multilingual text (the langid fixture), every line broken as cp1252 would break it,
+    # plus clean lines between: repairing only the flagged lines must equal ftfy on everything.
+    import json
+    from pathlib import Path
+
+    import ftfy
+
+    from tokenmill.data import normalize as module
+
+    fixture = Path(__file__).with_name("fixtures") / "langid_samples.jsonl"
+    texts = [json.loads(line)["text"] for line in fixture.read_text(encoding="utf-8").splitlines()]
+    mixed = "\n".join(t.encode("utf-8").decode("cp1252", errors="replace") if i % 2 else t
+                      for i, t in enumerate(texts[:40]))
+    assert fix_mojibake(mixed) == ftfy.fix_text(mixed, module._FTFY)
+    assert fix_mojibake(mixed) != mixed

@@ -1,310 +1,628 @@
-"""The curation stage: sources -> read -> extract -> normalize -> length -> quality -> exact dedup.
+"""The curation stage: sources -> shards -> per-document steps -> corpus-wide dedup -> output.
 
-Outputs (DESIGN §2), all under `<run>/curated/`:
-  <bucket>/part-NNNNN.parquet     kept documents (DOC_SCHEMA), at most `shard_docs` per part
-  _rejected/part-NNNNN.parquet    every removed document with step, rule, value, reason
-  _funnel.json                    docs / bytes in and out of every step, per bucket and total
+    plan     inputs split into shards (data.shards), fixed by the inputs, not by the workers
+    prepare  steps that need a model or an index build it once (model_quality, decontaminate)
+    map      per shard, chunk by chunk: read, extract, normalize, url, langid, quality,
+             model_quality, safety, pii; each kept row also carries its exact-dedup key and
+             MinHash signature
+    dedup    exact duplicates (first in canonical order survives), then MinHash + LSH near
+             duplicates over the survivors (band buckets grouped across shards), verified
+    lines    units (lines / paragraphs) repeated across many documents, counted corpus-wide
+    final    per shard: apply the dedup decisions, remove boilerplate units, decontaminate,
+             assign buckets, write `OUT/<bucket>/part-<shard>-<chunk>.parquet`
+    publish  `_funnel.json`, `_decontamination.json`, then the work is renamed into place
 
-Extract, normalize and the filters are per document and run in a process pool; results come
-back in input order, so the output is the same for any number of workers. Dedup keeps a
-global "first seen" table and runs in this process. Everything is written under a temporary
-directory that replaces `curated/` by a rename only when complete: a killed run never leaves a
-half-written `curated/` that looks finished.
+Every phase writes under a work directory beside the output and marks each finished chunk,
+shard and phase; a killed run started again redoes only unfinished chunks, so no document is
+processed twice, duplicated or lost, even inside one huge input file. The output depends only
+on the inputs and the config, never on the number of workers or the executor.
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import json
 import os
 import shutil
 import time
-from collections import deque
-from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, Iterable, Iterator
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tokenmill.config import CurateConfig, QualityConfig
-from tokenmill.data import dedup as dedup_step
-from tokenmill.data import extract as extract_step
-from tokenmill.data import normalize as normalize_step
-from tokenmill.data import quality as quality_step
+from tokenmill.config import CurateConfig, SourceConfig
 from tokenmill.data import sources as source_step
-from tokenmill.data.document import (DOC_SCHEMA, REJECTED_SCHEMA, Doc, PartWriter, RawRecord, Rejection,
+from tokenmill.data.document import (DOC_SCHEMA, REJECTED_SCHEMA, Doc, RawRecord, Rejection, format_value,
                                      fsync_tree, text_bytes)
-from tokenmill.data.funnel import STEPS, Funnel, StepMark
-from tokenmill.runs import RunDir
+from tokenmill.data.executor import make_executor
+from tokenmill.data.funnel import Funnel, StepMark
+from tokenmill.data.registry import CORPUS_STEPS, FINAL_STEPS, MAP_STEPS, build_doc_steps, selected_steps
+from tokenmill.data.shards import ShardSpec, plan_shards, read_shard
+from tokenmill.data.step import DocStep
+from tokenmill.errors import UserError
+from tokenmill.runs import EventLog, RunDir, atomic_write_text, sha256_json
 
 STAGE = "curate"
 REJECTED_DIR = "_rejected"
 FUNNEL_FILE = "_funnel.json"
-_CHUNK = 8  # records per pool task: big enough to amortize pickling, small enough to balance
+DECONTAMINATION_FILE = "_decontamination.json"
+MAP_SCHEMA = pa.schema([*DOC_SCHEMA, pa.field("_format", pa.string()), pa.field("_exact", pa.binary()),
+                        pa.field("_sig", pa.binary())])
+# Settings that change how the work runs, never what it produces: a resumed run may change them.
+EXECUTION_KNOBS = {"workers", "executor", "max_removal_share", "allow_empty_bucket"}
+# MinHash permutations are fixed, not drawn from the run seed: signatures of the same text stay
+# comparable across runs and corpora (dedup against an earlier crawl needs that).
+MINHASH_SEED = 0
 
-T = TypeVar("T")
-R = TypeVar("R")
+
+class CurationStopped(UserError):
+    """A step removed more than allowed, or left a bucket empty: the run stops before publishing."""
 
 
-# --------------------------------------------------------------------------- per document
 @dataclass(frozen=True)
-class Settings:
-    """What a worker needs to process one record (picklable, sent with every task)."""
+class Job:
+    """Everything a worker needs to process one shard (picklable, sent with every task)."""
 
-    quality: QualityConfig
-    min_chars: int
+    cfg: CurateConfig
+    steps: tuple[str, ...]  # selected steps, canonical order
+    work: str
+    base_dir: str
 
+    @property
+    def funnel_steps(self) -> tuple[str, ...]:
+        return ("read", *self.steps)
 
-@dataclass
-class Outcome:
-    """One record after the per-document steps: its marks for the funnel, and its fate."""
-
-    doc: Doc
-    marks: list[StepMark] = field(default_factory=list)
-    rejection: Rejection | None = None
-
-    def reject(self, rejection: Rejection, bytes_in: int) -> "Outcome":
-        self.marks.append(StepMark(rejection.step, bytes_in, 0, True, rejection.rule))
-        self.rejection = rejection
-        return self
-
-    def passed(self, step: str, version: str | None, bytes_in: int, bytes_out: int) -> None:
-        """version None: the step does not apply to this document and passes it through."""
-        self.marks.append(StepMark(step, bytes_in, bytes_out, version is not None))
-        if version is not None:
-            self.doc.lineage.append((step, version))
+    @property
+    def sources(self) -> list[SourceConfig]:
+        return list(self.cfg.sources)
 
 
-def process_record(raw: RawRecord, settings: Settings) -> Outcome:
-    """read -> extract (HTML only) -> normalize -> length -> quality for one record."""
-    out = Outcome(Doc.from_raw(raw))
-    doc = out.doc
-    if raw.problem is not None:
-        return out.reject(raw.problem, raw.n_bytes)
-    assert doc.text is not None
-    n = text_bytes(doc.text)
-    out.passed("read", source_step.VERSION, raw.n_bytes, n)
+# --------------------------------------------------------------------------- small helpers
+def _batched(items: Iterable[Any], n: int) -> Iterator[list[Any]]:
+    it = iter(items)
+    while batch := list(islice(it, n)):
+        yield batch
 
-    if doc.format == "html":
-        text, rejection = extract_step.extract(doc.text)
+
+def _write_table(rows: list[dict[str, Any]], schema: pa.Schema, path: Path) -> None:
+    """Write a whole Parquet file under a temporary name, fsync, rename: never half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp, compression="zstd")
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _mark(path: Path, data: dict[str, Any] | None = None) -> None:
+    atomic_write_text(path, json.dumps(data or {}))
+
+
+_STEP_CACHE: dict[tuple[str, tuple[str, ...]], list[DocStep]] = {}
+
+
+def _worker_steps(job: Job, names: tuple[str, ...]) -> dict[str, DocStep]:
+    """The enabled steps among `names`, set up once per worker process and reused."""
+    key = (job.work, names)
+    if key not in _STEP_CACHE:
+        steps = build_doc_steps(names, job.cfg, Path(job.base_dir))
+        for step in steps:
+            step.setup(Path(job.work) / "prepared")
+        _STEP_CACHE[key] = steps
+    return {s.name: s for s in _STEP_CACHE[key]}
+
+
+def run_doc_steps(doc: Doc, names: tuple[str, ...], steps: dict[str, DocStep], marks: list[StepMark]) -> Rejection | None:
+    """Pass a document through the named steps; a disabled or out-of-scope step passes it."""
+    for name in names:
+        n = text_bytes(doc.text)
+        step = steps.get(name)
+        if step is None or not step.applies(doc):
+            marks.append(StepMark(name, n, n, False))
+            continue
+        rejection = step.process(doc)
         if rejection is not None:
-            return out.reject(rejection, n)
-        doc.text = text
-        out.passed("extract", extract_step.VERSION, n, text_bytes(text))
-        n = text_bytes(text)
-    else:
-        out.passed("extract", None, n, n)
+            marks.append(StepMark(name, n, 0, True, rejection.rule))
+            return rejection
+        doc.lineage.append((name, step.version))
+        marks.append(StepMark(name, n, text_bytes(doc.text), True))
+    return None
 
-    doc.text = normalize_step.normalize_text(doc.text, code=doc.format == "code")
-    out.passed("normalize", normalize_step.VERSION, n, text_bytes(doc.text))
-    n = text_bytes(doc.text)
 
-    # Signals are measured for every document (and kept on rejected rows) before any filter.
-    doc.quality = quality_step.quality_signals(doc.text)
-    rejection = quality_step.check_length(len(doc.text), settings.min_chars)
-    if rejection is not None:
-        return out.reject(rejection, n)
-    out.passed("length", quality_step.LENGTH_VERSION, n, n)
+def _record(funnel: Funnel, bucket: str, marks: list[StepMark]) -> None:
+    for mark in marks:
+        funnel.record(bucket, mark)
 
-    if quality_step.applies_to(doc.bucket, settings.quality):
-        rejection = quality_step.check_gopher(doc.quality, settings.quality)
+
+# --------------------------------------------------------------------------- map phase
+def _map_dir(job: Job, shard: int) -> Path:
+    return Path(job.work) / "map" / f"{shard:05d}"
+
+
+def map_shard(job: Job, spec: ShardSpec) -> dict[str, int]:
+    """Per-document steps over one shard, chunk by chunk; finished chunks are never redone."""
+    sdir = _map_dir(job, spec.index)
+    if (sdir / "DONE").exists():
+        return json.loads((sdir / "DONE").read_text())
+    names = tuple(s for s in job.steps if s in MAP_STEPS)
+    steps = _worker_steps(job, names)
+    hasher = _minhasher(job) if "minhash_dedup" in job.steps else None
+    docs = 0
+    records = read_shard(spec, job.sources, job.cfg.max_doc_bytes)
+    for k, chunk in enumerate(_batched(records, job.cfg.chunk_docs)):
+        docs += len(chunk)
+        if (sdir / f"chunk-{k:05d}.done").exists():
+            continue  # reading past it is cheap; processing it again is what resume avoids
+        _map_chunk(job, spec.index, k, chunk, names, steps, hasher)
+    summary = {"docs": docs}
+    _mark(sdir / "DONE", summary)
+    return summary
+
+
+def _map_chunk(job: Job, shard: int, k: int, chunk: list[RawRecord], names: tuple[str, ...],
+               steps: dict[str, DocStep], hasher: Any) -> None:
+    from tokenmill.data.dedup import exact_key
+
+    funnel = Funnel(job.funnel_steps)
+    kept: list[Doc] = []
+    rejected: list[dict[str, Any]] = []
+    for raw in chunk:
+        doc = Doc.from_raw(raw)
+        bucket = doc.bucket
+        funnel.source_in(doc.source, bucket, raw.n_bytes)
+        if raw.problem is not None:
+            funnel.record(bucket, StepMark("read", raw.n_bytes, 0, True, raw.problem.rule))
+            rejected.append(doc.rejected_row(raw.problem))
+            continue
+        marks = [StepMark("read", raw.n_bytes, text_bytes(doc.text), True)]
+        doc.lineage.append(("read", source_step.VERSION))
+        rejection = run_doc_steps(doc, names, steps, marks)
+        _record(funnel, bucket, marks)
         if rejection is not None:
-            return out.reject(rejection, n)
-        out.passed("quality", quality_step.VERSION, n, n)
-    else:
-        out.passed("quality", None, n, n)
+            rejected.append(doc.rejected_row(rejection))
+        else:
+            kept.append(doc)
+    sigs = hasher.signatures([d.text for d in kept]) if hasher is not None and kept else None
+    rows = []
+    for i, doc in enumerate(kept):
+        rows.append({**doc.row(), "_format": doc.format,
+                     "_exact": exact_key(doc.text) if "exact_dedup" in job.steps else None,
+                     "_sig": sigs[i].tobytes() if sigs is not None else None})
+    sdir = _map_dir(job, shard)
+    _write_table(rows, MAP_SCHEMA, sdir / f"chunk-{k:05d}.parquet")
+    _write_table(rejected, REJECTED_SCHEMA, _final_dir(job) / REJECTED_DIR / f"part-{shard:05d}-{k:05d}-a.parquet")
+    atomic_write_text(sdir / f"chunk-{k:05d}.funnel.json", json.dumps(funnel.to_dict()))
+    _mark(sdir / f"chunk-{k:05d}.done")
+
+
+def _minhasher(job: Job) -> Any:
+    from tokenmill.data.minhash import MinHasher
+
+    return MinHasher(job.cfg.minhash_dedup, seed=MINHASH_SEED)
+
+
+def map_chunks(job: Job, specs: list[ShardSpec]) -> list[tuple[int, int, Path]]:
+    """(shard, chunk, path) of every map-phase chunk, in canonical order."""
+    out = []
+    for spec in specs:
+        for path in sorted(_map_dir(job, spec.index).glob("chunk-*.parquet")):
+            out.append((spec.index, int(path.stem.split("-")[1]), path))
     return out
 
 
-# --------------------------------------------------------------------------- ordered pool
-def _apply_batch(fn: Callable[[T], R], batch: list[T]) -> list[R]:
-    return [fn(item) for item in batch]
+# --------------------------------------------------------------------------- dedup phase
+def dedup_phase(job: Job, specs: list[ShardSpec], executor: Any) -> None:
+    """Exact then near-duplicate decisions over every kept row, in canonical order."""
+    ddir = Path(job.work) / "dedup"
+    if (ddir / "DONE").exists():
+        return
+    chunks = map_chunks(job, specs)
+    cols = ["id"] + (["_exact"] if "exact_dedup" in job.steps else []) + (["_sig"] if "minhash_dedup" in job.steps else [])
+    tables = [pq.read_table(path, columns=cols) for _, _, path in chunks]
+    ids = [i for t in tables for i in t.column("id").to_pylist()]
+    n = len(ids)
+    rule = np.full(n, "", dtype=object)
+    value = np.full(n, None, dtype=object)
+    reason = np.full(n, None, dtype=object)
+    cluster = np.full(n, None, dtype=object)
+    size = np.zeros(n, dtype=np.int64)
+
+    if "exact_dedup" in job.steps:
+        first: dict[bytes, int] = {}
+        for i, key in enumerate(k for t in tables for k in t.column("_exact").to_pylist()):
+            j = first.setdefault(key, i)
+            if j != i:
+                rule[i], value[i], reason[i] = "duplicate_of", ids[j], f"same normalized text as {ids[j]}"
+                size[j] = max(size[j], 1) + 1
+                cluster[i] = cluster[j] = ids[j]
+
+    if "minhash_dedup" in job.steps:
+        from tokenmill.data.minhash import estimated_jaccard, jaccard, near_duplicate_rejection
+
+        alive = np.flatnonzero(rule == "")
+        if alive.size > 1:
+            sigs_all = [np.frombuffer(b, dtype=np.uint32) for t in tables for b in t.column("_sig").to_pylist()]
+            sigs = np.stack([sigs_all[i] for i in alive])
+            roots, shingles = _near_duplicate_roots(job, chunks, alive, sigs, executor)
+            counts = np.bincount(roots, minlength=alive.size)
+            for local, root in enumerate(roots):
+                i, r = int(alive[local]), int(alive[root])
+                if root != local:
+                    est = float(estimated_jaccard(sigs, np.array([[root, local]]))[0])
+                    ver = (jaccard(shingles[int(root)], shingles[local])
+                           if int(root) in shingles and local in shingles else None)
+                    rej = near_duplicate_rejection(ids[r], est, ver, job.cfg.minhash_dedup)
+                    rule[i], value[i], reason[i] = rej.rule, rej.value, rej.reason
+                    cluster[i] = ids[r]
+                elif counts[root] > 1:
+                    cluster[i] = ids[i]
+                    size[i] = max(size[i], 1) + int(counts[root]) - 1
+
+    decided = [i for i in range(n) if rule[i] or cluster[i] is not None]
+    table = pa.table({"index": pa.array(decided, pa.int64()), "rule": [rule[i] or None for i in decided],
+                      "value": [value[i] for i in decided], "reason": [reason[i] for i in decided],
+                      "dup_cluster": [cluster[i] for i in decided],
+                      "dup_cluster_size": pa.array([int(size[i]) or None for i in decided], pa.int64())})
+    ddir.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, ddir / "decisions.parquet")
+    _mark(ddir / "DONE", {"rows": n})
 
 
-class OrderedMapper:
-    """map() over a process pool that yields results in input order with bounded memory.
+def _band_pairs(band_keys: np.ndarray, window: int | None) -> np.ndarray:
+    from tokenmill.data.minhash import candidate_pairs
 
-    At most `4 × workers` chunks are in flight, so a huge source is never read ahead whole.
-    'spawn' workers: forking a process that runs rich's refresh thread is not safe.
-    """
-
-    def __init__(self, workers: int, chunk: int = _CHUNK):
-        self.workers = max(1, workers)
-        self.chunk = chunk
-        self._pool: ProcessPoolExecutor | None = None
-
-    def __enter__(self) -> "OrderedMapper":
-        if self.workers > 1:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-
-    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
-        if self._pool is None:
-            yield from map(fn, items)
-            return
-        it = iter(items)
-        pending: deque[Future[list[R]]] = deque()
-
-        def submit() -> bool:
-            batch = list(islice(it, self.chunk))
-            if batch:
-                pending.append(self._pool.submit(_apply_batch, fn, batch))  # type: ignore[union-attr]
-            return bool(batch)
-
-        while len(pending) < 4 * self.workers and submit():
-            pass
-        while pending:
-            results = pending.popleft().result()
-            submit()
-            yield from results
+    return candidate_pairs(band_keys, window=window)
 
 
-# --------------------------------------------------------------------------- the stage
-def curate_inputs_fingerprint(cfg: CurateConfig) -> list[dict[str, Any]]:
-    """Cheap identity of the raw inputs (paths, sizes, mtimes; Python version for the stdlib)."""
-    return [source_step.inputs_fingerprint(src) for src in cfg.sources]
+def _near_duplicate_roots(job: Job, chunks: list[tuple[int, int, Path]], alive: np.ndarray,
+                          sigs: np.ndarray, executor: Any) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    """Cluster roots over the exact-dedup survivors: LSH band buckets grouped across all shards
+    (one task per band), candidate pairs verified by exact shingle Jaccard, union-find.
+    Returns the roots and the shingle sets it loaded (for the rejection reasons)."""
+    from tokenmill.data.minhash import MinHasher, band_keys, clusters, exact_verifier, signature_verifier
+
+    cfg = job.cfg.minhash_dedup
+    keys = band_keys(sigs, cfg.bands, cfg.rows)
+    per_band = executor.map(_band_pairs, [(np.ascontiguousarray(keys[:, [b]]), cfg.bucket_window)
+                                          for b in range(keys.shape[1])])
+    pairs = [p.reshape(-1, 2) for p in per_band if len(p)]
+    pairs_all = np.unique(np.concatenate(pairs), axis=0) if pairs else np.zeros((0, 2), np.int64)
+    if len(pairs_all) == 0:
+        return np.arange(len(alive)), {}
+    if not cfg.verify:
+        return clusters(len(alive), pairs_all, signature_verifier(sigs, cfg.threshold)), {}
+    hasher = MinHasher(cfg, seed=MINHASH_SEED)
+    wanted = np.unique(pairs_all)
+    texts = _texts_for(chunks, alive, wanted)
+    shingles = {int(w): hasher.shingles(texts[int(w)]) for w in wanted}
+    dense: list[np.ndarray] = [np.zeros(0, np.uint64)] * len(alive)
+    for w, sh in shingles.items():
+        dense[w] = sh
+    return clusters(len(alive), pairs_all, exact_verifier(dense, cfg.threshold)), shingles
 
 
-def _check_buckets(cfg: CurateConfig) -> None:
-    for src in cfg.sources:
-        b = src.bucket
-        if not b or b.startswith(("_", ".")) or "/" in b or "\\" in b or b != b.strip():
-            raise ValueError(f"curate.sources: bucket {b!r} is not a valid directory name "
-                             "(no '/', must not start with '_' or '.')")
+def _texts_for(chunks: list[tuple[int, int, Path]], alive: np.ndarray, wanted: np.ndarray) -> dict[int, str]:
+    """Texts of the wanted survivors (local indices into `alive`), read chunk by chunk."""
+    global_wanted = {int(alive[w]): int(w) for w in wanted}
+    out: dict[int, str] = {}
+    offset = 0
+    for _, _, path in chunks:
+        n = pq.ParquetFile(path).metadata.num_rows
+        hits = [g for g in range(offset, offset + n) if g in global_wanted]
+        if hits:
+            texts = pq.read_table(path, columns=["text"]).column("text").to_pylist()
+            for g in hits:
+                out[global_wanted[g]] = texts[g - offset]
+        offset += n
+    return out
 
 
-def _clean_stale(run_path: Path) -> None:
-    """Remove what a killed earlier run left behind; never a finished curated/."""
-    for stale in [*run_path.glob(".curated.tmp-*"), *run_path.glob(".curated.old-*")]:
-        shutil.rmtree(stale, ignore_errors=True)
+def chunk_offsets(chunks: list[tuple[int, int, Path]]) -> dict[tuple[int, int], int]:
+    """Global row index of each chunk's first row, in canonical order."""
+    offsets, total = {}, 0
+    for shard, k, path in chunks:
+        offsets[(shard, k)] = total
+        total += pq.ParquetFile(path).metadata.num_rows
+    return offsets
 
 
-def _publish(tmp: Path, final: Path) -> None:
-    """Swap tmp in as final with renames; the old output is deleted only afterwards."""
-    fsync_tree(tmp)
-    old = final.with_name(f".curated.old-{os.getpid()}")
-    if final.exists():
-        os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
+def _decisions(job: Job) -> dict[int, dict[str, Any]]:
+    path = Path(job.work) / "dedup" / "decisions.parquet"
+    if not path.exists():
+        return {}
+    return {r["index"]: r for r in pq.read_table(path).to_pylist()}
 
 
-def _progress(enabled: bool) -> Progress:
-    return Progress(TextColumn("[bold]curate[/] {task.description}"), BarColumn(),
-                    MofNCompleteColumn(), TextColumn("docs"), TimeElapsedColumn(),
-                    disable=not enabled)
+# --------------------------------------------------------------------------- line phase
+def line_count_shard(job: Job, spec: ShardSpec, offsets: dict[tuple[int, int], int]) -> None:
+    """Unit hashes of every document still alive after dedup, saved per chunk."""
+    from tokenmill.data.linededup import applies as line_applies, unit_hashes
+
+    decisions = _decisions(job)
+    ldir = Path(job.work) / "lines" / f"{spec.index:05d}"
+    for path in sorted(_map_dir(job, spec.index).glob("chunk-*.parquet")):
+        k = int(path.stem.split("-")[1])
+        out = ldir / f"chunk-{k:05d}.npy"
+        if out.exists():
+            continue
+        base = offsets[(spec.index, k)]
+        texts = pq.read_table(path, columns=["text", "bucket"]).to_pylist()
+        hashes = [unit_hashes(r["text"], job.cfg.line_dedup) for i, r in enumerate(texts)
+                  if not (decisions.get(base + i) or {}).get("rule") and line_applies(r["bucket"], job.cfg.line_dedup)]
+        arr = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
+        ldir.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp.npy")
+        np.save(tmp, arr, allow_pickle=False)
+        os.replace(tmp, out)
 
 
-def _write_buckets(staging: Path, out: Path, dedup: dedup_step.ExactDedup, shard_docs: int) -> dict[str, PartWriter]:
-    """Second pass: kept documents learn their dup_cluster, then go to their bucket's parts."""
-    writers: dict[str, PartWriter] = {}
-    for part in sorted(staging.glob("part-*.parquet")):
-        for batch in pq.ParquetFile(part).iter_batches(batch_size=1024):
-            for row in batch.to_pylist():
-                row["dup_cluster"] = dedup.cluster_of(row["id"])
-                bucket = row["bucket"]
-                if bucket not in writers:
-                    writers[bucket] = PartWriter(out / bucket, DOC_SCHEMA, shard_docs)
-                writers[bucket].add(row)
-    for writer in writers.values():
-        writer.close()
-    shutil.rmtree(staging)
-    return writers
+def lines_phase(job: Job, specs: list[ShardSpec], executor: Any, offsets: dict[tuple[int, int], int]) -> None:
+    ldir = Path(job.work) / "lines"
+    if (ldir / "DONE").exists():
+        return
+    executor.map(line_count_shard, [(job, s, offsets) for s in specs])
+    arrays = [np.load(p, allow_pickle=False) for p in sorted(ldir.glob("*/chunk-*.npy"))]
+    values, counts = np.unique(np.concatenate(arrays) if arrays else np.zeros(0, np.uint64), return_counts=True)
+    frequent = values[counts >= job.cfg.line_dedup.min_docs]
+    np.save(ldir / "frequent.npy", frequent, allow_pickle=False)
+    _mark(ldir / "DONE", {"units": int(values.size), "frequent": int(frequent.size)})
 
 
-def _summary(funnel: Funnel, writers: dict[str, PartWriter], seconds: float) -> dict[str, Any]:
-    data = funnel.to_dict()
-    total = data["total"]
-    buckets = {}
-    for b, steps in data["buckets"].items():
-        buckets[b] = {"docs_in": steps["read"]["docs_in"], "bytes_in": steps["read"]["bytes_in"],
-                      "docs_out": steps["exact_dedup"]["docs_out"], "bytes_out": steps["exact_dedup"]["bytes_out"],
-                      "parts": len(writers[b].parts) if b in writers else 0}
-    return {"docs_in": total["read"]["docs_in"], "bytes_in": total["read"]["bytes_in"],
-            "docs_out": total["exact_dedup"]["docs_out"], "bytes_out": total["exact_dedup"]["bytes_out"],
-            "docs_rejected": sum(total[s]["docs_rejected"] for s in STEPS),
-            "seconds": round(seconds, 3), "buckets": buckets}
+# --------------------------------------------------------------------------- final phase
+def _final_dir(job: Job) -> Path:
+    return Path(job.work) / "final"
 
 
-def run_curate(run: RunDir, progress: bool = True) -> dict[str, Any]:
-    """Run the stage for `run.config.curate`; returns docs / bytes in and out, per bucket too."""
-    cfg = run.config.curate
+def final_shard(job: Job, spec: ShardSpec, offsets: dict[tuple[int, int], int]) -> None:
+    """Apply dedup decisions and line removal, then decontaminate and bucket; write the output."""
+    names = tuple(s for s in job.steps if s in FINAL_STEPS)
+    steps = _worker_steps(job, names)
+    decisions = _decisions(job)
+    frequent = None
+    if "line_dedup" in job.steps:
+        frequent = np.load(Path(job.work) / "lines" / "frequent.npy", allow_pickle=False)
+    fdir = Path(job.work) / "finalized" / f"{spec.index:05d}"
+    for path in sorted(_map_dir(job, spec.index).glob("chunk-*.parquet")):
+        k = int(path.stem.split("-")[1])
+        if (fdir / f"chunk-{k:05d}.done").exists():
+            continue
+        _final_chunk(job, spec.index, k, path, offsets[(spec.index, k)], decisions, frequent, names, steps)
+
+
+def _final_chunk(job: Job, shard: int, k: int, path: Path, base: int, decisions: dict[int, dict[str, Any]],
+                 frequent: np.ndarray | None, names: tuple[str, ...], steps: dict[str, DocStep]) -> None:
+    from tokenmill.data import dedup as dedup_mod
+
+    funnel = Funnel(job.funnel_steps)
+    by_bucket: dict[str, list[dict[str, Any]]] = {}
+    rejected: list[dict[str, Any]] = []
+    for i, row in enumerate(pq.read_table(path).to_pylist()):
+        fmt = row.pop("_format")
+        row.pop("_exact"), row.pop("_sig")
+        doc = _doc_from_row(row, fmt)
+        bucket0 = doc.bucket
+        decision = decisions.get(base + i) or {}
+        marks: list[StepMark] = []
+        rejection = _apply_corpus_steps(job, doc, decision, frequent, marks, dedup_mod.VERSION)
+        if rejection is None:
+            rejection = run_doc_steps(doc, names, steps, marks)
+        _record(funnel, bucket0, marks)
+        if rejection is not None:
+            rejected.append(doc.rejected_row(rejection))
+            continue
+        funnel.source_out(doc.source, text_bytes(doc.text), bucket0)
+        by_bucket.setdefault(doc.bucket, []).append(doc.row())
+    out = _final_dir(job)
+    for bucket, rows in by_bucket.items():
+        _write_table(rows, DOC_SCHEMA, out / bucket / f"part-{shard:05d}-{k:05d}.parquet")
+    _write_table(rejected, REJECTED_SCHEMA, out / REJECTED_DIR / f"part-{shard:05d}-{k:05d}-b.parquet")
+    fdir = Path(job.work) / "finalized" / f"{shard:05d}"
+    if "decontaminate" in steps:  # this chunk's tallies, saved with it so a resume keeps them
+        atomic_write_text(fdir / f"chunk-{k:05d}.decontamination.json", json.dumps(steps["decontaminate"].take_stats()))
+    atomic_write_text(fdir / f"chunk-{k:05d}.funnel.json", json.dumps(funnel.to_dict()))
+    _mark(fdir / f"chunk-{k:05d}.done")
+
+
+def _apply_corpus_steps(job: Job, doc: Doc, decision: dict[str, Any], frequent: np.ndarray | None,
+                        marks: list[StepMark], version: str) -> Rejection | None:
+    """exact_dedup, minhash_dedup and line_dedup for one document, from the phase results."""
+    doc.dup_cluster = decision.get("dup_cluster")
+    doc.dup_cluster_size = decision.get("dup_cluster_size")
+    for step, rule in (("exact_dedup", "duplicate_of"), ("minhash_dedup", "near_duplicate_of")):
+        if step not in job.steps:
+            continue
+        n = text_bytes(doc.text)
+        if decision.get("rule") == rule:
+            marks.append(StepMark(step, n, 0, True, rule))
+            return Rejection(step, rule, format_value(decision["value"]), decision["reason"])
+        marks.append(StepMark(step, n, n, True))
+        doc.lineage.append((step, version))
+    if "line_dedup" in job.steps:
+        from tokenmill.data.linededup import VERSION as LINE_VERSION, applies, remove_units
+
+        n = text_bytes(doc.text)
+        if frequent is None or not applies(doc.bucket, job.cfg.line_dedup):
+            marks.append(StepMark("line_dedup", n, n, False))
+            return None
+        text, removed = remove_units(doc.text, frequent, job.cfg.line_dedup)
+        if removed and len(text.strip()) < job.cfg.min_chars:
+            marks.append(StepMark("line_dedup", n, 0, True, "too_short_after_line_dedup"))
+            return Rejection("line_dedup", "too_short_after_line_dedup", format_value(len(text.strip())),
+                             f"{removed} boilerplate units removed, {len(text.strip())} characters left "
+                             f"< min_chars {job.cfg.min_chars}")
+        doc.text = text
+        marks.append(StepMark("line_dedup", n, text_bytes(text), True))
+        doc.lineage.append(("line_dedup", LINE_VERSION))
+    return None
+
+
+def _doc_from_row(row: dict[str, Any], fmt: str) -> Doc:
+    lineage = [(x["step"], x["version"]) for x in row.pop("lineage") or []]
+    return Doc(**row, format=fmt, lineage=lineage)
+
+
+# --------------------------------------------------------------------------- orchestration
+def _plan(job: Job, fingerprint: str) -> list[ShardSpec]:
+    """The shard plan, stored with the fingerprint of the inputs and config it was made for;
+    a different fingerprint means the old work is for other inputs: start over."""
+    work = Path(job.work)
+    plan_file = work / "plan.json"
+    if plan_file.exists() and json.loads(plan_file.read_text()).get("fingerprint") != fingerprint:
+        shutil.rmtree(work)
+    if plan_file.exists():
+        return [ShardSpec(**{**s, "files": tuple(s["files"])}) for s in json.loads(plan_file.read_text())["shards"]]
+    specs = plan_shards(job.sources)
+    work.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(plan_file, json.dumps({"fingerprint": fingerprint, "shards": [vars(s) | {"files": list(s.files)} for s in specs]}))
+    return specs
+
+
+def _merged_funnel(job: Job, phase_dir: str) -> Funnel:
+    funnel = Funnel(job.funnel_steps)
+    for path in sorted((Path(job.work) / phase_dir).glob("*/chunk-*.funnel.json")):
+        funnel.merge(Funnel.from_dict(json.loads(path.read_text())))
+    return funnel
+
+
+def check_removal(funnel: Funnel, cfg: CurateConfig, steps: Iterable[str]) -> None:
+    """Stop when a step removed more than the allowed share, or a bucket lost every document."""
+    total = funnel.total()
+    for step in steps:
+        c = total[step]
+        if c.docs_in and c.docs_rejected / c.docs_in > cfg.max_removal_share:
+            rules = ", ".join(f"{r}: {v['docs']}" for r, v in sorted(c.rejected.items()))
+            raise CurationStopped(
+                f"curation stopped: step '{step}' removed {c.docs_rejected} of {c.docs_in} documents "
+                f"({c.docs_rejected / c.docs_in:.1%}; {rules}), more than curate.max_removal_share="
+                f"{cfg.max_removal_share}. Check the step's config, or raise the limit to accept it.")
+    if not cfg.allow_empty_bucket:
+        last = [s for s in steps][-1] if steps else None
+        for bucket, per_step in funnel.buckets.items():
+            if last and per_step["read"].docs_in and per_step[last].docs_out == 0:
+                raise CurationStopped(
+                    f"curation stopped: bucket '{bucket}' has no documents left after step '{last}' "
+                    f"({per_step['read'].docs_in} read). Set curate.allow_empty_bucket=true to accept it.")
+
+
+def curate(cfg: CurateConfig, out: Path, *, steps: list[str] | None = None, base_dir: Path | None = None,
+           events: EventLog | None = None, progress: bool = True, inputs_fingerprint: Any = None) -> dict[str, Any]:
+    """Curate `cfg.sources` into `out`; resumable: a killed call, called again, continues."""
     if not cfg.sources:
         raise ValueError("curate.sources is empty: there is nothing to curate")
     _check_buckets(cfg)
     for src in cfg.sources:
         source_step.check_source(src)  # a missing path fails now, not after minutes of work
-
+    selected = selected_steps(cfg, steps)
+    out = Path(out)
+    work = out.with_name(f".{out.name}.work")
+    job = Job(cfg=cfg, steps=selected, work=str(work.resolve()), base_dir=str((base_dir or Path.cwd()).resolve()))
+    fingerprint = sha256_json({"cfg": cfg.model_dump(mode="json", exclude=EXECUTION_KNOBS), "steps": selected,
+                               "inputs": inputs_fingerprint if inputs_fingerprint is not None else curate_inputs_fingerprint(cfg)})
+    emit = (lambda kind, **f: events.write(STAGE, kind, **f)) if events else (lambda kind, **f: None)
     started = time.time()
-    _clean_stale(run.path)
-    tmp = run.path / f".curated.tmp-{os.getpid()}"
-    tmp.mkdir(parents=True)
-    events = run.events
-    events.write(STAGE, "start", sources=len(cfg.sources), workers=cfg.workers)
-    try:
-        funnel, dedup = Funnel(), dedup_step.ExactDedup()
-        rejected = PartWriter(tmp / REJECTED_DIR, REJECTED_SCHEMA, cfg.shard_docs)
-        staging = PartWriter(tmp / ".staging", DOC_SCHEMA, cfg.shard_docs)
-        work = partial(process_record, settings=Settings(cfg.quality, cfg.min_chars))
-        with OrderedMapper(cfg.workers) as mapper, _progress(progress) as bar:
-            for src in cfg.sources:
-                name = source_step.source_name(src)
-                task = bar.add_task(f"{src.bucket} ← {name}", total=None)
-                t0, n_docs, n_bytes = time.time(), 0, 0
-                for outcome in mapper.map(work, source_step.read_source(src, cfg.max_doc_bytes)):
-                    n_docs += 1
-                    n_bytes += outcome.marks[0].bytes_in
-                    _route(outcome, funnel, dedup, staging, rejected)
-                    bar.advance(task)
-                bar.update(task, total=n_docs)
-                events.write(STAGE, "source", source=name, bucket=src.bucket, docs=n_docs, bytes=n_bytes,
-                             seconds=round(time.time() - t0, 3))
-        staging.close()
-        rejected.close(write_empty=True)  # always present, so readers find the schema
-        writers = _write_buckets(tmp / ".staging", tmp, dedup, cfg.shard_docs)
-        funnel_data = funnel.write(tmp / FUNNEL_FILE)
-        problems = funnel.violations()
-        if problems:
-            raise RuntimeError("curate funnel does not add up (a bug):\n" + "\n".join(problems))
-        _publish(tmp, run.path / "curated")
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    specs = _plan(job, fingerprint)
+    emit("start", shards=len(specs), steps=list(selected), workers=cfg.workers, executor=cfg.executor)
 
-    for step in STEPS:
-        events.write(STAGE, "step", step=step, **funnel_data["total"][step])
-    events.write(STAGE, "funnel", steps=list(STEPS), d_eff=funnel_data["d_eff"],
-                 buckets={b: {s: {k: v for k, v in c.items() if k != "rejected"} for s, c in per.items()}
-                          for b, per in funnel_data["buckets"].items()})
-    summary = _summary(funnel, writers, time.time() - started)
-    events.write(STAGE, "done", **summary)
+    for step in build_doc_steps(tuple(s for s in selected if s not in CORPUS_STEPS), cfg, Path(job.base_dir)):
+        step.prepare(work / "prepared")
+
+    with make_executor(cfg.executor, cfg.workers) as executor, _progress(progress) as bar:
+        task = bar.add_task("map", total=len(specs))
+        executor.map(map_shard, [(job, s) for s in specs], on_done=lambda i, r: bar.advance(task))
+        check_removal(_merged_funnel(job, "map"), cfg, [s for s in job.funnel_steps if s in ("read", *MAP_STEPS)])
+        emit("phase", phase="map", seconds=round(time.time() - started, 3))
+        if {"exact_dedup", "minhash_dedup"} & set(selected):
+            dedup_phase(job, specs, executor)
+            emit("phase", phase="dedup", seconds=round(time.time() - started, 3))
+        offsets = chunk_offsets(map_chunks(job, specs))
+        if "line_dedup" in selected:
+            lines_phase(job, specs, executor, offsets)
+            emit("phase", phase="lines", seconds=round(time.time() - started, 3))
+        task = bar.add_task("final", total=len(specs))
+        executor.map(final_shard, [(job, s, offsets) for s in specs], on_done=lambda i, r: bar.advance(task))
+
+    funnel = _merged_funnel(job, "map")
+    funnel.merge(_merged_funnel(job, "finalized"))
+    problems = funnel.violations()
+    if problems:
+        raise RuntimeError("curate funnel does not add up (a bug):\n" + "\n".join(problems[:20]))
+    check_removal(funnel, cfg, job.funnel_steps)
+    final = _final_dir(job)
+    funnel_data = funnel.write(final / FUNNEL_FILE)
+    _write_decontamination(job, final)
+    if not (final / REJECTED_DIR).exists():
+        _write_table([], REJECTED_SCHEMA, final / REJECTED_DIR / "part-00000-00000-a.parquet")
+    summary = _summary(funnel_data, final, time.time() - started)
+    _publish(final, out)
+    shutil.rmtree(work, ignore_errors=True)
+    for step in job.funnel_steps:
+        emit("step", step=step, **funnel_data["total"][step])
+    emit("funnel", steps=list(job.funnel_steps), d_eff=funnel_data["d_eff"])
+    emit("done", **summary)
     return summary
 
 
-def _route(outcome: Outcome, funnel: Funnel, dedup: dedup_step.ExactDedup,
-           staging: PartWriter, rejected: PartWriter) -> None:
-    """Account one outcome in the funnel, run exact dedup, send the document to its writer."""
-    doc = outcome.doc
-    funnel.source_in(doc.source, doc.bucket, outcome.marks[0].bytes_in)
-    for mark in outcome.marks:
-        funnel.record(doc.bucket, mark)
-    rejection = outcome.rejection
-    if rejection is None:
-        assert doc.text is not None
-        n = text_bytes(doc.text)
-        rejection = dedup.check(doc.id, doc.text)
-        funnel.record(doc.bucket, StepMark("exact_dedup", n, 0 if rejection else n, True,
-                                           rejection.rule if rejection else None))
-        if rejection is None:
-            doc.lineage.append(("exact_dedup", dedup_step.VERSION))
-            funnel.source_out(doc.source, n)
-            staging.add(doc.row())
-            return
-    rejected.add(doc.rejected_row(rejection))
+def _write_decontamination(job: Job, final: Path) -> None:
+    """Per eval set: items found in the corpus, documents overlapping and removed."""
+    if "decontaminate" not in job.steps or not job.cfg.decontaminate.eval_sets:
+        report: dict[str, Any] = {"eval_sets": {}, "note": "no eval sets configured"}
+    else:
+        from tokenmill.data.decontaminate import overlap_report
+
+        parts = [json.loads(p.read_text()) for p in sorted((Path(job.work) / "finalized").glob("*/chunk-*.decontamination.json"))]
+        report = overlap_report(parts, Path(job.work) / "prepared", job.cfg.decontaminate.max_overlap)
+    atomic_write_text(final / DECONTAMINATION_FILE, json.dumps(report, indent=1))
+
+
+def _summary(funnel_data: dict[str, Any], final: Path, seconds: float) -> dict[str, Any]:
+    steps = funnel_data["steps"]
+    total = funnel_data["total"]
+    buckets = {}
+    for bucket_dir in sorted(p for p in final.iterdir() if p.is_dir() and not p.name.startswith("_")):
+        parts = sorted(bucket_dir.glob("part-*.parquet"))
+        rows = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
+        buckets[bucket_dir.name] = {"docs_out": rows, "parts": len(parts)}
+    return {"docs_in": total["read"]["docs_in"], "bytes_in": total["read"]["bytes_in"],
+            "docs_out": total[steps[-1]]["docs_out"], "bytes_out": total[steps[-1]]["bytes_out"],
+            "docs_rejected": sum(total[s]["docs_rejected"] for s in steps),
+            "seconds": round(seconds, 3), "buckets": buckets}
+
+
+def _publish(final: Path, out: Path) -> None:
+    """Swap the finished output in with renames; the old output is deleted only afterwards."""
+    fsync_tree(final)
+    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    if out.exists():
+        os.replace(out, old)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(final, out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _progress(enabled: bool) -> Progress:
+    return Progress(TextColumn("[bold]curate[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("shards"), TimeElapsedColumn(), disable=not enabled)
+
+
+def _check_buckets(cfg: CurateConfig) -> None:
+    names = [src.bucket for src in cfg.sources] + [r.bucket for r in cfg.bucket_rules]
+    for b in names:
+        if not b or b.startswith(("_", ".")) or "/" in b or "\\" in b or b != b.strip():
+            raise ValueError(f"curate: bucket {b!r} is not a valid directory name "
+                             "(no '/', must not start with '_' or '.')")
+
+
+# --------------------------------------------------------------------------- the run stage
+def curate_inputs_fingerprint(cfg: CurateConfig) -> list[dict[str, Any]]:
+    """Cheap identity of the raw inputs (paths, sizes, mtimes; Python version for the stdlib)."""
+    return [source_step.inputs_fingerprint(src) for src in cfg.sources]
+
+
+def run_curate(run: RunDir, progress: bool = True) -> dict[str, Any]:
+    """The pipeline's curate stage: `run.config.curate` into `<run>/curated/`."""
+    return curate(run.config.curate, run.path / "curated", base_dir=Path.cwd(), events=run.events,
+                  progress=progress)

@@ -1,23 +1,56 @@
-"""Exact deduplication on normalized text (seed 002 §2.5, the first layer of the cascade).
+"""Exact deduplication on normalized text (seed 002 §2.6 step 1, the first layer of the cascade).
 
-Documents arrive in the run's deterministic order (sources in config order, records sorted);
-the first document with a given text is kept and every later one is removed with
-rule "duplicate_of" and the kept id as its value. Near-duplicates (MinHash) are a later layer.
-Memory: one 16-byte digest and one id per kept document, so it runs in a single process.
+h_i = H(N(d_i)): the key of a document is the 128-bit xxh3 digest of its text after the
+normalize step (NFC, line breaks, controls, whitespace), so documents that differ only in those
+are equal here; casing and punctuation still count (near-duplicates are MinHash's job).
+
+Decision: the first occurrence in canonical (shard, position) order survives and every later
+copy is removed with rule "duplicate_of" and the kept id as its value. Two forms of the same rule:
+- map-reduce: `exact_key` per document in the map phase, `first_occurrence` over the keys of
+  all shards (in canonical order) in the reducer;
+- streaming: `ExactDedup.check` in canonical order in one process.
+Memory: 16 bytes per document (the reducer) or per kept document (streaming).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
 import xxhash
 
 from tokenmill.data.document import Rejection
 
 VERSION = "xxh3_128-1"
+STEP = "exact_dedup"
+RULE = "duplicate_of"
 
 
 def text_digest(text: str) -> bytes:
     """128 bits: at 10^9 documents the chance of any collision is about 10^-21."""
-    return xxhash.xxh3_128_digest(text.encode("utf-8"))
+    return xxhash.xxh3_128_digest(text.encode("utf-8", "surrogatepass"))
+
+
+def exact_key(text: str) -> bytes:
+    """The 16-byte exact-dedup key of a (normalized) text."""
+    return text_digest(text)
+
+
+def first_occurrence(keys: Sequence[bytes] | np.ndarray) -> np.ndarray:
+    """For every document, the index of the first document with the same key (itself when it
+    is the first): keys in canonical order, as bytes or an (n, 16) uint8 array."""
+    arr = np.asarray(keys, dtype=np.uint8) if isinstance(keys, np.ndarray) else \
+        np.frombuffer(b"".join(keys), dtype=np.uint8)
+    if arr.size == 0:
+        return np.empty(0, dtype=np.int64)
+    pairs = arr.reshape(-1, 16).view(np.uint64)  # (n, 2): one row per key
+    _, first, inverse = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
+    return first[inverse.reshape(-1)].astype(np.int64)
+
+
+def duplicate_rejection(kept_id: str) -> Rejection:
+    """The rejection of a later copy of `kept_id`."""
+    return Rejection(STEP, RULE, kept_id, f"same normalized text as the earlier document {kept_id}")
 
 
 class ExactDedup:
@@ -29,15 +62,14 @@ class ExactDedup:
 
     def check(self, doc_id: str, text: str) -> Rejection | None:
         """None (and remember it) for a first occurrence; else the rejection naming the kept id."""
-        digest = text_digest(text)
+        digest = exact_key(text)
         kept = self._first.get(digest)
         if kept is None:
             self._first[digest] = doc_id
             return None
         # kept == doc_id happens when one input is listed twice: still the second copy.
         self.duplicates[kept] = self.duplicates.get(kept, 0) + 1
-        return Rejection("exact_dedup", "duplicate_of", kept,
-                         f"same normalized text as the earlier document {kept}")
+        return duplicate_rejection(kept)
 
     def cluster_of(self, doc_id: str) -> str | None:
         """The dup_cluster of a kept document: its own id if copies of it were removed."""

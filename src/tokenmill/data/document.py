@@ -32,6 +32,25 @@ QUALITY_FIELDS: dict[str, pa.DataType] = {
     "ellipsis_line_frac": pa.float64(),
     "alpha_word_frac": pa.float64(),
     "n_stop_words": pa.int64(),
+    # Gopher repetition (Rae et al. 2021, Table A1)
+    "dup_line_frac": pa.float64(),
+    "dup_para_frac": pa.float64(),
+    "dup_line_char_frac": pa.float64(),
+    "dup_para_char_frac": pa.float64(),
+    **{f"top_{n}gram_char_frac": pa.float64() for n in (2, 3, 4)},
+    **{f"dup_{n}gram_char_frac": pa.float64() for n in range(5, 11)},
+    # C4 (Raffel et al. 2020): what its line rules keep, and its document rules' evidence
+    "c4_kept_line_frac": pa.float64(),
+    "c4_sentences": pa.int64(),
+    "c4_lorem_ipsum_lines": pa.int64(),
+    "c4_curly_bracket_lines": pa.int64(),
+    "c4_javascript_lines": pa.int64(),
+    "c4_policy_lines": pa.int64(),
+    # FineWeb (Penedo et al. 2024)
+    "line_punct_frac": pa.float64(),
+    "short_line_frac": pa.float64(),
+    "char_dup_frac": pa.float64(),
+    "newline_word_ratio": pa.float64(),
 }
 
 # Counts of what PII masking replaced, by kind (data.pii).
@@ -123,6 +142,7 @@ class RawRecord:
     text: str | None  # None when the record could not be read
     n_bytes: int  # raw size as read, before decoding
     problem: Rejection | None = None  # set when the record is quarantined at step "read"
+    metadata: str | None = None  # JSON object of what the reader knows beyond the text (ids, language, WARC headers)
 
     @property
     def id(self) -> str:
@@ -157,7 +177,7 @@ class Doc:
     @classmethod
     def from_raw(cls, raw: RawRecord) -> "Doc":
         return cls(id=raw.id, text=raw.text, source=raw.source, url=raw.url, bucket=raw.bucket,
-                   license=raw.license, format=raw.format)
+                   license=raw.license, format=raw.format, metadata=raw.metadata)
 
     def row(self) -> dict[str, Any]:
         """The curated row (DOC_SCHEMA)."""

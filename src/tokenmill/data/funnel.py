@@ -49,6 +49,22 @@ class StepCounts:
         self.bytes_out += mark.bytes_out
         self.docs_skipped += not mark.applied
 
+    def merge(self, other: "StepCounts") -> None:
+        self.docs_in += other.docs_in
+        self.bytes_in += other.bytes_in
+        self.docs_out += other.docs_out
+        self.bytes_out += other.bytes_out
+        self.docs_skipped += other.docs_skipped
+        for rule, r in other.rejected.items():
+            slot = self.rejected.setdefault(rule, {"docs": 0, "bytes": 0})
+            slot["docs"] += r["docs"]
+            slot["bytes"] += r["bytes"]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "StepCounts":
+        return cls(d["docs_in"], d["bytes_in"], d["docs_out"], d["bytes_out"], d["docs_skipped"],
+                   {rule: dict(v) for rule, v in d["rejected"].items()})
+
     @property
     def docs_rejected(self) -> int:
         return sum(r["docs"] for r in self.rejected.values())
@@ -73,15 +89,35 @@ def _ratio(num: int, den: int) -> float | None:
     return num / den if den else None
 
 
+PARSE_STEPS = ("read", "extract")
+QUALITY_STEPS = ("length", "langid", "quality", "model_quality", "safety")
+DEDUP_STEPS = ("exact_dedup", "minhash_dedup", "line_dedup")
+
+
+def _share_kept(steps: dict[str, StepCounts], names: tuple[str, ...]) -> float | None:
+    """Bytes kept through the named steps that ran, as a product of per-step keep rates."""
+    ran = [steps[n] for n in names if n in steps and steps[n].bytes_in]
+    if not ran:
+        return None
+    kept = 1.0
+    for c in ran:
+        kept *= c.bytes_out / c.bytes_in if c.bytes_in else 1.0
+    return kept
+
+
 def d_eff_inputs(steps: dict[str, StepCounts]) -> dict[str, float | None]:
-    """ρ_parse (documents read and extracted), ρ_quality and r_dup (by bytes, a token proxy)."""
-    read, extract = steps["read"], steps["extract"]
-    length, quality, dedup = steps["length"], steps["quality"], steps["exact_dedup"]
-    dup_bytes = sum(r["bytes"] for r in dedup.rejected.values())
+    """Seed 002 §2.3: D_eff = D (1 - r_dup)(1 - r_pad) ρ_parse ρ_quality.
+
+    ρ_parse: documents that survive reading and extraction; ρ_quality: bytes kept by the quality
+    steps; r_dup: bytes removed by the dedup steps (bytes as a token proxy; r_pad is the packer's).
+    """
+    first = steps[next(iter(steps))]
+    parsed = [steps[n] for n in PARSE_STEPS if n in steps]
+    dedup_kept = _share_kept(steps, DEDUP_STEPS)
     return {
-        "rho_parse": _ratio(extract.docs_out, read.docs_in),
-        "rho_quality": _ratio(quality.bytes_out, length.bytes_in),
-        "r_dup": _ratio(dup_bytes, dedup.bytes_in),
+        "rho_parse": _ratio(parsed[-1].docs_out, first.docs_in) if parsed else None,
+        "rho_quality": _share_kept(steps, QUALITY_STEPS),
+        "r_dup": None if dedup_kept is None else 1.0 - dedup_kept,
     }
 
 
@@ -92,6 +128,28 @@ class Funnel:
         self.steps = steps
         self.buckets: dict[str, dict[str, StepCounts]] = {}
         self.sources: dict[str, SourceCounts] = {}
+
+    def merge(self, other: "Funnel") -> None:
+        """Add another funnel's counts (of a shard or chunk) to this one."""
+        for bucket, per_step in other.buckets.items():
+            mine = self._bucket(bucket)
+            for step, c in per_step.items():
+                mine[step].merge(c)
+        for name, c in other.sources.items():
+            mine_src = self.sources.setdefault(name, SourceCounts(c.bucket))
+            mine_src.bucket = mine_src.bucket or c.bucket
+            for k in ("docs_in", "bytes_in", "docs_out", "bytes_out"):
+                setattr(mine_src, k, getattr(mine_src, k) + getattr(c, k))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Funnel":
+        """Inverse of to_dict for the counts (per bucket and per source)."""
+        f = cls(tuple(data["steps"]))
+        for bucket, per_step in data["buckets"].items():
+            f.buckets[bucket] = {s: StepCounts.from_dict(c) for s, c in per_step.items()}
+        for name, c in data.get("sources", {}).items():
+            f.sources[name] = SourceCounts(**c)
+        return f
 
     def _bucket(self, bucket: str) -> dict[str, StepCounts]:
         if bucket not in self.buckets:
@@ -108,8 +166,10 @@ class Funnel:
         counts.docs_in += 1
         counts.bytes_in += n_bytes
 
-    def source_out(self, source: str, n_bytes: int) -> None:
-        counts = self.sources[source]
+    def source_out(self, source: str, n_bytes: int, bucket: str | None = None) -> None:
+        """A kept document leaves the funnel (possibly counted in another chunk's funnel than
+        the one that saw it come in: the counts are merged before they are read)."""
+        counts = self.sources.setdefault(source, SourceCounts(bucket or ""))
         counts.docs_out += 1
         counts.bytes_out += n_bytes
 
@@ -117,16 +177,7 @@ class Funnel:
         total = {s: StepCounts() for s in self.steps}
         for per_step in self.buckets.values():
             for step, c in per_step.items():
-                t = total[step]
-                t.docs_in += c.docs_in
-                t.bytes_in += c.bytes_in
-                t.docs_out += c.docs_out
-                t.bytes_out += c.bytes_out
-                t.docs_skipped += c.docs_skipped
-                for rule, r in c.rejected.items():
-                    slot = t.rejected.setdefault(rule, {"docs": 0, "bytes": 0})
-                    slot["docs"] += r["docs"]
-                    slot["bytes"] += r["bytes"]
+                total[step].merge(c)
         return total
 
     def violations(self) -> list[str]:

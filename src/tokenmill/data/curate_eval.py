@@ -1,0 +1,168 @@
+"""`tokenmill curate-eval pii|safety FILE`: how well the PII and toxicity gates do, per slice.
+
+Seed 002 §2.8: "PII filtering must therefore be evaluated by bucketed recall and over-removal
+rate, not just one global metric"; §2.11: toxicity filters "need slice-based evaluation:
+separately measure false positives on news, medicine, law, forums, code, fiction". Both take a
+labelled JSONL file and return a JSON-able dict (the CLI prints it).
+
+PII file, one object per line:
+    {"text": ..., "bucket": "docs" (optional), "pii": [{"start": 0, "end": 15, "kind": "email"}]}
+Offsets are Python string indices into "text", end exclusive; kinds are those of PII_FIELDS.
+  recall        gold spans whose every character is masked (by a span of any kind: the text is
+                gone either way) / gold spans; per kind and per bucket
+  typed_recall  the same, counting only masks of the gold span's kind
+  over_removal  masked characters outside every gold span / characters outside gold spans,
+                per bucket (the training text lost to false positives), with the character count
+  false_spans   predicted spans that touch no gold span, per kind
+
+Safety file, one object per line:
+    {"text": ..., "slice": "news" | "medicine" | "law" | "code" | "fiction" | ..., "toxic": true}
+  false_positive_rate  non-toxic documents scored above the threshold / non-toxic documents
+  recall               toxic documents above the threshold / toxic documents
+per slice and overall, with the line numbers of the false positives for review. Every text is
+scored, whatever the step's skip_buckets: the evaluation is of the scorer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from tokenmill.config import CurateConfig
+from tokenmill.data.document import PII_FIELDS
+from tokenmill.data.pii import Span, find_pii
+from tokenmill.data.safety import Safety
+from tokenmill.errors import UserError
+
+DEFAULT_BUCKET = "default"
+MAX_EXAMPLES = 20  # line numbers of false positives kept per slice for review
+
+
+class LabelledFileError(UserError, ValueError):
+    """A labelled file that cannot be read; the message names the file and line."""
+
+
+def _records(path: Path, required: dict[str, type | tuple[type, ...]]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for every non-blank line; a bad line is an error naming it."""
+    if not path.is_file():
+        raise LabelledFileError(f"{path}: labelled file not found")
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise LabelledFileError(f"{path}:{lineno}: not valid JSON: {exc}") from None
+            if not isinstance(rec, dict):
+                raise LabelledFileError(f"{path}:{lineno}: expected a JSON object")
+            for key, typ in required.items():
+                if not isinstance(rec.get(key), typ):
+                    raise LabelledFileError(f"{path}:{lineno}: field {key!r} missing or not {typ}")
+            yield lineno, rec
+
+
+def _gold_spans(path: Path, lineno: int, rec: dict[str, Any]) -> list[Span]:
+    spans = []
+    for item in rec.get("pii") or []:
+        try:
+            span = Span(int(item["start"]), int(item["end"]), str(item["kind"]))
+        except (KeyError, TypeError, ValueError):
+            raise LabelledFileError(f"{path}:{lineno}: a pii label needs integer start, end and a kind") from None
+        if span.kind not in PII_FIELDS or not 0 <= span.start < span.end <= len(rec["text"]):
+            raise LabelledFileError(f"{path}:{lineno}: bad pii label {item} (kinds: {', '.join(PII_FIELDS)})")
+        spans.append(span)
+    return spans
+
+
+def _ratio(num: int, den: int) -> float | None:
+    return num / den if den else None
+
+
+def _masks(n: int, spans: list[Span], kinds: tuple[str, ...]) -> np.ndarray:
+    """Per character: 0 outside every span, else 1 + the index of the span's kind."""
+    out = np.zeros(n, dtype=np.int8)
+    for s in spans:
+        out[s.start:s.end] = kinds.index(s.kind) + 1
+    return out
+
+
+def eval_pii(labelled: Path, cfg: CurateConfig) -> dict[str, Any]:
+    """Recall per kind and per bucket, over-removal per bucket, of the PII step on a labelled file."""
+    kinds = tuple(PII_FIELDS)
+    per_kind = {k: {"gold": 0, "recalled": 0, "typed": 0, "predicted": 0, "false_spans": 0} for k in kinds}
+    per_bucket: dict[str, dict[str, int]] = defaultdict(lambda: {
+        "docs": 0, "chars": 0, "pii_chars": 0, "gold": 0, "recalled": 0, "masked_chars": 0, "over_removed_chars": 0})
+    for lineno, rec in _records(labelled, {"text": str}):
+        text = rec["text"]
+        gold = _gold_spans(labelled, lineno, rec)
+        pred = find_pii(text, cfg.pii.kinds)
+        g, p = _masks(len(text), gold, kinds), _masks(len(text), pred, kinds)
+        b = per_bucket[str(rec.get("bucket") or DEFAULT_BUCKET)]
+        b["docs"] += 1
+        b["chars"] += len(text)
+        b["pii_chars"] += int(np.count_nonzero(g))
+        b["masked_chars"] += int(np.count_nonzero(p))
+        b["over_removed_chars"] += int(np.count_nonzero((p != 0) & (g == 0)))
+        for s in gold:
+            covered = p[s.start:s.end]
+            recalled = bool(covered.all())
+            b["gold"] += 1
+            b["recalled"] += recalled
+            per_kind[s.kind]["gold"] += 1
+            per_kind[s.kind]["recalled"] += recalled
+            per_kind[s.kind]["typed"] += bool((covered == kinds.index(s.kind) + 1).all())
+        for s in pred:
+            per_kind[s.kind]["predicted"] += 1
+            per_kind[s.kind]["false_spans"] += not g[s.start:s.end].any()
+    buckets = {name: {**b, "recall": _ratio(b["recalled"], b["gold"]),
+                      "over_removal": _ratio(b["over_removed_chars"], b["chars"] - b["pii_chars"])}
+               for name, b in sorted(per_bucket.items())}
+    total: dict[str, Any] = {
+        key: sum(b[key] for b in per_bucket.values())
+        for key in ("docs", "chars", "pii_chars", "gold", "recalled", "masked_chars", "over_removed_chars")}
+    total["recall"] = _ratio(total["recalled"], total["gold"])
+    total["over_removal"] = _ratio(total["over_removed_chars"], total["chars"] - total["pii_chars"])
+    return {
+        "file": str(labelled), "kinds_enabled": list(cfg.pii.kinds),
+        "by_kind": {k: {**v, "recall": _ratio(v["recalled"], v["gold"]), "typed_recall": _ratio(v["typed"], v["gold"])}
+                    for k, v in per_kind.items()},
+        "by_bucket": buckets, "total": total,
+    }
+
+
+def eval_safety(labelled: Path, cfg: CurateConfig, base_dir: Path | None = None) -> dict[str, Any]:
+    """False-positive rate and recall per slice of the toxicity score at the configured threshold."""
+    step = Safety(cfg, base_dir)
+    step.setup(Path("."))
+    per_slice: dict[str, dict[str, Any]] = defaultdict(lambda: {
+        "docs": 0, "toxic": 0, "flagged": 0, "true_positives": 0, "false_positives": 0, "false_positive_lines": []})
+    for lineno, rec in _records(labelled, {"text": str, "slice": str, "toxic": bool}):
+        flagged = step.score(rec["text"])["toxicity"] > cfg.safety.threshold
+        s = per_slice[rec["slice"]]
+        s["docs"] += 1
+        s["toxic"] += rec["toxic"]
+        s["flagged"] += flagged
+        s["true_positives"] += flagged and rec["toxic"]
+        if flagged and not rec["toxic"]:
+            s["false_positives"] += 1
+            if len(s["false_positive_lines"]) < MAX_EXAMPLES:
+                s["false_positive_lines"].append(lineno)
+
+    def rates(s: dict[str, Any]) -> dict[str, Any]:
+        return {**s, "false_positive_rate": _ratio(s["false_positives"], s["docs"] - s["toxic"]),
+                "recall": _ratio(s["true_positives"], s["toxic"])}
+
+    total = {k: sum(s[k] for s in per_slice.values())
+             for k in ("docs", "toxic", "flagged", "true_positives", "false_positives")}
+    total = {key: value for key, value in rates({**total, "false_positive_lines": []}).items()
+             if key != "false_positive_lines"}
+    return {
+        "file": str(labelled), "threshold": cfg.safety.threshold,
+        "word_list": cfg.safety.word_list or "built-in",
+        "by_slice": {name: rates(s) for name, s in sorted(per_slice.items())}, "total": total,
+    }

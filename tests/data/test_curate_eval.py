@@ -1,0 +1,107 @@
+"""curate-eval: on the shipped labelled files the figures equal independent counts; the arithmetic
+of recall and over-removal is checked on a file built to miss and over-mask; bad files name the
+line; the results are JSON."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tokenmill.config import CurateConfig
+from tokenmill.data.curate_eval import LabelledFileError, eval_pii, eval_safety
+from tokenmill.data.safety import BUILTIN_LIST, read_terms, toxicity
+
+FIXTURES = Path(__file__).with_name("fixtures")
+PII_FILE, SAFETY_FILE = FIXTURES / "pii_labelled.jsonl", FIXTURES / "safety_labelled.jsonl"
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_pii_eval_on_the_real_labelled_file():
+    res = eval_pii(PII_FILE, CurateConfig())
+    json.dumps(res)  # the CLI prints it as JSON
+    recs = _lines(PII_FILE)
+    gold = Counter(s["kind"] for r in recs for s in r["pii"])
+    assert {k: v["gold"] for k, v in res["by_kind"].items() if v["gold"]} == dict(gold)
+    assert set(gold) == {"email", "phone", "ip", "card", "iban", "national_id"}
+    assert all(v["recall"] == 1.0 and v["false_spans"] == 0 for k, v in res["by_kind"].items() if v["gold"])
+    by_bucket = Counter(r["bucket"] for r in recs)
+    assert {b: v["docs"] for b, v in res["by_bucket"].items()} == dict(by_bucket)
+    chars = sum(len(r["text"]) for r in recs)
+    pii_chars = sum(s["end"] - s["start"] for r in recs for s in r["pii"])
+    assert (res["total"]["chars"], res["total"]["pii_chars"]) == (chars, pii_chars)
+    assert res["by_bucket"]["code"]["over_removed_chars"] == 0  # versions, dates, hex, ZIP codes kept
+
+
+def test_pii_recall_and_over_removal_arithmetic(tmp_path):
+    text = "mail a@example.com, call 962-7873 or 555-123-4567 on 8.8.8.8"
+    lab = lambda s, kind: {"start": text.index(s), "end": text.index(s) + len(s), "kind": kind}  # noqa: E731
+    # Labelled: the e-mail, the 7-digit number the detector leaves alone, and the phone labelled
+    # as an IP (masked all the same: recall counts it, typed recall does not); 8.8.8.8 unlabelled.
+    rows = [{"text": text, "bucket": "x", "pii": [lab("a@example.com", "email"), lab("962-7873", "phone"),
+                                                   lab("555-123-4567", "ip")]},
+            {"text": "nothing here", "pii": []}]
+    path = tmp_path / "l.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n", encoding="utf-8")
+    res = eval_pii(path, CurateConfig())
+    x = res["by_bucket"]["x"]
+    assert (x["gold"], x["recalled"], x["recall"]) == (3, 2, pytest.approx(2 / 3))
+    pii_chars = len("a@example.com") + len("962-7873") + len("555-123-4567")
+    assert x["over_removed_chars"] == len("8.8.8.8")
+    assert x["over_removal"] == pytest.approx(len("8.8.8.8") / (len(text) - pii_chars))
+    assert res["by_kind"]["ip"]["recall"] == 1.0 and res["by_kind"]["ip"]["typed_recall"] == 0.0
+    assert res["by_kind"]["ip"]["false_spans"] == 1 and res["by_kind"]["phone"]["recall"] == 0.0
+    assert res["by_bucket"]["default"]["docs"] == 1 and res["by_bucket"]["default"]["recall"] is None
+
+
+def test_safety_eval_on_the_labelled_file_equals_an_independent_count():
+    cfg = CurateConfig()
+    res = eval_safety(SAFETY_FILE, cfg)
+    json.dumps(res)
+    terms = read_terms(BUILTIN_LIST)
+    recs = _lines(SAFETY_FILE)
+    for name, s in res["by_slice"].items():
+        rows = [r for r in recs if r["slice"] == name]
+        flagged = [toxicity(r["text"], terms)[0] > cfg.safety.threshold for r in rows]
+        fp = sum(f and not r["toxic"] for f, r in zip(flagged, rows))
+        negatives = sum(not r["toxic"] for r in rows)
+        assert s["false_positives"] == fp and s["docs"] == len(rows)
+        assert s["false_positive_rate"] == (fp / negatives if negatives else None)
+    # Seed 002 §2.11's slices: nothing valuable removed on this file; one insult the list cannot see.
+    assert all(res["by_slice"][k]["false_positive_rate"] == 0.0 for k in ("news", "medicine", "law", "code", "fiction"))
+    assert res["by_slice"]["forum"]["recall"] == 0.75
+
+
+def test_safety_eval_reports_false_positive_lines(tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_text(json.dumps({"text": "shit shit happens", "slice": "news", "toxic": False}) + "\n"
+                    + json.dumps({"text": "a calm report", "slice": "news", "toxic": False}) + "\n", encoding="utf-8")
+    news = eval_safety(path, CurateConfig())["by_slice"]["news"]
+    assert (news["false_positives"], news["false_positive_rate"], news["false_positive_lines"]) == (1, 0.5, [1])
+    assert news["recall"] is None
+
+
+@pytest.mark.parametrize("line, message", [
+    ("{not json", ":1: not valid JSON"),
+    ('{"slice": "news", "toxic": true}', ":1: field 'text'"),
+    ('{"text": "x", "slice": "news", "toxic": "yes"}', ":1: field 'toxic'"),
+])
+def test_bad_safety_lines_name_the_line(tmp_path, line, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(line + "\n", encoding="utf-8")
+    with pytest.raises(LabelledFileError, match=message):
+        eval_safety(path, CurateConfig())
+
+
+def test_bad_pii_labels_and_missing_file(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('\n{"text": "abc", "pii": [{"start": 1, "end": 9, "kind": "email"}]}\n', encoding="utf-8")
+    with pytest.raises(LabelledFileError, match=r"bad.jsonl:2: bad pii label"):
+        eval_pii(path, CurateConfig())
+    with pytest.raises(LabelledFileError, match="not found"):
+        eval_pii(tmp_path / "missing.jsonl", CurateConfig())
