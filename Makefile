@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.tokenmill-installed
+REAL_CORPORA ?= $(abspath ../real_corpora)
 
 .PHONY: demo test install bench clean
 
@@ -25,6 +26,9 @@ bench: $(STAMP)
 	test -f runs/demo/.stages/tokenize.json || $(BIN)/tokenmill demo
 	$(BIN)/python benchmarks/bench_tokenize.py --run runs/demo
 	$(BIN)/python benchmarks/bench_train_step.py --run runs/demo
+	test -d $(REAL_CORPORA) || bash ../shared/corpora/fetch_real_corpora.sh $(REAL_CORPORA)
+	$(BIN)/python benchmarks/bench_curate_vs_datatrove.py --corpus $(REAL_CORPORA)/web_html/python3.11-doc
+	TOKENMILL_REAL_CORPORA=$(REAL_CORPORA) $(BIN)/python benchmarks/bench_minhash.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
