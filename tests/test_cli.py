@@ -70,3 +70,17 @@ def test_train_refuses_to_overwrite_then_resumes(tiny_run):
     assert more.exit_code == 1 and "train.max_steps: 4 -> 6" in more.output
     same = runner.invoke(app, [*args, "--resume"])
     assert same.exit_code == 0, same.output
+
+
+def test_replay_command_lists_documents_and_loss(tiny_run):
+    import json as _json
+
+    from tokenmill.train.trainer import run_train
+
+    run_train(tiny_run, progress=False)
+    res = runner.invoke(app, ["replay", str(tiny_run.path), "--step", "12", "--json"])
+    assert res.exit_code == 0, res.output
+    out = _json.loads(res.output[res.output.index("{"):])
+    assert out["documents"] and out["loss"]["matches_log"] is True
+    bad = runner.invoke(app, ["replay", str(tiny_run.path), "--step", "999"])
+    assert bad.exit_code == 1 and "1..30" in bad.output

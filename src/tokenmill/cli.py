@@ -211,6 +211,44 @@ def report(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir
 
 
 @app.command()
+def replay(run_path: Path = typer.Argument(..., metavar="RUN", help="Run directory (holds config.yaml)."),
+           step: int = typer.Option(..., "--step", help="Optimizer step whose global batch to replay."),
+           as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+           no_loss: bool = typer.Option(False, "--no-loss", help="Only list the documents.")) -> None:
+    """List the documents in the global batch of step N (curated id, source, url, bucket, token span)
+    and recompute that batch's loss from the checkpoint before N (seed 002 §5.5).
+    """
+    import json as _json
+
+    from rich.table import Table
+
+    def go() -> None:
+        from tokenmill.train.replay import batch_documents, replay_loss
+
+        cfg_file = run_path / "config.yaml"
+        if not cfg_file.exists():
+            raise FileNotFoundError(f"{cfg_file}: not a run directory")
+        r = RunDir(config=load_config(cfg_file), path=run_path)
+        docs = batch_documents(r, step)
+        loss = None if no_loss else replay_loss(r, step)
+        if as_json:
+            typer.echo(_json.dumps({"step": step, "documents": docs, "loss": loss}, indent=1))
+            return
+        table = Table(title=f"global batch of step {step}: {len(docs)} document spans")
+        for col in ("micro", "row", "bucket", "doc_id", "source", "url", "tokens"):
+            table.add_column(col)
+        for d in docs:
+            table.add_row(str(d["micro"]), str(d["row"]), d["bucket"], d["doc_id"][:16], str(d["source"]),
+                          str(d["url"]), f"{d['token_start']}:{d['token_end']}")
+        Console().print(table)
+        if loss is not None:
+            console.print(f"loss recomputed from {loss['from_checkpoint'] or 'the initial weights'} "
+                          f"(+{loss['rolled_forward_steps']} steps): {loss['loss']:.6f}; logged: {loss['logged_loss']}; "
+                          f"identical: {loss['matches_log']}")
+    _guard(go)
+
+
+@app.command()
 def run(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt,
         force: Optional[list[str]] = typer.Option(None, "--force", help=f"Rerun this stage even if unchanged ({', '.join(STAGES)}).")) -> None:
     """Run every stage in order, skipping stages whose config and inputs are unchanged since they finished.

@@ -260,8 +260,15 @@ class TokenizerConfig(Strict):
 
     vocab_size: int = Field(4096, description="Vocabulary size including special tokens.")
     min_frequency: int = Field(2, description="A pair must occur this often to be merged.")
-    sample_bytes: int = Field(30_000_000, description="Train on at most this many bytes of text.")
+    sample_bytes: int = Field(30_000_000, description="Train on at most this many bytes of text (split over buckets by their size unless bucket_bytes is set).")
+    bucket_bytes: dict[str, int] | None = Field(
+        None, description="Training-sample bytes per bucket (an unlisted bucket gives none); None: sample_bytes in proportion to each bucket's training bytes.")
     max_token_bytes: int = Field(32, description="Longest token, in characters, BPE may create.")
+    n_sentinels: int = Field(32, ge=0, description="Span-corruption sentinels <|extra_id_0|>... after EOS, BOS, PAD, MASK (ids 4..).")
+    key_terms: list[str] = Field(
+        ["function", "return", "__init__", "isinstance", "UnicodeDecodeError", "tokenizer", "2024", "naïve", "東京"],
+        description="Terms whose split into tokens the audit shows (seed 002's pre-tokenization audit).")
+    audit_docs: int = Field(200, ge=1, description="Held-out documents per bucket the audit encodes.")
 
 
 # --------------------------------------------------------------------------- tokenize
@@ -272,15 +279,61 @@ class TokenizeConfig(Strict):
     min_val_docs: int = Field(2, description="At least this many held-out documents per bucket.")
     shard_tokens: int = Field(50_000_000, description="Start a new shard after this many tokens.")
     batch_docs: int = Field(512, description="Documents encoded per batch.")
+    workers: int = Field(2, ge=1, description="Cores to encode with: processes over curated parts when the data is large, else threads (the output does not depend on it).")
+    encoder: Literal["auto", "hf"] = Field(
+        "auto", description="auto: tiktoken running the trained merges when verified identical to HF on the training sample, else HF; hf: always HF tokenizers.")
+    verify_chars: int = Field(4096, ge=0, description="Characters at the start of each curated part also encoded with HF and compared (a mismatch re-encodes the part with HF; 0: off).")
 
 
 # --------------------------------------------------------------------------- mixture
+class PhaseConfig(Strict):
+    """One curriculum phase: a share of the token budget with its own mixture and sequence length."""
+
+    name: str = Field(..., min_length=1, description="Phase name, shown in plans, events and checkpoints.")
+    fraction: float = Field(..., gt=0.0, le=1.0, description="Share of the token budget (= of the optimizer steps).")
+    weights: dict[str, float] | None = Field(
+        None, description="Bucket weights in this phase (None: mixture.weights).")
+    seq_len: int | None = Field(
+        None, ge=1, description="Sequence length in this phase (None: train.seq_len); rows per micro-batch "
+                                "become micro_batch·train.seq_len/seq_len so tokens per step stay constant.")
+    anneal: bool = Field(False, description="Annealing phase: the trainer decays the LR over its steps; "
+                                            "anneal phases come last.")
+
+
 class MixtureConfig(Strict):
-    """How training batches draw from buckets."""
+    """How training batches draw from buckets: weights, curriculum phases, packing, prefetch."""
 
     weights: dict[str, float] | None = Field(
         None, description="Sampling weight per bucket (None: proportional to training tokens)."
     )
+    phases: list[PhaseConfig] = Field(
+        default_factory=list, description="Curriculum phases in order, fractions summing to 1 "
+                                          "(empty: one phase 'main' with `weights` and train.seq_len).")
+    packing: Literal["packed", "padded"] = Field(
+        "packed", description="'packed': documents concatenated with EOS into full rows; 'padded': one "
+                              "document per row, truncated or padded with PAD (for comparison).")
+    doc_masking: bool = Field(
+        True, description="Block attention across documents, restart positions at each document and "
+                          "leave cross-document targets out of the loss.")
+    max_epochs_warn: float = Field(
+        4.0, gt=0.0, description="Warn when a bucket is repeated more than this many epochs (seed 004).")
+    prefetch: int = Field(8, ge=0, description="Micro-batches a background thread prepares ahead (0: off).")
+
+    @field_validator("phases")
+    @classmethod
+    def _phases_partition_the_budget(cls, v: list[PhaseConfig]) -> list[PhaseConfig]:
+        if not v:
+            return v
+        names = [p.name for p in v]
+        if len(set(names)) != len(names):
+            raise ValueError(f"phase names must be unique, got {names}")
+        total = sum(p.fraction for p in v)
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"phase fractions must sum to 1, got {total:g} ({[p.fraction for p in v]})")
+        flags = [p.anneal for p in v]
+        if True in flags and not all(flags[flags.index(True):]):
+            raise ValueError(f"anneal phases must be the last ones, got anneal flags {flags}")
+        return v
 
 
 # --------------------------------------------------------------------------- model

@@ -34,6 +34,9 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
 NOT_FINGERPRINTED: dict[str, frozenset[str]] = {
     "train": frozenset({"log_every", "ckpt_every", "keep_checkpoints", "eval_every", "eval_docs", "peak_tflops"}),
     "eval": frozenset({"batch_size"}),
+    "tokenize": frozenset({"workers"}),
+    "tokenizer": frozenset({"audit_docs", "key_terms"}),
+    "mixture": frozenset({"prefetch", "max_epochs_warn"}),
 }
 
 

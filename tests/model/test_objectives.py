@@ -77,3 +77,134 @@ def test_rejects_batches_without_a_target():
         clm_loss(Bigram(5), torch.tensor([[1]]))
     with pytest.raises(ValueError):
         token_nll(Bigram(5), torch.tensor([1, 2, 3]))
+
+
+# --------------------------------------------------------------------------- packed batches
+from dataclasses import dataclass  # noqa: E402
+
+from tokenmill.model.objectives import clm_loss_batch, token_nll_batch  # noqa: E402
+from tokenmill.model.transformer import document_positions  # noqa: E402
+
+
+@dataclass
+class Packed:
+    """Stands in for the loader's Batch: the objectives only read these attributes."""
+    tokens: torch.Tensor
+    positions: torch.Tensor | None = None
+    segments: torch.Tensor | None = None
+    loss_mask: torch.Tensor | None = None
+
+
+class PackedBigram(Bigram):
+    """A Bigram that accepts (and records) the packing arguments."""
+
+    def __init__(self, V: int, seed: int = 0):
+        super().__init__(V, seed)
+        self.kwargs: list[dict] = []
+
+    def forward(self, idx, positions=None, segments=None):
+        self.kwargs.append({"positions": positions, "segments": segments})
+        return super().forward(idx)
+
+
+class PerPositionLogits(torch.nn.Module):
+    """logits[b, t] = P[t]: target t's loss depends on row t of P and nothing else."""
+
+    def __init__(self, T: int, V: int):
+        super().__init__()
+        self.P = torch.nn.Parameter(torch.randn(T, V, generator=torch.Generator().manual_seed(0)))
+
+    def forward(self, idx, positions=None, segments=None):
+        return self.P.unsqueeze(0).expand(idx.shape[0], -1, -1)
+
+
+TOKENS = torch.tensor([[1, 4, 4, 9, 0, 3], [7, 2, 10, 5, 5, 6]])
+MASK = torch.tensor([[True, False, True, True, False], [False, True, True, True, True]])
+
+
+def test_loss_mask_counts_exactly_the_masked_in_targets():
+    model = PackedBigram(11)
+    expected = by_hand(model.W, TOKENS.tolist())
+    nll = token_nll_batch(model, Packed(TOKENS, loss_mask=MASK))
+    assert nll.shape == (2, 5) and nll.dtype == torch.float32
+    for b in range(2):
+        for t in range(5):
+            want = expected[b][t] if MASK[b, t] else 0.0
+            assert float(nll[b, t]) == pytest.approx(want, rel=1e-5, abs=0)
+    counted = [expected[b][t] for b in range(2) for t in range(5) if MASK[b, t]]
+    loss = clm_loss_batch(model, Packed(TOKENS, loss_mask=MASK))
+    assert float(loss) == pytest.approx(sum(counted) / len(counted), rel=1e-5)
+    # the all-counted mean differs, so a mask that is silently ignored would be caught
+    assert float(loss) != pytest.approx(float(clm_loss(model, TOKENS)), rel=1e-3)
+
+
+def test_masked_out_targets_can_be_anything():
+    model = PerPositionLogits(5, 11)  # inputs do not matter, so only the targets change below
+    other = TOKENS.clone()
+    other[:, 1:][~MASK] = (other[:, 1:][~MASK] + 3) % 11  # change only uncounted targets
+    a = clm_loss_batch(model, Packed(TOKENS, loss_mask=MASK))
+    assert torch.equal(a, clm_loss_batch(model, Packed(other, loss_mask=MASK)))
+    counted = TOKENS.clone()
+    counted[0, 1] = (counted[0, 1] + 3) % 11  # target 0 of row 0 counts
+    assert not torch.equal(a, clm_loss_batch(model, Packed(counted, loss_mask=MASK)))
+
+
+def test_model_reads_the_shifted_inputs_with_the_batch_positions_and_segments():
+    model = PackedBigram(11)
+    seg = torch.tensor([[0, 0, 1, 1, 1], [0, 1, 1, 1, 1]])
+    pos = document_positions(seg)
+    clm_loss_batch(model, Packed(TOKENS, pos, seg, MASK))
+    assert torch.equal(model.seen[-1], TOKENS[:, :-1])
+    assert model.kwargs[-1]["positions"] is pos and model.kwargs[-1]["segments"] is seg
+    # an unpacked batch calls model(inputs) alone and equals clm_loss
+    assert float(clm_loss_batch(Bigram(11), Packed(TOKENS))) == pytest.approx(float(clm_loss(Bigram(11), TOKENS)))
+
+
+def test_gradients_come_only_from_counted_targets():
+    model = PerPositionLogits(5, 11)
+    clm_loss_batch(model, Packed(TOKENS, loss_mask=MASK)).backward()
+    grad_rows = model.P.grad.abs().sum(-1) > 0
+    assert torch.equal(grad_rows, MASK.any(0))  # position 0..4: [T, T, T, T, T] from the union
+    model.P.grad = None
+    one_row = Packed(TOKENS[:1], loss_mask=MASK[:1])
+    clm_loss_batch(model, one_row).backward()
+    assert torch.equal(model.P.grad.abs().sum(-1) > 0, MASK[0])
+    assert torch.count_nonzero(model.P.grad[~MASK[0]]) == 0
+
+
+def test_an_all_masked_batch_gives_zero_loss_and_zero_gradients():
+    model = PerPositionLogits(5, 11)
+    loss = clm_loss_batch(model, Packed(TOKENS, loss_mask=torch.zeros(2, 5, dtype=torch.bool)))
+    loss.backward()
+    assert loss.item() == 0.0 and torch.count_nonzero(model.P.grad) == 0
+
+
+def test_packed_transformer_loss_equals_the_documents_scored_alone():
+    """A packed row, with cross-document targets masked, scores each document as if alone."""
+    m = Transformer(ModelConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16),
+                    generator=torch.Generator().manual_seed(0)).eval()
+    g = torch.Generator().manual_seed(3)
+    docs = [torch.randint(0, 50, (n,), generator=g) for n in (4, 7, 5)]
+    tokens = torch.cat(docs).unsqueeze(0)  # [1, 16] = T + 1 with T = 15
+    seg = torch.cat([torch.full((len(d),), i) for i, d in enumerate(docs)]).unsqueeze(0)[:, :-1]
+    loss_mask = torch.ones(1, 15, dtype=torch.bool)
+    for end in (4, 11):  # the last token of a document does not predict the next one's first
+        loss_mask[0, end - 1] = False
+    batch = Packed(tokens, document_positions(seg), seg, loss_mask)
+    with torch.no_grad():
+        nll = token_nll_batch(m, batch)
+        alone = torch.cat([token_nll(m, d.unsqueeze(0)).flatten() for d in docs])
+        torch.testing.assert_close(nll[loss_mask], alone, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(clm_loss_batch(m, batch), alone.mean(), rtol=1e-5, atol=1e-6)
+
+
+def test_batch_fields_are_validated():
+    model = PackedBigram(11)
+    with pytest.raises(ValueError, match="loss_mask must have shape"):
+        clm_loss_batch(model, Packed(TOKENS, loss_mask=torch.ones(2, 6, dtype=torch.bool)))
+    with pytest.raises(ValueError, match="bool"):
+        clm_loss_batch(model, Packed(TOKENS, loss_mask=MASK.long()))
+    with pytest.raises(ValueError, match="segments must have shape"):
+        clm_loss_batch(model, Packed(TOKENS, segments=torch.zeros(2, 6, dtype=torch.long)))
+    with pytest.raises(ValueError, match=r"\[B, T\+1\]"):
+        clm_loss_batch(model, Packed(torch.tensor([[1]])))

@@ -154,3 +154,201 @@ def test_bad_configs_are_rejected_with_the_field_name():
         Transformer(cfg(n_kv_heads=3))
     with pytest.raises(ValueError, match="n_heads"):
         Transformer(cfg(n_heads=5))
+
+
+# --------------------------------------------------------------------------- document masking
+import torch.nn.functional as F  # noqa: E402
+
+from tokenmill.model import transformer as tr  # noqa: E402
+from tokenmill.model.transformer import (  # noqa: E402
+    document_causal_mask,
+    document_positions,
+    flex_available,
+)
+
+DOC_LENS = [5, 9, 6]  # one packed row of T = 20
+
+
+def packed_row(lens: list[int], seed: int = 2) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """idx, positions, segments [1, sum(lens)] for documents of the given lengths."""
+    idx = torch.randint(0, 97, (1, sum(lens)), generator=torch.Generator().manual_seed(seed))
+    segments = torch.cat([torch.full((n,), i) for i, n in enumerate(lens)]).unsqueeze(0)
+    positions = torch.cat([torch.arange(n) for n in lens]).unsqueeze(0)
+    return idx, positions, segments
+
+
+def spans(lens: list[int]) -> list[slice]:
+    starts = [sum(lens[:i]) for i in range(len(lens))]
+    return [slice(s, s + n) for s, n in zip(starts, lens)]
+
+
+def backends() -> list[str]:
+    return ["sdpa"] + (["flex"] if tr.flex_attention is not None else [])
+
+
+def with_backend(m: Transformer, backend: str) -> Transformer:
+    m.doc_mask_backend = backend  # "flex" on CPU runs FlexAttention eagerly: slow, exact, test-only
+    return m
+
+
+def reference_causal_forward(m: Transformer, idx: torch.Tensor, positions: list[list[int]] | None = None):
+    """The forward as it was before document masking: is_causal SDPA, positions 0..T-1; or, given
+    per-row positions, RoPE tables rebuilt row by row from `rope_tables` for those positions."""
+    T = idx.shape[1]
+    cos, sin = m.rope_cos[:T], m.rope_sin[:T]
+    if positions is not None:
+        c, s = rope_tables(m.config.d_model // m.config.n_heads, m.config.max_seq_len, m.config.rope_theta)
+        cos = torch.stack([c[row] for row in positions]).unsqueeze(1)
+        sin = torch.stack([s[row] for row in positions]).unsqueeze(1)
+    x = m.embed_tokens(idx)
+    for blk in m.layers:
+        a = blk.self_attn
+        h = blk.input_layernorm(x)
+        B = h.shape[0]
+        q = a.q_proj(h).view(B, T, a.n_heads, a.head_dim).transpose(1, 2)
+        k = a.k_proj(h).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
+        v = a.v_proj(h).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        rep = a.n_heads // a.n_kv_heads
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, -1)
+        x = x + a.o_proj(y)
+        x = x + blk.mlp(blk.post_attention_layernorm(x))
+    return m.lm_head(m.norm(x))
+
+
+@pytest.mark.parametrize("n_kv", [None, 2])
+def test_without_segments_the_forward_is_bitwise_the_plain_causal_one(n_kv):
+    m = model(n_kv_heads=n_kv)
+    idx = torch.randint(0, 97, (3, 24), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        ref = reference_causal_forward(m, idx)
+        assert torch.equal(m(idx), ref)
+        # explicit 0..T-1 positions gather the very same table rows
+        assert torch.equal(m(idx, positions=torch.arange(24).expand(3, 24)), ref)
+
+
+def test_positions_set_the_rope_angle_of_each_token():
+    m = model(n_kv_heads=2, init_std=0.3)  # sharp attention, so position effects are large
+    idx, positions, _ = packed_row(DOC_LENS)
+    idx2 = torch.randint(0, 97, (1, 20), generator=torch.Generator().manual_seed(8))
+    idx, positions = torch.cat([idx, idx2]), torch.cat([positions, torch.arange(3, 23).unsqueeze(0)])
+    with torch.no_grad():
+        out = m(idx, positions=positions)  # restarting positions, no document mask
+        torch.testing.assert_close(out, reference_causal_forward(m, idx, positions.tolist()), rtol=0, atol=1e-5)
+        # RoPE sees only position differences: a constant shift (row 1) is invisible, a restart is not
+        torch.testing.assert_close(out[1], m(idx)[1], rtol=0, atol=1e-4)  # logits ~6 here
+        assert not torch.allclose(out[0, 5:], m(idx)[0, 5:], atol=1e-3)
+
+
+@pytest.mark.parametrize("backend", backends())
+@pytest.mark.parametrize("n_kv", [None, 2, 1])
+@pytest.mark.filterwarnings("ignore::UserWarning")  # eager FlexAttention warns it is unfused
+def test_packed_row_gives_each_document_its_standalone_logits(n_kv, backend):
+    m = with_backend(model(n_kv_heads=n_kv), backend)
+    idx, positions, segments = packed_row(DOC_LENS)
+    with torch.no_grad():
+        packed = m(idx, positions=positions, segments=segments)
+        for sl in spans(DOC_LENS):
+            alone = m(idx[:, sl])  # positions 0..n-1, nothing else in the row
+            torch.testing.assert_close(packed[:, sl], alone, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", backends())
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_rows_of_a_batch_are_masked_independently(backend):
+    """Two rows with different document layouts, run together, match each row run alone."""
+    m = with_backend(model(n_kv_heads=2), backend)
+    rows = [packed_row([3, 12, 5], seed=5), packed_row([20], seed=6)]
+    idx, pos, seg = (torch.cat([r[i] for r in rows]) for i in range(3))
+    with torch.no_grad():
+        both = m(idx, positions=pos, segments=seg)
+        for b, (i, p, s) in enumerate(rows):
+            torch.testing.assert_close(both[b:b + 1], m(i, positions=p, segments=s), rtol=0, atol=1e-5)
+
+
+def test_perturbing_one_document_changes_only_that_document():
+    m = model()
+    idx, positions, segments = packed_row(DOC_LENS)
+    doc = spans(DOC_LENS)[1]
+    changed = idx.clone()
+    changed[:, doc.start + 2:doc.stop] = (changed[:, doc.start + 2:doc.stop] + 1) % 97
+    with torch.no_grad():
+        a = m(idx, positions=positions, segments=segments)
+        b = m(changed, positions=positions, segments=segments)
+        plain_a, plain_b = m(idx), m(changed)
+    for i, sl in enumerate(spans(DOC_LENS)):
+        if i != 1:
+            torch.testing.assert_close(a[:, sl], b[:, sl], rtol=0, atol=1e-6)
+    assert not torch.allclose(a[:, doc.start + 2:doc.stop], b[:, doc.start + 2:doc.stop])
+    # ...and without segments the change does leak into the next document: the check can fail
+    later = spans(DOC_LENS)[2]
+    assert not torch.allclose(plain_a[:, later], plain_b[:, later])
+
+
+def test_no_gradient_crosses_a_document_boundary():
+    m = model()
+    idx, positions, segments = packed_row(DOC_LENS)
+    x = m.embed_tokens(idx).detach().requires_grad_(True)
+    handle = m.embed_tokens.register_forward_hook(lambda mod, inp, out: x)  # differentiate w.r.t. x
+    try:
+        logits = m(idx, positions=positions, segments=segments)
+    finally:
+        handle.remove()
+    first, second, _ = spans(DOC_LENS)
+    logits[:, second].sum().backward()
+    assert torch.count_nonzero(x.grad[:, first]) == 0  # doc 0 does not influence doc 1
+    assert torch.count_nonzero(x.grad[:, second]) > 0
+
+
+def test_document_positions_restart_at_every_boundary():
+    seg = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2, 2], [7, 3, 3, 3, 3, 3, 7, 7, 5]])
+    expected = []
+    for row in seg.tolist():
+        out, p = [], 0
+        for t, s in enumerate(row):
+            p = 0 if t == 0 or s != row[t - 1] else p + 1
+            out.append(p)
+        expected.append(out)
+    assert document_positions(seg).tolist() == expected
+
+
+def test_document_mask_is_block_diagonal_causal_and_never_joins_separate_runs():
+    seg = torch.tensor([[4, 4, 9, 9, 9, 4, 4]])  # label 4 reused for a separate, later span
+    run = [0, 0, 1, 1, 1, 2, 2]
+    mask = document_causal_mask(seg)
+    assert mask.shape == (1, 1, 7, 7) and mask.dtype == torch.bool
+    for q in range(7):
+        for k in range(7):
+            assert bool(mask[0, 0, q, k]) == (k <= q and run[k] == run[q]), (q, k)
+
+
+def test_auto_backend_is_sdpa_on_cpu_and_works_without_flex(monkeypatch):
+    m = model()
+    seg = torch.tensor([[0, 0, 1]])
+    assert not flex_available(torch.device("cpu"))
+    assert isinstance(m.attention_mask(seg), torch.Tensor)
+    monkeypatch.setattr(tr, "flex_attention", None)  # a torch without FlexAttention
+    monkeypatch.setattr(tr, "create_block_mask", None)
+    assert not flex_available(torch.device("cuda"))
+    assert not flex_available(torch.device("cuda"), head_dim=8)
+    idx, positions, segments = packed_row(DOC_LENS)
+    with torch.no_grad():
+        assert m(idx, positions=positions, segments=segments).shape == (1, 20, 97)
+    with pytest.raises(RuntimeError, match="sdpa"):
+        with_backend(m, "flex")(idx, segments=segments)
+    with pytest.raises(ValueError, match="doc_mask_backend"):
+        with_backend(m, "dense")(idx, segments=segments)
+
+
+def test_positions_and_segments_are_validated():
+    m = model()
+    idx = torch.randint(0, 97, (2, 8))
+    with pytest.raises(ValueError, match="positions must be an integer tensor of shape"):
+        m(idx, positions=torch.arange(8))
+    with pytest.raises(ValueError, match="segments"):
+        m(idx, segments=torch.zeros(2, 8))  # float
+    with pytest.raises(ValueError, match="max_seq_len"):
+        m(idx, positions=torch.full((2, 8), 24))  # table covers 0..23
+    with pytest.raises(ValueError, match="outside the RoPE table"):
+        m(idx, positions=torch.full((2, 8), -1))

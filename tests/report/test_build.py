@@ -49,3 +49,20 @@ def test_full_report_is_self_contained_and_shows_the_figures(tmp_path):
     assert "&lt;b&gt;hi" in page  # sample text is escaped
     assert page.count("<svg") >= 4
     assert not re.search(r"""(src|href)=["']https?://""", page)  # no external resources
+
+
+def test_mixture_plan_section_shows_phases_and_epochs(tmp_path):
+    run = _run(tmp_path)
+    plan = {"token_budget": 1000, "packing": "packed", "doc_masking": True, "r_pad": 0.01, "r_pad_kind": "estimate",
+            "nominal_tokens": 1000, "effective_tokens": 900, "effective_rule": "rule",
+            "phases": [{"name": "short", "start_step": 1, "end_step": 8, "seq_len": 64, "rows_per_micro_batch": 4,
+                        "anneal": False, "weights": {"web": 1.0}},
+                       {"name": "anneal", "start_step": 9, "end_step": 10, "seq_len": 128, "rows_per_micro_batch": 2,
+                        "anneal": True, "weights": {"web": 1.0}}],
+            "buckets": {"web": {"available_tokens": 200, "tokens": 1000, "epochs": 5.0, "effective_tokens": 900,
+                                "share": 1.0, "warn": True}},
+            "warnings": ["bucket web is repeated 5.0 epochs (> 4)"]}
+    run.events.write("train", "train_start", step=0, plan=plan)
+    page = render(run)
+    assert "Mixture and curriculum" in page and "9–10" in page and "5.00" in page
+    assert "repeated 5.0 epochs" in page

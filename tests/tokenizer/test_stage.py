@@ -1,18 +1,32 @@
 import json
 
-from tokenmill.tokenizer.bpe import load_tokenizer
+import pytest
+
+import tokenmill.tokenizer.stage as stage
+from tokenmill.tokenizer.bpe import load_tokenizer, tokenizer_sha256
+from tokenmill.tokenizer.sample import SampleConfigError
 from tokenmill.tokenizer.stage import run_tokenizer
+from tokenmill.tokens.curated import iter_documents
+from tokenmill.tokens.split import heldout_ids
 
 
 def test_stage_writes_tokenizer_audit_and_event(curated_run):
     summary = run_tokenizer(curated_run)
-    tok = load_tokenizer(curated_run.sub("tokenizer", "tokenizer.json"))
+    path = curated_run.sub("tokenizer", "tokenizer.json")
+    tok = load_tokenizer(path)
     assert tok.get_vocab_size() == 512 == summary["vocab_size"]
     audit = json.loads(curated_run.sub("tokenizer", "audit.json").read_text())
+    assert audit["tokenizer_sha256"] == tokenizer_sha256(path) == summary["tokenizer_sha256"]
     assert set(audit["buckets"]) == {"code", "prose"}
-    assert all(a["roundtrip_exact"] == 1.0 and a["docs"] >= 1 for a in audit["buckets"].values())
-    kinds = [e["kind"] for e in curated_run.events.read()]
-    assert "audit" in kinds
+    for a in audit["buckets"].values():
+        assert a["roundtrip_exact"] == 1.0 and a["docs"] >= 1
+        assert {"bytes_per_token", "chars_per_token", "tokens_per_word", "byte_fallback_rate"} <= set(a)
+    assert audit["special_ids"]["mask"] == 3 and audit["special_ids"]["sentinels"] == list(range(4, 36))
+    assert set(audit["key_terms"]) == set(curated_run.config.tokenizer.key_terms)
+    fast = json.loads(curated_run.sub("tokenizer", "fast_encode.json").read_text())
+    assert fast["identical"] and fast["tokenizer_sha256"] == audit["tokenizer_sha256"]
+    assert fast["docs"] == sum(s["docs"] for s in audit["sample"].values()) and fast == audit["fast_encoder"]
+    assert "audit" in [e["kind"] for e in curated_run.events.read()]
 
 
 def test_stage_is_deterministic(curated_run):
@@ -20,3 +34,34 @@ def test_stage_is_deterministic(curated_run):
     first = curated_run.sub("tokenizer", "tokenizer.json").read_text()
     run_tokenizer(curated_run)
     assert curated_run.sub("tokenizer", "tokenizer.json").read_text() == first
+
+
+def test_sample_is_stratified_and_excludes_heldout(curated_run, monkeypatch):
+    seen: list[str] = []
+    real_train = stage.train_bpe
+
+    def spy(texts, cfg):
+        seen.extend(texts)
+        return real_train(iter(seen), cfg)
+
+    monkeypatch.setattr(stage, "train_bpe", spy)
+    curated_run.config.tokenizer.bucket_bytes = {"prose": 20_000, "code": 60_000}
+    run_tokenizer(curated_run)
+    audit = json.loads(curated_run.sub("tokenizer", "audit.json").read_text())
+    curated = curated_run.sub("curated")
+    for bucket, budget in {"prose": 20_000, "code": 60_000}.items():
+        docs = dict(iter_documents(curated, bucket))
+        held = heldout_ids(list(docs), 0.1, 1, curated_run.config.seed)
+        train_texts = {t for i, t in docs.items() if i not in held}
+        mine = [t for t in seen if t in set(docs.values())]
+        assert mine and all(t in train_texts for t in mine)  # held-out text never in the sample
+        got = sum(len(t.encode()) for t in mine)
+        assert got == audit["sample"][bucket]["bytes"] <= budget
+        assert audit["sample"][bucket]["train_docs"] == len(train_texts)
+    assert audit["sample_bytes"] == sum(len(t.encode()) for t in seen)
+
+
+def test_unknown_bucket_in_budget_is_refused(curated_run):
+    curated_run.config.tokenizer.bucket_bytes = {"prsoe": 1000}
+    with pytest.raises(SampleConfigError, match="prsoe"):
+        run_tokenizer(curated_run)

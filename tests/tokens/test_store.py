@@ -1,9 +1,12 @@
+import hashlib
 import json
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from tokenmill.tokens.store import ShardWriter, TokenStore, token_dtype
+from tokenmill.tokens.store import ShardWriter, TokenStore, TokenStoreError, token_dtype
 
 
 def _store(tmp_path, docs, vocab=1000):
@@ -46,10 +49,76 @@ def test_truncated_bin_is_detected(tmp_path):
     _store(tmp_path, [[5, 6, 0]])
     binf = tmp_path / "b" / "train-00000.bin"
     binf.write_bytes(binf.read_bytes()[:-2])
-    with pytest.raises(ValueError, match="index"):
+    with pytest.raises(TokenStoreError, match=r"train-00000\.bin: 4 bytes, index .*train-00000\.idx says 6"):
         TokenStore(tmp_path)
 
 
 def test_missing_store_message(tmp_path):
     with pytest.raises(FileNotFoundError, match="tokenmill tokenize"):
         TokenStore(tmp_path)
+
+
+def _corrupt(tmp_path, fn):
+    _store(tmp_path, [[5, 6, 0], [7, 0], [8, 8, 0]])
+    fn(tmp_path / "b" / "train-00000")
+
+
+def test_non_monotonic_index_is_named(tmp_path):
+    def swap(prefix):
+        np.array([0, 3, 1, 7], dtype=np.int64).tofile(prefix.with_suffix(".idx"))
+    _corrupt(tmp_path, swap)
+    with pytest.raises(TokenStoreError, match=r"train-00000\.idx: offsets decrease at document 1"):
+        TokenStore(tmp_path)
+
+
+def test_truncated_index_is_named(tmp_path):
+    def cut(prefix):
+        idx = prefix.with_suffix(".idx")
+        idx.write_bytes(idx.read_bytes()[:-3])
+    _corrupt(tmp_path, cut)
+    with pytest.raises(TokenStoreError, match=r"train-00000\.idx: 29 bytes"):
+        TokenStore(tmp_path)
+
+
+def test_missing_or_short_doc_map_is_named(tmp_path):
+    _corrupt(tmp_path, lambda prefix: prefix.with_name("train-00000.docs.parquet").unlink())
+    with pytest.raises(TokenStoreError, match=r"train-00000\.docs\.parquet: missing"):
+        TokenStore(tmp_path)
+    def short(prefix):
+        pq.write_table(pa.table({"id": ["x"]}), prefix.with_name("train-00000.docs.parquet"))
+    _corrupt(tmp_path, short)
+    with pytest.raises(TokenStoreError, match=r"docs\.parquet: 1 document rows, index .* has 3"):
+        TokenStore(tmp_path)
+
+
+def test_missing_bin_is_named(tmp_path):
+    _corrupt(tmp_path, lambda prefix: prefix.with_suffix(".bin").unlink())
+    with pytest.raises(TokenStoreError, match=r"train-00000\.bin: missing"):
+        TokenStore(tmp_path)
+
+
+def _with_hash(root, sha):
+    meta = json.loads((root / "_meta.json").read_text())
+    (root / "_meta.json").write_text(json.dumps({**meta, "tokenizer_sha256": sha}))
+
+
+def test_store_of_another_tokenizer_is_refused(tmp_path):
+    _store(tmp_path, [[5, 0]])
+    _with_hash(tmp_path, "a" * 64)
+    assert TokenStore(tmp_path, expected_tokenizer_hash="a" * 64).tokenizer_sha256 == "a" * 64
+    with pytest.raises(TokenStoreError, match=f"{'a' * 64}.*{'b' * 64}.*tokenmill tokenize"):
+        TokenStore(tmp_path, expected_tokenizer_hash="b" * 64)
+
+
+def test_run_tokenizer_beside_the_store_is_checked(tmp_path):
+    root = tmp_path / "tokens"
+    _store(root, [[5, 0]])
+    tok = tmp_path / "tokenizer" / "tokenizer.json"
+    tok.parent.mkdir()
+    tok.write_text("{}")
+    TokenStore(root)  # no hash recorded: nothing to compare
+    _with_hash(root, hashlib.sha256(b"{}").hexdigest())
+    TokenStore(root)
+    tok.write_text("{ }")
+    with pytest.raises(TokenStoreError, match=r"tokenizer\.json has sha256 " + hashlib.sha256(b"{ }").hexdigest()):
+        TokenStore(root)

@@ -101,8 +101,8 @@ def test_resume_of_a_finished_run_is_a_no_op(tiny_run):
 
 
 def test_nan_loss_stops_with_the_step(tiny_run, monkeypatch):
-    real = trainer.clm_loss
-    monkeypatch.setattr(trainer, "clm_loss", lambda m, t: real(m, t) * float("nan"))
+    real = trainer.token_nll_batch
+    monkeypatch.setattr(trainer, "token_nll_batch", lambda m, b: real(m, b) * float("nan"))
     with pytest.raises(TrainingDiverged, match="step 1"):
         run_train(tiny_run, progress=False)
     assert steps(tiny_run.path, "diverged")[0]["step"] == 1

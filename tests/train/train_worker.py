@@ -27,13 +27,13 @@ def main() -> int:
     args = ap.parse_args()
     run = RunDir(config=load_config(args.run_dir / "config.yaml"), path=args.run_dir)
     if args.sleep:
-        real = trainer.clm_loss
+        real = trainer.token_nll_batch
 
-        def slow(model, tokens):
+        def slow(model, batch):
             time.sleep(args.sleep)
-            return real(model, tokens)
+            return real(model, batch)
 
-        trainer.clm_loss = slow
+        trainer.token_nll_batch = slow
     try:
         summary = run_train(run, resume=args.resume, progress=False)
     except TrainingInterrupted as exc:

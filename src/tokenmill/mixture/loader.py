@@ -1,152 +1,335 @@
-"""The resumable training loader: stateless random windows, nanoGPT style.
+"""The training loader: mixture, curriculum, packing, an exact stateless cursor, batch lineage.
 
-Every micro-batch is a pure function of (seed, step, micro): its generator is
-`np.random.default_rng([seed, step, micro])`. For each row it picks a bucket by the mixture
-weights, then a window of seq_len+1 tokens uniformly among all windows that fit inside one of
-that bucket's train shards (documents follow each other in a shard, EOS closing each one).
-So the data cursor of the training state is just the next (step, micro) — resuming at a step
-reproduces the uninterrupted run's batches exactly, whatever happened before.
+Data order is a pure function of (seed, phase, epoch, sample index), so `batch(step, micro)`
+has no hidden state and the data cursor of a checkpoint is just the next step (+ `fingerprint`):
 
-Every row maps back to its source: `batch_provenance(step, micro)` gives (bucket, shard,
-start) for each row, and `window_source(step, micro, row, t)` resolves a single position to
-(bucket, shard, document index, offset in document, curated document id) through `Shard.locate`.
+  1. the step's phase (curriculum.py) fixes the sequence length T, the rows per micro-batch and
+     the bucket interleave; the step's global batch is samples
+     [(step - start_step) · R, (step - start_step + 1) · R) of that phase, R = world_size ·
+     grad_accum · rows, laid out rank-major then micro then row: rank r takes the contiguous
+     slice [r · grad_accum · rows, (r+1) · grad_accum · rows) and micro m the m-th `rows` of it.
+     World size only changes who computes which slice, never the set of sequences of a step.
+  2. sample i of a phase comes from the bucket the interleave (schedule.py) gives it, as that
+     bucket's j-th sample in the phase; j plus the bucket's samples in earlier phases (closed-form
+     counts) locate it in the bucket's stream (stream.py: documents shuffled per epoch by a
+     generator seeded from (seed, bucket, epoch), concatenated with their EOS).
+  3. packed: sample j is stream tokens [o + j·T, o + j·T + T + 1) — consecutive samples share one
+     token, so each stream token is a target exactly once (Megatron's GPT dataset does the
+     same); padded: sample j is stream document o + j, cut to T+1 tokens and padded.
+  4. packing.py turns the row's document runs into positions, segments and loss_mask.
+
+Every row keeps its document runs, so `global_provenance(step)` lists each sequence of the
+global batch with the exact (bucket, shard, doc, curated id, token span) of each of its parts.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import weakref
+from itertools import count
+from typing import Iterator
 
 import numpy as np
 import torch
+import xxhash
 
-from tokenmill.tokens.store import Shard, TokenStore
+from tokenmill.config import MixtureConfig
+from tokenmill.mixture.curriculum import Phase, build_phases, phase_index
+from tokenmill.mixture.errors import MixtureError
+from tokenmill.mixture.packing import Batch, RowMasks, packed_masks, padded_row
+from tokenmill.mixture.plan import build_plan
+from tokenmill.mixture.prefetch import Prefetcher
+from tokenmill.mixture.provenance import DocIds, DocSpan, SampleSource
+from tokenmill.mixture.stream import BucketStream, Piece
+from tokenmill.mixture.window_sampler import BatchSampler, WindowSource  # noqa: F401  (old callers)
+from tokenmill.tokens.store import TokenStore
+
+LOADER_VERSION = "tokenmill-loader-v1"
+# Config fields that change which tokens or masks a step receives (prefetch and the warning
+# threshold do not, so changing them never blocks a resume).
+_ORDER_FIELDS = ("weights", "phases", "packing", "doc_masking")
+
+__all__ = ["Batch", "BatchSampler", "DocSpan", "Loader", "MixtureError", "Phase", "SampleSource", "WindowSource",
+           "store_fingerprint"]
 
 
-class MixtureError(ValueError):
-    """Mixture weights or a token store that cannot feed training; the message says why."""
+def store_fingerprint(store: TokenStore) -> str:
+    """Hash of the token store: its meta file, every shard's file sizes and document offsets."""
+    h = xxhash.xxh64()
+    h.update(json.dumps(store.meta, sort_keys=True).encode())
+    for rel in sorted(store.meta["shards"]):
+        prefix = store.root / rel
+        idx = prefix.with_suffix(".idx")
+        h.update(f"{rel}:{prefix.with_suffix('.bin').stat().st_size}:{idx.stat().st_size}:".encode())
+        h.update(idx.read_bytes())
+    return h.hexdigest()
 
 
-@dataclass(frozen=True)
-class WindowSource:
-    bucket: str
-    shard: str  # shard prefix relative to tokens/, e.g. "web/train-00000"
-    doc: int  # document index inside the shard
-    offset: int  # token offset inside the document
-    doc_id: str  # the curated row id of the document (from the shard's .docs.parquet)
+def _keys(step: int, micro: int, max_steps: int, grad_accum: int) -> Iterator[tuple[int, int]]:
+    """(step, micro) in training order from (step, micro) to the run's last micro-batch."""
+    for s in count(step):
+        if s > max_steps:
+            return
+        for m in range(micro if s == step else 0, grad_accum):
+            yield s, m
 
 
-class BatchSampler:
-    """`batch(step, micro) -> LongTensor[micro_batch, seq_len + 1]`, stateless and exact on resume."""
+class Loader:
+    """`batch(step, micro) -> Batch` for one data-parallel rank; stateless, exact on resume."""
 
-    def __init__(
-        self,
-        store: TokenStore,
-        weights: dict[str, float] | None,
-        seq_len: int,
-        micro_batch: int,
-        seed: int,
-        split: str = "train",
-    ):
-        if seq_len < 1 or micro_batch < 1:
-            raise MixtureError(f"seq_len ({seq_len}) and micro_batch ({micro_batch}) must be >= 1")
-        self.store = store
-        self.seq_len = seq_len
-        self.micro_batch = micro_batch
-        self.seed = int(seed) & 0xFFFF_FFFF_FFFF_FFFF  # default_rng wants non-negative entropy
-        self.split = split
-        window = seq_len + 1
+    def __init__(self, store: TokenStore, mixture: MixtureConfig, seq_len: int, micro_batch: int,
+                 grad_accum: int, max_steps: int, seed: int, world_size: int = 1, rank: int = 0,
+                 split: str = "train", pin_memory: bool = False):
+        for name, v in (("seq_len", seq_len), ("micro_batch", micro_batch), ("grad_accum", grad_accum),
+                        ("max_steps", max_steps), ("world_size", world_size)):
+            if v < 1:
+                raise MixtureError(f"{name} must be >= 1, got {v}")
+        if not 0 <= rank < world_size:
+            raise MixtureError(f"rank {rank} outside 0..{world_size - 1}")
+        self.store, self.mixture, self.split = store, mixture, split
+        self.seq_len, self.micro_batch, self.grad_accum = seq_len, micro_batch, grad_accum
+        self.max_steps, self.seed, self.world_size, self.rank = max_steps, int(seed), world_size, rank
+        self.pin_memory = pin_memory and torch.cuda.is_available()  # page-locked host memory for async H2D
+        available = {b: store.n_tokens(b, split) for b in store.buckets}
+        self.phases, self._interleaves = build_phases(mixture, available, seq_len, micro_batch,
+                                                      world_size * grad_accum, max_steps)
+        used = sorted({b for il in self._interleaves for b in il.buckets})
+        self._streams = {b: BucketStream(b, store.shards(b, split), self.seed) for b in used}
+        self._counts, self._offsets = self._phase_accounting()
+        self._doc_ids = DocIds()
+        self._fingerprint_parts = self._compute_fingerprint_parts()
+        self._prefetcher: Prefetcher | None = None
+        self._plan = build_plan(
+            phases=self.phases, counts=self._counts, offsets=self._offsets, streams=self._streams,
+            packing=mixture.packing, doc_masking=mixture.doc_masking, max_epochs_warn=mixture.max_epochs_warn,
+            layout={"version": LOADER_VERSION, "seed": self.seed, "split": split, "seq_len": seq_len,
+                    "micro_batch": micro_batch, "grad_accum": grad_accum, "world_size": world_size,
+                    "max_steps": max_steps, "tokens_per_step": self.tokens_per_step,
+                    "fingerprint": self.fingerprint()})
 
-        # Windows per shard: a shard of n tokens holds n - window + 1 starting positions.
-        self._shards: dict[str, list[Shard]] = {}
-        self._cum_windows: dict[str, np.ndarray] = {}
-        for b in store.buckets:
-            shards = store.shards(b, split)
-            counts = np.array([max(0, s.n_tokens - window + 1) for s in shards], dtype=np.int64)
-            self._shards[b] = shards
-            self._cum_windows[b] = np.cumsum(counts)
+    # ------------------------------------------------------------------ layout
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens of the global batch of every step (the same in every phase)."""
+        return self.world_size * self.grad_accum * self.micro_batch * self.seq_len
 
-        self.buckets, self.probs = self._resolve_weights(weights)
-        self._doc_ids: dict[str, list[str]] = {}  # shard name -> document ids, read on first use
+    @property
+    def token_budget(self) -> int:
+        return self.max_steps * self.tokens_per_step
 
-    def _n_windows(self, bucket: str) -> int:
-        cum = self._cum_windows.get(bucket)
-        return int(cum[-1]) if cum is not None and cum.size else 0
+    @property
+    def max_seq_len(self) -> int:
+        """Longest sequence of any phase: the model's RoPE tables must cover it."""
+        return max(p.seq_len for p in self.phases)
 
-    def _resolve_weights(self, weights: dict[str, float] | None) -> tuple[list[str], np.ndarray]:
-        known = self.store.buckets
-        window = self.seq_len + 1
-        if weights is None:
-            raw = {b: float(self.store.n_tokens(b, self.split)) for b in known if self._n_windows(b) > 0}
-            if not raw:
-                raise MixtureError(
-                    f"{self.store.root}: no {self.split} shard of any bucket ({', '.join(known) or 'none'}) "
-                    f"holds a window of seq_len+1={window} tokens; use a shorter train.seq_len or more data")
-        else:
-            unknown = sorted(set(weights) - set(known))
-            if unknown:
-                raise MixtureError(
-                    f"mixture.weights names bucket(s) {unknown} that are not in the token store "
-                    f"{self.store.root} (buckets: {known})")
-            bad = {b: w for b, w in weights.items() if not (np.isfinite(w) and w >= 0)}
-            if bad:
-                raise MixtureError(f"mixture.weights must be finite and >= 0, got {bad}")
-            raw = {b: float(w) for b, w in weights.items() if w > 0}
-            if not raw:
-                raise MixtureError("mixture.weights: every weight is 0; give at least one bucket a positive weight")
-            empty = sorted(b for b in raw if self._n_windows(b) == 0)
-            if empty:
-                raise MixtureError(
-                    f"mixture.weights gives weight to bucket(s) {empty} whose {self.split} shards hold no "
-                    f"window of seq_len+1={window} tokens")
-        buckets = sorted(raw)
-        p = np.array([raw[b] for b in buckets], dtype=np.float64)
-        return buckets, p / p.sum()
+    def _global_rows(self, phase: Phase) -> int:
+        return self.world_size * self.grad_accum * phase.rows
+
+    def _phase_accounting(self) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
+        """Per phase: samples of each bucket, and where each bucket's stream starts (tokens or docs)."""
+        counts, offsets, pos = [], [], dict.fromkeys(self._streams, 0)
+        for ph, il in zip(self.phases, self._interleaves):
+            n = ph.steps * self._global_rows(ph)
+            c = {b: il.count_before(k, n) for k, b in enumerate(il.buckets)}
+            offsets.append(dict(pos))
+            unit = ph.seq_len if self.mixture.packing == "packed" else 1
+            for b, nb in c.items():
+                pos[b] += nb * unit
+            counts.append(c)
+        return counts, offsets
+
+    def phase_at(self, step: int) -> Phase:
+        """The curriculum phase of optimizer step `step` (1-based)."""
+        return self.phases[phase_index(self.phases, step)]
+
+    def _check(self, step: int, micro: int) -> int:
+        if not 0 <= micro < self.grad_accum:
+            raise MixtureError(f"micro {micro} outside 0..{self.grad_accum - 1}")
+        return phase_index(self.phases, step)
+
+    # ------------------------------------------------------------------ samples
+    def _samples(self, k: int, step: int, lo: int, hi: int) -> list[tuple[str, int]]:
+        """(bucket, j) of global rows lo .. hi-1 of `step` in phase k."""
+        base = (step - self.phases[k].start_step) * self._global_rows(self.phases[k])
+        il = self._interleaves[k]
+        return [(il.buckets[b], j) for b, j in il.samples(base + lo, base + hi)]
+
+    def _pieces(self, k: int, bucket: str, j: int) -> list[Piece]:
+        """The document runs of bucket's j-th sample in phase k."""
+        stream, T = self._streams[bucket], self.phases[k].seq_len
+        if self.mixture.packing == "packed":
+            return stream.pieces(self._offsets[k][bucket] + j * T, T + 1)
+        epoch, doc = stream.doc_at(self._offsets[k][bucket] + j)
+        return [Piece(doc, 0, min(int(stream.doc_len[doc]), T + 1), 0, epoch)]
+
+    def _local_rows(self, phase: Phase, micro: int) -> tuple[int, int]:
+        lo = (self.rank * self.grad_accum + micro) * phase.rows
+        return lo, lo + phase.rows
+
+    # ------------------------------------------------------------------ batches
+    def _build(self, step: int, micro: int) -> Batch:
+        k = self._check(step, micro)
+        phase = self.phases[k]
+        T, doc_masking = phase.seq_len, self.mixture.doc_masking
+        out = RowMasks.empty(phase.rows, T)
+        for r, (bucket, j) in enumerate(self._samples(k, step, *self._local_rows(phase, micro))):
+            stream, pieces = self._streams[bucket], self._pieces(k, bucket, j)
+            if self.mixture.packing == "packed":
+                stream.read(pieces, out.tokens[r])
+                packed_masks([p.end - p.start for p in pieces], T, doc_masking,
+                             out.positions[r], out.segments[r], out.loss_mask[r])
+            else:
+                p = pieces[0]
+                doc = np.empty(p.end, np.int64)
+                stream.read(pieces, doc)
+                padded_row(doc, T, self.store.pad_id, out.tokens[r], out.positions[r], out.segments[r],
+                           out.loss_mask[r])
+        batch = out.to_batch(doc_masking, step, micro, phase.name)
+        return batch.pin_memory() if self.pin_memory else batch
+
+    def batch(self, step: int, micro: int) -> Batch:
+        """Micro-batch `micro` of optimizer step `step` (1-based) for this rank."""
+        if self._prefetcher is not None:
+            got = self._prefetcher.take((step, micro))
+            if got is not None:
+                return got
+            self._prefetcher.close()
+            self._prefetcher = None
+            b = self._build(step, micro)
+            self._start(step, micro + 1)
+            return b
+        return self._build(step, micro)
+
+    def n_targets(self, step: int) -> int:
+        """Targets that count in the loss over the whole global batch of `step` (all ranks and
+        micro-batches): the denominator of an exactly token-weighted loss under DDP."""
+        k = phase_index(self.phases, step)
+        phase = self.phases[k]
+        T, total = phase.seq_len, 0
+        for bucket, j in self._samples(k, step, 0, self._global_rows(phase)):
+            pieces = self._pieces(k, bucket, j)
+            if self.mixture.packing == "padded":
+                total += pieces[0].end - 1
+            else:
+                total += T - ((len(pieces) - 1) if self.mixture.doc_masking else 0)
+        return total
+
+    # ------------------------------------------------------------------ prefetch
+    def _start(self, step: int, micro: int) -> None:
+        if self.mixture.prefetch <= 0:
+            return
+        if micro >= self.grad_accum:
+            step, micro = step + 1, 0
+        if step > self.max_steps:
+            return
+        ref = weakref.ref(self)  # the thread must not keep a forgotten loader alive
+
+        def produce(key: tuple[int, int]) -> Batch:
+            loader = ref()
+            if loader is None:
+                raise RuntimeError("loader was garbage-collected")
+            return loader._build(*key)
+
+        self._prefetcher = Prefetcher(produce, _keys(step, micro, self.max_steps, self.grad_accum), depth=self.mixture.prefetch,
+                                      order=lambda key: key)
+
+    def start_prefetch(self, first_step: int) -> None:
+        """Prepare batches from (first_step, micro 0) on in a background thread (mixture.prefetch deep)."""
+        self.close()
+        self._start(first_step, 0)
+
+    def close(self) -> None:
+        """Stop the prefetch thread (batch() keeps working, computing on demand)."""
+        if self._prefetcher is not None:
+            self._prefetcher.close()
+            self._prefetcher = None
+
+    def __del__(self) -> None:
+        if getattr(self, "_prefetcher", None) is not None:
+            self.close()
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ lineage
+    def _sources(self, step: int, lo: int, hi: int) -> list[SampleSource]:
+        k = phase_index(self.phases, step)
+        phase = self.phases[k]
+        out = []
+        for g, (bucket, j) in enumerate(self._samples(k, step, lo, hi), start=lo):
+            rank, rest = divmod(g, self.grad_accum * phase.rows)
+            micro, row = divmod(rest, phase.rows)
+            spans = tuple(self._span(bucket, p) for p in self._pieces(k, bucket, j))
+            out.append(SampleSource(step=step, rank=rank, micro=micro, row=row, phase=phase.name,
+                                    bucket=bucket, sample=j, spans=spans))
+        return out
+
+    def _span(self, bucket: str, p: Piece) -> DocSpan:
+        stream = self._streams[bucket]
+        si, doc = stream.locate(p.doc)
+        shard = stream.shards[si]
+        name = shard.prefix.relative_to(self.store.root).as_posix()
+        return DocSpan(bucket=bucket, shard=name, doc=doc, doc_id=self._doc_ids.get(name, shard, doc),
+                       start=p.start, end=p.end, row_start=p.row_start, epoch=p.epoch)
+
+    def global_provenance(self, step: int) -> list[SampleSource]:
+        """Every sequence of the global batch of `step` (all ranks, all micro-batches) with its documents."""
+        k = phase_index(self.phases, step)
+        return self._sources(step, 0, self._global_rows(self.phases[k]))
+
+    def provenance(self, step: int, micro: int) -> list[SampleSource]:
+        """The sequences of this rank's micro-batch (step, micro), row by row."""
+        phase = self.phases[self._check(step, micro)]
+        return self._sources(step, *self._local_rows(phase, micro))
+
+    # ------------------------------------------------------------------ identity
+    def fingerprint_parts(self) -> dict[str, str]:
+        """{"store": hash of the token store, "order": hash of everything that fixes the data order}."""
+        return dict(self._fingerprint_parts)
+
+    def _compute_fingerprint_parts(self) -> dict[str, str]:
+        order = {"version": LOADER_VERSION, "seed": self.seed, "split": self.split, "seq_len": self.seq_len,
+                 "global_rows": self.world_size * self.grad_accum * self.micro_batch,
+                 "max_steps": self.max_steps,
+                 "mixture": self.mixture.model_dump(mode="json", include=set(_ORDER_FIELDS))}
+        return {"store": store_fingerprint(self.store),
+                "order": xxhash.xxh64_hexdigest(json.dumps(order, sort_keys=True).encode())}
+
+    def fingerprint(self) -> str:
+        """"<store hash>-<order hash>": equal iff a resumed run receives exactly the same data."""
+        parts = self.fingerprint_parts()
+        return f"{parts['store']}-{parts['order']}"
+
+    def check_fingerprint(self, saved: str, where: str = "the checkpoint") -> None:
+        """Raise a MixtureError naming what changed when `saved` differs from this loader's fingerprint."""
+        mine = self.fingerprint()
+        if saved == mine:
+            return
+        s_store, _, s_order = saved.partition("-")
+        parts = self.fingerprint_parts()
+        what = []
+        if s_store != parts["store"]:
+            what.append(f"the token store {self.store.root} changed (re-tokenized or edited)")
+        if s_order != parts["order"]:
+            what.append("the data order changed (mixture weights/phases/packing/doc_masking, seed, seq_len, "
+                        "global batch size or max_steps)")
+        raise MixtureError(f"{where} was written with loader fingerprint {saved}, this run's is {mine}: "
+                           f"{'; '.join(what)}. Resuming would feed different data than the interrupted run; "
+                           f"restore the original data and config, or start a new run")
+
+    def cursor(self, step: int) -> dict:
+        """The data cursor after optimizer step `step`, for a checkpoint's state."""
+        return {"loader": LOADER_VERSION, "next_step": step + 1, "next_micro": 0, "seed": self.seed,
+                "fingerprint": self.fingerprint()}
+
+    def plan(self) -> dict:
+        """The mixture plan: budget, phases, per-bucket samples/tokens/epochs/effective tokens, warnings."""
+        return self._plan
 
     @property
     def weights(self) -> dict[str, float]:
-        """The normalised sampling probability of each bucket actually drawn from."""
-        return {b: float(p) for b, p in zip(self.buckets, self.probs)}
-
-    # ----------------------------------------------------------------- drawing
-    def _draw(self, step: int, micro: int) -> list[tuple[str, int, int]]:
-        """(bucket, shard index, start) for every row of micro-batch (step, micro)."""
-        if step < 0 or micro < 0:
-            raise ValueError(f"step ({step}) and micro ({micro}) must be >= 0")
-        rng = np.random.default_rng([self.seed, int(step), int(micro)])
-        which = rng.choice(len(self.buckets), size=self.micro_batch, p=self.probs)
-        rows = []
-        for k in which:
-            b = self.buckets[int(k)]
-            cum = self._cum_windows[b]
-            w = int(rng.integers(0, int(cum[-1])))
-            si = int(np.searchsorted(cum, w, side="right"))
-            start = w - (int(cum[si - 1]) if si else 0)
-            rows.append((b, si, start))
-        return rows
-
-    def batch(self, step: int, micro: int) -> torch.Tensor:
-        """LongTensor[micro_batch, seq_len + 1] of token ids for micro-batch `micro` of step `step`."""
-        n = self.seq_len + 1
-        out = np.empty((self.micro_batch, n), dtype=np.int64)
-        for r, (b, si, start) in enumerate(self._draw(step, micro)):
-            out[r] = self._shards[b][si].tokens[start:start + n]
-        return torch.from_numpy(out)
-
-    def _shard_name(self, shard: Shard) -> str:
-        return shard.prefix.relative_to(self.store.root).as_posix()
-
-    def batch_provenance(self, step: int, micro: int) -> list[tuple[str, str, int]]:
-        """[(bucket, shard prefix relative to tokens/, start position in the shard)] per row."""
-        return [(b, self._shard_name(self._shards[b][si]), start) for b, si, start in self._draw(step, micro)]
-
-    def window_source(self, step: int, micro: int, row: int, position: int) -> WindowSource:
-        """Where token `position` (0..seq_len) of row `row` of batch (step, micro) came from."""
-        if not 0 <= position <= self.seq_len:
-            raise IndexError(f"position {position} outside a window of {self.seq_len + 1} tokens")
-        b, si, start = self._draw(step, micro)[row]
-        shard = self._shards[b][si]
-        doc, offset = shard.locate(start + position)
-        name = self._shard_name(shard)
-        if name not in self._doc_ids:
-            self._doc_ids[name] = shard.doc_table().column("id").to_pylist()
-        return WindowSource(bucket=b, shard=name, doc=doc, offset=offset, doc_id=self._doc_ids[name][doc])
+        """Realised bucket shares of the first phase (what `BatchSampler.weights` used to give)."""
+        return dict(self.phases[0].weights)

@@ -3,13 +3,36 @@
 A batch is `tokens[B, T+1]`: the model reads `tokens[:, :-1]` and its output at position t is
 scored against `tokens[:, t+1]` (seed 000, "the shift trick"). Cross-entropy is computed in
 fp32 even when the logits come out of a bf16 autocast region.
+
+Packed batches from the loader carry more than tokens. `clm_loss_batch` / `token_nll_batch` take
+any object with these attributes (duck-typed; the loader's `Batch` is one):
+
+    tokens     int  [B, T+1]
+    positions  int  [B, T] | None   RoPE position of input token t (None: 0..T-1)
+    segments   int  [B, T] | None   document index of input token t (None: no document mask)
+    loss_mask  bool [B, T] | None   whether target t, i.e. tokens[:, t+1], counts (None: all)
+
+positions and segments describe the model's inputs; loss_mask describes the targets. Deciding
+which targets count (padding, the first token of a document predicted from the previous one's
+EOS) is the loader's job; here the mask is applied exactly.
 """
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+IGNORE = -100  # F.cross_entropy's ignore_index: ignored targets give 0 loss and 0 gradient
+
+
+class PackedBatch(Protocol):
+    tokens: torch.Tensor
+    positions: torch.Tensor | None
+    segments: torch.Tensor | None
+    loss_mask: torch.Tensor | None
 
 
 def _shift(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -35,3 +58,42 @@ def token_nll(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
     """Per-target NLL in nats, shape [B, T]: entry [b, t] is -log p(tokens[b, t+1] | tokens[b, :t+1])."""
     logits, targets = _logits_and_targets(model, tokens)
     return F.cross_entropy(logits, targets, reduction="none").view(tokens.shape[0], -1)
+
+
+def _batch_field(batch: Any, name: str, shape: torch.Size) -> torch.Tensor | None:
+    value = getattr(batch, name, None)
+    if value is not None and value.shape != shape:
+        raise ValueError(f"batch.{name} must have shape {tuple(shape)} (one entry per input token), "
+                         f"got {tuple(value.shape)}")
+    return value
+
+
+def token_nll_batch(model: nn.Module, batch: PackedBatch) -> torch.Tensor:
+    """Per-target NLL [B, T] (fp32) of a packed batch; exactly 0, with no gradient, where loss_mask is False.
+
+    So `token_nll_batch(m, b).sum() / b.loss_mask.sum()` is `clm_loss_batch(m, b)`, and summing
+    over micro-batches before dividing gives a token-weighted mean across gradient accumulation.
+    """
+    inputs, targets = _shift(batch.tokens)
+    kwargs = {name: value for name in ("positions", "segments")
+              if (value := _batch_field(batch, name, inputs.shape)) is not None}
+    loss_mask = _batch_field(batch, "loss_mask", targets.shape)
+    if loss_mask is not None:
+        if loss_mask.dtype != torch.bool:
+            raise ValueError(f"batch.loss_mask must be bool, got {loss_mask.dtype}")
+        targets = targets.masked_fill(~loss_mask, IGNORE)
+    logits = model(inputs, **kwargs)  # no kwargs for an unpacked batch: any LM callable works
+    nll = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                          ignore_index=IGNORE, reduction="none")
+    return nll.view(targets.shape)
+
+
+def clm_loss_batch(model: nn.Module, batch: PackedBatch) -> torch.Tensor:
+    """Mean next-token cross-entropy (nats) over the counted targets (loss_mask True) only.
+
+    A batch with no counted target gives 0 (and zero gradients) rather than NaN.
+    """
+    nll = token_nll_batch(model, batch)
+    mask = getattr(batch, "loss_mask", None)
+    counted = nll.new_tensor(nll.numel()) if mask is None else mask.sum()
+    return nll.sum() / counted.clamp(min=1)  # a tensor clamp: no host sync on CUDA

@@ -9,6 +9,10 @@
   query heads each (head i uses kv head i // n_rep, as HF `repeat_kv`);
 - attention through `F.scaled_dot_product_attention(is_causal=True)`, so CUDA picks the
   flash / memory-efficient kernels;
+- document masking for packed rows (seed 004 pitfall 3): `forward(idx, positions, segments)`
+  takes per-token RoPE positions and a per-token document index; a query then sees only keys
+  at or before it in the same document (block-diagonal causal). See "Document masking" below
+  for the two kernels and their trade-off;
 - SwiGLU MLP: down(silu(gate(x)) * up(x)), no biases anywhere;
 - init: normal(0, init_std) for every matrix, residual output projections (o_proj, down_proj)
   scaled by 1/sqrt(2·n_layers) (GPT-2 / nanoGPT), norm gains 1.
@@ -20,13 +24,25 @@ an export only adds the "model." prefix.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import math
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from tokenmill.config import ModelConfig
+
+try:  # FlexAttention (torch >= 2.5). Only the CUDA path needs it: CPU must import without it.
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+except ImportError:  # pragma: no cover - depends on the installed torch
+    create_block_mask = flex_attention = None  # type: ignore[assignment]
+
+DocMaskBackend = Literal["auto", "sdpa", "flex"]
+# What the attention layers receive: None (plain causal), a boolean SDPA mask, or a BlockMask.
+AttnMask = Any
 
 
 def resolve_ffn_hidden(cfg: ModelConfig) -> int:
@@ -80,10 +96,96 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [B, H, T, hd]; cos/sin: [T, hd]. Rotates channel pairs (i, i + hd/2) by angle t·f_i."""
+    """x: [B, H, T, hd]; cos/sin: [T, hd] (shared positions) or [B, 1, T, hd] (per-row positions).
+
+    Rotates channel pairs (i, i + hd/2) by angle t·f_i.
+    """
     cos = cos.to(x.dtype)
     sin = sin.to(x.dtype)
     return x * cos + rotate_half(x) * sin
+
+
+# --------------------------------------------------------------------------- document masking
+# A packed row holds several documents. With `segments` (a document index per token) attention
+# is block-diagonal causal: query t sees key s iff s <= t and both lie in the same document.
+# Two kernels build it:
+# - SDPA with a boolean mask [B, 1, T, T]: works everywhere (the CPU path). It costs B·T² bytes
+#   for the mask (64 MiB at B=16, T=2048) and, on CUDA, loses the flash kernel (a mask sends
+#   SDPA to the memory-efficient or math kernel), and every masked-out tile is still computed.
+# - FlexAttention with a BlockMask (CUDA, torch >= 2.5 with Triton): the mask is a per-128×128
+#   tile index, O(B·(T/128)²), and tiles wholly outside every document are skipped, so a row of
+#   short documents costs less than plain causal attention. Costs: a torch.compile on first use
+#   (and once per new (B, T) shape), and building the BlockMask once per forward.
+# "auto" picks flex on CUDA when it is available and SDPA otherwise.
+
+
+def _document_runs(segments: torch.Tensor) -> torch.Tensor:
+    """[B, T] -> [B, T] run index: 0 for the first document of a row, +1 at every change.
+
+    Masking compares run indices rather than raw labels, so a label reused later in the same row
+    (a loader bug, or a pad label on both sides) can never join two separate spans.
+    """
+    change = (segments[:, 1:] != segments[:, :-1]).to(torch.int32)
+    return torch.cat([torch.zeros_like(change[:, :1]), change.cumsum(1, dtype=torch.int32)], dim=1)
+
+
+def document_positions(segments: torch.Tensor) -> torch.Tensor:
+    """Position ids [B, T] (int64) that restart at 0 at every document boundary of `segments`."""
+    B, T = segments.shape
+    t = torch.arange(T, device=segments.device).expand(B, T)
+    starts_here = torch.ones_like(segments, dtype=torch.bool)
+    starts_here[:, 1:] = segments[:, 1:] != segments[:, :-1]
+    start = torch.where(starts_here, t, torch.zeros_like(t)).cummax(dim=1).values
+    return t - start
+
+
+def document_causal_mask(segments: torch.Tensor) -> torch.Tensor:
+    """Boolean SDPA mask [B, 1, T, T]: True where query t may attend to key s (s <= t, same doc)."""
+    runs = _document_runs(segments)
+    T = runs.shape[1]
+    causal = torch.ones(T, T, dtype=torch.bool, device=runs.device).tril()
+    return ((runs[:, :, None] == runs[:, None, :]) & causal).unsqueeze(1)
+
+
+@functools.cache
+def _triton_present() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def flex_available(device: torch.device, head_dim: int = 64) -> bool:
+    """FlexAttention's fused kernel can run here: CUDA, torch ships it, Triton is present, and the
+    head dim is a power of two >= 16 (conservative: the shapes its Triton kernels are tuned for)."""
+    return (device.type == "cuda" and flex_attention is not None and _triton_present()
+            and head_dim >= 16 and head_dim & (head_dim - 1) == 0)
+
+
+def document_block_mask(segments: torch.Tensor) -> Any:
+    """FlexAttention BlockMask equivalent to `document_causal_mask(segments)`."""
+    if create_block_mask is None:
+        raise RuntimeError("this torch has no torch.nn.attention.flex_attention; use the 'sdpa' backend")
+    runs = _document_runs(segments)
+    B, T = runs.shape
+
+    def doc_causal(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        return (kv <= q) & (runs[b, q] == runs[b, kv])
+
+    # Compiled mask construction avoids materialising the dense [B, T, T] mask on the GPU.
+    return create_block_mask(doc_causal, B, None, T, T, device=runs.device, _compile=runs.is_cuda)
+
+
+_compiled_flex: Any = None
+
+
+def _flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask: Any) -> torch.Tensor:
+    """FlexAttention, compiled on CUDA (its only fused path); eager elsewhere (tests only: slow)."""
+    global _compiled_flex
+    fn = flex_attention
+    if q.is_cuda:
+        if _compiled_flex is None:
+            _compiled_flex = torch.compile(flex_attention, dynamic=False)
+        fn = _compiled_flex
+    # GQA natively: k/v keep n_kv_heads, no repeat_interleave copy.
+    return fn(q, k, v, block_mask=block_mask, enable_gqa=q.shape[1] != k.shape[1])
 
 
 class Attention(nn.Module):
@@ -98,18 +200,23 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(d, self.n_kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, d, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: AttnMask = None) -> torch.Tensor:
+        """mask: None (plain causal), a boolean [B, 1, T, T] SDPA mask, or a FlexAttention BlockMask."""
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
-        if self.n_kv_heads != self.n_heads:
-            rep = self.n_heads // self.n_kv_heads
-            k = k.repeat_interleave(rep, dim=1)
-            v = v.repeat_interleave(rep, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if mask is not None and not isinstance(mask, torch.Tensor):
+            y = _flex_attention(q, k, v, mask)
+        else:
+            if self.n_kv_heads != self.n_heads:
+                rep = self.n_heads // self.n_kv_heads
+                k = k.repeat_interleave(rep, dim=1)
+                v = v.repeat_interleave(rep, dim=1)
+            # mask None keeps is_causal=True, so CUDA can still pick the flash kernel
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
         y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)
         return self.o_proj(y)
 
@@ -134,13 +241,20 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: AttnMask = None) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class Transformer(nn.Module):
-    """Decoder-only LM. `forward(idx[B, T]) -> logits[B, T, vocab]`, T <= max_seq_len."""
+    """Decoder-only LM. `forward(idx[B, T], positions=None, segments=None) -> logits[B, T, vocab]`.
+
+    T <= max_seq_len. `doc_mask_backend` ("auto" | "sdpa" | "flex") picks the kernel used when
+    `segments` is given; it is a plain attribute (not config, not in checkpoints): a kernel choice
+    belongs to the machine, and both compute the same function.
+    """
+
+    doc_mask_backend: DocMaskBackend = "auto"
 
     def __init__(self, cfg: ModelConfig, generator: torch.Generator | None = None):
         super().__init__()
@@ -174,17 +288,60 @@ class Transformer(nn.Module):
             else:
                 _normal_(p, std, generator)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None,
+                segments: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits for token ids idx[B, T].
+
+        positions: int [B, T] RoPE position of each token (None: 0..T-1 in every row).
+        segments: int [B, T] document index of each token; a document is a run of equal values,
+            and attention stays inside it (None: plain causal attention over the whole row).
+        A packed row run with `segments` and `document_positions(segments)` gives each document
+        the logits it would get alone.
+        """
+        self._check_inputs(idx, positions, segments)
+        T = idx.shape[1]
+        x = self.embed_tokens(idx)
+        if positions is None:
+            cos, sin = self.rope_cos[:T], self.rope_sin[:T]
+        else:  # gather per token; [B, 1, T, hd] broadcasts over heads
+            cos, sin = self.rope_cos[positions].unsqueeze(1), self.rope_sin[positions].unsqueeze(1)
+        mask = None if segments is None else self.attention_mask(segments)
+        for layer in self.layers:
+            x = layer(x, cos, sin, mask)
+        return self.lm_head(self.norm(x))
+
+    def attention_mask(self, segments: torch.Tensor) -> AttnMask:
+        """The document mask for `segments` in the form the chosen backend consumes."""
+        backend = self.doc_mask_backend
+        if backend == "auto":
+            head_dim = self.config.d_model // self.config.n_heads
+            backend = "flex" if flex_available(segments.device, head_dim) else "sdpa"
+        if backend == "flex":
+            return document_block_mask(segments)
+        if backend == "sdpa":
+            return document_causal_mask(segments)
+        raise ValueError(f"doc_mask_backend must be 'auto', 'sdpa' or 'flex', got {backend!r}")
+
+    def _check_inputs(self, idx: torch.Tensor, positions: torch.Tensor | None,
+                      segments: torch.Tensor | None) -> None:
         if idx.ndim != 2:
             raise ValueError(f"expected token ids of shape [B, T], got {tuple(idx.shape)}")
         T = idx.shape[1]
         if T > self.config.max_seq_len:
             raise ValueError(f"sequence of {T} tokens exceeds model.max_seq_len={self.config.max_seq_len}")
-        x = self.embed_tokens(idx)
-        cos, sin = self.rope_cos[:T], self.rope_sin[:T]
-        for layer in self.layers:
-            x = layer(x, cos, sin)
-        return self.lm_head(self.norm(x))
+        for name, t in (("positions", positions), ("segments", segments)):
+            if t is None:
+                continue
+            if t.shape != idx.shape or t.dtype.is_floating_point or t.dtype == torch.bool:
+                raise ValueError(f"{name} must be an integer tensor of shape {tuple(idx.shape)}, "
+                                 f"got {t.dtype} {tuple(t.shape)}")
+        # Range check on CPU only: on CUDA it would cost a host sync every step, and an
+        # out-of-range gather there fails loudly (device-side assert) rather than silently.
+        if positions is not None and positions.device.type == "cpu" and positions.numel():
+            lo, hi = int(positions.min()), int(positions.max())
+            if lo < 0 or hi >= self.config.max_seq_len:
+                raise ValueError(f"positions span [{lo}, {hi}], outside the RoPE table "
+                                 f"[0, {self.config.max_seq_len - 1}] (model.max_seq_len)")
 
     def num_params(self, exclude_embeddings: bool = False) -> int:
         """Parameter count, tied weights counted once.

@@ -105,14 +105,45 @@ def section_tokens(run: RunDir) -> str:
     if audit:
         out.append(f"<p>Byte-level BPE, vocabulary {audit['vocab_size']:,}, trained on "
                    f"{audit['sample_bytes']:,} bytes of curated training text (held-out documents excluded).</p>")
-        out.append(table(["bucket", "held-out docs", "bytes/token", "chars/token", "exact round-trip"],
-                         [[b, a["docs"], a["bytes_per_token"], a["chars_per_token"], a["roundtrip_exact"]]
+        out.append(table(["bucket", "held-out docs", "bytes/token", "chars/token", "tokens/word", "byte fallback",
+                          "exact round-trip"],
+                         [[b, a["docs"], a["bytes_per_token"], a["chars_per_token"], a.get("tokens_per_word", "—"),
+                           a.get("byte_fallback_rate", "—"), a["roundtrip_exact"]]
                           for b, a in audit["buckets"].items()]))
+        terms = audit.get("key_terms") or {}
+        if isinstance(terms, dict) and terms:
+            rows = [[t, " · ".join(str(x) for x in (v.get("tokens") if isinstance(v, dict) else v))]
+                    for t, v in terms.items()]
+            out.append("<p>How key terms are split:</p>" + table(["term", "tokens"], rows))
     meta = _read_json(run.sub("tokens", "_meta.json"))
     if meta:
         out.append(table(["bucket", "train docs", "train tokens", "val docs", "val tokens"],
                          [[b, d["train"]["docs"], d["train"]["tokens"], d["val"]["docs"], d["val"]["tokens"]]
                           for b, d in meta["buckets"].items()]))
+    return "".join(out)
+
+
+def section_mixture(events: list[dict]) -> str:
+    """The loader's plan as the trainer logged it: phases, per-bucket epochs, nominal vs effective."""
+    starts = [e for e in events if e.get("kind") == "train_start" and e.get("plan")]
+    if not starts:
+        return ""
+    plan = starts[-1]["plan"]
+    out = ["<h2>Mixture and curriculum</h2>",
+           f"<p>Token budget {plan['token_budget']:,} ({plan['packing']}, document masking "
+           f"{'on' if plan['doc_masking'] else 'off'}, r_pad {plan['r_pad']:.4f} {plan.get('r_pad_kind', '')}); "
+           f"nominal {plan['nominal_tokens']:,.0f} vs effective {plan['effective_tokens']:,.0f} tokens "
+           f"({html.escape(plan.get('effective_rule', ''))}).</p>",
+           table(["phase", "steps", "seq_len", "rows / micro-batch", "anneal", "weights"],
+                 [[p["name"], f"{p['start_step']}–{p['end_step']}", p["seq_len"], p["rows_per_micro_batch"],
+                   "yes" if p["anneal"] else "", ", ".join(f"{b} {w:.2f}" for b, w in p["weights"].items())]
+                  for p in plan["phases"]]),
+           table(["bucket", "available tokens", "tokens drawn", "epochs", "effective tokens", "share"],
+                 [[b, d["available_tokens"], d["tokens"],
+                   f'<span class="{"bad" if d["warn"] else ""}">{d["epochs"]:.2f}</span>', d["effective_tokens"], d["share"]]
+                  for b, d in plan["buckets"].items()])]
+    for w in plan.get("warnings", []):
+        out.append(f"<p class=bad>{html.escape(str(w))}</p>")
     return "".join(out)
 
 
@@ -177,7 +208,7 @@ def render(run: RunDir) -> str:
         f"generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>",
         section_eval(evals) if evals else "",
         section_stages(run), section_funnel(run), section_tokens(run),
-        section_training(run, events, evals),
+        section_mixture(events), section_training(run, events, evals),
         "" if evals else section_eval(evals),
         f"<h2>Config</h2><details><summary>resolved config.yaml</summary><pre>{html.escape(config_yaml)}</pre></details>",
     ]

@@ -8,6 +8,10 @@ Layout under `tokens/`:
 
 EOS closes every document, so a position in a shard maps back to (shard, document, offset) and
 from the document's id to its curated row.
+
+`_meta.json` records the sha256 of the tokenizer.json that made the store; a store opened for
+another tokenizer is refused, and a shard whose files disagree (a truncated .bin, an index that is
+not monotonic, a missing doc map) is refused naming the file.
 """
 
 from __future__ import annotations
@@ -21,7 +25,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tokenmill.errors import UserError
+
 SPLITS = ("train", "val")
+
+
+class TokenStoreError(UserError, ValueError):
+    """A token store that cannot be used as it is: corrupt, truncated or made with another tokenizer."""
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -87,17 +97,29 @@ class Shard:
     offsets: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        bin_path = self.prefix.with_suffix(".bin")
-        idx_path = self.prefix.with_suffix(".idx")
-        self.offsets = np.fromfile(idx_path, dtype=np.int64)
-        n = int(self.offsets[-1]) if self.offsets.size else 0
+        bin_path, idx_path, docs_path = self.paths
+        for path in (bin_path, idx_path, docs_path):
+            if not path.exists():
+                raise TokenStoreError(f"{path}: missing; the token store is incomplete (rerun `tokenmill tokenize`)")
+        self.offsets = _read_offsets(idx_path)
+        n = int(self.offsets[-1])
         expected = n * self.dtype.itemsize
         actual = bin_path.stat().st_size
         if actual != expected:
-            raise ValueError(f"{bin_path}: {actual} bytes, index {idx_path} says {expected}")
+            raise TokenStoreError(f"{bin_path}: {actual} bytes, index {idx_path} says {expected} "
+                                  f"({n} tokens of {self.dtype.itemsize} bytes); the shard is truncated or corrupt")
+        rows = _parquet_rows(docs_path)
+        if rows != self.n_docs:
+            raise TokenStoreError(f"{docs_path}: {rows} document rows, index {idx_path} has {self.n_docs} documents")
         # np.memmap refuses empty files; an empty shard is a valid zero-length array.
         self.tokens = (np.memmap(bin_path, dtype=self.dtype, mode="r") if n
                        else np.zeros(0, dtype=self.dtype))  # type: ignore[assignment]
+
+    @property
+    def paths(self) -> tuple[Path, Path, Path]:
+        """(.bin, .idx, .docs.parquet)."""
+        return (self.prefix.with_suffix(".bin"), self.prefix.with_suffix(".idx"),
+                self.prefix.with_name(self.prefix.name + ".docs.parquet"))
 
     @property
     def n_docs(self) -> int:
@@ -111,7 +133,7 @@ class Shard:
         return np.asarray(self.tokens[self.offsets[i]: self.offsets[i + 1]])
 
     def doc_table(self) -> pa.Table:
-        return pq.read_table(self.prefix.with_name(self.prefix.name + ".docs.parquet"))
+        return pq.read_table(self.paths[2])
 
     def locate(self, position: int) -> tuple[int, int]:
         """Token position in this shard -> (document index, offset inside the document)."""
@@ -121,15 +143,58 @@ class Shard:
         return doc, int(position - self.offsets[doc])
 
 
-class TokenStore:
-    """Read side of `tokens/`: the meta file plus every shard, grouped by bucket and split."""
+def _read_offsets(idx_path: Path) -> np.ndarray:
+    size = idx_path.stat().st_size
+    if size == 0 or size % 8:
+        raise TokenStoreError(f"{idx_path}: {size} bytes, not a whole number (>= 1) of int64 offsets; "
+                              "the index is truncated or corrupt")
+    offsets = np.fromfile(idx_path, dtype=np.int64)
+    if offsets[0] != 0:
+        raise TokenStoreError(f"{idx_path}: first offset is {offsets[0]}, not 0; the index is corrupt")
+    steps = np.diff(offsets)
+    if steps.size and steps.min() < 0:
+        doc = int(np.argmax(steps < 0))
+        raise TokenStoreError(f"{idx_path}: offsets decrease at document {doc} "
+                              f"({offsets[doc]} -> {offsets[doc + 1]}); the index is corrupt")
+    return offsets
 
-    def __init__(self, root: Path):
+
+def _parquet_rows(path: Path) -> int:
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except (OSError, pa.ArrowException) as exc:
+        raise TokenStoreError(f"{path}: unreadable document map ({exc})") from exc
+
+
+def _sibling_tokenizer_hash(root: Path) -> str | None:
+    """sha256 of the run's tokenizer/tokenizer.json when the store sits in a run directory."""
+    path = root.parent / "tokenizer" / "tokenizer.json"
+    if not path.exists():
+        return None
+    from tokenmill.tokenizer.bpe import tokenizer_sha256
+
+    return tokenizer_sha256(path)
+
+
+class TokenStore:
+    """Read side of `tokens/`: the meta file plus every shard, grouped by bucket and split.
+
+    `expected_tokenizer_hash`: the sha256 of the tokenizer.json the caller encodes/decodes with;
+    a store made with another one is refused. None: check against the run's own
+    `tokenizer/tokenizer.json` when there is one beside `tokens/`.
+    """
+
+    def __init__(self, root: Path, expected_tokenizer_hash: str | None = None):
         self.root = Path(root)
         meta_path = self.root / "_meta.json"
         if not meta_path.exists():
             raise FileNotFoundError(f"{meta_path}: no token store here (run `tokenmill tokenize`)")
-        self.meta = json.loads(meta_path.read_text())
+        try:
+            self.meta = json.loads(meta_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise TokenStoreError(f"{meta_path}: not valid JSON ({exc}); rerun `tokenmill tokenize`") from exc
+        self.tokenizer_sha256: str | None = self.meta.get("tokenizer_sha256")
+        self._check_tokenizer(meta_path, expected_tokenizer_hash)
         self.dtype = np.dtype(self.meta["dtype"])
         self.vocab_size: int = int(self.meta["vocab_size"])
         self.eos_id: int = int(self.meta["eos_id"])
@@ -141,6 +206,20 @@ class TokenStore:
             bucket, name = prefix.parent.name, prefix.name
             split = name.split("-", 1)[0]
             self._shards.setdefault((bucket, split), []).append(Shard(bucket, split, prefix, self.dtype))
+
+    def _check_tokenizer(self, meta_path: Path, expected: str | None) -> None:
+        implicit = expected is None
+        if implicit:
+            expected = _sibling_tokenizer_hash(self.root)
+            if expected is None or self.tokenizer_sha256 is None:
+                return  # no run tokenizer to compare with, or a store that predates hashes
+        if self.tokenizer_sha256 != expected:
+            made = self.tokenizer_sha256 or "(not recorded)"
+            using = f"{self.root.parent / 'tokenizer' / 'tokenizer.json'} has" if implicit else "expected"
+            raise TokenStoreError(
+                f"{meta_path}: this token store was made with tokenizer sha256 {made}, but {using} sha256 "
+                f"{expected}; its token ids mean other strings. Rerun `tokenmill tokenize CONFIG` "
+                "to re-encode the curated data with the current tokenizer.")
 
     @property
     def buckets(self) -> list[str]:

@@ -55,13 +55,19 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device | N
     )
 
 
-def lr_at(step: int, cfg: TrainConfig) -> float:
+def lr_at(step: int, cfg: TrainConfig, anneal_start: int | None = None) -> float:
     """Learning rate of optimizer step `step` (1-based).
 
     warmup:  lr · step / warmup_steps                       for step <= warmup_steps
     cosine:  min + (lr - min) · ½(1 + cos(π · progress))   progress = (step - warmup) / (max_steps - warmup)
     after max_steps: min, where min = min_lr_ratio · lr.
+    anneal:  when the curriculum ends with an annealing phase starting after step `anneal_start`,
+             the LR decays linearly from its value at anneal_start to 0 at max_steps (the
+             high-quality data is seen while the LR goes to zero; seed 002 §3.5, seed 004).
     """
+    if anneal_start is not None and anneal_start < step <= cfg.max_steps:
+        base = lr_at(anneal_start, cfg)
+        return base * (cfg.max_steps - step) / max(cfg.max_steps - anneal_start, 1)
     peak = cfg.lr
     floor = cfg.min_lr_ratio * peak
     warm = cfg.warmup_steps

@@ -3,7 +3,7 @@
     for step in max(resumed, 0)+1 .. max_steps:                      (optimizer steps, 1-based)
         lr = lr_at(step)
         for micro in 0 .. grad_accum-1:
-            loss = clm_loss(model, sampler.batch(step, micro)); (loss / grad_accum).backward()
+            nll = token_nll_batch(model, loader.batch(step, micro)).sum() / n_targets(step); nll.backward()
         clip global grad norm (the pre-clip norm is logged); AdamW step
         event train_step; checkpoint every ckpt_every and at the end; on_eval every eval_every
         and after the last step; a first Ctrl-C stops here with a checkpoint
@@ -12,8 +12,9 @@ Training state S_t (DESIGN "Training state", seed 002 §5.6) and where each part
   θ, Adam m/v/step        model.safetensors, optim.pt
   RNG states              rng.safetensors + state.json (python, numpy, torch CPU/CUDA); the
                           loop itself draws from no global generator: init uses a generator
-                          seeded from the run seed, batches come from the stateless sampler
-  data cursor             (step + 1, micro 0): batches are a function of (seed, step, micro)
+                          seeded from the run seed, batches come from the stateless mixture Loader
+  data cursor             loader.cursor(step): batches are a pure function of (seed, step,
+                          micro), plus the store + mixture fingerprint (resume refuses other data)
   scheduler               lr_at(step): a pure function of the step
   accumulation position   always 0: checkpoints are taken between optimizer steps only
   guard state             placeholder ({}) until the spike guard exists
@@ -39,8 +40,8 @@ from torch import nn
 
 from tokenmill.config import ModelConfig, RunConfig
 from tokenmill.errors import UserError
-from tokenmill.mixture.loader import BatchSampler
-from tokenmill.model.objectives import clm_loss
+from tokenmill.mixture.loader import Loader
+from tokenmill.model.objectives import token_nll_batch
 from tokenmill.model.transformer import Transformer
 from tokenmill.runs import RunDir
 from tokenmill.scaling.flops import flops_per_token, peak_flops
@@ -160,6 +161,39 @@ def _progress(enabled: bool, total: int, completed: int) -> Iterator[tuple[Any, 
         yield prog, task, console
 
 
+def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, device: torch.device,
+              dtype: torch.dtype, backward: bool) -> tuple[float, float]:
+    """(loss, r_pad) of the global batch of `step`: Σ NLL over its counted targets / their number,
+    so every target weighs the same whatever micro-batch (or rank) it falls in; with
+    backward=True the gradients of that loss are accumulated."""
+    n_targets = max(loader.n_targets(step), 1)
+    total = torch.zeros((), device=device)
+    r_pad = 0.0
+    for micro in range(grad_accum):
+        batch = loader.batch(step, micro)
+        r_pad += batch.r_pad
+        batch = batch.to(device, non_blocking=True)
+        with autocast(device, dtype), torch.set_grad_enabled(backward):
+            nll = token_nll_batch(model, batch).sum() / n_targets
+        if backward:
+            nll.backward()
+        total += nll.detach()
+    return total.item(), r_pad / grad_accum
+
+
+def compute_update(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, step: int, tc: Any,
+                   device: torch.device, dtype: torch.dtype, anneal: int | None) -> tuple[float, float, float, float]:
+    """Everything of optimizer step `step` before `optimizer.step()`: set the LR, accumulate the
+    gradients of the global batch, clip. Returns (lr, loss, pre-clip grad norm, r_pad).
+    The trainer and `tokenmill replay` share it, so a replayed step is the same computation."""
+    lr = lr_at(step, tc, anneal)
+    set_lr(optimizer, lr)
+    loss, r_pad = step_loss(model, loader, step, tc.grad_accum, device, dtype, backward=True)
+    grad_norm = torch.nn.utils.clip_grad_norm_(
+        model.parameters(), tc.grad_clip if tc.grad_clip > 0 else float("inf")).item()
+    return lr, loss, grad_norm, r_pad
+
+
 # --------------------------------------------------------------------------- entry point
 def run_train(run: RunDir, resume: bool = False, on_eval: EvalHook | None = None,
               progress: bool = True) -> dict[str, Any]:
@@ -204,7 +238,12 @@ def _train(run: RunDir, store: TokenStore, mcfg: ModelConfig, device: torch.devi
     model = Transformer(mcfg, generator=torch.Generator().manual_seed(cfg.seed)).to(device)
     model.train()
     optimizer = build_optimizer(model, tc, device)
-    sampler = BatchSampler(store, cfg.mixture.weights, tc.seq_len, tc.micro_batch, cfg.seed)
+    loader = Loader(store, cfg.mixture, tc.seq_len, tc.micro_batch, tc.grad_accum, tc.max_steps, cfg.seed,
+                    pin_memory=device.type == "cuda")
+    if loader.max_seq_len > mcfg.max_seq_len:
+        raise TrainError(f"a curriculum phase uses sequences of {loader.max_seq_len} tokens but "
+                         f"model.max_seq_len={mcfg.max_seq_len}; raise model.max_seq_len")
+    anneal = next((p.start_step for p in loader.phases if p.anneal), None)
 
     start_step, last_loss, resumed_from = 0, None, None
     if resume:
@@ -215,6 +254,9 @@ def _train(run: RunDir, store: TokenStore, mcfg: ModelConfig, device: torch.devi
         if ckpt is not None:
             state = read_state(ckpt)
             _check_fingerprint(state, fingerprint, cfg, ckpt)
+            saved = (state.get("data_cursor") or {}).get("fingerprint")
+            if saved is not None:
+                loader.check_fingerprint(saved, str(ckpt))  # refuses to resume on changed data
             kernel_flags = [{k: g.get(k) for k in ("foreach", "fused")} for g in optimizer.param_groups]
             load_checkpoint(ckpt, model, optimizer, restore_rng=True, verify=False)  # verified above
             for g, flags in zip(optimizer.param_groups, kernel_flags):
@@ -229,7 +271,7 @@ def _train(run: RunDir, store: TokenStore, mcfg: ModelConfig, device: torch.devi
     events.write(STAGE, "train_start", step=start_step, max_steps=tc.max_steps, params=params,
                  non_embedding_params=model.num_params(exclude_embeddings=True), flops_per_token=fpt,
                  tokens_per_step=tokens_per_step, device=str(device), dtype=str(dtype).replace("torch.", ""),
-                 threads=torch.get_num_threads(), peak_flops=peak, buckets=sampler.weights,
+                 threads=torch.get_num_threads(), peak_flops=peak, buckets=loader.weights, plan=loader.plan(),
                  resumed_from=resumed_from)
 
     def state_fields(step: int, loss: float | None) -> dict[str, Any]:
@@ -238,8 +280,7 @@ def _train(run: RunDir, store: TokenStore, mcfg: ModelConfig, device: torch.devi
             "train_fingerprint": fingerprint,
             "config": _train_sections(cfg),
             "scheduler": {"kind": "warmup_cosine", "step": step, "lr": lr_at(step, tc)},
-            "data_cursor": {"sampler": "BatchSampler/stateless-v1", "seed": cfg.seed,
-                            "next_step": step + 1, "next_micro": 0},
+            "data_cursor": loader.cursor(step),
             "grad_accum": {"micro": 0, "of": tc.grad_accum},
             "guard": {},
             "loss": loss,
@@ -277,23 +318,14 @@ def _train(run: RunDir, store: TokenStore, mcfg: ModelConfig, device: torch.devi
 
     flag = _InterruptFlag()
     flag.install()
+    loader.start_prefetch(start_step + 1)
     try:
         with _progress(progress, tc.max_steps, start_step) as (prog, task, console):
             saved_step = start_step if resumed_from else -1
             for step in range(start_step + 1, tc.max_steps + 1):
                 t0 = time.perf_counter()
-                lr = lr_at(step, tc)
-                set_lr(optimizer, lr)
-                loss_sum = torch.zeros((), device=device)
-                for micro in range(tc.grad_accum):
-                    batch = sampler.batch(step, micro).to(device, non_blocking=True)
-                    with autocast(device, dtype):
-                        loss = clm_loss(model, batch)
-                    (loss / tc.grad_accum).backward()
-                    loss_sum += loss.detach()
-                last_loss = (loss_sum / tc.grad_accum).item()
-                grad_norm = torch.nn.utils.clip_grad_norm_(
-                    model.parameters(), tc.grad_clip if tc.grad_clip > 0 else float("inf")).item()
+                lr, last_loss, grad_norm, r_pad = compute_update(model, optimizer, loader, step, tc, device,
+                                                                 dtype, anneal)
                 if not (math.isfinite(last_loss) and math.isfinite(grad_norm)):
                     events.write(STAGE, "diverged", step=step, loss=last_loss, grad_norm=grad_norm)
                     raise TrainingDiverged(
@@ -308,7 +340,7 @@ def _train(run: RunDir, store: TokenStore, mcfg: ModelConfig, device: torch.devi
                 tps = tokens_per_step / dt
                 events.write(STAGE, "train_step", step=step, loss=last_loss, lr=lr, grad_norm=grad_norm,
                              tokens_per_s=tps, mfu=fpt * tps / peak, tokens=step * tokens_per_step,
-                             seconds=dt)
+                             seconds=dt, r_pad=r_pad, phase=loader.phase_at(step).name)
                 info = f"loss {last_loss:.4f} lr {lr:.2e} {tps:,.0f} tok/s"
                 prog.update(task, completed=step, info=info)
                 if tc.log_every > 0 and (step % tc.log_every == 0 or step == tc.max_steps):
@@ -329,6 +361,7 @@ def _train(run: RunDir, store: TokenStore, mcfg: ModelConfig, device: torch.devi
                     evaluate(step)
     finally:
         flag.uninstall()
+        loader.close()
 
     seconds = time.perf_counter() - t_start
     events.write(STAGE, "train_done", step=step, loss=last_loss, seconds=seconds)

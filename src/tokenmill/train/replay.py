@@ -1,0 +1,107 @@
+"""`tokenmill replay RUN --step N`: which documents were in the global batch of step N, and
+that batch's loss recomputed from the checkpoint before it (seed 002 §5.5: replay the abnormal
+batch).
+
+The loader is a pure function of (seed, step), so the batch is rebuilt exactly; the weights
+θ_{N-1} come from the newest checkpoint at or before step N-1 (or, when none is kept, from the
+initialization, which is itself a function of the seed), rolled forward through the same update
+code the trainer runs (data order, LR schedule and RNG all restored), so the recomputed loss
+equals the logged one on the same hardware and thread count.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import torch
+
+from tokenmill.mixture.loader import Loader
+from tokenmill.model.transformer import Transformer
+from tokenmill.runs import RunDir, read_events
+from tokenmill.tokens.store import TokenStore
+from tokenmill.train.checkpoint import list_checkpoints, load_checkpoint, read_state, verify_checkpoint
+from tokenmill.train.device import resolve_device, resolve_dtype
+from tokenmill.train.optimizer import build_optimizer
+from tokenmill.train.trainer import TrainError, compute_update, resolve_model_config, step_loss
+
+
+def _loader(run: RunDir, store: TokenStore) -> Loader:
+    cfg, tc = run.config, run.config.train
+    return Loader(store, cfg.mixture, tc.seq_len, tc.micro_batch, tc.grad_accum, tc.max_steps, cfg.seed)
+
+
+def _curated_rows(curated: Path, ids: set[str]) -> dict[str, dict[str, Any]]:
+    """source / url / bucket of the wanted curated ids (reads only those columns)."""
+    found: dict[str, dict[str, Any]] = {}
+    for part in sorted(curated.glob("*/part-*.parquet")):
+        if part.parent.name.startswith("_"):
+            continue
+        for row in pq.read_table(part, columns=["id", "source", "url", "bucket"]).to_pylist():
+            if row["id"] in ids:
+                found[row["id"]] = row
+    return found
+
+
+def batch_documents(run: RunDir, step: int) -> list[dict[str, Any]]:
+    """Every document span of the global batch of `step`, in batch order."""
+    loader = _loader(run, TokenStore(run.sub("tokens")))
+    samples = loader.global_provenance(step)
+    ids = {span.doc_id for s in samples for span in s.spans}
+    rows = _curated_rows(run.sub("curated"), ids)
+    out = []
+    for s in samples:
+        for span in s.spans:
+            meta = rows.get(span.doc_id, {})
+            out.append({"rank": s.rank, "micro": s.micro, "row": s.row, "phase": s.phase, "bucket": span.bucket,
+                        "doc_id": span.doc_id, "source": meta.get("source"), "url": meta.get("url"),
+                        "shard": span.shard, "doc": span.doc, "token_start": span.start, "token_end": span.end,
+                        "row_start": span.row_start, "epoch": span.epoch})
+    return out
+
+
+def replay_loss(run: RunDir, step: int) -> dict[str, Any]:
+    """Loss of the global batch of `step` under θ_{step-1}, from the newest checkpoint before it."""
+    prev_threads = torch.get_num_threads()
+    if run.config.train.threads:  # the same thread count as training: CPU sums are then bitwise equal
+        torch.set_num_threads(run.config.train.threads)
+    try:
+        return _replay_loss(run, step)
+    finally:
+        torch.set_num_threads(prev_threads)
+
+
+def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
+    cfg, tc = run.config, run.config.train
+    if not 1 <= step <= tc.max_steps:
+        raise TrainError(f"--step {step}: steps of this run are 1..{tc.max_steps}")
+    ckpts = [(s, p) for s, p in list_checkpoints(run.sub("checkpoints")) if s <= step - 1]
+    store = TokenStore(run.sub("tokens"))
+    device = resolve_device(tc.device)
+    dtype = resolve_dtype(device, tc.dtype)
+    start, ckpt = (ckpts[-1] if ckpts else (0, None))
+    mcfg = (resolve_model_config(cfg.model, store, tc.seq_len) if ckpt is None
+            else type(cfg.model).model_validate(read_state(ckpt)["model_config"]))
+    model = Transformer(mcfg, generator=torch.Generator().manual_seed(cfg.seed)).to(device)
+    model.train()
+    optimizer = build_optimizer(model, tc, device)
+    loader = _loader(run, store)
+    if ckpt is not None:
+        verify_checkpoint(ckpt)
+        load_checkpoint(ckpt, model, optimizer, restore_rng=True, verify=False)
+        saved = (read_state(ckpt).get("data_cursor") or {}).get("fingerprint")
+        if saved is not None:
+            loader.check_fingerprint(saved, str(ckpt))
+    anneal = next((p.start_step for p in loader.phases if p.anneal), None)
+    for s in range(start + 1, step):  # roll θ forward to step-1 with the trainer's own update
+        compute_update(model, optimizer, loader, s, tc, device, dtype, anneal)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        loss, r_pad = step_loss(model, loader, step, tc.grad_accum, device, dtype, backward=False)
+    logged = [e for e in read_events(run.sub("events.jsonl")) if e.get("kind") == "train_step" and e.get("step") == step]
+    logged_loss = logged[-1]["loss"] if logged else None
+    return {"step": step, "from_checkpoint": str(ckpt) if ckpt else None, "rolled_forward_steps": step - 1 - start,
+            "loss": loss, "logged_loss": logged_loss, "r_pad": r_pad,
+            "matches_log": None if logged_loss is None else loss == logged_loss}
