@@ -27,11 +27,14 @@ from tokenmill.runs import RunDir, read_events
 from tokenmill.train.trainer import run_train
 
 WARMUP = 5
+# The same work on both sides: one phase at train.seq_len, plain causal attention (HF's Llama has
+# no document masking), so the ratio measures the trainer, not a different attention pattern.
+SAME_WORK = ["mixture.phases=[]", "mixture.doc_masking=false"]
 
 
 def tokenmill_step_seconds(src: Path, steps: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = load_config(src / "config.yaml", [f"root={tmp}", "name=b", f"train.max_steps={steps}",
+        cfg = load_config(src / "config.yaml", [f"root={tmp}", "name=b", f"train.max_steps={steps}", *SAME_WORK,
                                                 "train.eval_every=0", "train.ckpt_every=0", "train.log_every=0"])
         run = RunDir.create(cfg)
         shutil.copytree(src / "tokens", run.path / "tokens")
@@ -43,10 +46,10 @@ def tokenmill_step_seconds(src: Path, steps: int) -> float:
 def hf_step_seconds(src: Path, steps: int) -> float:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from tokenmill.mixture.loader import BatchSampler
+    from tokenmill.mixture.loader import Loader
     from tokenmill.tokens.store import TokenStore
 
-    cfg = load_config(src / "config.yaml")
+    cfg = load_config(src / "config.yaml", [f"train.max_steps={steps}", *SAME_WORK])
     store = TokenStore(src / "tokens")
     m = cfg.model
     hf = LlamaForCausalLM(LlamaConfig(
@@ -57,11 +60,11 @@ def hf_step_seconds(src: Path, steps: int) -> float:
     hf.train()
     opt = torch.optim.AdamW(hf.parameters(), lr=cfg.train.lr, betas=(cfg.train.beta1, cfg.train.beta2),
                             weight_decay=cfg.train.weight_decay)
-    sampler = BatchSampler(store, None, cfg.train.seq_len, cfg.train.micro_batch, cfg.seed)
+    loader = Loader(store, cfg.mixture, cfg.train.seq_len, cfg.train.micro_batch, 1, steps, cfg.seed)
     secs = []
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
-        batch = sampler.batch(step, 0)
+        batch = loader.batch(step, 0).tokens
         out = hf(input_ids=batch[:, :-1], labels=batch[:, :-1])  # HF shifts labels internally
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(hf.parameters(), cfg.train.grad_clip)

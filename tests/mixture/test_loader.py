@@ -101,7 +101,7 @@ def test_phases_switch_at_the_right_steps_and_buckets_continue(crafted):
     assert loader.phase_at(16).token_start == 15 * tokens_per_step == 3 * loader.token_budget // 4
     assert {s[0] for s in seen["y"]} == {0, 1, 2} and {s[0] for s in seen["x"]} == {0, 1}  # anneal: y only
     for bucket, samples in seen.items():  # each bucket's samples tile its stream, across phases too
-        samples.sort(key=lambda s: s[:2])
+        samples.sort(key=lambda s: (s[0], loader._shuffled(s[0], bucket, s[1])))  # in stream order
         for (_, _, a), (_, _, b) in zip(samples, samples[1:]):
             last, first = a[-1], b[0]
             assert (last.shard, last.doc, last.epoch, last.end - 1) == (first.shard, first.doc, first.epoch, first.start)
@@ -229,7 +229,7 @@ def test_fingerprint_changes_with_data_order_or_store_only(crafted, tmp_path):
     with pytest.raises(MixtureError, match="token store .* changed"):
         make(changed).check_fingerprint(base.fingerprint(), "step_10")
     base.check_fingerprint(make(crafted).fingerprint())
-    assert base.cursor(10) == {"loader": "tokenmill-loader-v1", "next_step": 11, "next_micro": 0, "seed": 7,
+    assert base.cursor(10) == {"loader": "tokenmill-loader-v2", "next_step": 11, "next_micro": 0, "seed": 7,
                                "fingerprint": base.fingerprint()}
 
 
@@ -256,3 +256,14 @@ def test_the_tiny_run_store_feeds_a_long_run(tiny_run):
     loader = Loader(store, MixtureConfig(weights={"a": 1.0, "b": 1.0}), 32, 8, 2, 30, seed=11)
     b = loader.batch(30, 1)
     assert b.tokens.shape == (8, 33) and 0 < b.r_pad < 0.2
+
+
+def test_sample_shuffle_is_a_bijection_per_phase_and_bucket(crafted):
+    loader = make(crafted, CURRICULUM)
+    for k, counts in enumerate(loader._counts):
+        for bucket, n in counts.items():
+            got = sorted(loader._shuffled(k, bucket, j) for j in range(n))
+            assert got == list(range(n))  # every stream sample of the phase drawn exactly once
+    big = {b: n for b, n in loader._counts[1].items() if n > 3}
+    for bucket, n in big.items():
+        assert [loader._shuffled(1, bucket, j) for j in range(n)] != list(range(n))  # really shuffled

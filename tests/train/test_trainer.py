@@ -174,3 +174,19 @@ def test_sigint_finishes_the_step_saves_and_exits_nonzero(tiny_run, tmp_path):
     run_train(tiny_run, resume=True, progress=False)  # continue (in this process: same threads)
     run_train(reference, progress=False)
     assert losses(tiny_run.path) == losses(reference.path)
+
+
+def test_resume_on_changed_data_is_refused(tiny_run):
+    import json as _json
+
+    from tokenmill.mixture.errors import MixtureError
+
+    tiny_run.config.train.max_steps = 10
+    run_train(tiny_run, progress=False)
+    meta_path = tiny_run.path / "tokens" / "_meta.json"
+    meta = _json.loads(meta_path.read_text())
+    meta["note"] = "re-tokenized"  # any change to the store changes its fingerprint
+    meta_path.write_text(_json.dumps(meta))
+    tiny_run.config.train.max_steps = 10
+    with pytest.raises(MixtureError, match="step_10"):
+        run_train(tiny_run, resume=True, progress=False)

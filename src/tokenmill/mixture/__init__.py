@@ -8,5 +8,4 @@ packing.py     Batch, and a row's positions / segments / loss_mask (packed or pa
 plan.py        epochs, nominal vs effective tokens, warnings, r_pad
 provenance.py  DocSpan / SampleSource: a row back to (bucket, shard, doc, curated id, span)
 prefetch.py    background thread with a bounded queue
-window_sampler.py  the first sampler (BatchSampler), kept for callers not yet on Loader
 """
