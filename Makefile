@@ -26,6 +26,7 @@ bench: $(STAMP)
 	test -f runs/demo/.stages/tokenize.json || $(BIN)/tokenmill demo
 	$(BIN)/python benchmarks/bench_tokenize.py --run runs/demo
 	$(BIN)/python benchmarks/bench_train_step.py --run runs/demo
+	$(BIN)/python benchmarks/bench_loader.py --run runs/demo
 	test -d $(REAL_CORPORA) || bash ../shared/corpora/fetch_real_corpora.sh $(REAL_CORPORA)
 	$(BIN)/python benchmarks/bench_curate_vs_datatrove.py --corpus $(REAL_CORPORA)/web_html/python3.11-doc
 	TOKENMILL_REAL_CORPORA=$(REAL_CORPORA) $(BIN)/python benchmarks/bench_minhash.py
