@@ -338,7 +338,8 @@ class MixtureConfig(Strict):
 
 # --------------------------------------------------------------------------- model
 class ModelConfig(Strict):
-    """Llama-style decoder: RMSNorm pre-norm, RoPE, SwiGLU, untied or tied embeddings."""
+    """Llama-style decoder: RMSNorm pre-norm, RoPE, SwiGLU, untied or tied embeddings; options for
+    LayerNorm, GELU, learned positions, RoPE scaling, QK-norm, sliding window, z-loss, MoE and μP."""
 
     vocab_size: int | None = Field(None, description="None: take the tokenizer's vocabulary size.")
     d_model: int = Field(256, description="Width of the residual stream.")
@@ -351,6 +352,22 @@ class ModelConfig(Strict):
     norm_eps: float = Field(1e-5, description="RMSNorm epsilon.")
     tie_embeddings: bool = Field(True, description="Share input embedding and output head.")
     init_std: float = Field(0.02, description="Std of the normal init; residual outputs scaled by 1/√(2L).")
+    # Architecture options (seeds 000/001); the defaults are the Llama recipe above.
+    norm: Literal["rmsnorm", "layernorm"] = Field("rmsnorm", description="Pre-norm type (LayerNorm has no bias).")
+    ffn: Literal["swiglu", "gelu"] = Field("swiglu", description="FFN type; GELU's default hidden size is 4·d.")
+    position: Literal["rope", "learned"] = Field("rope", description="Rotary or learned absolute positions.")
+    rope_scaling: Literal["none", "linear", "ntk"] = Field(
+        "none", description="Context extension: linear divides positions by the factor, ntk raises the base.")
+    rope_scaling_factor: float = Field(1.0, description="Factor of rope_scaling (ignored for 'none').")
+    qk_norm: bool = Field(False, description="Normalize queries and keys per head before RoPE (seed 000).")
+    sliding_window: int | None = Field(None, description="A query sees only keys fewer than this many tokens away.")
+    z_loss: float = Field(0.0, description="Coefficient of the z-loss on the output log-partition (0: off).")
+    n_experts: int = Field(0, description="MoE experts per FFN (0: dense FFN).")
+    top_k: int = Field(2, description="Experts each token is routed to (MoE).")
+    moe_aux_coef: float = Field(0.01, description="Load-balancing auxiliary loss coefficient (MoE).")
+    moe_z_coef: float = Field(0.0, description="Router z-loss coefficient (MoE; 0: off).")
+    mup: bool = Field(False, description="μP: width-scaled init, output multiplier and per-layer LR (seed 004).")
+    mup_base_width: int = Field(256, description="μP base width: the d_model whose hyperparameters transfer.")
 
     @field_validator("n_heads")
     @classmethod
@@ -388,6 +405,16 @@ class TrainConfig(Strict):
     log_every: int = Field(10, description="Print a progress line every this many steps.")
     peak_tflops: float | None = Field(
         None, description="Device peak for MFU; None: known GPU table, or a measured matmul peak on CPU."
+    )
+    objective: Literal["clm", "mlm", "span", "prefix_lm"] = Field(
+        "clm", description="Pretraining objective (seed 000): causal LM, masked LM, T5 span corruption "
+        "(as a prefix LM over corrupted input + targets), or prefix LM."
+    )
+    mlm_prob: float = Field(0.15, gt=0, lt=1, description="MLM: share of (non-special) positions selected.")
+    span_noise_density: float = Field(0.15, gt=0, lt=1, description="Span corruption: share of tokens dropped.")
+    span_mean_length: float = Field(3.0, ge=1, description="Span corruption: mean dropped-span length.")
+    prefix_fraction: float | None = Field(
+        None, gt=0, lt=1, description="Prefix LM: prefix length as a fraction of the row (None: uniform per row)."
     )
 
 

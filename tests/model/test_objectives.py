@@ -208,3 +208,82 @@ def test_batch_fields_are_validated():
         clm_loss_batch(model, Packed(TOKENS, segments=torch.zeros(2, 6, dtype=torch.long)))
     with pytest.raises(ValueError, match=r"\[B, T\+1\]"):
         clm_loss_batch(model, Packed(torch.tensor([[1]])))
+
+
+# --------------------------------------------------------------------------- objective dispatch
+from types import SimpleNamespace  # noqa: E402
+
+from tokenmill.config import TrainConfig  # noqa: E402
+from tokenmill.model.objectives import IGNORE, objective_loss  # noqa: E402
+from tokenmill.train.trainer import step_loss  # noqa: E402
+
+
+class MaskedBigram(Bigram):
+    """A Bigram that takes (and records) an attention mask; its logits ignore it."""
+
+    def __init__(self, V: int, seed: int = 0):
+        super().__init__(V, seed)
+        self.config = SimpleNamespace(vocab_size=V)
+        self.masks: list[torch.Tensor] = []
+
+    def forward(self, idx, positions=None, segments=None, attn_mask=None):
+        self.masks.append(attn_mask)
+        return super().forward(idx)
+
+
+def _packed(B: int = 3, T1: int = 41, V: int = 60) -> Packed:
+    tokens = torch.randint(36, V, (B, T1), generator=torch.Generator().manual_seed(1))
+    return Packed(tokens, loss_mask=torch.ones(B, T1 - 1, dtype=torch.bool))
+
+
+def test_clm_objective_is_exactly_clm_loss_batch():
+    model, batch = PackedBigram(60), _packed()
+    assert torch.equal(objective_loss(model, batch, TrainConfig(), 0, 1, 0), clm_loss_batch(model, batch))
+
+
+def test_prefix_lm_objective_scores_exactly_the_suffix_by_hand():
+    model, batch = MaskedBigram(60), _packed(B=2, T1=9)
+    tc = TrainConfig(objective="prefix_lm", prefix_fraction=0.5)  # P = 4 of T = 8
+    loss = objective_loss(model, batch, tc, seed=0, step=0, micro=0)
+    hand = by_hand(model.W, batch.tokens.tolist())
+    scored = [v for row in hand for v in row[3:]]  # targets t >= P-1
+    assert math.isclose(float(loss), sum(scored) / len(scored), rel_tol=1e-5)
+    assert model.masks[-1].shape == (2, 8, 8) and model.masks[-1].dtype == torch.bool
+
+
+def test_mlm_objective_is_deterministic_per_seed_step_micro():
+    model, batch = MaskedBigram(60), _packed()
+    tc = TrainConfig(objective="mlm")
+    a = objective_loss(model, batch, tc, seed=3, step=5, micro=1)
+    assert torch.equal(a, objective_loss(model, batch, tc, seed=3, step=5, micro=1))
+    assert not torch.equal(a, objective_loss(model, batch, tc, seed=3, step=6, micro=1))
+    assert model.masks[-1].all()  # no segments: fully bidirectional
+
+
+class _FakeLoader:
+    def __init__(self, batches):
+        self.batches = batches
+
+    def batch(self, step, micro):
+        from tokenmill.mixture.packing import Batch
+        b = self.batches[micro]
+        return Batch(b.tokens, None, None, b.loss_mask, step, micro)
+
+    def n_targets(self, step):
+        return sum(int(b.loss_mask.sum()) for b in self.batches)
+
+
+def test_step_loss_routes_by_objective_and_keeps_clm():
+    model = MaskedBigram(60)
+    batches = [_packed(B=2, T1=17), _packed(B=2, T1=17)]
+    batches[1].tokens = batches[1].tokens.flip(1)
+    loader = _FakeLoader(batches)
+    cpu = torch.device("cpu")
+    clm, _ = step_loss(model, loader, 1, 2, cpu, torch.float32, backward=False)
+    assert clm == step_loss(model, loader, 1, 2, cpu, torch.float32, backward=False, tc=TrainConfig())[0]
+    assert math.isclose(clm, float(sum(token_nll_batch(model, b).sum() for b in batches)) / 64, rel_tol=1e-6)
+    tc = TrainConfig(objective="span")
+    span, _ = step_loss(model, loader, 1, 2, cpu, torch.float32, backward=False, tc=tc, seed=4)
+    want = sum(float(objective_loss(model, loader.batch(1, m), tc, 4, 1, m)) for m in range(2)) / 2
+    assert math.isclose(span, want, rel_tol=1e-6)
+    assert IGNORE == -100

@@ -352,3 +352,142 @@ def test_positions_and_segments_are_validated():
         m(idx, positions=torch.full((2, 8), 24))  # table covers 0..23
     with pytest.raises(ValueError, match="outside the RoPE table"):
         m(idx, positions=torch.full((2, 8), -1))
+
+
+# --------------------------------------------------------------------------- architecture options
+def test_gqa_with_n_kv_heads_equal_to_n_heads_is_mha():
+    """n_kv_heads = n_heads builds the same modules and computes the same function as the default."""
+    idx = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(3))
+    a, b = model(n_kv_heads=4), model(n_kv_heads=None)
+    assert a.state_dict().keys() == b.state_dict().keys()
+    with torch.no_grad():
+        assert torch.equal(a(idx), b(idx))
+
+
+def test_mqa_shares_one_kv_head_and_stays_causal():
+    m = model(n_kv_heads=1)
+    assert m.layers[0].self_attn.k_proj.weight.shape == (32 // 4, 32)
+    idx = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(3))
+    changed = idx.clone()
+    changed[:, 10:] = (changed[:, 10:] + 1) % 97
+    with torch.no_grad():
+        torch.testing.assert_close(m(idx)[:, :10], m(changed)[:, :10], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("w", [1, 3, 5])
+def test_sliding_window_blocks_keys_further_than_w(w):
+    """With one layer, logits at t depend exactly on tokens t-w+1..t: changing token s changes
+    position t iff 0 <= t - s < w."""
+    m = model(n_layers=1, sliding_window=w, init_std=0.3)
+    idx = torch.randint(0, 97, (1, 16), generator=torch.Generator().manual_seed(5))
+    s = 6
+    changed = idx.clone()
+    changed[0, s] = (changed[0, s] + 1) % 97
+    with torch.no_grad():
+        diff = (m(idx) - m(changed)).abs().amax(-1)[0]
+    for t in range(16):
+        assert (bool(diff[t] > 1e-6)) == (0 <= t - s < w), (t, float(diff[t]))
+
+
+def test_sliding_window_larger_than_the_row_is_plain_causal_and_combines_with_documents():
+    idx = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(6))
+    plain, wide = model(), model(sliding_window=16)
+    with torch.no_grad():
+        torch.testing.assert_close(plain(idx), wide(idx), rtol=1e-5, atol=1e-6)
+    segs = torch.tensor([[0] * 5 + [1] * 11, [0] * 16])
+    m = model(sliding_window=3)
+    m.doc_mask_backend = "sdpa"
+    with torch.no_grad():
+        packed = m(idx, segments=segs)
+        # doc 1 of row 0 alone, at the positions it has in the row: window and document masks AND
+        shifted = m(idx[:1, 5:], positions=torch.arange(5, 16)[None])
+        torch.testing.assert_close(packed[0, 5:], shifted[0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(packed[0, :5], m(idx[:1, :5])[0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(packed[1], m(idx[1:])[0], rtol=1e-5, atol=1e-5)
+
+
+def test_explicit_attn_mask_replaces_the_causal_rule():
+    m = model()
+    idx = torch.randint(0, 97, (2, 12), generator=torch.Generator().manual_seed(7))
+    causal = torch.ones(12, 12, dtype=torch.bool).tril().expand(2, 12, 12)
+    full = torch.ones(2, 12, 12, dtype=torch.bool)
+    changed = idx.clone()
+    changed[:, -1] = (changed[:, -1] + 1) % 97
+    with torch.no_grad():
+        torch.testing.assert_close(m(idx, attn_mask=causal), m(idx), rtol=1e-5, atol=1e-6)
+        # bidirectional: the last token now changes the first position's logits
+        assert not torch.allclose(m(idx, attn_mask=full)[:, 0], m(changed, attn_mask=full)[:, 0], atol=1e-6)
+        # prefix LM: bidirectional over the first 4, causal after; segments still AND-ed in
+        prefix = causal.clone()
+        prefix[:, :4, :4] = True
+        segs = torch.tensor([[0] * 6 + [1] * 6] * 2)
+        a = m(idx, segments=segs, attn_mask=prefix)
+        b = m(changed, segments=segs, attn_mask=prefix)
+        torch.testing.assert_close(a[:, :11], b[:, :11], rtol=0, atol=1e-6)
+        c = idx.clone()
+        c[:, 3] = (c[:, 3] + 1) % 97
+        assert not torch.allclose(m(c, segments=segs, attn_mask=prefix)[:, 0], a[:, 0], atol=1e-6)
+        torch.testing.assert_close(m(c, segments=segs, attn_mask=prefix)[:, 6:], a[:, 6:], rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="attn_mask"):
+        m(idx, attn_mask=full.float())
+
+
+@pytest.mark.parametrize("kw", [{"qk_norm": True}, {"norm": "layernorm"}, {"ffn": "gelu"},
+                                {"position": "learned"}, {"rope_scaling": "linear", "rope_scaling_factor": 2.0},
+                                {"rope_scaling": "ntk", "rope_scaling_factor": 4.0}])
+def test_options_run_train_and_change_outputs(kw):
+    idx = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(8))
+    base, m = model(init_std=0.3), model(init_std=0.3, **kw)
+    out = m(idx)
+    assert out.shape == (2, 16, 97) and torch.isfinite(out).all()
+    out.float().logsumexp(-1).mean().backward()
+    assert all(p.grad is not None for p in m.parameters())
+    with torch.no_grad():
+        assert not torch.allclose(out, base(idx), atol=1e-4)
+    if kw.get("position") == "learned":  # still causal without RoPE
+        changed = idx.clone()
+        changed[:, 12:] = (changed[:, 12:] + 1) % 97
+        with torch.no_grad():
+            torch.testing.assert_close(m(changed)[:, :12], out[:, :12].detach(), rtol=0, atol=1e-6)
+
+
+def test_option_modules_and_param_counts():
+    m = model(qk_norm=True, norm="layernorm", ffn="gelu", position="learned")
+    att, blk = m.layers[0].self_attn, m.layers[0]
+    assert att.q_norm.weight.shape == (8,) and isinstance(blk.input_layernorm, torch.nn.LayerNorm)
+    assert blk.mlp.up_proj.weight.shape == (4 * 32, 32) and not hasattr(blk.mlp, "gate_proj")
+    assert m.embed_positions.weight.shape == (24, 32)
+    assert not hasattr(m, "rope_cos")
+    from tokenmill.scaling.flops import param_count
+    assert param_count(m.config)["total"] == m.num_params()
+
+
+def test_rope_scaling_linear_and_ntk_tables():
+    cos, sin = rope_tables(8, 16, 10_000.0)
+    lcos, lsin = rope_tables(8, 32, 10_000.0, "linear", 2.0)
+    torch.testing.assert_close(lcos[::2], cos)  # position 2t at factor 2 is position t
+    ncos, _ = rope_tables(8, 16, 10_000.0, "ntk", 4.0)
+    torch.testing.assert_close(ncos[:, 0], cos[:, 0])  # the fastest frequency is unchanged
+    slow = 3  # the slowest frequency is stretched by the factor: angle at 4t equals the old one at t
+    inv_slow_old = 10_000.0 ** (-2 * slow / 8)
+    inv_slow_new = (10_000.0 * 4.0 ** (8 / 6)) ** (-2 * slow / 8)
+    assert inv_slow_old / inv_slow_new == pytest.approx(4.0, rel=1e-6)
+
+
+def test_z_loss_is_the_squared_log_partition():
+    from tokenmill.model.transformer import z_loss
+    logits = torch.tensor([[[0.0, 0.0], [math.log(3.0), math.log(5.0)]]])
+    assert float(z_loss(logits)) == pytest.approx((math.log(2) ** 2 + math.log(8) ** 2) / 2, rel=1e-6)
+    keep = torch.tensor([[False, True]])
+    assert float(z_loss(logits, keep)) == pytest.approx(math.log(8) ** 2, rel=1e-6)
+    assert float(model().z_loss(logits)) == 0.0
+    assert float(model(z_loss=1e-4).z_loss(logits)) == pytest.approx(1e-4 * float(z_loss(logits)))
+
+
+def test_defaults_are_the_llama_recipe():
+    c = cfg()
+    assert (c.norm, c.ffn, c.position, c.rope_scaling, c.qk_norm, c.sliding_window, c.z_loss,
+            c.n_experts, c.mup) == ("rmsnorm", "swiglu", "rope", "none", False, None, 0.0, 0, False)
+    m = model()
+    assert m.aux_loss() == 0 and m.moe_stats() == {}
+    assert m.layers[0].self_attn.q_norm is None and m.layers[0].self_attn.scale is None

@@ -3,7 +3,7 @@ import torch
 
 from tokenmill.config import ModelConfig, TrainConfig
 from tokenmill.model.transformer import Transformer
-from tokenmill.train.optimizer import build_optimizer, lr_at, param_groups
+from tokenmill.train.optimizer import build_optimizer, lr_at, param_groups, set_lr
 
 
 def test_warmup_then_cosine_to_the_floor():
@@ -60,3 +60,24 @@ def test_decay_is_decoupled_and_only_on_matrices():
     for n, p in m.named_parameters():
         factor = 1 - 0.1 * 0.5 if n.endswith("proj.weight") else 1.0
         torch.testing.assert_close(p.detach(), before[n] * factor)
+
+
+def test_set_lr_applies_per_group_multipliers_and_defaults_have_none():
+    m = _model(tied=True)
+    c = TrainConfig(lr=0.1, warmup_steps=0, max_steps=10)
+    opt = build_optimizer(m, c, torch.device("cpu"))
+    assert all("lr_mult" not in g and g["lr"] == lr_at(1, c) for g in opt.param_groups)
+    opt.param_groups[0]["lr_mult"] = 0.5
+    set_lr(opt, 0.2)
+    assert [g["lr"] for g in opt.param_groups] == [0.1, 0.2]
+
+
+def test_mup_model_gets_a_hidden_group_with_lr_over_width_mult():
+    c = ModelConfig(vocab_size=64, d_model=128, n_layers=2, n_heads=4, max_seq_len=16, mup=True, mup_base_width=32)
+    m = Transformer(c)
+    groups = {g["name"]: g for g in param_groups(m, 0.1)}
+    assert groups["mup_hidden"]["lr_mult"] == 0.25
+    assert len(groups["mup_hidden"]["params"]) == 2 * 7 and groups["decay"]["params"] == []
+    assert sum(p.numel() for g in groups.values() for p in g["params"]) == m.num_params()
+    opt = build_optimizer(m, TrainConfig(lr=0.1, warmup_steps=0, max_steps=10, min_lr_ratio=1.0), torch.device("cpu"))
+    assert {g["name"]: g["lr"] for g in opt.param_groups} == {"decay": 0.1, "no_decay": 0.1, "mup_hidden": 0.025}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -190,3 +191,33 @@ def test_resume_on_changed_data_is_refused(tiny_run):
     tiny_run.config.train.max_steps = 10
     with pytest.raises(MixtureError, match="step_10"):
         run_train(tiny_run, resume=True, progress=False)
+
+
+@pytest.mark.parametrize("objective", ["mlm", "span", "prefix_lm"])
+def test_training_objective_is_used(tiny_run, monkeypatch, objective):
+    from tokenmill.model import objectives
+
+    calls = []
+    real = objectives.objective_loss
+    monkeypatch.setattr(objectives, "objective_loss", lambda *a, **k: (calls.append(a[2].objective), real(*a, **k))[1])
+    tiny_run.config.train.objective = objective
+    tiny_run.config.train.max_steps = 2
+    tiny_run.config.train.ckpt_every = 0
+    summary = run_train(tiny_run, progress=False)
+    assert calls == [objective] * (2 * tiny_run.config.train.grad_accum)
+    assert math.isfinite(summary["final_loss"])
+
+
+def test_z_loss_and_moe_aux_are_trained_and_logged(tiny_run):
+    tiny_run.config.model.z_loss = 1e-3
+    tiny_run.config.model.n_experts = 4
+    tiny_run.config.model.top_k = 2
+    tiny_run.config.train.max_steps = 3
+    tiny_run.config.train.ckpt_every = 0
+    run_train(tiny_run, progress=False)
+    ev = steps(tiny_run.path)
+    assert len(ev) == 3
+    for e in ev:
+        assert e["z_loss"] > 0 and e["moe_aux"] > 0
+        util = e["expert_utilization"]
+        assert len(util) == tiny_run.config.model.n_layers and all(abs(sum(u) - 1.0) < 1e-5 for u in util)

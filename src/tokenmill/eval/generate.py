@@ -1,33 +1,141 @@
-"""Sampling from the model: temperature and top-k, seeded, for the samples in eval and report."""
+"""Sampling from the model: greedy, temperature, top-k, top-p (nucleus), stop token, seeded.
+
+With a KV cache (the default where the model supports it) each new token costs one position's
+forward, O(T) attention over the cached keys and values, instead of recomputing the window.
+The cache lives here, not in the model: `_CachedDecoder` drives the Transformer's own modules
+(norms, q/k/v/o projections, QK-norm, attention scale, FFN, head) one position at a time, so the
+model keeps no inference-only state. It covers the configurations it knows (RoPE or learned
+positions, no sliding window); anything else, and any model whose cached prompt logits do not
+match its full forward (checked once per call), falls back to recomputing the window each step.
+"""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of most-likely tokens whose probability mass reaches top_p (the
+    nucleus); the rest get -inf. Ties at the boundary are broken by sort order."""
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    probs, order = torch.sort(torch.softmax(logits.float(), -1), descending=True)
+    before = probs.cumsum(-1) - probs  # mass of the tokens strictly more likely than this one
+    drop_sorted = before >= top_p  # already reached p without this token: outside the nucleus
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def _pick(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
+          generator: torch.Generator | None) -> int:
+    if temperature <= 0:
+        return int(torch.argmax(logits))
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.numel():
+        kth = torch.topk(logits, top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1:
+        logits = top_p_filter(logits, top_p)
+    return int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator))
+
+
+class _CachedDecoder:
+    """Incremental forward of a tokenmill Transformer with per-layer key/value caches (batch 1)."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.m = model
+        self.k: list[torch.Tensor | None] = [None] * len(model.layers)
+        self.v: list[torch.Tensor | None] = [None] * len(model.layers)
+        self.length = 0
+
+    @staticmethod
+    def supports(model: torch.nn.Module) -> bool:
+        from tokenmill.model.transformer import Attention, Block, Transformer
+
+        cfg = getattr(model, "config", None)
+        return (isinstance(model, Transformer) and getattr(cfg, "sliding_window", None) is None
+                and all(type(layer) is Block and type(layer.self_attn) is Attention for layer in model.layers))
+
+    def _attend(self, i: int, attn: torch.nn.Module, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        q = attn.q_proj(x).view(B, T, attn.n_heads, attn.head_dim).transpose(1, 2)
+        k = attn.k_proj(x).view(B, T, attn.n_kv_heads, attn.head_dim).transpose(1, 2)
+        v = attn.v_proj(x).view(B, T, attn.n_kv_heads, attn.head_dim).transpose(1, 2)
+        if getattr(attn, "q_norm", None) is not None:
+            q, k = attn.q_norm(q), attn.k_norm(k)
+        if self.m.embed_positions is None:
+            from tokenmill.model.transformer import apply_rope
+            cos, sin = self.m.rope_cos[pos], self.m.rope_sin[pos]
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.k[i] is not None:
+            k, v = torch.cat([self.k[i], k], dim=2), torch.cat([self.v[i], v], dim=2)
+        self.k[i], self.v[i] = k, v
+        rep = attn.n_heads // attn.n_kv_heads
+        if rep > 1:
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        # new queries sit at the end: query j sees every cached key and the new keys up to itself
+        S = k.shape[2]
+        mask = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=getattr(attn, "scale", None))
+        return attn.o_proj(y.transpose(1, 2).reshape(B, T, attn.n_heads * attn.head_dim))
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """Logits [1, T, V] for idx [1, T] appended after the cached positions."""
+        m = self.m
+        pos = torch.arange(self.length, self.length + idx.shape[1], device=idx.device)
+        x = m.embed_tokens(idx)
+        if m.embed_positions is not None:
+            x = x + m.embed_positions(pos)
+        for i, layer in enumerate(m.layers):
+            x = x + self._attend(i, layer.self_attn, layer.input_layernorm(x), pos)
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        self.length += idx.shape[1]
+        logits = m.lm_head(m.norm(x))
+        if getattr(m.config, "mup", False):
+            logits = logits * m.output_mult
+        return logits
 
 
 @torch.no_grad()
 def generate(model: torch.nn.Module, prompt: list[int], max_new_tokens: int, *, max_context: int,
-             temperature: float = 1.0, top_k: int | None = None, stop_id: int | None = None,
-             generator: torch.Generator | None = None, device: torch.device | None = None) -> list[int]:
+             temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+             stop_id: int | None = None, generator: torch.Generator | None = None,
+             device: torch.device | None = None, kv_cache: bool = True) -> list[int]:
     """Continue `prompt` by up to max_new_tokens tokens; stops early at `stop_id`.
 
-    No KV cache: the whole window is recomputed each step, which is plenty for report samples
-    and keeps the model free of inference-only state.
+    temperature <= 0 is greedy; otherwise top-k then top-p filter the tempered distribution and
+    `generator` makes the draw reproducible. The model always sees the last max_context tokens;
+    once the sequence outgrows that window the cache is rebuilt from the window each step (the
+    same logits as without a cache, at the uncached cost).
     """
     device = device or torch.device("cpu")
     ids = list(prompt)
-    for _ in range(max_new_tokens):
-        ctx = torch.tensor([ids[-max_context:]], dtype=torch.long, device=device)
-        logits = model(ctx)[0, -1].float().cpu()
-        if temperature <= 0:
-            nxt = int(torch.argmax(logits))
+    cache = _start_cache(model, ids, max_context, device) if kv_cache and max_new_tokens > 0 else None
+    for n in range(max_new_tokens):
+        if cache is not None and n == 0:
+            logits = cache[1]
+        elif cache is not None and len(ids) <= max_context:
+            logits = cache[0].forward(torch.tensor([ids[-1:]], device=device))[0, -1]
         else:
-            logits = logits / temperature
-            if top_k is not None and top_k < logits.numel():
-                kth = torch.topk(logits, top_k).values[-1]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            nxt = int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator))
+            logits = model(torch.tensor([ids[-max_context:]], dtype=torch.long, device=device))[0, -1]
+        nxt = _pick(logits.float().cpu(), temperature, top_k, top_p, generator)
         ids.append(nxt)
         if stop_id is not None and nxt == stop_id:
             break
     return ids[len(prompt):]
+
+
+def _start_cache(model: torch.nn.Module, ids: list[int], max_context: int,
+                 device: torch.device) -> tuple[_CachedDecoder, torch.Tensor] | None:
+    """(decoder, last-position logits) after prefilling the prompt window, or None where the
+    cache is unsupported or its prompt logits disagree with the model's own forward."""
+    if not ids or not _CachedDecoder.supports(model):
+        return None
+    ctx = torch.tensor([ids[-max_context:]], dtype=torch.long, device=device)
+    dec = _CachedDecoder(model)
+    cached = dec.forward(ctx)[0, -1]
+    full = model(ctx)[0, -1]
+    if not torch.allclose(cached.float(), full.float(), rtol=1e-4, atol=1e-4):
+        return None  # the model grew something the cache does not know: stay exact
+    return dec, full

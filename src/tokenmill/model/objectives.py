@@ -25,7 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-IGNORE = -100  # F.cross_entropy's ignore_index: ignored targets give 0 loss and 0 gradient
+from tokenmill.model import corruption as C
+from tokenmill.model.corruption import CorruptedBatch
+
+IGNORE = C.IGNORE  # -100, F.cross_entropy's ignore_index: ignored targets give 0 loss and 0 gradient
 
 
 class PackedBatch(Protocol):
@@ -97,3 +100,53 @@ def clm_loss_batch(model: nn.Module, batch: PackedBatch) -> torch.Tensor:
     mask = getattr(batch, "loss_mask", None)
     counted = nll.new_tensor(nll.numel()) if mask is None else mask.sum()
     return nll.sum() / counted.clamp(min=1)  # a tensor clamp: no host sync on CUDA
+
+
+# --------------------------------------------------------------------------- other objectives
+def corrupted_batch(batch: PackedBatch, cfg: Any, vocab_size: int, seed: int, step: int,
+                    micro: int) -> CorruptedBatch:
+    """The MLM / span / prefix-LM view of a packed batch, as `cfg.objective` (a TrainConfig) says.
+
+    Its randomness is a function of (seed, step, micro) only (see `corruption`)."""
+    gen = C.corruption_generator(seed, step, micro, cfg.objective)
+    segments = getattr(batch, "segments", None)
+    positions = getattr(batch, "positions", None)
+    if cfg.objective == "mlm":
+        return C.mlm_batch(batch.tokens, segments, positions, vocab_size, gen, cfg.mlm_prob)
+    if cfg.objective == "prefix_lm":
+        B, T = batch.tokens.shape[0], batch.tokens.shape[1] - 1
+        prefix = C.sample_prefix_len(B, T, gen, cfg.prefix_fraction)
+        return C.prefix_lm_batch(batch.tokens, segments, positions, getattr(batch, "loss_mask", None), prefix)
+    if cfg.objective == "span":
+        return C.span_batch(batch.tokens, gen, cfg.span_noise_density, cfg.span_mean_length)
+    raise ValueError(f"no corrupted view for objective {cfg.objective!r}")
+
+
+def corrupted_nll(model: nn.Module, cb: CorruptedBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Σ NLL over the scored labels (fp32), number scored) of a corrupted batch.
+
+    The model must take `attn_mask` (bool [B, T, T], True = may attend), which replaces its causal
+    rule; positions are passed only when the batch has them."""
+    kwargs: dict[str, Any] = {"attn_mask": cb.attn_mask}
+    if cb.positions is not None:
+        kwargs["positions"] = cb.positions
+    logits = model(cb.inputs, **kwargs)
+    nll = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), cb.labels.reshape(-1),
+                          ignore_index=IGNORE, reduction="sum")
+    return nll, (cb.labels != IGNORE).sum()
+
+
+def objective_loss(model: nn.Module, batch: PackedBatch, cfg: Any, seed: int, step: int,
+                   micro: int) -> torch.Tensor:
+    """Mean loss (nats) of one micro-batch under `cfg.objective` (a TrainConfig).
+
+    "clm" is exactly `clm_loss_batch`; the others score only their labelled positions (a batch
+    with none gives 0, not NaN)."""
+    if cfg.objective == "clm":
+        return clm_loss_batch(model, batch)
+    vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
+    if vocab_size is None:
+        raise ValueError("objective_loss needs model.config.vocab_size for the non-causal objectives")
+    cb = corrupted_batch(batch, cfg, int(vocab_size), seed, step, micro)
+    nll, n = corrupted_nll(model, cb)
+    return nll / n.clamp(min=1)

@@ -17,6 +17,14 @@
 - init: normal(0, init_std) for every matrix, residual output projections (o_proj, down_proj)
   scaled by 1/sqrt(2·n_layers) (GPT-2 / nanoGPT), norm gains 1.
 
+Options (ModelConfig; the defaults are exactly the model above): LayerNorm instead of RMSNorm, GELU
+FFN (up/down, hidden 4·d), learned absolute positions (`embed_positions`) instead of RoPE, RoPE
+linear/NTK scaling, QK-norm (`q_norm`/`k_norm` per head, before RoPE), sliding-window attention
+(AND-ed with causal / explicit and document masks; always the dense SDPA mask path), an explicit
+`attn_mask` [B, T, T] replacing the causal rule (MLM, prefix LM), a z-loss helper
+(`Transformer.z_loss`), a Mixture-of-Experts FFN (moe.py; `aux_loss()`, `moe_stats()`) and μP
+(mup.py: init, attention scale, output multiplier; the LR multipliers live in the optimizer).
+
 Module names follow HF `LlamaForCausalLM` (embed_tokens, layers.i.self_attn.{q,k,v,o}_proj,
 layers.i.mlp.{gate,up,down}_proj, input_layernorm, post_attention_layernorm, norm, lm_head), so
 an export only adds the "model." prefix.
@@ -34,6 +42,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from tokenmill.config import ModelConfig
+from tokenmill.model import mup
+from tokenmill.model.moe import MoE
 
 try:  # FlexAttention (torch >= 2.5). Only the CUDA path needs it: CPU must import without it.
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -46,9 +56,12 @@ AttnMask = Any
 
 
 def resolve_ffn_hidden(cfg: ModelConfig) -> int:
-    """SwiGLU hidden size: the configured one, else int(8/3·d) rounded up to a multiple of 64."""
+    """FFN hidden size: the configured one, else 4·d for GELU, else (SwiGLU) int(8/3·d) rounded up
+    to a multiple of 64 (SwiGLU's third matrix is paid for with a narrower hidden layer)."""
     if cfg.ffn_hidden is not None:
         return int(cfg.ffn_hidden)
+    if cfg.ffn == "gelu":
+        return 4 * cfg.d_model
     hidden = int(8 * cfg.d_model / 3)
     return 64 * math.ceil(hidden / 64)
 
@@ -59,13 +72,21 @@ def validate_config(cfg: ModelConfig) -> None:
         raise ValueError("model.vocab_size must be set (take it from the token store) before building")
     if cfg.d_model % cfg.n_heads:
         raise ValueError(f"model.d_model={cfg.d_model} is not divisible by model.n_heads={cfg.n_heads}")
-    if (cfg.d_model // cfg.n_heads) % 2:
+    if cfg.position == "rope" and (cfg.d_model // cfg.n_heads) % 2:
         raise ValueError(f"head dim {cfg.d_model // cfg.n_heads} must be even for RoPE")
     n_kv = cfg.n_kv_heads or cfg.n_heads
     if n_kv <= 0 or cfg.n_heads % n_kv:
         raise ValueError(f"model.n_heads={cfg.n_heads} is not a multiple of model.n_kv_heads={n_kv}")
     if cfg.n_layers <= 0 or cfg.max_seq_len <= 0:
         raise ValueError("model.n_layers and model.max_seq_len must be positive")
+    if cfg.sliding_window is not None and cfg.sliding_window <= 0:
+        raise ValueError(f"model.sliding_window={cfg.sliding_window} must be positive (or None)")
+    if cfg.rope_scaling_factor <= 0:
+        raise ValueError(f"model.rope_scaling_factor={cfg.rope_scaling_factor} must be positive")
+    if cfg.n_experts < 0 or (cfg.n_experts and not 1 <= cfg.top_k <= cfg.n_experts):
+        raise ValueError(f"model.top_k={cfg.top_k} must be in [1, model.n_experts={cfg.n_experts}]")
+    if cfg.mup_base_width <= 0:
+        raise ValueError(f"model.mup_base_width={cfg.mup_base_width} must be positive")
 
 
 class RMSNorm(nn.Module):
@@ -81,10 +102,29 @@ class RMSNorm(nn.Module):
         return self.weight * xf.to(dtype)
 
 
-def rope_tables(head_dim: int, max_seq_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape [max_seq_len, head_dim] (frequencies repeated for both halves)."""
+def make_norm(cfg: ModelConfig, dim: int) -> nn.Module:
+    """RMSNorm (default) or bias-free LayerNorm (weight named `weight` either way)."""
+    if cfg.norm == "layernorm":
+        return nn.LayerNorm(dim, eps=cfg.norm_eps, bias=False)
+    return RMSNorm(dim, cfg.norm_eps)
+
+
+def rope_tables(head_dim: int, max_seq_len: int, theta: float, scaling: str = "none",
+                factor: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin of shape [max_seq_len, head_dim] (frequencies repeated for both halves).
+
+    Context extension by `factor` (a model trained at length L run at factor·L):
+    - "linear" (position interpolation): angle t·f_i becomes (t/factor)·f_i, squeezing the new
+      positions into the trained angle range;
+    - "ntk" (NTK-aware): the base becomes theta·factor^(hd/(hd-2)), so the slowest frequency is
+      stretched by `factor` while the fastest (local detail) is nearly unchanged.
+    """
+    if scaling == "ntk":
+        theta = theta * factor ** (head_dim / (head_dim - 2))
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
     t = torch.arange(max_seq_len, dtype=torch.int64).float()
+    if scaling == "linear":
+        t = t / factor
     freqs = torch.outer(t, inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos(), emb.sin()
@@ -139,6 +179,12 @@ def document_positions(segments: torch.Tensor) -> torch.Tensor:
     return t - start
 
 
+def same_document_mask(segments: torch.Tensor) -> torch.Tensor:
+    """Boolean [B, 1, T, T]: True where query t and key s lie in the same document (no causal rule)."""
+    runs = _document_runs(segments)
+    return (runs[:, :, None] == runs[:, None, :]).unsqueeze(1)
+
+
 def document_causal_mask(segments: torch.Tensor) -> torch.Tensor:
     """Boolean SDPA mask [B, 1, T, T]: True where query t may attend to key s (s <= t, same doc)."""
     runs = _document_runs(segments)
@@ -159,6 +205,12 @@ def flex_available(device: torch.device, head_dim: int = 64) -> bool:
             and head_dim >= 16 and head_dim & (head_dim - 1) == 0)
 
 
+def window_mask(T: int, window: int, device: torch.device) -> torch.Tensor:
+    """[T, T] boolean: True where |t - s| < window (combined with causal it keeps the last `window` keys)."""
+    t = torch.arange(T, device=device)
+    return (t[:, None] - t[None, :]).abs() < window
+
+
 def document_block_mask(segments: torch.Tensor) -> Any:
     """FlexAttention BlockMask equivalent to `document_causal_mask(segments)`."""
     if create_block_mask is None:
@@ -176,7 +228,8 @@ def document_block_mask(segments: torch.Tensor) -> Any:
 _compiled_flex: Any = None
 
 
-def _flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask: Any) -> torch.Tensor:
+def _flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask: Any,
+                    scale: float | None = None) -> torch.Tensor:
     """FlexAttention, compiled on CUDA (its only fused path); eager elsewhere (tests only: slow)."""
     global _compiled_flex
     fn = flex_attention
@@ -185,7 +238,7 @@ def _flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mas
             _compiled_flex = torch.compile(flex_attention, dynamic=False)
         fn = _compiled_flex
     # GQA natively: k/v keep n_kv_heads, no repeat_interleave copy.
-    return fn(q, k, v, block_mask=block_mask, enable_gqa=q.shape[1] != k.shape[1])
+    return fn(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
 
 
 class Attention(nn.Module):
@@ -199,24 +252,33 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(d, self.n_kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(d, self.n_kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, d, bias=False)
+        # QK-norm (seed 000): bounds attention logits, a common fix for loss spikes at high LR
+        self.q_norm = make_norm(cfg, self.head_dim) if cfg.qk_norm else None
+        self.k_norm = make_norm(cfg, self.head_dim) if cfg.qk_norm else None
+        self.scale = mup.attention_scale(cfg)  # None: SDPA's 1/sqrt(head_dim)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: AttnMask = None) -> torch.Tensor:
-        """mask: None (plain causal), a boolean [B, 1, T, T] SDPA mask, or a FlexAttention BlockMask."""
+    def forward(self, x: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None,
+                mask: AttnMask = None) -> torch.Tensor:
+        """mask: None (plain causal), a boolean [B, 1, T, T] SDPA mask, or a FlexAttention BlockMask.
+        cos/sin None: no rotary embedding (learned absolute positions)."""
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        q = apply_rope(q, cos, sin)
-        k = apply_rope(k, cos, sin)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if cos is not None and sin is not None:
+            q = apply_rope(q, cos, sin)
+            k = apply_rope(k, cos, sin)
         if mask is not None and not isinstance(mask, torch.Tensor):
-            y = _flex_attention(q, k, v, mask)
+            y = _flex_attention(q, k, v, mask, self.scale)
         else:
             if self.n_kv_heads != self.n_heads:
                 rep = self.n_heads // self.n_kv_heads
                 k = k.repeat_interleave(rep, dim=1)
                 v = v.repeat_interleave(rep, dim=1)
             # mask None keeps is_causal=True, so CUDA can still pick the flash kernel
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=self.scale)
         y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)
         return self.o_proj(y)
 
@@ -233,15 +295,34 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+class GeluMLP(nn.Module):
+    """GPT-2 style FFN: down(gelu(up(x))) (tanh approximation), no biases."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        hidden = resolve_ffn_hidden(cfg)
+        self.up_proj = nn.Linear(cfg.d_model, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.gelu(self.up_proj(x), approximate="tanh"))
+
+
+def make_ffn(cfg: ModelConfig) -> nn.Module:
+    expert: type[nn.Module] = GeluMLP if cfg.ffn == "gelu" else MLP
+    return MoE(cfg, expert) if cfg.n_experts > 0 else expert(cfg)
+
+
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.input_layernorm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.input_layernorm = make_norm(cfg, cfg.d_model)
         self.self_attn = Attention(cfg)
-        self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.mlp = MLP(cfg)
+        self.post_attention_layernorm = make_norm(cfg, cfg.d_model)
+        self.mlp = make_ffn(cfg)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: AttnMask = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None,
+                mask: AttnMask = None) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -262,14 +343,19 @@ class Transformer(nn.Module):
         self.config = cfg
         assert cfg.vocab_size is not None
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.embed_positions = (nn.Embedding(cfg.max_seq_len, cfg.d_model)
+                                if cfg.position == "learned" else None)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.norm = make_norm(cfg, cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
-        cos, sin = rope_tables(cfg.d_model // cfg.n_heads, cfg.max_seq_len, cfg.rope_theta)
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
+        self.output_mult = mup.output_multiplier(cfg)  # 1/width_mult under μP, else 1 (not applied)
+        if cfg.position == "rope":
+            cos, sin = rope_tables(cfg.d_model // cfg.n_heads, cfg.max_seq_len, cfg.rope_theta,
+                                   cfg.rope_scaling, cfg.rope_scaling_factor)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
         self.reset_parameters(generator)
 
     @torch.no_grad()
@@ -278,37 +364,99 @@ class Transformer(nn.Module):
 
         Pass a CPU `generator` for an init that does not touch (or depend on) global RNG state.
         """
-        std = self.config.init_std
-        resid_std = std / math.sqrt(2 * self.config.n_layers)
         for name, p in self.named_parameters():  # shared (tied) parameters are visited once
             if p.ndim == 1:
                 p.fill_(1.0)
-            elif name.endswith(("o_proj.weight", "down_proj.weight")):
-                _normal_(p, resid_std, generator)
             else:
-                _normal_(p, std, generator)
+                _normal_(p, self.init_std_of(name), generator)
+
+    def init_std_of(self, name: str) -> float:
+        """init_std, / sqrt(2L) for residual outputs (o_proj, down_proj), and under μP / sqrt(width_mult)
+        for hidden matrices (variance ∝ 1/fan_in, seed 004)."""
+        std = self.config.init_std
+        if name.endswith(("o_proj.weight", "down_proj.weight")):
+            std = std / math.sqrt(2 * self.config.n_layers)
+        if mup.is_hidden_matrix(name):
+            std = std * mup.hidden_init_scale(self.config)
+        return std
 
     def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None,
-                segments: torch.Tensor | None = None) -> torch.Tensor:
+                segments: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Logits for token ids idx[B, T].
 
-        positions: int [B, T] RoPE position of each token (None: 0..T-1 in every row).
+        positions: int [B, T] position of each token (None: 0..T-1 in every row).
         segments: int [B, T] document index of each token; a document is a run of equal values,
             and attention stays inside it (None: plain causal attention over the whole row).
+        attn_mask: bool [B, T, T], True where query t may attend to key s. It REPLACES the causal
+            rule (bidirectional MLM, prefix LM); segments and sliding_window are still AND-ed in.
         A packed row run with `segments` and `document_positions(segments)` gives each document
         the logits it would get alone.
         """
-        self._check_inputs(idx, positions, segments)
+        self._check_inputs(idx, positions, segments, attn_mask)
         T = idx.shape[1]
         x = self.embed_tokens(idx)
-        if positions is None:
+        cos = sin = None
+        if self.embed_positions is not None:
+            x = x + self.embed_positions(torch.arange(T, device=idx.device) if positions is None else positions)
+        elif positions is None:
             cos, sin = self.rope_cos[:T], self.rope_sin[:T]
         else:  # gather per token; [B, 1, T, hd] broadcasts over heads
             cos, sin = self.rope_cos[positions].unsqueeze(1), self.rope_sin[positions].unsqueeze(1)
-        mask = None if segments is None else self.attention_mask(segments)
+        if attn_mask is None and self.config.sliding_window is None:
+            mask = None if segments is None else self.attention_mask(segments)
+        else:
+            mask = self.dense_mask(T, idx.device, segments, attn_mask)
         for layer in self.layers:
             x = layer(x, cos, sin, mask)
-        return self.lm_head(self.norm(x))
+        logits = self.lm_head(self.norm(x))
+        if self.config.mup:
+            logits = logits * self.output_mult
+        return logits
+
+    def dense_mask(self, T: int, device: torch.device, segments: torch.Tensor | None,
+                   attn_mask: torch.Tensor | None) -> torch.Tensor:
+        """Boolean SDPA mask [B or 1, 1, T, T] = (attn_mask or causal) & window & same document.
+
+        Always the dense SDPA path: an arbitrary attn_mask has no block structure to exploit, and a
+        sliding window over short rows rarely pays for FlexAttention's compile.
+        """
+        if attn_mask is not None:
+            mask = attn_mask.unsqueeze(1)
+        else:
+            mask = torch.ones(T, T, dtype=torch.bool, device=device).tril()[None, None]
+        if self.config.sliding_window is not None:
+            mask = mask & window_mask(T, self.config.sliding_window, device)
+        if segments is not None:
+            mask = mask & same_document_mask(segments)
+        return mask
+
+    def z_loss(self, logits: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+        """config.z_loss · mean(logsumexp(logits)²) over the positions where `keep` is True (all if
+        None); a scalar 0 when the coefficient is 0. The trainer adds it to the objective's loss."""
+        if self.config.z_loss == 0:
+            return logits.new_zeros((), dtype=torch.float32)
+        return self.config.z_loss * z_loss(logits, keep)
+
+    def moe_layers(self) -> list[MoE]:
+        return [m for m in self.modules() if isinstance(m, MoE)]
+
+    def aux_loss(self) -> torch.Tensor:
+        """Σ over MoE layers of moe_aux_coef·load-balancing + moe_z_coef·router z-loss, from the last
+        forward (a scalar 0 for a dense model). Add it to the training loss."""
+        total = self.lm_head.weight.new_zeros((), dtype=torch.float32)
+        for m in self.moe_layers():
+            if m.last_aux is not None and m.last_z is not None:
+                total = total + self.config.moe_aux_coef * m.last_aux + self.config.moe_z_coef * m.last_z
+        return total
+
+    def moe_stats(self) -> dict[str, Any]:
+        """Expert utilization of the last forward for the event log: per layer, the fraction of the
+        routing slots each expert received (1/n each when balanced), plus the mean aux loss."""
+        layers = [m for m in self.moe_layers() if m.last_utilization is not None]
+        if not layers:
+            return {}
+        return {"expert_utilization": [m.last_utilization.tolist() for m in layers],  # type: ignore[union-attr]
+                "moe_aux": sum(m.last_aux.item() for m in layers) / len(layers)}  # type: ignore[arg-type]
 
     def attention_mask(self, segments: torch.Tensor) -> AttnMask:
         """The document mask for `segments` in the form the chosen backend consumes."""
@@ -323,7 +471,7 @@ class Transformer(nn.Module):
         raise ValueError(f"doc_mask_backend must be 'auto', 'sdpa' or 'flex', got {backend!r}")
 
     def _check_inputs(self, idx: torch.Tensor, positions: torch.Tensor | None,
-                      segments: torch.Tensor | None) -> None:
+                      segments: torch.Tensor | None, attn_mask: torch.Tensor | None = None) -> None:
         if idx.ndim != 2:
             raise ValueError(f"expected token ids of shape [B, T], got {tuple(idx.shape)}")
         T = idx.shape[1]
@@ -335,6 +483,10 @@ class Transformer(nn.Module):
             if t.shape != idx.shape or t.dtype.is_floating_point or t.dtype == torch.bool:
                 raise ValueError(f"{name} must be an integer tensor of shape {tuple(idx.shape)}, "
                                  f"got {t.dtype} {tuple(t.shape)}")
+        if attn_mask is not None and (attn_mask.dtype != torch.bool
+                                      or attn_mask.shape != (idx.shape[0], T, T)):
+            raise ValueError(f"attn_mask must be a bool tensor of shape {(idx.shape[0], T, T)}, "
+                             f"got {attn_mask.dtype} {tuple(attn_mask.shape)}")
         # Range check on CPU only: on CUDA it would cost a host sync every step, and an
         # out-of-range gather there fails loudly (device-side assert) rather than silently.
         if positions is not None and positions.device.type == "cpu" and positions.numel():
@@ -354,6 +506,15 @@ class Transformer(nn.Module):
         if exclude_embeddings:
             n -= self.embed_tokens.weight.numel()
         return n
+
+
+def z_loss(logits: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+    """mean(logsumexp(logits)²) in fp32 (PaLM's z-loss, seed 000): pulls the log-partition toward 0
+    so the softmax normaliser cannot drift and overflow in bf16. keep: bool [B, T] positions to count."""
+    lse2 = torch.logsumexp(logits.float(), dim=-1).pow(2)
+    if keep is None:
+        return lse2.mean()
+    return (lse2 * keep).sum() / keep.sum().clamp(min=1)
 
 
 def _normal_(p: torch.Tensor, std: float, generator: torch.Generator | None) -> None:

@@ -14,6 +14,9 @@ Training FLOPs per token (PaLM appendix B; nanoGPT `estimate_mfu`):
   token per layer in the forward pass (4·L·T·d_attn), ×3 for forward + backward. d_attn =
   n_heads · head_dim (= d_model); grouped K/V heads are broadcast, so GQA does not reduce it.
   The causal mask is not subtracted (the usual convention; flash kernels skip about half).
+  With a sliding window w each query attends to at most w keys, so T becomes min(T, w).
+- MoE: N counts the *active* parameters per token: the router and top_k of the n experts (the
+  other experts hold parameters but do no arithmetic for this token).
 
 Peak throughput: a table of dense (no sparsity) tensor-core peaks for known GPUs, looked up by
 `torch.cuda.get_device_name`; on CPU (and unknown GPUs) a short measured matmul peak instead
@@ -55,8 +58,11 @@ _measured: dict[tuple[str, str, int], float] = {}
 def param_count(cfg: ModelConfig) -> dict[str, int]:
     """Parameter counts computed from the config alone (no model is built).
 
-    embedding: V·d; per_layer: attention + MLP + 2 norms; lm_head: V·d if untied else 0 (shared);
-    total: all unique parameters; non_embedding: total - embedding (+ nothing for a tied head).
+    embedding: V·d (+ max_seq_len·d of learned positions); per_layer: attention (+ QK-norm gains)
+    + FFN (dense, or router + n experts) + 2 norms; lm_head: V·d if untied else 0 (shared);
+    total: all unique parameters; non_embedding: total - embedding (+ nothing for a tied head);
+    active_per_layer / active_non_embedding: the same with only top_k experts (= the dense
+    numbers for a dense model): what one token actually multiplies by.
     """
     if cfg.vocab_size is None:
         raise ValueError("model.vocab_size must be set to count parameters")
@@ -65,22 +71,33 @@ def param_count(cfg: ModelConfig) -> dict[str, int]:
     kv = cfg.n_kv_heads or cfg.n_heads
     h = resolve_ffn_hidden(cfg)
     attn = d * (cfg.n_heads * hd) + 2 * d * (kv * hd) + (cfg.n_heads * hd) * d
-    mlp = 3 * d * h
-    per_layer = attn + mlp + 2 * d
-    embedding = V * d
+    if cfg.qk_norm:
+        attn += 2 * hd
+    expert = (2 if cfg.ffn == "gelu" else 3) * d * h
+    if cfg.n_experts > 0:
+        ffn = d * cfg.n_experts + cfg.n_experts * expert
+        active_ffn = d * cfg.n_experts + cfg.top_k * expert
+    else:
+        ffn = active_ffn = expert
+    per_layer = attn + ffn + 2 * d
+    active_per_layer = attn + active_ffn + 2 * d
+    embedding = V * d + (cfg.max_seq_len * d if cfg.position == "learned" else 0)
     lm_head = 0 if cfg.tie_embeddings else V * d
     total = embedding + L * per_layer + d + lm_head
     return {"embedding": embedding, "per_layer": per_layer, "lm_head": lm_head, "total": total,
-            "non_embedding": total - embedding}
+            "non_embedding": total - embedding, "active_per_layer": active_per_layer,
+            "active_non_embedding": total - embedding - L * (per_layer - active_per_layer)}
 
 
 def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
-    """Training (forward + backward) FLOPs per token: 6·N + 12·L·d_attn·T (see module doc)."""
+    """Training (forward + backward) FLOPs per token: 6·N_active + 12·L·d_attn·min(T, window)
+    (see module doc)."""
     counts = param_count(cfg)
     assert cfg.vocab_size is not None
-    n_compute = counts["non_embedding"] + (cfg.vocab_size * cfg.d_model if cfg.tie_embeddings else 0)
+    n_compute = counts["active_non_embedding"] + (cfg.vocab_size * cfg.d_model if cfg.tie_embeddings else 0)
     d_attn = cfg.n_heads * (cfg.d_model // cfg.n_heads)
-    return 6.0 * n_compute + 12.0 * cfg.n_layers * d_attn * seq_len
+    keys = seq_len if cfg.sliding_window is None else min(seq_len, cfg.sliding_window)
+    return 6.0 * n_compute + 12.0 * cfg.n_layers * d_attn * keys
 
 
 def gpu_peak_from_table(name: str, dtype: torch.dtype = torch.bfloat16) -> float | None:

@@ -6,6 +6,9 @@ the SwiGLU gate/up/down and an untied lm_head. It does not apply to
 - the token embedding table (and so a lm_head tied to it): a row of a rare token receives a
   gradient only when that token appears, yet decay shrinks it every step, so rare tokens'
   embeddings would collapse toward 0 (OLMo excludes embeddings from decay for this reason).
+
+μP (model.mup): the hidden matrices (`tokenmill.model.mup.is_hidden_matrix`) get their own group
+with "lr_mult" = 1/width_mult; `set_lr` multiplies each group's LR by its "lr_mult" (1 when absent).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import torch
 from torch import nn
 
 from tokenmill.config import TrainConfig
+from tokenmill.model import mup
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -24,18 +28,24 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     for module in model.modules():
         if isinstance(module, nn.Embedding):
             no_decay_ids.add(id(module.weight))
-    decay, no_decay = [], []
-    for _, p in model.named_parameters():  # shared parameters appear once
+    cfg = getattr(model, "config", None)
+    use_mup = bool(getattr(cfg, "mup", False))
+    decay, no_decay, hidden = [], [], []
+    for name, p in model.named_parameters():  # shared parameters appear once
         if not p.requires_grad:
             continue
         if p.ndim >= 2 and id(p) not in no_decay_ids:
-            decay.append(p)
+            (hidden if use_mup and mup.is_hidden_matrix(name) else decay).append(p)
         else:
             no_decay.append(p)
-    return [
+    groups = [
         {"params": decay, "weight_decay": weight_decay, "name": "decay"},
         {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"},
     ]
+    if use_mup:
+        groups.append({"params": hidden, "weight_decay": weight_decay, "name": "mup_hidden",
+                       "lr_mult": mup.hidden_lr_mult(cfg)})
+    return groups
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device | None = None) -> torch.optim.AdamW:
@@ -46,13 +56,15 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device | N
     kwargs: dict = {}
     if device is not None and device.type == "cuda":
         kwargs["fused"] = True
-    return torch.optim.AdamW(
+    optimizer = torch.optim.AdamW(
         param_groups(model, cfg.weight_decay),
         lr=lr_at(1, cfg),
         betas=(cfg.beta1, cfg.beta2),
         eps=cfg.eps,
         **kwargs,
     )
+    set_lr(optimizer, lr_at(1, cfg))  # applies the μP per-group multipliers from the first step
+    return optimizer
 
 
 def lr_at(step: int, cfg: TrainConfig, anneal_start: int | None = None) -> float:
@@ -81,5 +93,6 @@ def lr_at(step: int, cfg: TrainConfig, anneal_start: int | None = None) -> float
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Set every group's LR to lr · group["lr_mult"] (μP per-layer multipliers; 1 when absent)."""
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        group["lr"] = lr * group["lr_mult"] if "lr_mult" in group else lr

@@ -99,7 +99,8 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     with torch.no_grad():
-        loss, r_pad = step_loss(model, loader, step, tc.grad_accum, device, dtype, backward=False)
+        loss, r_pad = step_loss(model, loader, step, tc.grad_accum, device, dtype, backward=False, tc=tc,
+                                seed=loader.seed)
     logged = [e for e in read_events(run.sub("events.jsonl")) if e.get("kind") == "train_step" and e.get("step") == step]
     logged_loss = logged[-1]["loss"] if logged else None
     return {"step": step, "from_checkpoint": str(ckpt) if ckpt else None, "rolled_forward_steps": step - 1 - start,

@@ -161,34 +161,97 @@ def _progress(enabled: bool, total: int, completed: int) -> Iterator[tuple[Any, 
         yield prog, task, console
 
 
+class _Regularizers:
+    """z-loss on the output log-partition and the MoE auxiliary losses, when the model has them.
+
+    The logits are caught with a forward hook, so the objectives stay plain NLL functions; with
+    both coefficients at 0 nothing is registered and the step is exactly the unregularized one."""
+
+    def __init__(self, model: nn.Module):
+        cfg = getattr(model, "config", None)
+        self.model = model
+        self.z = float(getattr(cfg, "z_loss", 0.0) or 0.0)
+        self.moe = int(getattr(cfg, "n_experts", 0) or 0) > 0
+        self.active = self.z > 0 or self.moe
+        self.logits: torch.Tensor | None = None
+        self.z_sum = 0.0
+        self.aux_sum = 0.0
+        self._hook = model.register_forward_hook(self._catch) if self.z > 0 else None
+
+    def _catch(self, module: nn.Module, args: Any, output: torch.Tensor) -> None:
+        self.logits = output
+
+    def term(self, keep: torch.Tensor | None, grad_accum: int) -> torch.Tensor:
+        """This micro-batch's regularizer, already divided by the number of micro-batches."""
+        total = torch.zeros((), device=next(self.model.parameters()).device)
+        if self.z > 0 and self.logits is not None:
+            z = self.model.z_loss(self.logits, keep)
+            self.z_sum += float(z.detach()) / grad_accum
+            total = total + z
+        if self.moe:
+            aux = self.model.aux_loss()
+            self.aux_sum += float(aux.detach()) / grad_accum
+            total = total + aux
+        self.logits = None
+        return total / grad_accum
+
+    def close(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+
+
 def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, device: torch.device,
-              dtype: torch.dtype, backward: bool) -> tuple[float, float]:
+              dtype: torch.dtype, backward: bool, tc: Any = None, seed: int = 0,
+              extras: dict[str, float] | None = None) -> tuple[float, float]:
     """(loss, r_pad) of the global batch of `step`: Σ NLL over its counted targets / their number,
     so every target weighs the same whatever micro-batch (or rank) it falls in; with
-    backward=True the gradients of that loss are accumulated."""
-    n_targets = max(loader.n_targets(step), 1)
+    backward=True the gradients of that loss (plus z-loss / MoE aux when configured; reported
+    in `extras`, not in the loss) are accumulated.
+
+    `tc` (a TrainConfig) with objective != "clm" routes each micro-batch through
+    `objective_loss` (corruption seeded by (seed, step, micro)); there the loss is the mean of the
+    micro-batch means, since the scored count of a corrupted batch is only known once built.
+    tc=None or objective "clm" is the causal path."""
+    objective = "clm" if tc is None else getattr(tc, "objective", "clm")
+    reg = _Regularizers(model)
+    n_targets = max(loader.n_targets(step), 1) if objective == "clm" else 0
     total = torch.zeros((), device=device)
     r_pad = 0.0
-    for micro in range(grad_accum):
-        batch = loader.batch(step, micro)
-        r_pad += batch.r_pad
-        batch = batch.to(device, non_blocking=True)
-        with autocast(device, dtype), torch.set_grad_enabled(backward):
-            nll = token_nll_batch(model, batch).sum() / n_targets
-        if backward:
-            nll.backward()
-        total += nll.detach()
+    try:
+        for micro in range(grad_accum):
+            batch = loader.batch(step, micro)
+            r_pad += batch.r_pad
+            batch = batch.to(device, non_blocking=True)
+            with autocast(device, dtype), torch.set_grad_enabled(backward):
+                if objective == "clm":
+                    loss = token_nll_batch(model, batch).sum() / n_targets
+                else:
+                    from tokenmill.model.objectives import objective_loss
+
+                    loss = objective_loss(model, batch, tc, seed, step, micro) / grad_accum
+                extra = reg.term(getattr(batch, "loss_mask", None), grad_accum) if reg.active else None
+            if backward:
+                (loss + extra if extra is not None else loss).backward()
+            total += loss.detach()
+    finally:
+        reg.close()
+    if extras is not None and reg.active:
+        extras.update({"z_loss": reg.z_sum} if reg.z > 0 else {})
+        if reg.moe:
+            extras.update({"moe_aux": reg.aux_sum, **model.moe_stats()})
     return total.item(), r_pad / grad_accum
 
 
 def compute_update(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, step: int, tc: Any,
-                   device: torch.device, dtype: torch.dtype, anneal: int | None) -> tuple[float, float, float, float]:
+                   device: torch.device, dtype: torch.dtype, anneal: int | None,
+                   extras: dict[str, float] | None = None) -> tuple[float, float, float, float]:
     """Everything of optimizer step `step` before `optimizer.step()`: set the LR, accumulate the
     gradients of the global batch, clip. Returns (lr, loss, pre-clip grad norm, r_pad).
     The trainer and `tokenmill replay` share it, so a replayed step is the same computation."""
     lr = lr_at(step, tc, anneal)
     set_lr(optimizer, lr)
-    loss, r_pad = step_loss(model, loader, step, tc.grad_accum, device, dtype, backward=True)
+    loss, r_pad = step_loss(model, loader, step, tc.grad_accum, device, dtype, backward=True, tc=tc,
+                            seed=loader.seed, extras=extras)
     grad_norm = torch.nn.utils.clip_grad_norm_(
         model.parameters(), tc.grad_clip if tc.grad_clip > 0 else float("inf")).item()
     return lr, loss, grad_norm, r_pad
@@ -324,8 +387,9 @@ def _train(run: RunDir, store: TokenStore, mcfg: ModelConfig, device: torch.devi
             saved_step = start_step if resumed_from else -1
             for step in range(start_step + 1, tc.max_steps + 1):
                 t0 = time.perf_counter()
+                extras: dict[str, Any] = {}
                 lr, last_loss, grad_norm, r_pad = compute_update(model, optimizer, loader, step, tc, device,
-                                                                 dtype, anneal)
+                                                                 dtype, anneal, extras)
                 if not (math.isfinite(last_loss) and math.isfinite(grad_norm)):
                     events.write(STAGE, "diverged", step=step, loss=last_loss, grad_norm=grad_norm)
                     raise TrainingDiverged(
@@ -340,7 +404,7 @@ def _train(run: RunDir, store: TokenStore, mcfg: ModelConfig, device: torch.devi
                 tps = tokens_per_step / dt
                 events.write(STAGE, "train_step", step=step, loss=last_loss, lr=lr, grad_norm=grad_norm,
                              tokens_per_s=tps, mfu=fpt * tps / peak, tokens=step * tokens_per_step,
-                             seconds=dt, r_pad=r_pad, phase=loader.phase_at(step).name)
+                             seconds=dt, r_pad=r_pad, phase=loader.phase_at(step).name, **extras)
                 info = f"loss {last_loss:.4f} lr {lr:.2e} {tps:,.0f} tok/s"
                 prog.update(task, completed=step, info=info)
                 if tc.log_every > 0 and (step % tc.log_every == 0 or step == tc.max_steps):
