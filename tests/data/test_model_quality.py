@@ -17,19 +17,9 @@ from tokenmill.config import CurateConfig, ModelQualityConfig
 from tokenmill.data import model_quality as mq
 from tokenmill.data.document import MODEL_QUALITY_FIELDS, Doc
 
+from tests.data.page_chrome import CHROME
+
 HELD_OUT = ("for", "while", "with")
-# Real page chrome of docs.python.org (Sphinx) and of news / shop sites, as extraction leaves it.
-CHROME = [
-    "Navigation", "index", "modules |", "next |", "previous |", "Python »", "3.11.2 Documentation »",
-    "The Python Standard Library »", "Table of Contents", "Previous topic", "Next topic", "This Page",
-    "Report a Bug", "Show Source", "Quick search", "Theme Auto Light Dark",
-    "© Copyright 2001-2023, Python Software Foundation.", "Last updated on Mar 13, 2023.",
-    "Found a bug?", "Created using Sphinx 4.5.0.", "Home", "About us", "Contact", "Privacy Policy",
-    "Terms of Service", "Cookie settings", "Accept all cookies",
-    "We use cookies to improve your experience on our website.", "Subscribe to our newsletter",
-    "Sign in", "Create account", "Share on Facebook", "Tweet", "Related posts", "Read more »",
-    "Best cheap laptop deals 2023 buy now free shipping", "Click here to download now!",
-]
 NAV_DUMP = "\n".join([
     "Navigation", "index", "modules |", "next |", "previous |", "Python »", "3.11.2 Documentation »",
     "The Python Language Reference »", "8. Compound statements", "Theme Auto Light Dark",

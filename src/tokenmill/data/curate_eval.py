@@ -25,7 +25,6 @@ scored, whatever the step's skip_buckets: the evaluation is of the scorer.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterator
@@ -34,6 +33,7 @@ import numpy as np
 
 from tokenmill.config import CurateConfig
 from tokenmill.data.document import PII_FIELDS
+from tokenmill.data.jsonl import json_objects
 from tokenmill.data.pii import Span, find_pii
 from tokenmill.data.safety import Safety
 from tokenmill.errors import UserError
@@ -51,15 +51,7 @@ def _records(path: Path, required: dict[str, type | tuple[type, ...]]) -> Iterat
     if not path.is_file():
         raise LabelledFileError(f"{path}: labelled file not found")
     with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise LabelledFileError(f"{path}:{lineno}: not valid JSON: {exc}") from None
-            if not isinstance(rec, dict):
-                raise LabelledFileError(f"{path}:{lineno}: expected a JSON object")
+        for lineno, rec in json_objects(f, path, LabelledFileError):
             for key, typ in required.items():
                 if not isinstance(rec.get(key), typ):
                     raise LabelledFileError(f"{path}:{lineno}: field {key!r} missing or not {typ}")

@@ -38,6 +38,7 @@ import xxhash
 
 from tokenmill.config import CurateConfig
 from tokenmill.data.document import Doc, Rejection, format_value
+from tokenmill.data.jsonl import json_objects
 from tokenmill.data.minhash import sorted_unique, word_ngram_stream
 from tokenmill.data.step import DocStep
 from tokenmill.errors import UserError
@@ -73,15 +74,7 @@ def item_text(record: dict[str, Any], fields: Iterable[str]) -> str:
 
 def read_items(path: Path, fields: list[str]) -> Iterator[tuple[str, str]]:
     """(item id, item text) of every record; the id is the record's "id", else its line number."""
-    for lineno, line in enumerate(_open(path), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise EvalSetError(f"{path}:{lineno}: not valid JSON: {exc.msg}") from exc
-        if not isinstance(record, dict):
-            raise EvalSetError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}")
+    for lineno, record in json_objects(_open(path), path, EvalSetError):
         yield str(record.get("id", f"line {lineno}")), item_text(record, fields)
 
 
