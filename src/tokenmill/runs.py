@@ -32,7 +32,9 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
 # Knobs that change how a stage reports or how often it saves, never what it computes: changing
 # them must not restart a run (training resumes bit-exactly across them).
 NOT_FINGERPRINTED: dict[str, frozenset[str]] = {
-    "train": frozenset({"log_every", "ckpt_every", "keep_checkpoints", "eval_every", "eval_docs", "peak_tflops"}),
+    "train": frozenset({"log_every", "ckpt_every", "keep_checkpoints", "keep_every", "eval_every", "eval_docs",
+                        "peak_tflops", "distributed", "checksum_every", "spectrum_every",
+                        "activation_checkpointing", "threads"}),
     "eval": frozenset({"batch_size"}),
     "tokenize": frozenset({"workers"}),
     "tokenizer": frozenset({"audit_docs", "key_terms"}),

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from tokenmill.train.device import autocast, enable_tf32, resolve_device, resolve_dtype
+from tokenmill.train import device as device_mod
+from tokenmill.train.device import autocast, cpu_has_native_bf16, enable_tf32, resolve_device, resolve_dtype
 
 
 def test_resolve_device():
@@ -18,9 +19,28 @@ def test_cuda_without_cuda_is_a_clear_error():
         resolve_device("cuda:0")
 
 
+def _cpuinfo_flags() -> set[str]:
+    for line in open("/proc/cpuinfo", encoding="utf-8", errors="replace"):
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def test_native_bf16_detection_agrees_with_the_cpu_flags():
+    flags = _cpuinfo_flags()
+    assert cpu_has_native_bf16() == bool({"avx512_bf16", "amx_bf16"} & flags)
+
+
+def test_auto_dtype_is_bf16_only_on_cpus_with_native_bf16(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(device_mod, "cpu_has_native_bf16", lambda: True)
+    assert resolve_dtype(cpu, "auto") == torch.bfloat16
+    monkeypatch.setattr(device_mod, "cpu_has_native_bf16", lambda: False)
+    assert resolve_dtype(cpu, "auto") == torch.float32
+
+
 def test_resolve_dtype():
     cpu = torch.device("cpu")
-    assert resolve_dtype(cpu, "auto") == torch.float32
     assert resolve_dtype(cpu, "bfloat16") == torch.bfloat16
     assert resolve_dtype(cpu, "float32") == torch.float32
     with pytest.raises(ValueError):
@@ -30,7 +50,7 @@ def test_resolve_dtype():
 def test_autocast_fp32_is_a_no_op_and_bf16_casts_matmuls():
     cpu = torch.device("cpu")
     a, b = torch.randn(4, 4), torch.randn(4, 4)
-    with autocast(cpu, "auto"):
+    with autocast(cpu, "float32"):
         assert (a @ b).dtype == torch.float32
         assert not torch.is_autocast_enabled("cpu")
     with autocast(cpu, "bfloat16"):

@@ -81,3 +81,29 @@ def test_mup_model_gets_a_hidden_group_with_lr_over_width_mult():
     assert sum(p.numel() for g in groups.values() for p in g["params"]) == m.num_params()
     opt = build_optimizer(m, TrainConfig(lr=0.1, warmup_steps=0, max_steps=10, min_lr_ratio=1.0), torch.device("cpu"))
     assert {g["name"]: g["lr"] for g in opt.param_groups} == {"decay": 0.1, "no_decay": 0.1, "mup_hidden": 0.025}
+
+
+def test_linear_and_wsd_schedules():
+    from tokenmill.config import TrainConfig
+
+    lin = TrainConfig(lr=1e-3, min_lr_ratio=0.1, warmup_steps=10, max_steps=110, schedule="linear")
+    assert lr_at(10, lin) == pytest.approx(1e-3)
+    assert lr_at(60, lin) == pytest.approx(1e-4 + 0.9e-3 * 0.5)
+    assert lr_at(110, lin) == pytest.approx(1e-4)
+    wsd = TrainConfig(lr=1e-3, min_lr_ratio=0.1, warmup_steps=10, max_steps=110, schedule="wsd", decay_fraction=0.2)
+    assert lr_at(5, wsd) == pytest.approx(5e-4)
+    assert all(lr_at(s, wsd) == pytest.approx(1e-3) for s in range(10, 89))  # stable until 110 - 22
+    assert lr_at(99, wsd) == pytest.approx(1e-3 - 0.9e-3 * 11 / 22)
+    assert lr_at(110, wsd) == pytest.approx(1e-4)
+
+
+def test_decay_embeddings_moves_the_table_into_the_decayed_group():
+    from tokenmill.config import ModelConfig
+    from tokenmill.model.transformer import Transformer
+
+    m = Transformer(ModelConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=4, max_seq_len=16))
+    emb = m.embed_tokens.weight
+    default = {g["name"]: g for g in param_groups(m, 0.1)}
+    assert any(p is emb for p in default["no_decay"]["params"])
+    decayed = {g["name"]: g for g in param_groups(m, 0.1, decay_embeddings=True)}
+    assert any(p is emb for p in decayed["decay"]["params"])

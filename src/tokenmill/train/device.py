@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 from typing import Iterator
 
 import torch
@@ -27,8 +28,21 @@ def resolve_device(spec: str) -> torch.device:
     return device
 
 
+def cpu_has_native_bf16() -> bool:
+    """True when this CPU computes bf16 matmuls natively (AVX512-BF16 or AMX-BF16 instructions).
+
+    Without them oneDNN emulates bf16 and autocast is slower than fp32, so 'auto' keeps fp32."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def resolve_dtype(device: torch.device, spec: str) -> torch.dtype:
-    """Autocast dtype: 'auto' is bf16 on a CUDA device that supports it, fp32 elsewhere."""
+    """Autocast dtype: 'auto' is bf16 on a CUDA device that supports it and on a CPU with native
+    bf16 instructions (about 2× the fp32 matmul rate there), fp32 elsewhere."""
     if spec == "float32":
         return torch.float32
     if spec == "bfloat16":
@@ -36,6 +50,8 @@ def resolve_dtype(device: torch.device, spec: str) -> torch.dtype:
     if spec != "auto":
         raise ValueError(f"train.dtype={spec!r}: expected 'auto', 'float32' or 'bfloat16'")
     if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    if device.type == "cpu" and cpu_has_native_bf16():
         return torch.bfloat16
     return torch.float32
 

@@ -1,4 +1,4 @@
-"""AdamW with weight-decay groups, and the warmup + cosine learning-rate schedule.
+"""AdamW with weight-decay groups, and the learning-rate schedules (warmup, then cosine, linear or WSD).
 
 Weight decay (decoupled, AdamW) applies to the Linear weight matrices only: attention q/k/v/o,
 the SwiGLU gate/up/down and an untied lm_head. It does not apply to
@@ -22,11 +22,13 @@ from tokenmill.config import TrainConfig
 from tokenmill.model import mup
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """[{"params": decayed, "weight_decay": wd, "name": "decay"}, {"params": rest, "weight_decay": 0, ...}]."""
+def param_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool = False) -> list[dict]:
+    """[{"params": decayed, "weight_decay": wd, "name": "decay"}, {"params": rest, "weight_decay": 0, ...}].
+
+    decay_embeddings=True puts the embedding tables (and a head tied to them) in the decayed group."""
     no_decay_ids: set[int] = set()
     for module in model.modules():
-        if isinstance(module, nn.Embedding):
+        if isinstance(module, nn.Embedding) and not decay_embeddings:
             no_decay_ids.add(id(module.weight))
     cfg = getattr(model, "config", None)
     use_mup = bool(getattr(cfg, "mup", False))
@@ -57,7 +59,7 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device | N
     if device is not None and device.type == "cuda":
         kwargs["fused"] = True
     optimizer = torch.optim.AdamW(
-        param_groups(model, cfg.weight_decay),
+        param_groups(model, cfg.weight_decay, cfg.decay_embeddings),
         lr=lr_at(1, cfg),
         betas=(cfg.beta1, cfg.beta2),
         eps=cfg.eps,
@@ -68,11 +70,16 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device | N
 
 
 def lr_at(step: int, cfg: TrainConfig, anneal_start: int | None = None) -> float:
-    """Learning rate of optimizer step `step` (1-based).
+    """Learning rate of optimizer step `step` (1-based), for the step knobs `resolve_budget` set.
 
-    warmup:  lr · step / warmup_steps                       for step <= warmup_steps
-    cosine:  min + (lr - min) · ½(1 + cos(π · progress))   progress = (step - warmup) / (max_steps - warmup)
-    after max_steps: min, where min = min_lr_ratio · lr.
+    warmup:  lr · step / warmup_steps                              for step <= warmup_steps
+    then, with progress = (step - warmup) / (max_steps - warmup) and min = min_lr_ratio · lr:
+      cosine: min + (lr - min) · ½(1 + cos(π · progress))
+      linear: min + (lr - min) · (1 - progress)
+      wsd:    lr until the last decay_fraction of the run, then linear to min at max_steps
+              (warmup-stable-decay: the stable phase can be extended or branched without knowing
+              the end in advance; seed 002 §5, MiniCPM)
+    after max_steps: min.
     anneal:  when the curriculum ends with an annealing phase starting after step `anneal_start`,
              the LR decays linearly from its value at anneal_start to 0 at max_steps (the
              high-quality data is seen while the LR goes to zero; seed 002 §3.5, seed 004).
@@ -85,10 +92,19 @@ def lr_at(step: int, cfg: TrainConfig, anneal_start: int | None = None) -> float
     warm = cfg.warmup_steps
     if warm > 0 and step <= warm:
         return peak * max(step, 0) / warm
+    if cfg.schedule == "wsd":
+        decay_steps = max(1, round(cfg.decay_fraction * cfg.max_steps))
+        start = max(cfg.max_steps - decay_steps, warm)
+        if step <= start:
+            return peak
+        progress = min(1.0, (step - start) / max(cfg.max_steps - start, 1))
+        return peak + (floor - peak) * progress
     decay_steps = cfg.max_steps - warm
     if decay_steps <= 0:
         return peak
     progress = min(1.0, (step - warm) / decay_steps)
+    if cfg.schedule == "linear":
+        return floor + (peak - floor) * (1.0 - progress)
     return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
