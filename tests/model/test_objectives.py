@@ -261,6 +261,8 @@ def test_mlm_objective_is_deterministic_per_seed_step_micro():
 
 
 class _FakeLoader:
+    world_size = 1  # one process: step_loss reduces nothing across ranks
+
     def __init__(self, batches):
         self.batches = batches
 

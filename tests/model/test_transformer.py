@@ -491,3 +491,17 @@ def test_defaults_are_the_llama_recipe():
     m = model()
     assert m.aux_loss() == 0 and m.moe_stats() == {}
     assert m.layers[0].self_attn.q_norm is None and m.layers[0].self_attn.scale is None
+
+
+def test_activation_checkpointing_gives_the_same_gradients_bitwise():
+    cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=3, n_heads=4, max_seq_len=16)
+    idx = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(3))
+    grads = []
+    for ckpt in (False, True):
+        m = Transformer(cfg, generator=torch.Generator().manual_seed(0))
+        m.activation_checkpointing = ckpt
+        m.train()
+        m(idx).logsumexp(-1).mean().backward()
+        grads.append({n: p.grad.clone() for n, p in m.named_parameters()})
+    assert grads[0].keys() == grads[1].keys()
+    assert all(torch.equal(grads[0][n], grads[1][n]) for n in grads[0])

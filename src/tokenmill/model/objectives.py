@@ -85,10 +85,30 @@ def token_nll_batch(model: nn.Module, batch: PackedBatch) -> torch.Tensor:
         if loss_mask.dtype != torch.bool:
             raise ValueError(f"batch.loss_mask must be bool, got {loss_mask.dtype}")
         targets = targets.masked_fill(~loss_mask, IGNORE)
+    if fused_nll_ok(model):
+        return model(inputs, targets=targets, **kwargs)
     logits = model(inputs, **kwargs)  # no kwargs for an unpacked batch: any LM callable works
     nll = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
                           ignore_index=IGNORE, reduction="none")
     return nll.view(targets.shape)
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The model inside DDP (`.module`) and torch.compile (`._orig_mod`) wrappers."""
+    while True:
+        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+        if not isinstance(inner, nn.Module):
+            return model
+        model = inner
+
+
+def fused_nll_ok(model: nn.Module) -> bool:
+    """Whether `model(inputs, targets=...)` returns the per-token NLL (tokenmill's Transformer),
+    so the logits never need to exist. Not with a z-loss, which is a function of the logits."""
+    inner = unwrap(model)
+    cfg = getattr(inner, "config", None)
+    return (getattr(inner, "supports_targets", False) and cfg is not None
+            and not float(getattr(cfg, "z_loss", 0.0) or 0.0) > 0)
 
 
 def clm_loss_batch(model: nn.Module, batch: PackedBatch) -> torch.Tensor:

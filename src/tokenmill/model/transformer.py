@@ -38,11 +38,13 @@ import math
 from typing import Any, Literal
 
 import torch
+import torch.utils.checkpoint
 import torch.nn.functional as F
 from torch import nn
 
 from tokenmill.config import ModelConfig
 from tokenmill.model import mup
+from tokenmill.model.fused_ce import linear_cross_entropy
 from tokenmill.model.moe import MoE
 
 try:  # FlexAttention (torch >= 2.5). Only the CUDA path needs it: CPU must import without it.
@@ -346,6 +348,8 @@ class Transformer(nn.Module):
         self.embed_positions = (nn.Embedding(cfg.max_seq_len, cfg.d_model)
                                 if cfg.position == "learned" else None)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.activation_checkpointing = False  # set by the trainer (train.activation_checkpointing)
+        self.supports_targets = True  # forward(..., targets=) returns the fused per-token NLL
         self.norm = make_norm(cfg, cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
@@ -381,8 +385,13 @@ class Transformer(nn.Module):
         return std
 
     def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None,
-                segments: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits for token ids idx[B, T].
+                segments: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None,
+                targets: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [B, T, V] for token ids idx[B, T]; with `targets` [B, T] (-100: not counted), the
+        per-token NLL [B, T] (fp32, 0 where not counted) instead, computed by the fused output
+        projection + cross-entropy (`fused_ce`), which never materialises the logits. Passing
+        targets through forward (nanoGPT's way) keeps DDP, FSDP2 and torch.compile wrappers in the
+        path.
 
         positions: int [B, T] position of each token (None: 0..T-1 in every row).
         segments: int [B, T] document index of each token; a document is a run of equal values,
@@ -407,8 +416,17 @@ class Transformer(nn.Module):
         else:
             mask = self.dense_mask(T, idx.device, segments, attn_mask)
         for layer in self.layers:
-            x = layer(x, cos, sin, mask)
-        logits = self.lm_head(self.norm(x))
+            if self.activation_checkpointing and self.training and torch.is_grad_enabled():
+                # Keep only each block's input; backward recomputes the block (non-reentrant: works
+                # with autocast, DDP and FSDP2, and replays the same RNG-free computation exactly).
+                x = torch.utils.checkpoint.checkpoint(layer, x, cos, sin, mask, use_reentrant=False)
+            else:
+                x = layer(x, cos, sin, mask)
+        h = self.norm(x)
+        scale = self.output_mult if self.config.mup else 1.0
+        if targets is not None:
+            return linear_cross_entropy(h, self.lm_head.weight, targets, scale)
+        logits = self.lm_head(h)
         if self.config.mup:
             logits = logits * self.output_mult
         return logits
