@@ -18,10 +18,12 @@ Training FLOPs per token (PaLM appendix B; nanoGPT `estimate_mfu`):
 - MoE: N counts the *active* parameters per token: the router and top_k of the n experts (the
   other experts hold parameters but do no arithmetic for this token).
 
-Peak throughput: a table of dense (no sparsity) tensor-core peaks for known GPUs, looked up by
-`torch.cuda.get_device_name`; on CPU (and unknown GPUs) a short measured matmul peak instead
-(~0.3 s, cached per process). CPU MFU is therefore relative to the *measured* matmul throughput
-of this machine at this thread count, not to a datasheet number.
+Peak throughput, first match wins (`peak_flops_source` says which): train.peak_tflops from the
+config; an entry of `tokenmill calibrate` for this device name, dtype and thread count
+(scaling/calibrate.py); a table of dense (no sparsity) tensor-core peaks for known GPUs, looked up
+by `torch.cuda.get_device_name`; else a short measured matmul peak (~0.3 s, cached per process).
+CPU MFU is therefore relative to the *measured* matmul throughput of this machine at this thread
+count, not to a datasheet number.
 """
 
 from __future__ import annotations
@@ -131,17 +133,33 @@ def measure_matmul_peak(device: torch.device, dtype: torch.dtype = torch.float32
     return _measured[key]
 
 
-def peak_flops(device: torch.device | str, dtype: torch.dtype | None = None) -> float:
-    """Peak FLOP/s of `device` for matmuls in `dtype` (table on known GPUs, measured otherwise).
+def peak_flops_source(device: torch.device | str, dtype: torch.dtype | None = None,
+                      configured_tflops: float | None = None) -> tuple[float, str]:
+    """(peak FLOP/s of `device` for matmuls in `dtype`, where it came from): "config" (the given
+    train.peak_tflops), "calibration" (a `tokenmill calibrate` entry for this device, dtype and
+    the current thread count), "table" (a known GPU) or "measured" (a quick matmul timing).
 
-    dtype None: bf16 on CUDA, fp32 on CPU (the trainer's 'auto' precision).
+    dtype None: bf16 on CUDA, fp32 on CPU.
     """
+    from tokenmill.scaling.calibrate import find_calibration
+
+    if configured_tflops:
+        return configured_tflops * 1e12, "config"
     device = torch.device(device)
     if dtype is None:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    entry = find_calibration(device, dtype)
+    if entry is not None:
+        return float(entry["peak_flops"]), "calibration"
     if device.type == "cuda":
         peak = gpu_peak_from_table(torch.cuda.get_device_name(device), dtype)
         if peak is not None:
-            return peak
-        return measure_matmul_peak(device, dtype, n=4096)
-    return measure_matmul_peak(device, dtype)
+            return peak, "table"
+        return measure_matmul_peak(device, dtype, n=4096), "measured"
+    return measure_matmul_peak(device, dtype), "measured"
+
+
+def peak_flops(device: torch.device | str, dtype: torch.dtype | None = None) -> float:
+    """Peak FLOP/s of `device` for matmuls in `dtype`: calibration, GPU table or measured (see
+    `peak_flops_source`)."""
+    return peak_flops_source(device, dtype)[0]

@@ -1,0 +1,332 @@
+"""Training memory of one process, in bytes, from the configs alone (no model is built).
+
+Persistent state (mixed precision keeps fp32 master weights, seed 003 "ZeRO"): fp32 parameters
+(4·N), fp32 gradients (4·N), AdamW's m and v (8·N); `mode="fsdp"` divides all three by the world
+size (FSDP2 / ZeRO-3). N counts tied weights once (`param_count`).
+
+Activations: what autograd keeps for the backward pass of one micro-batch (B = micro_batch rows of
+T = seq_len tokens), read off `tokenmill.model.transformer` op by op, the accounting of
+Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models", §4:
+sbh(34 + 5as/h) bytes per layer with fp16 activations, dropout and materialised attention) redone
+for this model: no dropout, no biases, pre-norm RMSNorm/LayerNorm, SwiGLU/GELU, SDPA with a
+fused kernel that keeps the output and a log-sum-exp per query instead of the T×T scores. Per
+layer, with c = bytes of the compute dtype (4 fp32, 2 under bf16 autocast) and f = 4:
+
+    residual-stream inputs of both norms        2 · f·BTd   (the residual stream is fp32: the
+                                                             embedding is fp32 and x + bf16 promotes)
+    RMSNorm: normalized x before its gain        2 · f·BTd   (+ rsqrt f·BT each; LayerNorm keeps
+                                                             mean and rstd, 2·f·BT, instead)
+    projection inputs                           fp32: the norm outputs, 2 · f·BTd. bf16: autocast
+                                                casts the fp32 norm output once per Linear (q, k, v;
+                                                gate, up), 5 · c·BTd for SwiGLU, 4 for GELU
+    SDPA: q, k, v, output                       4 · c·BT·(n_heads·head_dim)  (k and v after the GQA
+                                                repeat, so GQA saves no activation memory)
+          log-sum-exp                           f·B·n_heads·T
+          document/window mask                  c·T·T (·B with document masking): SDPA converts
+                                                the boolean mask to an additive one per layer
+    QK-norm (RMSNorm): q, k in and normalized   fp32: 2 · f·BT·(hq + hkv); bf16: the fp32 upcast
+                                                and the bf16 normalized copy, (f + c)·BT·(hq + hkv)
+            (LayerNorm)                         c·BT·(2·hq + hkv) (measured: q is kept twice)
+    RoPE in bf16                                the cos/sin tables cast per use, 4 · c·T·hd (per
+                                                row positions: ·B); fp32 RoPE keeps no copy
+    FFN                                         SwiGLU 4 · c·BTF (gate, silu, up, product);
+                                                GELU 2 · c·BTF; MoE: the same per routed token
+                                                slot (B·T·top_k), plus the router's fp32 tensors
+
+Head: the final norm's input (and output for RMSNorm) and the token ids, then one of two losses.
+Plain (logits materialised): the lm_head input; the cross-entropy runs in fp32 and keeps the
+log-probabilities [B·T, V]; its peak, counted as `logits`, is the backward of log_softmax holding
+the log-probabilities, their gradient and the logits' gradient at once, 3 · f·BTV. Fused
+(model/fused_ce.py, what the trainer uses unless a z-loss needs the logits): it keeps the fp32
+head input and the gradients it computed in the forward, dh [B·T, d] and dW [V, d] in fp32, and
+its peak is one chunk of logits (`logits_bytes`).
+
+Autocast keeps a bf16 copy of every Linear weight (incl. a tied lm_head, except under the fused
+loss, which casts the head itself) from the forward to the end of the backward (`weight_copies`). With activation checkpointing (each block
+recomputed in backward, torch.utils.checkpoint non-reentrant) a layer keeps only its fp32 input
+f·BTd, and the recomputation of one block holds that block's activations again.
+
+The peak is the largest of three moments: the loss backward (persistent state, gradients
+already accumulated from earlier micro-batches when grad_accum > 1, weight copies, all
+activations and the loss buffers); the backward of each block (the gradients of the blocks
+above it and of the head allocated, its own activations held, recomputed under checkpointing,
+plus the activation gradients alive inside it, `layer_backward_transient`); and the optimizer
+step (parameters, gradients, m, v and the step's temporaries: torch's single-tensor AdamW on CPU
+makes two parameter-sized temporaries of its largest tensor; the fused CUDA kernel none).
+DDP adds its gradient buckets (4·N, a flat copy of the gradients); FSDP adds the unsharded fp32
+parameters of the root module (embeddings, final norm, head; gathered for the whole forward)
+plus two blocks (the one running and the one prefetched), and one block's unsharded gradients
+before its reduce-scatter. The DDP and FSDP terms follow the libraries' documented behaviour and
+are not measured here.
+
+Not counted: the CPU allocator's or CUDA caching allocator's fragmentation and rounding (glibc
+keeps freed heap pages resident: benchmarks/bench_train_memory.py shows RSS up to ~35% above the
+live bytes with its defaults, equal to them with MALLOC_MMAP_THRESHOLD_=65536), the CUDA context
+(~0.5 GiB), kernels' scratch space, the data loader's pinned buffers and torch.compile's own
+buffers. `tests/scaling/test_memory.py` checks the activation count against the bytes autograd
+actually saves (equal for dense models, within 0.5% for MoE) and the peak against a profiled
+training step (the estimate between 10% below and 15% above it on a tiny model; on the demo
+model at smoke size within 1-8%, benchmarks/bench_train_memory.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Literal
+
+import torch
+
+from tokenmill.config import ModelConfig, TrainConfig
+from tokenmill.model.transformer import resolve_ffn_hidden
+from tokenmill.scaling.flops import param_count
+
+Mode = Literal["single", "ddp", "fsdp"]
+F32 = 4
+I64 = 8
+FUSED_CHUNK = 1024  # tokens per chunk of the fused projection + cross-entropy (model/fused_ce.py)
+
+
+def _dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    named = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in named:
+        raise ValueError(f"dtype {dtype!r}: expected float32 or bfloat16")
+    return named[dtype]
+
+
+def matmul_weights(cfg: ModelConfig) -> dict[str, int]:
+    """Elements of the Linear weights: per layer (attention q/k/v/o, FFN incl. the MoE router),
+    the lm_head (V·d, also when tied), and the largest single tensor (for the optimizer step)."""
+    assert cfg.vocab_size is not None
+    d, hd = cfg.d_model, cfg.d_model // cfg.n_heads
+    hq, hkv = cfg.n_heads * hd, (cfg.n_kv_heads or cfg.n_heads) * hd
+    h = resolve_ffn_hidden(cfg)
+    attn = 2 * d * hq + 2 * d * hkv
+    expert = (2 if cfg.ffn == "gelu" else 3) * d * h
+    ffn = d * cfg.n_experts + cfg.n_experts * expert if cfg.n_experts > 0 else expert
+    largest = max(cfg.vocab_size * d, d * h, d * hq, cfg.max_seq_len * d if cfg.position == "learned" else 0)
+    return {"per_layer": attn + ffn, "lm_head": cfg.vocab_size * d, "largest_tensor": largest}
+
+
+def layer_activation_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str,
+                           doc_masking: bool = False) -> int:
+    """Bytes one transformer block keeps for its backward (see the module doc, term by term)."""
+    c = _dtype(dtype).itemsize
+    bf = c != F32
+    d, hd = cfg.d_model, cfg.d_model // cfg.n_heads
+    hq, hkv = cfg.n_heads * hd, (cfg.n_kv_heads or cfg.n_heads) * hd
+    BT = B * T
+    rms = cfg.norm == "rmsnorm"
+    n = 0
+    # two pre-norms on the fp32 residual stream
+    n += 2 * (F32 * BT * d + (F32 * BT * d + F32 * BT if rms else 2 * F32 * BT))
+    # attention projections' input
+    n += 3 * c * BT * d if bf else F32 * BT * d
+    if cfg.qk_norm:
+        # RMSNorm upcasts to fp32 and keeps its input and normalized value (the latter in c);
+        # LayerNorm runs in the input's dtype and keeps a contiguous copy of its input and its
+        # statistics, and for q one more q-sized tensor (measured: the strided projection output)
+        heads = cfg.n_heads + (cfg.n_kv_heads or cfg.n_heads)
+        if rms:
+            n += ((F32 + c) if bf else 2 * F32) * BT * (hq + hkv) + F32 * B * heads * T
+        else:
+            n += c * BT * (2 * hq + hkv) + 2 * F32 * B * heads * T
+    rope_cast = bf and not (cfg.qk_norm and rms)  # RMSNorm's fp32 output meets fp32 tables: no copy
+    if rope_cast and cfg.position == "rope":
+        n += 4 * c * T * hd * (B if doc_masking else 1)
+    n += 4 * c * BT * hq + F32 * B * cfg.n_heads * T  # SDPA q, k, v, out; log-sum-exp
+    if doc_masking or cfg.sliding_window is not None:
+        n += c * (B if doc_masking else 1) * T * T
+    n += _ffn_activation_bytes(cfg, BT, c)
+    return n
+
+
+def _ffn_activation_bytes(cfg: ModelConfig, BT: int, c: int) -> int:
+    d, h = cfg.d_model, resolve_ffn_hidden(cfg)
+    bf = c != F32
+    gelu = cfg.ffn == "gelu"
+    hidden = (2 if gelu else 4) * c * h
+    if cfg.n_experts == 0:
+        casts = (1 if gelu else 2) * c * d if bf else F32 * d
+        return BT * (casts + hidden)
+    slots = BT * cfg.top_k
+    # per routed slot: the expert's input (cast per Linear under bf16), its output, the gate's
+    # product, the gate value and the token index
+    inputs = ((1 if gelu else 2) * c + F32) * d if bf else 2 * F32 * d
+    per_slot = inputs + c * d + hidden + F32 + I64
+    n_e, k = cfg.n_experts, cfg.top_k
+    router = BT * ((c if bf else F32) * d + 2 * F32 * n_e + F32 * k + I64 * k + 3 * F32) + 2 * F32 * n_e
+    return slots * per_slot + router
+
+
+def head_activation_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str,
+                          doc_masking: bool = False, fused_loss: bool = False) -> int:
+    """Bytes the embedding, final norm and head keep (the plain loss's log-probabilities are in
+    `logits_bytes`). The fused projection + cross-entropy (model.fused_ce) keeps the fp32 norm
+    output and the gradients it computed in its forward, dh [B·T, d] and dW [V, d], both fp32."""
+    assert cfg.vocab_size is not None
+    c = _dtype(dtype).itemsize
+    d, BT = cfg.d_model, B * T
+    n = F32 * BT * d + (F32 * BT * d + F32 * BT if cfg.norm == "rmsnorm" else 2 * F32 * BT)
+    n += 2 * F32 * BT * d + F32 * cfg.vocab_size * d if fused_loss else c * BT * d  # the head's input
+    n += I64 * B * (T + 1) + I64 * BT  # token ids (the embedding's indices) and targets
+    if cfg.position == "learned":
+        n += I64 * T * (B if doc_masking else 1)  # position ids (per row with document masking)
+    return n
+
+
+def logits_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str = "float32",
+                 fused_loss: bool = False, chunk: int = FUSED_CHUNK) -> int:
+    """Peak of the loss head beyond what it keeps. Plain: in the backward of log_softmax, the
+    log-probabilities, their gradient and the logits' gradient, 3 · f·BTV. Fused, the larger of
+    its forward and its backward (the returned fp32 gradients of h and W). Forward: under bf16
+    the bf16 copies of its input and weight, the per-token NLL, and per chunk of `chunk` tokens
+    either the fp32 logits with logsumexp's equal-sized temporary, or (later) the logits turned
+    in place into the softmax gradient, its bf16 copy and the chunk's dW product (c and fp32).
+    Not counted: oneDNN's scratch buffers of the bf16 matmuls (0.8 MB at a 512-token chunk of a
+    512-word vocabulary, none seen at the demo's 4096; tests/scaling/test_memory.py)."""
+    assert cfg.vocab_size is not None
+    V, d, BT = cfg.vocab_size, cfg.d_model, B * T
+    if not fused_loss:
+        return 3 * F32 * BT * V
+    c = _dtype(dtype).itemsize
+    cb = c if c != F32 else 0  # bytes of a bf16 copy, 0 when the compute dtype is fp32
+    rows = min(chunk, BT)
+    chunk_peak = max(2 * F32 * rows * V, (F32 + cb) * (rows * V + V * d) + (F32 + c) * rows * d)
+    forward = cb * (BT + V) * d + F32 * BT + chunk_peak
+    backward = F32 * (BT + V) * d
+    return max(forward, backward)
+
+
+def fused_loss_default(model_cfg: ModelConfig, train_cfg: TrainConfig) -> bool:
+    """What the trainer's loss does (model.objectives.token_nll_batch): the fused projection +
+    cross-entropy when the model's forward takes targets, for the causal objective without z-loss."""
+    import inspect
+
+    from tokenmill.model.transformer import Transformer
+
+    return ("targets" in inspect.signature(Transformer.forward).parameters and model_cfg.z_loss == 0
+            and getattr(train_cfg, "objective", "clm") == "clm")
+
+
+def _shared_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str, doc_masking: bool) -> int:
+    """The per-row cos/sin tables gathered once per forward and kept in fp32 (document masking)."""
+    fp32_rope = _dtype(dtype) == torch.float32 or (cfg.qk_norm and cfg.norm == "rmsnorm")
+    rope_rows = cfg.position == "rope" and doc_masking and fp32_rope
+    return 2 * F32 * B * T * (cfg.d_model // cfg.n_heads) if rope_rows else 0
+
+
+def activation_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str, doc_masking: bool = False,
+                     checkpointing: bool = False, fused_loss: bool = False) -> int:
+    """Bytes kept for the backward of one micro-batch at the end of the forward: all layers plus
+    the head (the loss buffers apart). With checkpointing only each block's fp32 input."""
+    kept = (F32 * B * T * cfg.d_model if checkpointing
+            else layer_activation_bytes(cfg, B, T, dtype, doc_masking))
+    return cfg.n_layers * kept + _shared_bytes(cfg, B, T, dtype, doc_masking) + head_activation_bytes(
+        cfg, B, T, dtype, doc_masking, fused_loss)
+
+
+def layer_backward_transient(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str) -> int:
+    """Activation gradients alive inside one block's backward: the residual-stream gradient and
+    its partial sums (2·f·BTd) plus the widest step, the FFN's (SwiGLU: grad of the product, of
+    silu and of up, 3·c·BTF; GELU 2·c·BTF) or SDPA's (grad of q, k, v and out, 4·c·BT·hq)."""
+    c = _dtype(dtype).itemsize
+    BT = B * T
+    h = resolve_ffn_hidden(cfg)
+    slots = BT * (cfg.top_k if cfg.n_experts > 0 else 1)
+    ffn = (2 if cfg.ffn == "gelu" else 3) * c * slots * h
+    attn = 4 * c * BT * cfg.d_model
+    return 2 * F32 * BT * cfg.d_model + max(ffn, attn)
+
+
+def estimate_train_memory(model_cfg: ModelConfig, train_cfg: TrainConfig, dtype: torch.dtype | str,
+                          world_size: int = 1, mode: Mode = "single", doc_masking: bool = False,
+                          device: str = "cpu", fused_loss: bool | None = None) -> dict[str, int]:
+    """Bytes per process of one training step (see the module doc for what is counted).
+
+    Parts: params, grads, optimizer (m, v), weight_copies, activations (end of the forward),
+    logits (loss-head buffers), optimizer_step (its temporaries), ddp_buckets, fsdp_unsharded.
+    Moments: loss_backward, layers_backward (the worst layer of the backward), optimizer_step_total;
+    `peak` is the largest. `doc_masking`: the mixture's document masking (a per-row attention
+    mask); `device` "cuda" means the fused AdamW (no temporaries); `fused_loss`: the loss through
+    `Transformer.forward(..., targets=...)` (model/fused_ce.py) instead of materialised logits
+    (None: what the trainer does, `fused_loss_default`)."""
+    if model_cfg.vocab_size is None:
+        raise ValueError("model.vocab_size must be set to estimate memory (take it from the token store)")
+    if mode not in ("single", "ddp", "fsdp"):
+        raise ValueError(f"mode={mode!r}: expected 'single', 'ddp' or 'fsdp'")
+    if world_size < 1:
+        raise ValueError(f"world_size={world_size} must be >= 1")
+    dt = _dtype(dtype)
+    if fused_loss is None:
+        fused_loss = fused_loss_default(model_cfg, train_cfg)
+    B, T, L = train_cfg.micro_batch, train_cfg.seq_len, model_cfg.n_layers
+    ckpt = train_cfg.activation_checkpointing
+    counts = param_count(model_cfg)
+    N = counts["total"]
+    shard = world_size if mode == "fsdp" else 1
+    params, grads, optimizer = (-(-k * F32 * N // shard) for k in (1, 1, 2))
+    mm = matmul_weights(model_cfg)
+    # the fused loss casts the head's weight itself and keeps no copy
+    head_copy = 0 if fused_loss else mm["lm_head"]
+    copies = dt.itemsize * (L * mm["per_layer"] + head_copy) if dt != torch.float32 else 0
+    acts = activation_bytes(model_cfg, B, T, dt, doc_masking, ckpt, fused_loss)
+    loss = logits_bytes(model_cfg, B, T, dt, fused_loss)
+    step_tmp = 0 if device.startswith("cuda") else 2 * F32 * mm["largest_tensor"]
+    ddp = F32 * N if mode == "ddp" and world_size > 1 else 0
+    fsdp = 0
+    if mode == "fsdp" and world_size > 1:
+        root = N - L * counts["per_layer"]
+        fsdp = F32 * (root + 2 * counts["per_layer"]) + F32 * counts["per_layer"]
+    base = params + optimizer + copies + ddp + fsdp
+    accumulated = grads if train_cfg.grad_accum > 1 else 0
+    loss_backward = base + accumulated + acts + loss
+
+    # backward of the block k-th from the top: the blocks above are done (their activations freed,
+    # their gradients allocated), this one holds its activations (recomputed under checkpointing)
+    layer = layer_activation_bytes(model_cfg, B, T, dt, doc_masking)
+    kept = F32 * B * T * model_cfg.d_model if ckpt else layer
+    head_grads = F32 * (N - L * counts["per_layer"]) // shard
+    layer_grads = F32 * counts["per_layer"] // shard
+    shared = _shared_bytes(model_cfg, B, T, dt, doc_masking) + I64 * B * (2 * T + 1)
+    transient = layer_backward_transient(model_cfg, B, T, dt)
+    layers_backward = 0
+    for done in range(L):
+        g = grads if accumulated else head_grads + (done + 1) * layer_grads
+        held = (L - done - 1) * kept + layer
+        layers_backward = max(layers_backward, base + g + held + shared + transient)
+    optimizer_step = params + grads + optimizer + step_tmp + ddp
+    return {"params": params, "grads": grads, "optimizer": optimizer, "weight_copies": copies,
+            "activations": acts, "logits": loss, "optimizer_step": step_tmp, "ddp_buckets": ddp,
+            "fsdp_unsharded": fsdp, "loss_backward": loss_backward, "layers_backward": layers_backward,
+            "optimizer_step_total": optimizer_step, "peak": max(loss_backward, layers_backward, optimizer_step)}
+
+
+def profiled_peak_bytes(fn: Callable[[], Any]) -> tuple[int, Any]:
+    """(peak, result): the most bytes that blocks allocated while `fn()` runs held at once on the
+    CPU, read from torch.profiler's allocation events (every CPU allocation and free is reported
+    with the profiler's running total). Blocks that existed before the call (parameters, optimizer
+    state) are not in the total: add them. The CUDA equivalent is torch.cuda.max_memory_allocated."""
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        result = fn()
+    peak = 0
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        event = stack.pop()
+        if event.tag == _EventType.Allocation and event.extra_fields.device.type == "cpu":
+            peak = max(peak, int(event.extra_fields.total_allocated))
+        stack.extend(event.children)
+    return peak, result
+
+
+def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind `tensors` (a shared storage counted once)."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        s = t.untyped_storage()
+        seen[s.data_ptr()] = s.nbytes()
+    return sum(seen.values())
