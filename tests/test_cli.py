@@ -84,3 +84,20 @@ def test_replay_command_lists_documents_and_loss(tiny_run):
     assert out["documents"] and out["loss"]["matches_log"] is True
     bad = runner.invoke(app, ["replay", str(tiny_run.path), "--step", "999"])
     assert bad.exit_code == 1 and "1..30" in bad.output
+
+
+def test_checkpoint_tools_have_help():
+    for cmd in (["checkpoint", "--help"], ["checkpoint", "average", "--help"], ["verify-resume", "--help"]):
+        res = runner.invoke(app, cmd)
+        assert res.exit_code == 0 and "Usage" in res.output, (cmd, res.output)
+    assert "--restarts" in runner.invoke(app, ["train", "--help"]).output
+    assert "--last" in runner.invoke(app, ["checkpoint", "average", "--help"]).output
+    bad = runner.invoke(app, ["train", "x.yaml", "--restarts", "-1"])
+    assert bad.exit_code == 2
+
+
+def test_restarts_with_a_config_error_starts_no_child(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("train:\n  lrr: 1\n")
+    res = runner.invoke(app, ["train", str(cfg), "--restarts", "2"])
+    assert res.exit_code == 2 and "train.lrr" in res.output

@@ -170,13 +170,38 @@ def tokenize(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_d
 
 @app.command()
 def train(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt,
-          resume: bool = typer.Option(False, "--resume", help="Continue from the latest valid checkpoint.")) -> None:
+          resume: bool = typer.Option(False, "--resume", help="Continue from the latest valid checkpoint."),
+          restarts: int = typer.Option(0, "--restarts", min=0, help="Supervise: run the trainer as a child process "
+                                       "and restart it from the latest checkpoint after a crash, up to N times.")) -> None:
     """Train the model on the token store: AdamW, warmup + cosine, clipping, atomic checkpoints.
 
     One `train_step` event per optimizer step goes to events.jsonl. Ctrl-C saves a checkpoint
-    at the current step; `--resume` continues from it with exactly the same losses.
+    at the current step; `--resume` continues from it with exactly the same losses. Exit codes:
+    1 user error, 2 config error, 130 Ctrl-C, 3 crash (an unexpected exception, traceback
+    printed). With --restarts N a crash or a fatal signal (SIGKILL, SIGSEGV...) restarts
+    training with --resume, writing a `restart` event; user errors and Ctrl-C do not.
     """
-    _one_stage("train", config, set_, run_dir, resume=resume)
+    from tokenmill.train.supervisor import CRASH_EXIT, shell_exit_code, supervise, train_command
+
+    if restarts > 0:
+        def go() -> int:
+            run = _open(config, set_, run_dir)
+            return supervise(train_command(config, list(set_ or []), run.path), run.path, restarts, resume).returncode
+        rc = _guard(go)
+        if rc != 0:
+            raise typer.Exit(shell_exit_code(rc))
+        return
+    try:
+        _one_stage("train", config, set_, run_dir, resume=resume)
+    except typer.Exit:
+        raise
+    except Exception:  # not a user error (_guard handled those): a bug or a device failure
+        import traceback
+
+        traceback.print_exc()
+        console.print(f"[red]training crashed[/] (exit code {CRASH_EXIT}); `tokenmill train --resume` continues "
+                      f"from the last checkpoint, `--restarts N` does so automatically")
+        raise typer.Exit(CRASH_EXIT)
 
 
 @app.command("eval")
@@ -283,6 +308,94 @@ def demo(set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt
         return r.sub("report.html").resolve()
     path = _guard(go)
     console.print("[bold green]report:[/]")
+    typer.echo(str(path))
+
+
+checkpoint_app = typer.Typer(help="Checkpoint tools: average the last n checkpoints.", no_args_is_help=True)
+app.add_typer(checkpoint_app, name="checkpoint")
+
+
+@checkpoint_app.command("average")
+def checkpoint_average(
+    config: Path = ConfigArg,
+    last: int = typer.Option(..., "--last", "-n", min=1, help="Average the newest N valid checkpoints."),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Output directory (default: <run>/checkpoints/avg_last<N>)."),
+    set_: Optional[list[str]] = SetOpt,
+    run_dir: Optional[Path] = RunDirOpt,
+) -> None:
+    """Average the model weights of the run's last N checkpoints (float64 mean, original dtype).
+
+    Writes a model-only checkpoint (model.safetensors, state.json with `averaged_from`,
+    SHA256SUMS) that `tokenmill eval --checkpoint DIR` accepts; training never resumes from it.
+    """
+    from tokenmill.train.averaging import average_last
+
+    def go() -> Path:
+        return average_last(_open(config, set_, run_dir), last, out)
+    typer.echo(str(_guard(go)))
+
+
+@app.command("verify-resume")
+def verify_resume_cmd(
+    config: Path = ConfigArg,
+    kills: int = typer.Option(2, "--kills", "-k", min=1, help="SIGKILLs at random steps in the killed run."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Compare only the first S steps (train.max_steps=S for both runs)."),
+    seed: int = typer.Option(0, "--seed", help="Seed that draws the kill steps."),
+    keep_scratch: bool = typer.Option(False, "--keep-scratch", help="Keep <run>/verify_resume/ even when identical."),
+    set_: Optional[list[str]] = SetOpt,
+    run_dir: Optional[Path] = RunDirOpt,
+) -> None:
+    """Prove exact resume on this config: train once uninterrupted and once with K real SIGKILLs
+    (each followed by --resume), then compare the loss of every step bitwise.
+
+    Runs curate, tokenizer and tokenize first when they are not done. Writes
+    <run>/verify_resume.json; exits 1 unless every step's loss is identical.
+    """
+    from tokenmill.train.verify_resume import render, verify_resume
+
+    def go() -> dict[str, Any]:
+        return verify_resume(_open(config, set_, run_dir), kills=kills, steps=steps, seed=seed,
+                             keep_scratch=keep_scratch, say=lambda m: console.print(m, highlight=False))
+    result = _guard(go)
+    console.print(render(result))
+    for m in result["mismatches"][:5]:
+        console.print(f"[red]step {m['step']}[/]: resumed {m['resumed']!r}, uninterrupted {m['reference']!r}")
+    if result["missing_steps"]:
+        console.print(f"[red]steps never run in the killed run[/]: {result['missing_steps'][:20]}")
+    colour = {"identical": "green", "mismatch": "red"}.get(result["verdict"], "yellow")
+    console.print(f"[bold {colour}]verdict: {result['verdict']}[/]")
+    if result["verdict"] != "identical":
+        raise typer.Exit(1)
+
+
+@app.command()
+def calibrate(
+    seconds: float = typer.Option(2.0, "--seconds", help="Timing budget per dtype, split over the matrix sizes."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads (default: torch's; match train.threads)."),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
+) -> None:
+    """Measure this machine's matmul peak FLOP/s (fp32, and bf16 where native) for MFU.
+
+    Times square matmuls of a few sizes (best of repeats) at the given thread count and writes
+    the peaks to $TOKENMILL_CACHE/calibration.json (default ~/.cache/tokenmill/), keyed by
+    device name, threads and dtype; the trainer's MFU then uses the entry that matches its run.
+    """
+    from rich.table import Table
+
+    from tokenmill.scaling.calibrate import calibrate as run_calibration, write_calibration
+
+    def go() -> tuple[list[dict[str, Any]], Path]:
+        entries = run_calibration(device, threads=threads, seconds=seconds)
+        return entries, write_calibration(entries)
+    entries, path = _guard(go)
+    table = Table(title=f"matmul peak: {entries[0]['device']}, {entries[0]['threads']} threads, torch {entries[0]['torch']}")
+    table.add_column("dtype")
+    for n in entries[0]["by_size"]:
+        table.add_column(f"n={n} GFLOP/s", justify="right")
+    table.add_column("peak GFLOP/s", justify="right")
+    for e in entries:
+        table.add_row(e["dtype"], *(f"{v / 1e9:,.1f}" for v in e["by_size"].values()), f"{e['peak_flops'] / 1e9:,.1f}")
+    Console().print(table)
     typer.echo(str(path))
 
 

@@ -6,6 +6,7 @@ Stage functions take the RunDir and talk to each other only through files under 
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from typing import Any, Callable
@@ -74,20 +75,31 @@ def run_stage(run: RunDir, stage: str, resume: bool | None = None, fresh: bool =
 
     For training, resume=None continues a run whose checkpoints match the config and restarts a
     stale one; fresh=True always restarts from step 0."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun: train only, on finished data
+        from tokenmill.train.distributed import check_torchrun_stage
+
+        check_torchrun_stage(run, stage)
+    main = os.environ.get("RANK", "0") == "0"  # one record of the stage per job: rank 0's
     inputs = _inputs(run, stage)
-    run.invalidate_from(stage)
-    run.events.write(stage, "stage_start")
-    console.print(f"[bold]▶ {stage}[/]")
+    if main:
+        run.invalidate_from(stage)
+        run.events.write(stage, "stage_start")
+        console.print(f"[bold]▶ {stage}[/]")
     t0 = time.time()
     summary = stage_function(stage, resume, fresh)(run) or {}
     summary = {**summary, "seconds": round(time.time() - t0, 2)}
-    run.mark_done(stage, inputs, summary)
-    console.print(f"[green]✓ {stage}[/] {summary}")
+    if main:
+        run.mark_done(stage, inputs, summary)
+        console.print(f"[green]✓ {stage}[/] {summary}")
     return summary
 
 
 def run_pipeline(run: RunDir, stages: tuple[str, ...] = STAGES, force: frozenset[str] = frozenset()) -> None:
     """Every stage in order; fresh ones are skipped unless forced, and the report always rebuilds."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from tokenmill.train.distributed import check_torchrun_stage
+
+        check_torchrun_stage(run, "run")
     for stage in stages:
         if stage not in force and stage != "report" and run.is_fresh(stage, _inputs(run, stage)):
             console.print(f"[dim]· {stage}: unchanged since it finished, skipped[/]")

@@ -134,3 +134,39 @@ def test_load_model_for_evaluation(tmp_path):
     assert load_model(tmp_path)[1] == 4  # a checkpoints/ directory: its newest valid one
     state = json.loads((tmp_path / "step_3" / "state.json").read_text())
     assert state["model_config"]["vocab_size"] == 50 and "python" in state["rng"]
+
+
+# --------------------------------------------------------------------------- retention
+def expected_survivors(saved: list[int], keep: int, keep_every: int) -> set[int]:
+    """Retention replayed by hand: after each save, drop every step that is neither among the
+    `keep` highest present, nor a multiple of keep_every, nor the one just written."""
+    present: set[int] = set()
+    for step in saved:
+        present.add(step)
+        highest = sorted(present, reverse=True)[:keep]
+        present = {s for s in present if s in highest or (keep_every and s % keep_every == 0) or s == step}
+    return present
+
+
+@pytest.mark.parametrize("keep,keep_every,saved", [
+    (2, 0, [10, 20, 30, 40, 50]),
+    (2, 30, [10, 20, 30, 40, 50, 60, 70, 80, 90, 100]),
+    (1, 4, [1, 2, 3, 4, 5, 6, 7, 8, 9]),
+    (3, 20, [10, 20, 30, 40, 20, 50, 60]),  # a rollback re-writes step 20, below the newest three
+    (2, 25, [10, 20, 30, 40, 15]),          # ...and the re-written older step is never deleted
+])
+def test_retention_keeps_the_newest_and_the_milestones(tmp_path, keep, keep_every, saved):
+    m, opt = trained()
+    for i, step in enumerate(saved):
+        save_checkpoint(tmp_path, step, m, opt, {"model_config": CFG.model_dump()}, keep=keep, keep_every=keep_every)
+        assert {s for s, _ in list_checkpoints(tmp_path)} == expected_survivors(saved[: i + 1], keep, keep_every)
+        assert (tmp_path / f"step_{step}").is_dir()  # the checkpoint just written survives
+    for _, p in list_checkpoints(tmp_path):
+        verify_checkpoint(p)
+
+
+def test_retention_keeps_everything_without_keep(tmp_path):
+    m, opt = trained()
+    for s in (1, 2, 3):
+        save_checkpoint(tmp_path, s, m, opt, {}, keep=None, keep_every=2)
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [1, 2, 3]

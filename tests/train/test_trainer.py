@@ -101,12 +101,24 @@ def test_resume_of_a_finished_run_is_a_no_op(tiny_run):
     assert evals == [30]  # the final evaluation is (re)done: the stopped process may have missed it
 
 
-def test_nan_loss_stops_with_the_step(tiny_run, monkeypatch):
+def test_nan_loss_without_the_guard_stops_at_the_step(tiny_run, monkeypatch):
+    tiny_run.config.train.guard.enabled = False
     real = trainer.token_nll_batch
     monkeypatch.setattr(trainer, "token_nll_batch", lambda m, b: real(m, b) * float("nan"))
     with pytest.raises(TrainingDiverged, match="step 1"):
         run_train(tiny_run, progress=False)
     assert steps(tiny_run.path, "diverged")[0]["step"] == 1
+
+
+def test_nan_on_every_step_is_skipped_then_declared_diverged(tiny_run, monkeypatch):
+    real = trainer.token_nll_batch
+    monkeypatch.setattr(trainer, "token_nll_batch", lambda m, b: real(m, b) * float("nan"))
+    with pytest.raises(TrainingDiverged, match="no checkpoint from before the spike"):
+        run_train(tiny_run, progress=False)
+    limit = tiny_run.config.train.guard.max_consecutive_skips
+    assert [e["step"] for e in steps(tiny_run.path, "skip")] == list(range(1, limit + 1))
+    assert {e["action"] for e in steps(tiny_run.path)} == {"skip"}  # nothing NaN was ever applied
+    assert steps(tiny_run.path, "diverged")[0]["step"] == limit
 
 
 def test_resume_after_a_crash_in_process_is_exact(tiny_run, tmp_path):

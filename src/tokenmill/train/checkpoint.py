@@ -43,6 +43,14 @@ from tokenmill.runs import EventLog
 FORMAT_VERSION = 1
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 REQUIRED_FILES = ("model.safetensors", "optim.pt", "rng.safetensors", "state.json")
+# A model-only checkpoint (e.g. an average of several, train/averaging.py) holds weights and
+# state.json only; its state.json says so with "kind": MODEL_ONLY. It evaluates, never resumes.
+MODEL_ONLY = "model_only"
+MODEL_ONLY_FILES = ("model.safetensors", "state.json")
+# A sharded checkpoint of an FSDP run (train/dist_checkpoint.py): torch.distributed.checkpoint
+# shards under dcp/ instead of model.safetensors + optim.pt; its state.json says "kind": DCP_KIND.
+DCP_KIND = "dcp"
+DCP_REQUIRED_FILES = ("dcp/.metadata", "rng.safetensors", "state.json")
 
 
 class CheckpointError(UserError, RuntimeError):
@@ -171,9 +179,8 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
         if len(parts) != 2 or not re.fullmatch(r"[0-9a-f]{64}", parts[0]):
             raise CheckpointError(f"{sums}:{i}: malformed line {line!r}")
         listed[parts[1].lstrip("*").strip()] = parts[0]
-    for name in REQUIRED_FILES:
-        if name not in listed:
-            raise CheckpointError(f"{path}: SHA256SUMS does not list {name}")
+    if "state.json" not in listed:
+        raise CheckpointError(f"{path}: SHA256SUMS does not list state.json")
     for name, digest in listed.items():
         f = path / name
         if not f.is_file():
@@ -182,6 +189,11 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
         if actual != digest:
             raise CheckpointError(f"{path}: {name} has SHA-256 {actual[:16]}…, SHA256SUMS says {digest[:16]}…")
     state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+    kind = state.get("kind")  # (state.json is verified: its "kind" can be trusted)
+    required = {MODEL_ONLY: MODEL_ONLY_FILES, DCP_KIND: DCP_REQUIRED_FILES}.get(kind, REQUIRED_FILES)
+    for name in required:
+        if name not in listed:
+            raise CheckpointError(f"{path}: SHA256SUMS does not list {name}")
     m = _STEP_DIR.match(path.name)
     if m and int(m.group(1)) != state.get("step"):
         raise CheckpointError(f"{path}: state.json says step {state.get('step')}")
@@ -211,8 +223,10 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer | None,
     state: dict[str, Any],
     keep: int | None = None,
+    keep_every: int = 0,
 ) -> Path:
-    """Write `root/step_<step>/` atomically; then keep only the `keep` newest (None: all).
+    """Write `root/step_<step>/` atomically, then apply retention (`retained_steps`): the `keep`
+    newest (None or 0: all) plus every step that is a multiple of `keep_every` (0: none).
 
     `state` (JSON-serialisable) goes into state.json next to the step, RNG states and format.
     """
@@ -249,10 +263,26 @@ def save_checkpoint(
         shutil.rmtree(old, ignore_errors=True)
 
     if keep is not None and keep > 0:
-        for _, p in list_checkpoints(root)[:-keep]:
-            shutil.rmtree(p, ignore_errors=True)
+        existing = list_checkpoints(root)
+        survivors = retained_steps([s for s, _ in existing], keep, keep_every, written=step)
+        for s, p in existing:
+            if s not in survivors:
+                shutil.rmtree(p, ignore_errors=True)
         _fsync_dir(root)
     return final
+
+
+def retained_steps(steps: list[int], keep: int, keep_every: int = 0, written: int | None = None) -> set[int]:
+    """The checkpoint steps retention keeps: the `keep` highest, every multiple of `keep_every`
+    (milestones for later analysis and averaging), and `written`, the one just saved, even when
+    it is not among the highest (a rollback re-writing an older step must never lose it)."""
+    ordered = sorted(set(steps))
+    keep_set = set(ordered[-keep:]) if keep > 0 else set(ordered)
+    if keep_every > 0:
+        keep_set |= {s for s in ordered if s % keep_every == 0}
+    if written is not None:
+        keep_set.add(written)
+    return keep_set
 
 
 def read_state(path: Path) -> dict[str, Any]:
@@ -274,6 +304,13 @@ def load_checkpoint(
     """Load weights (and optimizer state, RNG states) from a checkpoint; return its state.json."""
     path = Path(path)
     state = verify_checkpoint(path) if verify else read_state(path)
+    if state.get("kind") == MODEL_ONLY and (optimizer is not None or restore_rng):
+        raise CheckpointError(f"{path} holds model weights only (averaged from steps "
+                              f"{state.get('averaged_from')}): evaluate it, or resume from a step_<N> checkpoint")
+    from tokenmill.train import dist_checkpoint  # (imported here: it builds on this module)
+
+    if dist_checkpoint.needs_parallel_load(state, model):  # sharded checkpoint, or a DDP/FSDP model
+        return dist_checkpoint.load_into(path, state, model, optimizer, restore_rng)
     load_model_tensors(model, st_load((path / "model.safetensors").read_bytes()), path)
     if optimizer is not None:
         opt_state = torch.load(path / "optim.pt", map_location="cpu", weights_only=True)
@@ -299,5 +336,10 @@ def load_model(ckpt_path: Path | str, device: torch.device | str = "cpu") -> tup
     state = verify_checkpoint(path)
     cfg = ModelConfig.model_validate(state["model_config"])
     model = Transformer(cfg)
-    load_model_tensors(model, st_load((path / "model.safetensors").read_bytes()), path)
+    if state.get("kind") == DCP_KIND:  # an FSDP run's shards: DCP reads them in this one process
+        from tokenmill.train.dist_checkpoint import load_dcp_model
+
+        load_dcp_model(path, model)
+    else:
+        load_model_tensors(model, st_load((path / "model.safetensors").read_bytes()), path)
     return model.to(device).eval(), int(state["step"])

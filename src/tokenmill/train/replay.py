@@ -22,13 +22,15 @@ from tokenmill.model.transformer import Transformer
 from tokenmill.runs import RunDir, read_events
 from tokenmill.tokens.store import TokenStore
 from tokenmill.train.checkpoint import list_checkpoints, load_checkpoint, read_state, verify_checkpoint
+from tokenmill.train.budget import resolve_budget
 from tokenmill.train.device import resolve_device, resolve_dtype
+from tokenmill.train.guard import StabilityGuard
 from tokenmill.train.optimizer import build_optimizer
 from tokenmill.train.trainer import TrainError, compute_update, resolve_model_config, step_loss
 
 
 def _loader(run: RunDir, store: TokenStore) -> Loader:
-    cfg, tc = run.config, run.config.train
+    cfg, tc = run.config, resolve_budget(run.config.train)
     return Loader(store, cfg.mixture, tc.seq_len, tc.micro_batch, tc.grad_accum, tc.max_steps, cfg.seed)
 
 
@@ -73,7 +75,7 @@ def replay_loss(run: RunDir, step: int) -> dict[str, Any]:
 
 
 def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
-    cfg, tc = run.config, run.config.train
+    cfg, tc = run.config, resolve_budget(run.config.train)
     if not 1 <= step <= tc.max_steps:
         raise TrainError(f"--step {step}: steps of this run are 1..{tc.max_steps}")
     ckpts = [(s, p) for s, p in list_checkpoints(run.sub("checkpoints")) if s <= step - 1]
@@ -94,9 +96,22 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
         if saved is not None:
             loader.check_fingerprint(saved, str(ckpt))
     anneal = next((p.start_step for p in loader.phases if p.anneal), None)
+    guard = StabilityGuard(tc.guard)  # the trainer's skip decisions are replayed, not assumed
+    if ckpt is not None:
+        guard.load_state_dict(read_state(ckpt).get("guard") or {})
+    phase = loader.phase_at(max(start, 1)).name
     for s in range(start + 1, step):  # roll θ forward to step-1 with the trainer's own update
-        compute_update(model, optimizer, loader, s, tc, device, dtype, anneal)
-        optimizer.step()
+        if loader.phase_at(s).name != phase:
+            phase = loader.phase_at(s).name
+            guard.reset_baseline()
+        _, loss, grad_norm, _ = compute_update(model, optimizer, loader, s, tc, device, dtype, anneal,
+                                               lr_scale=guard.lr_scale)
+        action = guard.check(s, loss, grad_norm).action
+        if action == "rollback":
+            raise TrainError(f"the stability guard rolled back at step {s}, between the checkpoint of step "
+                             f"{start} and step {step}; replay a step after {s}")
+        if action == "apply":
+            optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     with torch.no_grad():
         loss, r_pad = step_loss(model, loader, step, tc.grad_accum, device, dtype, backward=False, tc=tc,

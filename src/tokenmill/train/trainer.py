@@ -1,23 +1,25 @@
-"""The training loop: one process, CPU or one GPU, exactly resumable.
+"""The training loop: one process (CPU or one GPU) or K data-parallel ranks under torchrun
+(DDP or FSDP2, train/distributed.py), exactly resumable, guarded against instability.
 
     for step in max(resumed, 0)+1 .. max_steps:                      (optimizer steps, 1-based)
-        lr = lr_at(step)
+        lr = lr_at(step) · guard backoff
         for micro in 0 .. grad_accum-1:
             nll = token_nll_batch(model, loader.batch(step, micro)).sum() / n_targets(step); nll.backward()
-        clip global grad norm (the pre-clip norm is logged); AdamW step
-        event train_step; checkpoint every ckpt_every and at the end; on_eval every eval_every
-        and after the last step; a first Ctrl-C stops here with a checkpoint
+        clip global grad norm (the pre-clip norm is logged)
+        guard verdict: apply (AdamW step) | skip (NaN/Inf, spike) | rollback (train/guard.py)
+        event train_step; checkpoint every ckpt_every (not inside a spike) and at the end; on_eval
+        every eval_every and after the last step; a first Ctrl-C stops here with a checkpoint
 
 Training state S_t (DESIGN "Training state", seed 002 §5.6) and where each part lives:
-  θ, Adam m/v/step        model.safetensors, optim.pt
+  θ, Adam m/v/step        model.safetensors, optim.pt (FSDP: dcp/ shards)
   RNG states              rng.safetensors + state.json (python, numpy, torch CPU/CUDA); the
                           loop itself draws from no global generator: init uses a generator
                           seeded from the run seed, batches come from the stateless mixture Loader
   data cursor             loader.cursor(step): batches are a pure function of (seed, step,
                           micro), plus the store + mixture fingerprint (resume refuses other data)
-  scheduler               lr_at(step): a pure function of the step
+  scheduler               lr_at(step): a pure function of the step, times guard.lr_scale
   accumulation position   always 0: checkpoints are taken between optimizer steps only
-  guard state             placeholder ({}) until the spike guard exists
+  guard state             state.json "guard": running medians, open spike, LR backoff, skips, rollbacks
 So a resumed run repeats the uninterrupted run's losses bit for bit on the same hardware and
 thread count (CPU); on CUDA up to kernel non-determinism.
 """
@@ -31,6 +33,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -44,11 +47,18 @@ from tokenmill.mixture.loader import Loader
 from tokenmill.model.objectives import token_nll_batch
 from tokenmill.model.transformer import Transformer
 from tokenmill.runs import RunDir
-from tokenmill.scaling.flops import flops_per_token, peak_flops
+from tokenmill.scaling.flops import flops_per_token, peak_flops_source
 from tokenmill.tokens.store import TokenStore
-from tokenmill.train.checkpoint import (latest_checkpoint, list_checkpoints, load_checkpoint, read_state,
-                                        save_checkpoint)
-from tokenmill.train.device import autocast, enable_tf32, resolve_device, resolve_dtype
+from tokenmill.train.checkpoint import (CheckpointError, list_checkpoints, load_checkpoint, read_state,
+                                        verify_checkpoint)
+from tokenmill.train.budget import resolve_budget
+from tokenmill.train.device import autocast, enable_tf32, resolve_dtype
+from tokenmill.train.dist_checkpoint import agreed_latest_checkpoint, save_train_checkpoint
+from tokenmill.train.distributed import (DistContext, RankMismatch, cross_rank_check, evaluation_model, event_log,
+                                         init_distributed, reduce_step_stats, set_grad_sync, wrap_model)
+from tokenmill.train.faults import corrupt_batch, lr_factor, poison_loss
+from tokenmill.train.guard import StabilityGuard
+from tokenmill.train.metrics import UpdateRatio, embedding_spectrum, grad_norms_by_group, memory_bytes
 from tokenmill.train.optimizer import build_optimizer, lr_at, set_lr
 
 STAGE = "train"
@@ -213,14 +223,21 @@ def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, devi
     micro-batch means, since the scored count of a corrupted batch is only known once built.
     tc=None or objective "clm" is the causal path."""
     objective = "clm" if tc is None else getattr(tc, "objective", "clm")
+    faults = getattr(tc, "faults", None)
     reg = _Regularizers(model)
     n_targets = max(loader.n_targets(step), 1) if objective == "clm" else 0
     total = torch.zeros((), device=device)
     r_pad = 0.0
+    data_wait = 0.0
     try:
         for micro in range(grad_accum):
+            t0 = time.perf_counter()
             batch = loader.batch(step, micro)
+            data_wait += time.perf_counter() - t0
             r_pad += batch.r_pad
+            set_grad_sync(model, not backward or micro == grad_accum - 1)  # reduce once per step (DDP/FSDP)
+            if faults is not None and step in faults.corrupt_steps:
+                batch = corrupt_batch(batch, step, micro, faults, loader.store.vocab_size, seed)
             batch = batch.to(device, non_blocking=True)
             with autocast(device, dtype), torch.set_grad_enabled(backward):
                 if objective == "clm":
@@ -228,13 +245,19 @@ def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, devi
                 else:
                     from tokenmill.model.objectives import objective_loss
 
-                    loss = objective_loss(model, batch, tc, seed, step, micro) / grad_accum
-                extra = reg.term(getattr(batch, "loss_mask", None), grad_accum) if reg.active else None
+                    # a mean over every micro-batch of every rank (ranks' gradients are summed)
+                    loss = objective_loss(model, batch, tc, seed, step, micro) / (grad_accum * loader.world_size)
+                extra = (reg.term(getattr(batch, "loss_mask", None), grad_accum * loader.world_size)
+                         if reg.active else None)
+                if faults is not None:
+                    loss = poison_loss(loss, step, faults)
             if backward:
                 (loss + extra if extra is not None else loss).backward()
             total += loss.detach()
     finally:
         reg.close()
+    if extras is not None:
+        extras["data_wait_s"] = data_wait
     if extras is not None and reg.active:
         extras.update({"z_loss": reg.z_sum} if reg.z > 0 else {})
         if reg.moe:
@@ -244,14 +267,20 @@ def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, devi
 
 def compute_update(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, step: int, tc: Any,
                    device: torch.device, dtype: torch.dtype, anneal: int | None,
-                   extras: dict[str, float] | None = None) -> tuple[float, float, float, float]:
-    """Everything of optimizer step `step` before `optimizer.step()`: set the LR, accumulate the
-    gradients of the global batch, clip. Returns (lr, loss, pre-clip grad norm, r_pad).
+                   extras: dict[str, Any] | None = None, lr_scale: float = 1.0,
+                   group_norms: bool = False) -> tuple[float, float, float, float]:
+    """Everything of optimizer step `step` before `optimizer.step()`: set the LR (the schedule's,
+    times the guard's backoff `lr_scale`, times an injected fault's factor), accumulate the
+    gradients of the global batch, clip. Returns (lr, loss, pre-clip grad norm, r_pad); with
+    group_norms=True, `extras["grad_norms"]` gets the pre-clip norm of every layer group.
     The trainer and `tokenmill replay` share it, so a replayed step is the same computation."""
-    lr = lr_at(step, tc, anneal)
+    lr = lr_at(step, tc, anneal) * lr_scale * lr_factor(step, tc.faults)
     set_lr(optimizer, lr)
     loss, r_pad = step_loss(model, loader, step, tc.grad_accum, device, dtype, backward=True, tc=tc,
                             seed=loader.seed, extras=extras)
+    loss, r_pad = reduce_step_stats(loss, r_pad, extras, loader.world_size)  # this rank's share -> global
+    if group_norms and extras is not None:
+        extras["grad_norms"] = grad_norms_by_group(model)
     grad_norm = torch.nn.utils.clip_grad_norm_(
         model.parameters(), tc.grad_clip if tc.grad_clip > 0 else float("inf")).item()
     return lr, loss, grad_norm, r_pad
@@ -270,26 +299,44 @@ def run_train(run: RunDir, resume: bool = False, on_eval: EvalHook | None = None
     first Ctrl-C skips the evaluation of the step it stops at (the resume then runs it).
     """
     cfg = run.config
-    tc = cfg.train
+    ctx = init_distributed(cfg.train)  # torchrun: this rank's process group; else one process
+    together = False  # did every rank get here at the same point?
+    try:
+        summary = _run_train(run, ctx, resume, on_eval, progress)
+        together = True
+        return summary
+    except (TrainingInterrupted, TrainError, RankMismatch) as exc:
+        together = True  # decided on values every rank shares: all ranks raise it at the same step
+        traceback.clear_frames(exc.__traceback__)  # free the model (and its collectives) before the group
+        raise
+    finally:
+        ctx.close(synchronize=together)
+
+
+def _run_train(run: RunDir, ctx: DistContext, resume: bool, on_eval: EvalHook | None,
+               progress: bool) -> dict[str, Any]:
+    cfg = run.config
+    tc = resolve_budget(cfg.train, world_size=ctx.world_size)  # token-denominated knobs -> steps, once
     if tc.grad_accum < 1 or tc.max_steps < 1 or tc.micro_batch < 1 or tc.seq_len < 1:
         raise TrainError("train.grad_accum, max_steps, micro_batch and seq_len must all be >= 1")
     store = TokenStore(run.path / "tokens")
     mcfg = resolve_model_config(cfg.model, store, tc.seq_len)
-    device = resolve_device(tc.device)
+    device = ctx.device  # train.device, or this rank's GPU under torchrun
     enable_tf32(device)
     dtype = resolve_dtype(device, tc.dtype)
     prev_threads = torch.get_num_threads()
     if tc.threads:
         torch.set_num_threads(tc.threads)
     try:
-        return _train(run, store, mcfg, device, dtype, resume, on_eval, progress)
+        return _train(run, tc, store, mcfg, device, dtype, resume, on_eval, progress, ctx)
     finally:
         torch.set_num_threads(prev_threads)
 
 
-def _train(run: RunDir, store: TokenStore, mcfg: ModelConfig, device: torch.device, dtype: torch.dtype,
-           resume: bool, on_eval: EvalHook | None, progress: bool) -> dict[str, Any]:
-    cfg, tc, events = run.config, run.config.train, run.events
+def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: torch.device, dtype: torch.dtype,
+           resume: bool, on_eval: EvalHook | None, progress: bool, ctx: DistContext | None = None) -> dict[str, Any]:
+    ctx = ctx or DistContext(device=device)
+    cfg, events = run.config, event_log(run.events, ctx)  # one timeline: rank 0 writes it
     ckpt_root = run.path / "checkpoints"
     fingerprint = run.fingerprint(STAGE)
     existing = list_checkpoints(ckpt_root)
@@ -299,10 +346,13 @@ def _train(run: RunDir, store: TokenStore, mcfg: ModelConfig, device: torch.devi
 
     seed_everything(cfg.seed)
     model = Transformer(mcfg, generator=torch.Generator().manual_seed(cfg.seed)).to(device)
+    model.activation_checkpointing = tc.activation_checkpointing
     model.train()
+    train_model = wrap_model(model, ctx, tc)  # DDP wrapper, or `model` itself sharded in place (FSDP)
     optimizer = build_optimizer(model, tc, device)
+    guard = StabilityGuard(tc.guard)
     loader = Loader(store, cfg.mixture, tc.seq_len, tc.micro_batch, tc.grad_accum, tc.max_steps, cfg.seed,
-                    pin_memory=device.type == "cuda")
+                    world_size=ctx.world_size, rank=ctx.rank, pin_memory=device.type == "cuda")
     if loader.max_seq_len > mcfg.max_seq_len:
         raise TrainError(f"a curriculum phase uses sequences of {loader.max_seq_len} tokens but "
                          f"model.max_seq_len={mcfg.max_seq_len}; raise model.max_seq_len")
@@ -310,7 +360,7 @@ def _train(run: RunDir, store: TokenStore, mcfg: ModelConfig, device: torch.devi
 
     start_step, last_loss, resumed_from = 0, None, None
     if resume:
-        ckpt = latest_checkpoint(ckpt_root, events)
+        ckpt = agreed_latest_checkpoint(ckpt_root, events, ctx)  # rank 0 decides for every rank
         if ckpt is None and existing:
             raise TrainError(f"no checkpoint under {ckpt_root} verifies (see checkpoint_corrupt events); "
                              f"delete {ckpt_root} to start over")
@@ -320,51 +370,57 @@ def _train(run: RunDir, store: TokenStore, mcfg: ModelConfig, device: torch.devi
             saved = (state.get("data_cursor") or {}).get("fingerprint")
             if saved is not None:
                 loader.check_fingerprint(saved, str(ckpt))  # refuses to resume on changed data
-            kernel_flags = [{k: g.get(k) for k in ("foreach", "fused")} for g in optimizer.param_groups]
-            load_checkpoint(ckpt, model, optimizer, restore_rng=True, verify=False)  # verified above
-            for g, flags in zip(optimizer.param_groups, kernel_flags):
-                g.update(flags)  # the kernel choice belongs to this machine, not the checkpoint's
+            _load_training_state(ckpt, model, optimizer, restore_rng=True)
+            guard.load_state_dict(state.get("guard") or {})
             start_step, last_loss, resumed_from = int(state["step"]), state.get("loss"), str(ckpt)
             events.write(STAGE, "resumed", step=start_step, checkpoint=str(ckpt))
 
-    tokens_per_step = tc.micro_batch * tc.seq_len * tc.grad_accum
+    tokens_per_step = loader.tokens_per_step  # the global batch, all ranks
     fpt = flops_per_token(mcfg, tc.seq_len)
-    peak = tc.peak_tflops * 1e12 if tc.peak_tflops else peak_flops(device, dtype)
+    peak, peak_source = peak_flops_source(device, dtype, tc.peak_tflops)
+    peak *= ctx.world_size  # the job's peak: tokens/s and MFU count the global batch over every rank's device
     params = model.num_params()
     events.write(STAGE, "train_start", step=start_step, max_steps=tc.max_steps, params=params,
                  non_embedding_params=model.num_params(exclude_embeddings=True), flops_per_token=fpt,
                  tokens_per_step=tokens_per_step, device=str(device), dtype=str(dtype).replace("torch.", ""),
-                 threads=torch.get_num_threads(), peak_flops=peak, buckets=loader.weights, plan=loader.plan(),
-                 resumed_from=resumed_from)
+                 threads=torch.get_num_threads(), peak_flops=peak, peak_source=peak_source, buckets=loader.weights, plan=loader.plan(),
+                 resumed_from=resumed_from, world_size=ctx.world_size, parallel=ctx.mode)
 
     def state_fields(step: int, loss: float | None) -> dict[str, Any]:
         return {
             "model_config": mcfg.model_dump(mode="json"),
             "train_fingerprint": fingerprint,
             "config": _train_sections(cfg),
-            "scheduler": {"kind": "warmup_cosine", "step": step, "lr": lr_at(step, tc)},
+            "scheduler": {"kind": tc.schedule, "step": step, "lr": lr_at(step, tc, anneal) * guard.lr_scale},
             "data_cursor": loader.cursor(step),
             "grad_accum": {"micro": 0, "of": tc.grad_accum},
-            "guard": {},
+            "guard": guard.state_dict(),
             "loss": loss,
             "tokens": step * tokens_per_step,
         }
 
+    last_ckpt = {"step": start_step, "t": time.perf_counter()}
+
     def checkpoint(step: int, loss: float | None) -> Path:
         t0 = time.perf_counter()
-        path = save_checkpoint(ckpt_root, step, model, optimizer, state_fields(step, loss), keep=tc.keep_checkpoints)
+        last_ckpt.update(step=step, t=t0)
+        path = save_train_checkpoint(ckpt_root, step, model, optimizer, state_fields(step, loss), ctx,
+                                     keep=tc.keep_checkpoints, keep_every=tc.keep_every)  # every rank takes part
         events.write(STAGE, "checkpoint", step=step, path=str(path), seconds=round(time.perf_counter() - t0, 4),
-                     bytes=sum(f.stat().st_size for f in path.iterdir()))
+                     bytes=sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if ctx.is_main else None)
         return path
 
     def evaluate(step: int) -> None:
         if on_eval is None:
             return
-        model.eval()
-        try:
-            on_eval(step, model)
-        finally:
-            model.train()
+        eval_model = evaluation_model(model, ctx)  # rank 0 only (FSDP: a gathered full copy)
+        if eval_model is not None:
+            eval_model.eval()
+            try:
+                on_eval(step, eval_model)
+            finally:
+                eval_model.train()
+        ctx.barrier()  # the other ranks wait for rank 0's evaluation
 
     def eval_due(step: int) -> bool:
         return (tc.eval_every > 0 and step % tc.eval_every == 0) or step == tc.max_steps
@@ -382,29 +438,56 @@ def _train(run: RunDir, store: TokenStore, mcfg: ModelConfig, device: torch.devi
     flag = _InterruptFlag()
     flag.install()
     loader.start_prefetch(start_step + 1)
+    compiled = torch.compile(train_model) if tc.compile else train_model  # checkpoints and evals use `model`
+    update_ratio = UpdateRatio(model)
+    embed_weight = model.embed_tokens.weight
     try:
-        with _progress(progress, tc.max_steps, start_step) as (prog, task, console):
+        with _progress(progress and ctx.is_main, tc.max_steps, start_step) as (prog, task, console):
+            console.quiet = not ctx.is_main
             saved_step = start_step if resumed_from else -1
+            phase = loader.phase_at(max(start_step, 1)).name
             for step in range(start_step + 1, tc.max_steps + 1):
                 t0 = time.perf_counter()
+                if loader.phase_at(step).name != phase:
+                    phase = loader.phase_at(step).name
+                    guard.reset_baseline()  # new data, new loss level
                 extras: dict[str, Any] = {}
-                lr, last_loss, grad_norm, r_pad = compute_update(model, optimizer, loader, step, tc, device,
-                                                                 dtype, anneal, extras)
-                if not (math.isfinite(last_loss) and math.isfinite(grad_norm)):
+                update_ratio.before()
+                lr, last_loss, grad_norm, r_pad = compute_update(compiled, optimizer, loader, step, tc, device,
+                                                                 dtype, anneal, extras, lr_scale=guard.lr_scale,
+                                                                 group_norms=True)
+                if ctx.distributed and tc.checksum_every > 0 and step % tc.checksum_every == 0:
+                    cross_rank_check(step, model, ctx, events, loss=last_loss, grad_norm=grad_norm, lr=lr)
+                verdict = guard.check(step, last_loss, grad_norm)
+                if not tc.guard.enabled and not (math.isfinite(last_loss) and math.isfinite(grad_norm)):
                     events.write(STAGE, "diverged", step=step, loss=last_loss, grad_norm=grad_norm)
                     raise TrainingDiverged(
                         f"training diverged at step {step}: loss={last_loss}, grad_norm={grad_norm}; the "
-                        f"optimizer step was not applied. Lower train.lr or raise train.warmup_steps, and "
-                        f"resume from the last checkpoint")
-                optimizer.step()
+                        f"optimizer step was not applied (train.guard.enabled is false, so nothing skips it). "
+                        f"Lower train.lr or raise train.warmup_steps, and resume from the last checkpoint")
+                for kind, info in verdict.events:
+                    if kind == "spike":
+                        info["lineage"] = _lineage(loader, step)
+                    events.write(STAGE, kind, **info)
+                ratio = None
+                if verdict.action == "apply":
+                    optimizer.step()
+                    ratio = update_ratio.after()
                 optimizer.zero_grad(set_to_none=True)
+                if verdict.action == "rollback":
+                    _rollback(step, guard, model, optimizer, ckpt_root, events, last_loss, grad_norm)
+                    checkpoint(step, last_loss)  # the rolled-back state, so a resume goes on from here
+                    saved_step = step
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 dt = time.perf_counter() - t0
                 tps = tokens_per_step / dt
+                mem = memory_bytes(device)
                 events.write(STAGE, "train_step", step=step, loss=last_loss, lr=lr, grad_norm=grad_norm,
-                             tokens_per_s=tps, mfu=fpt * tps / peak, tokens=step * tokens_per_step,
-                             seconds=dt, r_pad=r_pad, phase=loader.phase_at(step).name, **extras)
+                             update_ratio=ratio, action=verdict.action, tokens_per_s=tps, mfu=fpt * tps / peak,
+                             tokens=step * tokens_per_step, seconds=dt, r_pad=r_pad, phase=phase,
+                             memory_peak=mem["peak"], ckpt_age_steps=step - last_ckpt["step"],
+                             ckpt_age_s=round(t0 - last_ckpt["t"], 3), **extras)
                 info = f"loss {last_loss:.4f} lr {lr:.2e} {tps:,.0f} tok/s"
                 prog.update(task, completed=step, info=info)
                 if tc.log_every > 0 and (step % tc.log_every == 0 or step == tc.max_steps):
@@ -412,15 +495,21 @@ def _train(run: RunDir, store: TokenStore, mcfg: ModelConfig, device: torch.devi
                                   f"grad_norm {grad_norm:.3f} {tps:,.0f} tok/s mfu {fpt * tps / peak:.1%}",
                                   highlight=False)
 
-                if (tc.ckpt_every > 0 and step % tc.ckpt_every == 0) or step == tc.max_steps:
+                # No periodic checkpoint while a spike is open: the newest checkpoint stays the
+                # last good one, the rollback target.
+                periodic = tc.ckpt_every > 0 and step % tc.ckpt_every == 0 and guard.spike is None
+                if (periodic or step == tc.max_steps) and saved_step != step:
                     checkpoint(step, last_loss)
                     saved_step = step
-                if flag.requested:
+                if ctx.any(flag.requested):  # every rank stops at the same step, whichever saw Ctrl-C
                     path = ckpt_root / f"step_{step}"
                     if saved_step != step:
                         path = checkpoint(step, last_loss)
                     events.write(STAGE, "interrupted", step=step, checkpoint=str(path))
                     raise TrainingInterrupted(step, path)
+                if (tc.spectrum_every > 0 and step % tc.spectrum_every == 0) or (tc.spectrum_every == 0
+                                                                                 and eval_due(step)):
+                    events.write(STAGE, "embedding_spectrum", step=step, **embedding_spectrum(embed_weight))
                 if eval_due(step):
                     evaluate(step)
     finally:
@@ -430,6 +519,59 @@ def _train(run: RunDir, store: TokenStore, mcfg: ModelConfig, device: torch.devi
     seconds = time.perf_counter() - t_start
     events.write(STAGE, "train_done", step=step, loss=last_loss, seconds=seconds)
     return _summary(step, last_loss, tokens_per_step, seconds, params, resumed_from)
+
+
+def _load_training_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, restore_rng: bool) -> None:
+    """Weights and optimizer state from a verified checkpoint, keeping this machine's kernel flags."""
+    kernel_flags = [{k: g.get(k) for k in ("foreach", "fused")} for g in optimizer.param_groups]
+    load_checkpoint(path, model, optimizer, restore_rng=restore_rng, verify=False)
+    for g, flags in zip(optimizer.param_groups, kernel_flags):
+        g.update(flags)  # the kernel choice belongs to this machine, not the checkpoint's
+
+
+def _lineage(loader: Loader, step: int, limit: int = 32) -> list[dict[str, Any]]:
+    """The documents of the global batch of `step` (first `limit` spans): what a spike came from."""
+    out: list[dict[str, Any]] = []
+    for src in loader.global_provenance(step):
+        for span in src.spans:
+            out.append({"bucket": span.bucket, "doc_id": span.doc_id, "shard": span.shard, "doc": span.doc,
+                        "tokens": [span.start, span.end], "row": src.row, "micro": src.micro, "rank": src.rank})
+            if len(out) >= limit:
+                return out
+    return out
+
+
+def _good_checkpoint(root: Path, below: int) -> tuple[int, Path] | None:
+    """The newest checkpoint of a step < `below` that verifies and was written outside a spike."""
+    for step, path in reversed(list_checkpoints(root)):
+        if step >= below:
+            continue
+        try:
+            state = verify_checkpoint(path)
+        except (CheckpointError, OSError, ValueError):
+            continue
+        if not (state.get("guard") or {}).get("spike"):
+            return step, path
+    return None
+
+
+def _rollback(step: int, guard: StabilityGuard, model: nn.Module, optimizer: torch.optim.Optimizer,
+              ckpt_root: Path, events: Any, loss: float, grad_norm: float) -> None:
+    """Carry out the guard's rollback verdict at `step`: the last good checkpoint's weights and
+    optimizer state, the LR backed off, the data window since that checkpoint skipped."""
+    spike = dict(guard.spike or {})
+    target = _good_checkpoint(ckpt_root, guard.good_checkpoint_bound())
+    why = (f"the loss did not come back within {guard.cfg.recover_steps} steps of the spike at step "
+           f"{spike.get('start')} ({spike.get('reason')}; loss {loss:.4g} vs {spike.get('pre_level')} before)")
+    if guard.rollbacks_left <= 0 or target is None:
+        reason = ("no checkpoint from before the spike is left to roll back to" if target is None
+                  else f"{guard.cfg.max_rollbacks} rollbacks already")
+        events.write(STAGE, "diverged", step=step, loss=loss, grad_norm=grad_norm, reason=reason, spike=spike)
+        raise TrainingDiverged(f"training diverged at step {step}: {why}, and {reason}. Lower train.lr or "
+                               f"raise train.warmup_steps (checkpoints: {ckpt_root})")
+    to_step, path = target
+    _load_training_state(path, model, optimizer, restore_rng=False)  # verified by _good_checkpoint
+    events.write(STAGE, "rollback", checkpoint=str(path), why=why, **guard.rolled_back(step, to_step))
 
 
 def _summary(step: int, loss: float | None, tokens_per_step: int, seconds: float, params: int,

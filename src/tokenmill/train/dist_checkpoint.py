@@ -1,0 +1,313 @@
+"""Checkpoints of a data-parallel run, loadable by any world size and either parallelism.
+
+Two formats, one directory protocol (checkpoint.py: write into step_<N>.tmp, fsync, rename,
+SHA256SUMS over every file, state.json with the same fields):
+
+- full (one process, DDP): model.safetensors + optim.pt + rng.safetensors + state.json, exactly
+  the single-process format. DDP state is replicated, so rank 0 writes it alone while the other
+  ranks wait; any world size (and `tokenmill eval`) reads it as it reads a one-process checkpoint.
+- dcp (FSDP2): the sharded model and optimizer state through torch.distributed.checkpoint, every
+  rank writing its own shards into step_<N>.tmp/dcp/ (`__<rank>_0.distcp` + `.metadata`), keyed
+  by parameter name (DCP's state_dict API), so it reshards on load; rank 0 adds rng.safetensors
+  and state.json ("kind": "dcp", the world size and mode that wrote it), hashes every file
+  including the shards into SHA256SUMS, and renames after a barrier.
+
+`load_into` reads either format into a plain, DDP or FSDP model: same world size, another world
+size (2 ranks -> 1 process, 1 -> 2), DDP <-> FSDP; a dcp checkpoint also loads into a plain model
+in one process with no process group (`load_model`, `tokenmill eval`).
+
+Loading never executes code from the files: DCP's own reader unpickles `.metadata` and
+torch.loads non-tensor entries (optimizer hyper-parameters) with weights_only=False, so here the
+metadata goes through an unpickler that admits only DCP's metadata classes, and the non-tensor
+entries through torch.load(weights_only=True). Shards themselves DCP reads with weights_only=True.
+Multi-node runs need `checkpoints/` on a file system every rank sees (rank 0 renames).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import shutil
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+from torch import nn
+
+from tokenmill.train import checkpoint as ckpt
+from tokenmill.train.distributed import DistContext, is_fsdp, unwrap
+
+DCP_DIR = "dcp"
+KIND_DCP = ckpt.DCP_KIND
+
+# What DCP's .metadata pickle may reference: its own metadata records, tensor shapes/dtypes/layouts
+# and paths. Anything else (a function call smuggled into the file) is refused.
+_SAFE_GLOBALS = {
+    ("torch.distributed.checkpoint.metadata", n) for n in (
+        "Metadata", "MetadataIndex", "StorageMeta", "TensorProperties", "TensorStorageMetadata",
+        "BytesStorageMetadata", "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING")
+} | {("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch", "Size"),
+      ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"), ("pathlib", "WindowsPath"),
+      ("pathlib", "PurePosixPath"), ("pathlib", "PureWindowsPath"), ("collections", "OrderedDict")}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _SAFE_GLOBALS or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
+            return super().find_class(module, name)
+        raise ckpt.CheckpointError(f"DCP metadata references {module}.{name}, which a checkpoint never needs; "
+                                   f"refusing to load it")
+
+
+def _safe_reader(path: Path) -> Any:
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import StorageMeta
+
+    class SafeFileSystemReader(FileSystemReader):
+        """FileSystemReader whose metadata is unpickled through the allow-list above."""
+
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            rank = kwargs.get("rank")
+            with open(self._get_metadata_path(rank), "rb") as fh:
+                metadata = _MetadataUnpickler(fh).load()
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    return SafeFileSystemReader(path)
+
+
+def _safe_planner() -> Any:
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+    from torch.distributed.checkpoint.planner import ReadItem
+
+    class SafeLoadPlanner(DefaultLoadPlanner):
+        """Non-tensor entries (numbers, strings, tuples) loaded with weights_only=True."""
+
+        def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
+            obj = torch.load(value, weights_only=True)
+            if self.flatten_state_dict:
+                from torch.distributed.checkpoint._traverse import set_element
+
+                set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
+            else:
+                self.state_dict[read_item.dest_index.fqn] = obj
+
+    return SafeLoadPlanner()
+
+
+# --------------------------------------------------------------------------- format
+def is_dcp(state: dict[str, Any]) -> bool:
+    """Whether a checkpoint's state.json says it is a sharded (DCP) checkpoint."""
+    return state.get("kind") == KIND_DCP
+
+
+def needs_parallel_load(state: dict[str, Any], model: nn.Module) -> bool:
+    """Whether `load_into` must read this checkpoint: a dcp one, or any into a DDP/FSDP model."""
+    return is_dcp(state) or unwrap(model) is not model or is_fsdp(model)
+
+
+def _clean_leftovers(root: Path) -> None:
+    for p in root.iterdir():  # a write or replace that was killed
+        if p.is_dir() and p.name.startswith("step_") and (p.name.endswith(".tmp") or p.name.endswith(".old")):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _hash_tree(tmp: Path) -> dict[str, str]:
+    """{relative posix path: sha256} of every file under tmp, each fsynced first."""
+    sums: dict[str, str] = {}
+    for f in sorted(p for p in tmp.rglob("*") if p.is_file()):
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        sums[f.relative_to(tmp).as_posix()] = ckpt._sha256_file(f)
+    return sums
+
+
+def _prune(root: Path, step: int, keep: int | None, keep_every: int) -> None:
+    if keep is None or keep <= 0:
+        return
+    existing = ckpt.list_checkpoints(root)
+    survivors = ckpt.retained_steps([s for s, _ in existing], keep, keep_every, written=step)
+    for s, p in existing:
+        if s not in survivors:
+            shutil.rmtree(p, ignore_errors=True)
+    ckpt._fsync_dir(root)
+
+
+# --------------------------------------------------------------------------- save
+def save_train_checkpoint(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer | None,
+                          state: dict[str, Any], ctx: DistContext, keep: int | None = None,
+                          keep_every: int = 0) -> Path:
+    """Write `root/step_<step>/` from every rank (call it on every rank): the full format for one
+    process and DDP (rank 0 writes), the sharded dcp format for FSDP. Returns the final path."""
+    root = Path(root)
+    inner = unwrap(model)
+    if not is_fsdp(inner):
+        if ctx.is_main:
+            ckpt.save_checkpoint(root, step, inner, optimizer, state, keep=keep, keep_every=keep_every)
+        ctx.barrier()  # nobody goes on (or resumes, or prunes) before the checkpoint exists
+        return root / f"step_{step}"
+    return _save_dcp(root, step, inner, optimizer, state, ctx, keep, keep_every)
+
+
+def _save_dcp(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer | None,
+              state: dict[str, Any], ctx: DistContext, keep: int | None, keep_every: int) -> Path:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
+
+    final, tmp = root / f"step_{step}", root / f"step_{step}.tmp"
+    if ctx.is_main:
+        root.mkdir(parents=True, exist_ok=True)
+        _clean_leftovers(root)
+        tmp.mkdir()
+    ctx.barrier()
+    if optimizer is not None:
+        msd, osd = get_state_dict(model, optimizer)
+        payload: dict[str, Any] = {"model": msd, "optim": osd}
+    else:
+        payload = {"model": get_model_state_dict(model)}
+    dcp.save(payload, storage_writer=dcp.FileSystemWriter(tmp / DCP_DIR, single_file_per_rank=True, sync_files=True))
+    ctx.barrier()  # every rank's shards are on disk
+    if ctx.is_main:
+        rng_js, rng_tensors = ckpt.capture_rng_state()
+        ckpt._write_bytes(tmp / "rng.safetensors", st_save(rng_tensors))
+        full_state = {"format": ckpt.FORMAT_VERSION, "step": int(step), "saved_at": time.time(),
+                      "torch": torch.__version__, **state, "rng": rng_js, "kind": KIND_DCP,
+                      "world_size": ctx.world_size, "mode": ctx.mode, "has_optimizer": optimizer is not None}
+        ckpt._write_bytes(tmp / "state.json", json.dumps(full_state, indent=1, sort_keys=True).encode("utf-8"))
+        sums = _hash_tree(tmp)
+        ckpt._write_bytes(tmp / "SHA256SUMS", "".join(f"{d}  {n}\n" for n, d in sums.items()).encode("utf-8"))
+        ckpt._fsync_dir(tmp / DCP_DIR)
+        ckpt._fsync_dir(tmp)
+        old = None
+        if final.exists():  # re-reaching a step whose checkpoint was corrupt, or a rollback
+            old = root / f"step_{step}.old"
+            os.replace(final, old)
+        os.replace(tmp, final)
+        ckpt._fsync_dir(root)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        _prune(root, step, keep, keep_every)
+    ctx.barrier()
+    return final
+
+
+# --------------------------------------------------------------------------- load
+def load_into(path: Path, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer | None,
+              restore_rng: bool = True) -> dict[str, Any]:
+    """Load a checkpoint of either format into a plain, DDP-wrapped or FSDP-sharded model (and
+    its optimizer); every rank calls it. `state` is the checkpoint's (verified) state.json."""
+    path = Path(path)
+    inner = unwrap(model)
+    if is_dcp(state):
+        if optimizer is not None and not state.get("has_optimizer", True):
+            raise ckpt.CheckpointError(f"{path} holds no optimizer state: evaluate it, or resume from another")
+        _load_dcp(path, inner, optimizer)
+    elif is_fsdp(inner):
+        _load_full_into_fsdp(path, inner, optimizer)
+    else:
+        ckpt.load_model_tensors(inner, st_load((path / "model.safetensors").read_bytes()), path)
+        if optimizer is not None:
+            optimizer.load_state_dict(torch.load(path / "optim.pt", map_location="cpu", weights_only=True))
+    if restore_rng:
+        ckpt.restore_rng_state(state["rng"], st_load((path / "rng.safetensors").read_bytes()))
+    return state
+
+
+def _load_dcp(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+    """DCP shards -> the model's own layout (resharded for FSDP; full tensors for a plain model,
+    read without any collective, so one process with no process group can do it)."""
+    no_dist = not is_fsdp(model)
+    with warnings.catch_warnings():
+        # DCP warns when it reads with no process group; here that is the point (one process)
+        warnings.filterwarnings("ignore", message=r"torch\.distributed is disabled", category=UserWarning)
+        _load_dcp_state(path, model, optimizer, no_dist)
+
+
+def _load_dcp_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None, no_dist: bool) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_state_dict, set_model_state_dict,
+                                                         set_state_dict)
+
+    try:
+        if optimizer is None:
+            msd = get_model_state_dict(model)
+            dcp.load({"model": msd}, storage_reader=_safe_reader(path / DCP_DIR), planner=_safe_planner(),
+                     no_dist=no_dist)
+            set_model_state_dict(model, msd)
+            return
+        msd, osd = get_state_dict(model, optimizer)  # sets up Adam's state with an lr-0 step (no change)
+        dcp.load({"model": msd, "optim": osd}, storage_reader=_safe_reader(path / DCP_DIR), planner=_safe_planner(),
+                 no_dist=no_dist)
+        set_state_dict(model, optimizer, model_state_dict=msd, optim_state_dict=osd)
+    except (RuntimeError, KeyError, ValueError) as exc:
+        if isinstance(exc, ckpt.CheckpointError):
+            raise
+        raise ckpt.CheckpointError(f"{path}: the sharded checkpoint could not be loaded into this model/optimizer ({exc})") from exc
+
+
+def _tied_names(model: nn.Module) -> list[list[str]]:
+    """Names of each parameter, all of them when one tensor is shared (a tied lm_head)."""
+    by_id: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        by_id.setdefault(id(p), []).append(name)
+    return list(by_id.values())
+
+
+def _load_full_into_fsdp(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+    """A full-format checkpoint (one process or DDP) into an FSDP model: every rank reads the
+    files and keeps its own shard (DCP's state_dict API with full_state_dict=True)."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                         set_optimizer_state_dict)
+
+    tensors = st_load((path / "model.safetensors").read_bytes())
+    for names in _tied_names(model):  # the file stores a tied tensor once
+        present = [n for n in names if n in tensors]
+        if present:
+            for n in names:
+                tensors.setdefault(n, tensors[present[0]])
+    opts = StateDictOptions(full_state_dict=True)
+    expected = set(model.state_dict())
+    if set(tensors) != expected:
+        raise ckpt.CheckpointError(f"{path}: parameters do not match the model (missing "
+                                   f"{sorted(expected - set(tensors))}, unexpected {sorted(set(tensors) - expected)})")
+    # Every rank must walk the tensors in the same order (each one is a scatter); safetensors'
+    # load order is not even stable from one call to the next, so use the model's.
+    tensors = {name: tensors[name] for name in model.state_dict()}
+    set_model_state_dict(model, tensors, options=opts)
+    if optimizer is None:
+        return
+    saved = torch.load(path / "optim.pt", map_location="cpu", weights_only=True)
+    fqn = {id(p): name for name, p in model.named_parameters()}
+    ours = [fqn[id(p)] for g in optimizer.param_groups for p in g["params"]]
+    theirs = [i for g in saved["param_groups"] for i in g["params"]]
+    if len(ours) != len(theirs):
+        raise ckpt.CheckpointError(f"{path}: optim.pt holds {len(theirs)} parameters, the optimizer {len(ours)}")
+    name_of = dict(zip(theirs, ours))  # the same build_optimizer walk gave both their order
+    osd = {"state": {name_of[i]: s for i, s in saved["state"].items()},
+           "param_groups": [{**g, "params": [name_of[i] for i in g["params"]]} for g in saved["param_groups"]]}
+    set_optimizer_state_dict(model, optimizer, osd, options=opts)
+
+
+def load_dcp_model(path: Path, model: nn.Module) -> None:
+    """The weights of a dcp checkpoint into a plain model, in this process alone."""
+    _load_dcp(Path(path), model, None)
+
+
+# --------------------------------------------------------------------------- resume
+def agreed_latest_checkpoint(root: Path, events: Any, ctx: DistContext) -> Path | None:
+    """The newest valid checkpoint as rank 0 sees it, on every rank: the ranks never disagree
+    on where they resume, even if a file changed between two ranks' looks."""
+    choice = ckpt.latest_checkpoint(root, events) if ctx.is_main else None
+    found = ctx.broadcast(None if choice is None else str(choice))
+    return None if found is None else Path(found)

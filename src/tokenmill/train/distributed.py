@@ -1,0 +1,426 @@
+"""Data parallelism under torchrun: DDP or FSDP2 (`fully_shard`), gloo on CPU, NCCL on CUDA.
+
+    torchrun --nproc-per-node K -m tokenmill train CONFIG
+
+Every rank runs the same trainer; the Loader gives rank r its contiguous slice of the step's
+global batch, so the data of a step does not depend on the world size (with
+train.global_batch_tokens set, grad_accum = global / (micro · seq · K) keeps the global batch fixed).
+
+Gradient scale. The trainer's loss on a rank is Σ NLL over *this rank's* targets divided by the
+number of targets of the *global* batch (`Loader.n_targets(step)`), so the gradient of the global
+loss is the SUM of the ranks' gradients, not their mean. DDP and FSDP average by default (they
+assume each rank's loss is already a mean over its own share), which would shrink the update by
+K and make the run depend on the world size. So DDP gets a communication hook that all-reduces
+with SUM and divides by nothing, and FSDP2 gets gradient_divide_factor 1 with sum-only
+collectives. Summing also keeps the arithmetic of one process: a single process accumulating
+micro-batches g1 + g2 and two ranks reducing g1 + g2 add the same two fp32 tensors.
+Gradients are reduced in fp32 (parameters are fp32 master weights; bf16 is only autocast's).
+
+Only rank 0 writes events, progress, evaluations and the checkpoint metadata; every rank takes
+part in the collectives (checkpoint save/load, metrics that gather DTensor shards, the checks).
+
+Silent data corruption (seed 004): every train.checksum_every steps `check_replicas` compares,
+across ranks, a checksum of what must be identical on every rank — under DDP every gradient
+(after the reduction) and every parameter, bit for bit; under FSDP, whose parameters and
+gradients are sharded (nothing to compare a shard with), the replicated scalars each rank
+computed for itself: the all-reduced loss, the global gradient norm and the learning rate.
+A disagreement raises `RankMismatch` on every rank, naming the step and the ranks that differ.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal, Sequence
+
+import torch
+import torch.distributed as dist
+import xxhash
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from tokenmill.errors import UserError
+
+Mode = Literal["single", "ddp", "fsdp"]
+# A collective waits this long for the other ranks (rank 0 evaluating while the others wait at a
+# barrier counts): long enough for an in-training evaluation, short enough that a dead peer
+# ends the job within the hour rather than never.
+TIMEOUT = timedelta(minutes=60)
+
+
+class DistributedError(UserError, RuntimeError):
+    """The torchrun environment or the distributed setup cannot work; the message says why."""
+
+
+class RankMismatch(DistributedError):
+    """Ranks hold different values for state that must be identical (silent data corruption)."""
+
+    def __init__(self, step: int, ranks: Sequence[int], what: str):
+        self.step, self.ranks, self.what = step, list(ranks), what
+        super().__init__(
+            f"cross-rank check at step {step}: rank(s) {', '.join(map(str, self.ranks))} disagree with "
+            f"rank 0 on {what}. A device or link is corrupting data silently; training stopped. Check the "
+            f"hardware of those ranks, then resume from the last checkpoint (`tokenmill train --resume`)")
+
+
+@dataclass
+class DistContext:
+    """Who this process is in the job. `mode` is "single" when no process group is in use."""
+
+    world_size: int = 1
+    rank: int = 0
+    local_rank: int = 0
+    mode: Mode = "single"
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    owns_group: bool = False
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    def barrier(self) -> None:
+        if self.distributed:
+            dist.barrier()
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """`obj` of rank `src` on every rank (a picklable python object; rank 0 decides, all follow)."""
+        if not self.distributed:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=src)
+        return box[0]
+
+    def any(self, flag: bool) -> bool:
+        """True on every rank when `flag` is true on any rank (e.g. a Ctrl-C seen by one rank)."""
+        if not self.distributed:
+            return bool(flag)
+        t = torch.tensor([1.0 if flag else 0.0], device=_comm_device(self))
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item() > 0)
+
+    def close(self, synchronize: bool = False) -> None:
+        """Destroy the process group this context created (a borrowed one is left alone).
+
+        synchronize=True (every rank is closing at the same point: the run finished, or all ranks
+        raised the same error) first waits for every rank: a rank that tears its group down while a
+        peer's last collective is still in flight makes gloo abort the process at exit (seen with
+        FSDP2's final reduce-scatter on CPU). Never after an error on one rank alone: the others are
+        blocked in some other collective, and a barrier would hang instead of letting torchrun end
+        the job."""
+        if self.owns_group and dist.is_initialized():
+            if synchronize:
+                dist.barrier()
+            gc.collect()  # free finished collectives' work objects while their group still exists
+            dist.destroy_process_group()
+        self.owns_group = False
+
+
+def env_world() -> tuple[int, int, int]:
+    """(world_size, rank, local_rank) from torchrun's environment; (1, 0, 0) outside torchrun."""
+    try:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        rank = int(os.environ.get("RANK", "0"))
+        local = int(os.environ.get("LOCAL_RANK", str(rank)))
+    except ValueError as exc:
+        raise DistributedError(f"WORLD_SIZE/RANK/LOCAL_RANK must be integers: {exc}") from exc
+    return world, rank, local
+
+
+def is_main_process() -> bool:
+    """Rank 0 of a torchrun job, or a process outside torchrun (before any group exists)."""
+    return env_world()[1] == 0
+
+
+def check_torchrun_stage(run: Any, stage: str) -> None:
+    """Under torchrun only `train` runs, and only on finished data stages: every rank raises the
+    same clear error otherwise (the data stages are single-machine jobs with their own process
+    pools; running them inside a torchrun job would hold every rank idle, or race K copies of
+    them on the same files)."""
+    steps = ("`tokenmill curate --config CONFIG`, `tokenmill tokenizer train CONFIG` and `tokenmill tokenize "
+             "CONFIG` (with the same --set/--run-dir options)")
+    if stage != "train":
+        raise DistributedError(
+            f"`tokenmill {stage}` does not run under torchrun: only `train` is data-parallel. Run the data "
+            f"stages in one process first ({steps}), then `torchrun --nproc-per-node K -m tokenmill train CONFIG`, "
+            f"then `tokenmill eval CONFIG` / `tokenmill report CONFIG` in one process")
+    if not run.is_fresh("tokenize"):
+        raise DistributedError(
+            f"{run.path / 'tokens'} is missing or stale for this config: the tokenize stage has not finished with "
+            f"these curate/tokenizer/tokenize settings. Under torchrun the data stages must be done first: run "
+            f"{steps} in one process, then start torchrun again")
+
+
+def init_distributed(tc: Any) -> DistContext:
+    """The process's DistContext: a process group when WORLD_SIZE > 1 (torchrun), else single.
+
+    gloo on CPU, NCCL on CUDA with this rank on cuda:LOCAL_RANK. A process group that already
+    exists (a test, or a launcher that made it) is used as it is and not destroyed by close()."""
+    world, rank, local = env_world()
+    if dist.is_initialized():
+        world, rank, owns = dist.get_world_size(), dist.get_rank(), False
+    else:
+        owns = world > 1
+    from tokenmill.train.device import resolve_device
+
+    device = resolve_device(tc.device)
+    if world <= 1:
+        return DistContext(device=device)
+    if device.type not in ("cpu", "cuda"):
+        raise DistributedError(f"train.device={tc.device!r}: distributed training runs on CPU (gloo) or CUDA (NCCL)")
+    if device.type == "cuda":
+        if local >= torch.cuda.device_count():
+            raise DistributedError(f"LOCAL_RANK {local} but only {torch.cuda.device_count()} CUDA device(s) here; "
+                                   f"use --nproc-per-node <= {torch.cuda.device_count()}")
+        device = torch.device("cuda", local)  # one GPU per rank, whatever train.device names
+        torch.cuda.set_device(device)
+    if owns:
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        kwargs: dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
+        dist.init_process_group(backend=backend, timeout=TIMEOUT, **kwargs)
+    return DistContext(world_size=world, rank=rank, local_rank=local, mode=tc.distributed, device=device,
+                       owns_group=owns)
+
+
+def _comm_device(ctx: DistContext) -> torch.device:
+    """Where tensors for a collective live: the rank's GPU under NCCL, CPU under gloo."""
+    return ctx.device if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
+def reduce_step_stats(loss: float, r_pad: float, extras: dict[str, Any] | None, world_size: int) -> tuple[float, float]:
+    """The step's loss and r_pad over the global batch from this rank's shares: the loss is Σ
+    over ranks (each rank's share is already divided by the global target count), summed in
+    fp32 like one process sums its micro-batch losses; r_pad is the mean over ranks. The
+    regularizer sums in `extras` (z_loss, moe_aux) are Σ over ranks too. One process: unchanged."""
+    if world_size <= 1 or not dist.is_initialized():
+        return loss, r_pad
+    ctx = DistContext(world_size=world_size, rank=dist.get_rank(), device=_default_comm_device())
+    keys = [k for k in ("z_loss", "moe_aux") if extras is not None and k in extras]
+    for k in keys:
+        extras[k] = all_reduce_sum(extras[k], ctx)  # type: ignore[index]
+    return all_reduce_sum(loss, ctx, torch.float32), all_reduce_sum(r_pad, ctx) / world_size
+
+
+def _default_comm_device() -> torch.device:
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def all_reduce_sum(value: float | torch.Tensor, ctx: DistContext, dtype: torch.dtype = torch.float64) -> float:
+    """Σ over ranks of a number, computed in `dtype`; the value itself outside a process group.
+
+    Pass dtype=float32 for a loss that a single process would have summed in fp32: the sum of two
+    fp32 micro-batch losses is then the same number on one process and on two ranks."""
+    if not ctx.distributed:
+        return float(value)
+    t = torch.as_tensor(value, dtype=dtype).detach().reshape(1).to(_comm_device(ctx), dtype)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return float(t.item())
+
+
+# --------------------------------------------------------------------------- wrapping
+class DataParallel(DistributedDataParallel):
+    """DDP whose attribute lookups fall through to the wrapped model (`config`, `z_loss`,
+    `aux_loss`...), so code written for the bare Transformer also runs on the wrapper."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "module":
+                raise
+            return getattr(self.module, name)
+
+
+def _sum_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
+    """DDP communication hook: Σ over ranks, no division (see the module docstring).
+
+    (Unannotated: DDP checks the annotation object itself, which postponed annotations make a string.)"""
+    fut = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.SUM, async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0])
+
+
+def wrap_model(model: nn.Module, ctx: DistContext, tc: Any = None) -> nn.Module:
+    """The module the training step runs: `model` itself (single), a DataParallel wrapper (DDP),
+    or `model` sharded in place with fully_shard on every block, then the root (FSDP2).
+
+    Build the optimizer on `unwrap(result)` *after* this call (FSDP replaces the parameters with
+    DTensor shards). Master weights and gradient reduction stay fp32; bf16 is the trainer's
+    autocast around the forward."""
+    if ctx.mode == "single" or not ctx.distributed:
+        return model
+    if ctx.mode == "ddp":
+        moe = int(getattr(getattr(model, "config", None), "n_experts", 0) or 0) > 0
+        ddp = DataParallel(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+                           forward_sync_buffers=False,  # the only buffers are constant RoPE tables
+                           find_unused_parameters=moe)  # an expert may see no token in a micro-batch
+        ddp.register_comm_hook(None, _sum_allreduce_hook)
+        return ddp
+    if ctx.mode == "fsdp":
+        from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+        policy = MixedPrecisionPolicy(param_dtype=None, reduce_dtype=torch.float32)
+        blocks = getattr(model, "layers", None)
+        if blocks is None:
+            raise DistributedError(f"FSDP needs a model with a `layers` list of blocks, got {type(model).__name__}")
+        for block in blocks:
+            fully_shard(block, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
+        for m in model.modules():
+            if isinstance(m, FSDPModule):
+                m.set_gradient_divide_factor(1.0)  # Σ over ranks, see the module docstring
+                m.set_force_sum_reduction_for_comms(True)  # plain SUM collectives (gloo has no PREMUL_SUM)
+        return model
+    raise DistributedError(f"train.distributed={ctx.mode!r}: expected 'ddp' or 'fsdp'")
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The model under a DDP or torch.compile wrapper (an FSDP2 model is its own module)."""
+    while True:
+        inner = model.__dict__.get("_orig_mod") or (model.module if isinstance(model, DistributedDataParallel)
+                                                     else None)
+        if inner is None:
+            return model
+        model = inner
+
+
+def is_fsdp(model: nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(unwrap(model), FSDPModule)
+
+
+def set_grad_sync(model: nn.Module, enabled: bool) -> None:
+    """Whether the next forward + backward reduces gradients across ranks. Called before every
+    micro-batch with enabled = (last micro-batch of the step): an accumulated step is reduced
+    once, not once per micro-batch (DDP's `no_sync`, FSDP2's `set_requires_gradient_sync`).
+    A no-op for a single process."""
+    m = model
+    while True:
+        if isinstance(m, DistributedDataParallel):
+            m.require_backward_grad_sync = enabled  # what DDP.no_sync() toggles
+            return
+        inner = m.__dict__.get("_orig_mod")  # torch.compile's wrapper
+        if inner is None:
+            break
+        m = inner
+    if is_fsdp(m):
+        m.set_requires_gradient_sync(enabled)  # type: ignore[operator]
+
+
+def evaluation_model(model: nn.Module, ctx: DistContext) -> nn.Module | None:
+    """A plain (unwrapped, unsharded) model to evaluate on rank 0; None on the other ranks.
+
+    Under FSDP the full parameters are gathered into a fresh copy on rank 0 (every rank must call
+    this: it is a collective), so the evaluator runs a normal forward alone while the others wait."""
+    inner = unwrap(model)
+    if not is_fsdp(inner):
+        return inner if ctx.is_main else None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    full = get_model_state_dict(inner, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if not ctx.is_main:
+        return None
+    copy = _plain_copy(inner)
+    copy.load_state_dict(full)
+    return copy.to(ctx.device)
+
+
+def _plain_copy(model: nn.Module) -> nn.Module:
+    """A fresh, unsharded instance of the model's own class (the class FSDP2 subclassed)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    cls = next(c for c in type(model).__mro__ if not issubclass(c, FSDPModule))
+    return cls(model.config, generator=torch.Generator().manual_seed(0))  # init is overwritten; global RNG untouched
+
+
+# --------------------------------------------------------------------------- cross-rank checks
+def _tensor_checksum(tensors: Sequence[torch.Tensor]) -> tuple[float, float, str]:
+    """(float64 Σ, float64 Σ², xxh64 of the bytes): the sums locate a gross difference, the
+    hash catches a single flipped bit."""
+    total = torch.zeros((), dtype=torch.float64)
+    sq = torch.zeros((), dtype=torch.float64)
+    h = xxhash.xxh64()
+    for t in tensors:
+        local = t.detach()
+        local = local.to_local() if hasattr(local, "to_local") else local
+        local = local.to("cpu").contiguous()
+        total += local.double().sum()
+        sq += local.double().pow(2).sum()
+        h.update(local.view(torch.uint8).numpy().tobytes() if local.numel() else b"")
+    return float(total), float(sq), h.hexdigest()
+
+
+def replica_payload(model: nn.Module, ctx: DistContext, scalars: dict[str, float]) -> dict[str, Any]:
+    """What this rank believes every rank holds: scalars always; under DDP (and one process)
+    also checksums of all gradients and all parameters, which DDP keeps identical."""
+    payload: dict[str, Any] = {k: float(v) for k, v in sorted(scalars.items())}
+    if not is_fsdp(model):
+        params = [p for p in unwrap(model).parameters()]
+        payload["grads"] = _tensor_checksum([p.grad for p in params if p.grad is not None])
+        payload["params"] = _tensor_checksum(params)
+    return payload
+
+
+def _differs(a: Any, b: Any) -> bool:
+    """Bitwise inequality of payload values (NaN equals NaN here: both ranks saw the same NaN)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a != b and not (a != a and b != b)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) != len(b) or any(_differs(x, y) for x, y in zip(a, b))
+    return a != b
+
+
+def compare_payloads(step: int, payloads: Sequence[dict[str, Any]]) -> None:
+    """Raise RankMismatch naming the ranks whose payload differs from rank 0's and on what."""
+    ref = payloads[0]
+    bad, what = [], set()
+    for rank, p in enumerate(payloads[1:], 1):
+        keys = [k for k in sorted(set(ref) | set(p)) if _differs(ref.get(k), p.get(k))]
+        if keys:
+            bad.append(rank)
+            what.update(keys)
+    if bad:
+        raise RankMismatch(step, bad, ", ".join(sorted(what)))
+
+
+def check_replicas(step: int, model: nn.Module, ctx: DistContext, **scalars: float) -> dict[str, Any]:
+    """Gather every rank's `replica_payload` and compare (a collective: call it on every rank,
+    after the gradient reduction and before the optimizer step). Returns rank 0's payload."""
+    payload = replica_payload(model, ctx, scalars)
+    if not ctx.distributed:
+        return payload
+    gathered: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(gathered, payload)
+    compare_payloads(step, gathered)
+    return gathered[0]
+
+
+def cross_rank_check(step: int, model: nn.Module, ctx: DistContext, events: Any, **scalars: float) -> None:
+    """`check_replicas`, with a `rank_mismatch` event (rank 0's log) before RankMismatch halts the run."""
+    try:
+        check_replicas(step, model, ctx, **scalars)
+    except RankMismatch as exc:
+        events.write("train", "rank_mismatch", step=step, ranks=exc.ranks, what=exc.what, message=str(exc))
+        raise
+
+
+class NullEvents:
+    """The event log of a rank that is not rank 0: accepts writes, records nothing."""
+
+    def write(self, stage: str, kind: str, **fields: Any) -> dict[str, Any]:
+        return {"stage": stage, "kind": kind, **fields}
+
+    def read(self) -> list[dict[str, Any]]:
+        return []
+
+
+def event_log(events: Any, ctx: DistContext) -> Any:
+    """`events` on rank 0, a NullEvents elsewhere: one timeline per job, not one per rank."""
+    return events if ctx.is_main else NullEvents()

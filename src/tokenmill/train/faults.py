@@ -1,0 +1,45 @@
+"""Deliberate faults (train.faults) that prove the stability guard on a real run.
+
+A guard that has never fired is a guard nobody trusts. These reproduce the three failures of
+seed 000/004 in a way that is a pure function of the step, so a faulted run is as exactly
+resumable as a clean one:
+- a corrupted batch: its tokens replaced by uniform random ids (a binary blob or an encoding
+  accident in the data), which gives an outsized gradient;
+- a non-finite loss (an overflow, a bad kernel);
+- a learning-rate blow-up over a window of steps (a bad schedule or a restart with the wrong LR),
+  which damages the weights so the loss does not come back by itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from tokenmill.config import FaultConfig
+
+
+def any_faults(cfg: FaultConfig) -> bool:
+    return bool(cfg.nan_steps or cfg.corrupt_steps or cfg.lr_blowup)
+
+
+def corrupt_batch(batch, step: int, micro: int, cfg: FaultConfig, vocab_size: int, seed: int):
+    """The batch with its tokens replaced by random ids when `step` is a corrupt step, else itself.
+    Masks and positions are kept: only the content is garbage, as with real corrupted data."""
+    if step not in cfg.corrupt_steps:
+        return batch
+    gen = torch.Generator().manual_seed((seed * 1_000_003 + step) * 997 + micro)
+    tokens = torch.randint(0, vocab_size, tuple(batch.tokens.shape), generator=gen, dtype=batch.tokens.dtype)
+    return dataclasses.replace(batch, tokens=tokens.to(batch.tokens.device))
+
+
+def poison_loss(loss: torch.Tensor, step: int, cfg: FaultConfig) -> torch.Tensor:
+    """loss · NaN on a NaN step (so the gradients are NaN too), else the loss unchanged."""
+    return loss * float("nan") if step in cfg.nan_steps else loss
+
+
+def lr_factor(step: int, cfg: FaultConfig) -> float:
+    """lr_blowup_factor inside the [first, last] lr_blowup window, else 1."""
+    if cfg.lr_blowup and cfg.lr_blowup[0] <= step <= cfg.lr_blowup[-1]:
+        return cfg.lr_blowup_factor
+    return 1.0

@@ -1,0 +1,165 @@
+"""The stability guard: what to do with an optimizer step before it is applied.
+
+Seed 000 ("When training goes wrong"), seed 002 §5.5/§5.10 and seed 004 describe the field's
+practice, which the guard turns into rules over the global loss and gradient norm of each step:
+
+    non-finite loss or gradient norm        skip the step                   `skip` event
+    grad norm > spike_factor × median       skip the batch                  `spike` event (+ lineage)
+    loss > loss_spike_factor × median       skip the batch                  `spike` event (+ lineage)
+    spike open, loss back within            close it                        `recovered` event
+      (1 + recover_tolerance) × pre-spike median
+    spike open recover_steps without        roll back to the last good      `rollback` event
+      recovering, or max_consecutive_skips  checkpoint, LR × lr_backoff,
+      skipped steps in a row                skip the data window since it
+    more than max_rollbacks rollbacks       stop: TrainingDiverged
+
+Every skipped step opens a spike (the loss is known before the update, so an anomalous batch is
+never applied, even when clipping would hide its gradient norm). A batch that was merely bad
+closes the spike at the next normal loss; a model that was damaged (every later step is anomalous,
+or the applied steps stay above the pre-spike level) is rolled back instead of skipping forever. The medians are over the last `window` applied steps that
+were not inside a spike, so a spike cannot raise its own baseline.
+
+The guard is pure bookkeeping: it holds JSON-serialisable state only (saved in each checkpoint's
+state.json, so a resumed run makes the same decisions) and never touches the model; the trainer
+carries out its verdicts.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tokenmill.config import GuardConfig
+
+Action = Literal["apply", "skip", "rollback"]
+
+
+@dataclass
+class Verdict:
+    """What the trainer does with this step, and the events that explain why."""
+
+    action: Action
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+
+class StabilityGuard:
+    def __init__(self, cfg: GuardConfig):
+        self.cfg = cfg
+        self.grad_hist: list[float] = []
+        self.loss_hist: list[float] = []
+        self.spike: dict[str, Any] | None = None  # {"start", "pre_level", "reason"}
+        self.consecutive_skips = 0
+        self.lr_scale = 1.0
+        self.skipped: list[dict[str, Any]] = []
+        self.rollbacks: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ decisions
+    def _median(self, hist: list[float]) -> float | None:
+        return statistics.median(hist) if len(hist) >= self.cfg.min_history else None
+
+    def _open_spike(self, step: int, reason: str) -> None:
+        if self.spike is None:
+            # No history yet (a fault in the first steps): any finite loss counts as back.
+            level = statistics.median(self.loss_hist) if self.loss_hist else None
+            self.spike = {"start": step, "pre_level": level, "reason": reason}
+
+    def check(self, step: int, loss: float, grad_norm: float) -> Verdict:
+        """The verdict on step `step`, whose global batch had this loss and pre-clip gradient norm."""
+        if not self.cfg.enabled:
+            return Verdict("apply")
+        finite = math.isfinite(loss) and math.isfinite(grad_norm)
+        grad_med = self._median(self.grad_hist)
+        loss_med = self._median(self.loss_hist)
+        if self.spike is not None and finite and self._back(loss):
+            events = [("recovered", {"step": step, "loss": loss, "spike_start": self.spike["start"],
+                                     "pre_level": self.spike["pre_level"], "steps": step - self.spike["start"]})]
+            self.spike = None
+            verdict = self.check(step, loss, grad_norm)  # judge the step itself with the spike closed
+            verdict.events[:0] = events
+            return verdict
+
+        reason = None
+        if not finite:
+            reason = "nonfinite"
+        elif grad_med is not None and grad_norm > self.cfg.spike_factor * grad_med:
+            reason = "grad_spike"
+        elif loss_med is not None and loss > self.cfg.loss_spike_factor * loss_med:
+            reason = "loss_spike"
+        if reason is not None:
+            self._open_spike(step, reason)
+            self.consecutive_skips += 1
+            self.skipped.append({"step": step, "reason": reason})
+            info = {"step": step, "reason": reason, "loss": loss, "grad_norm": grad_norm,
+                    "grad_norm_median": grad_med, "loss_median": loss_med, "consecutive": self.consecutive_skips}
+            events = [("skip" if reason == "nonfinite" else "spike", info)]
+            return Verdict("rollback" if self._rollback_due(step) else "skip", events)
+
+        self.consecutive_skips = 0
+        if self.spike is not None:  # applied, but not back to the pre-spike level yet
+            return Verdict("rollback" if self._rollback_due(step) else "apply")
+        self._push(self.grad_hist, grad_norm)
+        self._push(self.loss_hist, loss)
+        return Verdict("apply")
+
+    def _back(self, loss: float) -> bool:
+        level = self.spike["pre_level"] if self.spike is not None else None
+        return level is None or loss <= level * (1 + self.cfg.recover_tolerance)
+
+    def _rollback_due(self, step: int) -> bool:
+        if self.spike is None:
+            return False
+        return (step - self.spike["start"] >= self.cfg.recover_steps
+                or self.consecutive_skips >= self.cfg.max_consecutive_skips)
+
+    def _push(self, hist: list[float], value: float) -> None:
+        hist.append(float(value))
+        del hist[:-self.cfg.window]
+
+    # ------------------------------------------------------------------ rollback
+    @property
+    def rollbacks_left(self) -> int:
+        return self.cfg.max_rollbacks - len(self.rollbacks)
+
+    def good_checkpoint_bound(self) -> int:
+        """A rollback target must be a checkpoint of a step below this: the update of the step
+        before the spike opened may be the one that did the damage."""
+        assert self.spike is not None
+        return int(self.spike["start"]) - 1
+
+    def rolled_back(self, step: int, to_step: int) -> dict[str, Any]:
+        """Record a rollback carried out at `step` to the checkpoint of `to_step`: the LR is backed
+        off, the spike closed, and steps to_step+1..step are never trained on again (the run goes
+        on at step+1 with to_step's weights). Returns the `rollback` event's fields."""
+        assert self.spike is not None
+        self.lr_scale *= self.cfg.lr_backoff
+        info = {"step": step, "to_step": to_step, "skipped_window": [to_step + 1, step],
+                "spike_start": self.spike["start"], "reason": self.spike["reason"],
+                "pre_level": self.spike["pre_level"], "lr_scale": self.lr_scale,
+                "rollbacks": len(self.rollbacks) + 1}
+        self.rollbacks.append(info)
+        self.spike = None
+        self.consecutive_skips = 0
+        return info
+
+    def reset_baseline(self) -> None:
+        """Forget the loss history (a curriculum phase changes the data, so its loss level)."""
+        self.loss_hist.clear()
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        return {"grad_hist": list(self.grad_hist), "loss_hist": list(self.loss_hist), "spike": self.spike,
+                "consecutive_skips": self.consecutive_skips, "lr_scale": self.lr_scale,
+                "skipped": list(self.skipped), "rollbacks": list(self.rollbacks)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not state:  # a checkpoint from before the guard existed
+            return
+        self.grad_hist = [float(v) for v in state.get("grad_hist", [])]
+        self.loss_hist = [float(v) for v in state.get("loss_hist", [])]
+        self.spike = state.get("spike")
+        self.consecutive_skips = int(state.get("consecutive_skips", 0))
+        self.lr_scale = float(state.get("lr_scale", 1.0))
+        self.skipped = list(state.get("skipped", []))
+        self.rollbacks = list(state.get("rollbacks", []))

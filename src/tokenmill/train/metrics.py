@@ -1,0 +1,115 @@
+"""Per-step training health signals beyond the loss (seed 002 §5 monitoring, seed 004).
+
+- gradient norm per layer group: a global norm hides which layer is drifting (the LM head or the
+  last block usually is, seed 004: "monitor ||g|| per parameter group, not just global");
+- update/parameter ratio ||Δθ|| / ||θ||: the effective step size; ~1e-3 is healthy for AdamW,
+  far above means the LR is too high for the current state;
+- the embedding's top-to-second singular value ratio: a ratio that grows without bound means the
+  embedding rows collapse toward one direction (representation collapse, seed 004);
+- process memory: peak bytes allocated (CUDA) or resident (CPU).
+
+All work on plain modules and on DDP/FSDP2-wrapped ones (DTensor shards are reduced to the full
+value), and draw from no random generator, so measuring never changes training.
+"""
+
+from __future__ import annotations
+
+import re
+import resource
+import sys
+from collections import OrderedDict
+
+import torch
+from torch import nn
+
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def _strip(name: str) -> str:
+    """Parameter name without wrapper prefixes (DDP `module.`, torch.compile `_orig_mod.`)."""
+    for prefix in ("module.", "_orig_mod."):
+        while name.startswith(prefix):
+            name = name[len(prefix):]
+    return name.replace("._orig_mod.", ".").replace("._checkpoint_wrapped_module.", ".")
+
+
+def layer_group(name: str) -> str:
+    """'layers.3.attn.q.weight' -> 'layers.3'; 'embed_tokens.weight' -> 'embed_tokens'."""
+    name = _strip(name)
+    m = _LAYER.search(name)
+    return f"layers.{m.group(1)}" if m else name.split(".", 1)[0]
+
+
+def _local_sq(t: torch.Tensor) -> torch.Tensor:
+    """Σ t² as a float64 scalar; a sharded DTensor yields the full (all ranks) sum."""
+    sq = t.detach().float().pow(2).sum()
+    if hasattr(sq, "full_tensor"):
+        sq = sq.full_tensor()
+    return sq.double()
+
+
+def grad_norms_by_group(model: nn.Module) -> dict[str, float]:
+    """{layer group: L2 norm of its gradients}, groups in model order; tied weights counted once."""
+    sums: OrderedDict[str, torch.Tensor] = OrderedDict()
+    for name, p in model.named_parameters():
+        if p.grad is None:
+            continue
+        g = layer_group(name)
+        sums[g] = sums.get(g, 0.0) + _local_sq(p.grad)
+    return {g: float(v) ** 0.5 for g, v in sums.items()}
+
+
+class UpdateRatio:
+    """||θ_after - θ_before|| / ||θ_before|| over all parameters, for one optimizer step.
+
+    Keeps one copy of the parameters between `before()` and `after()` (the price of measuring the
+    actual update, whatever the optimizer did: clipping, weight decay, Adam's normalisation)."""
+
+    def __init__(self, model: nn.Module):
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self._before: list[torch.Tensor] | None = None
+
+    def before(self) -> None:
+        self._before = [p.detach().clone() for p in self.params]
+
+    def after(self) -> float:
+        assert self._before is not None, "before() was not called"
+        num = torch.zeros((), dtype=torch.float64)
+        den = torch.zeros((), dtype=torch.float64)
+        for p, b in zip(self.params, self._before):
+            num = num + _local_sq(p.detach() - b).cpu()
+            den = den + _local_sq(b).cpu()
+        self._before = None
+        return float(num.sqrt() / den.sqrt()) if den > 0 else 0.0
+
+
+def embedding_spectrum(weight: torch.Tensor) -> dict[str, float]:
+    """{"sv1", "sv2", "sv_ratio"}: the two largest singular values of the embedding matrix."""
+    w = weight.detach()
+    if hasattr(w, "full_tensor"):
+        w = w.full_tensor()
+    s = torch.linalg.svdvals(w.float().cpu())
+    s1, s2 = float(s[0]), float(s[1]) if s.numel() > 1 else 0.0
+    return {"sv1": s1, "sv2": s2, "sv_ratio": s1 / s2 if s2 > 0 else float("inf")}
+
+
+def memory_bytes(device: torch.device) -> dict[str, int]:
+    """{"peak": bytes}: CUDA max allocated since the last call (reset), else the process's peak RSS."""
+    if device.type == "cuda":
+        peak = int(torch.cuda.max_memory_allocated(device))
+        torch.cuda.reset_peak_memory_stats(device)
+        return {"peak": peak, "allocated": int(torch.cuda.memory_allocated(device))}
+    rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = rss_peak if sys.platform == "darwin" else rss_peak * 1024  # Linux reports KiB
+    rss = _current_rss()
+    # The kernel updates its high-water mark lazily, so the current RSS can be the larger one.
+    return {"peak": max(int(peak), rss), "rss": rss}
+
+
+def _current_rss() -> int:
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            pages = int(f.read().split()[1])
+        return pages * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return 0
