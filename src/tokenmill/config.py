@@ -391,7 +391,9 @@ class GuardConfig(Strict):
     recover_tolerance: float = Field(0.1, ge=0.0, description="'Back' means loss <= (1 + this) × the pre-spike median.")
     lr_backoff: float = Field(0.7, gt=0.0, le=1.0, description="LR multiplier applied at every rollback.")
     max_rollbacks: int = Field(3, ge=0, description="Rollbacks before the run is declared diverged.")
-    max_consecutive_skips: int = Field(20, ge=1, description="Skipped steps in a row before the run is declared diverged.")
+    max_consecutive_skips: int = Field(20, ge=1, description="Skipped steps in a row that force a rollback.")
+    rebaseline_after: int = Field(5, ge=1, description="Gradient spikes in a row with the loss at its usual level that "
+                                  "make the high norm the new normal (the median restarts) instead of a spike.")
 
 
 class FaultConfig(Strict):

@@ -88,6 +88,31 @@ def test_lr_backoff_compounds_and_state_round_trips():
         assert h.check(s, 2.0 + s % 2, 1.0).action == g.check(s, 2.0 + s % 2, 1.0).action
 
 
+def test_a_lasting_higher_norm_with_a_normal_loss_becomes_the_new_baseline():
+    g = warmed()  # grad norms ~1.05, loss ~2.0
+    actions = [g.check(s, 2.0, 8.0).action for s in range(11, 11 + CFG.rebaseline_after)]
+    assert actions == ["skip"] * (CFG.rebaseline_after - 1) + ["apply"]  # the 5th is accepted
+    assert g.grad_hist == [8.0] and g.spike is None and g.consecutive_skips == 0
+    v = g.check(20, 2.0, 8.5)
+    assert v.action == "apply" and not v.events
+
+
+def test_a_high_norm_with_a_high_loss_is_never_rebaselined():
+    cfg = CFG.model_copy(update={"recover_steps": 100, "max_consecutive_skips": 10})
+    g = warmed(cfg)
+    actions = [g.check(s, 2.5, 8.0).action for s in range(11, 21)]  # loss 1.25x: not at its usual level
+    assert actions == ["skip"] * 9 + ["rollback"]
+
+
+def test_no_spike_judgement_during_warmup_but_nonfinite_still_skips():
+    g = StabilityGuard(CFG, judge_after=20)
+    for s in range(1, 21):
+        assert g.check(s, 2.0, 1.0 if s < 15 else 50.0).action == "apply"
+    assert g.check(21, 2.0, 500.0).action == "skip"  # judged from here on
+    g2 = StabilityGuard(CFG, judge_after=20)
+    assert g2.check(1, math.nan, 1.0).action == "skip"
+
+
 def test_disabled_guard_applies_everything():
     g = StabilityGuard(GuardConfig(enabled=False))
     assert g.check(1, math.nan, math.inf).action == "apply"

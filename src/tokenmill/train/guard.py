@@ -12,6 +12,11 @@ practice, which the guard turns into rules over the global loss and gradient nor
       recovering, or max_consecutive_skips  checkpoint, LR × lr_backoff,
       skipped steps in a row                skip the data window since it
     more than max_rollbacks rollbacks       stop: TrainingDiverged
+    rebaseline_after grad spikes in a row   accept: the norm's new level    `rebaseline` event
+      with the loss at its usual level        becomes the median's baseline
+
+Spikes are judged only after the LR warmup (`judge_after`): gradient norms move by design while
+the LR ramps up, and a median taken at a small LR would flag every step at the peak LR.
 
 Every skipped step opens a spike (the loss is known before the update, so an anomalous batch is
 never applied, even when clipping would hide its gradient norm). A batch that was merely bad
@@ -45,8 +50,10 @@ class Verdict:
 
 
 class StabilityGuard:
-    def __init__(self, cfg: GuardConfig):
+    def __init__(self, cfg: GuardConfig, judge_after: int = 0):
         self.cfg = cfg
+        self.judge_after = judge_after  # no spike judgement during LR warmup: the norms move by design
+        self.calm_spikes = 0  # gradient spikes in a row whose loss was at its usual level
         self.grad_hist: list[float] = []
         self.loss_hist: list[float] = []
         self.spike: dict[str, Any] | None = None  # {"start", "pre_level", "reason"}
@@ -80,13 +87,28 @@ class StabilityGuard:
             verdict.events[:0] = events
             return verdict
 
+        judging = step > self.judge_after
         reason = None
+        rebaseline: list[tuple[str, dict[str, Any]]] = []
         if not finite:
             reason = "nonfinite"
-        elif grad_med is not None and grad_norm > self.cfg.spike_factor * grad_med:
+        elif judging and grad_med is not None and grad_norm > self.cfg.spike_factor * grad_med:
             reason = "grad_spike"
-        elif loss_med is not None and loss > self.cfg.loss_spike_factor * loss_med:
+            calm = loss_med is not None and loss <= loss_med * (1 + self.cfg.recover_tolerance)
+            self.calm_spikes = self.calm_spikes + 1 if calm else 0
+            if self.calm_spikes >= self.cfg.rebaseline_after:
+                # The norm stays high while the loss is fine: a new regime (e.g. the LR just reached
+                # its peak), not a bad batch. Skipping on would freeze the model; restart the median.
+                rebaseline = [("rebaseline", {"step": step, "grad_norm": grad_norm, "grad_norm_median": grad_med,
+                                              "loss": loss, "loss_median": loss_med, "spikes": self.calm_spikes})]
+                self.grad_hist.clear()
+                self.calm_spikes = 0
+                self.spike = None
+                reason = None
+        elif judging and loss_med is not None and loss > self.cfg.loss_spike_factor * loss_med:
             reason = "loss_spike"
+        if reason != "grad_spike":
+            self.calm_spikes = 0
         if reason is not None:
             self._open_spike(step, reason)
             self.consecutive_skips += 1
@@ -98,10 +120,10 @@ class StabilityGuard:
 
         self.consecutive_skips = 0
         if self.spike is not None:  # applied, but not back to the pre-spike level yet
-            return Verdict("rollback" if self._rollback_due(step) else "apply")
+            return Verdict("rollback" if self._rollback_due(step) else "apply", rebaseline)
         self._push(self.grad_hist, grad_norm)
         self._push(self.loss_hist, loss)
-        return Verdict("apply")
+        return Verdict("apply", rebaseline)
 
     def _back(self, loss: float) -> bool:
         level = self.spike["pre_level"] if self.spike is not None else None
@@ -150,7 +172,8 @@ class StabilityGuard:
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         return {"grad_hist": list(self.grad_hist), "loss_hist": list(self.loss_hist), "spike": self.spike,
-                "consecutive_skips": self.consecutive_skips, "lr_scale": self.lr_scale,
+                "consecutive_skips": self.consecutive_skips, "calm_spikes": self.calm_spikes,
+                "lr_scale": self.lr_scale,
                 "skipped": list(self.skipped), "rollbacks": list(self.rollbacks)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -160,6 +183,7 @@ class StabilityGuard:
         self.loss_hist = [float(v) for v in state.get("loss_hist", [])]
         self.spike = state.get("spike")
         self.consecutive_skips = int(state.get("consecutive_skips", 0))
+        self.calm_spikes = int(state.get("calm_spikes", 0))
         self.lr_scale = float(state.get("lr_scale", 1.0))
         self.skipped = list(state.get("skipped", []))
         self.rollbacks = list(state.get("rollbacks", []))

@@ -96,7 +96,7 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
         if saved is not None:
             loader.check_fingerprint(saved, str(ckpt))
     anneal = next((p.start_step for p in loader.phases if p.anneal), None)
-    guard = StabilityGuard(tc.guard)  # the trainer's skip decisions are replayed, not assumed
+    guard = StabilityGuard(tc.guard, judge_after=tc.warmup_steps)  # the trainer's skip decisions are replayed, not assumed
     if ckpt is not None:
         guard.load_state_dict(read_state(ckpt).get("guard") or {})
     phase = loader.phase_at(max(start, 1)).name

@@ -350,7 +350,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
     model.train()
     train_model = wrap_model(model, ctx, tc)  # DDP wrapper, or `model` itself sharded in place (FSDP)
     optimizer = build_optimizer(model, tc, device)
-    guard = StabilityGuard(tc.guard)
+    guard = StabilityGuard(tc.guard, judge_after=tc.warmup_steps)
     loader = Loader(store, cfg.mixture, tc.seq_len, tc.micro_batch, tc.grad_accum, tc.max_steps, cfg.seed,
                     world_size=ctx.world_size, rank=ctx.rank, pin_memory=device.type == "cuda")
     if loader.max_seq_len > mcfg.max_seq_len:
