@@ -25,7 +25,10 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
 	test -f runs/demo/.stages/tokenize.json || $(BIN)/tokenmill demo
 	$(BIN)/python benchmarks/bench_tokenize.py --run runs/demo
-	$(BIN)/python benchmarks/bench_train_step.py --run runs/demo
+	$(BIN)/tokenmill calibrate --threads 2 --seconds 4
+	$(BIN)/python benchmarks/bench_train_speed.py --run runs/demo --steps 30 --repeats 3 --threads 2
+	$(BIN)/python benchmarks/bench_train_memory.py --run runs/demo --threads 2
+	$(BIN)/python benchmarks/bench_train_quality.py --run runs/demo --seconds 480 --threads 2
 	$(BIN)/python benchmarks/bench_loader.py --run runs/demo
 	test -d $(REAL_CORPORA) || bash ../shared/corpora/fetch_real_corpora.sh $(REAL_CORPORA)
 	$(BIN)/python benchmarks/bench_curate_vs_datatrove.py --corpus $(REAL_CORPORA)/web_html/python3.11-doc
