@@ -466,8 +466,27 @@ class TrainConfig(Strict):
 
 
 # --------------------------------------------------------------------------- eval
+class TaskConfig(Strict):
+    """A downstream task read from a local JSONL file in a public layout."""
+
+    name: str = Field(..., min_length=1, description="Task name shown in eval results and the report.")
+    path: str = Field(..., description="JSONL file of the task's items.")
+    format: Literal["hellaswag", "arc", "piqa", "winogrande", "lambada"] = Field(
+        ..., description="Item layout: multiple choice by log-likelihood (hellaswag, arc, piqa, winogrande) or cloze last word (lambada).")
+    shots: int = Field(0, ge=0, description="Solved examples prepended to each prompt (taken deterministically from the file, never the item itself).")
+    limit: int | None = Field(None, ge=1, description="Score at most this many items (None: all).")
+
+
 class EvalConfig(Strict):
-    """Held-out loss / perplexity / bits-per-byte per bucket, unigram baseline, samples."""
+    """Held-out loss / perplexity / bits-per-byte per bucket, unigram baseline, samples, tasks,
+    contamination and memorization audits."""
+
+    tasks: list[TaskConfig] = Field(default_factory=list, description="Downstream tasks scored at every evaluation.")
+    contamination_n: int = Field(13, ge=1, description="Token n-gram length of the contamination check.")
+    contamination_threshold: float = Field(0.01, ge=0.0, le=1.0, description="An eval set with more than this share of its n-grams in the training tokens is flagged.")
+    memorization_docs: int = Field(32, ge=0, description="Training and held-out documents per bucket whose prefixes are continued greedily (0: off).")
+    memorization_prefix: int = Field(32, ge=1, description="Prefix tokens given to the model.")
+    memorization_suffix: int = Field(32, ge=1, description="Continuation tokens that must match exactly.")
 
     max_docs: int | None = Field(200, description="Held-out documents per bucket (None: all).")
     batch_size: int = Field(16, description="Windows per forward pass.")
