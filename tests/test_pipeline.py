@@ -55,6 +55,9 @@ def tiny_pipeline(tmp_path_factory) -> tuple[Path, str]:
 def test_every_stage_writes_its_contract(tiny_pipeline):
     run_dir, out = tiny_pipeline
     assert out.strip().splitlines()[-1] == str((run_dir / "report.html").resolve())
+    final = json.loads(max((run_dir / "eval").glob("*.json"), key=lambda p: int(p.stem)).read_text())
+    assert f"held-out evaluation at step {final['step']}" in out  # the bits-per-byte table is printed
+    assert all(f"{m['bpb']:.3f}" in out for m in final["buckets"].values())
     assert (run_dir / "config.yaml").exists()
     assert list((run_dir / "curated" / "code").glob("part-*.parquet"))
     assert json.loads((run_dir / "curated" / "_funnel.json").read_text())

@@ -41,6 +41,15 @@ def _open(config: Path | None, overrides: list[str] | None, run_dir: Path | None
     return RunDir.create(cfg, run_dir)
 
 
+def _print_eval(run: RunDir) -> None:
+    """The bits-per-byte table of the run's newest evaluation, when there is one."""
+    from tokenmill.eval.table import bpb_table, latest_eval
+
+    record = latest_eval(run.path)
+    if record is not None:
+        console.print(bpb_table(record))
+
+
 def _guard(fn: Callable[[], Any], hint: str = "Run the same command again to continue where it stopped.") -> Any:
     """User errors (bad config, missing input, bad data) print one clear message, no traceback."""
     try:
@@ -288,6 +297,7 @@ def run(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir: O
             raise ConfigError(f"--force: unknown stage(s) {sorted(unknown)}; stages are {', '.join(STAGES)}")
         r = _open(config, set_, run_dir)
         run_pipeline(r, force=frozenset(force or []))
+        _print_eval(r)
         return r.sub("report.html").resolve()
     typer.echo(str(_guard(go)))
 
@@ -305,6 +315,7 @@ def demo(set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt
     def go() -> Path:
         r = _open(demo_config_path(), set_, run_dir)
         run_pipeline(r)
+        _print_eval(r)
         return r.sub("report.html").resolve()
     path = _guard(go)
     console.print("[bold green]report:[/]")
@@ -332,6 +343,27 @@ def checkpoint_average(
 
     def go() -> Path:
         return average_last(_open(config, set_, run_dir), last, out)
+    typer.echo(str(_guard(go)))
+
+
+export_app = typer.Typer(help="Export a checkpoint to other tools (hf: transformers LlamaForCausalLM).",
+                         no_args_is_help=True)
+app.add_typer(export_app, name="export")
+
+
+@export_app.command("hf")
+def export_hf_cmd(
+    checkpoint: Path = typer.Argument(..., help="A step_N checkpoint, or a run's checkpoints/ directory (newest valid)."),
+    out: Path = typer.Argument(..., help="Output directory (config.json, model.safetensors, tokenizer files)."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="tokenizer.json (default: <run>/tokenizer/tokenizer.json)."),
+    force: bool = typer.Option(False, "--force", help="Replace OUT if it exists and is not empty."),
+) -> None:
+    """Write a Hugging Face LlamaForCausalLM + PreTrainedTokenizerFast directory, loadable with
+    `from_pretrained(OUT)` and `lm_eval --model hf --model_args pretrained=OUT`."""
+    from tokenmill.export.hf import export_hf
+
+    def go() -> Path:
+        return export_hf(checkpoint, out, tokenizer, overwrite=force)
     typer.echo(str(_guard(go)))
 
 

@@ -1,0 +1,39 @@
+"""The evaluation a person reads at the end of `tokenmill run` / `demo`: one table per run.
+
+Bits-per-byte first (comparable across tokenizers), the unigram baseline beside it, then loss and
+perplexity; the numbers come from the newest `eval/<step>.json`, nothing is recomputed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+_STEP_JSON = re.compile(r"^(\d+)\.json$")
+
+
+def latest_eval(run_path: Path) -> dict[str, Any] | None:
+    """The record of the highest step under `run_path/eval/` (None when nothing was evaluated)."""
+    folder = Path(run_path) / "eval"
+    steps = [(int(m.group(1)), p) for p in folder.glob("*.json") if (m := _STEP_JSON.match(p.name))] \
+        if folder.is_dir() else []
+    if not steps:
+        return None
+    return json.loads(max(steps)[1].read_text(encoding="utf-8"))
+
+
+def bpb_table(record: dict[str, Any]) -> Table:
+    """Bucket rows: bits-per-byte, unigram bits-per-byte, their ratio, loss, perplexity, documents."""
+    table = Table(title=f"held-out evaluation at step {record.get('step')}", title_justify="left")
+    for col in ("bucket", "bpb", "unigram bpb", "bpb / unigram", "loss", "ppl", "docs"):
+        table.add_column(col, justify="left" if col == "bucket" else "right")
+    for bucket, m in sorted(record.get("buckets", {}).items()):
+        uni = m.get("unigram_bpb")
+        ratio = f"{m['bpb'] / uni:.3f}" if uni else "—"
+        table.add_row(bucket, f"{m['bpb']:.3f}", f"{uni:.3f}" if uni else "—", ratio, f"{m['loss']:.3f}",
+                      f"{m['ppl']:.1f}", str(m.get("docs", "")))
+    return table
