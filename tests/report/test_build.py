@@ -66,3 +66,19 @@ def test_mixture_plan_section_shows_phases_and_epochs(tmp_path):
     page = render(run)
     assert "Mixture and curriculum" in page and "9–10" in page and "5.00" in page
     assert "repeated 5.0 epochs" in page
+
+
+def test_eval_section_shows_tasks_contamination_flags_and_memorization():
+    from tokenmill.report.build import section_eval
+
+    record = {"step": 40, "buckets": {"web": {"docs": 2, "tokens": 10, "loss": 2.0, "ppl": 7.4, "bpb": 1.5,
+                                               "unigram_bpb": 2.5}},
+              "tasks": [{"name": "arc-mini", "format": "arc", "shots": 1, "n": 8, "acc": 0.375, "acc_norm": 0.5}],
+              "contamination": {"arc-mini": {"ngrams": 100, "found": 40, "share": 0.4, "flagged": True},
+                                "lambada-mini": {"ngrams": 50, "found": 0, "share": 0.0, "flagged": False}},
+              "memorization": {"overall": {"train": {"n": 6, "exact": 0.5, "token_match": 0.8},
+                                           "heldout": {"n": 6, "exact": 0.0, "token_match": 0.3}}}}
+    html_text = section_eval([record])
+    assert "arc-mini" in html_text and "0.375" in html_text and "40.00% flagged" in html_text
+    assert "lambada-mini" in html_text and "0.00%" in html_text  # an eval set without a task row
+    assert "Memorization" in html_text and "0.8" in html_text and "0.3" in html_text

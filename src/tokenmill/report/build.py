@@ -169,6 +169,45 @@ def section_training(run: RunDir, events: list[dict], evals: list[dict]) -> str:
     return "".join(out)
 
 
+def _eval_audits(last: dict) -> str:
+    """Tasks, contamination and memorization of an evaluation record, when it has them."""
+    out: list[str] = []
+    contamination = last.get("contamination") or {}
+    tasks = last.get("tasks") or []
+    if tasks:
+        rows = []
+        for t in tasks:
+            c = contamination.get(t["name"], {})
+            flag = (f'<span class="bad">{c["share"]:.2%} flagged</span>' if c.get("flagged")
+                    else (f"{c['share']:.2%}" if "share" in c else "—"))
+            rows.append([t["name"], t.get("format", ""), t.get("shots", 0), t.get("n", ""),
+                         t.get("acc", float("nan")), t.get("acc_norm", t.get("mean_logprob", float("nan"))), flag])
+        out += ["<h3>Tasks</h3><p>Scored by log-likelihood of each continuation (multiple choice) or greedy "
+                "last-word match (cloze), from local files; contamination = share of the set's token n-grams "
+                "found in the training tokens.</p>",
+                table(["task", "format", "shots", "items", "acc", "acc_norm / mean log-prob", "contamination"], rows)]
+    other = {k: v for k, v in contamination.items() if k not in {t["name"] for t in tasks}}
+    if other:
+        rows = [[name, c.get("ngrams", ""), c.get("found", ""),
+                 f'<span class="bad">{c["share"]:.2%} flagged</span>' if c.get("flagged") else f"{c['share']:.2%}"]
+                for name, c in other.items()]
+        out += ["<h3>Contamination</h3>", table(["eval set", "n-grams", "found in training", "share"], rows)]
+    mem = last.get("memorization") or {}
+    if mem:
+        rows = []
+        for scope, split in mem.items():
+            if isinstance(split, dict) and "train" in split and "heldout" in split:
+                tr, ho = split["train"], split["heldout"]
+                rows.append([scope, tr.get("n", ""), tr.get("exact", float("nan")), ho.get("exact", float("nan")),
+                             tr.get("token_match", float("nan")), ho.get("token_match", float("nan"))])
+        if rows:
+            out += ["<h3>Memorization</h3><p>Greedy continuations of document prefixes: exact-match rate on "
+                    "training documents vs held-out ones (the gap is what the model memorized).</p>",
+                    table(["scope", "docs", "exact (train)", "exact (held-out)", "token match (train)",
+                           "token match (held-out)"], rows)]
+    return "".join(out)
+
+
 def section_eval(evals: list[dict]) -> str:
     if not evals:
         return "<h2>Evaluation</h2><p class=muted>No evaluation yet.</p>"
@@ -188,6 +227,7 @@ def section_eval(evals: list[dict]) -> str:
             pts = [(e["step"], e["buckets"][bucket]["bpb"]) for e in evals if bucket in e["buckets"]]
             series[bucket] = ([p[0] for p in pts], [p[1] for p in pts])
         out.append(line_chart(series, title="Held-out bits-per-byte", xlabel="step", ylabel="bpb", markers=True))
+    out.append(_eval_audits(last))
     samples = last.get("samples") or []
     if samples:
         out.append("<h3>Samples</h3>")
