@@ -1,0 +1,214 @@
+"""Export a tokenmill checkpoint as a Hugging Face `LlamaForCausalLM` directory.
+
+    OUT/
+      config.json              LlamaConfig (model_type "llama", float32)
+      model.safetensors        HF parameter names: model.embed_tokens.weight,
+                               model.layers.N.self_attn.{q,k,v,o}_proj.weight,
+                               model.layers.N.mlp.{gate,up,down}_proj.weight,
+                               model.layers.N.{input,post_attention}_layernorm.weight,
+                               model.norm.weight, lm_head.weight (only when untied)
+      tokenizer.json           the run's trained tokenizer, byte for byte
+      tokenizer_config.json    PreTrainedTokenizerFast with EOS/BOS/PAD
+      special_tokens_map.json
+
+tokenmill's module names already follow HF Llama, so the weights need only the "model." prefix.
+RoPE needs no permutation: `apply_rope` rotates channel pairs (i, i + hd/2) with cos/sin repeated
+over both halves ("rotate_half"), which is HF Llama's convention; the test proves it by comparing
+logits. A static NTK-scaled RoPE is exported as the equivalent base (rope_theta·factor^(hd/(hd-2)));
+linear scaling maps to HF's `{"rope_type": "linear"}`.
+
+Models that Llama cannot represent (LayerNorm, GELU FFN, learned positions, QK-norm, sliding window,
+MoE, μP) are refused with one error naming every such option.
+
+One difference stays: tokenmill encodes special-token strings found in text (`<|endoftext|>`) as
+ordinary text, while a `PreTrainedTokenizerFast` turns them into the special id. Text without those
+strings encodes to the same ids.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from tokenmill.config import ModelConfig
+from tokenmill.errors import UserError
+from tokenmill.model.transformer import resolve_ffn_hidden
+from tokenmill.tokenizer.special import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID
+
+HF_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+            "special_tokens_map.json")
+
+
+class ExportError(UserError):
+    """The checkpoint, tokenizer or output directory cannot be exported as asked."""
+
+
+def llama_incompatibilities(cfg: ModelConfig) -> list[str]:
+    """Every option of `cfg` that HF Llama cannot represent, as 'model.key=value (why)'."""
+    bad = []
+    if cfg.norm != "rmsnorm":
+        bad.append(f"model.norm={cfg.norm} (Llama uses RMSNorm)")
+    if cfg.ffn != "swiglu":
+        bad.append(f"model.ffn={cfg.ffn} (Llama uses a SwiGLU FFN)")
+    if cfg.position != "rope":
+        bad.append(f"model.position={cfg.position} (Llama uses rotary positions)")
+    if cfg.qk_norm:
+        bad.append("model.qk_norm=true (Llama has no QK-norm)")
+    if cfg.sliding_window is not None:
+        bad.append(f"model.sliding_window={cfg.sliding_window} (Llama attends to the whole context)")
+    if cfg.n_experts > 0:
+        bad.append(f"model.n_experts={cfg.n_experts} (Llama has a dense FFN)")
+    if cfg.mup:
+        bad.append("model.mup=true (Llama has no μP attention scale or output multiplier)")
+    return bad
+
+
+def rope_fields(cfg: ModelConfig) -> dict[str, Any]:
+    """rope_theta and rope_scaling for config.json, giving the same angles as `rope_tables`."""
+    head_dim = cfg.d_model // cfg.n_heads
+    if cfg.rope_scaling == "ntk":  # static NTK: only the base changes (see transformer.rope_tables)
+        theta = cfg.rope_theta * cfg.rope_scaling_factor ** (head_dim / (head_dim - 2))
+        return {"rope_theta": float(theta), "rope_scaling": None}
+    if cfg.rope_scaling == "linear":
+        return {"rope_theta": float(cfg.rope_theta),
+                "rope_scaling": {"rope_type": "linear", "factor": float(cfg.rope_scaling_factor)}}
+    return {"rope_theta": float(cfg.rope_theta), "rope_scaling": None}
+
+
+def llama_config(cfg: ModelConfig) -> dict[str, Any]:
+    """config.json of the equivalent `LlamaForCausalLM`."""
+    assert cfg.vocab_size is not None
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": int(cfg.vocab_size),
+        "hidden_size": cfg.d_model,
+        "intermediate_size": resolve_ffn_hidden(cfg),
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads or cfg.n_heads,
+        "head_dim": cfg.d_model // cfg.n_heads,
+        "hidden_act": "silu",
+        "max_position_embeddings": cfg.max_seq_len,
+        "rms_norm_eps": cfg.norm_eps,
+        **rope_fields(cfg),
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "mlp_bias": False,
+        "initializer_range": cfg.init_std,
+        "tie_word_embeddings": bool(cfg.tie_embeddings),
+        "torch_dtype": "float32",
+        "use_cache": True,
+        "bos_token_id": BOS_ID,
+        "eos_token_id": EOS_ID,
+        "pad_token_id": PAD_ID,
+    }
+
+
+def hf_state_dict(model: torch.nn.Module, tie: bool) -> dict[str, torch.Tensor]:
+    """HF names -> fp32 contiguous CPU tensors; lm_head.weight left out when tied."""
+    out: dict[str, torch.Tensor] = {}
+    for name, t in model.state_dict().items():
+        if name == "lm_head.weight":
+            if tie:
+                continue
+            hf = name
+        else:
+            hf = "model." + name
+        out[hf] = t.detach().to("cpu", torch.float32).contiguous().clone()
+    return out
+
+
+def find_run_tokenizer(checkpoint: Path) -> Path | None:
+    """<run>/tokenizer/tokenizer.json for a checkpoint under <run>/checkpoints/ (or the
+    checkpoints/ directory itself), searching up to three levels up."""
+    p = Path(checkpoint).resolve()
+    for parent in [p, *p.parents][:4]:
+        cand = parent / "tokenizer" / "tokenizer.json"
+        if cand.is_file():
+            return cand
+    return None
+
+
+def _check_tokenizer(tok_path: Path, vocab_size: int) -> None:
+    from tokenizers import Tokenizer
+
+    try:
+        tok = Tokenizer.from_file(str(tok_path))
+    except Exception as exc:  # tokenizers raises a bare Exception on a bad file
+        raise ExportError(f"{tok_path}: not a tokenizers JSON file ({exc})") from exc
+    n = tok.get_vocab_size()
+    if n > vocab_size:
+        raise ExportError(f"{tok_path}: the tokenizer has {n} tokens, the model only {vocab_size} embeddings")
+    for text, i in ((EOS, EOS_ID), (BOS, BOS_ID), (PAD, PAD_ID)):
+        if tok.token_to_id(text) != i:
+            raise ExportError(f"{tok_path}: special token {text} has id {tok.token_to_id(text)}, expected {i}")
+
+
+def tokenizer_config() -> dict[str, Any]:
+    return {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": BOS, "eos_token": EOS, "pad_token": PAD, "unk_token": None,
+        "add_bos_token": False, "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": None,
+    }
+
+
+def export_hf(checkpoint: Path, out: Path, tokenizer_json: Path | None = None,
+              overwrite: bool = False) -> Path:
+    """Write OUT as an HF `LlamaForCausalLM` + `PreTrainedTokenizerFast` directory; return OUT.
+
+    checkpoint: a `step_N` directory or a run's `checkpoints/` directory (newest valid one).
+    tokenizer_json: default <run>/tokenizer/tokenizer.json found above the checkpoint.
+    The directory is written as OUT.tmp and renamed, so OUT is either complete or absent.
+    """
+    from tokenmill.train.checkpoint import load_model
+
+    checkpoint, out = Path(checkpoint), Path(out)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise ExportError(f"{out}: exists and is not empty (pass --force to replace it)")
+    if tokenizer_json is None:
+        tokenizer_json = find_run_tokenizer(checkpoint)
+        if tokenizer_json is None:
+            raise ExportError(f"{checkpoint}: no tokenizer/tokenizer.json in the run above this checkpoint; "
+                              "pass --tokenizer PATH")
+    tokenizer_json = Path(tokenizer_json)
+    if not tokenizer_json.is_file():
+        raise ExportError(f"{tokenizer_json}: no tokenizer file here")
+
+    model, step = load_model(checkpoint, "cpu")
+    cfg = model.config
+    bad = llama_incompatibilities(cfg)
+    if bad:
+        raise ExportError(f"{checkpoint}: the model is not Llama-compatible, so it cannot be exported "
+                          f"as LlamaForCausalLM: " + "; ".join(bad))
+    assert cfg.vocab_size is not None
+    _check_tokenizer(tokenizer_json, cfg.vocab_size)
+
+    tmp = out.with_name(out.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    save_file(hf_state_dict(model, cfg.tie_embeddings), str(tmp / "model.safetensors"),
+              metadata={"format": "pt", "tokenmill_step": str(step)})
+    conf = llama_config(cfg)
+    (tmp / "config.json").write_text(json.dumps(conf, indent=2) + "\n", encoding="utf-8")
+    (tmp / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}, indent=2) + "\n",
+        encoding="utf-8")
+    shutil.copyfile(tokenizer_json, tmp / "tokenizer.json")
+    (tmp / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(), indent=2) + "\n",
+                                               encoding="utf-8")
+    (tmp / "special_tokens_map.json").write_text(json.dumps(
+        {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}, indent=2) + "\n", encoding="utf-8")
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    return out
