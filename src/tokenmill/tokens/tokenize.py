@@ -42,6 +42,7 @@ from tokenmill.tokenizer.bpe import load_tokenizer, tokenizer_sha256
 from tokenmill.tokenizer.fast_encode import Encoder, choose_encoder, load_encoder
 from tokenmill.tokenizer.special import BOS_ID, EOS_ID, MASK, PAD_ID, sentinel
 from tokenmill.tokens.curated import bucket_parts, curated_buckets
+from tokenmill.tokens.heldout_dedup import training_duplicates
 from tokenmill.tokens.split import heldout_ids
 from tokenmill.tokens.store import SPLITS, Shard, ShardWriter, TokenStoreError, token_dtype
 
@@ -160,17 +161,24 @@ def _file_hash(path: Path) -> str:
     return h.hexdigest()
 
 
-def plan_parts(run: RunDir, parts_dir: Path, encoder: str, dtype: np.dtype) -> list[PartTask]:
-    """One task per curated part, buckets in name order, parts in file order."""
+def plan_parts(run: RunDir, parts_dir: Path, encoder: str, dtype: np.dtype,
+               moved_out: dict[str, Any] | None = None) -> list[PartTask]:
+    """One task per curated part, buckets in name order, parts in file order. Held-out candidates
+    that duplicate a training document go to training; `moved_out` receives them with the reason."""
     cfg = run.config.tokenize
     curated = run.sub("curated")
     tok_path = run.sub("tokenizer", "tokenizer.json")
     sha = tokenizer_sha256(tok_path)
     tasks = []
-    for bucket in curated_buckets(curated):
-        parts = bucket_parts(curated, bucket)
-        ids = {p: pq.read_table(p, columns=["id"]).column("id").to_pylist() for p in parts}
-        held = heldout_ids([i for p in parts for i in ids[p]], cfg.val_fraction, cfg.min_val_docs, run.config.seed)
+    buckets = {b: bucket_parts(curated, b) for b in curated_buckets(curated)}
+    ids = {p: pq.read_table(p, columns=["id"]).column("id").to_pylist() for parts in buckets.values() for p in parts}
+    held_by_bucket = {b: heldout_ids([i for p in parts for i in ids[p]], cfg.val_fraction, cfg.min_val_docs,
+                                     run.config.seed) for b, parts in buckets.items()}
+    moved = _training_duplicates(run, buckets, held_by_bucket) if cfg.dedup_heldout else {}
+    if moved_out is not None:
+        moved_out.update(moved)
+    for bucket, parts in buckets.items():
+        held = held_by_bucket[bucket] - set(moved)
         for p in parts:
             part_held = frozenset(i for i in ids[p] if i in held)
             key = sha256_json({"format": PIECES_FORMAT, "tokenizer_sha256": sha, "encoder": encoder,
@@ -179,6 +187,20 @@ def plan_parts(run: RunDir, parts_dir: Path, encoder: str, dtype: np.dtype) -> l
             tasks.append(PartTask(bucket, str(p), str(parts_dir / bucket / p.stem), part_held, str(tok_path),
                                   encoder, dtype.name, cfg.batch_docs, cfg.verify_chars, key))
     return tasks
+
+
+def _training_duplicates(run: RunDir, buckets: dict[str, list[Path]], held_by_bucket: dict[str, set[str]]
+                         ) -> dict[str, dict[str, Any]]:
+    """Held-out candidates that duplicate a training document of any bucket (they train instead)."""
+    if not any(held_by_bucket.values()):
+        return {}
+    texts: dict[str, str] = {}
+    for parts in buckets.values():
+        for p in parts:
+            t = pq.read_table(p, columns=["id", "text"])
+            texts.update((i, x) for i, x in zip(t.column("id").to_pylist(), t.column("text").to_pylist()) if x)
+    held = set().union(*held_by_bucket.values())
+    return training_duplicates(texts, held, run.config.curate.minhash_dedup, run.config.seed)
 
 
 def layout(tasks: list[PartTask], workers: int) -> tuple[int, int]:
@@ -358,7 +380,10 @@ def run_tokenize(run: RunDir) -> dict[str, Any]:
     if why:
         run.events.write("tokenize", "warning", message=f"using HF tokenizers: {why}")
     parts_dir, tmp, final = run.sub("tokens.parts"), run.sub("tokens.tmp"), run.sub("tokens")
-    tasks = plan_parts(run, parts_dir, encoder, dtype)
+    moved: dict[str, Any] = {}
+    tasks = plan_parts(run, parts_dir, encoder, dtype, moved)
+    if moved:
+        run.events.write("tokenize", "heldout_moved", count=len(moved), docs=moved)
     _drop_unplanned(parts_dir, tasks)
     records = _encode_all(run, tasks)
     failed = [r["part"] for r in records if r["spot_check_failed"]]
@@ -371,7 +396,8 @@ def run_tokenize(run: RunDir) -> dict[str, Any]:
     meta: dict[str, Any] = {"dtype": dtype.name, "vocab_size": vocab, **_special_meta(tok_path),
                             "tokenizer_sha256": tokenizer_sha256(tok_path), "encoder": encoder,
                             "hf_fallback_parts": failed,
-                            "seed": run.config.seed, "val_fraction": cfg.val_fraction, "buckets": {}, "shards": []}
+                            "seed": run.config.seed, "val_fraction": cfg.val_fraction,
+                            "heldout_moved_to_train": moved, "buckets": {}, "shards": []}
     for bucket in curated_buckets(run.sub("curated")):
         outs = [Path(t.out) for t in tasks if t.bucket == bucket]
         writers = {s: assemble_split(tmp, bucket, s, [o / s for o in outs], dtype, cfg.shard_tokens) for s in SPLITS}
