@@ -1,0 +1,319 @@
+"""Downstream tasks read from local JSONL files in the public layouts (hellaswag, arc, piqa,
+winogrande, lambada), scored by log-likelihood the way lm-evaluation-harness does.
+
+Every item becomes one or more (context, continuation) requests; a request's score is the summed
+log-probability of the continuation's tokens given the context.
+
+* Multiple choice (hellaswag, arc, piqa, winogrande): `acc` picks the choice with the highest
+  log-likelihood, `acc_norm` the highest log-likelihood per UTF-8 byte of the scored continuation
+  string (leading space included). Ties go to the first choice.
+* winogrande is scored partially (lm-eval's way): the context is the sentence up to the blank with
+  each option filled in, the continuation (the rest of the sentence) is the same for both options.
+* lambada: the context is the text up to its last word, the continuation " <last word>". `acc`:
+  greedy decoding (argmax at every continuation position) reproduces the target tokens; also the
+  mean over items of the target's summed log-likelihood (`mean_logprob`).
+
+Prompts. Every prompt starts at EOS (as after a previous document in training, the same as the
+held-out perplexity). With `shots` > 0, that many solved examples (context + correct continuation)
+are taken from the *other* items of the file, chosen by `random.Random(item index)` and joined by
+blank lines before the item's context.
+
+Tokenization and the context/continuation boundary. Context and continuation are encoded
+separately (without special tokens) and their ids concatenated, so the scored tokens are exactly
+the continuation's own encoding whatever BPE would merge across the boundary. Inputs longer than
+the model's window keep their last `max_seq_len + 1` tokens (the context is cut on the left); a
+continuation that alone does not fit is a UserError.
+
+Batching. Requests are padded on the right and every row is scored on its own length; the model
+runs in eval mode and the log-softmax is taken in fp32 (no autocast), so batch size only changes
+which rows share a forward pass.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tokenmill.config import TaskConfig
+from tokenmill.data.jsonl import json_objects
+from tokenmill.errors import UserError
+
+MULTIPLE_CHOICE = ("hellaswag", "arc", "piqa", "winogrande")
+SHOT_SEPARATOR = "\n\n"
+
+
+class TaskError(UserError):
+    """A task file that cannot be read or has a malformed item."""
+
+
+@dataclass
+class Item:
+    """One task item: parallel lists of contexts and continuations (one pair per choice; lambada
+    has one pair) and the index of the correct one. `line` is the item's 1-based line in the file."""
+
+    contexts: list[str]
+    continuations: list[str]
+    gold: int
+    line: int
+
+    def solved(self) -> str:
+        """The item with its correct answer: what a k-shot prompt shows."""
+        return self.contexts[self.gold] + self.continuations[self.gold]
+
+
+@dataclass
+class ItemScore:
+    """Per choice: summed log-likelihood of the continuation, its byte length, and whether greedy
+    decoding reproduces it."""
+
+    logprobs: list[float] = field(default_factory=list)
+    n_bytes: list[int] = field(default_factory=list)
+    greedy: list[bool] = field(default_factory=list)
+    gold: int = 0
+
+
+# --------------------------------------------------------------------------- parsing
+def _need(rec: dict, key: str, where: str) -> Any:
+    if key not in rec or rec[key] is None:
+        raise TaskError(f"{where}: missing field {key!r}")
+    return rec[key]
+
+
+def _str(rec: dict, key: str, where: str) -> str:
+    v = _need(rec, key, where)
+    if not isinstance(v, str):
+        raise TaskError(f"{where}: field {key!r} must be a string, got {type(v).__name__}")
+    return v
+
+
+def _index(value: Any, n: int, key: str, where: str) -> int:
+    try:
+        i = int(value)
+    except (TypeError, ValueError):
+        raise TaskError(f"{where}: field {key!r} must be an integer, got {value!r}") from None
+    if not 0 <= i < n:
+        raise TaskError(f"{where}: field {key!r}={value!r} is out of range for {n} choices")
+    return i
+
+
+def _hellaswag_text(text: str) -> str:
+    """lm-eval's hellaswag preprocessing (WikiHow artifacts such as " [title]", "[header]")."""
+    text = text.strip().replace(" [title]", ". ")
+    text = re.sub(r"\[.*?\]", "", text)
+    return text.replace("  ", " ").strip()
+
+
+def _hellaswag(rec: dict, where: str) -> Item:
+    if "ctx_a" in rec:
+        ctx = _str(rec, "ctx_a", where) + " " + _str(rec, "ctx_b", where).capitalize()
+    else:
+        ctx = _str(rec, "ctx", where)
+    if isinstance(rec.get("activity_label"), str) and rec["activity_label"]:
+        ctx = rec["activity_label"] + ": " + ctx
+    endings = _need(rec, "endings", where)
+    if not isinstance(endings, list) or len(endings) < 2 or not all(isinstance(e, str) for e in endings):
+        raise TaskError(f"{where}: field 'endings' must be a list of at least 2 strings")
+    gold = _index(_need(rec, "label", where), len(endings), "label", where)
+    ctx = _hellaswag_text(ctx)
+    return Item([ctx] * len(endings), [" " + _hellaswag_text(e) for e in endings], gold, 0)
+
+
+def _arc(rec: dict, where: str) -> Item:
+    q = _need(rec, "question", where)
+    if isinstance(q, dict):  # the original ARC layout: question = {stem, choices: [{text, label}]}
+        stem = _str(q, "stem", where + " (question)")
+        choices = _need(q, "choices", where + " (question)")
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise TaskError(f"{where}: field 'question.choices' must be a list of {{text, label}} objects")
+        texts = [_str(c, "text", where + " (question.choices)") for c in choices]
+        labels = [str(_need(c, "label", where + " (question.choices)")) for c in choices]
+    elif isinstance(q, str):  # the Hugging Face layout: question, choices = {text: [...], label: [...]}
+        stem = q
+        choices = _need(rec, "choices", where)
+        if not isinstance(choices, dict):
+            raise TaskError(f"{where}: field 'choices' must be an object {{text: [...], label: [...]}}")
+        texts, labels = _need(choices, "text", where + " (choices)"), _need(choices, "label", where + " (choices)")
+        if not isinstance(texts, list) or not isinstance(labels, list) or len(texts) != len(labels):
+            raise TaskError(f"{where}: 'choices.text' and 'choices.label' must be lists of the same length")
+        labels = [str(x) for x in labels]
+    else:
+        raise TaskError(f"{where}: field 'question' must be a string or an object with 'stem'")
+    if len(texts) < 2:
+        raise TaskError(f"{where}: an ARC item needs at least 2 choices")
+    key = str(_need(rec, "answerKey", where))
+    if key not in labels:
+        raise TaskError(f"{where}: answerKey {key!r} is not one of the choice labels {labels}")
+    ctx = f"Question: {stem}\nAnswer:"
+    return Item([ctx] * len(texts), [" " + str(t) for t in texts], labels.index(key), 0)
+
+
+def _piqa(rec: dict, where: str) -> Item:
+    ctx = f"Question: {_str(rec, 'goal', where)}\nAnswer:"
+    sols = [_str(rec, "sol1", where), _str(rec, "sol2", where)]
+    gold = _index(_need(rec, "label", where), 2, "label", where)
+    return Item([ctx, ctx], [" " + s for s in sols], gold, 0)
+
+
+def _winogrande(rec: dict, where: str) -> Item:
+    sentence = _str(rec, "sentence", where)
+    if "_" not in sentence:
+        raise TaskError(f"{where}: field 'sentence' has no blank '_'")
+    options = [_str(rec, "option1", where), _str(rec, "option2", where)]
+    answer = str(_need(rec, "answer", where))
+    if answer not in ("1", "2"):
+        raise TaskError(f"{where}: field 'answer' must be \"1\" or \"2\", got {answer!r}")
+    cut = sentence.index("_")
+    rest = " " + sentence[cut + 1:].strip()
+    return Item([sentence[:cut] + o for o in options], [rest, rest], int(answer) - 1, 0)
+
+
+def _lambada(rec: dict, where: str) -> Item:
+    text = _str(rec, "text", where).strip()
+    if " " not in text:
+        raise TaskError(f"{where}: field 'text' needs a context and a last word separated by a space")
+    ctx, word = text.rsplit(" ", 1)
+    return Item([ctx], [" " + word], 0, 0)
+
+
+PARSERS = {"hellaswag": _hellaswag, "arc": _arc, "piqa": _piqa, "winogrande": _winogrande, "lambada": _lambada}
+
+
+def load_task(cfg: TaskConfig) -> list[Item]:
+    """Every item of the task file (not limited by `cfg.limit`: shots may come from any item)."""
+    path = Path(cfg.path)
+    if not path.is_file():
+        raise TaskError(f"{path}: task {cfg.name!r}: no such file")
+    parse = PARSERS[cfg.format]
+    items: list[Item] = []
+    with path.open(encoding="utf-8") as f:
+        for n, rec in json_objects(f, path, TaskError):
+            item = parse(rec, f"{path}:{n} ({cfg.format})")
+            item.line = n
+            items.append(item)
+    if not items:
+        raise TaskError(f"{path}: task {cfg.name!r} has no items")
+    if cfg.shots > len(items) - 1:
+        raise TaskError(f"{path}: task {cfg.name!r}: shots={cfg.shots} needs at least {cfg.shots + 1} items, "
+                        f"the file has {len(items)}")
+    return items
+
+
+# --------------------------------------------------------------------------- prompts
+def shot_indices(index: int, n_items: int, shots: int) -> list[int]:
+    """`shots` distinct items other than `index`, chosen by random.Random(index)."""
+    picks = random.Random(index).sample(range(n_items - 1), shots)
+    return [j if j < index else j + 1 for j in picks]
+
+
+def prompt_prefix(items: list[Item], index: int, shots: int) -> str:
+    """The solved examples placed before item `index`'s context ("" for zero-shot)."""
+    if shots == 0:
+        return ""
+    return "".join(items[j].solved() + SHOT_SEPARATOR for j in shot_indices(index, len(items), shots))
+
+
+def encode_request(tokenizer: Any, eos_id: int, context: str, continuation: str,
+                   max_seq_len: int, where: str = "") -> tuple[list[int], int]:
+    """[EOS] + ids(context) + ids(continuation), encoded separately, left-truncated to at most
+    max_seq_len + 1 tokens; returns (ids, number of continuation tokens at the end)."""
+    ctx = [eos_id] + tokenizer.encode(context, add_special_tokens=False).ids
+    cont = tokenizer.encode(continuation, add_special_tokens=False).ids
+    if not cont:
+        raise TaskError(f"{where}: empty continuation {continuation!r}")
+    if len(cont) > max_seq_len:
+        raise TaskError(f"{where}: the continuation is {len(cont)} tokens, longer than the model's "
+                        f"{max_seq_len}-token window")
+    ids = (ctx + cont)[-(max_seq_len + 1):]
+    return ids, len(cont)
+
+
+# --------------------------------------------------------------------------- scoring
+@torch.no_grad()
+def score_requests(model: torch.nn.Module, requests: list[tuple[list[int], int]], device: torch.device,
+                   batch_size: int, pad_id: int = 0) -> list[tuple[float, bool]]:
+    """(summed log-prob of the continuation, greedy match) for each (ids, n_cont) request.
+
+    Rows are padded on the right (causal attention: padding after a row cannot change it) and
+    batched longest first; log-softmax in fp32."""
+    out: list[tuple[float, bool]] = [(0.0, False)] * len(requests)
+    order = sorted(range(len(requests)), key=lambda i: -len(requests[i][0]))
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(order), max(1, batch_size)):
+            rows = order[start: start + max(1, batch_size)]
+            width = max(len(requests[i][0]) for i in rows) - 1
+            inp = torch.full((len(rows), width), pad_id, dtype=torch.long)
+            for r, i in enumerate(rows):
+                ids = requests[i][0]
+                inp[r, : len(ids) - 1] = torch.tensor(ids[:-1], dtype=torch.long)
+            logp = torch.log_softmax(model(inp.to(device)).float(), dim=-1).cpu()
+            for r, i in enumerate(rows):
+                ids, n_cont = requests[i]
+                t = len(ids) - 1
+                lp = logp[r, t - n_cont: t]  # the positions that predict the continuation
+                target = torch.tensor(ids[-n_cont:], dtype=torch.long)
+                ll = float(lp.gather(1, target[:, None]).sum())
+                out[i] = (ll, bool((lp.argmax(-1) == target).all()))
+    finally:
+        model.train(was_training)
+    return out
+
+
+def item_scores(model: torch.nn.Module, tokenizer: Any, cfg: TaskConfig, items: list[Item],
+                device: torch.device, batch_size: int, max_seq_len: int, eos_id: int = 0,
+                pad_id: int = 0) -> list[ItemScore]:
+    """Scores of the first `cfg.limit` items (all when None), each prompted with `cfg.shots` shots."""
+    n = len(items) if cfg.limit is None else min(cfg.limit, len(items))
+    requests, owner = [], []
+    for i in range(n):
+        prefix = prompt_prefix(items, i, cfg.shots)
+        for c, (ctx, cont) in enumerate(zip(items[i].contexts, items[i].continuations)):
+            where = f"{cfg.path}:{items[i].line}"
+            requests.append(encode_request(tokenizer, eos_id, prefix + ctx, cont, max_seq_len, where))
+            owner.append(i)
+    results = score_requests(model, requests, device, batch_size, pad_id)
+    scores = [ItemScore(gold=items[i].gold) for i in range(n)]
+    k = 0
+    for i in range(n):
+        for cont in items[i].continuations:
+            ll, greedy = results[k]
+            scores[i].logprobs.append(ll)
+            scores[i].n_bytes.append(len(cont.encode("utf-8")))
+            scores[i].greedy.append(greedy)
+            k += 1
+    return scores
+
+
+def _argmax(values: list[float]) -> int:
+    return max(range(len(values)), key=lambda j: (values[j], -j))  # first of ties
+
+
+def summarize(cfg: TaskConfig, scores: list[ItemScore]) -> dict[str, Any]:
+    n = len(scores)
+    out: dict[str, Any] = {"name": cfg.name, "format": cfg.format, "shots": cfg.shots, "n": n}
+    if cfg.format == "lambada":
+        out["acc"] = sum(s.greedy[0] for s in scores) / n
+        out["mean_logprob"] = sum(s.logprobs[0] for s in scores) / n
+    else:
+        out["acc"] = sum(_argmax(s.logprobs) == s.gold for s in scores) / n
+        out["acc_norm"] = sum(_argmax([lp / max(b, 1) for lp, b in zip(s.logprobs, s.n_bytes)]) == s.gold
+                              for s in scores) / n
+    return out
+
+
+def score_task(model: torch.nn.Module, tokenizer: Any, cfg: TaskConfig, device: torch.device,
+               batch_size: int, max_seq_len: int, eos_id: int = 0, pad_id: int = 0) -> dict[str, Any]:
+    """{"name", "format", "shots", "n", "acc", "acc_norm"} (multiple choice) or
+    {"name", "format", "shots", "n", "acc", "mean_logprob"} (lambada).
+
+    `tokenizer`: the run's `tokenizers.Tokenizer`; `max_seq_len`: the model's window;
+    `eos_id`: the token every prompt starts with; `pad_id`: right padding (never scored)."""
+    items = load_task(cfg)
+    return summarize(cfg, item_scores(model, tokenizer, cfg, items, device, batch_size, max_seq_len,
+                                      eos_id, pad_id))
