@@ -37,3 +37,45 @@ def test_write_eval_file_and_event(tokenized_run):
     assert on_disk == rec and on_disk["step"] == 7
     ev = [e for e in tokenized_run.events.read() if e["kind"] == "eval"][-1]
     assert ev["step"] == 7 and ev["buckets"]["prose"]["bpb"] == 0.5 and ev["stage"] == "eval"
+
+
+def test_run_eval_scores_tasks_with_contamination_and_memorization(tokenized_run):
+    from pathlib import Path
+
+    from tokenmill.config import ModelConfig, RunConfig, TaskConfig
+    from tokenmill.eval.contamination import contamination, task_eval_sets
+    from tokenmill.eval.evaluate import run_eval
+    from tokenmill.eval.tasks import score_task
+    from tokenmill.model.transformer import Transformer
+    from tokenmill.runs import RunDir
+    from tokenmill.tokenizer.bpe import load_tokenizer
+    from tokenmill.train.checkpoint import save_checkpoint
+
+    fixtures = Path(__file__).parent / "fixtures"
+    data = tokenized_run.config.model_dump()
+    data["train"].update(seq_len=64, device="cpu", dtype="float32")
+    data["eval"].update(max_docs=2, num_samples=0, memorization_docs=2, memorization_prefix=8, memorization_suffix=4,
+                        tasks=[{"name": "arc-mini", "path": str(fixtures / "arc.jsonl"), "format": "arc", "shots": 1},
+                               {"name": "lambada-mini", "path": str(fixtures / "lambada.jsonl"), "format": "lambada"}])
+    run = RunDir.create(RunConfig.model_validate(data), tokenized_run.path)
+    store = TokenStore(run.sub("tokens"))
+    mcfg = ModelConfig(vocab_size=store.vocab_size, d_model=32, n_layers=1, n_heads=4, max_seq_len=64)
+    model = Transformer(mcfg, generator=torch.Generator().manual_seed(0))
+    save_checkpoint(run.sub("checkpoints"), 5, model, None, {"model_config": mcfg.model_dump(mode="json")})
+
+    summary = run_eval(run)
+    record = json.loads(run.sub("eval", "5.json").read_text())
+    tasks = {t["name"]: t for t in record["tasks"]}
+    tok = load_tokenizer(run.sub("tokenizer", "tokenizer.json"))
+    model.eval()
+    for cfg in run.config.eval.tasks:  # the same scores as scoring the task directly
+        direct = score_task(model, tok, cfg, torch.device("cpu"), 3, 64, eos_id=store.eos_id, pad_id=store.pad_id)
+        assert tasks[cfg.name]["acc"] == direct["acc"] and tasks[cfg.name]["n"] == direct["n"]
+    assert summary["tasks"] == {n: round(t["acc"], 4) for n, t in tasks.items()}
+    expected = contamination(store, task_eval_sets(run.config.eval.tasks, tok), n=13)
+    for name, c in record["contamination"].items():
+        assert (c["ngrams"], c["found"]) == (expected[name]["ngrams"], expected[name]["found"])
+        assert c["flagged"] == (c["share"] > run.config.eval.contamination_threshold)
+    mem = record["memorization"]
+    assert mem["settings"] == {"prefix": 8, "suffix": 4}
+    assert {"train", "heldout"} <= set(mem["overall"]) and mem["overall"]["train"]["n"] >= 1

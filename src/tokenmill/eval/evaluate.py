@@ -122,7 +122,46 @@ def run_eval(run: RunDir, checkpoint: Path | None = None) -> dict[str, Any]:
     ev = Evaluator(store, run.config.train.seq_len, run.config.eval.max_docs, run.config.eval.batch_size)
     buckets = ev.score(model, device, run.config.train.dtype)
     samples = sample_texts(run, model, store, device)
+    extra = audits(run, model, store, device)
     write_eval(run, step, buckets, samples=samples, checkpoint=str(ckpt),
-               docs_per_bucket=run.config.eval.max_docs)
-    return {"step": step, "bpb": {b: round(m["bpb"], 4) for b, m in buckets.items()},
-            "unigram_bpb": {b: round(m["unigram_bpb"], 4) for b, m in buckets.items()}}
+               docs_per_bucket=run.config.eval.max_docs, **extra)
+    summary = {"step": step, "bpb": {b: round(m["bpb"], 4) for b, m in buckets.items()},
+               "unigram_bpb": {b: round(m["unigram_bpb"], 4) for b, m in buckets.items()}}
+    if extra.get("tasks"):
+        summary["tasks"] = {t["name"]: round(t["acc"], 4) for t in extra["tasks"]}
+    if extra.get("contamination"):
+        summary["flagged"] = [k for k, v in extra["contamination"].items() if v["flagged"]]
+    return summary
+
+
+def audits(run: RunDir, model: torch.nn.Module, store: TokenStore, device: torch.device) -> dict[str, Any]:
+    """Tasks (with each set's contamination next to its score) and memorization, as configured."""
+    from tokenmill.eval.contamination import contamination, flag, task_eval_sets
+    from tokenmill.eval.memorization import memorization
+    from tokenmill.eval.tasks import score_task
+
+    cfg, out = run.config.eval, {}
+    if cfg.tasks:
+        tok = load_tokenizer(run.sub("tokenizer", "tokenizer.json"))
+        max_len = min(run.config.train.seq_len, model.config.max_seq_len)
+        out["tasks"] = [score_task(model, tok, t, device, cfg.batch_size, max_len, eos_id=store.eos_id,
+                                   pad_id=store.pad_id) for t in cfg.tasks]
+        sets = contamination(store, task_eval_sets(cfg.tasks, tok), n=cfg.contamination_n)
+        flagged = set(flag(sets, cfg.contamination_threshold))
+        out["contamination"] = {name: {**v, "flagged": name in flagged, "n": cfg.contamination_n}
+                                for name, v in sets.items()}
+    if cfg.memorization_docs > 0:
+        mem = memorization(model, store, device, cfg.memorization_docs, cfg.memorization_prefix,
+                           cfg.memorization_suffix, max_context=run.config.train.seq_len,
+                           batch_size=cfg.batch_size, dtype=run.config.train.dtype)
+        out["memorization"] = {scope: _mem_rates(v) for scope, v in
+                               [("overall", mem["overall"]), *sorted(mem["buckets"].items())]}
+        out["memorization"]["settings"] = {"prefix": mem["prefix"], "suffix": mem["suffix"]}
+    return out
+
+
+def _mem_rates(v: dict[str, Any]) -> dict[str, Any]:
+    """{"train"|"heldout": {"n", "exact", "token_match"}, "gap"} from memorization()'s layout."""
+    def side(d: dict[str, Any]) -> dict[str, Any]:
+        return {"n": d.get("docs"), "exact": d.get("exact_match"), "token_match": d.get("token_match")}
+    return {"train": side(v["train"]), "heldout": side(v["heldout"]), "gap": v.get("gap")}

@@ -198,8 +198,8 @@ def _eval_audits(last: dict) -> str:
         for scope, split in mem.items():
             if isinstance(split, dict) and "train" in split and "heldout" in split:
                 tr, ho = split["train"], split["heldout"]
-                rows.append([scope, tr.get("n", ""), tr.get("exact", float("nan")), ho.get("exact", float("nan")),
-                             tr.get("token_match", float("nan")), ho.get("token_match", float("nan"))])
+                vals = [tr.get("exact"), ho.get("exact"), tr.get("token_match"), ho.get("token_match")]
+                rows.append([scope, tr.get("n", ""), *("—" if v is None else v for v in vals)])
         if rows:
             out += ["<h3>Memorization</h3><p>Greedy continuations of document prefixes: exact-match rate on "
                     "training documents vs held-out ones (the gap is what the model memorized).</p>",
