@@ -43,11 +43,14 @@ def _open(config: Path | None, overrides: list[str] | None, run_dir: Path | None
 
 def _print_eval(run: RunDir) -> None:
     """The bits-per-byte table of the run's newest evaluation, when there is one."""
-    from tokenmill.eval.table import bpb_table, latest_eval
+    from tokenmill.eval.table import bpb_table, latest_eval, tasks_table
 
     record = latest_eval(run.path)
     if record is not None:
         console.print(bpb_table(record))
+        tasks = tasks_table(record)
+        if tasks is not None:
+            console.print(tasks)
 
 
 def _guard(fn: Callable[[], Any], hint: str = "Run the same command again to continue where it stopped.") -> Any:

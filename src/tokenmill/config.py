@@ -471,7 +471,7 @@ class TaskConfig(Strict):
     """A downstream task read from a local JSONL file in a public layout."""
 
     name: str = Field(..., min_length=1, description="Task name shown in eval results and the report.")
-    path: str = Field(..., description="JSONL file of the task's items.")
+    path: str = Field(..., description="JSONL file of the task's items ('package:tasks/NAME.jsonl': a file shipped with tokenmill).")
     format: Literal["hellaswag", "arc", "piqa", "winogrande", "lambada"] = Field(
         ..., description="Item layout: multiple choice by log-likelihood (hellaswag, arc, piqa, winogrande) or cloze last word (lambada).")
     shots: int = Field(0, ge=0, description="Solved examples prepended to each prompt (taken deterministically from the file, never the item itself).")

@@ -208,3 +208,17 @@ def test_toy_model_gets_the_predicted_accuracy(tmp_path, tok):
     cat = tok.encode(" cat", add_special_tokens=False).ids
     expect = (5 * float(p_the.max()) + float(p_the[cat].sum())) / 6
     assert res["mean_logprob"] == pytest.approx(expect, abs=1e-5)
+
+
+def test_the_packaged_demo_tasks_load_by_package_path():
+    from tokenmill.config import load_config
+    from tokenmill.cli import demo_config_path
+    from tokenmill.eval.tasks import load_task, task_path
+
+    cfg = load_config(demo_config_path())
+    assert [t.name for t in cfg.eval.tasks] == ["python-mc", "python-cloze"]
+    for t in cfg.eval.tasks:
+        assert task_path(t.path).is_file()
+        items = load_task(t)
+        assert len(items) == 12
+    assert task_path("data/x.jsonl").as_posix() == "data/x.jsonl"

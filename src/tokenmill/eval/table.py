@@ -37,3 +37,21 @@ def bpb_table(record: dict[str, Any]) -> Table:
         table.add_row(bucket, f"{m['bpb']:.3f}", f"{uni:.3f}" if uni else "—", ratio, f"{m['loss']:.3f}",
                       f"{m['ppl']:.1f}", str(m.get("docs", "")))
     return table
+
+
+def tasks_table(record: dict[str, Any]) -> Table | None:
+    """Task rows: accuracy, normalized accuracy (or mean log-prob), items, contamination share."""
+    tasks = record.get("tasks") or []
+    if not tasks:
+        return None
+    contamination = record.get("contamination") or {}
+    table = Table(title=f"tasks at step {record.get('step')}", title_justify="left")
+    for col in ("task", "format", "shots", "items", "acc", "acc_norm / mean logprob", "contamination"):
+        table.add_column(col, justify="left" if col in ("task", "format") else "right")
+    for t in tasks:
+        c = contamination.get(t["name"], {})
+        share = f"{c['share']:.1%}" + (" FLAGGED" if c.get("flagged") else "") if "share" in c else "—"
+        second = t.get("acc_norm", t.get("mean_logprob"))
+        table.add_row(t["name"], t.get("format", ""), str(t.get("shots", 0)), str(t.get("n", "")),
+                      f"{t['acc']:.3f}", "—" if second is None else f"{second:.3f}", share)
+    return table

@@ -183,9 +183,22 @@ def _lambada(rec: dict, where: str) -> Item:
 PARSERS = {"hellaswag": _hellaswag, "arc": _arc, "piqa": _piqa, "winogrande": _winogrande, "lambada": _lambada}
 
 
+PACKAGE_PREFIX = "package:"
+
+
+def task_path(spec: str) -> Path:
+    """A task file: a path, or `package:tasks/NAME.jsonl` for the small task files that ship with
+    tokenmill (under tokenmill/configs/, used by the demo)."""
+    if spec.startswith(PACKAGE_PREFIX):
+        from importlib import resources
+
+        return Path(str(resources.files("tokenmill") / "configs" / spec[len(PACKAGE_PREFIX):]))
+    return Path(spec)
+
+
 def load_task(cfg: TaskConfig) -> list[Item]:
     """Every item of the task file (not limited by `cfg.limit`: shots may come from any item)."""
-    path = Path(cfg.path)
+    path = task_path(cfg.path)
     if not path.is_file():
         raise TaskError(f"{path}: task {cfg.name!r}: no such file")
     parse = PARSERS[cfg.format]
