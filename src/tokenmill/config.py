@@ -478,11 +478,19 @@ class TaskConfig(Strict):
     limit: int | None = Field(None, ge=1, description="Score at most this many items (None: all).")
 
 
+class ProbeConfig(Strict):
+    """A small fixed text set scored at every evaluation (seed 002 §5.8)."""
+
+    name: str = Field(..., min_length=1, description="Probe set name shown on the timeline and in the report.")
+    path: str = Field(..., description="JSONL with a 'text' field per line, or plain text with probes separated by blank lines.")
+
+
 class EvalConfig(Strict):
     """Held-out loss / perplexity / bits-per-byte per bucket, unigram baseline, samples, tasks,
     contamination and memorization audits."""
 
-    tasks: list[TaskConfig] = Field(default_factory=list, description="Downstream tasks scored at every evaluation.")
+    tasks: list[TaskConfig] = Field(default_factory=list, description="Downstream tasks scored by `tokenmill eval`.")
+    probes: list[ProbeConfig] = Field(default_factory=list, description="Probe sets scored at every evaluation, in training too.")
     contamination_n: int = Field(13, ge=1, description="Token n-gram length of the contamination check.")
     contamination_threshold: float = Field(0.01, ge=0.0, le=1.0, description="An eval set with more than this share of its n-grams in the training tokens is flagged.")
     memorization_docs: int = Field(32, ge=0, description="Training and held-out documents per bucket whose prefixes are continued greedily (0: off).")

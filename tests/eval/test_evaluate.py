@@ -79,3 +79,32 @@ def test_run_eval_scores_tasks_with_contamination_and_memorization(tokenized_run
     mem = record["memorization"]
     assert mem["settings"] == {"prefix": 8, "suffix": 4}
     assert {"train", "heldout"} <= set(mem["overall"]) and mem["overall"]["train"]["n"] >= 1
+
+
+def test_in_training_evaluations_score_the_probes_on_the_timeline(tokenized_run, tmp_path):
+    from tokenmill.config import ModelConfig, RunConfig
+    from tokenmill.eval.evaluate import in_training_evaluator
+    from tokenmill.model.transformer import Transformer
+    from tokenmill.report.build import section_eval
+    from tokenmill.runs import RunDir
+
+    probe = tmp_path / "code_probe.txt"
+    probe.write_text("def add(a, b):\n    return a + b\n\nfor i in range(3):\n    print(i)\n")
+    data = tokenized_run.config.model_dump()
+    data["train"].update(seq_len=32, dtype="float32", eval_docs=2)
+    data["eval"]["probes"] = [{"name": "code-snippets", "path": str(probe)}]
+    run = RunDir.create(RunConfig.model_validate(data), tokenized_run.path)
+    store = TokenStore(run.sub("tokens"))
+    model = Transformer(ModelConfig(vocab_size=store.vocab_size, d_model=32, n_layers=1, n_heads=4, max_seq_len=32),
+                        generator=torch.Generator().manual_seed(0))
+    on_eval = in_training_evaluator(run)
+    on_eval(10, model)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(0.5)
+    on_eval(20, model)
+    records = [json.loads(run.sub("eval", f"{s}.json").read_text()) for s in (10, 20)]
+    scores = [r["probes"]["code-snippets"] for r in records]
+    assert all(s["docs"] == 2 for s in scores) and scores[0]["bpb"] != scores[1]["bpb"]
+    html_text = section_eval(records)
+    assert "Probes" in html_text and "code-snippets" in html_text and "Probe bits-per-byte" in html_text

@@ -15,6 +15,7 @@ import torch
 
 from tokenmill.eval.generate import generate
 from tokenmill.eval.perplexity import Score, doc_targets, doc_windows, windows_nll
+from tokenmill.eval.probes import ProbeSet, load_probes, score_probes
 from tokenmill.eval.unigram import unigram_logprobs, unigram_nll
 from tokenmill.runs import RunDir, atomic_write_text
 from tokenmill.tokenizer.bpe import load_tokenizer
@@ -97,14 +98,25 @@ def sample_texts(run: RunDir, model: torch.nn.Module, store: TokenStore, device:
     return samples
 
 
+def _probe_sets(run: RunDir, store: TokenStore) -> list[ProbeSet]:
+    if not run.config.eval.probes:
+        return []
+    tok = load_tokenizer(run.sub("tokenizer", "tokenizer.json"))
+    return load_probes(run.config.eval.probes, tok, store.eos_id, run.config.train.seq_len)
+
+
 def in_training_evaluator(run: RunDir) -> Callable[[int, torch.nn.Module], None]:
     """The callback the trainer calls every `train.eval_every` steps (and after the last)."""
     store = TokenStore(run.sub("tokens"))
     ev = Evaluator(store, run.config.train.seq_len, run.config.train.eval_docs, run.config.eval.batch_size)
+    probes = _probe_sets(run, store)
 
     def on_eval(step: int, model: torch.nn.Module) -> None:
         device = next(model.parameters()).device
-        write_eval(run, step, ev.score(model, device, run.config.train.dtype), docs_per_bucket=run.config.train.eval_docs)
+        extra = {"probes": score_probes(model, probes, device, run.config.eval.batch_size, store.pad_id,
+                                        run.config.train.dtype)} if probes else {}
+        write_eval(run, step, ev.score(model, device, run.config.train.dtype),
+                   docs_per_bucket=run.config.train.eval_docs, **extra)
 
     return on_eval
 
@@ -135,12 +147,15 @@ def run_eval(run: RunDir, checkpoint: Path | None = None) -> dict[str, Any]:
 
 
 def audits(run: RunDir, model: torch.nn.Module, store: TokenStore, device: torch.device) -> dict[str, Any]:
-    """Tasks (with each set's contamination next to its score) and memorization, as configured."""
+    """Probes, tasks (with each set's contamination next to its score) and memorization, as configured."""
     from tokenmill.eval.contamination import contamination, flag, task_eval_sets
     from tokenmill.eval.memorization import memorization
     from tokenmill.eval.tasks import score_task
 
     cfg, out = run.config.eval, {}
+    probes = _probe_sets(run, store)
+    if probes:
+        out["probes"] = score_probes(model, probes, device, cfg.batch_size, store.pad_id, run.config.train.dtype)
     if cfg.tasks:
         tok = load_tokenizer(run.sub("tokenizer", "tokenizer.json"))
         max_len = min(run.config.train.seq_len, model.config.max_seq_len)

@@ -169,6 +169,22 @@ def section_training(run: RunDir, events: list[dict], evals: list[dict]) -> str:
     return "".join(out)
 
 
+def _probes(evals: list[dict]) -> str:
+    """Probe sets: the latest scores and, over several evaluations, their bits-per-byte curves."""
+    names = sorted({n for e in evals for n in (e.get("probes") or {})})
+    if not names:
+        return ""
+    last = {n: m for e in evals for n, m in (e.get("probes") or {}).items()}  # the newest value of each
+    out = ["<h3>Probes</h3><p>Small fixed text sets chosen for this run, scored at every evaluation.</p>",
+           table(["probe set", "docs", "tokens", "loss", "bpb"],
+                 [[n, last[n]["docs"], last[n]["tokens"], last[n]["loss"], last[n]["bpb"]] for n in names])]
+    series = {n: ([e["step"] for e in evals if n in (e.get("probes") or {})],
+                  [e["probes"][n]["bpb"] for e in evals if n in (e.get("probes") or {})]) for n in names}
+    if any(len(xs) > 1 for xs, _ in series.values()):
+        out.append(line_chart(series, title="Probe bits-per-byte", xlabel="step", ylabel="bpb", markers=True))
+    return "".join(out)
+
+
 def _eval_audits(last: dict) -> str:
     """Tasks, contamination and memorization of an evaluation record, when it has them."""
     out: list[str] = []
@@ -227,6 +243,7 @@ def section_eval(evals: list[dict]) -> str:
             pts = [(e["step"], e["buckets"][bucket]["bpb"]) for e in evals if bucket in e["buckets"]]
             series[bucket] = ([p[0] for p in pts], [p[1] for p in pts])
         out.append(line_chart(series, title="Held-out bits-per-byte", xlabel="step", ylabel="bpb", markers=True))
+    out.append(_probes(evals))
     out.append(_eval_audits(last))
     samples = last.get("samples") or []
     if samples:
