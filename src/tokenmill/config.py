@@ -444,6 +444,7 @@ class TrainConfig(Strict):
     keep_every: int = Field(0, ge=0, description="Also keep every checkpoint whose step is a multiple of this (0: none).")
     distributed: Literal["ddp", "fsdp"] = Field("ddp", description="Data parallelism under torchrun: DDP, or FSDP2 (fully_shard).")
     checksum_every: int = Field(50, ge=0, description="Compare a gradient checksum across ranks every this many steps (0: off).")
+    metrics_every: int = Field(1, ge=0, description="Log per-layer-group gradient norms and the update/parameter ratio every this many steps (0: never); each costs a pass over the gradients or a copy of the parameters.")
     spectrum_every: int = Field(0, ge=0, description="Log the embedding's top-2 singular-value ratio every this many steps (0: at eval steps).")
     guard: GuardConfig = Field(default_factory=GuardConfig)
     faults: FaultConfig = Field(default_factory=FaultConfig)

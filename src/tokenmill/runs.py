@@ -33,7 +33,7 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
 # them must not restart a run (training resumes bit-exactly across them).
 NOT_FINGERPRINTED: dict[str, frozenset[str]] = {
     "train": frozenset({"log_every", "ckpt_every", "keep_checkpoints", "keep_every", "eval_every", "eval_docs",
-                        "peak_tflops", "distributed", "checksum_every", "spectrum_every",
+                        "peak_tflops", "distributed", "checksum_every", "spectrum_every", "metrics_every",
                         "activation_checkpointing", "threads"}),
     "eval": frozenset({"batch_size"}),
     "tokenize": frozenset({"workers"}),

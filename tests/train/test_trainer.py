@@ -233,3 +233,20 @@ def test_z_loss_and_moe_aux_are_trained_and_logged(tiny_run):
         assert e["z_loss"] > 0 and e["moe_aux"] > 0
         util = e["expert_utilization"]
         assert len(util) == tiny_run.config.model.n_layers and all(abs(sum(u) - 1.0) < 1e-5 for u in util)
+
+
+def test_health_metrics_every_step_or_every_k(tiny_run):
+    run_train(tiny_run, progress=False)
+    every = steps(tiny_run.path)
+    assert all(e["grad_norms"] and e["update_ratio"] > 0 for e in every)
+    # The group norms combine to the global pre-clip norm.
+    assert all(abs(sum(v * v for v in e["grad_norms"].values()) ** 0.5 - e["grad_norm"]) <= 1e-4 * e["grad_norm"]
+               for e in every)
+    sparse = with_config(copy_run(tiny_run, tiny_run.path.parent / "sparse"), metrics_every=7)
+    shutil.rmtree(sparse.path / "checkpoints")
+    (sparse.path / "events.jsonl").unlink()
+    run_train(sparse, progress=False)
+    got = steps(sparse.path)
+    assert [e["step"] for e in got if "grad_norms" in e] == [7, 14, 21, 28]
+    assert all(e["update_ratio"] is None for e in got if e["step"] % 7)
+    assert [e["loss"] for e in got] == [e["loss"] for e in every]  # measuring never changes training

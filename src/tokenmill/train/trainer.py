@@ -452,10 +452,14 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                     phase = loader.phase_at(step).name
                     guard.reset_baseline()  # new data, new loss level
                 extras: dict[str, Any] = {}
-                update_ratio.before()
+                # The per-group norms and the update ratio cost a pass over the gradients and a copy
+                # of the parameters: every step by default, every metrics_every steps on big runs.
+                measure = tc.metrics_every > 0 and step % tc.metrics_every == 0
+                if measure:
+                    update_ratio.before()
                 lr, last_loss, grad_norm, r_pad = compute_update(compiled, optimizer, loader, step, tc, device,
                                                                  dtype, anneal, extras, lr_scale=guard.lr_scale,
-                                                                 group_norms=True)
+                                                                 group_norms=measure)
                 if ctx.distributed and tc.checksum_every > 0 and step % tc.checksum_every == 0:
                     cross_rank_check(step, model, ctx, events, loss=last_loss, grad_norm=grad_norm, lr=lr)
                 verdict = guard.check(step, last_loss, grad_norm)
@@ -472,7 +476,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 ratio = None
                 if verdict.action == "apply":
                     optimizer.step()
-                    ratio = update_ratio.after()
+                    ratio = update_ratio.after() if measure else None
                 optimizer.zero_grad(set_to_none=True)
                 if verdict.action == "rollback":
                     _rollback(step, guard, model, optimizer, ckpt_root, events, last_loss, grad_norm)
