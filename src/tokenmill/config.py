@@ -218,6 +218,33 @@ class BucketRule(Strict):
     tier: str | None = Field(None, description="Quality tier (head / middle / tail).")
 
 
+class CanaryConfig(Strict):
+    """Memorization canaries (Carlini et al. 2019, "The Secret Sharer"): a template with a random
+    digit secret, inserted into the training data a chosen number of times during curation; the
+    eval stage measures each canary's exposure. The secrets derive from the run seed."""
+
+    counts: list[int] = Field(default_factory=list, description="Repetition counts, one group of canaries each (e.g. [1, 8, 64]); empty: no canaries.")
+    per_count: int = Field(1, ge=1, description="Distinct canaries (secrets) per repetition count.")
+    secret_digits: int = Field(9, ge=1, le=30, description="Length of the random digit secret; |R| = 10**secret_digits candidate secrets.")
+    template: str = Field("my secret code is {secret}", description="Canary text with one '{secret}' (the digits, space-separated).")
+    bucket: str = Field("", description="Bucket the canary documents go to; must be a bucket of the sources (empty: the first source's).")
+    candidates: int = Field(1000, ge=10, description="Random reference secrets the exposure estimate ranks each canary against.")
+
+    @field_validator("counts")
+    @classmethod
+    def _positive_counts(cls, v: list[int]) -> list[int]:
+        if any(c < 1 for c in v):
+            raise ValueError(f"canary counts must be >= 1, got {v}")
+        return v
+
+    @field_validator("template")
+    @classmethod
+    def _one_secret(cls, v: str) -> str:
+        if v.count("{secret}") != 1:
+            raise ValueError(f"canary template must hold exactly one '{{secret}}', got {v!r}")
+        return v
+
+
 class CurateConfig(Strict):
     """Curation: raw sources in, curated Parquet shards + rejected log + funnel out."""
 
@@ -243,6 +270,7 @@ class CurateConfig(Strict):
     executor: Literal["local", "ray"] = Field("local", description="Run shards in local processes or as Ray tasks.")
     max_removal_share: float = Field(0.9, description="A step removing more than this share of its input stops the run.")
     allow_empty_bucket: bool = Field(False, description="Let a bucket end up empty instead of stopping the run.")
+    canaries: CanaryConfig = Field(default_factory=CanaryConfig, description="Memorization canaries inserted into training (off by default).")
 
     @field_validator("steps")
     @classmethod
@@ -483,14 +511,16 @@ class ProbeConfig(Strict):
     """A small fixed text set scored at every evaluation (seed 002 §5.8)."""
 
     name: str = Field(..., min_length=1, description="Probe set name shown on the timeline and in the report.")
-    path: str = Field(..., description="JSONL with a 'text' field per line, or plain text with probes separated by blank lines.")
+    path: str = Field(..., description="JSONL with a 'text' field per line, or plain text with probes separated by blank lines "
+                                       "('package:probes/NAME.txt': a file shipped with tokenmill).")
 
 
 class EvalConfig(Strict):
     """Held-out loss / perplexity / bits-per-byte per bucket, unigram baseline, samples, tasks,
     contamination and memorization audits."""
 
-    tasks: list[TaskConfig] = Field(default_factory=list, description="Downstream tasks scored by `tokenmill eval`.")
+    tasks: list[TaskConfig] = Field(default_factory=list, description="Downstream tasks scored by `tokenmill eval` (and in training, see tasks_in_training).")
+    tasks_in_training: bool = Field(True, description="Also score the tasks at every in-training evaluation, so their curves share the loss timeline.")
     probes: list[ProbeConfig] = Field(default_factory=list, description="Probe sets scored at every evaluation, in training too.")
     contamination_n: int = Field(13, ge=1, description="Token n-gram length of the contamination check.")
     contamination_threshold: float = Field(0.01, ge=0.0, le=1.0, description="An eval set with more than this share of its n-grams in the training tokens is flagged.")
@@ -500,7 +530,7 @@ class EvalConfig(Strict):
 
     max_docs: int | None = Field(200, description="Held-out documents per bucket (None: all).")
     batch_size: int = Field(16, description="Windows per forward pass.")
-    num_samples: int = Field(3, description="Generated samples written with the eval.")
+    num_samples: int = Field(3, description="Generated samples written with every eval, in training too.")
     sample_tokens: int = Field(64, description="New tokens per sample.")
     temperature: float = Field(0.8, description="Sampling temperature.")
     top_k: int = Field(50, description="Sample from the k most likely tokens.")

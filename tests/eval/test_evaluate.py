@@ -108,3 +108,40 @@ def test_in_training_evaluations_score_the_probes_on_the_timeline(tokenized_run,
     assert all(s["docs"] == 2 for s in scores) and scores[0]["bpb"] != scores[1]["bpb"]
     html_text = section_eval(records)
     assert "Probes" in html_text and "code-snippets" in html_text and "Probe bits-per-byte" in html_text
+
+
+def test_in_training_evaluations_score_tasks_and_write_samples(tokenized_run):
+    """Tasks (with contamination computed once) and generation samples at every in-training
+    evaluation; the scores equal those of `tokenmill eval`'s audits on the same model."""
+    from pathlib import Path
+
+    from tokenmill.config import ModelConfig, RunConfig
+    from tokenmill.eval.evaluate import audits, in_training_evaluator
+    from tokenmill.model.transformer import Transformer
+    from tokenmill.runs import RunDir
+
+    fixtures = Path(__file__).parent / "fixtures"
+    data = tokenized_run.config.model_dump()
+    data["train"].update(seq_len=64, dtype="float32", eval_docs=1)
+    data["eval"].update(num_samples=2, sample_tokens=4, memorization_docs=0,
+                        tasks=[{"name": "arc-mini", "path": str(fixtures / "arc.jsonl"), "format": "arc", "shots": 1}])
+    run = RunDir.create(RunConfig.model_validate(data), tokenized_run.path)
+    store = TokenStore(run.sub("tokens"))
+    model = Transformer(ModelConfig(vocab_size=store.vocab_size, d_model=32, n_layers=1, n_heads=4, max_seq_len=64),
+                        generator=torch.Generator().manual_seed(0))
+    on_eval = in_training_evaluator(run)
+    on_eval(10, model)
+    on_eval(20, model)
+    records = [json.loads(run.sub("eval", f"{s}.json").read_text()) for s in (10, 20)]
+    for r in records:
+        assert [t["name"] for t in r["tasks"]] == ["arc-mini"] and "arc-mini" in r["contamination"]
+        assert len(r["samples"]) == 2 and all(isinstance(s["completion"], str) for s in r["samples"])
+    assert records[0]["tasks"] == records[1]["tasks"]  # same model, deterministic scoring
+    direct = audits(run, model, store, torch.device("cpu"))
+    assert direct["tasks"][0]["acc"] == records[0]["tasks"][0]["acc"]
+    assert direct["contamination"] == records[0]["contamination"]
+
+    data["eval"]["tasks_in_training"] = False
+    run = RunDir.create(RunConfig.model_validate(data), tokenized_run.path)
+    in_training_evaluator(run)(30, model)
+    assert "tasks" not in json.loads(run.sub("eval", "30.json").read_text())

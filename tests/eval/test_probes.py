@@ -42,3 +42,15 @@ def test_a_context_free_model_scores_the_independent_unigram_sum(tokenized_run, 
     n_bytes = sum(len(t.encode("utf-8")) for t in texts)
     assert got["docs"] == 2 and got["tokens"] == sum(len(i) for i in ids) and got["bytes"] == n_bytes
     assert math.isclose(got["bpb"], nll / (math.log(2) * n_bytes), rel_tol=1e-5)
+
+
+def test_packaged_probe_sets_of_the_demo_load():
+    """The demo's probe sets ship inside the package ('package:probes/...') and each holds several probes."""
+    from tokenmill.cli import demo_config_path
+    from tokenmill.config import load_config
+    from tokenmill.eval.tasks import task_path
+
+    probes = load_config(demo_config_path()).eval.probes
+    assert [p.name for p in probes] == ["python-idioms", "docs-prose"]
+    for p in probes:
+        assert len(probe_texts(task_path(p.path))) >= 6

@@ -82,3 +82,30 @@ def test_eval_section_shows_tasks_contamination_flags_and_memorization():
     assert "arc-mini" in html_text and "0.375" in html_text and "40.00% flagged" in html_text
     assert "lambada-mini" in html_text and "0.00%" in html_text  # an eval set without a task row
     assert "Memorization" in html_text and "0.8" in html_text and "0.3" in html_text
+
+
+def test_task_accuracy_is_charted_over_the_evaluations_that_scored_tasks():
+    from tokenmill.report.build import section_eval
+
+    def record(step: int, acc: float) -> dict:
+        return {"step": step, "buckets": {"web": {"docs": 1, "tokens": 5, "loss": 2.0, "ppl": 7.4, "bpb": 1.5,
+                                                   "unigram_bpb": 2.5}},
+                "tasks": [{"name": "arc-mini", "format": "arc", "shots": 0, "n": 4, "acc": acc, "acc_norm": acc}]}
+    assert "Task accuracy" not in section_eval([record(10, 0.25)])  # one point is not a curve
+    html_text = section_eval([record(10, 0.25), record(20, 0.5)])
+    assert "Task accuracy" in html_text and "<svg" in html_text
+
+
+def test_canary_exposure_table_by_repetition_count():
+    from tokenmill.report.build import section_eval
+
+    record = {"step": 5, "buckets": {"web": {"docs": 1, "tokens": 5, "loss": 2.0, "ppl": 7.4, "bpb": 1.5,
+                                              "unigram_bpb": 2.5}},
+              "canaries": {"max_exposure": 19.93, "candidates": 200,
+                           "by_count": {"48": {"canaries": 1, "mean_exposure_empirical": 7.65,
+                                               "mean_exposure_extrapolated": 9.19, "mean_log_ppl": 74.1},
+                                        "1": {"canaries": 1, "mean_exposure_empirical": 1.79,
+                                              "mean_exposure_extrapolated": 1.86, "mean_log_ppl": 103.1}}}}
+    html_text = section_eval([record])
+    assert "Canaries" in html_text and "19.9 bits" in html_text
+    assert html_text.index("1.79") < html_text.index("7.65")  # rows by repetition count, 1 before 48

@@ -10,7 +10,10 @@
     lines    units (lines / paragraphs) repeated across many documents, counted corpus-wide
     final    per shard: apply the dedup decisions, remove boilerplate units, decontaminate,
              assign buckets, write `OUT/<bucket>/part-<shard>-<chunk>.parquet`
-    publish  `_funnel.json`, `_decontamination.json`, then the work is renamed into place
+    canary   optional memorization canaries (data.canaries) added to the output, after every
+             step so dedup cannot remove their repetitions; counted in the funnel
+    publish  `_funnel.json`, `_decontamination.json`, `_canaries.json`, then the work is renamed
+             into place
 
 Every phase writes under a work directory beside the output and marks each finished chunk,
 shard and phase; a killed run started again redoes only unfinished chunks, so no document is
@@ -36,6 +39,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tokenmill.config import CurateConfig, SourceConfig
 from tokenmill.data import sources as source_step
+from tokenmill.data.canaries import canary_bucket, insert_canaries
 from tokenmill.data.document import (DOC_SCHEMA, REJECTED_SCHEMA, Doc, RawRecord, Rejection, format_value,
                                      fsync_tree, text_bytes)
 from tokenmill.data.executor import make_executor
@@ -509,11 +513,15 @@ def check_removal(funnel: Funnel, cfg: CurateConfig, steps: Iterable[str]) -> No
 
 
 def curate(cfg: CurateConfig, out: Path, *, steps: list[str] | None = None, base_dir: Path | None = None,
-           events: EventLog | None = None, progress: bool = True, inputs_fingerprint: Any = None) -> dict[str, Any]:
-    """Curate `cfg.sources` into `out`; resumable: a killed call, called again, continues."""
+           events: EventLog | None = None, progress: bool = True, inputs_fingerprint: Any = None,
+           seed: int = 0) -> dict[str, Any]:
+    """Curate `cfg.sources` into `out`; resumable: a killed call, called again, continues.
+    `seed` (the run seed) fixes the canaries' secrets, if any are configured."""
     if not cfg.sources:
         raise ValueError("curate.sources is empty: there is nothing to curate")
     _check_buckets(cfg)
+    if cfg.canaries.counts:
+        canary_bucket(cfg)  # an unknown bucket fails now, not after the work
     for src in cfg.sources:
         source_step.check_source(src)  # a missing path fails now, not after minutes of work
     selected = selected_steps(cfg, steps)
@@ -552,6 +560,7 @@ def curate(cfg: CurateConfig, out: Path, *, steps: list[str] | None = None, base
         raise RuntimeError("curate funnel does not add up (a bug):\n" + "\n".join(problems[:20]))
     check_removal(funnel, cfg, job.funnel_steps)
     final = _final_dir(job)
+    canaries = insert_canaries(cfg, seed, final, funnel)  # after the removal check: canaries never hide an empty bucket
     funnel_data = funnel.write(final / FUNNEL_FILE)
     _write_decontamination(job, final)
     if not (final / REJECTED_DIR).exists():
@@ -561,6 +570,9 @@ def curate(cfg: CurateConfig, out: Path, *, steps: list[str] | None = None, base
     shutil.rmtree(work, ignore_errors=True)
     for step in job.funnel_steps:
         emit("step", step=step, **funnel_data["total"][step])
+    if canaries:
+        emit("canaries_inserted", bucket=canaries[0].bucket, canaries=len(canaries),
+             docs=sum(c.count for c in canaries), counts=sorted({c.count for c in canaries}))
     emit("funnel", steps=list(job.funnel_steps), d_eff=funnel_data["d_eff"])
     emit("done", **summary)
     return summary
@@ -625,4 +637,4 @@ def curate_inputs_fingerprint(cfg: CurateConfig) -> list[dict[str, Any]]:
 def run_curate(run: RunDir, progress: bool = True) -> dict[str, Any]:
     """The pipeline's curate stage: `run.config.curate` into `<run>/curated/`."""
     return curate(run.config.curate, run.path / "curated", base_dir=Path.cwd(), events=run.events,
-                  progress=progress)
+                  progress=progress, seed=run.config.seed)

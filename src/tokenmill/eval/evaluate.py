@@ -13,6 +13,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from tokenmill.data.canaries import load_canaries
+from tokenmill.eval.canaries import canary_exposure
 from tokenmill.eval.generate import generate
 from tokenmill.eval.perplexity import Score, doc_targets, doc_windows, windows_nll
 from tokenmill.eval.probes import ProbeSet, load_probes, score_probes
@@ -105,16 +107,59 @@ def _probe_sets(run: RunDir, store: TokenStore) -> list[ProbeSet]:
     return load_probes(run.config.eval.probes, tok, store.eos_id, run.config.train.seq_len)
 
 
+class TaskScorer:
+    """The run's tasks, each scored with its contamination beside it. Contamination compares the
+    task texts with the training token store, which does not change during a run: it is computed
+    once, at the first evaluation, and reused."""
+
+    def __init__(self, run: RunDir, store: TokenStore):
+        self.run, self.store = run, store
+        self.tok = load_tokenizer(run.sub("tokenizer", "tokenizer.json")) if run.config.eval.tasks else None
+        self._contamination: dict[str, Any] | None = None
+
+    def contamination(self) -> dict[str, Any]:
+        from tokenmill.eval.contamination import contamination, flag, task_eval_sets
+
+        if self._contamination is None:
+            cfg = self.run.config.eval
+            sets = contamination(self.store, task_eval_sets(cfg.tasks, self.tok), n=cfg.contamination_n)
+            flagged = set(flag(sets, cfg.contamination_threshold))
+            self._contamination = {name: {**v, "flagged": name in flagged, "n": cfg.contamination_n}
+                                   for name, v in sets.items()}
+        return self._contamination
+
+    def score(self, model: torch.nn.Module, device: torch.device) -> dict[str, Any]:
+        from tokenmill.eval.tasks import score_task
+
+        if self.tok is None:
+            return {}
+        cfg, rc = self.run.config.eval, self.run.config
+        max_len = min(rc.train.seq_len, model.config.max_seq_len)
+        tasks = [score_task(model, self.tok, t, device, cfg.batch_size, max_len, eos_id=self.store.eos_id,
+                            pad_id=self.store.pad_id) for t in cfg.tasks]
+        return {"tasks": tasks, "contamination": self.contamination()}
+
+
 def in_training_evaluator(run: RunDir) -> Callable[[int, torch.nn.Module], None]:
-    """The callback the trainer calls every `train.eval_every` steps (and after the last)."""
+    """The callback the trainer calls every `train.eval_every` steps (and after the last): held-out
+    buckets, probes, tasks (eval.tasks_in_training) and generation samples, on the loss timeline."""
     store = TokenStore(run.sub("tokens"))
-    ev = Evaluator(store, run.config.train.seq_len, run.config.train.eval_docs, run.config.eval.batch_size)
+    cfg = run.config.eval
+    ev = Evaluator(store, run.config.train.seq_len, run.config.train.eval_docs, cfg.batch_size)
     probes = _probe_sets(run, store)
+    tasks = TaskScorer(run, store) if cfg.tasks and cfg.tasks_in_training else None
+    # Samples need text: a token store written without a tokenizer (synthetic ids) has none to decode.
+    samples = cfg.num_samples > 0 and run.sub("tokenizer", "tokenizer.json").exists()
 
     def on_eval(step: int, model: torch.nn.Module) -> None:
         device = next(model.parameters()).device
-        extra = {"probes": score_probes(model, probes, device, run.config.eval.batch_size, store.pad_id,
-                                        run.config.train.dtype)} if probes else {}
+        extra: dict[str, Any] = {}
+        if probes:
+            extra["probes"] = score_probes(model, probes, device, cfg.batch_size, store.pad_id, run.config.train.dtype)
+        if tasks is not None:
+            extra.update(tasks.score(model, device))
+        if samples:
+            extra["samples"] = sample_texts(run, model, store, device)
         write_eval(run, step, ev.score(model, device, run.config.train.dtype),
                    docs_per_bucket=run.config.train.eval_docs, **extra)
 
@@ -147,24 +192,16 @@ def run_eval(run: RunDir, checkpoint: Path | None = None) -> dict[str, Any]:
 
 
 def audits(run: RunDir, model: torch.nn.Module, store: TokenStore, device: torch.device) -> dict[str, Any]:
-    """Probes, tasks (with each set's contamination next to its score) and memorization, as configured."""
-    from tokenmill.eval.contamination import contamination, flag, task_eval_sets
+    """Probes, tasks (with each set's contamination next to its score), memorization and canary
+    exposure (when curation inserted canaries), as configured."""
     from tokenmill.eval.memorization import memorization
-    from tokenmill.eval.tasks import score_task
 
     cfg, out = run.config.eval, {}
     probes = _probe_sets(run, store)
     if probes:
         out["probes"] = score_probes(model, probes, device, cfg.batch_size, store.pad_id, run.config.train.dtype)
     if cfg.tasks:
-        tok = load_tokenizer(run.sub("tokenizer", "tokenizer.json"))
-        max_len = min(run.config.train.seq_len, model.config.max_seq_len)
-        out["tasks"] = [score_task(model, tok, t, device, cfg.batch_size, max_len, eos_id=store.eos_id,
-                                   pad_id=store.pad_id) for t in cfg.tasks]
-        sets = contamination(store, task_eval_sets(cfg.tasks, tok), n=cfg.contamination_n)
-        flagged = set(flag(sets, cfg.contamination_threshold))
-        out["contamination"] = {name: {**v, "flagged": name in flagged, "n": cfg.contamination_n}
-                                for name, v in sets.items()}
+        out.update(TaskScorer(run, store).score(model, device))
     if cfg.memorization_docs > 0:
         mem = memorization(model, store, device, cfg.memorization_docs, cfg.memorization_prefix,
                            cfg.memorization_suffix, max_context=run.config.train.seq_len,
@@ -172,6 +209,11 @@ def audits(run: RunDir, model: torch.nn.Module, store: TokenStore, device: torch
         out["memorization"] = {scope: _mem_rates(v) for scope, v in
                                [("overall", mem["overall"]), *sorted(mem["buckets"].items())]}
         out["memorization"]["settings"] = {"prefix": mem["prefix"], "suffix": mem["suffix"]}
+    canaries = load_canaries(run.sub("curated"))
+    if canaries and canaries["canaries"]:  # curate.canaries was on: their exposure (eval.canaries)
+        tok = load_tokenizer(run.sub("tokenizer", "tokenizer.json"))
+        out["canaries"] = canary_exposure(model, tok, canaries, device, cfg.batch_size, seed=run.config.seed,
+                                          eos_id=store.eos_id, pad_id=store.pad_id, dtype=run.config.train.dtype)
     return out
 
 

@@ -23,6 +23,7 @@ from tokenmill.config import ProbeConfig
 from tokenmill.data.jsonl import json_objects
 from tokenmill.errors import UserError
 from tokenmill.eval.perplexity import Score, doc_targets, doc_windows, windows_nll
+from tokenmill.eval.tasks import task_path
 from tokenmill.train.device import autocast
 
 
@@ -60,7 +61,7 @@ def load_probes(cfgs: list[ProbeConfig], tokenizer: Any, eos_id: int, seq_len: i
     sets = []
     for cfg in cfgs:
         ps = ProbeSet(cfg.name)
-        for text in probe_texts(Path(cfg.path)):
+        for text in probe_texts(task_path(cfg.path)):
             doc = np.asarray(tokenizer.encode(text).ids + [eos_id], dtype=np.int64)
             ps.windows += doc_windows(doc, seq_len, eos_id)
             ps.count.add(Score(tokens=len(doc_targets(doc)), bytes=len(text.encode("utf-8")), docs=1))

@@ -185,6 +185,19 @@ def _probes(evals: list[dict]) -> str:
     return "".join(out)
 
 
+def _task_curves(evals: list[dict]) -> str:
+    """Task accuracy over the evaluations that scored tasks (eval.tasks_in_training), beside the loss."""
+    series: dict[str, tuple[list[float], list[float]]] = {}
+    for e in evals:
+        for t in e.get("tasks") or []:
+            xs, ys = series.setdefault(t["name"], ([], []))
+            xs.append(e["step"])
+            ys.append(t["acc"])
+    if not any(len(xs) > 1 for xs, _ in series.values()):
+        return ""
+    return line_chart(series, title="Task accuracy", xlabel="step", ylabel="accuracy", markers=True)
+
+
 def _eval_audits(last: dict) -> str:
     """Tasks, contamination and memorization of an evaluation record, when it has them."""
     out: list[str] = []
@@ -221,7 +234,23 @@ def _eval_audits(last: dict) -> str:
                     "training documents vs held-out ones (the gap is what the model memorized).</p>",
                     table(["scope", "docs", "exact (train)", "exact (held-out)", "token match (train)",
                            "token match (held-out)"], rows)]
+    out.append(_canaries(last.get("canaries") or {}))
     return "".join(out)
+
+
+def _canaries(c: dict) -> str:
+    """Canary exposure per repetition count (Carlini et al. 2019): how far above chance the model
+    ranks a random secret it saw k times."""
+    if not c.get("by_count"):
+        return ""
+    rows = [[k, v["canaries"], v["mean_exposure_empirical"], v["mean_exposure_extrapolated"], v["mean_log_ppl"]]
+            for k, v in sorted(c["by_count"].items(), key=lambda kv: int(kv[0]))]
+    return ("<h3>Canaries</h3><p>Random secrets inserted during curation k times each; exposure = log2|R| − "
+            f"log2 rank among {c['candidates']} random candidates (empirical, at most log2 of that + 1) and from a normal "
+            f"fit to the candidates' log-perplexity (extrapolated); the maximum is {c['max_exposure']:.1f} bits. "
+            "Exposure that grows with k is memorization.</p>"
+            + table(["repetitions k", "canaries", "exposure (empirical, bits)", "exposure (extrapolated, bits)",
+                     "log-perplexity (bits)"], rows))
 
 
 def section_eval(evals: list[dict]) -> str:
@@ -245,6 +274,7 @@ def section_eval(evals: list[dict]) -> str:
         out.append(line_chart(series, title="Held-out bits-per-byte", xlabel="step", ylabel="bpb", markers=True))
     out.append(_probes(evals))
     out.append(_eval_audits(last))
+    out.append(_task_curves(evals))
     samples = last.get("samples") or []
     if samples:
         out.append("<h3>Samples</h3>")

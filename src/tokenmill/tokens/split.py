@@ -1,12 +1,16 @@
 """Held-out split: which curated documents are kept out of training, tokenizer sample included.
 
 The choice depends only on the run seed and the document id (never on order or on how many
-workers read the data), so every stage that asks gets the same answer.
+workers read the data), so every stage that asks gets the same answer. Memorization canaries
+(data.canaries) are never held out: they exist to be trained on, and leaving them out of the
+candidates keeps every other document's split what it is without them.
 """
 
 from __future__ import annotations
 
 import xxhash
+
+from tokenmill.data.canaries import is_canary_id
 
 
 def split_score(doc_id: str, seed: int) -> float:
@@ -16,7 +20,8 @@ def split_score(doc_id: str, seed: int) -> float:
 
 def heldout_ids(doc_ids: list[str], fraction: float, min_docs: int, seed: int) -> set[str]:
     """Documents whose score is below `fraction`; at least `min_docs` (the lowest scores),
-    and never the whole bucket: one document always stays for training."""
+    and never the whole bucket: one document always stays for training. Canaries are never chosen."""
+    doc_ids = [d for d in doc_ids if not is_canary_id(d)]
     if len(doc_ids) < 2:
         return set()
     ranked = sorted(doc_ids, key=lambda d: (split_score(d, seed), d))
