@@ -1,0 +1,486 @@
+"""`tokenmill plan`: what a pretraining run costs before it starts.
+
+Every figure is a pure function of the inputs, and every assumption is returned with the figures
+(`Plan.assumptions`) so the printout can say what it took for granted.
+
+- Compute: C = 6·N·D (seed 002 §4, 003) and the exact per-config count, flops_per_token(cfg, s)·D,
+  which adds attention's 12·L·d·s per token and counts the lm_head (scaling/flops.py).
+  Steps S = ⌈D / tokens per step⌉.
+- Wall-clock T = 6ND / (n · P_peak · MFU) (seed 002 §4) and cost = n · T · $/device-hour.
+- Compute-optimal sizing (Chinchilla, Hoffmann et al. 2022, seed 000): D ≈ 20·N and C ≈ 6ND give
+  N = √(C/120), D = 20·N.
+- Inference-aware sizing (Sardana et al. 2023, seed 004): reach the same loss with a smaller
+  model trained longer when the model will also serve D_inf tokens, minimising training
+  6·N·D_tr plus inference 2·N·D_inf FLOPs along the loss contour of Chinchilla's fitted law
+  L(N, D) = E + A/N^α + B/D^β (Approach 3: E 1.69, A 406.4, B 410.7, α 0.34, β 0.28).
+- Layout (seed 004 "Parallelism"): every TP ∈ {1, 2, 4, 8} up to the devices per node, PP
+  dividing the layers, DP for the rest, ZeRO 0-3 and activation checkpointing on or off; keep
+  those that fit the device memory (scaling/parallel.py) and pick the fastest by a simple
+  step-time model: compute / (1 - bubble) plus the communication of each axis at its link's
+  bandwidth; TP and PP traffic on the critical path, DP traffic hidden under compute up to the
+  backward's share (ZeRO-0/1/2) or all of it (ZeRO-3's prefetched gathers).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from tokenmill.config import ModelConfig
+from tokenmill.errors import UserError
+from tokenmill.model.transformer import resolve_ffn_hidden
+from tokenmill.scaling.devices import GB, DeviceSpec
+from tokenmill.scaling.flops import flops_per_token, param_count
+from tokenmill.scaling.parallel import BF16, DeviceMemory, Layout, bubble_fraction, device_memory
+
+TOKENS_PER_PARAM = 20.0  # Chinchilla's compute-optimal ratio D/N
+INFERENCE_FLOPS_PER_PARAM = 2.0  # one forward pass per served token
+BACKWARD_SHARE = 4.0 / 6.0  # of a step's FLOPs: the backward, under which gradient reduction overlaps
+RECOMPUTE_FACTOR = 8.0 / 6.0  # full checkpointing re-runs the forward: 8·N·D hardware FLOPs for 6·N·D model FLOPs
+DEFAULT_GLOBAL_BATCH = 4 * 2 ** 20  # seed 002 §5: "global batch 4M tokens"
+HEAD_DIM = 128
+ASPECT = 128  # d_model / n_layers of a shape derived from a parameter count (Llama-2-7B: 4096 / 32)
+VOCAB = 32_000
+
+
+class PlanError(UserError, ValueError):
+    """The inputs do not describe a plan (missing or contradictory flags, nothing fits)."""
+
+
+@dataclass(frozen=True)
+class ChinchillaLaw:
+    """L(N, D) = E + A/N^α + B/D^β, Hoffmann et al. 2022 Approach 3 (the fit Sardana et al. use)."""
+
+    E: float = 1.69
+    A: float = 406.4
+    B: float = 410.7
+    alpha: float = 0.34
+    beta: float = 0.28
+
+    def loss(self, n_params: float, tokens: float) -> float:
+        return self.E + self.A / n_params ** self.alpha + self.B / tokens ** self.beta
+
+    def tokens_for_loss(self, n_params: float, loss: float) -> float:
+        """D with L(N, D) = loss, or inf when N alone cannot get there (A/N^α >= loss - E)."""
+        gap = loss - self.E - self.A / n_params ** self.alpha
+        return math.inf if gap <= 0 else (self.B / gap) ** (1.0 / self.beta)
+
+
+CHINCHILLA = ChinchillaLaw()
+
+
+def _llama(d: int, layers: int, heads: int, kv: int, ffn: int) -> ModelConfig:
+    return ModelConfig(vocab_size=VOCAB, d_model=d, n_layers=layers, n_heads=heads, n_kv_heads=kv, ffn_hidden=ffn,
+                       max_seq_len=4096, tie_embeddings=False)
+
+
+# Touvron et al. 2023 (Llama 2), table 1 and the released configs
+ARCHS: dict[str, ModelConfig] = {
+    "llama2-7b": _llama(4096, 32, 32, 32, 11008),
+    "llama2-13b": _llama(5120, 40, 40, 40, 13824),
+    "llama2-70b": _llama(8192, 80, 64, 8, 28672),
+}
+
+
+def shape_for_params(n_params: float, vocab_size: int = VOCAB) -> ModelConfig:
+    """A Llama-style shape with about `n_params` parameters: d_model = 128·L (Llama-2-7B's aspect
+    ratio), rounded to a multiple of 128, head_dim 128, SwiGLU 8/3·d, untied embeddings; the layer
+    count whose total is closest to n_params."""
+    if n_params <= 0:
+        raise PlanError(f"--params {n_params:g}: must be positive")
+    best: tuple[float, ModelConfig] | None = None
+    for layers in range(1, 257):
+        d = max(HEAD_DIM, HEAD_DIM * round(ASPECT * layers / HEAD_DIM))
+        cfg = ModelConfig(vocab_size=vocab_size, d_model=d, n_layers=layers, n_heads=d // HEAD_DIM,
+                          max_seq_len=4096, tie_embeddings=False)
+        err = abs(math.log(param_count(cfg)["total"] / n_params))
+        if best is None or err < best[0]:
+            best = (err, cfg)
+    assert best is not None
+    return best[1]
+
+
+def training_flops(n_params: float, tokens: float) -> float:
+    """C = 6·N·D."""
+    return 6.0 * n_params * tokens
+
+
+def wall_clock_seconds(flops: float, devices: int, peak_flops: float, mfu: float) -> float:
+    """T = C / (n · P_peak · MFU)."""
+    if not 0 < mfu <= 1:
+        raise PlanError(f"--mfu {mfu}: must be in (0, 1]")
+    return flops / (devices * peak_flops * mfu)
+
+
+def chinchilla_optimal(flops: float, tokens_per_param: float = TOKENS_PER_PARAM) -> tuple[float, float]:
+    """(N, D) with D = r·N and 6·N·D = C: N = √(C / 6r) (r = 20: √(C/120), seed 000)."""
+    n = math.sqrt(flops / (6.0 * tokens_per_param))
+    return n, tokens_per_param * n
+
+
+def inference_aware(target_loss: float, inference_tokens: float, law: ChinchillaLaw = CHINCHILLA) -> dict[str, float]:
+    """Sardana et al. 2023: the (N, D_tr) on the loss contour L(N, D_tr) = target that minimises
+    6·N·D_tr + 2·N·D_inf. A log-spaced scan of N, then a golden-section refinement."""
+    if target_loss <= law.E:
+        raise PlanError(f"target loss {target_loss:.3f} is not above the law's irreducible loss E = {law.E}")
+    n_min = (law.A / (target_loss - law.E)) ** (1.0 / law.alpha)  # below it no data size reaches the loss
+
+    def total(log_n: float) -> float:
+        n = math.exp(log_n)
+        return training_flops(n, law.tokens_for_loss(n, target_loss)) + INFERENCE_FLOPS_PER_PARAM * n * inference_tokens
+
+    lo, hi = math.log(n_min) + 1e-9, math.log(n_min) + math.log(1e4)
+    grid = [lo + (hi - lo) * i / 4000 for i in range(4001)]
+    i = min(range(len(grid)), key=lambda k: total(grid[k]))
+    a, b = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+    ratio = (math.sqrt(5) - 1) / 2
+    for _ in range(100):
+        c, d = b - ratio * (b - a), a + ratio * (b - a)
+        a, b = (a, d) if total(c) < total(d) else (c, b)
+    n = math.exp((a + b) / 2)
+    d_tr = law.tokens_for_loss(n, target_loss)
+    train = training_flops(n, d_tr)
+    infer = INFERENCE_FLOPS_PER_PARAM * n * inference_tokens
+    return {"params": n, "tokens": d_tr, "tokens_per_param": d_tr / n, "training_flops": train,
+            "inference_flops": infer, "total_flops": train + infer, "loss": law.loss(n, d_tr)}
+
+
+# --------------------------------------------------------------------------- layout search
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds of one optimizer step on every device, by part. TP and PP traffic sits on the critical
+    path; DP traffic overlaps compute and only `dp_exposed`, what does not fit under it, counts."""
+
+    compute: float
+    bubble: float
+    tp_comm: float
+    pp_comm: float
+    dp_comm: float
+    dp_exposed: float
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.bubble + self.tp_comm + self.pp_comm + self.dp_exposed
+
+
+def _link(group_span: int, device: DeviceSpec) -> tuple[float, str]:
+    """Bandwidth of a communication group spanning `group_span` consecutive devices."""
+    if group_span <= device.devices_per_node:
+        return device.intra_node_bandwidth, "intra-node"
+    return device.inter_node_bandwidth, "inter-node"
+
+
+def step_time(cfg: ModelConfig, layout: Layout, device: DeviceSpec, mfu: float) -> StepTime:
+    """Seconds per optimizer step. Ranks are placed TP innermost, then PP, then DP (Megatron's
+    order), so a TP group spans t devices, a PP group t·p and a DP group all of them.
+
+    compute: exact FLOPs of the step's tokens / (n · peak · MFU), ×8/6 with checkpointing; bubble:
+    compute · b/(1-b); TP: 4 all-reduces of the s·b·h bf16 activations per layer and micro-batch
+    (6 with the recomputed forward), ring cost 2(t-1)/t of the bytes; PP: each micro-batch's
+    activations sent forward and its gradient back across each stage boundary; DP: reduce-scatter
+    of the gradients and all-gather of the weights, (d-1)/d of the bf16 shard each; ZeRO-3 gathers
+    the weights again for the forward and the backward of every micro-batch. Overlap: the gradient
+    reduction runs under the backward (DDP buckets, ZeRO-1/2: 2/3 of the compute), ZeRO-3's gathers
+    are prefetched under the forward and the backward (all of it); the rest is exposed."""
+    s, b, t, p, d, m = layout.seq_len, layout.micro_batch, layout.tp, layout.pp, layout.dp, layout.micro_batches
+    tokens = s * b * m * d
+    compute = flops_per_token(cfg, s) * tokens / (layout.devices * device.peak_flops * mfu)
+    if layout.checkpointing:
+        compute *= RECOMPUTE_FACTOR
+    frac = bubble_fraction(p, m)
+    act = BF16 * s * b * cfg.d_model
+    layers = math.ceil(cfg.n_layers / p)
+    tp_comm = 0.0
+    if t > 1:
+        per_layer = (6 if layout.checkpointing else 4) * 2 * (t - 1) / t * act
+        tp_comm = layers * m * per_layer / _link(t, device)[0]
+    pp_comm = 2 * m * act / t / _link(t * p, device)[0] if p > 1 else 0.0
+    dp_comm = 0.0
+    if d > 1:
+        shard_bytes = BF16 * param_count(cfg)["total"] / (t * p)
+        passes = 2 + (2 * m - 1 if layout.zero >= 3 else 0)
+        dp_comm = passes * (d - 1) / d * shard_bytes / _link(layout.devices, device)[0]
+    window = compute * (1.0 if layout.zero >= 3 else BACKWARD_SHARE)
+    return StepTime(compute=compute, bubble=compute * frac / (1 - frac), tp_comm=tp_comm, pp_comm=pp_comm,
+                    dp_comm=dp_comm, dp_exposed=max(0.0, dp_comm - window))
+
+
+@dataclass(frozen=True)
+class LayoutChoice:
+    layout: Layout
+    memory: DeviceMemory
+    time: StepTime
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"layout": self.layout.model_dump(), "memory_bytes": self.memory.as_dict(),
+                "step_seconds": {**self.time.__dict__, "total": self.time.total}}
+
+
+def micro_batches_for(global_batch_tokens: int, dp: int, micro_batch: int, seq_len: int) -> int:
+    """Micro-batches per step per pipeline: the global batch over dp·b·s tokens, rounded up."""
+    return max(1, math.ceil(global_batch_tokens / (dp * micro_batch * seq_len)))
+
+
+def layout_candidates(cfg: ModelConfig, device: DeviceSpec, devices: int, base: Layout,
+                      global_batch_tokens: int, mfu: float) -> list[LayoutChoice]:
+    """Every TP (power of two up to a node), PP (dividing the layers), DP, ZeRO stage and
+    checkpointing setting on `devices` devices, with memory and step time; not filtered."""
+    out = []
+    for t in (1, 2, 4, 8, 16):
+        if t > device.devices_per_node or devices % t or cfg.n_heads % t:
+            continue
+        for p in range(1, devices // t + 1):
+            if (devices // t) % p or cfg.n_layers % p:
+                continue
+            d = devices // (t * p)
+            m = micro_batches_for(global_batch_tokens, d, base.micro_batch, base.seq_len)
+            for zero in ((0, 1, 2, 3) if d > 1 else (0,)):
+                for ckpt in (False, True):
+                    layout = base.model_copy(update={"tp": t, "pp": p, "dp": d, "zero": zero, "micro_batches": m,
+                                                     "checkpointing": ckpt})
+                    out.append(LayoutChoice(layout, device_memory(cfg, layout), step_time(cfg, layout, device, mfu)))
+    return out
+
+
+def recommend_layout(candidates: list[LayoutChoice], device: DeviceSpec) -> tuple[LayoutChoice, list[LayoutChoice]]:
+    """(the fastest candidate that fits the device memory, every one that fits). Step times within
+    0.5% of the fastest count as ties, which go to less memory, then smaller TP and PP (the seed's
+    order: TP inside a node, PP across nodes, DP/FSDP for the rest)."""
+    fits = [c for c in candidates if c.memory.total <= device.memory_bytes]
+    if not fits:
+        smallest = min(candidates, key=lambda c: c.memory.total)
+        raise PlanError(f"no layout fits {device.name} ({device.memory_bytes / GB:.0f} GB): the smallest needs "
+                        f"{smallest.memory.total / GB:.1f} GB per device ({_describe(smallest.layout)}); use more "
+                        f"devices, a larger device, a smaller --micro-batch or --seq-len")
+    fastest = min(c.time.total for c in fits)
+    ties = [c for c in fits if c.time.total <= fastest * 1.005]
+    chosen = min(ties, key=lambda c: (c.memory.total, c.layout.tp, c.layout.pp))
+    return chosen, sorted(fits, key=lambda c: c.time.total)
+
+
+def _describe(layout: Layout) -> str:
+    return (f"TP {layout.tp} × PP {layout.pp} × DP {layout.dp}, ZeRO-{layout.zero}, "
+            f"checkpointing {'on' if layout.checkpointing else 'off'}")
+
+
+def layout_reasons(choice: LayoutChoice, device: DeviceSpec, fits: list[LayoutChoice]) -> list[str]:
+    """Why this layout: each axis with its traffic and link, the bubble, the memory."""
+    lay, t = choice.layout, choice.time
+    reasons = []
+    if lay.tp > 1:
+        bw, where = _link(lay.tp, device)
+        reasons.append(f"TP {lay.tp} {where}: {6 if lay.checkpointing else 4} activation all-reduces per layer "
+                       f"per micro-batch over "
+                       f"{bw / GB:.0f} GB/s cost {t.tp_comm:.2f} s/step; it splits every matmul's weights and activations")
+    else:
+        reasons.append("TP 1: the model fits without splitting matmuls, so no per-layer all-reduces")
+    if lay.pp > 1:
+        bw, where = _link(lay.tp * lay.pp, device)
+        reasons.append(f"PP {lay.pp} {where}: only stage-boundary activations cross ({t.pp_comm:.2f} s/step at "
+                       f"{bw / GB:.0f} GB/s); bubble (p-1)/(m+p-1) = {bubble_fraction(lay.pp, lay.micro_batches):.1%} "
+                       f"with m = {lay.micro_batches} micro-batches ({t.bubble:.2f} s/step)")
+    else:
+        reasons.append("PP 1: no pipeline bubble")
+    if lay.dp > 1:
+        bw, where = _link(lay.devices, device)
+        what = {0: "plain DP (every state replicated)", 1: "ZeRO-1 (optimizer state sharded)",
+                2: "ZeRO-2 (optimizer state and gradients sharded)",
+                3: "ZeRO-3/FSDP (weights too; re-gathered every micro-batch)"}[lay.zero]
+        reasons.append(f"DP {lay.dp} {what}, {where} at {bw / GB:.0f} GB/s: {t.dp_comm:.2f} s/step of traffic, "
+                       f"{t.dp_exposed:.2f} s not hidden under compute")
+    reasons.append(f"activation checkpointing {'on: +1/3 compute to fit memory' if lay.checkpointing else 'off'}")
+    reasons.append(f"memory {choice.memory.total / GB:.1f} of {device.memory_bytes / GB:.0f} GB per device; "
+                   f"step ≈ {t.total:.2f} s (compute {t.compute:.2f} s), the fastest of {len(fits)} fitting layout(s) compared")
+    return reasons
+
+
+# --------------------------------------------------------------------------- the plan
+@dataclass
+class Plan:
+    """Every figure of `tokenmill plan` and the assumptions behind them (JSON-ready via as_dict)."""
+
+    model: dict[str, Any]
+    params: float
+    tokens: float
+    devices: int
+    device: dict[str, Any]
+    mfu: float
+    global_batch_tokens: int
+    seq_len: int
+    flops_6nd: float
+    flops_exact: float
+    flops_per_token_exact: float
+    steps: int
+    wall_clock_seconds: float
+    wall_clock_days: float
+    device_hours: float
+    cost_usd: float
+    chinchilla: dict[str, float]
+    layout: dict[str, Any]
+    layout_reasons: list[str]
+    inference_aware: dict[str, float] | None = None
+    assumptions: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def make_plan(cfg: ModelConfig, tokens: float, devices: int, device: DeviceSpec, mfu: float = 0.38,
+              n_params: float | None = None, seq_len: int = 4096, micro_batch: int = 1,
+              global_batch_tokens: int = DEFAULT_GLOBAL_BATCH, layout: dict[str, Any] | None = None,
+              inference_tokens: float = 0.0, master_weights: bool = True, reserve_bytes: float = 5e9,
+              sequence_parallel: bool = True, notes: list[str] | None = None) -> Plan:
+    """The plan for training `cfg` (N = n_params when given, else its parameter count) on `tokens`
+    tokens with `devices` × `device` at `mfu`. `layout`: fixed tp/pp/dp/zero/checkpointing (any
+    subset; the rest is searched)."""
+    if devices < 1:
+        raise PlanError(f"--devices {devices}: must be >= 1")
+    if tokens <= 0:
+        raise PlanError(f"--tokens {tokens:g}: must be positive")
+    n = float(n_params if n_params is not None else param_count(cfg)["total"])
+    c = training_flops(n, tokens)
+    fpt = flops_per_token(cfg, seq_len)
+    seconds = wall_clock_seconds(c, devices, device.peak_flops, mfu)
+    hours = devices * seconds / 3600
+    base = Layout(seq_len=seq_len, micro_batch=micro_batch, master_weights=master_weights, reserve_bytes=reserve_bytes,
+                  sequence_parallel=sequence_parallel)
+    choice, reasons = _layout(cfg, device, devices, base, global_batch_tokens, mfu, layout or {})
+    n_opt, d_opt = chinchilla_optimal(c)
+    chinchilla = {"compute_optimal_params": n_opt, "compute_optimal_tokens": d_opt, "tokens_per_param": tokens / n,
+                  "overtrain_factor": tokens / n / TOKENS_PER_PARAM, "predicted_loss": CHINCHILLA.loss(n, tokens),
+                  "compute_optimal_loss": CHINCHILLA.loss(n_opt, d_opt)}
+    aware = None
+    if inference_tokens > 0:
+        aware = inference_aware(CHINCHILLA.loss(n, tokens), inference_tokens)
+        aware["total_flops_of_plan"] = c + INFERENCE_FLOPS_PER_PARAM * n * inference_tokens  # serving this plan's N
+    counts = param_count(cfg)
+    assumptions = [
+        *(notes or []),
+        f"C = 6·N·D with N = {n:.3g} parameters; the exact count adds attention (12·L·d·s per token, s = {seq_len}) "
+        f"and the lm_head of the model shape shown",
+        f"T = 6ND / (n · P_peak · MFU): {devices} × {device.name} at {device.peak_flops / 1e12:.0f} TFLOP/s "
+        f"({device.peak_source}), MFU {mfu:.2f}; no restarts, checkpoints or evals counted",
+        f"cost at ${device.price_per_hour:.2f} per device-hour (override with --price)",
+        f"global batch {global_batch_tokens:,} tokens per step; micro-batch {micro_batch} × {seq_len} tokens",
+        "memory: bf16 weights and gradients, fp32 Adam m and v" + (" and an fp32 master copy" if master_weights else
+                                                                  " (no fp32 master copy)")
+        + f", {reserve_bytes / GB:.0f} GB reserved for NCCL/scratch; activations per Korthikanti et al. 2022 with "
+        f"flash attention{' and sequence parallelism' if sequence_parallel else ', no sequence parallelism'}, "
+        "1F1B pipeline",
+        "layouts ranked by a step-time model: exact FLOPs at the MFU, the bubble, TP/PP traffic at its link's "
+        "bandwidth, DP traffic beyond what overlaps compute; it ranks layouts, the wall-clock above is 6ND's",
+        f"Chinchilla: D ≈ {TOKENS_PER_PARAM:.0f}·N; loss law E={CHINCHILLA.E}, A={CHINCHILLA.A}, B={CHINCHILLA.B}, "
+        f"α={CHINCHILLA.alpha}, β={CHINCHILLA.beta} (Hoffmann et al. 2022, approach 3)",
+    ]
+    if aware is not None:
+        assumptions.append(f"inference-aware: same loss as this plan, {inference_tokens:.3g} inference tokens at "
+                           "2·N FLOPs each (Sardana et al. 2023)")
+    model = {"d_model": cfg.d_model, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
+             "n_kv_heads": cfg.n_kv_heads or cfg.n_heads, "ffn_hidden": resolve_ffn_hidden(cfg), "ffn": cfg.ffn,
+             "vocab_size": cfg.vocab_size, "params_of_shape": counts["total"]}
+    return Plan(model=model, params=n, tokens=tokens, devices=devices, device=device.model_dump(), mfu=mfu,
+                global_batch_tokens=global_batch_tokens, seq_len=seq_len, flops_6nd=c, flops_exact=fpt * tokens,
+                flops_per_token_exact=fpt, steps=math.ceil(tokens / global_batch_tokens), wall_clock_seconds=seconds,
+                wall_clock_days=seconds / 86400, device_hours=hours, cost_usd=hours * device.price_per_hour,
+                chinchilla=chinchilla, layout=choice.as_dict(), layout_reasons=reasons,
+                inference_aware=aware,
+                assumptions=assumptions)
+
+
+def _layout(cfg: ModelConfig, device: DeviceSpec, devices: int, base: Layout, global_batch_tokens: int, mfu: float,
+            fixed: dict[str, Any]) -> tuple[LayoutChoice, list[str]]:
+    """The recommended layout among those matching `fixed` (a fully fixed layout is only evaluated,
+    with a warning reason when it does not fit)."""
+    fixed = {k: v for k, v in fixed.items() if v is not None}
+    unknown = set(fixed) - {"tp", "pp", "dp", "zero", "checkpointing"}
+    if unknown:
+        raise PlanError(f"unknown layout keys {sorted(unknown)}")
+    if {"tp", "pp", "dp"} <= set(fixed):
+        if fixed["tp"] * fixed["pp"] * fixed["dp"] != devices:
+            raise PlanError(f"--tp {fixed['tp']} × --pp {fixed['pp']} × --dp {fixed['dp']} = "
+                            f"{fixed['tp'] * fixed['pp'] * fixed['dp']}, not --devices {devices}")
+    every = layout_candidates(cfg, device, devices, base, global_batch_tokens, mfu)
+    wanted = [c for c in every if all(getattr(c.layout, k) == v for k, v in fixed.items())]
+    if not wanted and {"tp", "pp", "dp"} <= set(fixed):
+        m = micro_batches_for(global_batch_tokens, fixed["dp"], base.micro_batch, base.seq_len)
+        layout = base.model_copy(update={**fixed, "micro_batches": m})
+        wanted = [LayoutChoice(layout, device_memory(cfg, layout), step_time(cfg, layout, device, mfu))]
+    if not wanted:
+        raise PlanError(f"no layout on {devices} devices matches {fixed} (TP must be a power of two up to "
+                        f"{device.devices_per_node} dividing the heads, PP must divide the {cfg.n_layers} layers)")
+    if len(wanted) == 1 and wanted[0].memory.total > device.memory_bytes:
+        only = wanted[0]
+        return only, [f"DOES NOT FIT: {only.memory.total / GB:.1f} GB per device > {device.memory_bytes / GB:.0f} GB",
+                      *layout_reasons(only, device, [only])]
+    chosen, fits = recommend_layout(wanted, device)
+    return chosen, layout_reasons(chosen, device, fits)
+
+
+# --------------------------------------------------------------------------- inputs of the CLI
+@dataclass
+class PlanInputs:
+    """What the flags name, resolved: the model shape, N (None: the shape's count), D and the
+    batch geometry, with a note for every value that was derived rather than given."""
+
+    cfg: ModelConfig
+    n_params: float | None
+    tokens: float
+    seq_len: int
+    micro_batch: int
+    global_batch_tokens: int
+    notes: list[str]
+
+
+def resolve_inputs(params: float | None = None, tokens: float | None = None, flops: float | None = None,
+                   arch: str | None = None, run_cfg: Any = None, devices: int = 1, seq_len: int | None = None,
+                   micro_batch: int | None = None, global_batch_tokens: int | None = None) -> PlanInputs:
+    """One of: a run config (`run_cfg`, a RunConfig), --arch, --params, or --flops alone
+    (compute-optimal N = √(C/120), D = 20·N). --tokens defaults to the config's budget, else 20·N."""
+    from tokenmill.train.budget import tokens_per_step
+
+    sources = [name for name, v in (("--config", run_cfg), ("--arch", arch), ("--params", params)) if v is not None]
+    if len(sources) > 1:
+        raise PlanError(f"give one of --config, --arch, --params, not {' and '.join(sources)}")
+    if flops is not None and (sources or tokens is not None):
+        raise PlanError("--flops sizes the model and the data itself: give it without --params/--arch/--config/--tokens")
+    notes: list[str] = []
+    n_params: float | None = None
+    if run_cfg is not None:
+        cfg = run_cfg.model
+        if cfg.vocab_size is None:
+            cfg = cfg.model_copy(update={"vocab_size": run_cfg.tokenizer.vocab_size})
+            notes.append(f"vocabulary {cfg.vocab_size} from tokenizer.vocab_size")
+        tc = run_cfg.train
+        seq_len = seq_len or tc.seq_len
+        micro_batch = micro_batch or tc.micro_batch
+        if global_batch_tokens is None:
+            global_batch_tokens = tc.global_batch_tokens or tokens_per_step(tc, devices)
+        if tokens is None:
+            tokens = float(tc.max_tokens or tc.max_steps * global_batch_tokens)
+            notes.append(f"D = {tokens:.3g} tokens from the config's train.{'max_tokens' if tc.max_tokens else 'max_steps'}")
+    elif arch is not None:
+        if arch.lower() not in ARCHS:
+            raise PlanError(f"--arch {arch!r}: unknown; known shapes are {', '.join(ARCHS)}")
+        cfg = ARCHS[arch.lower()]
+    elif params is not None:
+        cfg = shape_for_params(params)
+        n_params = params
+        notes.append(f"shape derived from N = {params:.3g}: d_model {cfg.d_model}, {cfg.n_layers} layers, "
+                     f"{cfg.n_heads} heads of 128, SwiGLU, vocabulary {VOCAB} ({param_count(cfg)['total']:.3g} parameters)")
+    elif flops is not None:
+        if flops <= 0:
+            raise PlanError(f"--flops {flops:g}: must be positive")
+        n_params, tokens = chinchilla_optimal(flops)
+        cfg = shape_for_params(n_params)
+        notes.append(f"compute-optimal for C = {flops:.3g}: N = √(C/120) = {n_params:.3g}, D = 20·N = {tokens:.3g} "
+                     f"(shape: d_model {cfg.d_model}, {cfg.n_layers} layers)")
+    else:
+        raise PlanError("give the model: --params N (with --tokens D), --flops C, --arch NAME or --config RUN.yaml")
+    if tokens is None:
+        n = n_params if n_params is not None else param_count(cfg)["total"]
+        tokens = TOKENS_PER_PARAM * n
+        notes.append(f"D = 20·N = {tokens:.3g} tokens (Chinchilla; give --tokens to change it)")
+    return PlanInputs(cfg=cfg, n_params=n_params, tokens=float(tokens), seq_len=seq_len or 4096,
+                      micro_batch=micro_batch or 1, global_batch_tokens=global_batch_tokens or DEFAULT_GLOBAL_BATCH,
+                      notes=notes)

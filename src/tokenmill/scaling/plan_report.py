@@ -1,0 +1,80 @@
+"""The text form of a `tokenmill plan`: tables of the figures, the layout and its memory, then the
+reasons and the assumptions. Every number is formatted from the same `Plan` that `--json` prints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from tokenmill.scaling.devices import GB
+from tokenmill.scaling.parallel import bubble_fraction
+from tokenmill.scaling.plan import Plan
+
+
+def sci(x: float) -> str:
+    """Up to 4 significant digits: 4.2e+22, 4.594e+22, 143."""
+    return f"{x:.4g}"
+
+
+def _kv(title: str, rows: list[tuple[str, str]]) -> Table:
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column("figure", style="bold")
+    table.add_column("value")
+    for k, v in rows:
+        table.add_row(k, v)
+    return table
+
+
+def figures_rows(plan: Plan) -> list[tuple[str, str]]:
+    m, dev, ch = plan.model, plan.device, plan.chinchilla
+    rows = [
+        ("model", f"d_model {m['d_model']}, {m['n_layers']} layers, {m['n_heads']} heads ({m['n_kv_heads']} KV), "
+                  f"{m['ffn']}, vocab {m['vocab_size']}"),
+        ("parameters N", sci(plan.params)),
+        ("tokens D", f"{sci(plan.tokens)} ({ch['tokens_per_param']:.3g} per parameter, "
+                     f"{ch['overtrain_factor']:.3g}× Chinchilla's 20)"),
+        ("training FLOPs 6ND", sci(plan.flops_6nd)),
+        ("exact FLOPs (attention, head)", f"{sci(plan.flops_exact)} ({sci(plan.flops_per_token_exact)} per token)"),
+        ("steps", f"{plan.steps:,} of {plan.global_batch_tokens:,} tokens"),
+        ("devices", f"{plan.devices} × {dev['name']} ({dev['peak_flops'] / 1e12:.0f} TFLOP/s, "
+                    f"{dev['memory_bytes'] / GB:.0f} GB)"),
+        ("wall-clock", f"{plan.wall_clock_days:.3g} days ({plan.wall_clock_seconds / 3600:.3g} h) at MFU {plan.mfu:.2f}"),
+        ("device-hours", sci(plan.device_hours)),
+        ("cost", f"${plan.cost_usd:,.0f} at ${dev['price_per_hour']:.2f}/device-hour"),
+        ("compute-optimal for this C", f"N {sci(ch['compute_optimal_params'])}, D {sci(ch['compute_optimal_tokens'])}"),
+        ("predicted loss (Chinchilla fit)", f"{ch['predicted_loss']:.3f} (compute-optimal: {ch['compute_optimal_loss']:.3f})"),
+    ]
+    if plan.inference_aware is not None:
+        ia = plan.inference_aware
+        rows.append(("inference-aware size", f"N {sci(ia['params'])}, D {sci(ia['tokens'])} "
+                                             f"({ia['tokens_per_param']:.3g} per parameter); training "
+                                             f"{sci(ia['training_flops'])} + inference {sci(ia['inference_flops'])} "
+                                             f"= {sci(ia['total_flops'])} FLOPs (this plan's model: "
+                                             f"{sci(ia['total_flops_of_plan'])})"))
+    return rows
+
+
+def layout_rows(plan: Plan) -> list[tuple[str, str]]:
+    lay: dict[str, Any] = plan.layout["layout"]
+    mem = plan.layout["memory_bytes"]
+    step = plan.layout["step_seconds"]
+    rows = [
+        ("layout", f"TP {lay['tp']} × PP {lay['pp']} × DP {lay['dp']}, ZeRO-{lay['zero']}"),
+        ("micro-batches", f"{lay['micro_batches']} of {lay['micro_batch']} × {lay['seq_len']} tokens per pipeline; "
+                          f"bubble {bubble_fraction(lay['pp'], lay['micro_batches']):.1%}"),
+        ("activation checkpointing", "on" if lay["checkpointing"] else "off"),
+    ]
+    rows += [(f"memory: {k}", f"{v / GB:.2f} GB") for k, v in mem.items() if k != "total"]
+    rows.append(("memory per device", f"{mem['total'] / GB:.2f} GB of {plan.device['memory_bytes'] / GB:.0f} GB"))
+    rows.append(("step-time model (ranks layouts)", f"{step['total']:.3g} s: compute {step['compute']:.3g}, bubble "
+                                                    f"{step['bubble']:.3g}, TP {step['tp_comm']:.3g}, PP "
+                                                    f"{step['pp_comm']:.3g}, DP {step['dp_exposed']:.3g} exposed"))
+    return rows
+
+
+def render_plan(plan: Plan) -> list[Any]:
+    """The renderables `tokenmill plan` prints, in order."""
+    return [_kv("plan", figures_rows(plan)), _kv("layout", layout_rows(plan)),
+            "[bold]why this layout[/]", *(f"  • {r}" for r in plan.layout_reasons),
+            "[bold]assumptions[/]", *(f"  • {a}" for a in plan.assumptions)]
