@@ -123,13 +123,13 @@ def curate(
         from tokenmill.data.curate import curate as curate_paths
         from tokenmill.data.sources import sources_from_paths
 
-        cfg = load_config(config, overrides).curate
-        cfg = cfg.model_copy(update={"sources": sources_from_paths([str(p) for p in inputs], bucket)})
+        run_cfg = load_config(config, overrides)
+        cfg = run_cfg.curate.model_copy(update={"sources": sources_from_paths([str(p) for p in inputs], bucket)})
         out.mkdir(parents=True, exist_ok=True)
         from tokenmill.runs import EventLog
 
         summary = curate_paths(cfg, out, base_dir=config.parent if config else Path.cwd(),
-                               events=EventLog(out.parent / f".{out.name}.events.jsonl"))
+                               events=EventLog(out.parent / f".{out.name}.events.jsonl"), seed=run_cfg.seed)
         console.print(f"[green]✓ curate[/] {summary}")
     _guard(go, "Run the same command again: finished shards are not redone.")
 
@@ -432,6 +432,154 @@ def calibrate(
         table.add_row(e["dtype"], *(f"{v / 1e9:,.1f}" for v in e["by_size"].values()), f"{e['peak_flops'] / 1e9:,.1f}")
     Console().print(table)
     typer.echo(str(path))
+
+
+@app.command()
+def plan(
+    params: Optional[float] = typer.Option(None, "--params", help="Parameters N (e.g. 7e9); the shape is derived with d_model = 128 × layers."),
+    tokens: Optional[float] = typer.Option(None, "--tokens", help="Training tokens D (default: the config's budget, else 20·N)."),
+    flops: Optional[float] = typer.Option(None, "--flops", help="Compute budget C alone: size N = √(C/120), D = 20·N (Chinchilla)."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Run config: its model, seq_len, micro-batch, global batch and token budget."),
+    arch: Optional[str] = typer.Option(None, "--arch", help="A known shape: llama2-7b, llama2-13b, llama2-70b."),
+    devices: int = typer.Option(8, "--devices", "-n", min=1, help="Devices (GPUs) in the run."),
+    device: str = typer.Option("h100", "--device", help="a100-40gb, a100-80gb, h100, h200, or this (from `tokenmill calibrate`)."),
+    mfu: float = typer.Option(0.38, "--mfu", help="Model FLOP utilization assumed for the wall-clock (seed 002: 0.38)."),
+    price: Optional[float] = typer.Option(None, "--price", help="USD per device-hour (default: the preset's rough cloud price)."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Tokens per sequence (default: the config's, else 4096)."),
+    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Sequences per micro-batch (default: the config's, else 1)."),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch-tokens", help="Tokens per optimizer step (default: the config's, else 4Mi)."),
+    tp: Optional[int] = typer.Option(None, "--tp", help="Fix tensor parallelism (default: searched)."),
+    pp: Optional[int] = typer.Option(None, "--pp", help="Fix pipeline stages (default: searched)."),
+    dp: Optional[int] = typer.Option(None, "--dp", help="Fix data parallelism (default: searched)."),
+    zero: Optional[int] = typer.Option(None, "--zero", min=0, max=3, help="Fix the ZeRO stage (3 = FSDP; default: searched)."),
+    checkpointing: Optional[bool] = typer.Option(None, "--checkpointing/--no-checkpointing", help="Fix activation checkpointing (default: searched)."),
+    sequence_parallel: bool = typer.Option(True, "--sequence-parallel/--no-sequence-parallel", help="Shard the norm/dropout activations over TP ranks too (Korthikanti et al.)."),
+    no_master: bool = typer.Option(False, "--no-master-weights", help="No fp32 master copy (Adam 8 B/param, as seed 004 counts)."),
+    reserve_gb: float = typer.Option(5.0, "--reserve-gb", min=0, help="GB per device kept for NCCL buffers and scratch."),
+    inference_tokens: float = typer.Option(0.0, "--inference-tokens", help="Tokens the model will serve: adds the inference-aware size (Sardana et al.)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the same figures as JSON."),
+    set_: Optional[list[str]] = SetOpt,
+) -> None:
+    """Plan a pretraining run: FLOPs (6ND and exact), steps, wall-clock, cost, compute-optimal and
+    inference-aware sizes, and a parallel layout with its memory per device, every assumption printed.
+
+    Examples: `tokenmill plan --params 7e9 --tokens 1e12 --devices 512 --device h100 --mfu 0.38`,
+    `tokenmill plan --flops 1e22`, `tokenmill plan --config RUN.yaml --devices 64 --device h100`.
+    """
+    import json as _json
+
+    from tokenmill.scaling.devices import get_device
+    from tokenmill.scaling.plan import make_plan, resolve_inputs
+    from tokenmill.scaling.plan_report import render_plan
+
+    def go() -> Any:
+        run_cfg = load_config(config, list(set_ or [])) if config is not None else None
+        spec = get_device(device, price)
+        inputs = resolve_inputs(params, tokens, flops, arch, run_cfg, devices, seq_len, micro_batch, global_batch)
+        return make_plan(inputs.cfg, inputs.tokens, devices, spec, mfu, inputs.n_params, inputs.seq_len,
+                         inputs.micro_batch, inputs.global_batch_tokens,
+                         {"tp": tp, "pp": pp, "dp": dp, "zero": zero, "checkpointing": checkpointing},
+                         inference_tokens, not no_master, reserve_gb * 1e9, sequence_parallel, inputs.notes)
+    result = _guard(go)
+    if as_json:
+        typer.echo(_json.dumps(result.as_dict(), indent=1))
+        return
+    for part in render_plan(result):
+        Console(width=120, soft_wrap=True).print(part)
+
+
+scaling_app = typer.Typer(help="Scaling laws: IsoFLOP sweeps with the real trainer, and the fitted laws.",
+                          no_args_is_help=True)
+app.add_typer(scaling_app, name="scaling")
+
+
+@scaling_app.command("sweep")
+def scaling_sweep(
+    sweep: Path = typer.Argument(..., help="Sweep config (YAML): base run config, budgets, shapes, held-out runs."),
+    only: Optional[list[str]] = typer.Option(None, "--only", help="Train only this run (repeatable); finished runs are still collected."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the planned runs (steps, tokens, FLOPs) and train nothing."),
+) -> None:
+    """Train every run of an IsoFLOP sweep (each a normal run directory under <root>/<name>/runs/)
+    and write <root>/<name>/results.json. Running it again continues: finished runs are skipped and
+    an interrupted run resumes from its last checkpoint."""
+    from rich.table import Table
+
+    from tokenmill.scaling.sweep import run_sweep
+
+    result = _guard(lambda: run_sweep(sweep, only=only, dry_run=dry_run))
+    if dry_run:
+        table = Table(title=f"{len(result['runs'])} runs; {result['train_tokens']:,} training tokens in the store")
+        for col in ("run", "role", "N (non-emb.)", "steps", "tokens", "FLOPs", "D/N"):
+            table.add_column(col, justify="left" if col in ("run", "role") else "right", no_wrap=col == "run")
+        for r in result["runs"]:
+            table.add_row(r["name"], r["role"], f"{r['params']:,}", f"{r['steps']:,}", f"{r['tokens']:,}",
+                          f"{r['flops']:.2e}", f"{r['tokens'] / r['params']:.1f}")
+        Console().print(table)
+    for s in result["skipped"]:
+        console.print(f"[dim]left out {s['name']}: {s['why']}[/]")
+    if not dry_run:
+        typer.echo(f"{result['finished']}/{result['planned']} runs finished: {result['sweep']}/results.json")
+
+
+@scaling_app.command("lr-transfer")
+def scaling_lr_transfer(
+    sweep: Path = typer.Argument(..., help="Learning-rate transfer config (YAML): base, widths, lrs, tokens."),
+) -> None:
+    """Train one learning-rate grid at several widths under μP and SP, and say how far the best
+    learning rate moves as the model widens (μTransfer: it should not, under μP). Writes
+    <root>/<name>/results.json; running it again continues where it stopped."""
+    from rich.table import Table
+
+    from tokenmill.scaling.lr_transfer import run_lr_transfer
+
+    result = _guard(lambda: run_lr_transfer(sweep))
+    table = Table(title="best learning rate by width")
+    for col in ("parameterization", "width", "best lr (parabola)", "best grid lr", "loss", "shift (octaves)"):
+        table.add_column(col, justify="right")
+    for param, a in result["analysis"].items():
+        for width, o in a["optima"].items():
+            shift = "" if a["shift_octaves"] is None else f"{a['shift_octaves']:+.2f}"
+            table.add_row(param, width, f"{o['lr']:.2e}" + (" (edge)" if o["edge"] else ""), f"{o['grid_lr']:.2e}",
+                          f"{o['loss']:.4f}", shift)
+    Console().print(table)
+
+
+@scaling_app.command("fit")
+def scaling_fit(
+    sweep_dir: Path = typer.Argument(..., help="A sweep directory (holds results.json), e.g. runs/books-sweep."),
+    bootstrap: int = typer.Option(200, "--bootstrap", min=0, help="Bootstrap resamples for the intervals (0: none)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the whole analysis as JSON."),
+) -> None:
+    """Fit L(N, D) = E + A/N^α + B/D^β (Chinchilla approach 3, Huber on log loss), the IsoFLOP
+    minima and Kaplan-style power laws to the sweep runs, with bootstrap intervals, and predict each
+    held-out run. Writes <sweep>/fit.json and <sweep>/scaling.html."""
+    import json
+
+    from tokenmill.report.scaling import render_scaling
+    from tokenmill.runs import atomic_write_text
+    from tokenmill.scaling.analysis import analyze
+    from tokenmill.scaling.fit import FitConfig
+    from tokenmill.scaling.results import load_results
+
+    def go() -> Any:
+        a = analyze(load_results(sweep_dir / "results.json"), FitConfig(bootstrap_samples=bootstrap))
+        atomic_write_text(sweep_dir / "fit.json", json.dumps(a.to_dict(), indent=1))
+        atomic_write_text(sweep_dir / "scaling.html", render_scaling(a, f"scaling: {sweep_dir.name}"))
+        return a
+    a = _guard(go)
+    if as_json:
+        typer.echo(json.dumps(a.to_dict(), indent=1))
+        return
+    f = a.chinchilla.fit
+    console.print(f"L(N, D) = {f.E:.4g} + {f.A:.4g}/N^{f.alpha:.4g} + {f.B:.4g}/D^{f.beta:.4g}  "
+                  f"(a = {f.a:.3f}, b = {f.b:.3f}; {f.runs} runs)", highlight=False)
+    for h in a.holdout:
+        iv = f" [{h.interval.low:.4f}, {h.interval.high:.4f}]" if h.interval else ""
+        console.print(f"held-out {h.name}: predicted {h.predicted:.4f}{iv}, actual {h.actual:.4f}, "
+                      f"error {h.relative_error:+.2%}", highlight=False)
+    for n in a.notes:
+        console.print(f"[dim]{n}[/]")
+    typer.echo(str(sweep_dir / "scaling.html"))
 
 
 def main() -> None:  # pragma: no cover - entry point

@@ -1,0 +1,77 @@
+"""The scaling page of a sweep (`tokenmill scaling fit`): the fitted laws with their bootstrap
+intervals, the IsoFLOP minima, each held-out run's prediction against its actual loss, and the
+charts. Self-contained HTML like report.html (same style), written beside results.json."""
+
+from __future__ import annotations
+
+import html
+import time
+from typing import Any
+
+from tokenmill import __version__
+from tokenmill.report.build import CSS, table
+from tokenmill.scaling.analysis import ScalingAnalysis
+from tokenmill.scaling.fit_charts import all_charts
+
+
+def _interval(iv: list[float] | None) -> str:
+    return "—" if iv is None else f"[{iv[0]:.4g}, {iv[1]:.4g}]"
+
+
+def section_laws(d: dict[str, Any]) -> str:
+    fit, iv = d["chinchilla"]["fit"], d["chinchilla"]["intervals"]
+    rows = [[k, fit[k], _interval(iv.get(k))] for k in ("E", "A", "B", "alpha", "beta", "a", "b")]
+    out = ["<h2>Fitted law L(N, D) = E + A/N<sup>α</sup> + B/D<sup>β</sup></h2>",
+           f"<p>Chinchilla approach 3 (Huber δ={fit['huber_delta']} on log loss) over {fit['runs']} sweep runs; "
+           f"N = non-embedding parameters, D = training tokens. a = β/(α+β) and b = α/(α+β) are the "
+           f"compute-optimal exponents (N* ∝ C<sup>a</sup>, D* ∝ C<sup>b</sup>). Intervals: "
+           f"{d['chinchilla']['samples']} bootstrap resamples of the runs.</p>",
+           table(["parameter", "fit", "bootstrap interval"], rows)]
+    cf = d.get("compute_frontier")
+    if cf:
+        out.append(f"<p>Compute frontier (Kaplan-style, on the IsoFLOP minima): L(C) = {cf['E_c']:.4g} + "
+                   f"({cf['C_c']:.4g}/C)<sup>{cf['alpha_c']:.4g}</sup>.</p>")
+    sl = d.get("size_law")
+    if sl:
+        out.append(f"<p>Size law (best loss per size): L(N) = ({sl['N_c']:.4g}/N)<sup>{sl['alpha_n']:.4g}</sup>.</p>")
+    return "".join(out)
+
+
+def section_isoflop(d: dict[str, Any]) -> str:
+    minima = d["isoflop"].get("minima") or []
+    if not minima:
+        return ""
+    rows = [[f"{m['budget']:.3g}", m["sizes"], f"{m['params']:.4g}", f"{m['tokens']:.4g}", m["loss"],
+             "yes" if m.get("interior") else "no (edge)"] for m in minima]
+    return ("<h2>IsoFLOP minima</h2><p>Per budget, a parabola of loss against log N through its runs; its vertex "
+            "is the compute-optimal size at that budget.</p>"
+            + table(["budget (FLOPs)", "sizes", "N*", "D*", "loss at N*", "inside the swept sizes"], rows))
+
+
+def section_holdout(d: dict[str, Any]) -> str:
+    if not d["holdout"]:
+        return "<h2>Held-out runs</h2><p class=muted>The sweep has no held-out run.</p>"
+    rows = []
+    for h in d["holdout"]:
+        err = h["relative_error"]
+        rows.append([h["name"], f"{h['params']:,}", f"{h['tokens']:,}", f"{h['flops']:.3g}", h["predicted"],
+                     _interval(h["interval"]), h["actual"],
+                     f'<span class="{"good" if abs(err) <= 0.03 else "bad"}">{err:+.2%}</span>'])
+    return ("<h2>Held-out runs: predicted vs actual</h2><p>Runs the fit never saw; the prediction is L(N, D) of "
+            "the fitted law at the run's N and D.</p>"
+            + table(["run", "N", "D", "FLOPs", "predicted loss", "interval", "actual loss", "error"], rows))
+
+
+def render_scaling(a: ScalingAnalysis, title: str) -> str:
+    d = a.to_dict()
+    charts = "".join(f"<h3>{html.escape(name)}</h3>{svg}" for name, svg in all_charts(a).items())
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in d["notes"])
+    runs = table(["run", "role", "N", "D", "FLOPs", "loss"],
+                 [[r["name"], r["role"], f"{r['params']:,}", f"{r['tokens']:,}", f"{r['flops']:.3g}", r["loss"]]
+                  for r in d["runs"]])
+    body = [f"<h1>{html.escape(title)}</h1>",
+            f"<p class=muted>tokenmill {__version__} · generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>",
+            section_holdout(d), section_laws(d), section_isoflop(d), "<h2>Charts</h2>", charts,
+            f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "", "<h2>Runs</h2>", runs]
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)} — tokenmill</title>"
+            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")

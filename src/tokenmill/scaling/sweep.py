@@ -1,0 +1,279 @@
+"""IsoFLOP sweeps with the real trainer (Chinchilla approaches 2 and 3; seeds 000, 001, 004).
+
+A sweep is a YAML file (SweepConfig): a base run config (its data stages and its recipe), a list
+of compute budgets C in FLOPs, a list of model shapes, and held-out runs. For every budget each
+shape trains on D = C / flops_per_token(shape) tokens, so the runs of one budget cost the same
+compute; the held-out runs are trained the same way but never shown to the fit: they are what
+the fitted law must predict.
+
+Layout of a sweep directory (every run is a normal run directory):
+
+    <root>/<name>/sweep.yaml        the resolved sweep config
+    <root>/<name>/data/             curate -> tokenizer -> tokenize of the base config, once
+    <root>/<name>/runs/<run>/       one run per (budget, shape): config.yaml, checkpoints, eval/
+                                    (curated/, tokenizer/, tokens/ are links into data/)
+    <root>/<name>/results.json      {"runs": [{name, role, budget, params, tokens, flops, loss, ...}]}
+
+Running the same command again continues where it stopped: finished runs are skipped, an
+interrupted run resumes from its last checkpoint (bit-exactly, see train/checkpoint.py), and
+results.json is rewritten after every run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError
+
+from tokenmill.config import ModelConfig, RunConfig, Strict, load_config
+from tokenmill.errors import UserError
+from tokenmill.runs import RunDir, atomic_write_text
+from tokenmill.scaling.flops import flops_per_token, param_count
+from tokenmill.train.budget import resolve_budget, tokens_per_step
+
+DATA_STAGES = ("curate", "tokenizer", "tokenize")
+DATA_DIRS = ("curated", "tokenizer", "tokens")
+
+
+class SweepError(UserError, ValueError):
+    """A sweep config or sweep directory that cannot be used."""
+
+
+class ShapeConfig(Strict):
+    """One model shape of the sweep; every other model knob comes from the base config."""
+
+    d_model: int = Field(..., gt=0, description="Width.")
+    n_layers: int = Field(..., gt=0, description="Depth.")
+    n_heads: int | None = Field(None, description="Attention heads (None: d_model / sweep head_dim).")
+
+
+class HoldoutConfig(Strict):
+    """A run the fit never sees: its final loss is what the fitted law must predict."""
+
+    shape: ShapeConfig = Field(..., description="Model shape of the held-out run.")
+    flops: float = Field(..., gt=0, description="Its compute budget in FLOPs.")
+
+
+class SweepConfig(Strict):
+    """An IsoFLOP grid of small runs plus held-out runs, all with the real trainer."""
+
+    name: str = Field("sweep", description="Sweep name; the sweep directory is <root>/<name>.")
+    root: str = Field("runs", description="Directory holding the sweep directory.")
+    base: str = Field(..., description="Run config (YAML) giving the data stages and the training recipe; "
+                                        "relative paths are relative to the sweep file.")
+    data: str | None = Field(None, description="An existing run directory whose curated data, tokenizer and tokens the sweep "
+                                                "uses (None: run the base config's data stages in <sweep>/data).")
+    set: list[str] = Field(default_factory=list, description="Overrides applied to the base config (`train.lr=1e-3`).")
+    budgets: list[float] = Field(..., min_length=1, description="Compute budgets C in FLOPs (forward + backward).")
+    shapes: list[ShapeConfig] = Field(..., min_length=2, description="Model shapes tried at every budget.")
+    head_dim: int = Field(32, gt=0, description="Head width used when a shape gives no n_heads.")
+    min_steps: int = Field(40, ge=1, description="A (budget, shape) pair with fewer optimizer steps is left out.")
+    max_tokens_per_param: float = Field(
+        400.0, gt=0, description="A pair whose D/N (non-embedding) exceeds this is left out (far from the minimum).")
+    max_epochs: float = Field(1.0, gt=0, description="A pair that would repeat the training tokens more than this is left out "
+                                                  "(repetition bends the law, Muennighoff et al. 2023).")
+    warmup_fraction: float = Field(0.05, ge=0.0, lt=1.0, description="Warmup as a share of each run's tokens.")
+    holdout: list[HoldoutConfig] = Field(default_factory=list, description="Runs the fit must predict.")
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One planned run of a sweep."""
+
+    name: str
+    role: Literal["sweep", "holdout"]
+    budget: float
+    d_model: int
+    n_layers: int
+    n_heads: int
+    params: int  # non-embedding
+    params_total: int
+    steps: int
+    tokens: int
+    flops: float
+
+
+def resolve_base(sweep_path: Path, base: str) -> str:
+    """The base run config's path: relative paths are relative to the sweep file."""
+    path = Path(base)
+    if not path.is_absolute():
+        path = (Path(sweep_path).parent / path).resolve()
+    if not path.is_file():
+        raise SweepError(f"{sweep_path}: base config {path} not found")
+    return str(path)
+
+
+def load_sweep(path: Path) -> SweepConfig:
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise SweepError(f"{path}: cannot read the sweep config: {exc}") from exc
+    try:
+        cfg = SweepConfig.model_validate(data)
+    except ValidationError as exc:
+        raise SweepError(f"{path}: invalid sweep config:\n{exc}") from exc
+    return cfg.model_copy(update={"base": resolve_base(path, cfg.base)})
+
+
+def base_config(cfg: SweepConfig) -> RunConfig:
+    return load_config(cfg.base, cfg.set)
+
+
+def shape_model(base: RunConfig, shape: ShapeConfig, head_dim: int, vocab_size: int) -> ModelConfig:
+    heads = shape.n_heads or max(1, shape.d_model // head_dim)
+    if shape.d_model % heads:
+        raise SweepError(f"shape d_model={shape.d_model}: not divisible into {heads} heads")
+    return base.model.model_copy(update={"d_model": shape.d_model, "n_layers": shape.n_layers,
+                                         "n_heads": heads, "vocab_size": vocab_size})
+
+
+def plan_run(base: RunConfig, cfg: SweepConfig, shape: ShapeConfig, flops: float, role: Literal["sweep", "holdout"],
+             vocab_size: int) -> SweepRun:
+    """The run of `shape` that spends `flops`: its steps round D = C / flops-per-token up to whole steps."""
+    model = shape_model(base, shape, cfg.head_dim, vocab_size)
+    per_token = flops_per_token(model, base.train.seq_len)
+    tps = tokens_per_step(resolve_budget(base.train))
+    steps = max(1, math.ceil(flops / per_token / tps))
+    counts = param_count(model)
+    prefix = "holdout" if role == "holdout" else "c"
+    name = f"{prefix}{flops:.1e}-d{model.d_model}-l{model.n_layers}".replace("+", "")
+    return SweepRun(name=name, role=role, budget=flops, d_model=model.d_model, n_layers=model.n_layers,
+                    n_heads=model.n_heads, params=counts["non_embedding"], params_total=counts["total"],
+                    steps=steps, tokens=steps * tps, flops=steps * tps * per_token)
+
+
+def plan_sweep(cfg: SweepConfig, base: RunConfig, vocab_size: int,
+               train_tokens: int) -> tuple[list[SweepRun], list[dict[str, Any]]]:
+    """Every (budget, shape) run that is worth training, the held-out runs, and the pairs left out with why."""
+    runs, skipped = [], []
+    for budget in sorted(cfg.budgets):
+        for shape in cfg.shapes:
+            run = plan_run(base, cfg, shape, budget, "sweep", vocab_size)
+            why = None
+            if run.steps < cfg.min_steps:
+                why = f"{run.steps} steps < min_steps {cfg.min_steps}"
+            elif run.tokens / run.params > cfg.max_tokens_per_param:
+                why = f"D/N = {run.tokens / run.params:.0f} > max_tokens_per_param {cfg.max_tokens_per_param:g}"
+            elif run.tokens > cfg.max_epochs * train_tokens:
+                why = f"{run.tokens:,} tokens > {cfg.max_epochs:g} epoch(s) of {train_tokens:,}"
+            if why:
+                skipped.append({"name": run.name, "why": why})
+            else:
+                runs.append(run)
+    runs += [plan_run(base, cfg, h.shape, h.flops, "holdout", vocab_size) for h in cfg.holdout]
+    if len({r.name for r in runs}) != len(runs):
+        raise SweepError("two sweep runs have the same budget and shape; list each shape and budget once")
+    return runs, skipped
+
+
+def run_config(base: RunConfig, cfg: SweepConfig, run: SweepRun, root: Path) -> RunConfig:
+    """The base config with the run's shape and token budget (warmup a fixed share of it)."""
+    train = base.train.model_copy(update={"max_tokens": run.tokens, "max_steps": run.steps,
+                                          "warmup_tokens": int(cfg.warmup_fraction * run.tokens)})
+    model = base.model.model_copy(update={"d_model": run.d_model, "n_layers": run.n_layers, "n_heads": run.n_heads})
+    data = base.model_dump()
+    data.update(name=run.name, root=str(root), model=model.model_dump(), train=train.model_dump())
+    return RunConfig.model_validate(data)
+
+
+def link_data(data: RunDir, run: RunDir) -> None:
+    """Share the data stages' outputs and their finished records (their fingerprints match: same
+    curate/tokenizer/tokenize sections and seed), so only training runs per sweep run."""
+    for d in DATA_DIRS:
+        target = run.sub(d)
+        if not target.exists():
+            os.symlink(os.path.relpath(data.sub(d), run.path), target)
+    for stage in DATA_STAGES:
+        if data.finished(stage) is None:
+            raise SweepError(f"{data.path}: data stage {stage!r} has not finished")
+        if run.fingerprint(stage) != data.fingerprint(stage):
+            raise SweepError(f"{run.path}: its {stage} config differs from the sweep's data run")
+        marker = run.sub(".stages", f"{stage}.json")
+        if not marker.exists():
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(data.sub(".stages", f"{stage}.json"), marker)
+
+
+def final_loss(run: RunDir, step: int) -> dict[str, float]:
+    """Held-out loss (nats/token) and bits-per-byte over all buckets of the eval at `step`."""
+    path = run.sub("eval", f"{step}.json")
+    if not path.exists():
+        raise SweepError(f"{path}: missing (the run's final evaluation)")
+    buckets = json.loads(path.read_text())["buckets"]
+    nll = sum(b["loss"] * b["tokens"] for b in buckets.values())
+    tokens = sum(b["tokens"] for b in buckets.values())
+    n_bytes = sum(b["bytes"] for b in buckets.values())
+    return {"loss": nll / tokens, "bpb": nll / (math.log(2) * n_bytes), "eval_tokens": tokens}
+
+
+def prepare_data(sweep_dir: Path, base: RunConfig, existing: str | None = None) -> RunDir:
+    """The run whose data stages every sweep run shares: `existing` as it is, or <sweep>/data,
+    built from the base config (a finished stage is not redone)."""
+    from tokenmill.pipeline import run_pipeline
+
+    if existing is not None:
+        path = Path(existing)
+        if not (path / "config.yaml").is_file():
+            raise SweepError(f"{path}: not a run directory (no config.yaml)")
+        data = RunDir(load_config(path / "config.yaml"), path)
+        missing = [s for s in DATA_STAGES if data.finished(s) is None]
+        if missing:
+            raise SweepError(f"{path}: data stage(s) {', '.join(missing)} not finished (run `tokenmill tokenize` there)")
+        return data
+    data = RunDir.create(base.model_copy(update={"name": "data", "root": str(sweep_dir)}), sweep_dir / "data")
+    run_pipeline(data, DATA_STAGES)
+    return data
+
+
+def store_tokens(data: RunDir) -> tuple[int, int]:
+    """(vocab size, training tokens) of the sweep's token store."""
+    from tokenmill.tokens.store import TokenStore
+
+    store = TokenStore(data.sub("tokens"))
+    return int(store.meta["vocab_size"]), sum(store.n_tokens(b, "train") for b in store.buckets)
+
+
+def run_sweep(path: Path, only: list[str] | None = None, dry_run: bool = False) -> dict[str, Any]:
+    """Plan the sweep, prepare its data once, train every run not yet finished, write results.json."""
+    from tokenmill.pipeline import run_pipeline
+
+    cfg = load_sweep(path)
+    base = base_config(cfg)
+    sweep_dir = Path(cfg.root) / cfg.name
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(sweep_dir / "sweep.yaml", yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    data = prepare_data(sweep_dir, base, cfg.data)
+    vocab, train_tokens = store_tokens(data)
+    runs, skipped = plan_sweep(cfg, base, vocab, train_tokens)
+    plan = {"runs": [asdict(r) for r in runs], "skipped": skipped, "train_tokens": train_tokens}
+    atomic_write_text(sweep_dir / "plan.json", json.dumps(plan, indent=1))
+    if dry_run:
+        return plan
+    results: list[dict[str, Any]] = []
+    for r in runs:  # smallest budgets first: a stopped sweep has whole IsoFLOP curves
+        run = RunDir.create(run_config(base, cfg, r, sweep_dir / "runs"), sweep_dir / "runs" / r.name)
+        link_data(data, run)
+        if not run.is_fresh("train"):
+            if only and r.name not in only:
+                continue
+            run_pipeline(run, ("train",))
+        results.append({**asdict(r), **final_loss(run, r.steps), "epochs": r.tokens / max(train_tokens, 1),
+                        "seconds": _train_seconds(run)})
+        _write_results(sweep_dir, results)
+    return {"sweep": str(sweep_dir), "finished": len(results), "planned": len(runs), "skipped": skipped}
+
+
+def _train_seconds(run: RunDir) -> float | None:
+    done = run.finished("train")
+    return (done or {}).get("summary", {}).get("seconds")
+
+
+def _write_results(sweep_dir: Path, results: list[dict[str, Any]]) -> None:
+    atomic_write_text(sweep_dir / "results.json", json.dumps({"runs": results}, indent=1))

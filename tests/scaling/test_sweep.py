@@ -1,0 +1,97 @@
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tokenmill.runs import STAGES, RunDir
+from tokenmill.scaling.flops import flops_per_token
+from tokenmill.scaling.sweep import SweepError, load_sweep, plan_sweep, run_sweep, base_config, shape_model
+
+BUDGETS = [4.0e9, 8.0e9]
+SHAPES = [{"d_model": 16, "n_layers": 1}, {"d_model": 32, "n_layers": 1}, {"d_model": 64, "n_layers": 2}]
+
+
+def _sweep(tmp_path: Path, data: RunDir, name: str, **extra) -> Path:
+    """A sweep over `data`'s tokens: a base config with a small recipe, two budgets, three shapes."""
+    base = data.config.model_dump(mode="json")
+    base["model"].update(max_seq_len=32)
+    base["train"].update(seq_len=32, micro_batch=4, global_batch_tokens=256, lr=0.01, device="cpu", dtype="float32",
+                         threads=1, eval_every=0, eval_docs=2, ckpt_every=10, log_every=0)
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    sweep = {"name": name, "root": str(tmp_path / "sweeps"), "base": "base.yaml", "data": str(data.path),
+             "budgets": BUDGETS, "shapes": SHAPES, "min_steps": 8, "head_dim": 16,
+             "holdout": [{"shape": {"d_model": 32, "n_layers": 1}, "flops": 1.6e10}], **extra}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    return path
+
+
+@pytest.fixture()
+def data_run(tokenized_run: RunDir) -> RunDir:
+    for stage in STAGES[:3]:  # the fixture wrote the files without the pipeline's records
+        tokenized_run.mark_done(stage)
+    return tokenized_run
+
+
+def test_plan_spends_each_budget_to_within_one_step_and_says_why_pairs_are_left_out(tmp_path, data_run):
+    cfg = load_sweep(_sweep(tmp_path, data_run, "plan", max_tokens_per_param=20))
+    base = base_config(cfg)
+    runs, skipped = plan_sweep(cfg, base, vocab_size=512, train_tokens=10**9)
+    tps = 256
+    for r in runs:
+        per_token = flops_per_token(shape_model(base, cfg.shapes[0].model_copy(
+            update={"d_model": r.d_model, "n_layers": r.n_layers}), cfg.head_dim, 512), 32)
+        assert r.tokens == r.steps * tps and r.flops == pytest.approx(r.tokens * per_token)
+        assert r.budget <= r.flops < r.budget + tps * per_token  # the budget, rounded up to whole steps
+    assert {r.role for r in runs} == {"sweep", "holdout"}
+    assert all(s["why"].startswith(("D/N", "only")) or "steps" in s["why"] for s in skipped)
+    assert any("D/N" in s["why"] for s in skipped)  # the smallest model at the largest budget
+    _, few = plan_sweep(cfg, base, vocab_size=512, train_tokens=1000)
+    assert any("epoch" in s["why"] for s in few)
+
+
+def test_sweep_trains_normal_runs_collects_results_and_continues_where_it_stopped(tmp_path, data_run):
+    whole = run_sweep(_sweep(tmp_path, data_run, "whole"))
+    assert whole["finished"] == whole["planned"] == 7
+    sweep_dir = tmp_path / "sweeps" / "whole"
+    results = json.loads((sweep_dir / "results.json").read_text())["runs"]
+    for r in results:
+        run_dir = sweep_dir / "runs" / r["name"]
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+        assert (cfg["model"]["d_model"], cfg["model"]["n_layers"], cfg["train"]["max_steps"]) == \
+            (r["d_model"], r["n_layers"], r["steps"])
+        assert (run_dir / "tokens").is_symlink() and (run_dir / "tokens" / "_meta.json").exists()
+        record = json.loads((run_dir / "eval" / f"{r['steps']}.json").read_text())["buckets"]
+        nll = sum(b["loss"] * b["tokens"] for b in record.values())
+        assert r["loss"] == pytest.approx(nll / sum(b["tokens"] for b in record.values()), rel=1e-12)
+    by_budget = {}
+    for r in results:
+        by_budget.setdefault(r["budget"], []).append(r["loss"])
+    assert all(len(v) == 3 for b, v in by_budget.items() if b in BUDGETS)
+
+    # in two calls (one run first, the rest later): the same results, to the bit
+    path = _sweep(tmp_path, data_run, "parts")
+    first = run_sweep(path, only=[results[0]["name"]])
+    assert first["finished"] == 1
+    run_sweep(path)
+    parts = json.loads((tmp_path / "sweeps" / "parts" / "results.json").read_text())["runs"]
+    assert [(r["name"], r["loss"]) for r in parts] == [(r["name"], r["loss"]) for r in results]
+    ckpt = sorted((tmp_path / "sweeps" / "parts" / "runs" / results[0]["name"] / "checkpoints").glob("step_*"))
+    mtime = ckpt[-1].stat().st_mtime
+    run_sweep(path)  # everything finished: nothing retrains
+    assert ckpt[-1].stat().st_mtime == mtime
+
+
+def test_bad_sweeps_name_the_problem(tmp_path, data_run):
+    path = _sweep(tmp_path, data_run, "bad")
+    cfg = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**cfg, "data": str(tmp_path / "nowhere")}))
+    with pytest.raises(SweepError, match="not a run directory"):
+        run_sweep(path)
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump({"base": "missing.yaml", "budgets": [1e9], "shapes": SHAPES}))
+    with pytest.raises(SweepError, match="missing.yaml"):
+        load_sweep(tmp_path / "b.yaml")
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"base": "base.yaml", "budgets": [1e9], "shapez": SHAPES}))
+    with pytest.raises(SweepError, match="c.yaml"):
+        load_sweep(tmp_path / "c.yaml")
