@@ -518,6 +518,8 @@ def scaling_sweep(
     for s in result["skipped"]:
         console.print(f"[dim]left out {s['name']}: {s['why']}[/]")
     if not dry_run:
+        for f in result["failed"]:
+            console.print(f"[yellow]diverged {f['name']}[/]: {f['why']}")
         typer.echo(f"{result['finished']}/{result['planned']} runs finished: {result['sweep']}/results.json")
 
 

@@ -31,3 +31,36 @@ def test_scaling_fit_names_a_bad_record(tmp_path):
     (tmp_path / "results.json").write_text(json.dumps({"runs": runs}))
     out = CliRunner().invoke(app, ["scaling", "fit", str(tmp_path)])
     assert out.exit_code == 1 and "results.json" in out.output and runs[3]["name"] in out.output
+
+
+def test_run_report_scaling_section_plans_the_run_on_this_machine(tmp_path, monkeypatch, tiny_run):
+    from tokenmill.report.scaling import section_scaling
+    from tokenmill.scaling.calibrate import calibrate, write_calibration
+    from tokenmill.scaling.flops import flops_per_token
+
+    monkeypatch.setenv("TOKENMILL_CACHE", str(tmp_path / "cache"))
+    assert "No plan for this machine" in section_scaling(tiny_run, [])  # not calibrated: says how to fix it
+    write_calibration(calibrate("cpu", seconds=0.05))
+    page = section_scaling(tiny_run, [{"kind": "train_step", "step": 1, "mfu": 0.25, "memory_peak": 2e9}])
+    cfg = tiny_run.config
+    model = cfg.model.model_copy(update={"vocab_size": cfg.tokenizer.vocab_size})
+    tokens = cfg.train.max_steps * cfg.train.micro_batch * cfg.train.seq_len * cfg.train.grad_accum
+    exact = flops_per_token(model, cfg.train.seq_len) * tokens
+    assert f"{exact:.4g}" in page and "MFU 0.25" in page and "2.00 GB" in page and "1 × this" in page
+
+
+def test_run_report_scaling_section_shows_the_sweeps_law_and_this_runs_prediction(tmp_path, tiny_run):
+    import shutil
+
+    from tokenmill.config import RunConfig
+    from tokenmill.report.scaling import section_scaling
+    from tokenmill.runs import RunDir
+
+    run_dir = tmp_path / "sweep" / "runs" / "c1e18-n0"
+    shutil.copytree(tiny_run.path, run_dir)
+    law = {"E": 1.5, "A": 400.0, "B": 300.0, "alpha": 0.3, "beta": 0.25, "runs": 12}
+    run = {"name": "c1e18-n0", "params": 10**6, "tokens": 2 * 10**7, "loss": 4.0}
+    (tmp_path / "sweep" / "fit.json").write_text(json.dumps({"chinchilla": {"fit": law}, "runs": [run]}))
+    page = section_scaling(RunDir(RunConfig.model_validate(tiny_run.config.model_dump()), run_dir), [])
+    pred = 1.5 + 400.0 / 1e6 ** 0.3 + 300.0 / 2e7 ** 0.25
+    assert "Fitted law of the sweep" in page and f"{pred:,.4g}" in page and f"{(pred - 4) / 4:+.2%}" in page

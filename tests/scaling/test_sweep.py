@@ -95,3 +95,15 @@ def test_bad_sweeps_name_the_problem(tmp_path, data_run):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump({"base": "base.yaml", "budgets": [1e9], "shapez": SHAPES}))
     with pytest.raises(SweepError, match="c.yaml"):
         load_sweep(tmp_path / "c.yaml")
+
+
+def test_a_diverged_run_is_recorded_and_the_sweep_goes_on(tmp_path, data_run):
+    path = _sweep(tmp_path, data_run, "nan")
+    base = yaml.safe_load((tmp_path / "base.yaml").read_text())
+    base["train"]["guard"]["enabled"] = False
+    base["train"]["faults"]["nan_steps"] = [3]  # a NaN loss with the guard off: TrainingDiverged
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    out = run_sweep(path)
+    assert out["finished"] == 0 and len(out["failed"]) == out["planned"] == 7
+    saved = json.loads((tmp_path / "sweeps" / "nan" / "results.json").read_text())
+    assert saved["runs"] == [] and all("diverged at step 3" in f["why"] for f in saved["failed"])

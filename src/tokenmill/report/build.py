@@ -285,6 +285,8 @@ def section_eval(evals: list[dict]) -> str:
 
 
 def render(run: RunDir) -> str:
+    from tokenmill.report.scaling import section_scaling  # scaling.py imports this module
+
     events = list(read_events(run.sub("events.jsonl")))
     evals = eval_history(run)
     title = run.config.report.title or run.config.name
@@ -296,7 +298,7 @@ def render(run: RunDir) -> str:
         section_eval(evals) if evals else "",
         section_stages(run), section_funnel(run), section_tokens(run),
         section_mixture(events), section_training(run, events, evals),
-        "" if evals else section_eval(evals),
+        "" if evals else section_eval(evals), section_scaling(run, events),
         f"<h2>Config</h2><details><summary>resolved config.yaml</summary><pre>{html.escape(config_yaml)}</pre></details>",
     ]
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)} — tokenmill</title>"

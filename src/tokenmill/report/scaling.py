@@ -75,3 +75,67 @@ def render_scaling(a: ScalingAnalysis, title: str) -> str:
             f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "", "<h2>Runs</h2>", runs]
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)} — tokenmill</title>"
             f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")
+
+
+# -- the Scaling section of a run's report.html --------------------------------------------------
+
+def _median(values: list[float]) -> float | None:
+    vals = sorted(v for v in values if v is not None)
+    return vals[len(vals) // 2] if vals else None
+
+
+def _run_plan(run: Any, events: list[dict]) -> str:
+    """`tokenmill plan --config` for this run on this machine, beside what the run measured."""
+    from tokenmill.errors import UserError
+    from tokenmill.scaling.devices import get_device
+    from tokenmill.scaling.plan import make_plan, resolve_inputs
+    from tokenmill.scaling.plan_report import figures_rows, layout_rows
+
+    steps = [e for e in events if e.get("kind") == "train_step"]
+    mfu = _median([e.get("mfu") for e in steps])
+    try:
+        spec = get_device("this")
+        inputs = resolve_inputs(run_cfg=run.config, devices=1)
+        plan = make_plan(inputs.cfg, inputs.tokens, 1, spec, mfu or 0.38, inputs.n_params, inputs.seq_len,
+                         inputs.micro_batch, inputs.global_batch_tokens, notes=inputs.notes)
+    except UserError as exc:
+        return f"<h3>Plan</h3><p class=muted>No plan for this machine: {html.escape(str(exc))}</p>"
+    rows = [[k, v] for k, v in figures_rows(plan) + layout_rows(plan)]  # table() escapes
+    done = run.finished("train") or {}
+    peak = max((e.get("memory_peak") or 0 for e in steps), default=0)
+    actual = [["train seconds (measured)", done.get("summary", {}).get("seconds", "—")],
+              ["median MFU (measured)", "—" if mfu is None else f"{mfu:.3f}"],
+              ["peak memory (measured)", f"{peak / 1e9:.2f} GB" if peak else "—"]]
+    assumptions = "".join(f"<li>{html.escape(a)}</li>" for a in plan.assumptions)
+    return ("<h3>Plan</h3><p>What <code>tokenmill plan --config</code> says of this run on this machine "
+            f"({html.escape(plan.device['description'])}), at the run's measured median MFU when it has one.</p>"
+            + table(["figure", "plan"], rows) + table(["figure", "run"], actual)
+            + f"<details><summary>assumptions</summary><ul>{assumptions}</ul></details>")
+
+
+def _sweep_fit(run: Any) -> str:
+    """When the run belongs to a sweep that was fitted: the law, and this run's prediction."""
+    import json
+
+    fit_path = run.path.parent.parent / "fit.json"
+    if not fit_path.is_file():
+        return ""
+    d = json.loads(fit_path.read_text())
+    f = d["chinchilla"]["fit"]
+    mine = [r for r in d["runs"] if r["name"] == run.path.name]
+    out = [f"<h3>Fitted law of the sweep</h3><p>From <code>{html.escape(str(fit_path))}</code>: L(N, D) = "
+           f"{f['E']:.4g} + {f['A']:.4g}/N<sup>{f['alpha']:.4g}</sup> + {f['B']:.4g}/D<sup>{f['beta']:.4g}</sup> "
+           f"({f['runs']} runs).</p>"]
+    if mine:
+        r = mine[0]
+        pred = f["E"] + f["A"] / r["params"] ** f["alpha"] + f["B"] / r["tokens"] ** f["beta"]
+        out.append(table(["this run", "N", "D", "predicted loss", "actual loss", "error"],
+                         [[r["name"], f"{r['params']:,}", f"{r['tokens']:,}", pred, r["loss"],
+                           f"{(pred - r['loss']) / r['loss']:+.2%}"]]))
+    return "".join(out)
+
+
+def section_scaling(run: Any, events: list[dict]) -> str:
+    """The Scaling section of report.html: the planner's figures and assumptions for this run, and
+    the fitted law when the run is part of a fitted sweep."""
+    return "<h2>Scaling</h2>" + _run_plan(run, events) + _sweep_fit(run)

@@ -37,7 +37,7 @@ def figures_rows(plan: Plan) -> list[tuple[str, str]]:
         ("training FLOPs 6ND", sci(plan.flops_6nd)),
         ("exact FLOPs (attention, head)", f"{sci(plan.flops_exact)} ({sci(plan.flops_per_token_exact)} per token)"),
         ("steps", f"{plan.steps:,} of {plan.global_batch_tokens:,} tokens"),
-        ("devices", f"{plan.devices} × {dev['name']} ({dev['peak_flops'] / 1e12:.0f} TFLOP/s, "
+        ("devices", f"{plan.devices} × {dev['name']} ({dev['peak_flops'] / 1e12:.3g} TFLOP/s, "
                     f"{dev['memory_bytes'] / GB:.0f} GB)"),
         ("wall-clock", f"{plan.wall_clock_days:.3g} days ({plan.wall_clock_seconds / 3600:.3g} h) at MFU {plan.mfu:.2f}"),
         ("device-hours", sci(plan.device_hours)),

@@ -37,6 +37,7 @@ from tokenmill.errors import UserError
 from tokenmill.runs import RunDir, atomic_write_text
 from tokenmill.scaling.flops import flops_per_token, param_count
 from tokenmill.train.budget import resolve_budget, tokens_per_step
+from tokenmill.train.trainer import TrainingDiverged
 
 DATA_STAGES = ("curate", "tokenizer", "tokenize")
 DATA_DIRS = ("curated", "tokenizer", "tokens")
@@ -257,17 +258,24 @@ def run_sweep(path: Path, only: list[str] | None = None, dry_run: bool = False) 
     if dry_run:
         return plan
     results: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
     for r in runs:  # smallest budgets first: a stopped sweep has whole IsoFLOP curves
         run = RunDir.create(run_config(base, cfg, r, sweep_dir / "runs"), sweep_dir / "runs" / r.name)
         link_data(data, run)
         if not run.is_fresh("train"):
             if only and r.name not in only:
                 continue
-            run_pipeline(run, ("train",))
+            try:
+                run_pipeline(run, ("train",))
+            except TrainingDiverged as exc:  # a point of the grid, not the sweep: record it and go on
+                failed.append({"name": r.name, "why": str(exc)})
+                _write_results(sweep_dir, results, failed)
+                continue
         results.append({**asdict(r), **final_loss(run, r.steps), "epochs": r.tokens / max(train_tokens, 1),
                         "seconds": _train_seconds(run)})
-        _write_results(sweep_dir, results)
-    return {"sweep": str(sweep_dir), "finished": len(results), "planned": len(runs), "skipped": skipped}
+        _write_results(sweep_dir, results, failed)
+    return {"sweep": str(sweep_dir), "finished": len(results), "planned": len(runs), "skipped": skipped,
+            "failed": failed}
 
 
 def _train_seconds(run: RunDir) -> float | None:
@@ -275,5 +283,6 @@ def _train_seconds(run: RunDir) -> float | None:
     return (done or {}).get("summary", {}).get("seconds")
 
 
-def _write_results(sweep_dir: Path, results: list[dict[str, Any]]) -> None:
-    atomic_write_text(sweep_dir / "results.json", json.dumps({"runs": results}, indent=1))
+def _write_results(sweep_dir: Path, results: list[dict[str, Any]], failed: list[dict[str, Any]]) -> None:
+    """results.json: the finished runs (what `scaling fit` reads) and the diverged ones with why."""
+    atomic_write_text(sweep_dir / "results.json", json.dumps({"runs": results, "failed": failed}, indent=1))
