@@ -79,7 +79,7 @@ def test_model_beats_the_unigram_baseline_on_every_bucket(tiny_pipeline):
         assert m["bpb"] < m["unigram_bpb"], (bucket, m)
     assert final["samples"] and (run_dir / "eval" / "40.json").exists()
     page = (run_dir / "report.html").read_text()
-    assert "Evaluation (step 80)" in page and "unigram bpb" in page
+    assert "Model: evaluation at step 80" in page and "unigram bpb" in page
 
 
 def test_second_run_skips_unchanged_stages_and_reruns_changed_ones(tiny_pipeline, tmp_path):

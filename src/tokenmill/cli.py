@@ -236,13 +236,36 @@ def eval_(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir:
 
 
 @app.command()
-def report(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt) -> None:
-    """Build the self-contained report.html: funnel, tokenizer, loss curves, eval table, samples."""
+def report(
+    config: Path = ConfigArg,
+    set_: Optional[list[str]] = SetOpt,
+    run_dir: Optional[Path] = RunDirOpt,
+    serve: bool = typer.Option(False, "--serve", help="Serve the report on http://HOST:PORT/ and reload it as the run writes (Ctrl-C stops)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Anything but a loopback address exposes the report to the network (a warning is printed)."),
+    port: int = typer.Option(8765, "--port", min=0, max=65535, help="Port to serve on; 0 picks a free one."),
+    tensorboard: bool = typer.Option(False, "--tensorboard", help="Write the events as TensorBoard scalars to <run>/tensorboard even when report.tensorboard is off (live with --serve)."),
+) -> None:
+    """Build the self-contained report.html: data (funnel, removals, duplicates, distributions,
+    effective tokens, tokenizer, planned vs delivered), run timeline with event markers, model
+    evaluation (slices, probes, tasks, contamination, memorization, canaries, samples), scaling.
+
+    With --serve, serve it for a run that is still training and refresh as events arrive."""
     from tokenmill.pipeline import run_stage
 
+    if serve:
+        from tokenmill.report.serve import serve_report
+
+        _guard(lambda: serve_report(_open(config, set_, run_dir), host=host, port=port, tensorboard=tensorboard),
+               "The server stopped.")
+        return
+
+    overrides = [*(set_ or []), *(["report.tensorboard=on"] if tensorboard else [])]
+
     def go() -> Path:
-        r = _open(config, set_, run_dir)
-        run_stage(r, "report")
+        r = _open(config, overrides, run_dir)
+        summary = run_stage(r, "report")
+        if summary.get("tensorboard"):
+            console.print(f"TensorBoard scalars: {summary['tensorboard']} (tensorboard --logdir {summary['tensorboard']})")
         return r.sub("report.html").resolve()
     typer.echo(str(_guard(go)))
 

@@ -541,6 +541,8 @@ class ReportConfig(Strict):
     """The self-contained HTML report."""
 
     title: str | None = Field(None, description="Title shown on the report (None: the run name).")
+    tensorboard: Literal["auto", "on", "off"] = Field(
+        "auto", description="Write the events as TensorBoard scalars to <run>/tensorboard: 'auto' when tensorboard is installed.")
 
 
 class RunConfig(Strict):

@@ -43,9 +43,9 @@ def test_full_report_is_self_contained_and_shows_the_figures(tmp_path):
          "buckets": {"web": {"read": step(10, 10, {}), "exact_dedup": step(10, 7, {})}}}))
     run_report(run)
     page = (run.path / "report.html").read_text()
-    assert "Evaluation (step 20)" in page and "1.75" in page and "3.5" in page
+    assert "Model: evaluation at step 20" in page and "1.75" in page and "3.5" in page
     assert "0.500" in page  # bpb / unigram = 1.75 / 3.5
-    assert "duplicate_of: 3" in page and "70" in page  # funnel rules and kept %
+    assert "duplicate_of 3" in page and "70" in page  # funnel rules and kept %
     assert "&lt;b&gt;hi" in page  # sample text is escaped
     assert page.count("<svg") >= 4
     assert not re.search(r"""(src|href)=["']https?://""", page)  # no external resources

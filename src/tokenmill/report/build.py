@@ -73,56 +73,6 @@ def section_stages(run: RunDir) -> str:
     return "<h2>Stages</h2>" + table(["stage", "finished", "summary"], rows)
 
 
-def section_funnel(run: RunDir) -> str:
-    funnel = _read_json(run.sub("curated", "_funnel.json"))
-    if not funnel:
-        return "<h2>Data funnel</h2><p class=muted>No curated/_funnel.json yet.</p>"
-    steps, total = funnel["steps"], funnel["total"]
-    rows = []
-    for step in steps:
-        t = total[step]
-        rules = ", ".join(f"{r}: {v['docs']}" for r, v in sorted(t["rejected"].items())) or "—"
-        rows.append([step, t["docs_in"], t["docs_out"], t["docs_rejected"], t["bytes_in"], t["bytes_out"], rules])
-    out = ["<h2>Data funnel</h2>",
-           "<p>Every removed document is in <code>curated/_rejected/</code> with the step, rule and measured value.</p>",
-           table(["step", "docs in", "docs out", "rejected", "bytes in", "bytes out", "rejected by rule"], rows),
-           bar_chart(steps, {"docs in": [total[s]["docs_in"] for s in steps],
-                             "docs out": [total[s]["docs_out"] for s in steps]},
-                     title="Documents through each curation step", ylabel="documents")]
-    first, last = steps[0], steps[-1]
-    out.append(table(["bucket", "docs read", "docs kept", "bytes read", "bytes kept", "docs kept %"],
-                     [[b, d[first]["docs_in"], d[last]["docs_out"], d[first]["bytes_in"], d[last]["bytes_out"],
-                       100.0 * d[last]["docs_out"] / max(d[first]["docs_in"], 1)]
-                      for b, d in sorted(funnel.get("buckets", {}).items())]))
-    if funnel.get("d_eff"):
-        out.append(f"<details><summary>D_eff inputs</summary><pre>{html.escape(json.dumps(funnel['d_eff'], indent=1))}</pre></details>")
-    return "".join(out)
-
-
-def section_tokens(run: RunDir) -> str:
-    out = ["<h2>Tokenizer and token store</h2>"]
-    audit = _read_json(run.sub("tokenizer", "audit.json"))
-    if audit:
-        out.append(f"<p>Byte-level BPE, vocabulary {audit['vocab_size']:,}, trained on "
-                   f"{audit['sample_bytes']:,} bytes of curated training text (held-out documents excluded).</p>")
-        out.append(table(["bucket", "held-out docs", "bytes/token", "chars/token", "tokens/word", "byte fallback",
-                          "exact round-trip"],
-                         [[b, a["docs"], a["bytes_per_token"], a["chars_per_token"], a.get("tokens_per_word", "—"),
-                           a.get("byte_fallback_rate", "—"), a["roundtrip_exact"]]
-                          for b, a in audit["buckets"].items()]))
-        terms = audit.get("key_terms") or {}
-        if isinstance(terms, dict) and terms:
-            rows = [[t, " · ".join(str(x) for x in (v.get("tokens") if isinstance(v, dict) else v))]
-                    for t, v in terms.items()]
-            out.append("<p>How key terms are split:</p>" + table(["term", "tokens"], rows))
-    meta = _read_json(run.sub("tokens", "_meta.json"))
-    if meta:
-        out.append(table(["bucket", "train docs", "train tokens", "val docs", "val tokens"],
-                         [[b, d["train"]["docs"], d["train"]["tokens"], d["val"]["docs"], d["val"]["tokens"]]
-                          for b, d in meta["buckets"].items()]))
-    return "".join(out)
-
-
 def section_mixture(events: list[dict]) -> str:
     """The loader's plan as the trainer logged it: phases, per-bucket epochs, nominal vs effective."""
     starts = [e for e in events if e.get("kind") == "train_start" and e.get("plan")]
@@ -137,35 +87,9 @@ def section_mixture(events: list[dict]) -> str:
            table(["phase", "steps", "seq_len", "rows / micro-batch", "anneal", "weights"],
                  [[p["name"], f"{p['start_step']}–{p['end_step']}", p["seq_len"], p["rows_per_micro_batch"],
                    "yes" if p["anneal"] else "", ", ".join(f"{b} {w:.2f}" for b, w in p["weights"].items())]
-                  for p in plan["phases"]]),
-           table(["bucket", "available tokens", "tokens drawn", "epochs", "effective tokens", "share"],
-                 [[b, d["available_tokens"], d["tokens"],
-                   f'<span class="{"bad" if d["warn"] else ""}">{d["epochs"]:.2f}</span>', d["effective_tokens"], d["share"]]
-                  for b, d in plan["buckets"].items()])]
+                  for p in plan["phases"]])]  # per-bucket planned vs delivered: data_section
     for w in plan.get("warnings", []):
         out.append(f"<p class=bad>{html.escape(str(w))}</p>")
-    return "".join(out)
-
-
-def section_training(run: RunDir, events: list[dict], evals: list[dict]) -> str:
-    curve = train_curve(events)
-    if not curve["step"]:
-        return "<h2>Training</h2><p class=muted>No training steps yet.</p>"
-    series = {"train loss": (curve["step"], curve["loss"])}
-    for bucket in (evals[-1]["buckets"] if evals else {}):
-        pts = [(e["step"], e["buckets"][bucket]["loss"]) for e in evals if bucket in e["buckets"]]
-        series[f"held-out loss: {bucket}"] = ([p[0] for p in pts], [p[1] for p in pts])
-    out = ["<h2>Training</h2>",
-           line_chart(series, title="Loss (nats/token)", xlabel="optimizer step", ylabel="loss"),
-           line_chart({"lr": (curve["step"], curve["lr"])}, title="Learning rate", xlabel="step", ylabel="lr"),
-           line_chart({"grad norm (pre-clip)": (curve["step"], curve["grad_norm"])},
-                      title="Global gradient norm", xlabel="step", ylabel="norm", logy=True)]
-    tps = [v for v in curve["tokens_per_s"] if v]
-    mfu = [v for v in curve["mfu"] if v is not None]
-    resumes = [e for e in events if e.get("kind") in ("resume", "resumed", "interrupted")]
-    out.append(table(["steps", "final loss", "median tokens/s", "median MFU", "interruptions / resumes"],
-                     [[curve["step"][-1], curve["loss"][-1], sorted(tps)[len(tps) // 2] if tps else "—",
-                       sorted(mfu)[len(mfu) // 2] if mfu else "—", len(resumes)]]))
     return "".join(out)
 
 
@@ -255,14 +179,14 @@ def _canaries(c: dict) -> str:
 
 def section_eval(evals: list[dict]) -> str:
     if not evals:
-        return "<h2>Evaluation</h2><p class=muted>No evaluation yet.</p>"
+        return "<h2>Model</h2><p class=muted>No evaluation yet.</p>"
     last = evals[-1]
     rows = []
     for bucket, m in last["buckets"].items():
         ratio = m["bpb"] / m["unigram_bpb"] if m.get("unigram_bpb") else float("nan")
         verdict = f'<span class="{"good" if ratio < 1 else "bad"}">{ratio:.3f}</span>'
         rows.append([bucket, m["docs"], m["tokens"], m["loss"], m["ppl"], m["bpb"], m["unigram_bpb"], verdict])
-    out = [f"<h2>Evaluation (step {last['step']})</h2>",
+    out = [f"<h2>Model: evaluation at step {last['step']}</h2>",
            "<p>Held-out documents, scored one by one. Bits-per-byte = Σ NLL / (ln 2 · UTF-8 bytes); "
            "the unigram baseline is fitted on the bucket's training tokens (add-one smoothing).</p>",
            table(["bucket", "docs", "tokens", "loss", "ppl", "bpb", "unigram bpb", "bpb / unigram"], rows)]
@@ -285,7 +209,9 @@ def section_eval(evals: list[dict]) -> str:
 
 
 def render(run: RunDir) -> str:
-    from tokenmill.report.scaling import section_scaling  # scaling.py imports this module
+    from tokenmill.report.data_section import section_data  # both import this module's helpers
+    from tokenmill.report.scaling import section_scaling
+    from tokenmill.report.timeline import section_run
 
     events = list(read_events(run.sub("events.jsonl")))
     evals = eval_history(run)
@@ -296,8 +222,8 @@ def render(run: RunDir) -> str:
         f"<p class=muted>tokenmill {__version__} · run directory {html.escape(str(run.path))} · "
         f"generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>",
         section_eval(evals) if evals else "",
-        section_stages(run), section_funnel(run), section_tokens(run),
-        section_mixture(events), section_training(run, events, evals),
+        section_stages(run), section_data(run, events),
+        section_mixture(events), section_run(run, events, evals),
         "" if evals else section_eval(evals), section_scaling(run, events),
         f"<h2>Config</h2><details><summary>resolved config.yaml</summary><pre>{html.escape(config_yaml)}</pre></details>",
     ]
@@ -306,6 +232,14 @@ def render(run: RunDir) -> str:
 
 
 def run_report(run: RunDir) -> dict[str, Any]:
+    from tokenmill.report.tensorboard import tensorboard_available, write_tensorboard
+
     path = run.sub("report.html")
     atomic_write_text(path, render(run))
-    return {"path": str(path)}
+    out = {"path": str(path)}
+    mode = run.config.report.tensorboard
+    if mode == "on" or (mode == "auto" and tensorboard_available()):
+        logdir = write_tensorboard(run)  # 'on' without tensorboard: it says how to install it
+        if logdir is not None:
+            out["tensorboard"] = str(logdir)
+    return out

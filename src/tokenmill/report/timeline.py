@@ -1,0 +1,395 @@
+"""The Run section of the report: every training signal on one shared step axis, with the run's
+incidents (checkpoints, resumes, spikes, skips, rollbacks) drawn across all panels, so "did the
+spike follow a resume?" is answered by looking.
+
+Panels follow the 60-second inspection order of seed 002 §5.4: first whether train loss, held-out
+loss and gradient norm go wrong together (an optimization problem), then the learning rate that
+drives them, then tokens/s, MFU, data wait and checkpoint age (a systems problem). A second figure
+puts the same run against wall-clock time, where replays after a resume and downtime are visible.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import statistics
+import time
+from typing import Any, Iterable, Sequence
+
+from tokenmill.report.charts import MAX_POINTS, Heatmap, Marker, MarkerStyle, Panel, Span, stacked_panels
+from tokenmill.runs import RunDir
+
+# Event kinds drawn as markers, in legend order, and how each looks.
+MARKER_STYLES: dict[str, MarkerStyle] = {
+    "checkpoint": MarkerStyle("#a0a0a0", "-", 0.5, "checkpoint"),
+    "resumed": MarkerStyle("#1f5fd6", "-", 1.8, "resumed"),
+    "restart": MarkerStyle("#7b2cbf", "-", 1.8, "restart (supervisor)"),
+    "interrupted": MarkerStyle("#e07b00", ":", 1.5, "interrupted"),
+    "spike": MarkerStyle("#d62728", "--", 1.2, "spike (step skipped)"),
+    "skip": MarkerStyle("#ff7f0e", "--", 1.2, "skip (non-finite)"),
+    "rollback": MarkerStyle("#000000", "-", 1.8, "rollback"),
+    "recovered": MarkerStyle("#2ca02c", ":", 1.2, "recovered"),
+    "rebaseline": MarkerStyle("#8c8c00", ":", 1.0, "rebaseline"),
+    "rank_mismatch": MarkerStyle("#e377c2", "-", 1.5, "rank mismatch"),
+    "checkpoint_corrupt": MarkerStyle("#8c564b", "-", 1.5, "checkpoint corrupt"),
+    "diverged": MarkerStyle("#8b0000", "-", 2.2, "diverged"),
+}
+# Only on the wall-clock figure: each (re)start of the trainer process. On the step axis a fresh
+# start sits at step 0 and a resume already has its `resumed` marker.
+TIME_MARKER_STYLES: dict[str, MarkerStyle] = {
+    "train_start": MarkerStyle("#17becf", "-", 1.4, "trainer started"), **MARKER_STYLES}
+# Kinds whose markers carry a text label: the rare state changes a spike may follow.
+LABELLED_KINDS = frozenset({"resumed", "restart", "interrupted", "rollback", "rank_mismatch", "diverged"})
+# Beyond this many markers of one kind (a long run's checkpoints) the kind's markers are left out
+# and the caption says so: thousands of full-height lines would hide the curves and bloat the page.
+MAX_MARKERS_PER_KIND = 150
+# Events listed in the table: everything the training and evaluation stages log except per-step
+# records and periodic diagnostics, which are the curves themselves.
+TABLE_SKIP_KINDS = frozenset({"train_step", "embedding_spectrum"})
+EVENT_TABLE_ROWS = 40
+
+
+# -- what the events say ------------------------------------------------------------------------
+
+def last_record_per_step(events: Iterable[dict]) -> list[dict]:
+    """The train_step records, one per step in step order; a step replayed after a resume or a
+    retrain keeps its last record (what the final weights went through)."""
+    by_step: dict[int, dict] = {}
+    for e in events:
+        if e.get("kind") == "train_step" and e.get("step") is not None:
+            by_step[int(e["step"])] = e
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def event_step(event: dict) -> int | None:
+    """The optimizer step an event belongs to; a supervisor restart belongs to the step it resumes from."""
+    step = event.get("resume_step") if event.get("kind") == "restart" else event.get("step")
+    return int(step) if isinstance(step, (int, float)) and math.isfinite(step) else None
+
+
+def heldout_losses(events: Iterable[dict], evals: Sequence[dict]) -> dict[str, tuple[list[int], list[float]]]:
+    """{bucket: (steps, held-out loss)} from the eval events, overridden by the eval records on disk
+    (the newest evaluation of a step wins, as for train steps)."""
+    by_step: dict[int, dict] = {}
+    for rec in [e for e in events if e.get("kind") == "eval"] + list(evals):
+        if rec.get("step") is not None and isinstance(rec.get("buckets"), dict):
+            by_step[int(rec["step"])] = rec["buckets"]
+    out: dict[str, tuple[list[int], list[float]]] = {}
+    for step in sorted(by_step):
+        for bucket, m in by_step[step].items():
+            if isinstance(m, dict) and m.get("loss") is not None:
+                xs, ys = out.setdefault(bucket, ([], []))
+                xs.append(step)
+                ys.append(float(m["loss"]))
+    return out
+
+
+def grad_norm_heatmap(records: Sequence[dict], max_columns: int = MAX_POINTS) -> Heatmap | None:
+    """Per-layer-group gradient norms as rows (groups in model order, the order the trainer wrote
+    them) over evenly spaced step bins. A bin holds one measured step (every train.metrics_every
+    steps) unless the run has more than max_columns of them; then a bin keeps the largest norm of
+    its steps, so a one-step spike in one group stays visible."""
+    measured = [(int(r["step"]), r["grad_norms"]) for r in records if isinstance(r.get("grad_norms"), dict)]
+    if not measured:
+        return None
+    groups: list[str] = []
+    for _, norms in measured:
+        groups += [g for g in norms if g not in groups]
+    steps = [s for s, _ in measured]
+    spacing = statistics.median([b - a for a, b in zip(steps, steps[1:])]) if len(steps) > 1 else 1
+    lo, hi = steps[0] - spacing / 2, steps[-1] + spacing / 2
+    columns = max(1, min(round((hi - lo) / spacing), max_columns))
+    width = (hi - lo) / columns
+    values = [[math.nan] * columns for _ in groups]
+    for step, norms in measured:
+        col = min(int((step - lo) / width), columns - 1)
+        for row, g in enumerate(groups):
+            v = norms.get(g)
+            if v is not None and math.isfinite(v) and not v <= values[row][col]:  # NaN compares False
+                values[row][col] = float(v)
+    if not any(v > 0 for row in values for v in row):  # NaN > 0 is False: nothing to colour
+        return None
+    return Heatmap(rows=groups, x_edges=[lo + i * width for i in range(columns + 1)], values=values,
+                   label="grad norm")
+
+
+def checkpoint_age(records: Sequence[dict], events: Iterable[dict]) -> tuple[list[int], list[float], str]:
+    """(steps, age, how): the trainer's ckpt_age_steps where it logged them, else steps since the
+    newest checkpoint event at or before each step (logs from before the field existed)."""
+    logged = [(int(r["step"]), r["ckpt_age_steps"]) for r in records if r.get("ckpt_age_steps") is not None]
+    if logged:
+        return [s for s, _ in logged], [float(a) for _, a in logged], "logged by the trainer"
+    saved = sorted({s for e in events if e.get("kind") in ("checkpoint", "resumed")
+                    and (s := event_step(e)) is not None})
+    if not saved:
+        return [], [], ""
+    steps, ages, i, newest = [], [], 0, 0
+    for r in records:
+        step = int(r["step"])
+        while i < len(saved) and saved[i] <= step:
+            newest, i = saved[i], i + 1
+        steps.append(step)
+        ages.append(float(step - newest))
+    return steps, ages, "derived from checkpoint events"
+
+
+def run_summary(events: Sequence[dict]) -> dict[str, Any]:
+    """The headline numbers: last step, its loss, median tokens/s and MFU over the kept records,
+    and counts of the incidents."""
+    records = last_record_per_step(events)
+
+    def finite(key: str) -> list[float]:
+        return [float(r[key]) for r in records if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+
+    def count(*kinds: str) -> int:
+        return sum(1 for e in events if e.get("kind") in kinds)
+
+    tps, mfu = finite("tokens_per_s"), finite("mfu")
+    return {"steps": int(records[-1]["step"]) if records else 0,
+            "final_loss": records[-1].get("loss") if records else None,
+            "median_tokens_per_s": statistics.median(tps) if tps else None,
+            "median_mfu": statistics.median(mfu) if mfu else None,
+            # A supervisor restart is followed by its child's `resumed`: counted apart, not summed.
+            "interruptions": count("interrupted"), "resumes": count("resumed"), "restarts": count("restart"),
+            "spikes": count("spike"), "skips": count("skip"), "rollbacks": count("rollback")}
+
+
+# -- the section --------------------------------------------------------------------------------
+
+def section_run(run: RunDir, events: list[dict], evals: list[dict]) -> str:
+    """The report's Run section (HTML): summary row, the step-axis figure, the wall-clock figure
+    and the newest events."""
+    records = last_record_per_step(events)
+    if not records:
+        return "<h2>Run</h2><p class=muted>No training steps yet.</p>"
+    panels, notes = _step_panels(run, records, events, evals)
+    markers, left_out = _step_markers(events)
+    spans = [Span(w[0] - 0.5, w[1] + 0.5, f"rollback-window-{e.get('step')}") for e in events
+             if e.get("kind") == "rollback" and isinstance(w := e.get("skipped_window"), list) and len(w) == 2]
+    figure = stacked_panels(panels, markers, MARKER_STYLES, xlabel="optimizer step", spans=spans)
+    caption = ("Panels in the order of the 60-second check: do train loss, held-out loss and gradient norm go wrong "
+               "together (optimization), is the learning rate the cause, and do tokens/s, MFU, data wait and "
+               "checkpoint age go wrong too (systems)? Vertical lines are events, on every panel; a step replayed "
+               "after a resume shows its last record, the resume line marks where the replay began; a rollback "
+               "shades the steps it threw away.")
+    out = ["<h2>Run</h2>", _summary_table(run_summary(events)), f"<p class=muted>{html.escape(caption)}</p>",
+           f"<figure class=timeline>{figure}</figure>"]
+    notes += [f"{n} {kind} markers left out (more than {MAX_MARKERS_PER_KIND}); "
+              + ("the checkpoint-age saw-tooth shows each one." if kind == "checkpoint" else "see the event table.")
+              for kind, n in left_out.items()]
+    if notes:
+        out.append("<p class=muted>" + " ".join(html.escape(n) for n in notes) + "</p>")
+    out.append(_time_section(events))
+    out.append(_events_table(events))
+    return "".join(out)
+
+
+def _step_panels(run: RunDir, records: list[dict], events: list[dict], evals: list[dict]
+                 ) -> tuple[list[Panel], list[str]]:
+    steps = [int(r["step"]) for r in records]
+
+    def col(key: str, scale: float = 1.0) -> list[float | None]:
+        return [_finite(r.get(key), scale) for r in records]
+
+    def has(values: Sequence[float | None], positive: bool = False) -> bool:
+        return any(v is not None and math.isfinite(v) and (v > 0 or not positive) for v in values)
+
+    notes: list[str] = []
+    loss = Panel("loss (nats/token)", lines={"train loss": (steps, col("loss"))})
+    for bucket, (xs, ys) in heldout_losses(events, evals).items():
+        loss.lines[f"held-out: {bucket}"] = (xs, ys)
+        loss.point_markers.add(f"held-out: {bucket}")
+    panels = [loss]
+    grad = col("grad_norm")
+    if has(grad, positive=True):
+        panels.append(Panel("grad norm\n(pre-clip)", lines={"grad norm": (steps, grad)}, logy=True))
+    heat = grad_norm_heatmap(records)
+    if heat is not None:
+        panels.append(Panel("grad norm\nper layer group", heatmap=heat, height=max(1.0, len(heat.rows) / 8)))
+        every = getattr(getattr(run.config, "train", None), "metrics_every", None)
+        notes.append(f"Per-group gradient norms are measured every {every} steps (train.metrics_every), "
+                     "colour on a log scale." if every else "Per-group gradient norms: colour on a log scale.")
+    optional = [("lr", "learning rate", 1.0, True), ("tokens_per_s", "tokens/s", 1.0, False),
+                ("mfu", "MFU (%)", 100.0, False), ("data_wait_s", "data wait (s)", 1.0, False)]
+    for key, label, scale, logy in optional:
+        values = col(key, scale)
+        if has(values):
+            panels.append(Panel(label, lines={label: (steps, values)}, logy=logy and has(values, positive=True)
+                                and all(v is None or v > 0 for v in values)))
+    age_steps, ages, how = checkpoint_age(records, events)
+    if age_steps:
+        panels.append(Panel("checkpoint age\n(steps)", lines={"checkpoint age": (age_steps, ages)}, steps=True))
+        notes.append(f"Checkpoint age {how}.")
+    memory = col("memory_peak", 1 / 2**30)
+    if has(memory):
+        panels.append(Panel("peak memory\n(GiB)", lines={"peak memory": (steps, memory)}))
+    return panels, notes
+
+
+def _step_markers(events: Iterable[dict]) -> tuple[list[Marker], dict[str, int]]:
+    """One marker per (kind, step) of the marked kinds; gid `marker-{kind}-{step}`."""
+    seen: dict[tuple[str, int], Marker] = {}
+    for e in events:
+        kind, step = e.get("kind"), event_step(e)
+        if kind in MARKER_STYLES and step is not None and (kind, step) not in seen:
+            label = f"{kind} {step}" if kind in LABELLED_KINDS else ""
+            seen[(kind, step)] = Marker(x=step, kind=kind, gid=f"marker-{kind}-{step}", label=label)
+    return _cap_per_kind(list(seen.values()))
+
+
+def _cap_per_kind(markers: list[Marker]) -> tuple[list[Marker], dict[str, int]]:
+    counts: dict[str, int] = {}
+    for m in markers:
+        counts[m.kind] = counts.get(m.kind, 0) + 1
+    over = {k: n for k, n in counts.items() if n > MAX_MARKERS_PER_KIND}
+    return [m for m in markers if m.kind not in over], over
+
+
+# -- against wall-clock time --------------------------------------------------------------------
+
+def _time_section(events: list[dict]) -> str:
+    """The run against elapsed wall-clock time: every train_step record in log order (replays
+    included, so the step panel is a saw-tooth at each resume), lines broken across downtime,
+    which is shaded. Three panels, not all: the question this answers is when and for how long the
+    run stopped and what it redid; the per-step signals are read on the step axis above."""
+    steps = [e for e in events if e.get("kind") == "train_step" and isinstance(e.get("t"), (int, float))]
+    if len(steps) < 2:
+        return ""
+    t0 = min([e["t"] for e in events if e.get("stage") == "train" and isinstance(e.get("t"), (int, float))]
+             + [steps[0]["t"]])
+    span = max(e["t"] for e in steps) - t0
+    unit, div = ("h", 3600.0) if span > 3 * 3600 else ("min", 60.0) if span > 180 else ("s", 1.0)
+    dts = [b["t"] - a["t"] for a, b in zip(steps, steps[1:])]
+    gap = max(60.0, 20 * statistics.median(dts))  # downtime, not a slow step
+    xs: list[float] = []
+    cols: dict[str, list[float | None]] = {"step": [], "loss": [], "tokens_per_s": []}
+    spans: list[Span] = []
+    for i, e in enumerate(steps):
+        if i and dts[i - 1] > gap:
+            spans.append(Span((steps[i - 1]["t"] - t0) / div, (e["t"] - t0) / div, f"gap-{len(spans)}",
+                              f"no step for\n{_hms(dts[i - 1])}"))
+            xs.append(math.nan)  # a NaN x breaks the line across the gap
+            for c in cols.values():
+                c.append(None)
+        xs.append((e["t"] - t0) / div)
+        for key, c in cols.items():
+            c.append(_finite(e.get(key)))
+    panels = [Panel("optimizer step", lines={"step": (xs, cols["step"])}),
+              Panel("train loss", lines={"train loss": (xs, cols["loss"])})]
+    if any(v is not None for v in cols["tokens_per_s"]):
+        panels.append(Panel("tokens/s", lines={"tokens/s": (xs, cols["tokens_per_s"])}))
+    markers = [Marker(x=(e["t"] - t0) / div, kind=e["kind"], gid=f"tmarker-{e['kind']}-{event_step(e)}-{i}",
+                      label=f"{e['kind']} {event_step(e)}" if e["kind"] in LABELLED_KINDS else "")
+               for i, e in enumerate(events)
+               if e.get("kind") in TIME_MARKER_STYLES and isinstance(e.get("t"), (int, float))]
+    markers, _ = _cap_per_kind(markers)
+    figure = stacked_panels(panels, markers, TIME_MARKER_STYLES, xlabel=f"elapsed wall-clock time ({unit}) since the "
+                            "train stage first started", spans=spans, panel_height=1.3)
+    why = (f"Every logged step in the order it ran: where the step line falls back, steps were trained again "
+           f"(a resume, restart or retrain); grey bands are pauses of more than {gap:,.0f} s with no step. "
+           f"Only step, loss and tokens/s: this view answers when and for how long the run stopped; "
+           f"the other signals are read on the step axis above.")
+    return (f"<h3>Against wall-clock time</h3><p class=muted>{html.escape(why)}</p>"
+            f"<figure class=timeline>{figure}</figure>")
+
+
+# -- tables -------------------------------------------------------------------------------------
+
+def _summary_table(s: dict[str, Any]) -> str:
+    return _table(["steps", "final loss", "median tokens/s", "median MFU", "interruptions", "resumes / restarts",
+                   "spikes", "skips", "rollbacks"],
+                  [[s["steps"], s["final_loss"], s["median_tokens_per_s"],
+                    f"{s['median_mfu']:.2%}" if s["median_mfu"] is not None else None,
+                    s["interruptions"], f"{s['resumes']} / {s['restarts']}", s["spikes"], s["skips"], s["rollbacks"]]])
+
+
+def _events_table(events: list[dict], limit: int = EVENT_TABLE_ROWS) -> str:
+    listed = [e for e in events if e.get("stage") in ("train", "eval") and e.get("kind") not in TABLE_SKIP_KINDS
+              and e.get("kind") not in ("stage_start", "stage_done")]
+    if not listed:
+        return ""
+    timed = [e["t"] for e in events if e.get("stage") == "train" and isinstance(e.get("t"), (int, float))]
+    t0 = min(timed) if timed else None
+    rows = []
+    for e in list(reversed(listed))[:limit]:
+        t = e.get("t")
+        when = (time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) + " UTC") if isinstance(t, (int, float)) else "—"
+        elapsed = _hms(t - t0) if isinstance(t, (int, float)) and t0 is not None else "—"
+        rows.append([e.get("kind", ""), event_step(e), elapsed, when, event_details(e)])
+    more = (f" (the newest {limit} of {len(listed)})" if len(listed) > limit else "")
+    return (f"<h3>Events{more}</h3>"
+            + _table(["event", "step", "elapsed", "time", "details"], rows, left_last=True))
+
+
+def event_details(e: dict) -> str:
+    """The fields of an event that explain it, as one line of text."""
+    kind = e.get("kind")
+    if kind == "spike":
+        lineage = e.get("lineage") or []
+        buckets: dict[str, int] = {}
+        for span in lineage:
+            buckets[str(span.get("bucket"))] = buckets.get(str(span.get("bucket")), 0) + 1
+        docs = ", ".join(str(s.get("doc_id")) for s in lineage[:3])
+        batch = ", ".join(f"{b} ×{n}" for b, n in buckets.items()) or "—"
+        return (f"{e.get('reason')}: loss {_num(e.get('loss'))} (median {_num(e.get('loss_median'))}), "
+                f"grad norm {_num(e.get('grad_norm'))} (median {_num(e.get('grad_norm_median'))}); batch: "
+                f"{batch}" + (f"; docs {docs}…" if docs else ""))
+    if kind == "skip":
+        return f"{e.get('reason')}: loss {_num(e.get('loss'))}, grad norm {_num(e.get('grad_norm'))}, " \
+               f"{e.get('consecutive')} in a row"
+    if kind == "rollback":
+        window = e.get("skipped_window") or ["?", "?"]
+        return (f"to checkpoint of step {e.get('to_step')}, steps {window[0]}–{window[1]} dropped, LR factor "
+                f"{_num(e.get('lr_scale'))}, spike at {e.get('spike_start')} ({e.get('reason')}), "
+                f"rollback #{e.get('rollbacks')}")
+    if kind == "resumed":
+        return f"from {e.get('checkpoint')}"
+    if kind == "restart":
+        why = f"signal {e.get('signal')}" if e.get("signal") else f"exit code {e.get('exit_code')}"
+        return f"attempt {e.get('attempt')}/{e.get('restarts')} after {why}, from {e.get('resume_from')}"
+    if kind == "checkpoint":
+        size = e.get("bytes")
+        return f"{_num(e.get('seconds'))} s" + (f", {size / 2**20:,.1f} MiB" if isinstance(size, (int, float)) else "")
+    if kind == "eval":
+        losses = {b: m.get("loss") for b, m in (e.get("buckets") or {}).items() if isinstance(m, dict)}
+        return "held-out loss " + ", ".join(f"{b} {_num(v)}" for b, v in losses.items())
+    if kind == "recovered":
+        return f"back to {_num(e.get('pre_level'))} {e.get('steps')} steps after the spike at {e.get('spike_start')}"
+    if kind == "rebaseline":
+        return (f"grad norm {_num(e.get('grad_norm'))} stayed above median {_num(e.get('grad_norm_median'))} "
+                f"with a calm loss for {e.get('spikes')} steps: median restarted")
+    skip = {"t", "stage", "kind", "step", "plan", "buckets", "model_config"}
+    return ", ".join(f"{k} {_num(v) if isinstance(v, float) else v}" for k, v in e.items()
+                     if k not in skip and isinstance(v, (str, int, float, bool)) and v is not None)[:240]
+
+
+def _finite(v: Any, scale: float = 1.0) -> float | None:
+    """A plottable number, or None (a gap in the line): a non-finite loss is drawn as a hole, the
+    skip marker at that step says why."""
+    return float(v) * scale if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+def _num(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, (int, float)) else str(v)
+
+
+def _hms(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[Any]], left_last: bool = False) -> str:
+    """An HTML table in the report's style (build.CSS); every cell is escaped text."""
+    def cell(v: Any) -> str:
+        if v is None:
+            return "—"
+        if isinstance(v, float):
+            return f"{v:.4g}" if abs(v) < 1000 else f"{v:,.0f}"
+        if isinstance(v, int) and not isinstance(v, bool):
+            return f"{v:,}"
+        return html.escape(str(v))
+    style = " style='text-align:left'" if left_last else ""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td{style if left_last and i == len(r) - 1 else ''}>{cell(v)}</td>"
+                                    for i, v in enumerate(r)) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"

@@ -1,0 +1,205 @@
+import math
+import re
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+
+from tokenmill.config import load_config
+from tokenmill.report.build import eval_history
+from tokenmill.report.timeline import (grad_norm_heatmap, heldout_losses, last_record_per_step, run_summary,
+                                       section_run)
+from tokenmill.runs import RunDir, read_events
+
+GROUPS = ["embed_tokens", "layers.0", "layers.1", "norm"]
+DEMO = Path(__file__).resolve().parents[2] / "runs" / "demo"
+
+
+def _run(tmp_path: Path) -> RunDir:
+    return RunDir.create(load_config(None, [f"root={tmp_path}", "name=tl"]))
+
+
+def _step(step: int, t: float, loss: float, **extra) -> dict:
+    rec = {"t": t, "stage": "train", "kind": "train_step", "step": step, "loss": loss, "lr": 1e-3 * min(1, step / 5),
+           "grad_norm": 1.0 + step / 100, "tokens_per_s": 1000.0 + step, "mfu": 0.1 + step / 1000,
+           "data_wait_s": 0.001, "ckpt_age_steps": step % 10, "memory_peak": 2**30, "action": "apply"}
+    if step % 2 == 0:  # train.metrics_every = 2
+        rec["grad_norms"] = {g: 0.1 * (i + 1) * (10.0 if (step == 24 and g == "layers.1") else 1.0)
+                             for i, g in enumerate(GROUPS)}
+    rec.update(extra)
+    return rec
+
+
+def synthetic_events() -> list[dict]:
+    """Steps 1–25 trained, killed, resumed from the checkpoint at 20 (21–25 replayed, then 26–40),
+    a spike and a non-finite skip at 23, a rollback at 30 to step 20."""
+    ev: list[dict] = [{"t": 0.0, "stage": "train", "kind": "train_start", "step": 0}]
+    t = 1.0
+    for s in range(1, 26):
+        ev.append(_step(s, t, 5.0 - s * 0.05))
+        if s in (10, 20):
+            ev.append({"t": t, "stage": "train", "kind": "checkpoint", "step": s, "seconds": 0.1, "bytes": 2**20})
+        t += 1.0
+    t += 500.0  # the process was down
+    ev.append({"t": t, "stage": "train", "kind": "resumed", "step": 20, "checkpoint": "checkpoints/step_20"})
+    ev.append({"t": t, "stage": "train", "kind": "train_start", "step": 20})
+    for s in range(21, 41):
+        if s == 23:
+            ev.append({"t": t, "stage": "train", "kind": "spike", "step": 23, "reason": "loss_spike", "loss": 9.0,
+                       "loss_median": 4.0, "grad_norm": 8.0, "grad_norm_median": 1.2, "consecutive": 1,
+                       "lineage": [{"bucket": "web", "doc_id": "web-7"}, {"bucket": "code", "doc_id": "c-1"}]})
+            ev.append({"t": t, "stage": "train", "kind": "skip", "step": 23, "reason": "nonfinite", "loss": math.nan,
+                       "grad_norm": math.inf, "consecutive": 2})
+        if s == 30:
+            ev.append({"t": t, "stage": "train", "kind": "rollback", "step": 30, "to_step": 20,
+                       "skipped_window": [21, 30], "spike_start": 23, "reason": "loss_spike", "lr_scale": 0.5,
+                       "rollbacks": 1, "checkpoint": "checkpoints/step_20"})
+        loss = math.nan if s == 23 else 4.0 - s * 0.01  # the non-finite step: a hole in the loss line
+        ev.append(_step(s, t, loss, loss_replayed=True) if s <= 25 else _step(s, t, loss))
+        t += 1.0
+    ev.append({"t": t, "stage": "eval", "kind": "eval", "step": 40,
+               "buckets": {"web": {"loss": 3.9}, "code": {"loss": 3.1}}})
+    return ev
+
+
+def _marker_ids(svg: str) -> set[tuple[str, int]]:
+    return {(k, int(s)) for k, s in re.findall(r'id="marker-([a-z_]+)-(\d+)-p\d+"', svg)}
+
+
+def test_every_event_gets_a_marker_on_every_panel(tmp_path):
+    page = section_run(_run(tmp_path), synthetic_events(), [])
+    step_figure = page.split("<h3>Against wall-clock time")[0]
+    assert _marker_ids(step_figure) == {("checkpoint", 10), ("checkpoint", 20), ("resumed", 20), ("spike", 23),
+                                        ("skip", 23), ("rollback", 30)}
+    # loss, grad norm, heat map, lr, tokens/s, MFU, data wait, checkpoint age, memory: nine panels
+    panels = len(set(re.findall(r'id="marker-resumed-20-p(\d+)"', step_figure)))
+    assert panels == 9
+    for kind, step in [("checkpoint", 10), ("spike", 23), ("skip", 23), ("rollback", 30)]:
+        assert len(re.findall(rf'id="marker-{kind}-{step}-p\d+"', step_figure)) == panels
+    assert 'id="rollback-window-30-p0"' in step_figure  # the thrown-away steps are shaded
+    for legend in ("resumed", "spike (step skipped)", "skip (non-finite)", "rollback", "checkpoint"):
+        assert f">{legend}<" in step_figure
+    assert ">resumed 20<" in step_figure and ">rollback 30<" in step_figure  # labelled state changes
+
+
+def test_heat_map_has_one_row_per_layer_group_in_model_order(tmp_path):
+    records = last_record_per_step(synthetic_events())
+    heat = grad_norm_heatmap(records)
+    assert heat is not None and heat.rows == GROUPS
+    measured = [r for r in records if "grad_norms" in r]
+    assert len(heat.values[0]) == len(measured) == 20  # one column per measured step (every 2nd)
+    col = [int(r["step"]) for r in measured].index(24)
+    assert heat.values[GROUPS.index("layers.1")][col] == pytest.approx(3.0)  # the per-group spike
+    assert heat.x_edges[0] == 1.0 and heat.x_edges[-1] == 41.0  # half a spacing around steps 2..40
+    page = section_run(_run(tmp_path), synthetic_events(), [])
+    assert 'id="heatmap-rows-4"' in page
+    for g in GROUPS:
+        assert f">{g}<" in page
+
+
+def test_heat_map_bins_keep_the_largest_norm_when_downsampled():
+    records = [{"step": s, "grad_norms": {"a": 5.0 if s == 7 else 1.0}} for s in range(1, 101)]
+    heat = grad_norm_heatmap(records, max_columns=10)
+    assert len(heat.values[0]) == 10 and max(heat.values[0]) == 5.0 and sorted(heat.values[0])[0] == 1.0
+
+
+def test_replayed_steps_keep_their_last_record_and_summary_matches_an_independent_computation(tmp_path):
+    events = synthetic_events()
+    records = last_record_per_step(events)
+    assert [r["step"] for r in records] == list(range(1, 41))
+    assert all(r.get("loss_replayed") for r in records if 21 <= r["step"] <= 25)
+
+    last = {}
+    for e in events:
+        if e["kind"] == "train_step":
+            last[e["step"]] = e
+    tps = statistics.median(last[s]["tokens_per_s"] for s in last)
+    mfu = statistics.median(last[s]["mfu"] for s in last)
+    s = run_summary(events)
+    assert s["steps"] == 40 and s["final_loss"] == pytest.approx(4.0 - 0.4)
+    assert s["median_tokens_per_s"] == pytest.approx(tps) and s["median_mfu"] == pytest.approx(mfu)
+    assert (s["resumes"], s["restarts"], s["spikes"], s["skips"], s["rollbacks"], s["interruptions"]) == (
+        1, 0, 1, 1, 1, 0)
+    page = section_run(_run(tmp_path), events, [])
+    row = re.search(r"<tr><td>40</td>(.*?)</tr>", page).group(1)
+    cells = re.findall(r"<td>(.*?)</td>", row)
+    assert cells[0] == "3.6" and cells[1] == f"{tps:,.0f}" and cells[2] == f"{mfu:.2%}"
+    assert cells[3:] == ["0", "1 / 0", "1", "1", "1"]
+
+
+def test_heldout_loss_per_bucket_prefers_the_eval_records():
+    events = synthetic_events()
+    records = [{"step": 40, "buckets": {"web": {"loss": 3.5}}}, {"step": 20, "buckets": {"web": {"loss": 4.5}}}]
+    held = heldout_losses(events, records)
+    assert held["web"] == ([20, 40], [4.5, 3.5])
+    assert "code" not in held  # the record of step 40 replaces that step's eval event as a whole
+    assert heldout_losses(events, [])["code"] == ([40], [3.1])
+
+
+def test_wall_clock_figure_shows_the_downtime_and_the_event_table_lists_newest_first(tmp_path):
+    page = section_run(_run(tmp_path), synthetic_events(), [])
+    clock = page.split("<h3>Against wall-clock time")[1].split("<h3>Events")[0]
+    assert 'id="gap-0-p0"' in clock and 'id="gap-1-p0"' not in clock  # the 500 s outage, only it
+    assert re.search(r'id="tmarker-resumed-20-\d+-p0"', clock)
+    assert re.search(r'id="tmarker-train_start-0-\d+-p0"', clock)
+    events = page.split("<h3>Events")[1]
+    kinds = re.findall(r"<tr><td>([a-z_]+)</td>", events)
+    assert kinds[:3] == ["eval", "rollback", "skip"] and kinds[-1] == "train_start"
+    assert "to checkpoint of step 20, steps 21–30 dropped, LR factor 0.5" in events
+    assert "batch: web ×1, code ×1; docs web-7, c-1" in events
+
+
+def test_a_run_without_steps_renders_a_placeholder(tmp_path):
+    page = section_run(_run(tmp_path), [{"t": 1.0, "stage": "train", "kind": "train_start", "step": 0}], [])
+    assert "No training steps yet" in page and "<svg" not in page
+
+
+def test_long_runs_are_downsampled(tmp_path):
+    noise = [((s * 7919) % 13) / 13 for s in range(20001)]  # not collinear: matplotlib keeps every point
+    events = [_step(s, float(s), 5.0 + noise[s] + (10.0 if s == 4321 else 0.0), tokens_per_s=1000.0 + 99 * noise[s])
+              for s in range(1, 20001)]
+    events.insert(10000, {"t": 10000.5, "stage": "train", "kind": "resumed", "step": 9990})
+    for e in events[10001:]:
+        e["t"] += 3600.0  # an hour down: the wall-clock lines break there
+    page = section_run(_run(tmp_path), events, [])
+    assert len(page) < 2_000_000
+    for gid in ("series-train_loss-p0", "series-tokens_s-p4"):
+        path = re.search(rf'<g id="{gid}">\s*<path d="([^"]+)"', page).group(1)
+        assert 1000 < path.count("L") <= 2100
+    assert 'id="gap-0-p0"' in page
+
+
+@pytest.mark.skipif(not (DEMO / "events.jsonl").exists(), reason="no runs/demo here")
+def test_the_demo_run_renders(tmp_path):
+    run = RunDir(config=load_config(DEMO / "config.yaml", []), path=DEMO)  # read only: nothing is written
+    events = list(read_events(DEMO / "events.jsonl"))
+    t0 = time.perf_counter()
+    page = section_run(run, events, eval_history(run))
+    seconds = time.perf_counter() - t0
+    print(f"runs/demo Run section: {len(page):,} characters in {seconds:.2f} s")
+    assert page.count("<svg") == 2 and len(page) < 1_000_000
+    checkpoints = {e["step"] for e in events if e["kind"] == "checkpoint"}
+    assert {s for k, s in _marker_ids(page) if k == "checkpoint"} == checkpoints
+
+
+def test_a_supervisor_restart_is_marked_at_the_step_it_resumes_from(tmp_path):
+    events = synthetic_events()
+    events.insert(30, {"t": 30.0, "stage": "train", "kind": "restart", "attempt": 1, "restarts": 3, "signal": "SIGKILL",
+                       "exit_code": None, "resume_from": "checkpoints/step_20", "resume_step": 20})
+    page = section_run(_run(tmp_path), events, [])
+    assert ("restart", 20) in _marker_ids(page) and ">restart 20<" in page
+    assert "attempt 1/3 after signal SIGKILL, from checkpoints/step_20" in page
+    assert run_summary(events)["restarts"] == 1
+
+
+def test_too_many_markers_of_one_kind_are_left_out_with_a_note(tmp_path):
+    events = []
+    for s in range(1, 401):
+        events.append(_step(s, float(s), 5.0))
+        if s % 2 == 0:
+            events.append({"t": float(s), "stage": "train", "kind": "checkpoint", "step": s})
+    events.append({"t": 400.0, "stage": "train", "kind": "spike", "step": 399, "reason": "grad_spike"})
+    page = section_run(_run(tmp_path), events, [])
+    assert _marker_ids(page) == {("spike", 399)}
+    assert "200 checkpoint markers left out" in page
