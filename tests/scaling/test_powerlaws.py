@@ -56,3 +56,12 @@ def test_too_few_points_and_non_positive_values_are_errors():
         fit_power_law([1.0, 2.0], [1.0, 0.0])
     with pytest.raises(PowerLawError, match="does not fall"):
         fit_size_law([1e6, 1e7], [3.0, 3.0])
+
+
+def test_points_that_do_not_determine_a_line_are_an_error_not_an_overflow():
+    import pytest as _pytest
+
+    from tokenmill.scaling.powerlaws import PowerLawError, fit_power_law
+
+    with _pytest.raises(PowerLawError, match="do not determine a line"):
+        fit_power_law([1e13, 1.0000001e13], [1e3, 1e9])  # nearly equal x, very different y

@@ -20,7 +20,7 @@ def _sweep(tmp_path: Path, data: RunDir, name: str, **extra) -> Path:
                          threads=1, eval_every=0, eval_docs=2, ckpt_every=10, log_every=0)
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
     sweep = {"name": name, "root": str(tmp_path / "sweeps"), "base": "base.yaml", "data": str(data.path),
-             "budgets": BUDGETS, "shapes": SHAPES, "min_steps": 8, "head_dim": 16,
+             "budgets": BUDGETS, "shapes": SHAPES, "min_steps": 8, "head_dim": 16, "min_tokens_per_param": 0,
              "holdout": [{"shape": {"d_model": 32, "n_layers": 1}, "flops": 1.6e10}], **extra}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(sweep))
@@ -49,6 +49,11 @@ def test_plan_spends_each_budget_to_within_one_step_and_says_why_pairs_are_left_
     assert any("D/N" in s["why"] for s in skipped)  # the smallest model at the largest budget
     _, few = plan_sweep(cfg, base, vocab_size=512, train_tokens=1000)
     assert any("epoch" in s["why"] for s in few)
+    wide = cfg.model_copy(update={"min_tokens_per_param": 1.0})
+    kept, left = plan_sweep(wide, base, vocab_size=512, train_tokens=10**9)
+    assert all(r.tokens >= r.params for r in kept if r.role == "sweep")
+    assert {s["name"] for s in left if "< min_tokens_per_param" in s["why"]} == \
+        {r.name for r in runs if r.role == "sweep" and r.tokens < r.params}
 
 
 def test_sweep_trains_normal_runs_collects_results_and_continues_where_it_stopped(tmp_path, data_run):

@@ -94,7 +94,7 @@ def analyze(runs: Sequence[RunResult], config: FitConfig | None = None) -> Scali
     compute_optimal = None
     try:
         compute_optimal = fit_compute_optimal(minima)
-    except IsoFlopError as exc:
+    except (IsoFlopError, PowerLawError) as exc:
         notes.append(str(exc))
 
     compute_frontier = None

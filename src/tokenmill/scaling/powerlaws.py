@@ -59,6 +59,9 @@ def fit_power_law(xs: Sequence[float], ys: Sequence[float]) -> PowerLaw:
     """Least squares of log y on log x."""
     x, y = _positive(xs, ys, 2, "power law")
     slope, intercept = np.polyfit(np.log(x), np.log(y), 1)
+    if not -700.0 < intercept < 700.0:  # two nearly equal x values: the line is vertical, exp() overflows
+        raise PowerLawError(f"power law: the points do not determine a line (log-intercept {intercept:.3g}; "
+                            f"x from {x.min():.3g} to {x.max():.3g})")
     return PowerLaw(math.exp(float(intercept)), float(slope))
 
 

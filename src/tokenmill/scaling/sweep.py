@@ -76,6 +76,10 @@ class SweepConfig(Strict):
     shapes: list[ShapeConfig] = Field(..., min_length=2, description="Model shapes tried at every budget.")
     head_dim: int = Field(32, gt=0, description="Head width used when a shape gives no n_heads.")
     min_steps: int = Field(40, ge=1, description="A (budget, shape) pair with fewer optimizer steps is left out.")
+    min_tokens_per_param: float = Field(
+        1.0, ge=0, description="A pair whose D/N (non-embedding) is below this is left out: a model that sees fewer "
+                               "tokens than it has parameters is far off the frontier, its loss set by the first "
+                               "steps of its schedule more than by N or D.")
     max_tokens_per_param: float = Field(
         400.0, gt=0, description="A pair whose D/N (non-embedding) exceeds this is left out (far from the minimum).")
     max_epochs: float = Field(1.0, gt=0, description="A pair that would repeat the training tokens more than this is left out "
@@ -160,6 +164,8 @@ def plan_sweep(cfg: SweepConfig, base: RunConfig, vocab_size: int,
             why = None
             if run.steps < cfg.min_steps:
                 why = f"{run.steps} steps < min_steps {cfg.min_steps}"
+            elif run.tokens / run.params < cfg.min_tokens_per_param:
+                why = f"D/N = {run.tokens / run.params:.2f} < min_tokens_per_param {cfg.min_tokens_per_param:g}"
             elif run.tokens / run.params > cfg.max_tokens_per_param:
                 why = f"D/N = {run.tokens / run.params:.0f} > max_tokens_per_param {cfg.max_tokens_per_param:g}"
             elif run.tokens > cfg.max_epochs * train_tokens:
