@@ -564,6 +564,9 @@ def scaling_lr_transfer(
     for param, a in result["analysis"].items():
         for width, o in a["optima"].items():
             shift = "" if a["shift_octaves"] is None else f"{a['shift_octaves']:+.2f}"
+            if o["lr"] is None:
+                table.add_row(param, width, "every run diverged", "", "", shift)
+                continue
             table.add_row(param, width, f"{o['lr']:.2e}" + (" (edge)" if o["edge"] else ""), f"{o['grid_lr']:.2e}",
                           f"{o['loss']:.4f}", shift)
     Console().print(table)

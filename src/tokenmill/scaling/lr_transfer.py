@@ -24,6 +24,7 @@ from pydantic import Field, ValidationError
 from tokenmill.config import RunConfig, Strict, load_config
 from tokenmill.runs import RunDir, atomic_write_text
 from tokenmill.scaling.sweep import SweepError, final_loss, link_data, prepare_data, resolve_base
+from tokenmill.train.trainer import TrainingDiverged
 
 Param = Literal["mup", "sp"]
 
@@ -66,10 +67,10 @@ def transfer_run_config(base: RunConfig, cfg: LrTransferConfig, param: Param, wi
     return RunConfig.model_validate(data)
 
 
-def best_lr(lrs: list[float], losses: list[float]) -> dict[str, Any]:
+def best_lr(lrs: list[float], losses: list[float | None]) -> dict[str, Any]:
     """The grid argmin and the vertex of the parabola through it and its neighbours in log2(lr)
     (the argmin itself when it lies on the grid's edge: the optimum may be outside the grid)."""
-    pts = sorted((lr, loss) for lr, loss in zip(lrs, losses) if math.isfinite(loss))
+    pts = sorted((lr, loss) for lr, loss in zip(lrs, losses) if loss is not None and math.isfinite(loss))
     if not pts:
         return {"lr": None, "grid_lr": None, "loss": None, "edge": True}
     i = min(range(len(pts)), key=lambda k: pts[k][1])
@@ -116,16 +117,16 @@ def run_lr_transfer(path: Path) -> dict[str, Any]:
                 rc = transfer_run_config(base, cfg, param, width, lr, sweep_dir / "runs")
                 run = RunDir.create(rc, sweep_dir / "runs" / rc.name)
                 link_data(data, run)
-                if not run.is_fresh("train"):
-                    run_pipeline(run, ("train",))
-                steps = run.finished("train")["summary"]["steps"]
-                loss = final_loss(run, steps)["loss"] if _finite_run(run) else float("inf")
-                results.append({"name": rc.name, "param": param, "width": width, "lr": lr, "loss": loss})
+                diverged = run.sub("diverged.txt")
+                if not run.is_fresh("train") and not diverged.exists():
+                    try:
+                        run_pipeline(run, ("train",))
+                    except TrainingDiverged as exc:  # too high a learning rate: +inf, and the sweep goes on
+                        atomic_write_text(diverged, str(exc))
+                loss = None if diverged.exists() else \
+                    final_loss(run, run.finished("train")["summary"]["steps"])["loss"]
+                results.append({"name": rc.name, "param": param, "width": width, "lr": lr, "loss": loss,
+                                "diverged": diverged.exists()})
                 summary = {"runs": results, "analysis": analyse(results)}
                 atomic_write_text(sweep_dir / "results.json", json.dumps(summary, indent=1))
     return summary
-
-
-def _finite_run(run: RunDir) -> bool:
-    """A run the guard declared diverged has no meaningful final loss: it counts as +inf."""
-    return not (run.finished("train") or {}).get("summary", {}).get("diverged", False)
