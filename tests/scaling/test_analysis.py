@@ -54,3 +54,20 @@ def test_a_small_sweep_leaves_out_what_it_cannot_support():
     assert result.holdout == ()
     one = analyze(sweep(noise=0.0, budgets=(1e18,), sizes=6), FitConfig(bootstrap_samples=0))
     assert one.compute_optimal is None and any("two or more budgets" in n for n in one.notes)
+
+
+def test_a_minimum_outside_the_swept_sizes_is_not_used_for_the_compute_optimal_fits():
+    from tests.scaling.chinchilla_synthetic import BUDGETS, run, true_loss
+
+    def far_right(r):  # 1.5 decades above N*: the budget's whole curve lies right of its minimum
+        n = r.params * 10 ** 1.5
+        return run(r.name, n, r.flops, r.budget, float(true_loss(n, r.flops / (6 * n))))
+
+    runs = [r for r in sweep() if r.budget != BUDGETS[0]]
+    runs += [far_right(r) for r in sweep(budgets=(BUDGETS[0],), sizes=5, span=0.3)]
+    a = analyze(runs, FitConfig(bootstrap_samples=0))
+    outside = [m for m in a.isoflop.minima if not m.interior]
+    assert [m.budget for m in outside] == [BUDGETS[0]]
+    assert any("outside the swept sizes" in n for n in a.notes)
+    # N*(C) comes from the interior minima only, and has the law's exponent
+    assert a.compute_optimal.params.exponent == pytest.approx(BETA / (ALPHA + BETA), abs=0.03)

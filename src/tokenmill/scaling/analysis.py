@@ -89,7 +89,11 @@ def analyze(runs: Sequence[RunResult], config: FitConfig | None = None) -> Scali
     chinchilla = bootstrap_runs(runs, config)
     isoflop = isoflop_minima(runs)
     notes += [f"budget {b:.3g}: {reason}" for b, reason in isoflop.skipped]
-    minima = isoflop.minima
+    # A vertex outside the swept sizes is an extrapolation of a parabola, not a measured minimum:
+    # it would steer the N*(C) and L(C) fits with numbers no run supports.
+    minima = tuple(m for m in isoflop.minima if m.interior)
+    notes += [f"budget {m.budget:.3g}: the parabola's minimum (N* = {m.params:.3g}) lies outside the swept sizes; "
+              "not used for the N*(C), D*(C) and L(C) fits" for m in isoflop.minima if not m.interior]
 
     compute_optimal = None
     try:
