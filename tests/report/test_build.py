@@ -109,3 +109,14 @@ def test_canary_exposure_table_by_repetition_count():
     html_text = section_eval([record])
     assert "Canaries" in html_text and "19.9 bits" in html_text
     assert html_text.index("1.79") < html_text.index("7.65")  # rows by repetition count, 1 before 48
+
+
+def test_slice_table_lists_every_evaluation_step():
+    from tokenmill.report.build import section_eval
+
+    def record(step: int, bpb: float) -> dict:
+        return {"step": step, "buckets": {"web": {"docs": 1, "tokens": 5, "loss": 2.0, "ppl": 7.4, "bpb": bpb,
+                                                   "unigram_bpb": 2.5}}}
+    page = section_eval([record(10, 2.25), record(20, 1.875), record(30, 1.625)])
+    table_html = page[page.index("at every evaluation"):]
+    assert all(f"<td>{v}</td>" in table_html for v in ("10", "20", "30", "2.25", "1.875", "1.625"))

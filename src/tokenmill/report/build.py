@@ -109,6 +109,14 @@ def _probes(evals: list[dict]) -> str:
     return "".join(out)
 
 
+def _slices_over_steps(evals: list[dict]) -> str:
+    """Bits-per-byte of every bucket at every evaluation (rows: steps), the table behind the curve."""
+    buckets = list(evals[-1]["buckets"])
+    rows = [[e["step"], *(e["buckets"][b]["bpb"] if b in e["buckets"] else "—" for b in buckets)] for e in evals]
+    return ("<details><summary>bits-per-byte by bucket at every evaluation</summary>"
+            + table(["step", *buckets], rows) + "</details>")
+
+
 def _task_curves(evals: list[dict]) -> str:
     """Task accuracy over the evaluations that scored tasks (eval.tasks_in_training), beside the loss."""
     series: dict[str, tuple[list[float], list[float]]] = {}
@@ -196,6 +204,7 @@ def section_eval(evals: list[dict]) -> str:
             pts = [(e["step"], e["buckets"][bucket]["bpb"]) for e in evals if bucket in e["buckets"]]
             series[bucket] = ([p[0] for p in pts], [p[1] for p in pts])
         out.append(line_chart(series, title="Held-out bits-per-byte", xlabel="step", ylabel="bpb", markers=True))
+        out.append(_slices_over_steps(evals))
     out.append(_probes(evals))
     out.append(_eval_audits(last))
     out.append(_task_curves(evals))
