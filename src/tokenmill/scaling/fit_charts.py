@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.ticker import NullFormatter
 
 from tokenmill.report.charts import _svg, plt
 from tokenmill.scaling.analysis import ScalingAnalysis
@@ -39,7 +40,7 @@ def loss_vs_compute_chart(analysis: ScalingAnalysis) -> str:
         dots = ax.scatter([r.flops for r in runs], [r.loss for r in runs], c=np.log10([r.params for r in runs]),
                           cmap="viridis", s=14, label="sweep runs")
         fig.colorbar(dots, ax=ax, label="log10 N (non-embedding)")
-    minima = analysis.isoflop.minima
+    minima = [m for m in analysis.isoflop.minima if m.interior]  # an exterior vertex is no measured minimum
     if minima:
         ax.scatter([m.compute for m in minima], [m.loss for m in minima], marker="*", s=90, color="black",
                    zorder=3, label="IsoFLOP minima")
@@ -59,6 +60,7 @@ def loss_vs_compute_chart(analysis: ScalingAnalysis) -> str:
         ax.scatter([check.flops], [check.actual], marker="x", s=50, color="tab:red",
                    label="held-out actual" if k == 0 else None, zorder=4)
     ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())  # a decade or less of x: minor labels would overlap
     ax.set_xlabel("training compute C (FLOPs)")
     ax.set_ylabel("final held-out loss (nats/token)")
     ax.set_title("Loss vs compute")
@@ -79,8 +81,10 @@ def isoflop_chart(analysis: ScalingAnalysis) -> str:
             m = minima[budget]
             ns = np.geomspace(min(r.params for r in group), max(r.params for r in group), 50)
             ax.plot(ns, m.parabola(np.log(ns)), color=color, linewidth=1.0)
-            ax.scatter([m.params], [m.loss], marker="*", s=80, color=color, edgecolors="black", zorder=3)
+            if m.interior:  # a vertex outside the swept sizes is an extrapolation: not marked as a minimum
+                ax.scatter([m.params], [m.loss], marker="*", s=80, color=color, edgecolors="black", zorder=3)
     ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())  # a decade or less of x: minor labels would overlap
     ax.set_xlabel("N (non-embedding parameters)")
     ax.set_ylabel("final held-out loss")
     ax.set_title("IsoFLOP profiles (parabola in log N, ★ minimum)")
@@ -97,7 +101,7 @@ def compute_optimal_chart(analysis: ScalingAnalysis) -> str:
     if points is not None:
         ax.plot(span, [p.params for p in points], color="tab:blue", label="N, approach 3")
         ax.plot(span, [p.tokens for p in points], color="tab:green", label="D, approach 3")
-    minima = analysis.isoflop.minima
+    minima = [m for m in analysis.isoflop.minima if m.interior]
     if minima:
         ax.scatter([m.compute for m in minima], [m.params for m in minima], color="tab:blue", marker="*", s=60,
                    label="N* IsoFLOP")
@@ -113,6 +117,7 @@ def compute_optimal_chart(analysis: ScalingAnalysis) -> str:
         ax.scatter([run.flops], [run.params], marker="x", color="tab:red")
         ax.scatter([run.flops], [run.tokens], marker="x", color="tab:red")
     ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())  # a decade or less of x: minor labels would overlap
     ax.set_yscale("log")
     ax.set_xlabel("training compute C (FLOPs)")
     ax.set_ylabel("compute-optimal N, D")
