@@ -35,7 +35,7 @@ class LrTransferConfig(Strict):
     name: str = Field("lr-transfer", description="Sweep name; the directory is <root>/<name>.")
     root: str = Field("runs", description="Directory holding the sweep directory.")
     base: str = Field(..., description="Run config giving the data stages and the recipe (relative to this file).")
-    data: str | None = Field(None, description="An existing run directory whose tokens to use (None: <sweep>/data).")
+    data: str | None = Field(None, description="An existing run directory whose tokens to use, relative to the working directory (None: <sweep>/data).")
     set: list[str] = Field(default_factory=list, description="Overrides applied to the base config.")
     widths: list[int] = Field(..., min_length=2, description="d_model values; the narrowest is μP's base width.")
     n_layers: int = Field(2, gt=0, description="Depth of every model.")

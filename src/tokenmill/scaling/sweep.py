@@ -70,7 +70,8 @@ class SweepConfig(Strict):
     base: str = Field(..., description="Run config (YAML) giving the data stages and the training recipe; "
                                         "relative paths are relative to the sweep file.")
     data: str | None = Field(None, description="An existing run directory whose curated data, tokenizer and tokens the sweep "
-                                                "uses (None: run the base config's data stages in <sweep>/data).")
+                                                "uses, relative to the working directory like `root` (None: run the base "
+                                                "config's data stages in <sweep>/data).")
     set: list[str] = Field(default_factory=list, description="Overrides applied to the base config (`train.lr=1e-3`).")
     budgets: list[float] = Field(..., min_length=1, description="Compute budgets C in FLOPs (forward + backward).")
     shapes: list[ShapeConfig] = Field(..., min_length=2, description="Model shapes tried at every budget.")
