@@ -344,6 +344,11 @@ class MixtureConfig(Strict):
     doc_masking: bool = Field(
         True, description="Block attention across documents, restart positions at each document and "
                           "leave cross-document targets out of the loss.")
+    shuffle: Literal["block", "epoch"] = Field(
+        "block", description="'block': a bucket's samples shuffled within blocks of 4096 (a short run reads "
+                             "the first documents of the shuffled stream); 'epoch': drawn from a permutation "
+                             "of all the bucket's windows of an epoch, so any prefix of a run, however short, "
+                             "samples every document (scaling sweeps).")
     max_epochs_warn: float = Field(
         4.0, gt=0.0, description="Warn when a bucket is repeated more than this many epochs (seed 004).")
     prefetch: int = Field(8, ge=0, description="Micro-batches a background thread prepares ahead (0: off).")
@@ -446,6 +451,8 @@ class TrainConfig(Strict):
         "(micro_batch · seq_len · world size), which must divide (None: use grad_accum).")
     max_steps: int = Field(1000, description="Optimizer steps.")
     max_tokens: int | None = Field(None, description="Token budget; sets max_steps = ⌈max_tokens / tokens per step⌉ (None: use max_steps).")
+    seed: int | None = Field(None, description="Seed of the initialization and the batch order (None: the run seed); "
+                                               "a second seed of the same run measures its run-to-run noise.")
     lr: float = Field(3e-3, description="Peak learning rate.")
     schedule: Literal["cosine", "linear", "wsd"] = Field(
         "cosine", description="After warmup: cosine or linear decay to min_lr_ratio·lr, or warmup-stable-decay.")
@@ -559,6 +566,11 @@ class RunConfig(Strict):
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
+
+    @property
+    def train_seed(self) -> int:
+        """Seed of the model's initialization and the batch order: train.seed, else the run seed."""
+        return self.seed if self.train.seed is None else self.train.seed
 
     @property
     def run_dir(self) -> Path:

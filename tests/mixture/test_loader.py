@@ -267,3 +267,43 @@ def test_sample_shuffle_is_a_bijection_per_phase_and_bucket(crafted):
     big = {b: n for b, n in loader._counts[1].items() if n > 3}
     for bucket, n in big.items():
         assert [loader._shuffled(1, bucket, j) for j in range(n)] != list(range(n))  # really shuffled
+
+
+def _docs_seen(loader: Loader) -> set[int]:
+    """Distinct documents in every batch of the run (a crafted document's body token names it)."""
+    seen: set[int] = set()
+    for step in range(1, loader.max_steps + 1):
+        for m in range(loader.grad_accum):
+            seen |= {t for t in loader.batch(step, m).tokens.flatten().tolist() if t not in (EOS, PAD)}
+    return seen
+
+
+def test_epoch_shuffle_spreads_a_short_run_over_the_whole_bucket(tmp_path):
+    """A run reading 2 % of a bucket: the block shuffle gives it the first few documents of the
+    shuffled stream, the epoch shuffle windows from all over the bucket."""
+    store = write_store(tmp_path / "tokens", {"x": [[64] * 200]})  # 12,800 tokens, 800 windows of 16
+    block = make(store, MixtureConfig(), micro_batch=4, grad_accum=1, max_steps=4)
+    epoch = make(store, MixtureConfig(shuffle="epoch"), micro_batch=4, grad_accum=1, max_steps=4)
+    assert len(_docs_seen(block)) <= 6  # 16 windows of 16 tokens: 256 consecutive tokens, 4-5 documents
+    assert len(_docs_seen(epoch)) >= 14  # 16 windows drawn from 800: nearly one document each
+    windows = [epoch._shuffled(0, "x", j) for j in range(16)]
+    assert len(set(windows)) == 16 and max(windows) > 400
+    assert block.fingerprint() != epoch.fingerprint()
+
+
+def test_epoch_shuffle_is_a_bijection_of_each_epoch_and_phases_never_reread(crafted):
+    mixture = CURRICULUM.model_copy(update={"shuffle": "epoch"})
+    loader = make(crafted, mixture, max_steps=40)
+    for bucket in ("x", "y"):
+        spans = []
+        for k, ph in enumerate(loader.phases):
+            n = loader._counts[k].get(bucket, 0)
+            starts = [loader._offsets[k][bucket] + loader._shuffled(k, bucket, j) * ph.seq_len for j in range(n)]
+            spans += [(s, s + ph.seq_len) for s in starts]
+        spans.sort()
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # no window read twice, across phases
+    full = make(crafted, MixtureConfig(shuffle="epoch"), max_steps=40)
+    block = full._blocks[0]["y"]
+    n = full._counts[0]["y"]
+    assert n > block  # more than an epoch: the first block is read whole, as a permutation
+    assert sorted(full._shuffled(0, "y", j) for j in range(block)) == list(range(block))

@@ -49,9 +49,14 @@ LOADER_VERSION = "tokenmill-loader-v2"
 # without it the rows of a batch are consecutive windows of the same few documents, and the
 # demo model trained measurably worse on such low-diversity batches.
 SHUFFLE_BLOCK = 4096
+# mixture.shuffle = "epoch" makes the block one epoch of the bucket instead, and draws a run's
+# samples from the whole block even when the run needs fewer: with 4096-sample blocks over a
+# document-shuffled stream, a run of 300 k tokens reads only the first few (long) documents, so
+# runs of different lengths train on different slices of the data, which a scaling sweep (one run
+# length per point) mistakes for an effect of N and D.
 # Config fields that change which tokens or masks a step receives (prefetch and the warning
 # threshold do not, so changing them never blocks a resume).
-_ORDER_FIELDS = ("weights", "phases", "packing", "doc_masking")
+_ORDER_FIELDS = ("weights", "phases", "packing", "doc_masking", "shuffle")
 
 __all__ = ["Batch", "DocSpan", "Loader", "MixtureError", "Phase", "SampleSource",
            "store_fingerprint"]
@@ -99,6 +104,8 @@ class Loader:
                                                       world_size * grad_accum, max_steps)
         used = sorted({b for il in self._interleaves for b in il.buckets})
         self._streams = {b: BucketStream(b, store.shards(b, split), self.seed) for b in used}
+        self._blocks = [{b: self._block_size(ph, b) for b in il.buckets}
+                        for ph, il in zip(self.phases, self._interleaves)]
         self._counts, self._offsets = self._phase_accounting()
         self._doc_ids = DocIds()
         self._perms: dict[tuple[int, str, int], np.ndarray] = {}
@@ -130,15 +137,27 @@ class Loader:
     def _global_rows(self, phase: Phase) -> int:
         return self.world_size * self.grad_accum * phase.rows
 
+    def _block_size(self, phase: Phase, bucket: str) -> int:
+        """Samples per shuffle block: SHUFFLE_BLOCK, or (shuffle='epoch') the bucket's windows per epoch."""
+        if self.mixture.shuffle == "block":
+            return SHUFFLE_BLOCK
+        stream = self._streams[bucket]
+        per_epoch = stream.n_tokens // phase.seq_len if self.mixture.packing == "packed" else stream.n_docs
+        return max(1, per_epoch)
+
     def _phase_accounting(self) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
-        """Per phase: samples of each bucket, and where each bucket's stream starts (tokens or docs)."""
+        """Per phase: samples of each bucket, and where each bucket's stream starts (tokens or docs).
+        With shuffle='epoch' a phase owns whole blocks (its samples are spread over them), so the
+        next phase starts after the last one: the unread rest of that block is skipped, never reread."""
         counts, offsets, pos = [], [], dict.fromkeys(self._streams, 0)
-        for ph, il in zip(self.phases, self._interleaves):
+        for k, (ph, il) in enumerate(zip(self.phases, self._interleaves)):
             n = ph.steps * self._global_rows(ph)
-            c = {b: il.count_before(k, n) for k, b in enumerate(il.buckets)}
+            c = {b: il.count_before(i, n) for i, b in enumerate(il.buckets)}
             offsets.append(dict(pos))
             unit = ph.seq_len if self.mixture.packing == "packed" else 1
             for b, nb in c.items():
+                if self.mixture.shuffle == "epoch":
+                    nb = -(-nb // self._blocks[k][b]) * self._blocks[k][b]
                 pos[b] += nb * unit
             counts.append(c)
         return counts, offsets
@@ -160,15 +179,18 @@ class Loader:
         return [(il.buckets[b], j) for b, j in il.samples(base + lo, base + hi)]
 
     def _shuffled(self, k: int, bucket: str, j: int) -> int:
-        """A seeded bijection of the phase's samples of a bucket, 0..n-1, block by block."""
-        n = self._counts[k][bucket]
-        b0 = (j // SHUFFLE_BLOCK) * SHUFFLE_BLOCK
+        """A seeded injection of the phase's samples of a bucket into its windows, block by block:
+        'block' permutes the samples the phase reads (0..n-1); 'epoch' picks them from a
+        permutation of the whole block, so a phase shorter than a block samples all of it."""
+        n, block = self._counts[k][bucket], self._blocks[k][bucket]
+        b0 = (j // block) * block
         key = (k, bucket, b0)
         perm = self._perms.get(key)
         if perm is None:
             bucket_no = sorted(self._streams).index(bucket)
             rng = np.random.default_rng([self.seed, 0x5A3F, k, bucket_no, b0])
-            perm = self._perms[key] = rng.permutation(min(SHUFFLE_BLOCK, n - b0))
+            size = block if self.mixture.shuffle == "epoch" else min(block, n - b0)
+            perm = self._perms[key] = rng.permutation(size)
         return b0 + int(perm[j - b0])
 
     def _pieces(self, k: int, bucket: str, j: int) -> list[Piece]:

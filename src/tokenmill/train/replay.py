@@ -31,7 +31,7 @@ from tokenmill.train.trainer import TrainError, compute_update, resolve_model_co
 
 def _loader(run: RunDir, store: TokenStore) -> Loader:
     cfg, tc = run.config, resolve_budget(run.config.train)
-    return Loader(store, cfg.mixture, tc.seq_len, tc.micro_batch, tc.grad_accum, tc.max_steps, cfg.seed)
+    return Loader(store, cfg.mixture, tc.seq_len, tc.micro_batch, tc.grad_accum, tc.max_steps, cfg.train_seed)
 
 
 def _curated_rows(curated: Path, ids: set[str]) -> dict[str, dict[str, Any]]:
@@ -85,7 +85,7 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
     start, ckpt = (ckpts[-1] if ckpts else (0, None))
     mcfg = (resolve_model_config(cfg.model, store, tc.seq_len) if ckpt is None
             else type(cfg.model).model_validate(read_state(ckpt)["model_config"]))
-    model = Transformer(mcfg, generator=torch.Generator().manual_seed(cfg.seed)).to(device)
+    model = Transformer(mcfg, generator=torch.Generator().manual_seed(cfg.train_seed)).to(device)
     model.train()
     optimizer = build_optimizer(model, tc, device)
     loader = _loader(run, store)

@@ -344,14 +344,14 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
         raise TrainError(f"{ckpt_root} already holds checkpoints (newest: step_{existing[-1][0]}); pass "
                          f"--resume to continue this run, or delete {ckpt_root} to start over")
 
-    seed_everything(cfg.seed)
-    model = Transformer(mcfg, generator=torch.Generator().manual_seed(cfg.seed)).to(device)
+    seed_everything(cfg.train_seed)
+    model = Transformer(mcfg, generator=torch.Generator().manual_seed(cfg.train_seed)).to(device)
     model.activation_checkpointing = tc.activation_checkpointing
     model.train()
     train_model = wrap_model(model, ctx, tc)  # DDP wrapper, or `model` itself sharded in place (FSDP)
     optimizer = build_optimizer(model, tc, device)
     guard = StabilityGuard(tc.guard, judge_after=tc.warmup_steps)
-    loader = Loader(store, cfg.mixture, tc.seq_len, tc.micro_batch, tc.grad_accum, tc.max_steps, cfg.seed,
+    loader = Loader(store, cfg.mixture, tc.seq_len, tc.micro_batch, tc.grad_accum, tc.max_steps, cfg.train_seed,
                     world_size=ctx.world_size, rank=ctx.rank, pin_memory=device.type == "cuda")
     if loader.max_seq_len > mcfg.max_seq_len:
         raise TrainError(f"a curriculum phase uses sequences of {loader.max_seq_len} tokens but "
