@@ -521,6 +521,8 @@ def scaling_sweep(
     sweep: Path = typer.Argument(..., help="Sweep config (YAML): base run config, budgets, shapes, held-out runs."),
     only: Optional[list[str]] = typer.Option(None, "--only", help="Train only this run (repeatable); finished runs are still collected."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the planned runs (steps, tokens, FLOPs) and train nothing."),
+    no_holdout: bool = typer.Option(False, "--no-holdout", help="Train the sweep (and repeat) runs only: fit and "
+                                    "`scaling fit --register` the held-out predictions before their runs exist."),
 ) -> None:
     """Train every run of an IsoFLOP sweep (each a normal run directory under <root>/<name>/runs/)
     and write <root>/<name>/results.json. Running it again continues: finished runs are skipped and
@@ -529,14 +531,14 @@ def scaling_sweep(
 
     from tokenmill.scaling.sweep import run_sweep
 
-    result = _guard(lambda: run_sweep(sweep, only=only, dry_run=dry_run))
+    result = _guard(lambda: run_sweep(sweep, only=only, dry_run=dry_run, holdout=not no_holdout))
     if dry_run:
         table = Table(title=f"{len(result['runs'])} runs; {result['train_tokens']:,} training tokens in the store")
-        for col in ("run", "role", "N (non-emb.)", "steps", "tokens", "FLOPs", "D/N"):
+        for col in ("run", "role", "N (non-emb.)", "steps", "tokens", "FLOPs", "D/N", "lr"):
             table.add_column(col, justify="left" if col in ("run", "role") else "right", no_wrap=col == "run")
         for r in result["runs"]:
             table.add_row(r["name"], r["role"], f"{r['params']:,}", f"{r['steps']:,}", f"{r['tokens']:,}",
-                          f"{r['flops']:.2e}", f"{r['tokens'] / r['params']:.1f}")
+                          f"{r['flops']:.2e}", f"{r['tokens'] / r['params']:.1f}", f"{r['lr']:.2e}")
         Console().print(table)
     for s in result["skipped"]:
         console.print(f"[dim]left out {s['name']}: {s['why']}[/]")
@@ -577,6 +579,8 @@ def scaling_fit(
     sweep_dir: Path = typer.Argument(..., help="A sweep directory (holds results.json), e.g. runs/books-sweep."),
     bootstrap: int = typer.Option(200, "--bootstrap", min=0, help="Bootstrap resamples for the intervals (0: none)."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole analysis as JSON."),
+    register: bool = typer.Option(False, "--register", help="Write the predictions of held-out runs not finished yet to "
+                                  "<sweep>/predictions.json (pre-registration; a registered prediction is never overwritten)."),
 ) -> None:
     """Fit L(N, D) = E + A/N^α + B/D^β (Chinchilla approach 3, Huber on log loss), the IsoFLOP
     minima and Kaplan-style power laws to the sweep runs, with bootstrap intervals, and predict each
@@ -587,16 +591,19 @@ def scaling_fit(
     from tokenmill.runs import atomic_write_text
     from tokenmill.scaling.analysis import analyze
     from tokenmill.scaling.fit import FitConfig
+    from tokenmill.scaling.preregister import predict_pending, register as register_predictions, registered_checks
     from tokenmill.scaling.results import load_results
 
     def go() -> Any:
         a = analyze(load_results(sweep_dir / "results.json"), FitConfig(bootstrap_samples=bootstrap))
-        atomic_write_text(sweep_dir / "fit.json", json.dumps(a.to_dict(), indent=1))
-        atomic_write_text(sweep_dir / "scaling.html", render_scaling(a, f"scaling: {sweep_dir.name}"))
-        return a
-    a = _guard(go)
+        new = register_predictions(sweep_dir, a) if register else []
+        extra = {"pending": predict_pending(sweep_dir, a), "registered": registered_checks(sweep_dir, a)}
+        atomic_write_text(sweep_dir / "fit.json", json.dumps({**a.to_dict(), **extra}, indent=1))
+        atomic_write_text(sweep_dir / "scaling.html", render_scaling(a, f"scaling: {sweep_dir.name}", **extra))
+        return a, new, extra
+    a, new, extra = _guard(go)
     if as_json:
-        typer.echo(json.dumps(a.to_dict(), indent=1))
+        typer.echo(json.dumps({**a.to_dict(), **extra}, indent=1))
         return
     f = a.chinchilla.fit
     console.print(f"L(N, D) = {f.E:.4g} + {f.A:.4g}/N^{f.alpha:.4g} + {f.B:.4g}/D^{f.beta:.4g}  "
@@ -605,6 +612,17 @@ def scaling_fit(
         iv = f" [{h.interval.low:.4f}, {h.interval.high:.4f}]" if h.interval else ""
         console.print(f"held-out {h.name}: predicted {h.predicted:.4f}{iv}, actual {h.actual:.4f}, "
                       f"error {h.relative_error:+.2%}", highlight=False)
+    for p in extra["pending"]:
+        iv = f" [{p['interval'][0]:.4f}, {p['interval'][1]:.4f}]" if p["interval"] else ""
+        console.print(f"pending held-out {p['name']}: predicted {p['predicted']:.4f}{iv}"
+                      + (" (registered now)" if any(x["name"] == p["name"] for x in new) else ""), highlight=False)
+    for p in extra["registered"]:
+        if p["actual"] is not None:
+            console.print(f"registered {p['registered_at']} for {p['name']}: predicted {p['predicted']:.4f}, "
+                          f"actual {p['actual']:.4f}, error {p['relative_error']:+.2%}", highlight=False)
+    for n in a.noise:
+        console.print(f"run-to-run noise at N {n.params:,}, D {n.tokens:,}: {len(n.losses)} seeds, std {n.std:.4f} "
+                      f"({n.relative_std:.2%} of the loss), range {n.relative_range:.2%}", highlight=False)
     for n in a.notes:
         console.print(f"[dim]{n}[/]")
     typer.echo(str(sweep_dir / "scaling.html"))

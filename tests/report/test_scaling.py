@@ -64,3 +64,21 @@ def test_run_report_scaling_section_shows_the_sweeps_law_and_this_runs_predictio
     page = section_scaling(RunDir(RunConfig.model_validate(tiny_run.config.model_dump()), run_dir), [])
     pred = 1.5 + 400.0 / 1e6 ** 0.3 + 300.0 / 2e7 ** 0.25
     assert "Fitted law of the sweep" in page and f"{pred:,.4g}" in page and f"{(pred - 4) / 4:+.2%}" in page
+
+
+def test_scaling_fit_register_writes_the_pending_prediction_once_and_the_page_shows_it(tmp_path):
+    held = holdout(4.0)
+    _write(tmp_path, sweep(noise=0.005, seed=1))
+    (tmp_path / "plan.json").write_text(json.dumps({"runs": [held.to_dict()]}))
+    out = CliRunner().invoke(app, ["scaling", "fit", str(tmp_path), "--bootstrap", "0"])
+    assert out.exit_code == 0 and "pending held-out holdout: predicted" in out.output
+    assert not (tmp_path / "predictions.json").exists()  # printed, not registered without --register
+    out = CliRunner().invoke(app, ["scaling", "fit", str(tmp_path), "--bootstrap", "0", "--register"])
+    assert "(registered now)" in out.output
+    (p,) = json.loads((tmp_path / "predictions.json").read_text())["predictions"]
+    assert abs(p["predicted"] - held.loss) / held.loss < 0.01
+    _write(tmp_path, [*sweep(noise=0.005, seed=1), held])  # the held-out run has finished
+    out = CliRunner().invoke(app, ["scaling", "fit", str(tmp_path), "--bootstrap", "0", "--register"])
+    assert f"for holdout: predicted {p['predicted']:.4f}, actual {held.loss:.4f}" in out.output
+    page = (tmp_path / "scaling.html").read_text()
+    assert "Pre-registered predictions" in page and p["registered_at"] in page

@@ -6,7 +6,8 @@ import yaml
 
 from tokenmill.runs import STAGES, RunDir
 from tokenmill.scaling.flops import flops_per_token
-from tokenmill.scaling.sweep import SweepError, load_sweep, plan_sweep, run_sweep, base_config, shape_model
+from tokenmill.scaling.sweep import (SweepError, base_config, load_sweep, plan_sweep, run_config, run_sweep,
+                                     shape_model)
 
 BUDGETS = [4.0e9, 8.0e9]
 SHAPES = [{"d_model": 16, "n_layers": 1}, {"d_model": 32, "n_layers": 1}, {"d_model": 64, "n_layers": 2}]
@@ -112,3 +113,52 @@ def test_a_diverged_run_is_recorded_and_the_sweep_goes_on(tmp_path, data_run):
     assert out["finished"] == 0 and len(out["failed"]) == out["planned"] == 7
     saved = json.loads((tmp_path / "sweeps" / "nan" / "results.json").read_text())
     assert saved["runs"] == [] and all("diverged at step 3" in f["why"] for f in saved["failed"])
+
+
+def test_width_rule_repeats_and_threads_in_the_plan(tmp_path, data_run):
+    seed = data_run.config.seed
+    path = _sweep(tmp_path, data_run, "rule", lr_base_width=32, lr_width_exponent=0.5, jobs=2,
+                  repeats=[{"shape": {"d_model": 32, "n_layers": 1}, "flops": 4.0e9, "seeds": [seed, 7]}])
+    cfg = load_sweep(path)
+    base = base_config(cfg)
+    runs, _ = plan_sweep(cfg, base, vocab_size=512, train_tokens=10**9)
+    for r in runs:
+        assert r.lr == pytest.approx(0.01 * (r.d_model / 32) ** -0.5)
+    repeats = [r for r in runs if r.role == "repeat"]
+    assert [(r.name, r.seed) for r in repeats] == [("repeat4.0e09-d32-l1-s1234", seed), ("repeat4.0e09-d32-l1-s7", 7)]
+    twin = next(r for r in runs if r.role == "sweep" and r.name == "c4.0e09-d32-l1")
+    assert (twin.tokens, twin.steps, twin.params) == (repeats[0].tokens, repeats[0].steps, repeats[0].params)
+    rc = run_config(base, cfg, repeats[1], tmp_path)
+    assert (rc.train.seed, rc.train_seed, rc.train.lr, rc.train.threads) == (7, 7, repeats[1].lr, 1)
+    assert run_config(base, cfg, twin, tmp_path).train_seed == seed  # no train.seed: the run seed
+    base.model.mup = True
+    with pytest.raises(SweepError, match="mup"):
+        plan_sweep(cfg, base, vocab_size=512, train_tokens=10**9)
+
+
+def test_parallel_jobs_train_the_same_runs_as_one_at_a_time(tmp_path, data_run):
+    """Two worker processes (one thread each) give bit-identical losses to the runs trained one after
+    the other with one thread; a repeat with the run seed equals its sweep run, another seed differs."""
+    seed = data_run.config.seed
+    extra = {"budgets": [4.0e9], "holdout": [],
+             "repeats": [{"shape": {"d_model": 32, "n_layers": 1}, "flops": 4.0e9, "seeds": [seed, 7]}]}
+    serial = run_sweep(_sweep(tmp_path, data_run, "serial", **extra))
+    parallel = run_sweep(_sweep(tmp_path, data_run, "parallel", jobs=2, **extra))
+    assert serial["finished"] == parallel["finished"] == 5 and not parallel["failed"]
+    loss = {}
+    for name in ("serial", "parallel"):
+        runs = json.loads((tmp_path / "sweeps" / name / "results.json").read_text())["runs"]
+        loss[name] = {r["name"]: r["loss"] for r in runs}
+    assert loss["serial"] == loss["parallel"]
+    s = loss["serial"]
+    assert s["repeat4.0e09-d32-l1-s1234"] == s["c4.0e09-d32-l1"]
+    assert s["repeat4.0e09-d32-l1-s7"] != s["c4.0e09-d32-l1"]
+
+
+def test_no_holdout_leaves_the_held_out_runs_for_later(tmp_path, data_run):
+    path = _sweep(tmp_path, data_run, "later", budgets=[4.0e9])
+    first = run_sweep(path, holdout=False)
+    results = json.loads((tmp_path / "sweeps" / "later" / "results.json").read_text())["runs"]
+    assert first["finished"] == 3 and {r["role"] for r in results} == {"sweep"}
+    second = run_sweep(path)
+    assert second["finished"] == second["planned"] == 4

@@ -62,7 +62,36 @@ def section_holdout(d: dict[str, Any]) -> str:
             + table(["run", "N", "D", "FLOPs", "predicted loss", "interval", "actual loss", "error"], rows))
 
 
-def render_scaling(a: ScalingAnalysis, title: str) -> str:
+def section_noise(d: dict[str, Any]) -> str:
+    if not d.get("noise"):
+        return ""
+    rows = [[", ".join(n["names"]), f"{n['params']:,}", f"{n['tokens']:,}", " / ".join(f"{x:.4f}" for x in n["losses"]),
+             f"{n['std']:.4f}", f"{n['relative_std']:.2%}", f"{n['relative_range']:.2%}"] for n in d["noise"]]
+    return ("<h2>Run-to-run noise</h2><p>Sweep pairs trained again with other seeds (initialization and batch "
+            "order): a prediction cannot be checked more finely than this spread.</p>"
+            + table(["runs", "N", "D", "final losses", "std", "std / mean", "range / mean"], rows))
+
+
+def section_registered(pending: list[dict[str, Any]], registered: list[dict[str, Any]]) -> str:
+    """Predictions written down before their runs finished, and the runs still to come."""
+    rows = []
+    for p in registered:
+        err = p["relative_error"]
+        rows.append([p["name"], p["registered_at"], p["predicted"], _interval(p.get("interval")),
+                     "pending" if p["actual"] is None else p["actual"],
+                     "" if err is None else f'<span class="{"good" if abs(err) <= 0.03 else "bad"}">{err:+.2%}</span>'])
+    done = {p["name"] for p in registered}
+    rows += [[p["name"], "not registered", p["predicted"], _interval(p.get("interval")), "pending", ""]
+             for p in pending if p["name"] not in done]
+    if not rows:
+        return ""
+    return ("<h2>Pre-registered predictions</h2><p>Written to predictions.json by <code>tokenmill scaling fit "
+            "--register</code> before the held-out run finished, never overwritten by later fits.</p>"
+            + table(["run", "registered (UTC)", "predicted loss", "interval", "actual loss", "error"], rows))
+
+
+def render_scaling(a: ScalingAnalysis, title: str, pending: list[dict[str, Any]] | None = None,
+                   registered: list[dict[str, Any]] | None = None) -> str:
     d = a.to_dict()
     charts = "".join(f"<h3>{html.escape(name)}</h3>{svg}" for name, svg in all_charts(a).items())
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in d["notes"])
@@ -71,7 +100,7 @@ def render_scaling(a: ScalingAnalysis, title: str) -> str:
                   for r in d["runs"]])
     body = [f"<h1>{html.escape(title)}</h1>",
             f"<p class=muted>tokenmill {__version__} · generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>",
-            section_holdout(d), section_laws(d), section_isoflop(d), "<h2>Charts</h2>", charts,
+            section_holdout(d), section_registered(pending or [], registered or []), section_noise(d), section_laws(d), section_isoflop(d), "<h2>Charts</h2>", charts,
             f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "", "<h2>Runs</h2>", runs]
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)} — tokenmill</title>"
             f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")

@@ -34,6 +34,7 @@ from tokenmill.scaling.powerlaws import (
     fit_compute_frontier,
     fit_size_law,
 )
+from tokenmill.scaling.noise import NoiseCheck, run_to_run_noise
 from tokenmill.scaling.results import RunResult, holdout_runs, sweep_runs
 
 
@@ -64,6 +65,7 @@ class ScalingAnalysis:
     flops_per_token: PowerLaw
     holdout: tuple[HoldoutCheck, ...]
     frontier_holdout: tuple[FrontierCheck, ...]
+    noise: tuple[NoiseCheck, ...]
     notes: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
@@ -78,6 +80,7 @@ class ScalingAnalysis:
             "flops_per_token": self.flops_per_token.to_dict(),
             "holdout": [h.to_dict() for h in self.holdout],
             "frontier_holdout": [h.to_dict() for h in self.frontier_holdout],
+            "noise": [n.to_dict() for n in self.noise],
             "notes": list(self.notes),
         }
 
@@ -122,4 +125,5 @@ def analyze(runs: Sequence[RunResult], config: FitConfig | None = None) -> Scali
     return ScalingAnalysis(
         runs=tuple(runs), config=config, chinchilla=chinchilla, isoflop=isoflop, compute_optimal=compute_optimal,
         compute_frontier=compute_frontier, size_law=size_law, flops_per_token=fit_flops_per_token(fitted),
-        holdout=tuple(evaluate_holdout(runs, chinchilla)), frontier_holdout=frontier_holdout, notes=tuple(notes))
+        holdout=tuple(evaluate_holdout(runs, chinchilla)), frontier_holdout=frontier_holdout,
+        noise=tuple(run_to_run_noise(runs)), notes=tuple(notes))

@@ -11,7 +11,8 @@ is a dict with
 - `budget` (float > 0 or null): the IsoFLOP budget label the run was planned for, null for runs
   outside the IsoFLOP grid;
 - `loss` (float > 0): the final held-out loss in nats/token;
-- `role` ("sweep" | "holdout"): sweep runs are fitted, holdout runs only predicted.
+- `role` ("sweep" | "holdout" | "repeat"): sweep runs are fitted, holdout runs only predicted,
+  repeat runs (a sweep pair trained again with another seed) only measure the run-to-run noise.
 
 Other keys are kept out of the record but allowed, so the sweep may log more about a run.
 A bad record stops loading with an error naming the file, the record and the problem: a fit on a
@@ -28,8 +29,8 @@ from typing import Any, Iterable, Literal
 
 from tokenmill.errors import UserError
 
-Role = Literal["sweep", "holdout"]
-ROLES: tuple[str, ...] = ("sweep", "holdout")
+Role = Literal["sweep", "holdout", "repeat"]
+ROLES: tuple[str, ...] = ("sweep", "holdout", "repeat")
 
 
 class ScalingResultsError(UserError, ValueError):
@@ -135,3 +136,8 @@ def sweep_runs(runs: Iterable[RunResult]) -> list[RunResult]:
 def holdout_runs(runs: Iterable[RunResult]) -> list[RunResult]:
     """The runs only predicted, never fitted (role 'holdout')."""
     return [r for r in runs if r.role == "holdout"]
+
+
+def repeat_runs(runs: Iterable[RunResult]) -> list[RunResult]:
+    """The runs that repeat a sweep pair with another seed (role 'repeat')."""
+    return [r for r in runs if r.role == "repeat"]

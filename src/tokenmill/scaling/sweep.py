@@ -17,6 +17,12 @@ Layout of a sweep directory (every run is a normal run directory):
 Running the same command again continues where it stopped: finished runs are skipped, an
 interrupted run resumes from its last checkpoint (bit-exactly, see train/checkpoint.py), and
 results.json is rewritten after every run.
+
+Beyond the grid: `repeats` train some pairs again with other seeds (the run-to-run noise of the
+final loss), `lr_base_width` scales the LR with width (lr·(d/base)^-0.5 by default, the standard-
+parametrization rule `scaling lr-transfer` measures), and `jobs` trains several runs at once, each
+in its own process. `--no-holdout` trains everything but the held-out runs, so that `scaling fit
+--register` can write their predictions down before they exist (see preregister.py).
 """
 
 from __future__ import annotations
@@ -24,10 +30,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import multiprocessing
 import shutil
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import yaml
 from pydantic import Field, ValidationError
@@ -62,6 +70,15 @@ class HoldoutConfig(Strict):
     flops: float = Field(..., gt=0, description="Its compute budget in FLOPs.")
 
 
+class RepeatConfig(Strict):
+    """One (budget, shape) pair trained again with other seeds: the spread of its final loss is the
+    run-to-run noise a prediction cannot beat."""
+
+    shape: ShapeConfig = Field(..., description="Model shape (usually one of the sweep's).")
+    flops: float = Field(..., gt=0, description="Compute budget in FLOPs (usually one of the sweep's).")
+    seeds: list[int] = Field(..., min_length=1, description="train.seed of each extra run (initialization and batch order).")
+
+
 class SweepConfig(Strict):
     """An IsoFLOP grid of small runs plus held-out runs, all with the real trainer."""
 
@@ -87,6 +104,13 @@ class SweepConfig(Strict):
                                                   "(repetition bends the law, Muennighoff et al. 2023).")
     warmup_fraction: float = Field(0.05, ge=0.0, lt=1.0, description="Warmup as a share of each run's tokens.")
     holdout: list[HoldoutConfig] = Field(default_factory=list, description="Runs the fit must predict.")
+    repeats: list[RepeatConfig] = Field(default_factory=list, description="Pairs trained with other seeds to measure "
+                                                                           "the noise of the final loss (never fitted).")
+    lr_base_width: int | None = Field(None, gt=0, description="Scale each run's peak LR as lr·(d_model / this)^-lr_width_exponent "
+                                                              "(None: the base config's lr for every width).")
+    lr_width_exponent: float = Field(0.5, ge=0, description="Exponent of the width rule above (0.5: the standard-"
+                                                             "parametrization optima measured by `scaling lr-transfer`).")
+    jobs: int = Field(1, ge=1, description="Runs trained at once, each in its own process with train.threads / jobs threads.")
 
 
 @dataclass(frozen=True)
@@ -94,7 +118,7 @@ class SweepRun:
     """One planned run of a sweep."""
 
     name: str
-    role: Literal["sweep", "holdout"]
+    role: Literal["sweep", "holdout", "repeat"]
     budget: float
     d_model: int
     n_layers: int
@@ -104,6 +128,8 @@ class SweepRun:
     steps: int
     tokens: int
     flops: float
+    lr: float
+    seed: int | None = None
 
 
 def resolve_base(sweep_path: Path, base: str) -> str:
@@ -140,24 +166,36 @@ def shape_model(base: RunConfig, shape: ShapeConfig, head_dim: int, vocab_size: 
                                          "n_heads": heads, "vocab_size": vocab_size})
 
 
-def plan_run(base: RunConfig, cfg: SweepConfig, shape: ShapeConfig, flops: float, role: Literal["sweep", "holdout"],
-             vocab_size: int) -> SweepRun:
+def run_lr(base: RunConfig, cfg: SweepConfig, d_model: int) -> float:
+    """The peak LR of a run of width `d_model`: the base lr, scaled by the sweep's width rule if it has one."""
+    if cfg.lr_base_width is None:
+        return base.train.lr
+    return base.train.lr * (d_model / cfg.lr_base_width) ** -cfg.lr_width_exponent
+
+
+def plan_run(base: RunConfig, cfg: SweepConfig, shape: ShapeConfig, flops: float,
+             role: Literal["sweep", "holdout", "repeat"], vocab_size: int, seed: int | None = None) -> SweepRun:
     """The run of `shape` that spends `flops`: its steps round D = C / flops-per-token up to whole steps."""
     model = shape_model(base, shape, cfg.head_dim, vocab_size)
     per_token = flops_per_token(model, base.train.seq_len)
     tps = tokens_per_step(resolve_budget(base.train))
     steps = max(1, math.ceil(flops / per_token / tps))
     counts = param_count(model)
-    prefix = "holdout" if role == "holdout" else "c"
+    prefix = {"sweep": "c", "holdout": "holdout", "repeat": "repeat"}[role]
     name = f"{prefix}{flops:.1e}-d{model.d_model}-l{model.n_layers}".replace("+", "")
+    if seed is not None:
+        name += f"-s{seed}"
     return SweepRun(name=name, role=role, budget=flops, d_model=model.d_model, n_layers=model.n_layers,
                     n_heads=model.n_heads, params=counts["non_embedding"], params_total=counts["total"],
-                    steps=steps, tokens=steps * tps, flops=steps * tps * per_token)
+                    steps=steps, tokens=steps * tps, flops=steps * tps * per_token, lr=run_lr(base, cfg, model.d_model),
+                    seed=seed)
 
 
 def plan_sweep(cfg: SweepConfig, base: RunConfig, vocab_size: int,
                train_tokens: int) -> tuple[list[SweepRun], list[dict[str, Any]]]:
     """Every (budget, shape) run that is worth training, the held-out runs, and the pairs left out with why."""
+    if cfg.lr_base_width is not None and base.model.mup:
+        raise SweepError("lr_base_width and model.mup both scale the LR with width; use one of them")
     runs, skipped = [], []
     for budget in sorted(cfg.budgets):
         for shape in cfg.shapes:
@@ -176,15 +214,25 @@ def plan_sweep(cfg: SweepConfig, base: RunConfig, vocab_size: int,
             else:
                 runs.append(run)
     runs += [plan_run(base, cfg, h.shape, h.flops, "holdout", vocab_size) for h in cfg.holdout]
+    runs += [plan_run(base, cfg, r.shape, r.flops, "repeat", vocab_size, seed) for r in cfg.repeats for seed in r.seeds]
     if len({r.name for r in runs}) != len(runs):
         raise SweepError("two sweep runs have the same budget and shape; list each shape and budget once")
     return runs, skipped
 
 
+def run_threads(base: RunConfig, jobs: int) -> int:
+    """Threads of each run when `jobs` train at once: the base config's share (not fingerprinted)."""
+    total = base.train.threads or os.cpu_count() or 1
+    return max(1, total // jobs)
+
+
 def run_config(base: RunConfig, cfg: SweepConfig, run: SweepRun, root: Path) -> RunConfig:
-    """The base config with the run's shape and token budget (warmup a fixed share of it)."""
-    train = base.train.model_copy(update={"max_tokens": run.tokens, "max_steps": run.steps,
-                                          "warmup_tokens": int(cfg.warmup_fraction * run.tokens)})
+    """The base config with the run's shape, LR, seed and token budget (warmup a fixed share of it)."""
+    update: dict[str, Any] = {"max_tokens": run.tokens, "max_steps": run.steps, "lr": run.lr, "seed": run.seed,
+                              "warmup_tokens": int(cfg.warmup_fraction * run.tokens)}
+    if cfg.jobs > 1:
+        update["threads"] = run_threads(base, cfg.jobs)
+    train = base.train.model_copy(update=update)
     model = base.model.model_copy(update={"d_model": run.d_model, "n_layers": run.n_layers, "n_heads": run.n_heads})
     data = base.model_dump()
     data.update(name=run.name, root=str(root), model=model.model_dump(), train=train.model_dump())
@@ -248,10 +296,9 @@ def store_tokens(data: RunDir) -> tuple[int, int]:
     return int(store.meta["vocab_size"]), sum(store.n_tokens(b, "train") for b in store.buckets)
 
 
-def run_sweep(path: Path, only: list[str] | None = None, dry_run: bool = False) -> dict[str, Any]:
-    """Plan the sweep, prepare its data once, train every run not yet finished, write results.json."""
-    from tokenmill.pipeline import run_pipeline
-
+def run_sweep(path: Path, only: list[str] | None = None, dry_run: bool = False, holdout: bool = True) -> dict[str, Any]:
+    """Plan the sweep, prepare its data once, train every run not yet finished, write results.json.
+    With holdout=False the held-out runs wait (so their predictions can be registered first)."""
     cfg = load_sweep(path)
     base = base_config(cfg)
     sweep_dir = Path(cfg.root) / cfg.name
@@ -264,25 +311,61 @@ def run_sweep(path: Path, only: list[str] | None = None, dry_run: bool = False) 
     atomic_write_text(sweep_dir / "plan.json", json.dumps(plan, indent=1))
     if dry_run:
         return plan
-    results: list[dict[str, Any]] = []
-    failed: list[dict[str, Any]] = []
-    for r in runs:  # smallest budgets first: a stopped sweep has whole IsoFLOP curves
+    dirs: dict[str, RunDir] = {}
+    for r in runs:
         run = RunDir.create(run_config(base, cfg, r, sweep_dir / "runs"), sweep_dir / "runs" / r.name)
         link_data(data, run)
-        if not run.is_fresh("train"):
-            if only and r.name not in only:
-                continue
-            try:
-                run_pipeline(run, ("train",))
-            except TrainingDiverged as exc:  # a point of the grid, not the sweep: record it and go on
-                failed.append({"name": r.name, "why": str(exc)})
-                _write_results(sweep_dir, results, failed)
-                continue
-        results.append({**asdict(r), **final_loss(run, r.steps), "epochs": r.tokens / max(train_tokens, 1),
-                        "seconds": _train_seconds(run)})
-        _write_results(sweep_dir, results, failed)
+        dirs[r.name] = run
+    todo = [r for r in runs if not dirs[r.name].is_fresh("train") and (not only or r.name in only)
+            and (holdout or r.role != "holdout")]
+    failed: list[dict[str, Any]] = []
+
+    def record(name: str | None = None, why: str | None = None) -> None:
+        if why is not None:  # diverged: a point of the grid, not the sweep: record it and go on
+            failed.append({"name": name, "why": why})
+        _write_results(sweep_dir, _finished(runs, dirs, train_tokens), failed)
+
+    record()
+    if cfg.jobs == 1:  # smallest budgets first: a stopped sweep has whole IsoFLOP curves
+        for r in todo:
+            record(r.name, _train(str(dirs[r.name].path)))
+    else:
+        _train_parallel(todo, dirs, cfg.jobs, record)
+    results = _finished(runs, dirs, train_tokens)
     return {"sweep": str(sweep_dir), "finished": len(results), "planned": len(runs), "skipped": skipped,
             "failed": failed}
+
+
+def _train(path: str) -> str | None:
+    """Train (or resume) the run at `path`; the divergence message if it diverged. Runs in a worker
+    process when the sweep trains several runs at once, so it takes a path, not a RunDir."""
+    from tokenmill.pipeline import run_pipeline
+
+    run = RunDir(load_config(Path(path) / "config.yaml"), Path(path))
+    try:
+        run_pipeline(run, ("train",))
+    except TrainingDiverged as exc:
+        return str(exc)
+    return None
+
+
+def _train_parallel(todo: list[SweepRun], dirs: dict[str, RunDir], jobs: int,
+                    record: Callable[[str | None, str | None], None]) -> None:
+    """Train `todo` with `jobs` worker processes (spawned: torch and fork do not mix), largest runs
+    first so the last one to finish is short, recording each run as it ends."""
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        futures = {pool.submit(_train, str(dirs[r.name].path)): r.name
+                   for r in sorted(todo, key=lambda r: -r.flops)}
+        for fut in as_completed(futures):
+            record(futures[fut], fut.result())
+
+
+def _finished(runs: list[SweepRun], dirs: dict[str, RunDir], train_tokens: int) -> list[dict[str, Any]]:
+    """The result record of every planned run whose training has finished, in plan order."""
+    return [{**asdict(r), **final_loss(dirs[r.name], r.steps), "epochs": r.tokens / max(train_tokens, 1),
+             "seconds": _train_seconds(dirs[r.name])}
+            for r in runs if dirs[r.name].is_fresh("train")]
 
 
 def _train_seconds(run: RunDir) -> float | None:
