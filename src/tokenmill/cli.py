@@ -576,7 +576,7 @@ def scaling_lr_transfer(
 
 @scaling_app.command("fit")
 def scaling_fit(
-    sweep_dir: Path = typer.Argument(..., help="A sweep directory (holds results.json), e.g. runs/books-sweep."),
+    sweep_dir: Path = typer.Argument(..., help="A sweep directory (holds results.json), e.g. runs/mixed-sweep."),
     bootstrap: int = typer.Option(200, "--bootstrap", min=0, help="Bootstrap resamples for the intervals (0: none)."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole analysis as JSON."),
     register: bool = typer.Option(False, "--register", help="Write the predictions of held-out runs not finished yet to "
@@ -620,6 +620,10 @@ def scaling_fit(
         if p["actual"] is not None:
             console.print(f"registered {p['registered_at']} for {p['name']}: predicted {p['predicted']:.4f}, "
                           f"actual {p['actual']:.4f}, error {p['relative_error']:+.2%}", highlight=False)
+    if a.backtest is not None:
+        b = a.backtest
+        console.print(f"backtest: the law fitted without budget {b.budget:.3g} predicts its {len(b.names)} runs with "
+                      f"errors {', '.join(f'{e:+.2%}' for e in b.errors)} (max {b.max_abs_error:.2%})", highlight=False)
     for n in a.noise:
         console.print(f"run-to-run noise at N {n.params:,}, D {n.tokens:,}: {len(n.losses)} seeds, std {n.std:.4f} "
                       f"({n.relative_std:.2%} of the loss), range {n.relative_range:.2%}", highlight=False)

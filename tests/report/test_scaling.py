@@ -21,6 +21,7 @@ def test_scaling_fit_writes_the_fit_and_a_self_contained_page_and_predicts_the_h
     page = (tmp_path / "scaling.html").read_text()
     assert page.startswith("<!doctype html>") and "<svg" in page and "src=" not in page  # nothing to fetch
     assert "predicted vs actual" in page and "IsoFLOP minima" in page and h["name"] in page
+    assert "Backtest" in page and f"max {fit['backtest']['max_abs_error']:.2%}" in out.output
     as_json = CliRunner().invoke(app, ["scaling", "fit", str(tmp_path), "--bootstrap", "0", "--json"])
     assert json.loads(as_json.output)["holdout"][0]["actual"] == h["actual"]
 
@@ -64,6 +65,12 @@ def test_run_report_scaling_section_shows_the_sweeps_law_and_this_runs_predictio
     page = section_scaling(RunDir(RunConfig.model_validate(tiny_run.config.model_dump()), run_dir), [])
     pred = 1.5 + 400.0 / 1e6 ** 0.3 + 300.0 / 2e7 ** 0.25
     assert "Fitted law of the sweep" in page and f"{pred:,.4g}" in page and f"{(pred - 4) / 4:+.2%}" in page
+    registered = [{"name": "c1e18-n0", "registered_at": "2026-01-01T00:00:00Z", "predicted": 3.9, "interval": None,
+                   "actual": 4.0, "relative_error": -0.025}]
+    (tmp_path / "sweep" / "fit.json").write_text(json.dumps({"chinchilla": {"fit": law}, "runs": [run],
+                                                             "registered": registered}))
+    page = section_scaling(RunDir(RunConfig.model_validate(tiny_run.config.model_dump()), run_dir), [])
+    assert "Pre-registered for this run at 2026-01-01T00:00:00Z" in page and "error -2.50%" in page
 
 
 def test_scaling_fit_register_writes_the_pending_prediction_once_and_the_page_shows_it(tmp_path):

@@ -72,6 +72,18 @@ def section_noise(d: dict[str, Any]) -> str:
             + table(["runs", "N", "D", "final losses", "std", "std / mean", "range / mean"], rows))
 
 
+def section_backtest(d: dict[str, Any]) -> str:
+    b = d.get("backtest")
+    if not b:
+        return ""
+    rows = [[n, p, x, f'<span class="{"good" if abs(e) <= 0.03 else "bad"}">{e:+.2%}</span>']
+            for n, p, x, e in zip(b["names"], b["predicted"], b["actual"], b["errors"])]
+    fitted = ", ".join(f"{c:.3g}" for c in b["fitted_budgets"])
+    return (f"<h2>Backtest</h2><p>The law refitted on budgets {fitted} only, predicting the runs of the largest "
+            f"budget ({b['budget']:.3g}): an extrapolation made from the sweep's own data, before any "
+            "held-out run.</p>" + table(["run", "predicted loss", "actual loss", "error"], rows))
+
+
 def section_registered(pending: list[dict[str, Any]], registered: list[dict[str, Any]]) -> str:
     """Predictions written down before their runs finished, and the runs still to come."""
     rows = []
@@ -100,7 +112,8 @@ def render_scaling(a: ScalingAnalysis, title: str, pending: list[dict[str, Any]]
                   for r in d["runs"]])
     body = [f"<h1>{html.escape(title)}</h1>",
             f"<p class=muted>tokenmill {__version__} · generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>",
-            section_holdout(d), section_registered(pending or [], registered or []), section_noise(d), section_laws(d), section_isoflop(d), "<h2>Charts</h2>", charts,
+            section_holdout(d), section_registered(pending or [], registered or []), section_noise(d),
+            section_backtest(d), section_laws(d), section_isoflop(d), "<h2>Charts</h2>", charts,
             f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "", "<h2>Runs</h2>", runs]
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)} — tokenmill</title>"
             f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")
@@ -161,6 +174,13 @@ def _sweep_fit(run: Any) -> str:
         out.append(table(["this run", "N", "D", "predicted loss", "actual loss", "error"],
                          [[r["name"], f"{r['params']:,}", f"{r['tokens']:,}", pred, r["loss"],
                            f"{(pred - r['loss']) / r['loss']:+.2%}"]]))
+    registered = [p for p in d.get("registered") or [] if p["name"] == run.path.name]
+    if registered:
+        p = registered[0]
+        err = "pending" if p["relative_error"] is None else f"{p['relative_error']:+.2%}"
+        actual = "—" if p["actual"] is None else f"{p['actual']:.4f}"
+        out.append(f"<p>Pre-registered for this run at {html.escape(p['registered_at'])} (before it was trained): "
+                   f"predicted {p['predicted']:.4f}, actual {actual}, error {err}.</p>")
     return "".join(out)
 
 

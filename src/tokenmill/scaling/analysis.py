@@ -6,7 +6,9 @@ writes as JSON and the report charts.
 - IsoFLOP minima and N*(C), D*(C) power laws (approach 2, scaling/isoflop.py);
 - Kaplan-style L(C) on the IsoFLOP minima and L(N) on the best loss per size (scaling/powerlaws.py),
   with L(C)'s prediction for each held-out run's compute as a second, independent check;
-- FLOPs per token vs N, so the approach-3 frontier L*(C) follows the runs' exact compute.
+- FLOPs per token vs N, so the approach-3 frontier L*(C) follows the runs' exact compute;
+- a backtest: the law refitted without the largest budget, predicting it (scaling/backtest.py);
+- the run-to-run noise of repeated pairs (scaling/noise.py).
 
 A part that the sweep cannot support (e.g. fewer than three budgets with a minimum for L(C)) is
 left out with its reason in `notes`; approach 3 itself is required and raises when impossible.
@@ -17,10 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from tokenmill.scaling.backtest import Backtest, backtest
 from tokenmill.scaling.fit import (
     ChinchillaBootstrap,
     FitConfig,
     HoldoutCheck,
+    ScalingFitError,
     bootstrap_runs,
     evaluate_holdout,
     fit_flops_per_token,
@@ -66,6 +70,7 @@ class ScalingAnalysis:
     holdout: tuple[HoldoutCheck, ...]
     frontier_holdout: tuple[FrontierCheck, ...]
     noise: tuple[NoiseCheck, ...]
+    backtest: Backtest | None
     notes: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
@@ -81,6 +86,7 @@ class ScalingAnalysis:
             "holdout": [h.to_dict() for h in self.holdout],
             "frontier_holdout": [h.to_dict() for h in self.frontier_holdout],
             "noise": [n.to_dict() for n in self.noise],
+            "backtest": None if self.backtest is None else self.backtest.to_dict(),
             "notes": list(self.notes),
         }
 
@@ -117,6 +123,12 @@ def analyze(runs: Sequence[RunResult], config: FitConfig | None = None) -> Scali
     except PowerLawError as exc:
         notes.append(str(exc))
 
+    check = None
+    try:
+        check = backtest(runs, config)
+    except ScalingFitError as exc:
+        notes.append(str(exc))
+
     frontier_holdout = ()
     if compute_frontier is not None:
         frontier_holdout = tuple(
@@ -126,4 +138,4 @@ def analyze(runs: Sequence[RunResult], config: FitConfig | None = None) -> Scali
         runs=tuple(runs), config=config, chinchilla=chinchilla, isoflop=isoflop, compute_optimal=compute_optimal,
         compute_frontier=compute_frontier, size_law=size_law, flops_per_token=fit_flops_per_token(fitted),
         holdout=tuple(evaluate_holdout(runs, chinchilla)), frontier_holdout=frontier_holdout,
-        noise=tuple(run_to_run_noise(runs)), notes=tuple(notes))
+        noise=tuple(run_to_run_noise(runs)), backtest=check, notes=tuple(notes))
