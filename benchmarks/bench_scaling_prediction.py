@@ -1,10 +1,12 @@
 """Does a small IsoFLOP sweep on this machine predict a 4x larger run? (issue 8's done-when)
 
-Runs `tokenmill scaling sweep` on examples/scaling/sweep.yaml (English books from
-shared/corpora/fetch_real_corpora.sh; resumable: finished runs are reused), fits the sweep with
-`tokenmill scaling fit`'s analysis (Chinchilla approach 3, Huber, bootstrap), and prints each
-held-out run's predicted vs actual final validation loss, the fitted law, the sweep's wall-clock,
-and writes the loss-vs-compute chart to docs/scaling_books.svg.
+Runs `tokenmill scaling sweep` on examples/scaling/sweep.yaml (books, Python documentation and
+Python code from shared/corpora/fetch_real_corpora.sh; resumable: finished runs are reused) in
+the pre-registered order: the sweep without its held-out runs, the fit, the held-out predictions
+registered (`scaling fit --register`: predictions.json, never overwritten), then the held-out
+runs. Prints each held-out run's registered prediction vs its actual final validation loss, the
+fitted law, the run-to-run noise of the repeated pair, the wall-clock, and writes the
+loss-vs-compute chart to docs/scaling_mixed.svg.
 
     .venv/bin/python benchmarks/bench_scaling_prediction.py [--sweep examples/scaling/sweep.yaml]
 """
@@ -23,7 +25,7 @@ import torch
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sweep", type=Path, default=Path("examples/scaling/sweep.yaml"))
-    ap.add_argument("--chart", type=Path, default=Path("docs/scaling_books.svg"))
+    ap.add_argument("--chart", type=Path, default=Path("docs/scaling_mixed.svg"))
     ap.add_argument("--bootstrap", type=int, default=200)
     args = ap.parse_args()
 
@@ -31,10 +33,15 @@ def main() -> None:
     from tokenmill.scaling.fit import FitConfig
     from tokenmill.scaling.fit_charts import loss_vs_compute_chart
     from tokenmill.scaling.results import load_results
+    from tokenmill.scaling.preregister import register, registered_checks
     from tokenmill.scaling.sweep import load_sweep, run_sweep
 
-    out = run_sweep(args.sweep)
+    out = run_sweep(args.sweep, holdout=False)
     sweep_dir = Path(out["sweep"])
+    before = analyze(load_results(sweep_dir / "results.json"), FitConfig(bootstrap_samples=args.bootstrap))
+    for p in register(sweep_dir, before):
+        print(f"registered {p['registered_at']}: {p['name']} predicted {p['predicted']:.4f}")
+    run_sweep(args.sweep)
     results = json.loads((sweep_dir / "results.json").read_text())
     a = analyze(load_results(sweep_dir / "results.json"), FitConfig(bootstrap_samples=args.bootstrap))
     f = a.chinchilla.fit
@@ -53,6 +60,12 @@ def main() -> None:
         iv = f" [{h.interval.low:.4f}, {h.interval.high:.4f}]" if h.interval else ""
         print(f"held-out {h.name}: N {h.params:,}, D {h.tokens:,}, C {h.flops:.3g}: predicted {h.predicted:.4f}{iv}, "
               f"actual {h.actual:.4f}, error {h.relative_error:+.2%}")
+    for p in registered_checks(sweep_dir, a):
+        err = "pending" if p["actual"] is None else f"actual {p['actual']:.4f}, error {p['relative_error']:+.2%}"
+        print(f"registered {p['registered_at']} {p['name']}: predicted {p['predicted']:.4f}, {err}")
+    for n in a.noise:
+        print(f"run-to-run noise {', '.join(n.names)}: losses {[round(x, 4) for x in n.losses]}, "
+              f"std {n.std:.4f} ({n.relative_std:.2%})")
     for h in a.frontier_holdout:
         print(f"  L(C) frontier check {h.name}: predicted {h.predicted:.4f}, error {h.relative_error:+.2%}")
     for n in a.notes:
