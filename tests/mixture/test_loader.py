@@ -133,8 +133,9 @@ def test_without_doc_masking_every_target_counts(crafted):
     assert torch.equal(b.tokens, make(crafted).batch(3, 1).tokens)  # masking never changes the tokens
 
 
-def test_padded_rows_hold_one_document_and_r_pad_is_the_pad_share(crafted):
-    loader = make(crafted, MixtureConfig(packing="padded"), seq_len=32)
+@pytest.mark.parametrize("shuffle", ["block", "epoch"])
+def test_padded_rows_hold_one_document_and_r_pad_is_the_pad_share(crafted, shuffle):
+    loader = make(crafted, MixtureConfig(packing="padded", shuffle=shuffle), seq_len=32)
     pads = targets = 0
     for step in range(1, 21):
         for m in range(2):

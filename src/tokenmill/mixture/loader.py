@@ -117,7 +117,8 @@ class Loader:
             layout={"version": LOADER_VERSION, "seed": self.seed, "split": split, "seq_len": seq_len,
                     "micro_batch": micro_batch, "grad_accum": grad_accum, "world_size": world_size,
                     "max_steps": max_steps, "tokens_per_step": self.tokens_per_step,
-                    "fingerprint": self.fingerprint()})
+                    "fingerprint": self.fingerprint()},
+            positions=self._sample_positions)
 
     # ------------------------------------------------------------------ layout
     @property
@@ -192,6 +193,11 @@ class Loader:
             size = block if self.mixture.shuffle == "epoch" else min(block, n - b0)
             perm = self._perms[key] = rng.permutation(size)
         return b0 + int(perm[j - b0])
+
+    def _sample_positions(self, k: int, bucket: str) -> np.ndarray:
+        """Stream positions (samples, relative to the phase's offset) that phase k reads from `bucket`."""
+        n = self._counts[k].get(bucket, 0)
+        return np.fromiter((self._shuffled(k, bucket, j) for j in range(n)), dtype=np.int64, count=n)
 
     def _pieces(self, k: int, bucket: str, j: int) -> list[Piece]:
         """The document runs of bucket's j-th sample in phase k (after the sample shuffle)."""

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Callable
+
+import numpy as np
 
 from tokenmill.mixture.curriculum import Phase
 from tokenmill.mixture.stream import BucketStream
@@ -37,8 +40,12 @@ def effective_tokens(unique: float, epochs: float) -> float:
     return unique + unique * R_STAR * (1.0 - math.exp(-(epochs - 1.0) / R_STAR))
 
 
+# (phase, bucket) -> the stream positions of the phase's samples of the bucket, relative to its offset
+SamplePositions = Callable[[int, str], np.ndarray]
+
+
 def bucket_usage(stream: BucketStream, phases: list[Phase], counts: list[dict[str, int]],
-                 offsets: list[dict[str, int]], packing: str) -> dict:
+                 offsets: list[dict[str, int]], packing: str, positions: SamplePositions) -> dict:
     """Samples, tokens, epochs and effective tokens of one bucket over the whole run."""
     b = stream.bucket
     samples = sum(c.get(b, 0) for c in counts)
@@ -47,8 +54,9 @@ def bucket_usage(stream: BucketStream, phases: list[Phase], counts: list[dict[st
         epochs = tokens / stream.n_tokens
         unique = float(stream.n_tokens)
     else:
-        tokens = sum(stream.capped_tokens(o[b], o[b] + c[b], ph.seq_len + 1)
-                     for c, o, ph in zip(counts, offsets, phases) if c.get(b))
+        # the documents the shuffle really picks: with shuffle='epoch' they are spread over the block
+        tokens = sum(stream.capped_tokens_at(o[b] + positions(k, b), ph.seq_len + 1)
+                     for k, (c, o, ph) in enumerate(zip(counts, offsets, phases)) if c.get(b))
         epochs = samples / stream.n_docs
         unique = tokens / epochs if epochs else 0.0
     return {"available_tokens": stream.n_tokens, "docs": stream.n_docs, "samples": samples,
@@ -57,10 +65,10 @@ def bucket_usage(stream: BucketStream, phases: list[Phase], counts: list[dict[st
 
 def build_plan(*, phases: list[Phase], counts: list[dict[str, int]], offsets: list[dict[str, int]],
                streams: dict[str, BucketStream], packing: str, doc_masking: bool, max_epochs_warn: float,
-               layout: dict) -> dict:
+               layout: dict, positions: SamplePositions) -> dict:
     """The JSON-able plan; its `warnings` are also logged."""
     budget = phases[-1].token_end
-    buckets = {b: bucket_usage(s, phases, counts, offsets, packing) for b, s in sorted(streams.items())}
+    buckets = {b: bucket_usage(s, phases, counts, offsets, packing, positions) for b, s in sorted(streams.items())}
     warnings = []
     for b, u in buckets.items():
         u["share"] = u["tokens"] / budget if packing == "packed" else u["samples"] / sum(

@@ -113,6 +113,12 @@ class BucketStream:
             k += stop - i
         return total
 
+    def capped_tokens_at(self, ks: np.ndarray, cap: int) -> int:
+        """Σ min(len, cap) over the stream documents at positions `ks` (in any order)."""
+        capped = np.minimum(self.doc_len, cap)
+        epochs, idx = np.divmod(np.asarray(ks, dtype=np.int64), self.n_docs)
+        return sum(int(capped[self.epoch(int(e))[0][idx[epochs == e]]].sum()) for e in np.unique(epochs))
+
     def locate(self, doc: int) -> tuple[int, int]:
         """Bucket-wide doc index -> (shard index, doc index inside the shard)."""
         si = int(self.doc_shard[doc])
