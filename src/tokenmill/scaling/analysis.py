@@ -30,6 +30,7 @@ from tokenmill.scaling.fit import (
     fit_flops_per_token,
 )
 from tokenmill.scaling.isoflop import ComputeOptimal, IsoFlopError, IsoFlopResult, fit_compute_optimal, isoflop_minima
+from tokenmill.scaling.noise import NoiseCheck, run_to_run_noise
 from tokenmill.scaling.powerlaws import (
     ComputeFrontier,
     PowerLaw,
@@ -38,7 +39,6 @@ from tokenmill.scaling.powerlaws import (
     fit_compute_frontier,
     fit_size_law,
 )
-from tokenmill.scaling.noise import NoiseCheck, run_to_run_noise
 from tokenmill.scaling.results import RunResult, holdout_runs, sweep_runs
 
 

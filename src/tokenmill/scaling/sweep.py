@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import multiprocessing
+import os
 import shutil
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
@@ -352,13 +352,18 @@ def _train(path: str) -> str | None:
 def _train_parallel(todo: list[SweepRun], dirs: dict[str, RunDir], jobs: int,
                     record: Callable[[str | None, str | None], None]) -> None:
     """Train `todo` with `jobs` worker processes (spawned: torch and fork do not mix), largest runs
-    first so the last one to finish is short, recording each run as it ends."""
+    first so the last one to finish is short, recording each run as it ends. A run that fails
+    (other than diverging) cancels the runs not started yet instead of letting them train first."""
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
         futures = {pool.submit(_train, str(dirs[r.name].path)): r.name
                    for r in sorted(todo, key=lambda r: -r.flops)}
-        for fut in as_completed(futures):
-            record(futures[fut], fut.result())
+        try:
+            for fut in as_completed(futures):
+                record(futures[fut], fut.result())
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
 
 
 def _finished(runs: list[SweepRun], dirs: dict[str, RunDir], train_tokens: int) -> list[dict[str, Any]]:
