@@ -505,3 +505,74 @@ def test_activation_checkpointing_gives_the_same_gradients_bitwise():
         grads.append({n: p.grad.clone() for n, p in m.named_parameters()})
     assert grads[0].keys() == grads[1].keys()
     assert all(torch.equal(grads[0][n], grads[1][n]) for n in grads[0])
+
+
+# --------------------------------------------------------------------------- explicit attention
+from tokenmill.model.transformer import (  # noqa: E402
+    EXPLICIT_MAX_T,
+    attention_kernel,
+    causal_bias,
+    explicit_attention,
+)
+
+SEGMENTS = torch.tensor([[0] * 7 + [1] * 13, [0] * 20, [0] * 3 + [1] * 3 + [2] * 14])
+
+
+@pytest.mark.parametrize("segments", [None, SEGMENTS])
+def test_explicit_attention_equals_sdpa_forward_and_backward_in_fp64(segments):
+    """Same function as SDPA (plain causal and block-diagonal causal), its hand-written backward
+    equal to autograd's through SDPA, and a second backward (retain_graph) unchanged."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, 4, 20, 16, dtype=torch.float64, generator=g, requires_grad=True) for _ in range(3))
+    mask = causal_bias(20, q.device, segments)
+    y = explicit_attention(q, k, v, mask)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=segments is None,
+                                         attn_mask=None if segments is None else document_causal_mask(segments))
+    torch.testing.assert_close(y, ref, rtol=0, atol=1e-12)
+    dy = torch.randn(y.shape, dtype=y.dtype, generator=g)
+    ours = torch.autograd.grad(y, (q, k, v), dy, retain_graph=True)
+    again = torch.autograd.grad(y, (q, k, v), dy)
+    for a, b, c in zip(ours, torch.autograd.grad(ref, (q, k, v), dy), again):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+        assert torch.equal(a, c)
+    assert torch.autograd.gradcheck(lambda q, k, v: explicit_attention(q, k, v, mask, 0.3), (q, k, v))
+
+
+def test_attention_kernel_rule():
+    """Explicit only for short rows on CPU in bf16; SDPA elsewhere; forced choices pass through."""
+    bf, f32 = torch.bfloat16, torch.float32
+    assert attention_kernel("cpu", bf, EXPLICIT_MAX_T) == "explicit"
+    assert attention_kernel("cpu", bf, EXPLICIT_MAX_T + 1) == "sdpa"
+    assert attention_kernel("cpu", f32, 64) == "sdpa"
+    assert attention_kernel("cuda", bf, 64) == "sdpa"
+    assert attention_kernel("cuda", bf, 64, "explicit") == "explicit"
+    with pytest.raises(ValueError, match="attn_kernel"):
+        attention_kernel("cpu", bf, 64, "naive")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kw", [{}, {"n_kv_heads": 2}, {"qk_norm": True}])
+def test_model_with_the_explicit_kernel_equals_sdpa(kw):
+    """Whole model, packed documents: fp64 logits and gradients agree to 1e-10 between kernels;
+    under bf16 autocast (where "auto" picks explicit) the logits agree to bf16 precision."""
+    m = model(**kw).double()
+    idx = torch.randint(0, 97, (3, 20), generator=torch.Generator().manual_seed(5))
+    kwargs = {"segments": SEGMENTS, "positions": document_positions(SEGMENTS)}
+    out = {}
+    for kernel in ("sdpa", "explicit"):
+        m.attn_kernel = kernel
+        m.zero_grad()
+        logits = m(idx, **kwargs)
+        logits.square().mean().backward()
+        out[kernel] = (logits.detach(), [p.grad.clone() for p in m.parameters()])
+    torch.testing.assert_close(out["explicit"][0], out["sdpa"][0], rtol=0, atol=1e-10)
+    for a, b in zip(out["explicit"][1], out["sdpa"][1]):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+    m = m.float()
+    m.attn_kernel = "auto"
+    with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
+        assert m.uses_explicit_attention(20, idx.device)
+        auto = m(idx, **kwargs).float()
+        m.attn_kernel = "sdpa"
+        sdpa = m(idx, **kwargs).float()
+    assert not m.uses_explicit_attention(20, idx.device)  # fp32 parameters, no autocast
+    torch.testing.assert_close(auto, sdpa, rtol=0.05, atol=0.05)

@@ -8,7 +8,9 @@
 - grouped-query attention: `n_kv_heads` key/value heads shared by `n_heads // n_kv_heads`
   query heads each (head i uses kv head i // n_rep, as HF `repeat_kv`);
 - attention through `F.scaled_dot_product_attention(is_causal=True)`, so CUDA picks the
-  flash / memory-efficient kernels;
+  flash / memory-efficient kernels; on CPU in bf16 at short rows (T <= 256) through
+  `explicit_attention` (two batched matmuls around an fp32 softmax), which torch's CPU flash
+  kernel is 1.4-3x slower than there (see "Explicit attention" below);
 - document masking for packed rows (seed 004 pitfall 3): `forward(idx, positions, segments)`
   takes per-token RoPE positions and a per-token document index; a query then sees only keys
   at or before it in the same document (block-diagonal causal). See "Document masking" below
@@ -35,7 +37,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 import torch.utils.checkpoint
@@ -195,6 +197,87 @@ def document_causal_mask(segments: torch.Tensor) -> torch.Tensor:
     return ((runs[:, :, None] == runs[:, None, :]) & causal).unsqueeze(1)
 
 
+# --------------------------------------------------------------------------- explicit attention
+# torch's CPU flash-attention kernel is tuned for long rows: measured on 2 Zen 4 cores in bf16
+# (forward + backward, 4 heads of 64), it takes 41 ms at T=128 x 32 rows where two batched matmuls
+# around an fp32 softmax take 14 ms, and 40 vs 28 ms at T=256 x 16 rows; from T=512 up it wins, as
+# it never stores the T x T probabilities (benchmarks/profile_train_step.py, BENCHMARKS.md). In fp32
+# the flash kernel is as fast or faster at every length. So "auto" takes the explicit form on CPU,
+# in bf16, up to EXPLICIT_MAX_T; CUDA always keeps SDPA (flash) or FlexAttention.
+EXPLICIT_MAX_T = 256
+AttnKernel = Literal["auto", "sdpa", "explicit"]
+
+
+class AdditiveMask(NamedTuple):
+    """An fp32 mask added to the attention scores (0 where allowed, -inf elsewhere): [T, T] causal,
+    or [B, 1, T, T] block-diagonal causal for packed documents. Marks the explicit path."""
+
+    bias: torch.Tensor
+
+
+def attention_kernel(device_type: str, compute_dtype: torch.dtype, T: int, choice: AttnKernel = "auto") -> str:
+    """'explicit' or 'sdpa': the kernel a causal (optionally document-masked) attention of rows of
+    T tokens runs on this device in this compute dtype. Shared by the model and the memory estimate."""
+    if choice == "auto":
+        short_bf16_cpu = device_type == "cpu" and compute_dtype == torch.bfloat16 and T <= EXPLICIT_MAX_T
+        return "explicit" if short_bf16_cpu else "sdpa"
+    if choice not in ("sdpa", "explicit"):
+        raise ValueError(f"attn_kernel must be 'auto', 'sdpa' or 'explicit', got {choice!r}")
+    return choice
+
+
+def causal_bias(T: int, device: torch.device, segments: torch.Tensor | None = None) -> AdditiveMask:
+    """The AdditiveMask of plain causal attention ([T, T]) or, with `segments`, of document-masked
+    causal attention ([B, 1, T, T], the additive form of `document_causal_mask`)."""
+    if segments is None:
+        return AdditiveMask(torch.full((T, T), float("-inf"), device=device).triu(1))
+    allowed = document_causal_mask(segments)
+    return AdditiveMask(torch.zeros(allowed.shape, device=device).masked_fill_(~allowed, float("-inf")))
+
+
+class _ExplicitAttention(torch.autograd.Function):
+    """softmax(scale·q·kᵀ + bias)·v with the scores and the softmax in fp32 and the matmuls in
+    q's dtype. Saves q, k, v and the fp32 probabilities (4 bytes per score, where plain autograd
+    over the same ops would keep 6: the softmax output and its cast for the second matmul)."""
+
+    @staticmethod
+    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
+                scale: float) -> torch.Tensor:
+        with torch.autocast(q.device.type, enabled=False):
+            acc = torch.promote_types(q.dtype, torch.float32)  # fp32, or fp64 for fp64 inputs
+            p = torch.softmax((q @ k.transpose(-1, -2)).to(acc).mul_(scale).add_(bias), dim=-1)
+            out = p.to(q.dtype) @ v
+        ctx.save_for_backward(q, k, v, p)
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        q, k, v, p = ctx.saved_tensors
+        with torch.autocast(q.device.type, enabled=False):
+            grad_out = grad_out.to(q.dtype)
+            grad_v = p.to(q.dtype).transpose(-1, -2) @ grad_out
+            dp = (grad_out @ v.transpose(-1, -2)).to(p.dtype)
+            # softmax backward: dS = P ⊙ (dP − rowsum(dP ⊙ P)), then the scale of the scores
+            # (in dp's buffer: p stays intact for a second backward under retain_graph)
+            ds = dp.sub_((dp * p).sum(-1, keepdim=True)).mul_(p).mul_(ctx.scale).to(q.dtype)
+            grad_q = ds @ k
+            grad_k = ds.transpose(-1, -2) @ q
+        return grad_q, grad_k, grad_v, None, None
+
+
+def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AdditiveMask,
+                       scale: float | None = None) -> torch.Tensor:
+    """Attention of q, k, v [B, H, T, hd] (k, v already repeated to H heads) under an AdditiveMask;
+    `scale` None is 1/sqrt(hd), as SDPA's."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    kind = q.device.type
+    if torch.is_autocast_enabled(kind):  # as autocast casts SDPA's inputs (QK-norm leaves q, k in fp32)
+        dt = torch.get_autocast_dtype(kind)
+        q, k, v = q.to(dt), k.to(dt), v.to(dt)
+    return _ExplicitAttention.apply(q, k, v, mask.bias, float(scale))
+
+
 @functools.cache
 def _triton_present() -> bool:
     return importlib.util.find_spec("triton") is not None
@@ -272,15 +355,18 @@ class Attention(nn.Module):
         if cos is not None and sin is not None:
             q = apply_rope(q, cos, sin)
             k = apply_rope(k, cos, sin)
-        if mask is not None and not isinstance(mask, torch.Tensor):
+        if mask is not None and not isinstance(mask, (torch.Tensor, AdditiveMask)):
             y = _flex_attention(q, k, v, mask, self.scale)
         else:
             if self.n_kv_heads != self.n_heads:
                 rep = self.n_heads // self.n_kv_heads
                 k = k.repeat_interleave(rep, dim=1)
                 v = v.repeat_interleave(rep, dim=1)
-            # mask None keeps is_causal=True, so CUDA can still pick the flash kernel
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=self.scale)
+            if isinstance(mask, AdditiveMask):
+                y = explicit_attention(q, k, v, mask, self.scale)
+            else:  # mask None keeps is_causal=True, so CUDA can still pick the flash kernel
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+                                                   scale=self.scale)
         y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)
         return self.o_proj(y)
 
@@ -338,6 +424,7 @@ class Transformer(nn.Module):
     """
 
     doc_mask_backend: DocMaskBackend = "auto"
+    attn_kernel: AttnKernel = "auto"  # "explicit" / "sdpa" force a kernel (tests, benchmarks)
 
     def __init__(self, cfg: ModelConfig, generator: torch.Generator | None = None):
         super().__init__()
@@ -412,7 +499,10 @@ class Transformer(nn.Module):
         else:  # gather per token; [B, 1, T, hd] broadcasts over heads
             cos, sin = self.rope_cos[positions].unsqueeze(1), self.rope_sin[positions].unsqueeze(1)
         if attn_mask is None and self.config.sliding_window is None:
-            mask = None if segments is None else self.attention_mask(segments)
+            if self.uses_explicit_attention(T, idx.device):
+                mask = causal_bias(T, idx.device, segments)
+            else:
+                mask = None if segments is None else self.attention_mask(segments)
         else:
             mask = self.dense_mask(T, idx.device, segments, attn_mask)
         for layer in self.layers:
@@ -475,6 +565,14 @@ class Transformer(nn.Module):
             return {}
         return {"expert_utilization": [m.last_utilization.tolist() for m in layers],  # type: ignore[union-attr]
                 "moe_aux": sum(m.last_aux.item() for m in layers) / len(layers)}  # type: ignore[arg-type]
+
+    def uses_explicit_attention(self, T: int, device: torch.device) -> bool:
+        """Whether causal attention over rows of T tokens takes `explicit_attention` here: the
+        compute dtype is autocast's when it is on, else the parameters'."""
+        kind = device.type
+        dtype = (torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind)
+                 else self.embed_tokens.weight.dtype)
+        return attention_kernel(kind, dtype, T, self.attn_kernel) == "explicit"
 
     def attention_mask(self, segments: torch.Tensor) -> AttnMask:
         """The document mask for `segments` in the form the chosen backend consumes."""

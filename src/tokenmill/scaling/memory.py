@@ -24,6 +24,10 @@ layer, with c = bytes of the compute dtype (4 fp32, 2 under bf16 autocast) and f
           log-sum-exp                           f·B·n_heads·T
           document/window mask                  c·T·T (·B with document masking): SDPA converts
                                                 the boolean mask to an additive one per layer
+    explicit attention (CPU, bf16, T <= 256:    q, k, v and the out-projection's input (the
+    `attention_kernel` in model.transformer)    output made contiguous), 4 · c·BT·hq, and the fp32
+                                                probabilities f·B·n_heads·T·T; no log-sum-exp, and
+                                                the additive mask is built once per forward
     QK-norm (RMSNorm): q, k in and normalized   fp32: 2 · f·BT·(hq + hkv); bf16: the fp32 upcast
                                                 and the bf16 normalized copy, (f + c)·BT·(hq + hkv)
             (LayerNorm)                         c·BT·(2·hq + hkv) (measured: q is kept twice)
@@ -76,7 +80,7 @@ from typing import Any, Callable, Iterable, Literal
 import torch
 
 from tokenmill.config import ModelConfig, TrainConfig
-from tokenmill.model.transformer import resolve_ffn_hidden
+from tokenmill.model.transformer import attention_kernel, resolve_ffn_hidden
 from tokenmill.scaling.flops import param_count
 
 Mode = Literal["single", "ddp", "fsdp"]
@@ -110,7 +114,7 @@ def matmul_weights(cfg: ModelConfig) -> dict[str, int]:
 
 
 def layer_activation_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str,
-                           doc_masking: bool = False) -> int:
+                           doc_masking: bool = False, device: str = "cpu") -> int:
     """Bytes one transformer block keeps for its backward (see the module doc, term by term)."""
     c = _dtype(dtype).itemsize
     bf = c != F32
@@ -118,6 +122,7 @@ def layer_activation_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype 
     hq, hkv = cfg.n_heads * hd, (cfg.n_kv_heads or cfg.n_heads) * hd
     BT = B * T
     rms = cfg.norm == "rmsnorm"
+    explicit = uses_explicit_attention(cfg, T, dtype, device)
     n = 0
     # two pre-norms on the fp32 residual stream
     n += 2 * (F32 * BT * d + (F32 * BT * d + F32 * BT if rms else 2 * F32 * BT))
@@ -126,20 +131,30 @@ def layer_activation_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype 
     if cfg.qk_norm:
         # RMSNorm upcasts to fp32 and keeps its input and normalized value (the latter in c);
         # LayerNorm runs in the input's dtype and keeps a contiguous copy of its input and its
-        # statistics, and for q one more q-sized tensor (measured: the strided projection output)
+        # statistics, and for q one more q-sized tensor under SDPA (measured: the strided
+        # projection output; the explicit kernel's matmul keeps none)
         heads = cfg.n_heads + (cfg.n_kv_heads or cfg.n_heads)
         if rms:
             n += ((F32 + c) if bf else 2 * F32) * BT * (hq + hkv) + F32 * B * heads * T
         else:
-            n += c * BT * (2 * hq + hkv) + 2 * F32 * B * heads * T
+            n += c * BT * ((1 if explicit else 2) * hq + hkv) + 2 * F32 * B * heads * T
     rope_cast = bf and not (cfg.qk_norm and rms)  # RMSNorm's fp32 output meets fp32 tables: no copy
     if rope_cast and cfg.position == "rope":
         n += 4 * c * T * hd * (B if doc_masking else 1)
-    n += 4 * c * BT * hq + F32 * B * cfg.n_heads * T  # SDPA q, k, v, out; log-sum-exp
-    if doc_masking or cfg.sliding_window is not None:
-        n += c * (B if doc_masking else 1) * T * T
+    if explicit:
+        n += 4 * c * BT * hq + F32 * B * cfg.n_heads * T * T  # q, k, v, out-proj input; probabilities
+    else:
+        n += 4 * c * BT * hq + F32 * B * cfg.n_heads * T  # SDPA q, k, v, out; log-sum-exp
+        if doc_masking or cfg.sliding_window is not None:
+            n += c * (B if doc_masking else 1) * T * T
     n += _ffn_activation_bytes(cfg, BT, c)
     return n
+
+
+def uses_explicit_attention(cfg: ModelConfig, T: int, dtype: torch.dtype | str, device: str) -> bool:
+    """Whether the model's attention takes the explicit kernel (no sliding window, 'auto' rule)."""
+    kind = torch.device(device).type
+    return cfg.sliding_window is None and attention_kernel(kind, _dtype(dtype), T) == "explicit"
 
 
 def _ffn_activation_bytes(cfg: ModelConfig, BT: int, c: int) -> int:
@@ -218,25 +233,30 @@ def _shared_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str, do
 
 
 def activation_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str, doc_masking: bool = False,
-                     checkpointing: bool = False, fused_loss: bool = False) -> int:
+                     checkpointing: bool = False, fused_loss: bool = False, device: str = "cpu") -> int:
     """Bytes kept for the backward of one micro-batch at the end of the forward: all layers plus
     the head (the loss buffers apart). With checkpointing only each block's fp32 input."""
     kept = (F32 * B * T * cfg.d_model if checkpointing
-            else layer_activation_bytes(cfg, B, T, dtype, doc_masking))
+            else layer_activation_bytes(cfg, B, T, dtype, doc_masking, device))
     return cfg.n_layers * kept + _shared_bytes(cfg, B, T, dtype, doc_masking) + head_activation_bytes(
         cfg, B, T, dtype, doc_masking, fused_loss)
 
 
-def layer_backward_transient(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str) -> int:
+def layer_backward_transient(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str,
+                             device: str = "cpu") -> int:
     """Activation gradients alive inside one block's backward: the residual-stream gradient and
     its partial sums (2·f·BTd) plus the widest step, the FFN's (SwiGLU: grad of the product, of
-    silu and of up, 3·c·BTF; GELU 2·c·BTF) or SDPA's (grad of q, k, v and out, 4·c·BT·hq)."""
+    silu and of up, 3·c·BTF; GELU 2·c·BTF) or the attention's (grad of q, k, v and out,
+    4·c·BT·hq; the explicit kernel also holds the fp32 probabilities' gradient and one
+    temporary of its size, 2·f·B·n_heads·T·T)."""
     c = _dtype(dtype).itemsize
     BT = B * T
     h = resolve_ffn_hidden(cfg)
     slots = BT * (cfg.top_k if cfg.n_experts > 0 else 1)
     ffn = (2 if cfg.ffn == "gelu" else 3) * c * slots * h
     attn = 4 * c * BT * cfg.d_model
+    if uses_explicit_attention(cfg, T, dtype, device):
+        attn += 2 * F32 * B * cfg.n_heads * T * T
     return 2 * F32 * BT * cfg.d_model + max(ffn, attn)
 
 
@@ -271,7 +291,7 @@ def estimate_train_memory(model_cfg: ModelConfig, train_cfg: TrainConfig, dtype:
     # the fused loss casts the head's weight itself and keeps no copy
     head_copy = 0 if fused_loss else mm["lm_head"]
     copies = dt.itemsize * (L * mm["per_layer"] + head_copy) if dt != torch.float32 else 0
-    acts = activation_bytes(model_cfg, B, T, dt, doc_masking, ckpt, fused_loss)
+    acts = activation_bytes(model_cfg, B, T, dt, doc_masking, ckpt, fused_loss, device)
     loss = logits_bytes(model_cfg, B, T, dt, fused_loss)
     step_tmp = 0 if device.startswith("cuda") else 2 * F32 * mm["largest_tensor"]
     ddp = F32 * N if mode == "ddp" and world_size > 1 else 0
@@ -285,12 +305,12 @@ def estimate_train_memory(model_cfg: ModelConfig, train_cfg: TrainConfig, dtype:
 
     # backward of the block k-th from the top: the blocks above are done (their activations freed,
     # their gradients allocated), this one holds its activations (recomputed under checkpointing)
-    layer = layer_activation_bytes(model_cfg, B, T, dt, doc_masking)
+    layer = layer_activation_bytes(model_cfg, B, T, dt, doc_masking, device)
     kept = F32 * B * T * model_cfg.d_model if ckpt else layer
     head_grads = F32 * (N - L * counts["per_layer"]) // shard
     layer_grads = F32 * counts["per_layer"] // shard
     shared = _shared_bytes(model_cfg, B, T, dt, doc_masking) + I64 * B * (2 * T + 1)
-    transient = layer_backward_transient(model_cfg, B, T, dt)
+    transient = layer_backward_transient(model_cfg, B, T, dt, device)
     layers_backward = 0
     for done in range(L):
         g = grads if accumulated else head_grads + (done + 1) * layer_grads
