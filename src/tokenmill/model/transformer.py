@@ -604,8 +604,11 @@ class Transformer(nn.Module):
             raise ValueError(f"attn_mask must be a bool tensor of shape {(idx.shape[0], T, T)}, "
                              f"got {attn_mask.dtype} {tuple(attn_mask.shape)}")
         # Range check on CPU only: on CUDA it would cost a host sync every step, and an
-        # out-of-range gather there fails loudly (device-side assert) rather than silently.
-        if positions is not None and positions.device.type == "cpu" and positions.numel():
+        # out-of-range gather there fails loudly (device-side assert) rather than silently. Not
+        # under torch.compile either: reading the values breaks the graph, and Inductor's own
+        # bounds assert on the gather fails loudly too.
+        if (positions is not None and positions.device.type == "cpu" and positions.numel()
+                and not torch.compiler.is_compiling()):
             lo, hi = int(positions.min()), int(positions.max())
             if lo < 0 or hi >= self.config.max_seq_len:
                 raise ValueError(f"positions span [{lo}, {hi}], outside the RoPE table "

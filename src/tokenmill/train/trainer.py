@@ -52,6 +52,7 @@ from tokenmill.tokens.store import TokenStore
 from tokenmill.train.checkpoint import (CheckpointError, list_checkpoints, load_checkpoint, read_state,
                                         verify_checkpoint)
 from tokenmill.train.budget import resolve_budget
+from tokenmill.train.compilation import compile_cache_dir, compile_decision, compile_model
 from tokenmill.train.device import autocast, enable_tf32, resolve_dtype
 from tokenmill.train.dist_checkpoint import agreed_latest_checkpoint, save_train_checkpoint
 from tokenmill.train.distributed import (DistContext, RankMismatch, cross_rank_check, evaluation_model, event_log,
@@ -438,7 +439,10 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
     flag = _InterruptFlag()
     flag.install()
     loader.start_prefetch(start_step + 1)
-    compiled = torch.compile(train_model) if tc.compile else train_model  # checkpoints and evals use `model`
+    use_compile, why = compile_decision(tc, tc.max_steps - start_step)
+    events.write(STAGE, "compile", enabled=use_compile, reason=why,
+                 cache_dir=str(compile_cache_dir()) if use_compile else None)
+    compiled = compile_model(train_model) if use_compile else train_model  # checkpoints and evals use `model`
     update_ratio = UpdateRatio(model)
     embed_weight = model.embed_tokens.weight
     try:
