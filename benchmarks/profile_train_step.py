@@ -9,6 +9,9 @@ matmuls count as matmul, its softmax as attention.
 
     .venv/bin/python benchmarks/profile_train_step.py --run runs/demo --threads 2 --dtype bfloat16
     .venv/bin/python benchmarks/profile_train_step.py --run runs/demo --set model.d_model=512 --set model.n_layers=8
+    # A/B of the attention kernels (explicit vs torch's SDPA) in the same step, interleaved:
+    .venv/bin/python benchmarks/profile_train_step.py --run runs/demo --ab-attention --set train.seq_len=128 \
+        --set train.micro_batch=32
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from tokenmill.config import load_config
 from tokenmill.mixture.loader import Loader
-from tokenmill.model.transformer import Transformer
+from tokenmill.model.transformer import Transformer, attention_kernel
 from tokenmill.scaling.flops import flops_per_token
 from tokenmill.tokens.store import TokenStore
 from tokenmill.train.optimizer import build_optimizer
@@ -75,6 +78,27 @@ def step(model, opt, loader, s: int, tc, dtype: torch.dtype) -> None:
     opt.zero_grad(set_to_none=True)
 
 
+def ab_attention(args: argparse.Namespace) -> None:
+    """Median s/step of fresh models forced to each attention kernel, A/B interleaved per repeat."""
+    dt = getattr(torch, args.dtype)
+    times: dict[str, list[float]] = {"sdpa": [], "explicit": []}
+    for r in range(args.repeats):
+        for kernel, runs in times.items():
+            cfg, _, model, opt, loader = build(args.run, args.threads, args.dtype, args.overrides)
+            model.attn_kernel = kernel
+            secs = []
+            for s in range(1, 4 + max(args.steps, 5)):
+                t0 = time.perf_counter()
+                step(model, opt, loader, s, cfg.train, dt)
+                secs.append(time.perf_counter() - t0)
+            runs.append(statistics.median(secs[3:]))
+            print(f"repeat {r}: {kernel}: {runs[-1]:.4f} s/step", flush=True)
+    sdpa, explicit = (statistics.median(v) for v in times.values())
+    print(f"T={cfg.train.seq_len} B={cfg.train.micro_batch} {args.dtype}: SDPA {sdpa:.3f} s/step, explicit "
+          f"{explicit:.3f} s/step ({explicit / sdpa - 1:+.1%}); 'auto' picks "
+          f"{attention_kernel('cpu', dt, cfg.train.seq_len)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", type=Path, default=Path("runs/demo"))
@@ -82,8 +106,14 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
     ap.add_argument("--steps", type=int, default=5, help="Profiled steps (after 3 warm-up steps).")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
+    ap.add_argument("--ab-attention", action="store_true",
+                    help="Instead of profiling: step time with each attention kernel, interleaved.")
+    ap.add_argument("--repeats", type=int, default=3, help="--ab-attention: interleaved repeats.")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.ab_attention:
+        ab_attention(args)
+        return
     cfg, mcfg, model, opt, loader = build(args.run, args.threads, args.dtype, args.overrides)
     tc, dt = cfg.train, getattr(torch, args.dtype)
     for s in range(1, 4):
