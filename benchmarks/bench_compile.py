@@ -9,7 +9,7 @@ step 1's seconds minus the run's median step, and the break-even run length is o
 (eager s/step - compiled s/step). `train.compile: auto` (train/compilation.py) compiles runs with at
 least `train.compile_min_steps` steps; this benchmark is where that default comes from.
 
-    .venv/bin/python benchmarks/bench_compile.py --run runs/demo --steps 40 --repeats 2 --threads 2
+    .venv/bin/python benchmarks/bench_compile.py --run runs/demo --steps 30 --repeats 2 --threads 2
 """
 
 from __future__ import annotations

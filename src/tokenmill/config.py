@@ -474,7 +474,7 @@ class TrainConfig(Strict):
     activation_checkpointing: bool = Field(False, description="Recompute each block's activations in backward (less memory, ~1/3 more compute).")
     compile: bool | Literal["auto"] = Field(
         "auto", description="torch.compile the model: true, false, or 'auto' (when at least compile_min_steps steps remain).")
-    compile_min_steps: int = Field(1000, ge=0, description="'auto' compiles runs with at least this many steps left (a cold compile pays off after ~400 demo steps).")
+    compile_min_steps: int = Field(1000, ge=0, description="'auto' compiles runs with at least this many steps left (a cold compile breaks even after ~600-1000 demo steps).")
     threads: int | None = Field(None, description="torch CPU threads (None: torch's default).")
     ckpt_every: int = Field(100, description="Save a checkpoint every this many steps.")
     keep_checkpoints: int = Field(2, description="Keep this many most recent checkpoints.")

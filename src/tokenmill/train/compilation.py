@@ -1,13 +1,14 @@
 """Whether a run compiles its model with torch.compile, and where compiled graphs are cached.
 
 torch.compile (Inductor) fuses the step's elementwise work (norms, RoPE, SwiGLU, the residual adds,
-the attention softmax) into a few kernels: on the demo model on 2 CPU cores in bf16 it takes the
-step from 0.54 to 0.40 s (1.37x, BENCHMARKS.md). It costs a compilation before the first step,
-~40-60 s cold on 2 cores and a fraction of that when Inductor's FX-graph and AOTAutograd caches
-already hold the graphs (the same model shape compiled before on this machine). `train.compile:
-auto` compiles when at least `train.compile_min_steps` steps remain, the run length past which the
-saved step time repays a cold compilation with margin (break-even ~400 steps on the demo model);
-short runs (tests, smoke runs, the demo) stay eager.
+the attention softmax) into fewer kernels. On the demo model on 2 CPU cores it made steps 1.04-1.37x
+faster in bf16 and 1.06-1.11x in fp32 (benchmarks/bench_compile.py and bench_train_speed.py,
+BENCHMARKS.md; the spread is this machine's run-to-run noise), for a compilation before the first
+step of 30-40 s with an empty cache and 4-9 s when Inductor's FX-graph and AOTAutograd caches
+already hold the graphs (the same model shape compiled before on this machine). A cold compile
+breaks even after ~600-1000 demo steps, a warm one after ~50-450 (larger models should save more
+per step; not measured here). So `train.compile: auto` compiles when at least
+`train.compile_min_steps` (1000) steps remain; short runs (tests, smoke runs, the demo) stay eager.
 
 The caches live in TORCHINDUCTOR_CACHE_DIR when the user set it, else in
 ~/.cache/tokenmill/inductor rather than torch's default under /tmp, so they survive a reboot.
