@@ -44,6 +44,21 @@ def test_update_ratio_equals_the_independent_computation():
     assert ratio.after() == pytest.approx(expected, rel=1e-6) and expected == pytest.approx(0.01, rel=1e-4)
 
 
+def test_update_ratio_reusing_its_buffer_measures_each_step_afresh():
+    """keep_buffer (the trainer's choice when measuring every step): the copy taken by the next
+    before() replaces the in-place difference of the previous after()."""
+    m = _model()
+    ratio = UpdateRatio(m, keep_buffer=True)
+    for factor in (1.01, 1.03, 1.0):
+        ratio.before()
+        with torch.no_grad():
+            for p in m.parameters():
+                p.mul_(factor)
+        assert ratio.after() == pytest.approx(factor - 1.0, rel=1e-4, abs=1e-12)
+    with pytest.raises(AssertionError, match="before"):
+        ratio.after()
+
+
 def test_embedding_spectrum_of_a_known_matrix():
     w = torch.diag(torch.tensor([6.0, 2.0, 1.0]))
     s = embedding_spectrum(torch.cat([w, torch.zeros(5, 3)]))

@@ -48,39 +48,65 @@ def _local_sq(t: torch.Tensor) -> torch.Tensor:
     return sq.double()
 
 
+def _sq_norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Σ t² of each tensor as float64 scalars. Plain tensors in one fused pass without temporaries
+    (torch._foreach_norm); sharded DTensors through `_local_sq`, which sums over all ranks."""
+    if not tensors:
+        return []
+    if any(hasattr(t, "full_tensor") for t in tensors):
+        return [_local_sq(t) for t in tensors]
+    return [n.double().square() for n in torch._foreach_norm([t.detach() for t in tensors])]
+
+
 def grad_norms_by_group(model: nn.Module) -> dict[str, float]:
     """{layer group: L2 norm of its gradients}, groups in model order; tied weights counted once."""
-    sums: OrderedDict[str, torch.Tensor] = OrderedDict()
-    for name, p in model.named_parameters():
-        if p.grad is None:
-            continue
+    named = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None]
+    if not named:
+        return {}
+    sqs = torch.stack(_sq_norms([g for _, g in named])).cpu().tolist()  # one device sync
+    sums: OrderedDict[str, float] = OrderedDict()
+    for (name, _), sq in zip(named, sqs):
         g = layer_group(name)
-        sums[g] = sums.get(g, 0.0) + _local_sq(p.grad)
-    return {g: float(v) ** 0.5 for g, v in sums.items()}
+        sums[g] = sums.get(g, 0.0) + sq
+    return {g: v ** 0.5 for g, v in sums.items()}
 
 
 class UpdateRatio:
     """||θ_after - θ_before|| / ||θ_before|| over all parameters, for one optimizer step.
 
     Keeps one copy of the parameters between `before()` and `after()` (the price of measuring the
-    actual update, whatever the optimizer did: clipping, weight decay, Adam's normalisation)."""
+    actual update, whatever the optimizer did: clipping, weight decay, Adam's normalisation).
+    `keep_buffer` holds that copy from one measured step to the next (measuring every step: no
+    fresh allocation and page faults each step; the copy is alive during the step either way);
+    `after()` turns it into the update in place, so it needs no other temporary."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, keep_buffer: bool = False):
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self._before: list[torch.Tensor] | None = None
+        self.keep_buffer = keep_buffer
+        self._buffer: list[torch.Tensor] | None = None
+        self._armed = False
 
     def before(self) -> None:
-        self._before = [p.detach().clone() for p in self.params]
+        current = [p.detach() for p in self.params]
+        if self._buffer is None or any(hasattr(t, "full_tensor") for t in current):
+            self._buffer = [t.clone() for t in current]
+        else:
+            torch._foreach_copy_(self._buffer, current)
+        self._armed = True
 
     def after(self) -> float:
-        assert self._before is not None, "before() was not called"
-        num = torch.zeros((), dtype=torch.float64)
-        den = torch.zeros((), dtype=torch.float64)
-        for p, b in zip(self.params, self._before):
-            num = num + _local_sq(p.detach() - b).cpu()
-            den = den + _local_sq(b).cpu()
-        self._before = None
-        return float(num.sqrt() / den.sqrt()) if den > 0 else 0.0
+        assert self._armed and self._buffer is not None, "before() was not called"
+        den = float(torch.stack(_sq_norms(self._buffer)).sum())
+        if any(hasattr(t, "full_tensor") for t in self._buffer):
+            diffs = [b - p.detach() for p, b in zip(self.params, self._buffer)]
+        else:
+            torch._foreach_sub_(self._buffer, [p.detach() for p in self.params])  # θ_before - θ_after
+            diffs = self._buffer
+        num = float(torch.stack(_sq_norms(diffs)).sum())
+        self._armed = False
+        if not self.keep_buffer:
+            self._buffer = None
+        return float(num ** 0.5 / den ** 0.5) if den > 0 else 0.0
 
 
 def embedding_spectrum(weight: torch.Tensor) -> dict[str, float]:

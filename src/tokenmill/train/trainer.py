@@ -443,7 +443,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
     events.write(STAGE, "compile", enabled=use_compile, reason=why,
                  cache_dir=str(compile_cache_dir()) if use_compile else None)
     compiled = compile_model(train_model) if use_compile else train_model  # checkpoints and evals use `model`
-    update_ratio = UpdateRatio(model)
+    update_ratio = UpdateRatio(model, keep_buffer=tc.metrics_every == 1)
     embed_weight = model.embed_tokens.weight
     try:
         with _progress(progress and ctx.is_main, tc.max_steps, start_step) as (prog, task, console):
