@@ -131,7 +131,7 @@ def _run_plan(run: Any, events: list[dict]) -> str:
     from tokenmill.errors import UserError
     from tokenmill.scaling.devices import get_device
     from tokenmill.scaling.plan import make_plan, resolve_inputs
-    from tokenmill.scaling.plan_report import figures_rows, layout_rows
+    from tokenmill.scaling.plan_report import ROOFLINE_HEADER, figures_rows, layout_rows, roofline_rows, roofline_title
 
     steps = [e for e in events if e.get("kind") == "train_step"]
     mfu = _median([e.get("mfu") for e in steps])
@@ -149,9 +149,13 @@ def _run_plan(run: Any, events: list[dict]) -> str:
               ["median MFU (measured)", "—" if mfu is None else f"{mfu:.3f}"],
               ["peak memory (measured)", f"{peak / 1e9:.2f} GB" if peak else "—"]]
     assumptions = "".join(f"<li>{html.escape(a)}</li>" for a in plan.assumptions)
+    roof = ("<p class=muted>No roofline: this machine's memory bandwidth is not known (the GPU presets have it: "
+            "<code>tokenmill plan --device h100</code>).</p>" if plan.roofline is None else
+            f"<h4>Roofline</h4><p>{html.escape(roofline_title(plan))}</p>"
+            + table(list(ROOFLINE_HEADER), [list(r) for r in roofline_rows(plan)]))
     return ("<h3>Plan</h3><p>What <code>tokenmill plan --config</code> says of this run on this machine "
             f"({html.escape(plan.device['description'])}), at the run's measured median MFU when it has one.</p>"
-            + table(["figure", "plan"], rows) + table(["figure", "run"], actual)
+            + table(["figure", "plan"], rows) + table(["figure", "run"], actual) + roof
             + f"<details><summary>assumptions</summary><ul>{assumptions}</ul></details>")
 
 

@@ -51,23 +51,25 @@ class DeviceSpec(Strict):
     intra_node_bandwidth: float = Field(..., gt=0, description="Intra-node (NVLink) bandwidth per device, one direction, bytes/s.")
     inter_node_bandwidth: float = Field(..., gt=0, description="Inter-node (InfiniBand) bandwidth per device, one direction, bytes/s.")
     price_per_hour: float = Field(0.0, ge=0, description="USD per device-hour (a rough default; --price overrides).")
+    memory_bandwidth: float | None = Field(None, gt=0, description="Device memory bandwidth, bytes/s (the roofline's slope; None: not known).")
     peak_source: str = Field("datasheet", description="Where peak_flops comes from: datasheet or calibration.")
 
 
 def _gpu(name: str, table_name: str, description: str, memory_gb: float, nvlink: float, ib_gbit: float,
-         price: float) -> DeviceSpec:
+         price: float, hbm_gb_s: float) -> DeviceSpec:
     peak = gpu_peak_from_table(table_name, torch.bfloat16)
     assert peak is not None, table_name
     return DeviceSpec(name=name, description=description, peak_flops=peak, memory_bytes=memory_gb * GB,
                       devices_per_node=8, intra_node_bandwidth=nvlink * GB, inter_node_bandwidth=ib_gbit / 8 * GB,
-                      price_per_hour=price)
+                      price_per_hour=price, memory_bandwidth=hbm_gb_s * GB)
 
 
 PRESETS: dict[str, DeviceSpec] = {
-    "a100-40gb": _gpu("a100-40gb", "A100", "A100 SXM 40 GB, NVLink 3, HDR 200 Gb/s per GPU", 40, 300, 200, 1.30),
-    "a100-80gb": _gpu("a100-80gb", "A100", "A100 SXM 80 GB, NVLink 3, HDR 200 Gb/s per GPU", 80, 300, 200, 1.80),
-    "h100": _gpu("h100", "H100", "H100 SXM 80 GB, NVLink 4, NDR 400 Gb/s per GPU", 80, 450, 400, 2.50),
-    "h200": _gpu("h200", "H200", "H200 SXM 141 GB, NVLink 4, NDR 400 Gb/s per GPU", 141, 450, 400, 3.50),
+    # HBM bandwidth from NVIDIA's datasheets: A100 40 GB 1,555 GB/s, 80 GB 2,039; H100 SXM 3,350; H200 4,800
+    "a100-40gb": _gpu("a100-40gb", "A100", "A100 SXM 40 GB, NVLink 3, HDR 200 Gb/s per GPU", 40, 300, 200, 1.30, 1555),
+    "a100-80gb": _gpu("a100-80gb", "A100", "A100 SXM 80 GB, NVLink 3, HDR 200 Gb/s per GPU", 80, 300, 200, 1.80, 2039),
+    "h100": _gpu("h100", "H100", "H100 SXM 80 GB, NVLink 4, NDR 400 Gb/s per GPU", 80, 450, 400, 2.50, 3350),
+    "h200": _gpu("h200", "H200", "H200 SXM 141 GB, NVLink 4, NDR 400 Gb/s per GPU", 141, 450, 400, 3.50, 4800),
 }
 ALIASES = {"a100": "a100-80gb", "h100-sxm": "h100", "h100-80gb": "h100", "h200-141gb": "h200"}
 THIS_NETWORK = 10 / 8 * GB  # "this" machine: assume 10 Gb/s Ethernet between nodes

@@ -320,6 +320,7 @@ class Plan:
     layout: dict[str, Any]
     layout_reasons: list[str]
     inference_aware: dict[str, float] | None = None
+    roofline: dict[str, Any] | None = None  # op classes of a step on one device of the layout (scaling/roofline.py)
     assumptions: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -380,12 +381,26 @@ def make_plan(cfg: ModelConfig, tokens: float, devices: int, device: DeviceSpec,
              "n_kv_heads": cfg.n_kv_heads or cfg.n_heads, "ffn_hidden": resolve_ffn_hidden(cfg), "ffn": cfg.ffn,
              "vocab_size": cfg.vocab_size, "params_of_shape": counts["total"]}
     return Plan(model=model, params=n, tokens=tokens, devices=devices, device=device.model_dump(), mfu=mfu,
+                roofline=_roofline(cfg, choice.layout, device),
                 global_batch_tokens=global_batch_tokens, seq_len=seq_len, flops_6nd=c, flops_exact=fpt * tokens,
                 flops_per_token_exact=fpt, steps=math.ceil(tokens / global_batch_tokens), wall_clock_seconds=seconds,
                 wall_clock_days=seconds / 86400, device_hours=hours, cost_usd=hours * device.price_per_hour,
                 chinchilla=chinchilla, layout=choice.as_dict(), layout_reasons=reasons,
                 inference_aware=aware,
                 assumptions=assumptions)
+
+
+def _roofline(cfg: ModelConfig, layout: Layout, device: DeviceSpec) -> dict[str, Any] | None:
+    """The roofline of one micro-batch on the busiest (last) stage of `layout`; None when the
+    device's memory bandwidth is not known."""
+    if device.memory_bandwidth is None:
+        return None
+    from tokenmill.scaling.roofline import as_dicts, op_classes, roofline, roofline_summary
+
+    rows = roofline(op_classes(cfg, layout.micro_batch, layout.seq_len, layout.tp, layout.pp), device.peak_flops,
+                    device.memory_bandwidth)
+    return {"rows": as_dicts(rows), **roofline_summary(rows, device.peak_flops, device.memory_bandwidth),
+            "bandwidth": device.memory_bandwidth}
 
 
 def _layout(cfg: ModelConfig, device: DeviceSpec, devices: int, base: Layout, global_batch_tokens: int, mfu: float,

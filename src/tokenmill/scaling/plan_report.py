@@ -73,8 +73,38 @@ def layout_rows(plan: Plan) -> list[tuple[str, str]]:
     return rows
 
 
+def roofline_rows(plan: Plan) -> list[tuple[str, ...]]:
+    """(op class, GFLOP, GB, FLOP/byte, bound, ms, share) per op class of the plan's roofline."""
+    if plan.roofline is None:
+        return []
+    return [(r["name"], f"{r['flops'] / 1e9:,.1f}", f"{r['bytes'] / 1e9:,.2f}", f"{r['intensity']:,.1f}", r["bound"],
+             f"{r['seconds'] * 1e3:,.2f}", f"{r['share']:.1%}") for r in plan.roofline["rows"]]
+
+
+ROOFLINE_HEADER = ("op class", "GFLOP", "GB moved", "FLOP/byte", "bound", "ms", "share")
+
+
+def roofline_title(plan: Plan) -> str:
+    rl = plan.roofline or {}
+    lay = plan.layout["layout"]
+    return (f"roofline of one micro-batch ({lay['micro_batch']} × {lay['seq_len']} tokens, tp {lay['tp']}, pp "
+            f"{lay['pp']}) on one {plan.device['name']}: ridge {rl.get('ridge_flops_per_byte', 0):,.0f} FLOP/byte "
+            f"({plan.device['peak_flops'] / 1e12:.0f} TFLOP/s over {rl.get('bandwidth', 0) / 1e12:.2f} TB/s); "
+            f"MFU ceiling {rl.get('mfu_ceiling', 0):.0%} with every op at its roof")
+
+
+def _roofline_table(plan: Plan) -> Table:
+    table = Table(title=roofline_title(plan), title_justify="left")
+    for h in ROOFLINE_HEADER:
+        table.add_column(h, justify="left" if h in ("op class", "bound") else "right")
+    for row in roofline_rows(plan):
+        table.add_row(*row)
+    return table
+
+
 def render_plan(plan: Plan) -> list[Any]:
     """The renderables `tokenmill plan` prints, in order."""
-    return [_kv("plan", figures_rows(plan)), _kv("layout", layout_rows(plan)),
+    roof = [_roofline_table(plan)] if plan.roofline is not None else []
+    return [_kv("plan", figures_rows(plan)), _kv("layout", layout_rows(plan)), *roof,
             "[bold]why this layout[/]", *(f"  • {r}" for r in plan.layout_reasons),
             "[bold]assumptions[/]", *(f"  • {a}" for a in plan.assumptions)]
