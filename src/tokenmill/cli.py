@@ -184,7 +184,10 @@ def tokenize(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_d
 def train(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt,
           resume: bool = typer.Option(False, "--resume", help="Continue from the latest valid checkpoint."),
           restarts: int = typer.Option(0, "--restarts", min=0, help="Supervise: run the trainer as a child process "
-                                       "and restart it from the latest checkpoint after a crash, up to N times.")) -> None:
+                                       "and restart it from the latest checkpoint after a crash, up to N times."),
+          nproc: int = typer.Option(1, "--nproc", min=1, help="Train on K processes of this machine (torchrun "
+                                    "--standalone) laid out as train.parallel (dp × tp × pp = K), checked against "
+                                    "the model before any process starts; the data stages run first, here.")) -> None:
     """Train the model on the token store: AdamW, warmup + cosine, clipping, atomic checkpoints.
 
     One `train_step` event per optimizer step goes to events.jsonl. Ctrl-C saves a checkpoint
@@ -195,6 +198,15 @@ def train(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir:
     """
     from tokenmill.train.supervisor import CRASH_EXIT, shell_exit_code, supervise, train_command
 
+    if nproc > 1:
+        if restarts > 0:
+            console.print("[red]config error[/]: --restarts supervises one process; with --nproc use "
+                          "`torchrun --max-restarts N ... -m tokenmill train CONFIG --resume`")
+            raise typer.Exit(2)
+        rc = _guard(lambda: _launch_ranks(config, list(set_ or []), run_dir, nproc, resume))
+        if rc != 0:
+            raise typer.Exit(shell_exit_code(rc))
+        return
     if restarts > 0:
         def go() -> int:
             run = _open(config, set_, run_dir)
@@ -214,6 +226,27 @@ def train(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir:
         console.print(f"[red]training crashed[/] (exit code {CRASH_EXIT}); `tokenmill train --resume` continues "
                       f"from the last checkpoint, `--restarts N` does so automatically")
         raise typer.Exit(CRASH_EXIT)
+
+
+def _launch_ranks(config: Path, overrides: list[str], run_dir: Optional[Path], nproc: int, resume: bool) -> int:
+    """`tokenmill train --nproc K`: refuse a layout that cannot work, finish the data stages in this
+    process, then run K ranks under torchrun; returns torchrun's exit code."""
+    import subprocess
+    import sys
+
+    from tokenmill.pipeline import run_pipeline
+    from tokenmill.train.layout import check_launch
+
+    run = _open(config, overrides, run_dir)  # a layout that does not fit the model is a config error
+    sizes = check_launch(run.config.model, run.config.train, nproc)
+    if not run.is_fresh("tokenize"):  # torchrun ranks only train, on finished data
+        run_pipeline(run, stages=("curate", "tokenizer", "tokenize"))
+    console.print(f"[bold]▶ train[/] on {nproc} ranks: {sizes.describe()}")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           "-m", "tokenmill", "train", str(config), "--run-dir", str(run.path.resolve())]
+    for o in overrides:
+        cmd += ["--set", o]
+    return subprocess.call(cmd + (["--resume"] if resume else []))
 
 
 @app.command("eval")

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import yaml
 from tokenmill.errors import UserError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class ConfigError(UserError, ValueError):
@@ -439,6 +439,16 @@ class FaultConfig(Strict):
     lr_blowup_factor: float = Field(100.0, gt=0.0, description="LR multiplier inside the lr_blowup window.")
 
 
+class ParallelConfig(Strict):
+    """How a torchrun job's ranks split the work: world size = dp · tp · pp (checked against the
+    model before any process starts: train/layout.py)."""
+
+    dp: int | None = Field(None, ge=1, description="Data-parallel ranks (None: world size / (tp · pp)).")
+    tp: int = Field(1, ge=1, description="Tensor-parallel ranks: each block's attention heads and FFN columns split tp ways (DTensor).")
+    pp: int = Field(1, ge=1, description="Pipeline stages: the blocks cut into pp equal stages, the step's micro-batches (grad_accum) pipelined.")
+    pp_schedule: Literal["1f1b", "gpipe"] = Field("1f1b", description="Pipeline schedule: 1F1B (activations of <= pp micro-batches alive) or GPipe (all of them).")
+
+
 class TrainConfig(Strict):
     """The training recipe: AdamW, warmup + cosine/linear/WSD, clipping, mixed precision,
     checkpoints, the stability guard, periodic eval, data parallelism under torchrun."""
@@ -479,7 +489,8 @@ class TrainConfig(Strict):
     ckpt_every: int = Field(100, description="Save a checkpoint every this many steps.")
     keep_checkpoints: int = Field(2, description="Keep this many most recent checkpoints.")
     keep_every: int = Field(0, ge=0, description="Also keep every checkpoint whose step is a multiple of this (0: none).")
-    distributed: Literal["ddp", "fsdp"] = Field("ddp", description="Data parallelism under torchrun: DDP, or FSDP2 (fully_shard).")
+    distributed: Literal["ddp", "fsdp"] = Field("ddp", description="Data parallelism under torchrun: DDP, or FSDP2 (fully_shard); with tp or pp > 1 the data axis is always FSDP2.")
+    parallel: ParallelConfig = Field(default_factory=ParallelConfig, description="Data × tensor × pipeline layout of a torchrun job.")
     checksum_every: int = Field(50, ge=0, description="Compare a gradient checksum across ranks every this many steps (0: off).")
     metrics_every: int = Field(1, ge=0, description="Log per-layer-group gradient norms and the update/parameter ratio every this many steps (0: never); each costs a pass over the gradients or a copy of the parameters.")
     spectrum_every: int = Field(0, ge=0, description="Log the embedding's top-2 singular-value ratio every this many steps (0: at eval steps).")
@@ -568,6 +579,15 @@ class RunConfig(Strict):
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
+
+    @model_validator(mode="after")
+    def _layout_fits_model(self) -> "RunConfig":
+        from tokenmill.train.layout import layout_problems  # the layout rules live with the trainer
+
+        problems = layout_problems(self.model, self.train)
+        if problems:
+            raise ValueError("train.parallel does not fit this model: " + "; ".join(problems))
+        return self
 
     @property
     def train_seed(self) -> int:

@@ -34,7 +34,7 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
 NOT_FINGERPRINTED: dict[str, frozenset[str]] = {
     "train": frozenset({"log_every", "ckpt_every", "keep_checkpoints", "keep_every", "eval_every", "eval_docs",
                         "peak_tflops", "distributed", "checksum_every", "spectrum_every", "metrics_every",
-                        "activation_checkpointing", "threads", "compile", "compile_min_steps"}),
+                        "activation_checkpointing", "threads", "compile", "compile_min_steps", "parallel"}),
     "eval": frozenset({"batch_size"}),
     "tokenize": frozenset({"workers"}),
     "tokenizer": frozenset({"audit_docs", "key_terms"}),

@@ -34,14 +34,6 @@ def fsdp(tmp_path_factory):
     return run
 
 
-@pytest.fixture(scope="module")
-def single(tmp_path_factory):
-    """The same run in one process (grad_accum 2 instead of 2 ranks × 1)."""
-    run = make_run(tmp_path_factory.mktemp("single") / "run")
-    run_train(run, progress=False)
-    return run
-
-
 def test_a_killed_fsdp_job_resumed_on_2_ranks_repeats_the_uninterrupted_run(fsdp, tmp_path):
     run = make_run(tmp_path / "killed", distributed="fsdp")
     proc = launch(run, "--sleep", "0.25")

@@ -24,21 +24,12 @@ from tokenmill.train.checkpoint import load_model, verify_checkpoint
 from tokenmill.train.distributed import (DistributedError, RankMismatch, all_reduce_sum,
                                          check_replicas, compare_payloads, cross_rank_check, event_log,
                                          init_distributed, unwrap, wrap_model)
-from tokenmill.train.trainer import run_train
 
 from tests.train.dist_helpers import env, events, finish, launch, make_run, max_rel_diff, series, torchrun
 
 # FSDP2 computes the global gradient norm from per-shard partial sums (another summation order
 # than one process), so its clip factor, and from there its losses, may differ in the last bits.
 FSDP_RTOL = 1e-5
-
-
-@pytest.fixture(scope="module")
-def single(tmp_path_factory):
-    """The one-process reference: grad_accum 2 × 8 rows on one process."""
-    run = make_run(tmp_path_factory.mktemp("single") / "run")
-    run_train(run, progress=False)
-    return run
 
 
 def cli_train(run) -> None:

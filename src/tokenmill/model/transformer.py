@@ -347,9 +347,11 @@ class Attention(nn.Module):
         """mask: None (plain causal), a boolean [B, 1, T, T] SDPA mask, or a FlexAttention BlockMask.
         cos/sin None: no rotary embedding (learned absolute positions)."""
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        # Head counts come from the projections' outputs, not the config: under tensor parallelism
+        # (applied from outside, train/tensor_parallel.py) a rank holds n_heads / tp of them.
+        q = self.q_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if cos is not None and sin is not None:
@@ -358,8 +360,8 @@ class Attention(nn.Module):
         if mask is not None and not isinstance(mask, (torch.Tensor, AdditiveMask)):
             y = _flex_attention(q, k, v, mask, self.scale)
         else:
-            if self.n_kv_heads != self.n_heads:
-                rep = self.n_heads // self.n_kv_heads
+            if k.shape[1] != q.shape[1]:
+                rep = q.shape[1] // k.shape[1]
                 k = k.repeat_interleave(rep, dim=1)
                 v = v.repeat_interleave(rep, dim=1)
             if isinstance(mask, AdditiveMask):
@@ -367,7 +369,7 @@ class Attention(nn.Module):
             else:  # mask None keeps is_causal=True, so CUDA can still pick the flash kernel
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
                                                    scale=self.scale)
-        y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)
+        y = y.transpose(1, 2).reshape(B, T, -1)
         return self.o_proj(y)
 
 
@@ -489,29 +491,49 @@ class Transformer(nn.Module):
         the logits it would get alone.
         """
         self._check_inputs(idx, positions, segments, attn_mask)
-        T = idx.shape[1]
+        x = self.embed(idx, positions)
+        cos, sin, mask = self.block_inputs(idx.shape[1], idx.device, positions, segments, attn_mask)
+        for layer in self.layers:
+            x = self.run_block(layer, x, cos, sin, mask)
+        return self.output(x, targets)
+
+    # The pieces of forward, in order. A pipeline stage (train/pipeline_parallel.py) runs the ones
+    # its part of the model holds: embed on the first stage, blocks everywhere, output on the last.
+    def embed(self, idx: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Token embeddings [B, T, d] (plus learned absolute positions when configured)."""
         x = self.embed_tokens(idx)
-        cos = sin = None
         if self.embed_positions is not None:
+            T = idx.shape[1]
             x = x + self.embed_positions(torch.arange(T, device=idx.device) if positions is None else positions)
-        elif positions is None:
+        return x
+
+    def block_inputs(self, T: int, device: torch.device, positions: torch.Tensor | None = None,
+                     segments: torch.Tensor | None = None,
+                     attn_mask: torch.Tensor | None = None) -> tuple[Any, Any, AttnMask]:
+        """(cos, sin, mask) every block of a forward over rows of T tokens takes."""
+        cos = sin = None
+        if self.embed_positions is None and positions is None:
             cos, sin = self.rope_cos[:T], self.rope_sin[:T]
-        else:  # gather per token; [B, 1, T, hd] broadcasts over heads
+        elif self.embed_positions is None:  # gather per token; [B, 1, T, hd] broadcasts over heads
             cos, sin = self.rope_cos[positions].unsqueeze(1), self.rope_sin[positions].unsqueeze(1)
         if attn_mask is None and self.config.sliding_window is None:
-            if self.uses_explicit_attention(T, idx.device):
-                mask = causal_bias(T, idx.device, segments)
+            if self.uses_explicit_attention(T, device):
+                mask: AttnMask = causal_bias(T, device, segments)
             else:
                 mask = None if segments is None else self.attention_mask(segments)
         else:
-            mask = self.dense_mask(T, idx.device, segments, attn_mask)
-        for layer in self.layers:
-            if self.activation_checkpointing and self.training and torch.is_grad_enabled():
-                # Keep only each block's input; backward recomputes the block (non-reentrant: works
-                # with autocast, DDP and FSDP2, and replays the same RNG-free computation exactly).
-                x = torch.utils.checkpoint.checkpoint(layer, x, cos, sin, mask, use_reentrant=False)
-            else:
-                x = layer(x, cos, sin, mask)
+            mask = self.dense_mask(T, device, segments, attn_mask)
+        return cos, sin, mask
+
+    def run_block(self, layer: nn.Module, x: torch.Tensor, cos: Any, sin: Any, mask: AttnMask) -> torch.Tensor:
+        if self.activation_checkpointing and self.training and torch.is_grad_enabled():
+            # Keep only each block's input; backward recomputes the block (non-reentrant: works
+            # with autocast, DDP and FSDP2, and replays the same RNG-free computation exactly).
+            return torch.utils.checkpoint.checkpoint(layer, x, cos, sin, mask, use_reentrant=False)
+        return layer(x, cos, sin, mask)
+
+    def output(self, x: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """Final norm, then the logits, or with `targets` the fused per-token NLL (see forward)."""
         h = self.norm(x)
         scale = self.output_mult if self.config.mup else 1.0
         if targets is not None:
@@ -571,7 +593,7 @@ class Transformer(nn.Module):
         compute dtype is autocast's when it is on, else the parameters'."""
         kind = device.type
         dtype = (torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind)
-                 else self.embed_tokens.weight.dtype)
+                 else next(self.parameters()).dtype)
         return attention_kernel(kind, dtype, T, self.attn_kernel) == "explicit"
 
     def attention_mask(self, segments: torch.Tensor) -> AttnMask:

@@ -26,8 +26,13 @@ from tokenmill.config import TrainConfig
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 
-def compile_decision(tc: TrainConfig, remaining_steps: int) -> tuple[bool, str]:
-    """(compile?, why) for a run with `remaining_steps` optimizer steps still to take."""
+def compile_decision(tc: TrainConfig, remaining_steps: int, model_parallel: bool = False) -> tuple[bool, str]:
+    """(compile?, why) for a run with `remaining_steps` optimizer steps still to take.
+
+    Tensor- and pipeline-parallel runs stay eager under 'auto': compiling DTensor plans and
+    pipeline stages is not measured here (an explicit `true` still compiles)."""
+    if model_parallel and tc.compile == "auto":
+        return False, "auto: tensor/pipeline-parallel runs stay eager"
     if tc.compile is True:
         return True, "train.compile is true"
     if tc.compile is False:

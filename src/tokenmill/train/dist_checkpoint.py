@@ -6,15 +6,17 @@ SHA256SUMS over every file, state.json with the same fields):
 - full (one process, DDP): model.safetensors + optim.pt + rng.safetensors + state.json, exactly
   the single-process format. DDP state is replicated, so rank 0 writes it alone while the other
   ranks wait; any world size (and `tokenmill eval`) reads it as it reads a one-process checkpoint.
-- dcp (FSDP2): the sharded model and optimizer state through torch.distributed.checkpoint, every
-  rank writing its own shards into step_<N>.tmp/dcp/ (`__<rank>_0.distcp` + `.metadata`), keyed
-  by parameter name (DCP's state_dict API), so it reshards on load; rank 0 adds rng.safetensors
+- dcp (FSDP2 or tensor parallel: any DTensor parameter): the sharded model and optimizer state
+  through torch.distributed.checkpoint, every rank writing its own shards into step_<N>.tmp/dcp/
+  (`__<rank>_0.distcp` + `.metadata`), keyed by parameter name (DCP's state_dict API), so it
+  reshards on load; rank 0 adds rng.safetensors
   and state.json ("kind": "dcp", the world size and mode that wrote it), hashes every file
   including the shards into SHA256SUMS, and renames after a barrier.
 
-`load_into` reads either format into a plain, DDP or FSDP model: same world size, another world
-size (2 ranks -> 1 process, 1 -> 2), DDP <-> FSDP; a dcp checkpoint also loads into a plain model
-in one process with no process group (`load_model`, `tokenmill eval`).
+`load_into` reads either format into a plain, DDP, FSDP or tensor-parallel model: same world
+size, another world size (2 ranks -> 1 process, 1 -> 2), another layout (DDP <-> FSDP, saved at
+tp=2 and resumed at dp=2); a dcp checkpoint also loads into a plain model in one process with no
+process group (`load_model`, `tokenmill eval`).
 
 Loading never executes code from the files: DCP's own reader unpickles `.metadata` and
 torch.loads non-tensor entries (optimizer hyper-parameters) with weights_only=False, so here the
@@ -41,7 +43,7 @@ from safetensors.torch import save as st_save
 from torch import nn
 
 from tokenmill.train import checkpoint as ckpt
-from tokenmill.train.distributed import DistContext, is_fsdp, unwrap
+from tokenmill.train.distributed import DistContext, is_sharded, unwrap
 
 DCP_DIR = "dcp"
 KIND_DCP = ckpt.DCP_KIND
@@ -111,7 +113,7 @@ def is_dcp(state: dict[str, Any]) -> bool:
 
 def needs_parallel_load(state: dict[str, Any], model: nn.Module) -> bool:
     """Whether `load_into` must read this checkpoint: a dcp one, or any into a DDP/FSDP model."""
-    return is_dcp(state) or unwrap(model) is not model or is_fsdp(model)
+    return is_dcp(state) or unwrap(model) is not model or is_sharded(model)
 
 
 def _clean_leftovers(root: Path) -> None:
@@ -152,7 +154,7 @@ def save_train_checkpoint(root: Path, step: int, model: nn.Module, optimizer: to
     process and DDP (rank 0 writes), the sharded dcp format for FSDP. Returns the final path."""
     root = Path(root)
     inner = unwrap(model)
-    if not is_fsdp(inner):
+    if not is_sharded(inner) and not ctx.model_parallel:  # a pipeline stage holds part of the model
         if ctx.is_main:
             ckpt.save_checkpoint(root, step, inner, optimizer, state, keep=keep, keep_every=keep_every)
         ctx.barrier()  # nobody goes on (or resumes, or prunes) before the checkpoint exists
@@ -213,8 +215,8 @@ def load_into(path: Path, state: dict[str, Any], model: nn.Module, optimizer: to
         if optimizer is not None and not state.get("has_optimizer", True):
             raise ckpt.CheckpointError(f"{path} holds no optimizer state: evaluate it, or resume from another")
         _load_dcp(path, inner, optimizer)
-    elif is_fsdp(inner):
-        _load_full_into_fsdp(path, inner, optimizer)
+    elif is_sharded(inner):
+        _load_full_into_sharded(path, inner, optimizer)
     else:
         ckpt.load_model_tensors(inner, st_load((path / "model.safetensors").read_bytes()), path)
         if optimizer is not None:
@@ -227,7 +229,7 @@ def load_into(path: Path, state: dict[str, Any], model: nn.Module, optimizer: to
 def _load_dcp(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
     """DCP shards -> the model's own layout (resharded for FSDP; full tensors for a plain model,
     read without any collective, so one process with no process group can do it)."""
-    no_dist = not is_fsdp(model)
+    no_dist = not is_sharded(model)
     with warnings.catch_warnings():
         # DCP warns when it reads with no process group; here that is the point (one process)
         warnings.filterwarnings("ignore", message=r"torch\.distributed is disabled", category=UserWarning)
@@ -264,9 +266,10 @@ def _tied_names(model: nn.Module) -> list[list[str]]:
     return list(by_id.values())
 
 
-def _load_full_into_fsdp(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
-    """A full-format checkpoint (one process or DDP) into an FSDP model: every rank reads the
-    files and keeps its own shard (DCP's state_dict API with full_state_dict=True)."""
+def _load_full_into_sharded(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+    """A full-format checkpoint (one process or DDP) into a sharded model (FSDP2, tensor
+    parallel): every rank reads the files and keeps its own shard (DCP's state_dict API with
+    full_state_dict=True)."""
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
                                                          set_optimizer_state_dict)
 

@@ -42,6 +42,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from tokenmill.errors import UserError
+from tokenmill.train.layout import LayoutSizes, resolve_sizes
 
 Mode = Literal["single", "ddp", "fsdp"]
 # A collective waits this long for the other ranks (rank 0 evaluating while the others wait at a
@@ -75,10 +76,30 @@ class DistContext:
     mode: Mode = "single"
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     owns_group: bool = False
+    sizes: LayoutSizes | None = None  # dp × tp × pp; None: pure data parallelism over the world
+    mesh: Any = None  # DeviceMesh ("pp", "dp", "tp") when tp or pp > 1
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    @property
+    def model_parallel(self) -> bool:
+        return self.sizes is not None and self.sizes.model_parallel
+
+    @property
+    def dp_size(self) -> int:
+        """Ranks that read different data (the loader's world): tp and pp ranks share a batch."""
+        return self.sizes.dp if self.model_parallel else self.world_size  # type: ignore[union-attr]
+
+    @property
+    def dp_rank(self) -> int:
+        return self.sizes.coords(self.rank)[1] if self.model_parallel else self.rank  # type: ignore[union-attr]
+
+    @property
+    def dp_group(self) -> Any:
+        """Process group of this rank's data-parallel peers (None: the default group, all ranks)."""
+        return self.mesh["dp"].get_group() if self.model_parallel else None
 
     @property
     def distributed(self) -> bool:
@@ -179,12 +200,21 @@ def init_distributed(tc: Any) -> DistContext:
                                    f"use --nproc-per-node <= {torch.cuda.device_count()}")
         device = torch.device("cuda", local)  # one GPU per rank, whatever train.device names
         torch.cuda.set_device(device)
+    sizes = resolve_sizes(tc, world)  # before any collective: every rank refuses a wrong layout alike
     if owns:
         backend = "nccl" if device.type == "cuda" else "gloo"
         kwargs: dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
         dist.init_process_group(backend=backend, timeout=TIMEOUT, **kwargs)
-    return DistContext(world_size=world, rank=rank, local_rank=local, mode=tc.distributed, device=device,
-                       owns_group=owns)
+    mesh = None
+    if sizes.model_parallel:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(device.type, (sizes.pp, sizes.dp, sizes.tp), mesh_dim_names=("pp", "dp", "tp"))
+    mode: Mode = tc.distributed
+    if sizes.model_parallel:
+        mode = "fsdp" if sizes.dp > 1 else "single"  # tp/pp compose with FSDP2 on the dp axis (torch's supported way)
+    return DistContext(world_size=world, rank=rank, local_rank=local, mode=mode, device=device,
+                       owns_group=owns, sizes=sizes, mesh=mesh)
 
 
 def _comm_device(ctx: DistContext) -> torch.device:
@@ -192,18 +222,20 @@ def _comm_device(ctx: DistContext) -> torch.device:
     return ctx.device if dist.get_backend() == "nccl" else torch.device("cpu")
 
 
-def reduce_step_stats(loss: float, r_pad: float, extras: dict[str, Any] | None, world_size: int) -> tuple[float, float]:
+def reduce_step_stats(loss: float, r_pad: float, extras: dict[str, Any] | None, world_size: int,
+                      group: Any = None) -> tuple[float, float]:
     """The step's loss and r_pad over the global batch from this rank's shares: the loss is Σ
-    over ranks (each rank's share is already divided by the global target count), summed in
-    fp32 like one process sums its micro-batch losses; r_pad is the mean over ranks. The
-    regularizer sums in `extras` (z_loss, moe_aux) are Σ over ranks too. One process: unchanged."""
+    over the `world_size` data-parallel ranks of `group` (None: all ranks; each rank's share is
+    already divided by the global target count), summed in fp32 like one process sums its
+    micro-batch losses; r_pad is the mean over them. The regularizer sums in `extras` (z_loss,
+    moe_aux) are Σ over them too. One data-parallel rank: unchanged."""
     if world_size <= 1 or not dist.is_initialized():
         return loss, r_pad
     ctx = DistContext(world_size=world_size, rank=dist.get_rank(), device=_default_comm_device())
     keys = [k for k in ("z_loss", "moe_aux") if extras is not None and k in extras]
     for k in keys:
-        extras[k] = all_reduce_sum(extras[k], ctx)  # type: ignore[index]
-    return all_reduce_sum(loss, ctx, torch.float32), all_reduce_sum(r_pad, ctx) / world_size
+        extras[k] = all_reduce_sum(extras[k], ctx, group=group)  # type: ignore[index]
+    return all_reduce_sum(loss, ctx, torch.float32, group), all_reduce_sum(r_pad, ctx, group=group) / world_size
 
 
 def _default_comm_device() -> torch.device:
@@ -212,15 +244,17 @@ def _default_comm_device() -> torch.device:
     return torch.device("cpu")
 
 
-def all_reduce_sum(value: float | torch.Tensor, ctx: DistContext, dtype: torch.dtype = torch.float64) -> float:
-    """Σ over ranks of a number, computed in `dtype`; the value itself outside a process group.
+def all_reduce_sum(value: float | torch.Tensor, ctx: DistContext, dtype: torch.dtype = torch.float64,
+                   group: Any = None) -> float:
+    """Σ over the ranks of `group` (None: all) of a number, computed in `dtype`; the value itself
+    outside a process group.
 
     Pass dtype=float32 for a loss that a single process would have summed in fp32: the sum of two
     fp32 micro-batch losses is then the same number on one process and on two ranks."""
     if not ctx.distributed:
         return float(value)
     t = torch.as_tensor(value, dtype=dtype).detach().reshape(1).to(_comm_device(ctx), dtype)
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
     return float(t.item())
 
 
@@ -252,7 +286,12 @@ def wrap_model(model: nn.Module, ctx: DistContext, tc: Any = None) -> nn.Module:
 
     Build the optimizer on `unwrap(result)` *after* this call (FSDP replaces the parameters with
     DTensor shards). Master weights and gradient reduction stay fp32; bf16 is the trainer's
-    autocast around the forward."""
+    autocast around the forward.
+
+    Tensor parallelism (tp > 1) shards the blocks over the mesh's "tp" axis first, then FSDP2
+    shards over its "dp" axis when dp > 1 (2-D parameters: Shard over dp of a Shard over tp)."""
+    if ctx.model_parallel:
+        return _wrap_model_parallel(model, ctx)
     if ctx.mode == "single" or not ctx.distributed:
         return model
     if ctx.mode == "ddp":
@@ -263,21 +302,42 @@ def wrap_model(model: nn.Module, ctx: DistContext, tc: Any = None) -> nn.Module:
         ddp.register_comm_hook(None, _sum_allreduce_hook)
         return ddp
     if ctx.mode == "fsdp":
-        from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-
-        policy = MixedPrecisionPolicy(param_dtype=None, reduce_dtype=torch.float32)
-        blocks = getattr(model, "layers", None)
-        if blocks is None:
-            raise DistributedError(f"FSDP needs a model with a `layers` list of blocks, got {type(model).__name__}")
-        for block in blocks:
-            fully_shard(block, mp_policy=policy)
-        fully_shard(model, mp_policy=policy)
-        for m in model.modules():
-            if isinstance(m, FSDPModule):
-                m.set_gradient_divide_factor(1.0)  # Σ over ranks, see the module docstring
-                m.set_force_sum_reduction_for_comms(True)  # plain SUM collectives (gloo has no PREMUL_SUM)
-        return model
+        return _fully_shard(model)
     raise DistributedError(f"train.distributed={ctx.mode!r}: expected 'ddp' or 'fsdp'")
+
+
+def _wrap_model_parallel(model: nn.Module, ctx: DistContext) -> nn.Module:
+    assert ctx.sizes is not None and ctx.mesh is not None
+    if ctx.sizes.tp > 1:
+        from tokenmill.train.tensor_parallel import apply_tensor_parallel
+
+        apply_tensor_parallel(model, ctx.mesh["tp"])
+    if ctx.sizes.dp > 1:
+        _fully_shard(model, ctx.mesh["dp"])
+    return model
+
+
+def _fully_shard(model: nn.Module, mesh: Any = None) -> nn.Module:
+    """FSDP2 on every block, then the root, over `mesh` (None: the whole world), with Σ-reduction."""
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(param_dtype=None, reduce_dtype=torch.float32)
+    blocks = getattr(model, "layers", None)
+    if blocks is None:
+        raise DistributedError(f"FSDP needs a model with a `layers` list of blocks, got {type(model).__name__}")
+    for block in (blocks.values() if isinstance(blocks, nn.ModuleDict) else blocks):
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            m.set_gradient_divide_factor(1.0)  # Σ over ranks, see the module docstring
+            m.set_force_sum_reduction_for_comms(True)  # plain SUM collectives (gloo has no PREMUL_SUM)
+    return model
+
+
+def is_sharded(model: nn.Module) -> bool:
+    """Whether any parameter is a DTensor (FSDP2, tensor parallel): its state needs DCP."""
+    return is_fsdp(model) or any(hasattr(p, "full_tensor") for p in unwrap(model).parameters())
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -320,7 +380,9 @@ def evaluation_model(model: nn.Module, ctx: DistContext) -> nn.Module | None:
     Under FSDP the full parameters are gathered into a fresh copy on rank 0 (every rank must call
     this: it is a collective), so the evaluator runs a normal forward alone while the others wait."""
     inner = unwrap(model)
-    if not is_fsdp(inner):
+    if ctx.sizes is not None and ctx.sizes.pp > 1:
+        return _gather_pipeline_model(inner, ctx)
+    if not is_sharded(inner):
         return inner if ctx.is_main else None
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
@@ -328,6 +390,23 @@ def evaluation_model(model: nn.Module, ctx: DistContext) -> nn.Module | None:
     if not ctx.is_main:
         return None
     copy = _plain_copy(inner)
+    copy.load_state_dict(full)
+    return copy.to(ctx.device)
+
+
+def _gather_pipeline_model(model: nn.Module, ctx: DistContext) -> nn.Module | None:
+    """The whole model on rank 0 from every stage's part (tp shards gathered first)."""
+    local = {name: (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().cpu()
+             for name, t in model.state_dict().items()}
+    parts: list[Any] = [None] * ctx.world_size if ctx.is_main else []
+    dist.gather_object(local, parts if ctx.is_main else None, dst=0)
+    if not ctx.is_main:
+        return None
+    full: dict[str, torch.Tensor] = {}
+    for part in parts:
+        for name, t in part.items():
+            full.setdefault(name, t)
+    copy = _plain_copy(model)
     copy.load_state_dict(full)
     return copy.to(ctx.device)
 
@@ -361,7 +440,7 @@ def replica_payload(model: nn.Module, ctx: DistContext, scalars: dict[str, float
     """What this rank believes every rank holds: scalars always; under DDP (and one process)
     also checksums of all gradients and all parameters, which DDP keeps identical."""
     payload: dict[str, Any] = {k: float(v) for k, v in sorted(scalars.items())}
-    if not is_fsdp(model):
+    if not is_sharded(model) and not ctx.model_parallel:  # pipeline stages hold different layers
         params = [p for p in unwrap(model).parameters()]
         payload["grads"] = _tensor_checksum([p.grad for p in params if p.grad is not None])
         payload["params"] = _tensor_checksum(params)

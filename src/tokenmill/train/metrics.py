@@ -18,8 +18,10 @@ import re
 import resource
 import sys
 from collections import OrderedDict
+from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
@@ -58,16 +60,23 @@ def _sq_norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     return [n.double().square() for n in torch._foreach_norm([t.detach() for t in tensors])]
 
 
-def grad_norms_by_group(model: nn.Module) -> dict[str, float]:
-    """{layer group: L2 norm of its gradients}, groups in model order; tied weights counted once."""
+def grad_norms_by_group(model: nn.Module, across: Any = None) -> dict[str, float]:
+    """{layer group: L2 norm of its gradients}, groups in model order; tied weights counted once.
+    `across`: the process group of a pipeline's stages, each holding some groups (a collective)."""
     named = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None]
-    if not named:
-        return {}
-    sqs = torch.stack(_sq_norms([g for _, g in named])).cpu().tolist()  # one device sync
     sums: OrderedDict[str, float] = OrderedDict()
-    for (name, _), sq in zip(named, sqs):
-        g = layer_group(name)
-        sums[g] = sums.get(g, 0.0) + sq
+    if named:
+        sqs = torch.stack(_sq_norms([g for _, g in named])).cpu().tolist()  # one device sync
+        for (name, _), sq in zip(named, sqs):
+            g = layer_group(name)
+            sums[g] = sums.get(g, 0.0) + sq
+    if across is not None:
+        gathered: list[Any] = [None] * dist.get_world_size(across)
+        dist.all_gather_object(gathered, dict(sums), group=across)
+        sums = OrderedDict()
+        for part in gathered:  # stage order is model order; a tied group appears twice, equal
+            for g, v in part.items():
+                sums.setdefault(g, v)
     return {g: v ** 0.5 for g, v in sums.items()}
 
 
@@ -80,8 +89,12 @@ class UpdateRatio:
     fresh allocation and page faults each step; the copy is alive during the step either way);
     `after()` turns it into the update in place, so it needs no other temporary."""
 
-    def __init__(self, model: nn.Module, keep_buffer: bool = False):
-        self.params = [p for p in model.parameters() if p.requires_grad]
+    def __init__(self, model: nn.Module, keep_buffer: bool = False, across: Any = None,
+                 skip: set[int] | None = None):
+        """across: the pipeline's stage group (the sums run over every stage's parameters);
+        skip: ids of parameters another stage already counts (a tied copy)."""
+        self.params = [p for p in model.parameters() if p.requires_grad and id(p) not in (skip or set())]
+        self.across = across
         self.keep_buffer = keep_buffer
         self._buffer: list[torch.Tensor] | None = None
         self._armed = False
@@ -103,6 +116,11 @@ class UpdateRatio:
             torch._foreach_sub_(self._buffer, [p.detach() for p in self.params])  # θ_before - θ_after
             diffs = self._buffer
         num = float(torch.stack(_sq_norms(diffs)).sum())
+        if self.across is not None:
+            dev = self.params[0].device if dist.get_backend(self.across) == "nccl" else torch.device("cpu")
+            t = torch.tensor([num, den], dtype=torch.float64, device=dev)
+            dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.across)
+            num, den = float(t[0]), float(t[1])
         self._armed = False
         if not self.keep_buffer:
             self._buffer = None

@@ -52,11 +52,13 @@ from tokenmill.tokens.store import TokenStore
 from tokenmill.train.checkpoint import (CheckpointError, list_checkpoints, load_checkpoint, read_state,
                                         verify_checkpoint)
 from tokenmill.train.budget import resolve_budget
+from tokenmill.train.clipping import clip_gradients
+from tokenmill.train.pipeline_parallel import Pipeline, build_pipeline, stage_layers
 from tokenmill.train.compilation import compile_cache_dir, compile_decision, compile_model
 from tokenmill.train.device import autocast, enable_tf32, resolve_dtype
 from tokenmill.train.dist_checkpoint import agreed_latest_checkpoint, save_train_checkpoint
-from tokenmill.train.distributed import (DistContext, RankMismatch, cross_rank_check, evaluation_model, event_log,
-                                         init_distributed, reduce_step_stats, set_grad_sync, wrap_model)
+from tokenmill.train.distributed import (DistContext, RankMismatch, all_reduce_sum, cross_rank_check, evaluation_model,
+                                         event_log, init_distributed, reduce_step_stats, set_grad_sync, wrap_model)
 from tokenmill.train.faults import corrupt_batch, lr_factor, poison_loss
 from tokenmill.train.guard import StabilityGuard
 from tokenmill.train.metrics import UpdateRatio, embedding_spectrum, grad_norms_by_group, memory_bytes
@@ -269,21 +271,36 @@ def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, devi
 def compute_update(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, step: int, tc: Any,
                    device: torch.device, dtype: torch.dtype, anneal: int | None,
                    extras: dict[str, Any] | None = None, lr_scale: float = 1.0,
-                   group_norms: bool = False) -> tuple[float, float, float, float]:
+                   group_norms: bool = False, ctx: DistContext | None = None,
+                   pipeline: Pipeline | None = None) -> tuple[float, float, float, float]:
     """Everything of optimizer step `step` before `optimizer.step()`: set the LR (the schedule's,
     times the guard's backoff `lr_scale`, times an injected fault's factor), accumulate the
     gradients of the global batch, clip. Returns (lr, loss, pre-clip grad norm, r_pad); with
     group_norms=True, `extras["grad_norms"]` gets the pre-clip norm of every layer group.
+    `ctx` (a torchrun job's context) names the data-parallel group the loss is summed over and
+    whether the gradients are split over tensor-parallel ranks; `pipeline` (pp > 1) runs the
+    step's micro-batches through this rank's pipeline stage instead of one after another.
     The trainer and `tokenmill replay` share it, so a replayed step is the same computation."""
     lr = lr_at(step, tc, anneal) * lr_scale * lr_factor(step, tc.faults)
     set_lr(optimizer, lr)
-    loss, r_pad = step_loss(model, loader, step, tc.grad_accum, device, dtype, backward=True, tc=tc,
-                            seed=loader.seed, extras=extras)
-    loss, r_pad = reduce_step_stats(loss, r_pad, extras, loader.world_size)  # this rank's share -> global
+    if pipeline is None:
+        loss, r_pad = step_loss(model, loader, step, tc.grad_accum, device, dtype, backward=True, tc=tc,
+                                seed=loader.seed, extras=extras)
+    else:
+        loss, r_pad, data_wait = pipeline.step_loss(loader, step, tc.grad_accum)
+        if extras is not None:
+            extras["data_wait_s"] = data_wait
+        assert ctx is not None, "a pipeline runs under torchrun"
+        loss = all_reduce_sum(loss, ctx, torch.float32, pipeline.group)  # the last stage's, on every stage
+        pipeline.sync_tied_grads()
+    # this rank's share -> the global batch's (over the data-parallel ranks: tp ranks share a batch)
+    loss, r_pad = reduce_step_stats(loss, r_pad, extras, loader.world_size, ctx.dp_group if ctx else None)
+    across = pipeline.group if pipeline is not None else None
     if group_norms and extras is not None:
-        extras["grad_norms"] = grad_norms_by_group(model)
-    grad_norm = torch.nn.utils.clip_grad_norm_(
-        model.parameters(), tc.grad_clip if tc.grad_clip > 0 else float("inf")).item()
+        extras["grad_norms"] = grad_norms_by_group(model, across=across)
+    grad_norm = clip_gradients(model.parameters(), tc.grad_clip if tc.grad_clip > 0 else float("inf"),
+                               mixed=bool(ctx and ctx.model_parallel), across=across,
+                               counted_elsewhere=pipeline.tied_duplicate() if pipeline is not None else None)
     return lr, loss, grad_norm, r_pad
 
 
@@ -317,7 +334,7 @@ def run_train(run: RunDir, resume: bool = False, on_eval: EvalHook | None = None
 def _run_train(run: RunDir, ctx: DistContext, resume: bool, on_eval: EvalHook | None,
                progress: bool) -> dict[str, Any]:
     cfg = run.config
-    tc = resolve_budget(cfg.train, world_size=ctx.world_size)  # token-denominated knobs -> steps, once
+    tc = resolve_budget(cfg.train, world_size=ctx.dp_size)  # token-denominated knobs -> steps, once
     if tc.grad_accum < 1 or tc.max_steps < 1 or tc.micro_batch < 1 or tc.seq_len < 1:
         raise TrainError("train.grad_accum, max_steps, micro_batch and seq_len must all be >= 1")
     store = TokenStore(run.path / "tokens")
@@ -349,11 +366,15 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
     model = Transformer(mcfg, generator=torch.Generator().manual_seed(cfg.train_seed)).to(device)
     model.activation_checkpointing = tc.activation_checkpointing
     model.train()
-    train_model = wrap_model(model, ctx, tc)  # DDP wrapper, or `model` itself sharded in place (FSDP)
+    params, non_embedding = model.num_params(), model.num_params(exclude_embeddings=True)  # the whole model
+    pipeline = None
+    if ctx.sizes is not None and ctx.sizes.pp > 1:  # this rank keeps its stage's part of the model only
+        pipeline = build_pipeline(model, ctx.mesh, ctx.sizes, ctx.rank, tc.parallel.pp_schedule, device, dtype)
+    train_model = wrap_model(model, ctx, tc)  # DDP wrapper, or `model` itself sharded in place (FSDP, TP)
     optimizer = build_optimizer(model, tc, device)
     guard = StabilityGuard(tc.guard, judge_after=tc.warmup_steps)
     loader = Loader(store, cfg.mixture, tc.seq_len, tc.micro_batch, tc.grad_accum, tc.max_steps, cfg.train_seed,
-                    world_size=ctx.world_size, rank=ctx.rank, pin_memory=device.type == "cuda")
+                    world_size=ctx.dp_size, rank=ctx.dp_rank, pin_memory=device.type == "cuda")
     if loader.max_seq_len > mcfg.max_seq_len:
         raise TrainError(f"a curriculum phase uses sequences of {loader.max_seq_len} tokens but "
                          f"model.max_seq_len={mcfg.max_seq_len}; raise model.max_seq_len")
@@ -368,6 +389,10 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
         if ckpt is not None:
             state = read_state(ckpt)
             _check_fingerprint(state, fingerprint, cfg, ckpt)
+            if pipeline is not None and state.get("kind") != "dcp":
+                raise TrainError(f"{ckpt} is a one-process/DDP checkpoint: a pipeline stage loads only its own "
+                                 f"layers, from a sharded (DCP) checkpoint. Resume it with pp=1 (any dp, tp), "
+                                 f"which writes sharded checkpoints when tp > 1 or under FSDP, then with pp > 1")
             saved = (state.get("data_cursor") or {}).get("fingerprint")
             if saved is not None:
                 loader.check_fingerprint(saved, str(ckpt))  # refuses to resume on changed data
@@ -380,12 +405,16 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
     fpt = flops_per_token(mcfg, tc.seq_len)
     peak, peak_source = peak_flops_source(device, dtype, tc.peak_tflops)
     peak *= ctx.world_size  # the job's peak: tokens/s and MFU count the global batch over every rank's device
-    params = model.num_params()
+    pipe_info = None if pipeline is None else {
+        "stages": pipeline.n_stages, "schedule": pipeline.schedule_kind,
+        "layers": [list(stage_layers(mcfg.n_layers, pipeline.n_stages, s)) for s in range(pipeline.n_stages)],
+        "micro_batches": tc.grad_accum, "bubble": pipeline.bubble(tc.grad_accum)}
     events.write(STAGE, "train_start", step=start_step, max_steps=tc.max_steps, params=params,
-                 non_embedding_params=model.num_params(exclude_embeddings=True), flops_per_token=fpt,
+                 non_embedding_params=non_embedding, flops_per_token=fpt, pipeline=pipe_info,
                  tokens_per_step=tokens_per_step, device=str(device), dtype=str(dtype).replace("torch.", ""),
                  threads=torch.get_num_threads(), peak_flops=peak, peak_source=peak_source, buckets=loader.weights, plan=loader.plan(),
-                 resumed_from=resumed_from, world_size=ctx.world_size, parallel=ctx.mode)
+                 resumed_from=resumed_from, world_size=ctx.world_size, parallel=ctx.mode,
+                 layout=(ctx.sizes.describe() if ctx.sizes is not None else None))
 
     def state_fields(step: int, loss: float | None) -> dict[str, Any]:
         return {
@@ -439,12 +468,14 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
     flag = _InterruptFlag()
     flag.install()
     loader.start_prefetch(start_step + 1)
-    use_compile, why = compile_decision(tc, tc.max_steps - start_step)
+    use_compile, why = compile_decision(tc, tc.max_steps - start_step, model_parallel=ctx.model_parallel)
     events.write(STAGE, "compile", enabled=use_compile, reason=why,
                  cache_dir=str(compile_cache_dir()) if use_compile else None)
     compiled = compile_model(train_model) if use_compile else train_model  # checkpoints and evals use `model`
-    update_ratio = UpdateRatio(model, keep_buffer=tc.metrics_every == 1)
-    embed_weight = model.embed_tokens.weight
+    update_ratio = UpdateRatio(model, keep_buffer=tc.metrics_every == 1,
+                               across=pipeline.group if pipeline is not None else None,
+                               skip=pipeline.tied_duplicate() if pipeline is not None else None)
+    embed_weight = model.embed_tokens.weight if model.embed_tokens is not None else None
     try:
         with _progress(progress and ctx.is_main, tc.max_steps, start_step) as (prog, task, console):
             console.quiet = not ctx.is_main
@@ -463,7 +494,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                     update_ratio.before()
                 lr, last_loss, grad_norm, r_pad = compute_update(compiled, optimizer, loader, step, tc, device,
                                                                  dtype, anneal, extras, lr_scale=guard.lr_scale,
-                                                                 group_norms=measure)
+                                                                 group_norms=measure, ctx=ctx, pipeline=pipeline)
                 if ctx.distributed and tc.checksum_every > 0 and step % tc.checksum_every == 0:
                     cross_rank_check(step, model, ctx, events, loss=last_loss, grad_norm=grad_norm, lr=lr)
                 verdict = guard.check(step, last_loss, grad_norm)
@@ -515,8 +546,8 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                         path = checkpoint(step, last_loss)
                     events.write(STAGE, "interrupted", step=step, checkpoint=str(path))
                     raise TrainingInterrupted(step, path)
-                if (tc.spectrum_every > 0 and step % tc.spectrum_every == 0) or (tc.spectrum_every == 0
-                                                                                 and eval_due(step)):
+                if embed_weight is not None and ((tc.spectrum_every > 0 and step % tc.spectrum_every == 0)
+                                                 or (tc.spectrum_every == 0 and eval_due(step))):
                     events.write(STAGE, "embedding_spectrum", step=step, **embedding_spectrum(embed_weight))
                 if eval_due(step):
                     evaluate(step)

@@ -1,0 +1,99 @@
+"""The parallel layout of a torchrun job: world size = dp · tp · pp, and what each axis needs.
+
+Checked twice, both times before any collective: against the model when the config loads (a
+layout that cannot split this model is a config error on every rank, and `tokenmill train
+--nproc K` refuses it before it starts torchrun), and against the world size when the process
+group is made. Mesh order is (pp, dp, tp), tp innermost: the ranks of one tensor-parallel group
+are neighbours (on GPUs: the same node, on NVLink), as Megatron and torchtitan order them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tokenmill.errors import UserError
+
+
+class LayoutError(UserError, ValueError):
+    """The requested dp × tp × pp layout cannot run this model or this world size."""
+
+
+@dataclass(frozen=True)
+class LayoutSizes:
+    """The resolved sizes of the three axes; dp · tp · pp = world size."""
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+
+    @property
+    def world(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    @property
+    def model_parallel(self) -> bool:
+        return self.tp > 1 or self.pp > 1
+
+    def coords(self, rank: int) -> tuple[int, int, int]:
+        """(pp, dp, tp) index of `rank` in the row-major (pp, dp, tp) mesh."""
+        return rank // (self.dp * self.tp), (rank // self.tp) % self.dp, rank % self.tp
+
+    def describe(self) -> str:
+        return f"dp={self.dp} × tp={self.tp} × pp={self.pp}"
+
+
+def layout_problems(model: Any, train: Any) -> list[str]:
+    """Why `train.parallel` cannot split `model` (empty: it can). World size is not known here."""
+    from tokenmill.model.transformer import resolve_ffn_hidden
+
+    par = train.parallel
+    out: list[str] = []
+    if par.tp > 1:
+        kv = model.n_kv_heads or model.n_heads
+        for what, n in (("model.n_heads", model.n_heads), ("model.n_kv_heads", kv),
+                        ("the FFN hidden size", resolve_ffn_hidden(model))):
+            if n % par.tp:
+                out.append(f"tp={par.tp} does not divide {what} ({n}): each rank must hold whole heads and equal FFN columns")
+        if model.n_experts > 0:
+            out.append(f"tp={par.tp} with model.n_experts={model.n_experts}: mixture-of-experts layers are not tensor-parallel "
+                       f"here (use data parallelism for MoE models)")
+    if par.pp > 1:
+        if model.n_layers % par.pp:
+            out.append(f"pp={par.pp} does not divide model.n_layers ({model.n_layers}): stages are cut at block "
+                       f"boundaries into equal stages")
+        if train.grad_accum < par.pp and train.global_batch_tokens is None:
+            out.append(f"pp={par.pp} needs at least pp micro-batches per step to fill the pipeline, but "
+                       f"train.grad_accum={train.grad_accum}: raise train.grad_accum (the micro-batches are pipelined)")
+        if train.objective != "clm" or model.z_loss > 0 or model.n_experts > 0:
+            out.append("pp > 1 trains the causal-LM objective without z-loss or MoE (those losses are not carried "
+                       "through the pipeline schedule)")
+    if par.dp is not None and par.dp < 1:
+        out.append(f"dp={par.dp} must be >= 1")
+    return out
+
+
+def resolve_sizes(train: Any, world_size: int) -> LayoutSizes:
+    """dp, tp, pp for a job of `world_size` ranks; LayoutError when they do not multiply to it."""
+    par = train.parallel
+    mp = par.tp * par.pp
+    if world_size % mp:
+        raise LayoutError(f"world size {world_size} is not divisible by tp · pp = {par.tp} · {par.pp} = {mp}: "
+                          f"start torchrun with a multiple of {mp} processes")
+    dp = par.dp if par.dp is not None else world_size // mp
+    if dp * mp != world_size:
+        raise LayoutError(f"train.parallel dp={dp} × tp={par.tp} × pp={par.pp} = {dp * mp} ranks, but the job has "
+                          f"{world_size}: set train.parallel.dp to {world_size // mp} or leave it unset")
+    if par.pp > 1 and dp > 1:
+        raise LayoutError(f"dp={dp} × pp={par.pp}: data parallelism around a pipeline is not supported yet "
+                          f"(pipeline stages compose with tensor parallelism: use dp=1 with tp × pp = {world_size}, "
+                          f"or pp=1)")
+    return LayoutSizes(dp=dp, tp=par.tp, pp=par.pp)
+
+
+def check_launch(model: Any, train: Any, nproc: int) -> LayoutSizes:
+    """Everything a launch of `nproc` ranks can be refused for, before any process starts."""
+    problems = layout_problems(model, train)
+    if problems:
+        raise LayoutError("train.parallel does not fit this model: " + "; ".join(problems))
+    return resolve_sizes(train, nproc)

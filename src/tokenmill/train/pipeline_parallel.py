@@ -1,0 +1,199 @@
+"""Pipeline parallelism with torch.distributed.pipelining: the blocks cut into pp equal stages, the
+step's micro-batches (train.grad_accum of them) run through a 1F1B or GPipe schedule.
+
+Every rank builds the whole model with the run's seed (so stage s holds exactly the weights
+blocks [s·L/pp, (s+1)·L/pp) have in one process), then `prune_to_stage` drops what its stage does
+not run: the embedding on all but the first stage, the final norm and the head on all but the
+last. The blocks stay under `layers.<i>` with their original indices, so parameter names, and
+with them checkpoints (DCP, keyed by name), are those of the unsplit model: a checkpoint saved
+at pp=2 resumes in one process or at tp=2, and the other way round.
+
+The stage's forward is the model's own pieces (`embed`, `block_inputs`, `run_block`, `output`)
+under autocast; positions, document segments and targets reach every stage as keyword inputs
+split into micro-batches with the tokens, and the last stage returns the fused per-token NLL, so
+the logits never exist. The loss of a micro-batch is its NLL sum / the global batch's target
+count, the trainer's loss, with the schedule's own gradient scaling off.
+
+Tied embeddings: the first stage's embedding and the last stage's head are one tensor in one
+process. Here each of the two stages holds a copy (same name, `embed_tokens.weight`), their
+gradients are summed between the two before clipping, and the two copies, starting equal and
+taking the same update, stay equal. Clipping sums the squared norms over the stages (the tied
+copy counted once).
+
+Bubble: with p stages and m micro-batches a stage idles (p-1)/(m+p-1) of the step in both
+schedules (1F1B only keeps fewer micro-batches' activations alive: at most p instead of m).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from tokenmill.mixture.loader import Loader
+from tokenmill.model.objectives import IGNORE, _batch_field, _shift
+from tokenmill.scaling.parallel import bubble_fraction
+from tokenmill.train.device import autocast
+
+
+def stage_layers(n_layers: int, pp: int, stage: int) -> range:
+    """Indices of the blocks stage `stage` of `pp` runs (equal stages; the layout check makes pp | L)."""
+    per = n_layers // pp
+    return range(stage * per, (stage + 1) * per)
+
+
+def prune_to_stage(model: nn.Module, pp: int, stage: int) -> nn.Module:
+    """Drop from `model` (in place) every part stage `stage` does not run; returns it."""
+    keep = stage_layers(len(model.layers), pp, stage)  # type: ignore[arg-type]
+    model.layers = nn.ModuleDict({str(i): model.layers[i] for i in keep})  # type: ignore[index]
+    first, last = stage == 0, stage == pp - 1
+    tied = bool(model.config.tie_embeddings)  # type: ignore[union-attr]
+    if not first:
+        model.embed_positions = None
+        if not (last and tied):  # the last stage keeps the tied table: it is its head
+            model.embed_tokens = None
+    if not last:
+        model.norm = None
+        model.lm_head = None
+    return model
+
+
+class StageForward(nn.Module):
+    """What a PipelineStage runs: this stage's part of the model, under autocast."""
+
+    def __init__(self, model: nn.Module, first: bool, last: bool, device: torch.device, dtype: torch.dtype):
+        super().__init__()
+        self.model, self.first, self.last = model, first, last
+        self.device, self.dtype = device, dtype
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None,
+                segments: torch.Tensor | None = None, targets: torch.Tensor | None = None) -> torch.Tensor:
+        m = self.model
+        with autocast(self.device, self.dtype):
+            if self.first:
+                x = m.embed(x, positions)
+            cos, sin, mask = m.block_inputs(x.shape[1], x.device, positions, segments)
+            for layer in m.layers.values():
+                x = m.run_block(layer, x, cos, sin, mask)
+            if self.last:
+                return m.output(x, targets)
+        return x
+
+
+@dataclass
+class Pipeline:
+    """This rank's stage of the job's pipeline and the schedules that drive it."""
+
+    model: nn.Module  # the pruned model (what the optimizer and checkpoints see)
+    stage: int
+    n_stages: int
+    group: Any  # the pp process group of this rank
+    schedule_kind: str
+    device: torch.device
+    dtype: torch.dtype
+    tie_group: Any = None  # first + last stage of this rank's (dp, tp) column, when embeddings are tied
+    n_targets: int = 1
+    _schedules: dict[tuple[int, ...], Any] = field(default_factory=dict)
+
+    @property
+    def first(self) -> bool:
+        return self.stage == 0
+
+    @property
+    def last(self) -> bool:
+        return self.stage == self.n_stages - 1
+
+    def bubble(self, micro_batches: int) -> float:
+        return bubble_fraction(self.n_stages, micro_batches)
+
+    def _loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return output.sum() / self.n_targets
+
+    def schedule(self, micro_batches: int, shape: tuple[int, ...]) -> Any:
+        """The schedule for `micro_batches` micro-batches of token shape `shape` (one per shape:
+        a stage's receive buffers are sized at its first step)."""
+        key = (micro_batches, *shape)
+        if key not in self._schedules:
+            from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+            stage = PipelineStage(StageForward(self.model, self.first, self.last, self.device, self.dtype),
+                                  self.stage, self.n_stages, self.device, group=self.group)
+            cls = Schedule1F1B if self.schedule_kind == "1f1b" else ScheduleGPipe
+            self._schedules[key] = cls(stage, micro_batches, loss_fn=self._loss, scale_grads=False)
+        return self._schedules[key]
+
+    def step_loss(self, loader: Loader, step: int, grad_accum: int) -> tuple[float, float, float]:
+        """Forward + backward of this rank's share of step `step` through the pipeline; returns
+        (loss on the last stage, 0 elsewhere; mean r_pad; seconds waiting for data)."""
+        import time
+
+        t0 = time.perf_counter()
+        batches = [loader.batch(step, micro) for micro in range(grad_accum)]
+        data_wait = time.perf_counter() - t0
+        r_pad = sum(b.r_pad for b in batches) / grad_accum
+        self.n_targets = max(loader.n_targets(step), 1)
+        inputs, kwargs = _stack(batches, self.device)
+        losses: list[torch.Tensor] = []
+        schedule = self.schedule(grad_accum, tuple(inputs.shape[1:]) + (inputs.shape[0] // grad_accum,))
+        target = kwargs["targets"] if self.last else None
+        if self.first:
+            schedule.step(inputs, target=target, losses=losses, **kwargs)
+        else:
+            schedule.step(target=target, losses=losses, **kwargs)
+        loss = float(torch.stack([x.detach().float() for x in losses]).sum()) if self.last else 0.0
+        return loss, r_pad, data_wait
+
+    def sync_tied_grads(self) -> None:
+        """Σ the gradients of the tied embedding/head copies of the first and last stage."""
+        if self.tie_group is None or not (self.first or self.last):
+            return
+        w = self.model.embed_tokens.weight
+        grad = w.grad if w.grad is not None else torch.zeros_like(w)
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=self.tie_group)
+        w.grad = grad
+
+    def tied_duplicate(self) -> set[int]:
+        """ids of the parameters whose norm another stage already counts (the last stage's tied copy)."""
+        if self.tie_group is not None and self.last and not self.first:
+            return {id(self.model.embed_tokens.weight)}
+        return set()
+
+
+def _stack(batches: list[Any], device: torch.device) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The step's micro-batches as one batch (rows in micro-batch order, so the schedule's split
+    gives back the same micro-batches): token inputs, and positions/segments/targets keywords."""
+    inputs, kwargs_list = [], []
+    for batch in batches:
+        x, targets = _shift(batch.tokens)
+        kw = {name: value for name in ("positions", "segments")
+              if (value := _batch_field(batch, name, x.shape)) is not None}
+        loss_mask = _batch_field(batch, "loss_mask", targets.shape)
+        if loss_mask is not None:
+            targets = targets.masked_fill(~loss_mask, IGNORE)
+        kw["targets"] = targets
+        inputs.append(x)
+        kwargs_list.append(kw)
+    kwargs = {k: torch.cat([kw[k] for kw in kwargs_list]).to(device) for k in kwargs_list[0]}
+    return torch.cat(inputs).to(device), kwargs
+
+
+def build_pipeline(model: nn.Module, mesh: Any, sizes: Any, rank: int, schedule: str, device: torch.device,
+                   dtype: torch.dtype) -> Pipeline:
+    """Prune `model` to this rank's stage and set up its groups (every rank calls it: making the
+    tied-embedding groups is a collective)."""
+    stage = sizes.coords(rank)[0]
+    prune_to_stage(model, sizes.pp, stage)
+    tie_group = None
+    if model.config.tie_embeddings:  # type: ignore[union-attr]
+        # one group per (dp, tp) column: its first and last stage; every rank creates all of them
+        for d in range(sizes.dp):
+            for t in range(sizes.tp):
+                ranks = [d * sizes.tp + t, (sizes.pp - 1) * sizes.dp * sizes.tp + d * sizes.tp + t]
+                group = dist.new_group(ranks)
+                if rank in ranks:
+                    tie_group = group
+    return Pipeline(model=model, stage=stage, n_stages=sizes.pp, group=mesh["pp"].get_group(),
+                    schedule_kind=schedule, device=device, dtype=dtype, tie_group=tie_group)
