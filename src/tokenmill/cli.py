@@ -535,7 +535,8 @@ def plan(
         return make_plan(inputs.cfg, inputs.tokens, devices, spec, mfu, inputs.n_params, inputs.seq_len,
                          inputs.micro_batch, inputs.global_batch_tokens,
                          {"tp": tp, "pp": pp, "dp": dp, "zero": zero, "checkpointing": checkpointing},
-                         inference_tokens, not no_master, reserve_gb * 1e9, sequence_parallel, inputs.notes)
+                         inference_tokens, not no_master, reserve_gb * 1e9, sequence_parallel, inputs.notes,
+                         run_cfg=inputs.run_cfg)
     result = _guard(go)
     if as_json:
         typer.echo(_json.dumps(result.as_dict(), indent=1))

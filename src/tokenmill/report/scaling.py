@@ -139,7 +139,7 @@ def _run_plan(run: Any, events: list[dict]) -> str:
         spec = get_device("this")
         inputs = resolve_inputs(run_cfg=run.config, devices=1)
         plan = make_plan(inputs.cfg, inputs.tokens, 1, spec, mfu or 0.38, inputs.n_params, inputs.seq_len,
-                         inputs.micro_batch, inputs.global_batch_tokens, notes=inputs.notes)
+                         inputs.micro_batch, inputs.global_batch_tokens, notes=inputs.notes, run_cfg=run.config)
     except UserError as exc:
         return f"<h3>Plan</h3><p class=muted>No plan for this machine: {html.escape(str(exc))}</p>"
     rows = [[k, v] for k, v in figures_rows(plan) + layout_rows(plan)]  # table() escapes

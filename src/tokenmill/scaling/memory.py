@@ -114,8 +114,12 @@ def matmul_weights(cfg: ModelConfig) -> dict[str, int]:
 
 
 def layer_activation_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str,
-                           doc_masking: bool = False, device: str = "cpu") -> int:
-    """Bytes one transformer block keeps for its backward (see the module doc, term by term)."""
+                           doc_masking: bool = False, device: str = "cpu", tp: int = 1) -> int:
+    """Bytes one transformer block keeps for its backward (see the module doc, term by term).
+
+    `tp`: on one rank of a tensor-parallel block (train/tensor_parallel.py) everything per head
+    and per FFN column is /tp; the residual stream, the norms, the projections' (replicated)
+    inputs, the RoPE tables and the masks are whole on every rank."""
     c = _dtype(dtype).itemsize
     bf = c != F32
     d, hd = cfg.d_model, cfg.d_model // cfg.n_heads
@@ -135,19 +139,19 @@ def layer_activation_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype 
         # projection output; the explicit kernel's matmul keeps none)
         heads = cfg.n_heads + (cfg.n_kv_heads or cfg.n_heads)
         if rms:
-            n += ((F32 + c) if bf else 2 * F32) * BT * (hq + hkv) + F32 * B * heads * T
+            n += (((F32 + c) if bf else 2 * F32) * BT * (hq + hkv) + F32 * B * heads * T) // tp
         else:
-            n += c * BT * ((1 if explicit else 2) * hq + hkv) + 2 * F32 * B * heads * T
+            n += (c * BT * ((1 if explicit else 2) * hq + hkv) + 2 * F32 * B * heads * T) // tp
     rope_cast = bf and not (cfg.qk_norm and rms)  # RMSNorm's fp32 output meets fp32 tables: no copy
     if rope_cast and cfg.position == "rope":
         n += 4 * c * T * hd * (B if doc_masking else 1)
     if explicit:
-        n += 4 * c * BT * hq + F32 * B * cfg.n_heads * T * T  # q, k, v, out-proj input; probabilities
+        n += (4 * c * BT * hq + F32 * B * cfg.n_heads * T * T) // tp  # q, k, v, out-proj input; probabilities
     else:
-        n += 4 * c * BT * hq + F32 * B * cfg.n_heads * T  # SDPA q, k, v, out; log-sum-exp
+        n += (4 * c * BT * hq + F32 * B * cfg.n_heads * T) // tp  # SDPA q, k, v, out; log-sum-exp
         if doc_masking or cfg.sliding_window is not None:
             n += c * (B if doc_masking else 1) * T * T
-    n += _ffn_activation_bytes(cfg, BT, c)
+    n += _ffn_activation_bytes(cfg, BT, c, tp)
     return n
 
 
@@ -157,14 +161,14 @@ def uses_explicit_attention(cfg: ModelConfig, T: int, dtype: torch.dtype | str, 
     return cfg.sliding_window is None and attention_kernel(kind, _dtype(dtype), T) == "explicit"
 
 
-def _ffn_activation_bytes(cfg: ModelConfig, BT: int, c: int) -> int:
+def _ffn_activation_bytes(cfg: ModelConfig, BT: int, c: int, tp: int = 1) -> int:
     d, h = cfg.d_model, resolve_ffn_hidden(cfg)
     bf = c != F32
     gelu = cfg.ffn == "gelu"
     hidden = (2 if gelu else 4) * c * h
     if cfg.n_experts == 0:
-        casts = (1 if gelu else 2) * c * d if bf else F32 * d
-        return BT * (casts + hidden)
+        casts = (1 if gelu else 2) * c * d if bf else F32 * d  # the replicated input, cast per Linear
+        return BT * (casts + hidden // tp)
     slots = BT * cfg.top_k
     # per routed slot: the expert's input (cast per Linear under bf16), its output, the gate's
     # product, the gate value and the token index
@@ -243,12 +247,13 @@ def activation_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str,
 
 
 def layer_backward_transient(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str,
-                             device: str = "cpu") -> int:
+                             device: str = "cpu", tp: int = 1) -> int:
     """Activation gradients alive inside one block's backward: the residual-stream gradient and
     its partial sums (2·f·BTd) plus the widest step, the FFN's (SwiGLU: grad of the product, of
     silu and of up, 3·c·BTF; GELU 2·c·BTF) or the attention's (grad of q, k, v and out,
     4·c·BT·hq; the explicit kernel also holds the fp32 probabilities' gradient and one
-    temporary of its size, 2·f·B·n_heads·T·T)."""
+    temporary of its size, 2·f·B·n_heads·T·T); the FFN and attention parts /tp on a
+    tensor-parallel rank."""
     c = _dtype(dtype).itemsize
     BT = B * T
     h = resolve_ffn_hidden(cfg)
@@ -257,7 +262,7 @@ def layer_backward_transient(cfg: ModelConfig, B: int, T: int, dtype: torch.dtyp
     attn = 4 * c * BT * cfg.d_model
     if uses_explicit_attention(cfg, T, dtype, device):
         attn += 2 * F32 * B * cfg.n_heads * T * T
-    return 2 * F32 * BT * cfg.d_model + max(ffn, attn)
+    return 2 * F32 * BT * cfg.d_model + max(ffn, attn) // tp
 
 
 def estimate_train_memory(model_cfg: ModelConfig, train_cfg: TrainConfig, dtype: torch.dtype | str,

@@ -321,6 +321,7 @@ class Plan:
     layout_reasons: list[str]
     inference_aware: dict[str, float] | None = None
     roofline: dict[str, Any] | None = None  # op classes of a step on one device of the layout (scaling/roofline.py)
+    trainer_memory: dict[str, Any] | None = None  # tokenmill's own trainer per rank (scaling/rank_memory.py), --config
     assumptions: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -331,10 +332,11 @@ def make_plan(cfg: ModelConfig, tokens: float, devices: int, device: DeviceSpec,
               n_params: float | None = None, seq_len: int = 4096, micro_batch: int = 1,
               global_batch_tokens: int = DEFAULT_GLOBAL_BATCH, layout: dict[str, Any] | None = None,
               inference_tokens: float = 0.0, master_weights: bool = True, reserve_bytes: float = 5e9,
-              sequence_parallel: bool = True, notes: list[str] | None = None) -> Plan:
+              sequence_parallel: bool = True, notes: list[str] | None = None, run_cfg: Any = None) -> Plan:
     """The plan for training `cfg` (N = n_params when given, else its parameter count) on `tokens`
     tokens with `devices` × `device` at `mfu`. `layout`: fixed tp/pp/dp/zero/checkpointing (any
-    subset; the rest is searched)."""
+    subset; the rest is searched). `run_cfg` (a RunConfig, `plan --config`): also the memory per
+    rank of tokenmill's own trainer under the chosen layout."""
     if devices < 1:
         raise PlanError(f"--devices {devices}: must be >= 1")
     if tokens <= 0:
@@ -382,12 +384,35 @@ def make_plan(cfg: ModelConfig, tokens: float, devices: int, device: DeviceSpec,
              "vocab_size": cfg.vocab_size, "params_of_shape": counts["total"]}
     return Plan(model=model, params=n, tokens=tokens, devices=devices, device=device.model_dump(), mfu=mfu,
                 roofline=_roofline(cfg, choice.layout, device),
+                trainer_memory=None if run_cfg is None else _trainer_memory(cfg, choice.layout, device, run_cfg),
                 global_batch_tokens=global_batch_tokens, seq_len=seq_len, flops_6nd=c, flops_exact=fpt * tokens,
                 flops_per_token_exact=fpt, steps=math.ceil(tokens / global_batch_tokens), wall_clock_seconds=seconds,
                 wall_clock_days=seconds / 86400, device_hours=hours, cost_usd=hours * device.price_per_hour,
                 chinchilla=chinchilla, layout=choice.as_dict(), layout_reasons=reasons,
                 inference_aware=aware,
                 assumptions=assumptions)
+
+
+def _trainer_memory(cfg: ModelConfig, layout: Layout, device: DeviceSpec, run_cfg: Any) -> dict[str, Any]:
+    """Bytes per rank of tokenmill's trainer running `run_cfg` under `layout` (its busiest pipeline
+    stage), in the dtype the trainer would pick on that device (this machine: its own rule; a GPU
+    preset: bf16), FSDP2 over dp when tp or pp > 1 (as the trainer composes them)."""
+    import torch
+
+    from tokenmill.scaling.rank_memory import estimate_rank_memory
+    from tokenmill.train.device import resolve_dtype
+
+    tc = run_cfg.train.model_copy(update={"micro_batch": layout.micro_batch, "seq_len": layout.seq_len,
+                                          "grad_accum": layout.micro_batches,
+                                          "activation_checkpointing": layout.checkpointing})
+    on_cpu = device.name == "this" and not torch.cuda.is_available()
+    dtype = resolve_dtype(torch.device("cpu"), tc.dtype) if on_cpu else torch.bfloat16
+    dp = layout.dp if (layout.tp > 1 or layout.pp > 1 or layout.zero >= 3) else 1
+    est = estimate_rank_memory(cfg, tc, dtype, dp=dp, tp=layout.tp, pp=layout.pp,
+                               doc_masking=run_cfg.mixture.doc_masking, device="cpu" if on_cpu else "cuda",
+                               schedule=run_cfg.train.parallel.pp_schedule)
+    runs = not (layout.dp > 1 and layout.pp > 1)
+    return {"dtype": str(dtype).replace("torch.", ""), "runs_here": runs, **est}
 
 
 def _roofline(cfg: ModelConfig, layout: Layout, device: DeviceSpec) -> dict[str, Any] | None:
@@ -445,6 +470,7 @@ class PlanInputs:
     micro_batch: int
     global_batch_tokens: int
     notes: list[str]
+    run_cfg: Any = None  # the RunConfig of `plan --config`
 
 
 def resolve_inputs(params: float | None = None, tokens: float | None = None, flops: float | None = None,
@@ -498,4 +524,4 @@ def resolve_inputs(params: float | None = None, tokens: float | None = None, flo
         notes.append(f"D = 20·N = {tokens:.3g} tokens (Chinchilla; give --tokens to change it)")
     return PlanInputs(cfg=cfg, n_params=n_params, tokens=float(tokens), seq_len=seq_len or 4096,
                       micro_batch=micro_batch or 1, global_batch_tokens=global_batch_tokens or DEFAULT_GLOBAL_BATCH,
-                      notes=notes)
+                      notes=notes, run_cfg=run_cfg)

@@ -1,0 +1,118 @@
+"""Training memory of one rank of a dp × tp × pp job of tokenmill's own trainer, in bytes, from the
+configs alone: scaling/memory.py's byte-by-byte model of one process, split the way
+train/tensor_parallel.py and train/pipeline_parallel.py split the model.
+
+Persistent state on a rank (fp32 weights, fp32 gradients, AdamW m and v):
+- tensor parallel: every block matrix /tp, the norms' gains whole; embedding, final norm and head
+  whole (replicated) on every tp rank.
+- pipeline: the stage's L/pp blocks; the embedding on the first stage; the final norm and the head
+  on the last, whose head is a copy of the embedding when the embeddings are tied (two stages
+  hold that table; in one process it is one tensor).
+- FSDP2 over dp (> 1): all of it /dp, plus the unsharded root and two blocks while they run.
+
+Activations of one micro-batch on a stage: its blocks (`layer_activation_bytes` with the per-head
+and per-column terms /tp), the token ids on the first stage, the head's on the last. A pipeline
+stage holds several micro-batches' at once: under 1F1B stage s of p runs up to min(p - s, m)
+forwards ahead of its backwards (the first stage the most), under GPipe all m; and a non-last
+stage keeps each in-flight micro-batch's output, f·B·T·d, for the backward the next stage sends.
+The peak is the largest of the moments memory.py defines (the loss backward on the last stage,
+each block's backward, the optimizer step), with the other in-flight micro-batches' activations
+added. Not counted, as in memory.py: allocator fragmentation, gloo/NCCL buffers, kernels' scratch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tokenmill.config import ModelConfig, TrainConfig
+from tokenmill.model.transformer import resolve_ffn_hidden
+from tokenmill.scaling.flops import param_count
+from tokenmill.scaling.memory import (F32, I64, _dtype, _shared_bytes, fused_loss_default, head_activation_bytes,
+                                      layer_activation_bytes, layer_backward_transient, logits_bytes,
+                                      matmul_weights)
+
+
+def in_flight(pp: int, stage: int, micro_batches: int, schedule: str = "1f1b") -> int:
+    """Micro-batches whose activations stage `stage` holds at once."""
+    if pp == 1:
+        return 1  # one after another: each backward frees its forward's activations
+    return micro_batches if schedule == "gpipe" else min(pp - stage, micro_batches)
+
+
+def stage_params(cfg: ModelConfig, tp: int, pp: int, stage: int) -> dict[str, int]:
+    """Parameters (elements) on one rank of stage `stage`: total, per block, root (non-block)."""
+    assert cfg.vocab_size is not None
+    counts, mm = param_count(cfg), matmul_weights(cfg)
+    per_layer = counts["per_layer"] - mm["per_layer"] + mm["per_layer"] // tp
+    layers = cfg.n_layers // pp
+    first, last = stage == 0, stage == pp - 1
+    embed = cfg.vocab_size * cfg.d_model + (cfg.max_seq_len * cfg.d_model if cfg.position == "learned" else 0)
+    root = embed if first else 0
+    if last:
+        root += (2 if cfg.norm == "layernorm" else 1) * cfg.d_model  # final norm
+        if not cfg.tie_embeddings or not first:  # an untied head, or the tied table's copy on the last stage
+            root += cfg.vocab_size * cfg.d_model
+    return {"total": layers * per_layer + root, "per_layer": per_layer, "root": root, "layers": layers}
+
+
+def estimate_rank_memory(model_cfg: ModelConfig, train_cfg: TrainConfig, dtype: torch.dtype | str,
+                         dp: int = 1, tp: int = 1, pp: int = 1, stage: int | None = None,
+                         doc_masking: bool = False, device: str = "cpu", fused_loss: bool | None = None,
+                         schedule: str = "1f1b") -> dict[str, Any]:
+    """Bytes of one rank of stage `stage` (None: the stage with the largest peak), same parts and
+    moments as `estimate_train_memory`, plus "stage" and "in_flight"."""
+    if model_cfg.vocab_size is None:
+        raise ValueError("model.vocab_size must be set to estimate memory (take it from the token store)")
+    if stage is None:
+        per_stage = [estimate_rank_memory(model_cfg, train_cfg, dtype, dp, tp, pp, s, doc_masking, device,
+                                          fused_loss, schedule) for s in range(pp)]
+        return max(per_stage, key=lambda e: e["peak"])
+    dt = _dtype(dtype)
+    if fused_loss is None:
+        fused_loss = fused_loss_default(model_cfg, train_cfg)
+    B, T, m = train_cfg.micro_batch, train_cfg.seq_len, train_cfg.grad_accum
+    first, last = stage == 0, stage == pp - 1
+    sp = stage_params(model_cfg, tp, pp, stage)
+    layers, shard = sp["layers"], dp if dp > 1 else 1
+    params, grads, optimizer = (-(-k * F32 * sp["total"] // shard) for k in (1, 1, 2))
+    mm = matmul_weights(model_cfg)
+    head_copy = mm["lm_head"] if last and not fused_loss else 0
+    copies = dt.itemsize * (layers * mm["per_layer"] // tp + head_copy) if dt != torch.float32 else 0
+    fsdp = F32 * (sp["root"] + 3 * sp["per_layer"]) if shard > 1 else 0
+
+    layer = layer_activation_bytes(model_cfg, B, T, dt, doc_masking, device, tp)
+    kept = F32 * B * T * model_cfg.d_model if train_cfg.activation_checkpointing else layer
+    ids = I64 * B * (T + 1) if first and not last else 0  # the head's own count has them on a last stage
+    head = head_activation_bytes(model_cfg, B, T, dt, doc_masking, fused_loss) if last else 0
+    sent = 0 if last else F32 * B * T * model_cfg.d_model  # the stage's output, kept for the next stage's gradient
+    shared = _shared_bytes(model_cfg, B, T, dt, doc_masking)
+    per_micro = layers * kept + ids + head + sent + shared
+    flight = in_flight(pp, stage, m, schedule)
+    others = (flight - 1) * per_micro  # the other micro-batches in flight
+    loss = logits_bytes(model_cfg, B, T, dt, fused_loss) if last else 0
+
+    base = params + optimizer + copies + fsdp
+    accumulated = grads if m > 1 else 0
+    loss_backward = (base + accumulated + others + per_micro + loss) if last else 0
+    root_grads, layer_grads = F32 * sp["root"] // shard, F32 * sp["per_layer"] // shard
+    transient = layer_backward_transient(model_cfg, B, T, dt, device, tp)
+    layers_backward = 0
+    for done in range(layers):
+        g = grads if accumulated else root_grads * last + (done + 1) * layer_grads
+        # the head's backward is done; the ids, targets and per-row tables are still alive
+        held = others + (layers - done - 1) * kept + layer + shared + sent + I64 * B * (2 * T + 1)
+        layers_backward = max(layers_backward, base + g + held + transient)
+    # CPU AdamW's two temporaries are the size of the rank's largest tensor: the embedding or head
+    # when the stage holds one, else the widest block matrix's shard
+    table = model_cfg.vocab_size * model_cfg.d_model
+    block = max(model_cfg.d_model * resolve_ffn_hidden(model_cfg), model_cfg.d_model * model_cfg.d_model) // tp
+    largest = table if sp["root"] >= table else block
+    step_tmp = 0 if device.startswith("cuda") else 2 * F32 * largest
+    optimizer_step = params + grads + optimizer + step_tmp
+    return {"stage": stage, "in_flight": flight, "params": params, "grads": grads, "optimizer": optimizer,
+            "weight_copies": copies, "activations": flight * per_micro, "logits": loss, "optimizer_step": step_tmp,
+            "fsdp_unsharded": fsdp, "loss_backward": loss_backward, "layers_backward": layers_backward,
+            "optimizer_step_total": optimizer_step,
+            "peak": max(loss_backward, layers_backward, optimizer_step)}
