@@ -42,6 +42,7 @@ LAYOUTS = [
     ("pp=2, GPipe, m=4", 2, 1, 1, 2, 4, "gpipe"),
     ("dp=2 × tp=2 (FSDP2 + TP)", 4, 2, 2, 1, 2, "1f1b"),
     ("tp=2 × pp=2", 4, 1, 2, 2, 2, "1f1b"),
+    ("dp=2 × pp=2 (replicated stages)", 4, 2, 1, 2, 2, "1f1b"),
 ]
 
 

@@ -54,10 +54,14 @@ def test_the_world_must_be_dp_tp_pp():
         resolve_sizes(_train(tp=2), 3)
     with pytest.raises(LayoutError, match="dp=4 × tp=2 × pp=1 = 8 ranks, but the job has 4"):
         resolve_sizes(_train(tp=2, dp=4), 4)
-    with pytest.raises(LayoutError, match="data parallelism around a pipeline"):
-        resolve_sizes(_train(pp=2), 4)
+    assert resolve_sizes(_train(pp=2), 4) == LayoutSizes(dp=2, tp=1, pp=2)
     with pytest.raises(LayoutError, match="does not divide model.n_layers"):
         check_launch(ModelConfig(n_layers=3), _train(pp=2), 2)
+    two_micro = TrainConfig.model_validate({"parallel": {"pp": 2}, "micro_batch": 8, "seq_len": 32,
+                                            "global_batch_tokens": 512})
+    assert check_launch(ModelConfig(n_layers=2), two_micro, 2) == LayoutSizes(dp=1, tp=1, pp=2)
+    with pytest.raises(LayoutError, match="grad_accum=1"):  # 2 replicas: one micro-batch each
+        check_launch(ModelConfig(n_layers=2), two_micro, 4)
 
 
 def test_coords_are_pp_major_tp_minor():

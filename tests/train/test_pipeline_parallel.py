@@ -86,3 +86,13 @@ def test_tp2_by_pp2_on_four_ranks(single, tmp_path):
     run_ok(run, nproc=4)
     assert events(run, "train_start")[0]["layout"] == "dp=1 × tp=2 × pp=2"
     assert max_rel_diff(series(run), series(single)) <= PP_RTOL
+
+
+def test_dp2_by_pp2_on_four_ranks_sums_the_replicas_gradients(single, tmp_path):
+    """Two pipelines of two stages, each reading half of every step's batch (4 processes) as 2
+    micro-batches of 4 rows: the same 16 rows per step as the one-process run's 2 × 8."""
+    run = make_run(tmp_path / "dp2pp2", parallel={"pp": 2}, metrics_every=0, micro_batch=4)
+    run_ok(run, nproc=4)
+    start = events(run, "train_start")[0]
+    assert start["layout"] == "dp=2 × tp=1 × pp=2" and start["tokens_per_step"] == 512
+    assert max_rel_diff(series(run), series(single)) <= PP_RTOL

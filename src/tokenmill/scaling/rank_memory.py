@@ -8,7 +8,9 @@ Persistent state on a rank (fp32 weights, fp32 gradients, AdamW m and v):
 - pipeline: the stage's L/pp blocks; the embedding on the first stage; the final norm and the head
   on the last, whose head is a copy of the embedding when the embeddings are tied (two stages
   hold that table; in one process it is one tensor).
-- FSDP2 over dp (> 1): all of it /dp, plus the unsharded root and two blocks while they run.
+- FSDP2 over dp (> 1, no pipeline): all of it /dp, plus the unsharded root and two blocks while
+  they run. Around a pipeline the stage is replicated over dp instead, and its gradients are
+  summed through one flat buffer of their size after the schedule.
 
 Activations of one micro-batch on a stage: its blocks (`layer_activation_bytes` with the per-head
 and per-column terms /tp), the token ids on the first stage, the head's on the last. A pipeline
@@ -75,7 +77,10 @@ def estimate_rank_memory(model_cfg: ModelConfig, train_cfg: TrainConfig, dtype: 
     B, T, m = train_cfg.micro_batch, train_cfg.seq_len, train_cfg.grad_accum
     first, last = stage == 0, stage == pp - 1
     sp = stage_params(model_cfg, tp, pp, stage)
-    layers, shard = sp["layers"], dp if dp > 1 else 1
+    # FSDP2 shards over dp, except around a pipeline: there the stage is replicated and its
+    # gradients all-reduced through one flat buffer
+    layers, shard = sp["layers"], dp if dp > 1 and pp == 1 else 1
+    flat = F32 * sp["total"] if dp > 1 and pp > 1 else 0
     params, grads, optimizer = (-(-k * F32 * sp["total"] // shard) for k in (1, 1, 2))
     mm = matmul_weights(model_cfg)
     head_copy = mm["lm_head"] if last and not fused_loss else 0
@@ -111,8 +116,9 @@ def estimate_rank_memory(model_cfg: ModelConfig, train_cfg: TrainConfig, dtype: 
     largest = table if sp["root"] >= table else block
     step_tmp = 0 if device.startswith("cuda") else 2 * F32 * largest
     optimizer_step = params + grads + optimizer + step_tmp
+    dp_reduce = base + grads + flat if flat else 0  # after the schedule: the gradients and their flat copy
     return {"stage": stage, "in_flight": flight, "params": params, "grads": grads, "optimizer": optimizer,
             "weight_copies": copies, "activations": flight * per_micro, "logits": loss, "optimizer_step": step_tmp,
             "fsdp_unsharded": fsdp, "loss_backward": loss_backward, "layers_backward": layers_backward,
-            "optimizer_step_total": optimizer_step,
-            "peak": max(loss_backward, layers_backward, optimizer_step)}
+            "optimizer_step_total": optimizer_step, "dp_reduce_total": dp_reduce,
+            "peak": max(loss_backward, layers_backward, optimizer_step, dp_reduce)}

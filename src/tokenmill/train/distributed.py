@@ -212,7 +212,9 @@ def init_distributed(tc: Any) -> DistContext:
         mesh = init_device_mesh(device.type, (sizes.pp, sizes.dp, sizes.tp), mesh_dim_names=("pp", "dp", "tp"))
     mode: Mode = tc.distributed
     if sizes.model_parallel:
-        mode = "fsdp" if sizes.dp > 1 else "single"  # tp/pp compose with FSDP2 on the dp axis (torch's supported way)
+        # tp composes with FSDP2 on the dp axis (torch's supported way); pipeline stages are
+        # replicated over dp and their gradients all-reduced after the schedule (DDP's sum)
+        mode = "single" if sizes.dp == 1 else "ddp" if sizes.pp > 1 else "fsdp"
     return DistContext(world_size=world, rank=rank, local_rank=local, mode=mode, device=device,
                        owns_group=owns, sizes=sizes, mesh=mesh)
 
@@ -289,7 +291,9 @@ def wrap_model(model: nn.Module, ctx: DistContext, tc: Any = None) -> nn.Module:
     autocast around the forward.
 
     Tensor parallelism (tp > 1) shards the blocks over the mesh's "tp" axis first, then FSDP2
-    shards over its "dp" axis when dp > 1 (2-D parameters: Shard over dp of a Shard over tp)."""
+    shards over its "dp" axis when dp > 1 (2-D parameters: Shard over dp of a Shard over tp). A
+    pipeline stage is left replicated over dp (its gradients are summed over the dp group after
+    the schedule, `Pipeline.reduce_over_dp`)."""
     if ctx.model_parallel:
         return _wrap_model_parallel(model, ctx)
     if ctx.mode == "single" or not ctx.distributed:
@@ -312,7 +316,7 @@ def _wrap_model_parallel(model: nn.Module, ctx: DistContext) -> nn.Module:
         from tokenmill.train.tensor_parallel import apply_tensor_parallel
 
         apply_tensor_parallel(model, ctx.mesh["tp"])
-    if ctx.sizes.dp > 1:
+    if ctx.sizes.dp > 1 and ctx.sizes.pp == 1:
         _fully_shard(model, ctx.mesh["dp"])
     return model
 

@@ -84,16 +84,20 @@ def resolve_sizes(train: Any, world_size: int) -> LayoutSizes:
     if dp * mp != world_size:
         raise LayoutError(f"train.parallel dp={dp} × tp={par.tp} × pp={par.pp} = {dp * mp} ranks, but the job has "
                           f"{world_size}: set train.parallel.dp to {world_size // mp} or leave it unset")
-    if par.pp > 1 and dp > 1:
-        raise LayoutError(f"dp={dp} × pp={par.pp}: data parallelism around a pipeline is not supported yet "
-                          f"(pipeline stages compose with tensor parallelism: use dp=1 with tp × pp = {world_size}, "
-                          f"or pp=1)")
     return LayoutSizes(dp=dp, tp=par.tp, pp=par.pp)
 
 
 def check_launch(model: Any, train: Any, nproc: int) -> LayoutSizes:
     """Everything a launch of `nproc` ranks can be refused for, before any process starts."""
+    from tokenmill.train.budget import resolve_budget
+
     problems = layout_problems(model, train)
     if problems:
         raise LayoutError("train.parallel does not fit this model: " + "; ".join(problems))
-    return resolve_sizes(train, nproc)
+    sizes = resolve_sizes(train, nproc)
+    accum = resolve_budget(train, world_size=sizes.dp).grad_accum  # the global batch over dp replicas
+    if accum < sizes.pp:
+        raise LayoutError(f"pp={sizes.pp} needs at least {sizes.pp} micro-batches per step on each of the {sizes.dp} "
+                          f"data-parallel replica(s), but the global batch gives grad_accum={accum}: raise "
+                          f"train.global_batch_tokens or lower train.micro_batch")
+    return sizes

@@ -20,6 +20,10 @@ gradients are summed between the two before clipping, and the two copies, starti
 taking the same update, stay equal. Clipping sums the squared norms over the stages (the tied
 copy counted once).
 
+Data parallelism around the pipeline: each stage is replicated over the dp ranks that hold it
+(every replica reads its own share of the step's batch) and its gradients are summed over them
+after the schedule, before clipping, in one flat all-reduce.
+
 Bubble: with p stages and m micro-batches a stage idles (p-1)/(m+p-1) of the step in both
 schedules (1F1B only keeps fewer micro-batches' activations alive: at most p instead of m).
 """
@@ -95,6 +99,7 @@ class Pipeline:
     device: torch.device
     dtype: torch.dtype
     tie_group: Any = None  # first + last stage of this rank's (dp, tp) column, when embeddings are tied
+    dp_group: Any = None  # this stage's data-parallel replicas (dp > 1)
     n_targets: int = 1
     _schedules: dict[tuple[int, ...], Any] = field(default_factory=dict)
 
@@ -155,6 +160,22 @@ class Pipeline:
         dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=self.tie_group)
         w.grad = grad
 
+    def reduce_over_dp(self) -> None:
+        """Σ every gradient over the stage's data-parallel replicas (one flat all-reduce: DDP's
+        arithmetic without its overlap), so every replica applies the update of the global batch."""
+        if self.dp_group is None:
+            return
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+        grads = [(p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad)
+                 for p in self.model.parameters() if p.grad is not None]
+        if not grads:
+            return
+        flat = _flatten_dense_tensors(grads)
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.dp_group)
+        for g, reduced in zip(grads, _unflatten_dense_tensors(flat, grads)):
+            g.copy_(reduced)
+
     def tied_duplicate(self) -> set[int]:
         """ids of the parameters whose norm another stage already counts (the last stage's tied copy)."""
         if self.tie_group is not None and self.last and not self.first:
@@ -196,4 +217,5 @@ def build_pipeline(model: nn.Module, mesh: Any, sizes: Any, rank: int, schedule:
                 if rank in ranks:
                     tie_group = group
     return Pipeline(model=model, stage=stage, n_stages=sizes.pp, group=mesh["pp"].get_group(),
-                    schedule_kind=schedule, device=device, dtype=dtype, tie_group=tie_group)
+                    schedule_kind=schedule, device=device, dtype=dtype, tie_group=tie_group,
+                    dp_group=mesh["dp"].get_group() if sizes.dp > 1 else None)

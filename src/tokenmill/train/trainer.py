@@ -293,6 +293,7 @@ def compute_update(model: nn.Module, optimizer: torch.optim.Optimizer, loader: L
         assert ctx is not None, "a pipeline runs under torchrun"
         loss = all_reduce_sum(loss, ctx, torch.float32, pipeline.group)  # the last stage's, on every stage
         pipeline.sync_tied_grads()
+        pipeline.reduce_over_dp()
     # this rank's share -> the global batch's (over the data-parallel ranks: tp ranks share a batch)
     loss, r_pad = reduce_step_stats(loss, r_pad, extras, loader.world_size, ctx.dp_group if ctx else None)
     across = pipeline.group if pipeline is not None else None
@@ -337,6 +338,10 @@ def _run_train(run: RunDir, ctx: DistContext, resume: bool, on_eval: EvalHook | 
     tc = resolve_budget(cfg.train, world_size=ctx.dp_size)  # token-denominated knobs -> steps, once
     if tc.grad_accum < 1 or tc.max_steps < 1 or tc.micro_batch < 1 or tc.seq_len < 1:
         raise TrainError("train.grad_accum, max_steps, micro_batch and seq_len must all be >= 1")
+    if ctx.sizes is not None and tc.grad_accum < ctx.sizes.pp:
+        raise TrainError(f"pp={ctx.sizes.pp} needs at least {ctx.sizes.pp} micro-batches per step on each of the "
+                         f"{ctx.sizes.dp} data-parallel replica(s), but train.global_batch_tokens gives "
+                         f"grad_accum={tc.grad_accum}: raise the global batch or lower train.micro_batch")
     store = TokenStore(run.path / "tokens")
     mcfg = resolve_model_config(cfg.model, store, tc.seq_len)
     device = ctx.device  # train.device, or this rank's GPU under torchrun
