@@ -36,6 +36,7 @@ bench: $(STAMP)
 		--set model.d_model=512 --set model.n_layers=8 --set model.n_heads=8
 	$(BIN)/python benchmarks/bench_train_memory.py --run runs/demo --threads 2
 	$(BIN)/python benchmarks/bench_parallel_memory.py --run runs/demo
+	$(BIN)/python benchmarks/bench_pipeline_bubble.py --run runs/demo --steps 8
 	$(BIN)/python benchmarks/bench_train_quality.py --run runs/demo --seconds 480 --threads 2
 	$(BIN)/python benchmarks/bench_loader.py --run runs/demo
 	test -d $(REAL_CORPORA) || bash ../shared/corpora/fetch_real_corpora.sh $(REAL_CORPORA)

@@ -46,6 +46,9 @@ def test_pp2_1f1b_gives_the_one_process_losses_with_tied_embeddings(single, pp2)
     pipe = start["pipeline"]
     assert pipe["layers"] == [[0], [1]] and pipe["schedule"] == "1f1b" and pipe["micro_batches"] == 2
     assert pipe["bubble"] == pytest.approx(1 / 3) == bubble_fraction(2, 2)
+    # each stage's measured idle share of every step: it cannot compute while the other fills or drains
+    idle = [e["pipeline_idle"] for e in events(pp2, "train_step")]
+    assert all(len(i) == 2 and all(0.0 < x < 1.0 for x in i) for i in idle)
 
 
 def test_a_pp_checkpoint_holds_the_one_process_weights_and_resumes_in_one_process(single, pp2, tmp_path):

@@ -25,11 +25,16 @@ Data parallelism around the pipeline: each stage is replicated over the dp ranks
 after the schedule, before clipping, in one flat all-reduce.
 
 Bubble: with p stages and m micro-batches a stage idles (p-1)/(m+p-1) of the step in both
-schedules (1F1B only keeps fewer micro-batches' activations alive: at most p instead of m).
+schedules (1F1B only keeps fewer micro-batches' activations alive: at most p instead of m), when
+every stage takes the same time and transfers are free. What each stage really idled is measured:
+its forwards and its backwards (from the gradient reaching the stage's output to it reaching its
+input, two identity autograd nodes noting the time) against the schedule step's wall-clock; every
+`train_step` event carries `pipeline_idle`, one share per stage.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,26 +70,63 @@ def prune_to_stage(model: nn.Module, pp: int, stage: int) -> nn.Module:
     return model
 
 
-class StageForward(nn.Module):
-    """What a PipelineStage runs: this stage's part of the model, under autocast."""
+class _Clock(torch.autograd.Function):
+    """Identity that notes the time its gradient passes (the ends of a stage's backward)."""
 
-    def __init__(self, model: nn.Module, first: bool, last: bool, device: torch.device, dtype: torch.dtype):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, times: list[float]) -> torch.Tensor:
+        ctx.times = times
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        ctx.times.append(time.perf_counter())
+        return grad, None
+
+
+@dataclass
+class BusyClock:
+    """Seconds this stage computed (forwards, and backwards from the gradient reaching its output
+    to it reaching its input) during one schedule step: the rest of the step is bubble + transfers."""
+
+    forward: float = 0.0
+    starts: list[float] = field(default_factory=list)  # gradient reached the stage's output
+    ends: list[float] = field(default_factory=list)  # ... and its input
+
+    @property
+    def busy(self) -> float:
+        return self.forward + sum(e - s for s, e in zip(self.starts, self.ends))
+
+    def reset(self) -> None:
+        self.forward, self.starts, self.ends = 0.0, [], []
+
+
+class StageForward(nn.Module):
+    """What a PipelineStage runs: this stage's part of the model, under autocast, timed."""
+
+    def __init__(self, model: nn.Module, first: bool, last: bool, device: torch.device, dtype: torch.dtype,
+                 clock: BusyClock):
         super().__init__()
         self.model, self.first, self.last = model, first, last
-        self.device, self.dtype = device, dtype
+        self.device, self.dtype, self.clock = device, dtype, clock
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None,
                 segments: torch.Tensor | None = None, targets: torch.Tensor | None = None) -> torch.Tensor:
         m = self.model
+        t0 = time.perf_counter()
         with autocast(self.device, self.dtype):
             if self.first:
                 x = m.embed(x, positions)
+            x = _Clock.apply(x, self.clock.ends)
             cos, sin, mask = m.block_inputs(x.shape[1], x.device, positions, segments)
             for layer in m.layers.values():
                 x = m.run_block(layer, x, cos, sin, mask)
             if self.last:
-                return m.output(x, targets)
-        return x
+                x = m.output(x, targets)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.clock.forward += time.perf_counter() - t0
+        return _Clock.apply(x, self.clock.starts)
 
 
 @dataclass
@@ -101,6 +143,8 @@ class Pipeline:
     tie_group: Any = None  # first + last stage of this rank's (dp, tp) column, when embeddings are tied
     dp_group: Any = None  # this stage's data-parallel replicas (dp > 1)
     n_targets: int = 1
+    clock: BusyClock = field(default_factory=BusyClock)
+    idle: float = 0.0  # share of the last step this stage did not compute (bubble + transfers)
     _schedules: dict[tuple[int, ...], Any] = field(default_factory=dict)
 
     @property
@@ -124,7 +168,7 @@ class Pipeline:
         if key not in self._schedules:
             from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-            stage = PipelineStage(StageForward(self.model, self.first, self.last, self.device, self.dtype),
+            stage = PipelineStage(StageForward(self.model, self.first, self.last, self.device, self.dtype, self.clock),
                                   self.stage, self.n_stages, self.device, group=self.group)
             cls = Schedule1F1B if self.schedule_kind == "1f1b" else ScheduleGPipe
             self._schedules[key] = cls(stage, micro_batches, loss_fn=self._loss, scale_grads=False)
@@ -133,8 +177,6 @@ class Pipeline:
     def step_loss(self, loader: Loader, step: int, grad_accum: int) -> tuple[float, float, float]:
         """Forward + backward of this rank's share of step `step` through the pipeline; returns
         (loss on the last stage, 0 elsewhere; mean r_pad; seconds waiting for data)."""
-        import time
-
         t0 = time.perf_counter()
         batches = [loader.batch(step, micro) for micro in range(grad_accum)]
         data_wait = time.perf_counter() - t0
@@ -144,12 +186,26 @@ class Pipeline:
         losses: list[torch.Tensor] = []
         schedule = self.schedule(grad_accum, tuple(inputs.shape[1:]) + (inputs.shape[0] // grad_accum,))
         target = kwargs["targets"] if self.last else None
+        self.clock.reset()
+        # one window for every stage, start and end aligned: the first stage's wait for the last
+        # backwards and the last stage's wait for the first forwards both count as idle
+        dist.barrier(group=self.group)
+        t1 = time.perf_counter()
         if self.first:
             schedule.step(inputs, target=target, losses=losses, **kwargs)
         else:
             schedule.step(target=target, losses=losses, **kwargs)
+        dist.barrier(group=self.group)
+        span = time.perf_counter() - t1
+        self.idle = max(0.0, 1.0 - self.clock.busy / span) if span > 0 else 0.0
         loss = float(torch.stack([x.detach().float() for x in losses]).sum()) if self.last else 0.0
         return loss, r_pad, data_wait
+
+    def idle_by_stage(self) -> list[float]:
+        """Every stage's idle share of the last step (a collective over the pipeline group)."""
+        shares: list[Any] = [None] * self.n_stages
+        dist.all_gather_object(shares, round(self.idle, 4), group=self.group)
+        return shares
 
     def sync_tied_grads(self) -> None:
         """Σ the gradients of the tied embedding/head copies of the first and last stage."""

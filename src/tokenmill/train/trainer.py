@@ -294,6 +294,8 @@ def compute_update(model: nn.Module, optimizer: torch.optim.Optimizer, loader: L
         loss = all_reduce_sum(loss, ctx, torch.float32, pipeline.group)  # the last stage's, on every stage
         pipeline.sync_tied_grads()
         pipeline.reduce_over_dp()
+        if extras is not None:
+            extras["pipeline_idle"] = pipeline.idle_by_stage()
     # this rank's share -> the global batch's (over the data-parallel ranks: tp ranks share a batch)
     loss, r_pad = reduce_step_stats(loss, r_pad, extras, loader.world_size, ctx.dp_group if ctx else None)
     across = pipeline.group if pipeline is not None else None
