@@ -99,3 +99,12 @@ def test_dp2_by_pp2_on_four_ranks_sums_the_replicas_gradients(single, tmp_path):
     start = events(run, "train_start")[0]
     assert start["layout"] == "dp=2 × tp=1 × pp=2" and start["tokens_per_step"] == 512
     assert max_rel_diff(series(run), series(single)) <= PP_RTOL
+
+
+def test_a_one_process_checkpoint_resumes_on_two_stages(single, tmp_path):
+    """Full format (model.safetensors + optim.pt) saved by one process, each stage loading its part."""
+    resumed = reconfigure(copy_run(single, tmp_path / "resumed", keep_steps=8), parallel={"pp": 2})
+    run_ok(resumed, "--resume")
+    theirs, ours = series(single), series(resumed)
+    assert [s for s in ours if s > 8] == [9, 10, 11, 12]
+    assert max(abs(ours[s] - theirs[s]) / theirs[s] for s in range(9, 13)) <= PP_RTOL

@@ -302,6 +302,45 @@ def _load_full_into_sharded(path: Path, model: nn.Module, optimizer: torch.optim
     set_optimizer_state_dict(model, optimizer, osd, options=opts)
 
 
+def load_full_into_stage(path: Path, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer,
+                         full: nn.Module, full_order: list[str], restore_rng: bool = True) -> None:
+    """A one-process/DDP checkpoint into one pipeline stage: the stage's tensors by name, and its
+    share of the AdamW state, whose indices in optim.pt follow the optimizer of the whole model
+    (`full_order`: its parameter names in that optimizer's order; `full`: the whole model, for
+    the names a tied tensor is stored under)."""
+    tensors = st_load((path / "model.safetensors").read_bytes())
+    for names in _tied_names(full):  # the file stores a tied tensor once, under one of its names
+        present = [n for n in names if n in tensors]
+        for n in names:
+            if present:
+                tensors.setdefault(n, tensors[present[0]])
+    keys = list(model.state_dict())
+    missing = [k for k in keys if k not in tensors]
+    if missing:
+        raise ckpt.CheckpointError(f"{path}: the checkpoint lacks {missing[:5]} that this pipeline stage holds")
+    model.load_state_dict({k: tensors[k] for k in keys})
+    saved = torch.load(path / "optim.pt", map_location="cpu", weights_only=True)
+    theirs = [i for g in saved["param_groups"] for i in g["params"]]
+    if len(theirs) != len(full_order) or len(saved["param_groups"]) != len(optimizer.param_groups):
+        raise ckpt.CheckpointError(f"{path}: optim.pt holds {len(theirs)} parameters in {len(saved['param_groups'])} "
+                                   f"groups, the model's optimizer {len(full_order)}")
+    index_of = dict(zip(full_order, theirs))
+    fqn = {id(p): name for name, p in model.named_parameters()}
+    osd: dict[str, Any] = {"state": {}, "param_groups": []}
+    k = 0
+    for saved_group, group in zip(saved["param_groups"], optimizer.param_groups):
+        ids = []
+        for p in group["params"]:
+            if index_of[fqn[id(p)]] in saved["state"]:
+                osd["state"][k] = saved["state"][index_of[fqn[id(p)]]]
+            ids.append(k)
+            k += 1
+        osd["param_groups"].append({**saved_group, "params": ids})
+    optimizer.load_state_dict(osd)
+    if restore_rng:
+        ckpt.restore_rng_state(state["rng"], st_load((path / "rng.safetensors").read_bytes()))
+
+
 def load_dcp_model(path: Path, model: nn.Module) -> None:
     """The weights of a dcp checkpoint into a plain model, in this process alone."""
     _load_dcp(Path(path), model, None)

@@ -56,7 +56,7 @@ from tokenmill.train.clipping import clip_gradients
 from tokenmill.train.pipeline_parallel import Pipeline, build_pipeline, stage_layers
 from tokenmill.train.compilation import compile_cache_dir, compile_decision, compile_model
 from tokenmill.train.device import autocast, enable_tf32, resolve_dtype
-from tokenmill.train.dist_checkpoint import agreed_latest_checkpoint, save_train_checkpoint
+from tokenmill.train.dist_checkpoint import agreed_latest_checkpoint, load_full_into_stage, save_train_checkpoint
 from tokenmill.train.distributed import (DistContext, RankMismatch, all_reduce_sum, cross_rank_check, evaluation_model,
                                          event_log, init_distributed, reduce_step_stats, set_grad_sync, wrap_model)
 from tokenmill.train.faults import corrupt_batch, lr_factor, poison_loss
@@ -396,14 +396,15 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
         if ckpt is not None:
             state = read_state(ckpt)
             _check_fingerprint(state, fingerprint, cfg, ckpt)
-            if pipeline is not None and state.get("kind") != "dcp":
-                raise TrainError(f"{ckpt} is a one-process/DDP checkpoint: a pipeline stage loads only its own "
-                                 f"layers, from a sharded (DCP) checkpoint. Resume it with pp=1 (any dp, tp), "
-                                 f"which writes sharded checkpoints when tp > 1 or under FSDP, then with pp > 1")
+            full_format = pipeline is not None and state.get("kind") != "dcp"
             saved = (state.get("data_cursor") or {}).get("fingerprint")
             if saved is not None:
                 loader.check_fingerprint(saved, str(ckpt))  # refuses to resume on changed data
-            _load_training_state(ckpt, model, optimizer, restore_rng=True)
+            if full_format:  # a one-process/DDP checkpoint: this stage's part of it
+                whole, order = _whole_model_order(mcfg, tc)
+                load_full_into_stage(ckpt, state, model, optimizer, whole, order)
+            else:
+                _load_training_state(ckpt, model, optimizer, restore_rng=True)
             guard.load_state_dict(state.get("guard") or {})
             start_step, last_loss, resumed_from = int(state["step"]), state.get("loss"), str(ckpt)
             events.write(STAGE, "resumed", step=start_step, checkpoint=str(ckpt))
@@ -565,6 +566,15 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
     seconds = time.perf_counter() - t_start
     events.write(STAGE, "train_done", step=step, loss=last_loss, seconds=seconds)
     return _summary(step, last_loss, tokens_per_step, seconds, params, resumed_from)
+
+
+def _whole_model_order(mcfg: ModelConfig, tc: Any) -> tuple[nn.Module, list[str]]:
+    """The unsplit model (on the meta device: no memory, no init) and its parameter names in the
+    order its optimizer holds them, which is the order of a one-process checkpoint's optim.pt."""
+    with torch.device("meta"):
+        whole = Transformer(mcfg)
+    names = {id(p): n for n, p in whole.named_parameters()}
+    return whole, [names[id(p)] for g in build_optimizer(whole, tc).param_groups for p in g["params"]]
 
 
 def _load_training_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, restore_rng: bool) -> None:
