@@ -140,3 +140,12 @@ def test_cli_calibrate_prints_a_table_and_writes_the_file(cache, monkeypatch):
     assert all(e["threads"] == 1 and set(e["by_size"]) == {"64", "128"} for e in got)
     bad = CliRunner().invoke(app, ["calibrate", "--threads", "0"])
     assert bad.exit_code == 1 and "--threads" in bad.output
+
+
+def test_bandwidth_is_a_copy_over_its_time():
+    """The STREAM-copy figure: 2 × bytes / seconds, positive and below any plausible machine's 10 TB/s;
+    the calibration entry carries it for the roofline of `--device this`."""
+    from tokenmill.scaling.calibrate import measure_bandwidth
+
+    bw = measure_bandwidth("cpu", 0.05, mib=16)
+    assert 1e8 < bw < 1e13

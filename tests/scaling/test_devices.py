@@ -56,3 +56,14 @@ def test_this_machine_uses_the_calibrated_peak():
     spec = get_device("this", price_per_hour=0.1)
     assert spec.peak_flops == 1.5e11 and spec.peak_source == "calibration"
     assert spec.devices_per_node == 1 and spec.memory_bytes > 0 and spec.price_per_hour == 0.1
+
+
+def test_this_machine_takes_the_calibrated_bandwidth_when_measured():
+    entry = {"device": cal.device_name("cpu"), "device_type": "cpu", "threads": torch.get_num_threads(),
+             "dtype": "float32", "peak_flops": 1.5e11, "by_size": {"512": 1.5e11},
+             "date": "2026-01-01T00:00:00+00:00", "torch": torch.__version__}
+    cal.write_calibration([entry])
+    assert get_device("this").memory_bandwidth is None  # an entry from before bandwidth was measured
+    cal.write_calibration([{**entry, "memory_bandwidth": 3.0e10}])
+    assert get_device("this").memory_bandwidth == 3.0e10
+    assert get_device("h100").memory_bandwidth == 3.35e12

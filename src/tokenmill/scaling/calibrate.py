@@ -116,6 +116,25 @@ def measure_peak(device: torch.device | str, dtype: torch.dtype, sizes: tuple[in
     return {"peak_flops": max(by_size.values()), "by_size": by_size}
 
 
+def measure_bandwidth(device: torch.device | str, seconds: float, mib: int = 256) -> float:
+    """Memory bandwidth in bytes/s: the fastest copy of a `mib` MiB fp32 tensor into another
+    (read + write: 2 × its bytes), well beyond any cache, over about `seconds` — the STREAM
+    "copy" kernel, the slope of this device's roofline."""
+    device = torch.device(device)
+    src = torch.ones(mib * 2 ** 20 // 4, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # page faults and thread start-up out of the timing
+    _sync(device)
+    best, deadline, repeats = float("inf"), time.perf_counter() + seconds, 0
+    while repeats < MIN_REPEATS or time.perf_counter() < deadline:
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+        repeats += 1
+    return 2 * src.numel() * src.element_size() / best
+
+
 def calibrate(device: torch.device | str = "cpu", threads: int | None = None, seconds: float = 2.0,
               sizes: tuple[int, ...] | None = None, dtypes: list[torch.dtype] | None = None) -> list[dict[str, Any]]:
     """Measure the matmul peak of `device` in each dtype at `threads` torch threads (None: the
@@ -133,12 +152,13 @@ def calibrate(device: torch.device | str = "cpu", threads: int | None = None, se
         torch.set_num_threads(threads)
     try:
         n_threads = torch.get_num_threads()
+        bandwidth = measure_bandwidth(device, min(seconds, 1.0))
         entries = []
         for dtype in dtypes or calibration_dtypes(device):
             result = measure_peak(device, dtype, sizes, seconds)
             entries.append({"device": device_name(device), "device_type": device.type, "threads": n_threads,
                             "dtype": dtype_name(dtype), "peak_flops": result["peak_flops"],
-                            "by_size": result["by_size"], "seconds": seconds,
+                            "by_size": result["by_size"], "seconds": seconds, "memory_bandwidth": bandwidth,
                             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                             "torch": torch.__version__})
         return entries

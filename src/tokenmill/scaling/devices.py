@@ -96,7 +96,7 @@ def this_machine() -> DeviceSpec:
                       peak_flops=float(entry["peak_flops"]), memory_bytes=memory, devices_per_node=count,
                       intra_node_bandwidth=THIS_PCIE if device.type == "cuda" else THIS_NETWORK,
                       inter_node_bandwidth=THIS_NETWORK, price_per_hour=0.0,
-                      peak_source="calibration")
+                      peak_source="calibration", memory_bandwidth=entry.get("memory_bandwidth"))
 
 
 def get_device(name: str, price_per_hour: float | None = None) -> DeviceSpec:

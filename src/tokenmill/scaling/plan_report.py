@@ -93,9 +93,10 @@ ROOFLINE_HEADER = ("op class", "GFLOP", "GB moved", "FLOP/byte", "bound", "ms", 
 def roofline_title(plan: Plan) -> str:
     rl = plan.roofline or {}
     lay = plan.layout["layout"]
+    where = "this machine" if plan.device["name"] == "this" else f"one {plan.device['name']}"
     return (f"roofline of one micro-batch ({lay['micro_batch']} × {lay['seq_len']} tokens, tp {lay['tp']}, pp "
-            f"{lay['pp']}) on one {plan.device['name']}: ridge {rl.get('ridge_flops_per_byte', 0):,.0f} FLOP/byte "
-            f"({plan.device['peak_flops'] / 1e12:.0f} TFLOP/s over {rl.get('bandwidth', 0) / 1e12:.2f} TB/s); "
+            f"{lay['pp']}) on {where}: ridge {rl.get('ridge_flops_per_byte', 0):,.0f} FLOP/byte "
+            f"({plan.device['peak_flops'] / 1e12:.3g} TFLOP/s over {rl.get('bandwidth', 0) / 1e9:,.0f} GB/s); "
             f"MFU ceiling {rl.get('mfu_ceiling', 0):.0%} with every op at its roof")
 
 
