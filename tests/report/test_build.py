@@ -64,7 +64,9 @@ def test_mixture_plan_section_shows_phases_and_epochs(tmp_path):
             "warnings": ["bucket web is repeated 5.0 epochs (> 4)"]}
     run.events.write("train", "train_start", step=0, plan=plan)
     page = render(run)
-    assert "Mixture and curriculum" in page and "9–10" in page and "5.00" in page
+    assert "Mixture and curriculum" in page and "<td>9–10</td>" in page
+    # the planned epochs of the bucket, flagged (the Data section's planned-vs-delivered table)
+    assert "<td><span class=bad>5</span></td>" in page
     assert "repeated 5.0 epochs" in page
 
 
