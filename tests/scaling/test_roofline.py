@@ -38,7 +38,7 @@ def test_h100_bounds_and_ceiling():
     h100 = get_device("h100")
     rows = {r.name: r for r in roofline(op_classes(CFG, 8, 1024), h100.peak_flops, h100.memory_bandwidth)}
     assert rows["FFN matmuls"].bound == "compute" and rows["norms, activation, residuals, RoPE"].bound == "memory"
-    assert rows["optimizer (AdamW, fp32)"].bound == "memory"
+    assert rows["optimizer (AdamW, fp32; per micro-batch)"].bound == "memory"
     assert sum(r.share for r in rows.values()) == pytest.approx(1.0)
     r = rows["norms, activation, residuals, RoPE"]
     assert r.seconds == pytest.approx(r.bytes / h100.memory_bandwidth)  # memory-bound: traffic over bandwidth
@@ -50,6 +50,23 @@ def test_h100_bounds_and_ceiling():
 def test_the_plan_carries_the_roofline_of_its_layout():
     plan = make_plan(CFG, 2.5e9, 1, get_device("h100"), seq_len=1024, micro_batch=8)
     names = [r["name"] for r in plan.roofline["rows"]]
-    assert names[0] == "attention projections (q, k, v, o)" and "optimizer (AdamW, fp32)" in names
+    assert names[0] == "attention projections (q, k, v, o)" and "optimizer (AdamW, fp32; per micro-batch)" in names
     no_bw = get_device("h100").model_copy(update={"memory_bandwidth": None})
     assert make_plan(CFG, 2.5e9, 1, no_bw, seq_len=1024).roofline is None
+
+
+def test_one_optimizer_step_is_shared_by_the_micro_batches_and_the_zero_shards():
+    """A step of m micro-batches runs AdamW once: each micro-batch carries 1/m of it, and ZeRO over
+    dp ranks leaves each device 1/dp of the parameters to update."""
+    def opt(**kw):
+        return [oc for oc in op_classes(CFG, 8, 1024, **kw) if oc.name.startswith("optimizer")][0]
+    whole = opt()
+    assert opt(micro_batches=4).flops == pytest.approx(whole.flops / 4)
+    assert opt(micro_batches=4, optimizer_shards=8).bytes == pytest.approx(whole.bytes / 32)
+    # the plan passes its layout's m and ZeRO shards (2.5e9 tokens on 8 H100s: DP with many micro-batches)
+    plan = make_plan(CFG, 2.5e9, 8, get_device("h100"), seq_len=1024, micro_batch=8)
+    lay = plan.layout["layout"]
+    row = [r for r in plan.roofline["rows"] if r["name"].startswith("optimizer")][0]
+    want = opt(tp=lay["tp"], pp=lay["pp"], micro_batches=lay["micro_batches"],
+               optimizer_shards=lay["dp"] if lay["zero"] >= 1 else 1)
+    assert lay["micro_batches"] * lay["dp"] > 1 and row["flops"] == pytest.approx(want.flops)

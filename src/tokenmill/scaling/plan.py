@@ -422,8 +422,10 @@ def _roofline(cfg: ModelConfig, layout: Layout, device: DeviceSpec) -> dict[str,
         return None
     from tokenmill.scaling.roofline import as_dicts, op_classes, roofline, roofline_summary
 
-    rows = roofline(op_classes(cfg, layout.micro_batch, layout.seq_len, layout.tp, layout.pp), device.peak_flops,
-                    device.memory_bandwidth)
+    shards = layout.dp if layout.zero >= 1 else 1
+    rows = roofline(op_classes(cfg, layout.micro_batch, layout.seq_len, layout.tp, layout.pp,
+                               micro_batches=layout.micro_batches, optimizer_shards=shards),
+                    device.peak_flops, device.memory_bandwidth)
     return {"rows": as_dicts(rows), **roofline_summary(rows, device.peak_flops, device.memory_bandwidth),
             "bandwidth": device.memory_bandwidth}
 

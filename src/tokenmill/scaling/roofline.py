@@ -4,8 +4,9 @@ each op class of the step on one device, against the device's ridge point peak /
 An op class whose FLOPs per byte of memory traffic are below the ridge is memory-bound: its time
 is bytes / bandwidth, whatever the peak. Counts are per device for one micro-batch of b sequences
 of s tokens through the device's L/pp layers with every matmul split tp ways (training = forward
-+ backward ≈ 3 × the forward in FLOPs and in traffic), plus one optimizer step over the device's
-parameters. Traffic is the minimum: every operand read once from memory and every result written
++ backward ≈ 3 × the forward in FLOPs and in traffic), plus the micro-batch's share of the
+optimizer step: one AdamW update over the device's parameters (its 1/shards when ZeRO shards the
+optimizer state over dp) serves all m micro-batches of a step, so 1/m of it belongs to each. Traffic is the minimum: every operand read once from memory and every result written
 once (no cache reuse across ops, none lost to spills), c bytes per activation and weight element
 (bf16: 2), fp32 for the loss's softmax and the optimizer.
 
@@ -16,7 +17,7 @@ once (no cache reuse across ops, none lost to spills), c bytes per activation an
                                silu·up 6 FLOPs over 3c bytes, residual adds 1 over 3c, RoPE 3 over 2c
     loss                       softmax over b·s·V fp32 logits: ~5 FLOPs over 8 bytes per logit
     AdamW                      ~12 FLOPs per fp32 parameter over 28 bytes (parameter, m, v read
-                               and written, gradient read)
+                               and written, gradient read), over shards · m
 """
 
 from __future__ import annotations
@@ -56,9 +57,11 @@ def _matmul(m: float, k: float, n: float, c: float) -> tuple[float, float]:
 
 
 def op_classes(cfg: ModelConfig, micro_batch: int, seq_len: int, tp: int = 1, pp: int = 1,
-               dtype_bytes: int = 2, last_stage: bool = True) -> list[OpClass]:
-    """The op classes of one micro-batch's forward + backward on one device, and the optimizer
-    step over that device's parameters (the last pipeline stage, which has the head, by default)."""
+               dtype_bytes: int = 2, last_stage: bool = True, micro_batches: int = 1,
+               optimizer_shards: int = 1) -> list[OpClass]:
+    """The op classes of one micro-batch's forward + backward on one device (the last pipeline
+    stage, which has the head, by default), and its 1/micro_batches share of the optimizer step over
+    that device's parameters, 1/optimizer_shards of them under ZeRO."""
     assert cfg.vocab_size is not None
     c, b, s = float(dtype_bytes), micro_batch, seq_len
     m = float(b * s)
@@ -87,8 +90,8 @@ def op_classes(cfg: ModelConfig, micro_batch: int, seq_len: int, tp: int = 1, pp
         out.append(OpClass("lm head matmul", TRAIN * hf, TRAIN * hb))
         out.append(OpClass("loss (softmax over the vocabulary)", TRAIN * 5 * m * V / tp, TRAIN * 8 * m * V / tp,
                            model_flops=False))
-    n_device = param_count(cfg)["total"] / (tp * pp)
-    out.append(OpClass("optimizer (AdamW, fp32)", 12 * n_device, 28 * n_device, model_flops=False))
+    n_device = param_count(cfg)["total"] / (tp * pp * optimizer_shards) / micro_batches
+    out.append(OpClass("optimizer (AdamW, fp32; per micro-batch)", 12 * n_device, 28 * n_device, model_flops=False))
     return out
 
 
