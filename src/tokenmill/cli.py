@@ -545,6 +545,44 @@ def plan(
         Console(width=120, soft_wrap=True).print(part)
 
 
+mixture_app = typer.Typer(help="Mixture weights by experiment: DoReMi and a data-mixing-law regression on proxy models.",
+                          no_args_is_help=True)
+app.add_typer(mixture_app, name="mixture")
+
+
+@mixture_app.command("optimize")
+def mixture_optimize(
+    config: Path = typer.Argument(..., help="Mixture-optimization config (YAML): base run config, methods, proxy size, comparison."),
+) -> None:
+    """Find bucket weights with small proxy models trained on your token store (DoReMi; a data
+    mixing law fitted over sampled mixtures), optionally measure them against uniform and
+    token-proportional weights at the base size, and write <root>/<name>/mixture/optimized.yaml and
+    mixture.html. Running it again continues: finished proxy and comparison runs are reused."""
+    from rich.table import Table
+
+    from tokenmill.mixture.optimize import run_optimize
+    from tokenmill.report.mixture_page import write_mixture_page
+
+    result = _guard(lambda: run_optimize(config, progress=lambda s: console.print(f"[cyan]▶[/] {s}")))
+    page = write_mixture_page(Path(result["dir"]), result)
+    buckets = result["buckets"]
+    table = Table(title="bucket weights")
+    for col in ("method", *buckets, "mean held-out bpb (seeds)"):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    compare = result.get("compare", {})
+    total = sum(result["available_tokens"].values())
+    rows = {"uniform": {b: 1 / len(buckets) for b in buckets},
+            "proportional": {b: result["available_tokens"][b] / total for b in buckets}}
+    rows.update({m: result[m]["weights"] for m in ("doremi", "regmix") if m in result})
+    for name, w in rows.items():
+        c = compare.get(name)
+        measured = "" if c is None else f"{c['mean_bpb']:.4f}" + (f" ± {c['std_bpb']:.4f}" if c["std_bpb"] else "") \
+            + f" ({len(c['runs'])})"
+        table.add_row(name + (" ✓" if name == result["chosen"] else ""), *(f"{w[b]:.3f}" for b in buckets), measured)
+    Console().print(table)
+    typer.echo(f"weights of {result['chosen']}: {result['optimized']}; page: {page}")
+
+
 scaling_app = typer.Typer(help="Scaling laws: IsoFLOP sweeps with the real trainer, and the fitted laws.",
                           no_args_is_help=True)
 app.add_typer(scaling_app, name="scaling")
