@@ -583,6 +583,32 @@ def mixture_optimize(
     typer.echo(f"weights of {result['chosen']}: {result['optimized']}; page: {page}")
 
 
+@app.command("source-value")
+def source_value(
+    config: Path = typer.Argument(..., help="Source-value config (YAML): base run config, seeds, shares."),
+    source: Optional[str] = typer.Option(None, "--source", help="The bucket holding the new source (overrides the config's)."),
+) -> None:
+    """Is a new source worth adding? Paired runs with and without it at equal tokens, and an
+    annealing test (the LR decayed to 0 on a mix holding it), per seed; prints Δ bits-per-byte per
+    held-out slice, the noise band over seeds and a verdict (helps / hurts / within noise), and
+    writes source_value.json and source_value.html. Running it again continues."""
+    from rich.table import Table
+
+    from tokenmill.mixture.source_value import run_source_value
+    from tokenmill.report.mixture_page import write_source_value_page
+
+    result = _guard(lambda: run_source_value(config, source, progress=lambda s: console.print(f"[cyan]▶[/] {s}")))
+    page = write_source_value_page(Path(result["dir"]), result)
+    for name, t in result["tests"].items():
+        table = Table(title=f"{name}: {t['verdict']} (Δ other slices {t['delta_other_slices']:+.4f}, band ±{t['noise_band']:.4f})")
+        table.add_column("slice")
+        table.add_column("Δ bpb (with − without)", justify="right")
+        for s, d in t["delta_bpb"].items():
+            table.add_row(s + (" (the source)" if s == result["source"] else ""), f"{d:+.4f}")
+        Console().print(table)
+    typer.echo(f"page: {page}")
+
+
 scaling_app = typer.Typer(help="Scaling laws: IsoFLOP sweeps with the real trainer, and the fitted laws.",
                           no_args_is_help=True)
 app.add_typer(scaling_app, name="scaling")

@@ -93,3 +93,37 @@ def write_mixture_page(out: Path, result: dict[str, Any]) -> Path:
     path = out / "mixture.html"
     atomic_write_text(path, render_mixture_page(result, f"Mixture optimization: {out.name}"))
     return path
+
+
+# -- tokenmill source-value -------------------------------------------------------------------
+def section_source_test(name: str, t: dict[str, Any], source: str) -> str:
+    slices = sorted(t["delta_bpb"])
+    rows = []
+    for arm in ("without", "with"):
+        for r in t["runs"][arm]:
+            rows.append([f"{arm}, seed {r['seed']}", *(r["bpb"][s] for s in slices), r["mean_bpb"]])
+    rows.append(["Δ (with − without), mean over seeds", *(t["delta_bpb"][s] for s in slices), None])
+    phases = "; ".join(f"{arm}: " + " → ".join(
+        f"{p['name']} {p['fraction']:.0%} ({', '.join(f'{b} {w:.2f}' for b, w in p['weights'].items())})"
+        + (" annealed" if p.get("anneal") else "") for p in ph) for arm, ph in t["phases"].items())
+    return (f"<h2>{html.escape(name)}: <span class={'good' if t['verdict'] == 'helps' else 'bad' if t['verdict'] == 'hurts' else 'muted'}>"
+            f"{html.escape(t['verdict'])}</span></h2><p>{html.escape(phases)}.</p>"
+            f"<p>Δ over the slices other than {html.escape(source)}: {t['delta_other_slices']:+.4f} bpb (per seed "
+            f"{', '.join(f'{x:+.4f}' for x in t['per_seed'])}); noise band ±{t['noise_band']:.4f}. "
+            f"On {html.escape(source)}'s own slice: {t['source_slice']:+.4f}.</p>"
+            + table(["run", *(f"bpb {s}" for s in slices), "mean bpb"], rows))
+
+
+def render_source_value_page(result: dict[str, Any], title: str) -> str:
+    body = [f"<h1>{html.escape(title)}</h1>",
+            f"<p class=muted>tokenmill {__version__} · generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>",
+            f"<p>Source: bucket <b>{html.escape(result['source'])}</b>. Negative Δ bits-per-byte: the source helps.</p>"]
+    body += [section_source_test(name, t, result["source"]) for name, t in result["tests"].items()]
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)} — tokenmill</title>"
+            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")
+
+
+def write_source_value_page(out: Path, result: dict[str, Any]) -> Path:
+    path = out / "source_value.html"
+    atomic_write_text(path, render_source_value_page(result, f"Marginal value of {result['source']}: {out.name}"))
+    return path
