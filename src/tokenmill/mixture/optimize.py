@@ -83,14 +83,20 @@ class CompareConfig(Strict):
     eval_docs: int = Field(64, gt=0, description="Held-out documents per bucket scored at the end of each run.")
 
 
-class MixtureOptimizeConfig(Strict):
-    """Which data, which methods, at which proxy size, and the optional measured comparison."""
+class ExperimentConfig(Strict):
+    """Where an experiment of several runs lives, and the run config they all derive from."""
 
-    name: str = Field("mixture-opt", description="Experiment name; the directory is <root>/<name>.")
+    name: str = Field("experiment", description="Experiment name; the directory is <root>/<name>.")
     root: str = Field("runs", description="Directory holding the experiment directory.")
     base: str = Field(..., description="Run config giving the data stages and the recipe (relative to this file).")
     data: str | None = Field(None, description="An existing run directory whose tokens to use, relative to the working directory (None: <dir>/data).")
     set: list[str] = Field(default_factory=list, description="Overrides applied to the base config.")
+
+
+class MixtureOptimizeConfig(ExperimentConfig):
+    """Which data, which methods, at which proxy size, and the optional measured comparison."""
+
+    name: str = Field("mixture-opt", description="Experiment name; the directory is <root>/<name>.")
     buckets: list[str] | None = Field(None, description="Buckets to weigh (None: every bucket of the token store).")
     methods: list[Method] = Field(["doremi", "regmix"], min_length=1, description="Methods to run.")
     seed: int = Field(0, description="Seed of the proxy models and of the sampled mixtures.")

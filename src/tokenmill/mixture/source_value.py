@@ -26,22 +26,18 @@ from typing import Any, Callable, Literal
 import yaml
 from pydantic import Field, ValidationError
 
-from tokenmill.config import RunConfig, Strict, load_config
-from tokenmill.mixture.optimize import MixtureOptimizeError, train_and_score
+from tokenmill.config import RunConfig, load_config
+from tokenmill.mixture.optimize import ExperimentConfig, MixtureOptimizeError, train_and_score
 from tokenmill.runs import RunDir, atomic_write_text
 from tokenmill.scaling.sweep import prepare_data, resolve_base
 
 Test = Literal["paired", "anneal"]
 
 
-class SourceValueConfig(Strict):
+class SourceValueConfig(ExperimentConfig):
     """Which source, against which data and recipe, how many seeds."""
 
     name: str = Field("source-value", description="Experiment name; the directory is <root>/<name>.")
-    root: str = Field("runs", description="Directory holding the experiment directory.")
-    base: str = Field(..., description="Run config giving the data stages and the recipe (relative to this file).")
-    data: str | None = Field(None, description="An existing run directory whose tokens to use, relative to the working directory (None: <dir>/data).")
-    set: list[str] = Field(default_factory=list, description="Overrides applied to the base config.")
     source: str | None = Field(None, description="The bucket holding the new source (the CLI's --source overrides it).")
     tests: list[Test] = Field(["paired", "anneal"], min_length=1, description="Which experiments to run.")
     share: float = Field(0.2, gt=0, lt=1, description="The source's share of the mixture in the paired 'with' runs.")

@@ -75,18 +75,23 @@ def section_compare(c: dict[str, Any], buckets: list[str]) -> str:
                         title="Mean held-out bpb across buckets", ylabel="bits per byte"))
 
 
+def _page(title: str, body: list[str]) -> str:
+    """A self-contained page in report.html's style: title, version line, the body's sections."""
+    head = [f"<h1>{html.escape(title)}</h1>",
+            f"<p class=muted>tokenmill {__version__} · generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>"]
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)} — tokenmill</title>"
+            f"<style>{CSS}</style></head><body>{''.join(head + body)}</body></html>")
+
+
 def render_mixture_page(result: dict[str, Any], title: str) -> str:
-    body = [f"<h1>{html.escape(title)}</h1>",
-            f"<p class=muted>tokenmill {__version__} · generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>",
-            section_weights(result)]
+    body = [section_weights(result)]
     if "compare" in result:
         body.append(section_compare(result["compare"], result["buckets"]))
     if "doremi" in result:
         body.append(section_doremi(result["doremi"]))
     if "regmix" in result:
         body.append(section_regmix(result["regmix"], result["buckets"]))
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)} — tokenmill</title>"
-            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")
+    return _page(title, body)
 
 
 def write_mixture_page(out: Path, result: dict[str, Any]) -> Path:
@@ -115,12 +120,9 @@ def section_source_test(name: str, t: dict[str, Any], source: str) -> str:
 
 
 def render_source_value_page(result: dict[str, Any], title: str) -> str:
-    body = [f"<h1>{html.escape(title)}</h1>",
-            f"<p class=muted>tokenmill {__version__} · generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>",
-            f"<p>Source: bucket <b>{html.escape(result['source'])}</b>. Negative Δ bits-per-byte: the source helps.</p>"]
+    body = [f"<p>Source: bucket <b>{html.escape(result['source'])}</b>. Negative Δ bits-per-byte: the source helps.</p>"]
     body += [section_source_test(name, t, result["source"]) for name, t in result["tests"].items()]
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)} — tokenmill</title>"
-            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")
+    return _page(title, body)
 
 
 def write_source_value_page(out: Path, result: dict[str, Any]) -> Path:
