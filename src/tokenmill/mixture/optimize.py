@@ -21,11 +21,12 @@ where the first stopped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import statistics
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Iterator, Literal
 
 import numpy as np
 import torch
@@ -181,6 +182,20 @@ def _fmt(w: dict[str, float]) -> str:
 
 
 # --------------------------------------------------------------------------- methods
+@contextlib.contextmanager
+def _doremi_bar(steps: int) -> Iterator[Callable[[str, int], None]]:
+    """A progress bar per DoReMi model (reference, then proxy) on a terminal; nothing elsewhere."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    console = Console(stderr=True)
+    with Progress(TextColumn("[bold]doremi[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=console,
+                  disable=not console.is_terminal) as bar:
+        tasks = {kind: bar.add_task(kind, total=steps) for kind in ("reference", "proxy")}
+        yield lambda kind, step: bar.update(tasks[kind], completed=step)
+
+
 def doremi_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, buckets: list[str],
                 available: dict[str, int], out: Path, progress: Callable[[str], None]) -> dict[str, Any]:
     from tokenmill.mixture.doremi import run_doremi
@@ -202,8 +217,10 @@ def doremi_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, bucke
     if tc.threads:
         torch.set_num_threads(tc.threads)
     progress(f"DoReMi: reference and proxy models, {steps} steps of {len(buckets)} × {rows} × {seq} tokens each")
-    res = run_doremi(store, buckets, mcfg, tc, steps, rows, seq, cfg.seed, ref_w, cfg.doremi.step_size,
-                     cfg.doremi.smoothing, resolve_device(tc.device), log_every=max(1, steps // 50))
+    with _doremi_bar(steps) as advance:
+        res = run_doremi(store, buckets, mcfg, tc, steps, rows, seq, cfg.seed, ref_w, cfg.doremi.step_size,
+                         cfg.doremi.smoothing, resolve_device(tc.device), log_every=max(1, steps // 50),
+                         on_step=advance)
     record = {"steps": steps, "tokens_per_model": steps * rows * seq * len(buckets), **res.as_dict()}
     atomic_write_text(path, json.dumps(record, indent=1))
     progress(f"DoReMi weights: {_fmt(res.weights)}")
