@@ -535,6 +535,15 @@ class ProbeConfig(Strict):
                                        "('package:probes/NAME.txt': a file shipped with tokenmill).")
 
 
+class SemanticContaminationConfig(Strict):
+    """The embedding back-check beside the 13-gram rule: items whose meaning is in the training text."""
+
+    enabled: bool = Field(False, description="Run the semantic back-check of every task against the training documents.")
+    threshold: float = Field(0.8, gt=0.0, le=1.0, description="Cosine similarity at which an item counts as found in a training window.")
+    dim: int = Field(128, gt=1, description="Dimensions of the word vectors tokenmill trains (PPMI + SVD) on the training text.")
+    max_train_words: int = Field(5_000_000, gt=0, description="Words of training text the embedder is trained on (every document is still scanned).")
+
+
 class EvalConfig(Strict):
     """Held-out loss / perplexity / bits-per-byte per bucket, unigram baseline, samples, tasks,
     contamination and memorization audits."""
@@ -544,6 +553,7 @@ class EvalConfig(Strict):
     probes: list[ProbeConfig] = Field(default_factory=list, description="Probe sets scored at every evaluation, in training too.")
     contamination_n: int = Field(13, ge=1, description="Token n-gram length of the contamination check.")
     contamination_threshold: float = Field(0.01, ge=0.0, le=1.0, description="An eval set with more than this share of its n-grams in the training tokens is flagged.")
+    semantic_contamination: SemanticContaminationConfig = Field(default_factory=SemanticContaminationConfig)
     memorization_docs: int = Field(32, ge=0, description="Training and held-out documents per bucket whose prefixes are continued greedily (0: off).")
     memorization_prefix: int = Field(32, ge=1, description="Prefix tokens given to the model.")
     memorization_suffix: int = Field(32, ge=1, description="Continuation tokens that must match exactly.")

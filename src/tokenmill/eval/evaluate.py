@@ -126,7 +126,19 @@ class TaskScorer:
             flagged = set(flag(sets, cfg.contamination_threshold))
             self._contamination = {name: {**v, "flagged": name in flagged, "n": cfg.contamination_n}
                                    for name, v in sets.items()}
+            if cfg.semantic_contamination.enabled:
+                for name, v in self.semantic().items():
+                    self._contamination.setdefault(name, {})["semantic"] = v
         return self._contamination
+
+    def semantic(self) -> dict[str, Any]:
+        """The embedding back-check of every task's solved items against the training documents."""
+        from tokenmill.eval.semantic_contamination import semantic_back_check
+        from tokenmill.eval.tasks import load_task
+
+        cfg = self.run.config.eval
+        items = {t.name: [it.solved() for it in load_task(t)[: t.limit]] for t in cfg.tasks}
+        return semantic_back_check(self.run, self.store, items, cfg.semantic_contamination)
 
     def score(self, model: torch.nn.Module, device: torch.device) -> dict[str, Any]:
         from tokenmill.eval.tasks import score_task

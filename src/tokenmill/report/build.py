@@ -130,6 +130,23 @@ def _task_curves(evals: list[dict]) -> str:
     return line_chart(series, title="Task accuracy", xlabel="step", ylabel="accuracy", markers=True)
 
 
+def _semantic(contamination: dict) -> str:
+    """The embedding back-check per task, with the best matches it flagged."""
+    sem = {name: c["semantic"] for name, c in contamination.items() if c.get("semantic")}
+    if not sem:
+        return ""
+    rows = [[name, s["items"], f'<span class="bad">{s["flagged"]}</span>' if s["flagged"] else 0,
+             s.get("max_score"), s["threshold"]] for name, s in sem.items()]
+    out = ["<h3>Semantic contamination</h3><p>Each item against every window of the training documents, by the "
+           "cosine of SIF embeddings tokenmill trained on the training text (finds paraphrases the n-gram "
+           "check misses).</p>", table(["task", "items", "flagged", "best similarity", "threshold"], rows)]
+    for name, s in sem.items():
+        for ex in s.get("examples", []):
+            out.append(f"<p class=muted>{html.escape(name)} · {ex['score']:.3f} · {html.escape(ex['doc_id'])}</p>"
+                       f"<pre><b>{html.escape(ex['item'])}</b>\n{html.escape(ex['match'])}</pre>")
+    return "".join(out)
+
+
 def _eval_audits(last: dict) -> str:
     """Tasks, contamination and memorization of an evaluation record, when it has them."""
     out: list[str] = []
@@ -147,6 +164,7 @@ def _eval_audits(last: dict) -> str:
                 "last-word match (cloze), from local files; contamination = share of the set's token n-grams "
                 "found in the training tokens.</p>",
                 table(["task", "format", "shots", "items", "acc", "acc_norm / mean log-prob", "contamination"], rows)]
+    out.append(_semantic(contamination))
     other = {k: v for k, v in contamination.items() if k not in {t["name"] for t in tasks}}
     if other:
         rows = [[name, c.get("ngrams", ""), c.get("found", ""),
