@@ -41,11 +41,12 @@ Sharding (map-reduce, memory bounded):
 Each document is followed by a unique separator unit, so no window and no LCP crosses a
 document boundary. The result is identical for any shard size (tested).
 
-Memory bound: building one shard holds about 64 bytes per unit of that shard (values, global
-positions, ranks, the suffix array over the 4-byte ranks, LCP), so peak ≈ 64 × max(shard_tokens,
-longest document) bytes; the merge holds one k-unit key per shard in its heap plus 16 bytes per
-cross-shard repeated window; everything else is memmapped from disk (8 bytes per unit for the
-store and for `first`, ≈ 30 bytes per unit of shard files).
+Memory bound: building one shard holds about 80 bytes per unit of that shard (values, global
+positions, the rank sort, the suffix array over the 4-byte ranks, LCP; measured: 993 MB peak RSS
+for one 12.4 M-unit shard, BENCHMARKS.md), so peak ≈ 80 × max(shard_tokens, longest document)
+bytes, 4 GB at the default; the merge holds a block of 4096 k-unit keys per shard (1.6 MB at
+k=50) plus 16 bytes per cross-shard repeated window; everything else is memmapped from disk
+(8 bytes per unit for the store and for `first`, ≈ 30 bytes per unit of shard files).
 """
 
 from __future__ import annotations
