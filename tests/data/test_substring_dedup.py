@@ -107,6 +107,22 @@ def test_first_copy_is_kept_later_copies_are_cut(tmp_path):
     assert abs(removed_share(texts[2], runs[2]) - len(shared + " ") / len(texts[2])) < 1e-9
 
 
+def test_byte_units_cut_whole_characters(tmp_path):
+    rng = np.random.default_rng(3)
+    alphabet = list("aé東 ")  # 1-, 2- and 3-byte characters
+    shared = "".join(rng.choice(alphabet, size=60))
+    texts = ["".join(rng.choice(alphabet, size=50)) + shared, "東" + shared + "".join(rng.choice(alphabet, size=40))]
+    units = [tokenize(t, "byte") for t in texts]
+    first, bases = find_repeats([u.values for u in units], 20, 10**9, tmp_path)
+    runs = [removal_runs(first[bases[d]:bases[d + 1]], int(bases[d]), 20, units[d]) for d in range(2)]
+    assert all(a.char_end <= b.char_start for a, b in zip(runs[1], runs[1][1:]))  # disjoint, in order
+    removed = "".join(texts[1][sp.char_start:sp.char_end] for sp in runs[1])
+    assert shared in removed
+    rest = cut(texts[1], runs[1])
+    assert len(rest) + len(removed) == len(texts[1]) and shared not in rest
+    rest.encode("utf-8")  # whole characters only
+
+
 def test_config_rejects_bad_values_clearly():
     assert CurateConfig().substring_dedup.enabled is False  # off by default
     for bad, field in (({"k": 0}, "k"), ({"unit": "token"}, "unit"), ({"max_dup_share": 1.5}, "max_dup_share"),

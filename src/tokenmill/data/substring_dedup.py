@@ -311,9 +311,14 @@ def removal_runs(first: np.ndarray, base: int, k: int, units: Units) -> list[Spa
     if not mask.any():
         return []
     edges = np.diff(np.concatenate([[False], mask, [False]]).astype(np.int8))
-    runs = zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1))
-    # A run's first unit is where its first removed window starts: name that window's first copy.
-    return [Span(int(i), int(j), int(units.starts[i]), int(units.cut_ends[j - 1]), int(first[i])) for i, j in runs]
+    spans: list[Span] = []
+    for i, j in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)):
+        # A run's first unit is where its first removed window starts: name that window's first copy.
+        sp = Span(int(i), int(j), int(units.starts[i]), int(units.cut_ends[j - 1]), int(first[i]))
+        if spans and sp.char_start < spans[-1].char_end:  # bytes of one character in two runs
+            sp = spans.pop()._replace(j=sp.j, char_end=sp.char_end)
+        spans.append(sp)
+    return spans
 
 
 def cut(text: str, spans: Sequence[Span]) -> str:
