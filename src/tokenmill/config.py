@@ -105,7 +105,7 @@ class QualityConfig(Strict):
 
 CURATE_STEPS: tuple[str, ...] = (
     "extract", "normalize", "url", "langid", "quality", "model_quality", "safety", "pii",
-    "exact_dedup", "minhash_dedup", "line_dedup", "decontaminate", "bucket",
+    "exact_dedup", "minhash_dedup", "line_dedup", "substring_dedup", "decontaminate", "bucket",
 )
 
 
@@ -199,6 +199,18 @@ class LineDedupConfig(Strict):
     skip_buckets: list[str] = Field(["code"], description="Buckets whose lines are never removed (a repeated import line is code, not boilerplate).")
 
 
+class SubstringDedupConfig(Strict):
+    """Exact-substring dedup (Lee et al. 2022): spans of >= k units repeated anywhere in the corpus, found with suffix arrays."""
+
+    enabled: bool = Field(False, description="Run the step (off by default: it builds suffix arrays over all kept text).")
+    k: int = Field(50, ge=1, description="Shortest repeated span that counts, in units (Lee et al.: 50 tokens).")
+    unit: Literal["word", "byte"] = Field("word", description="One unit: a word or one punctuation mark (about one BPE token; whitespace ignored), or one UTF-8 byte (the reference tool's unit).")
+    mode: Literal["spans", "documents"] = Field("spans", description="spans: cut later copies of repeated spans out of the text (the first copy stays); documents: drop a document whose later-copy share exceeds max_dup_share.")
+    max_dup_share: float = Field(0.5, ge=0.0, le=1.0, description="documents mode: a document with more than this share of its characters in later copies is removed.")
+    shard_tokens: int = Field(50_000_000, ge=1, description="Units per suffix-array shard (whole documents); building one holds about 80 bytes per unit.")
+    skip_buckets: list[str] = Field(default_factory=list, description="Buckets whose documents neither take part nor lose spans.")
+
+
 class DecontaminateConfig(Strict):
     """n-gram overlap against the evaluation sets the user lists."""
 
@@ -260,6 +272,7 @@ class CurateConfig(Strict):
     pii: PiiConfig = Field(default_factory=PiiConfig)
     minhash_dedup: MinHashConfig = Field(default_factory=MinHashConfig)
     line_dedup: LineDedupConfig = Field(default_factory=LineDedupConfig)
+    substring_dedup: SubstringDedupConfig = Field(default_factory=SubstringDedupConfig)
     decontaminate: DecontaminateConfig = Field(default_factory=DecontaminateConfig)
     bucket_rules: list[BucketRule] = Field(default_factory=list, description="Bucket assignment rules (none: the source's bucket).")
     min_chars: int = Field(200, description="Documents shorter than this after extraction are dropped.")

@@ -8,7 +8,10 @@
     dedup    exact duplicates (first in canonical order survives), then MinHash + LSH near
              duplicates over the survivors (band buckets grouped across shards), verified
     lines    units (lines / paragraphs) repeated across many documents, counted corpus-wide
-    final    per shard: apply the dedup decisions, remove boilerplate units, decontaminate,
+    substr   (substring_dedup.enabled) units of the surviving text, per-shard suffix arrays,
+             merged: the first occurrence of every repeated k-unit window (data.substring_dedup)
+    final    per shard: apply the dedup decisions, remove boilerplate units, cut repeated spans
+             (or drop mostly-repeated documents), decontaminate,
              assign buckets, write `OUT/<bucket>/part-<shard>-<chunk>.parquet`
     canary   optional memorization canaries (data.canaries) added to the output, after every
              step so dedup cannot remove their repetitions; counted in the funnel
@@ -341,6 +344,21 @@ def _decisions(job: Job) -> dict[int, dict[str, Any]]:
     return {r["index"]: r for r in pq.read_table(path).to_pylist()}
 
 
+def _frequent(job: Job) -> np.ndarray | None:
+    if "line_dedup" not in job.steps:
+        return None
+    return np.load(Path(job.work) / "lines" / "frequent.npy", allow_pickle=False)
+
+
+def _pending_chunks(job: Job, spec: ShardSpec, out_dir: Path, ext: str) -> Iterator[tuple[int, Path, Path]]:
+    """(chunk, map-phase file, output file) of the shard's chunks whose output is not written yet."""
+    for path in sorted(_map_dir(job, spec.index).glob("chunk-*.parquet")):
+        k = int(path.stem.split("-")[1])
+        out = out_dir / f"chunk-{k:05d}.{ext}"
+        if not out.exists():
+            yield k, path, out
+
+
 # --------------------------------------------------------------------------- line phase
 def line_count_shard(job: Job, spec: ShardSpec, offsets: dict[tuple[int, int], int]) -> None:
     """Unit hashes of every document still alive after dedup, saved per chunk."""
@@ -348,11 +366,7 @@ def line_count_shard(job: Job, spec: ShardSpec, offsets: dict[tuple[int, int], i
 
     decisions = _decisions(job)
     ldir = Path(job.work) / "lines" / f"{spec.index:05d}"
-    for path in sorted(_map_dir(job, spec.index).glob("chunk-*.parquet")):
-        k = int(path.stem.split("-")[1])
-        out = ldir / f"chunk-{k:05d}.npy"
-        if out.exists():
-            continue
+    for k, path, out in _pending_chunks(job, spec, ldir, "npy"):
         base = offsets[(spec.index, k)]
         texts = pq.read_table(path, columns=["text", "bucket"]).to_pylist()
         hashes = [unit_hashes(r["text"], job.cfg.line_dedup) for i, r in enumerate(texts)
@@ -376,6 +390,130 @@ def lines_phase(job: Job, specs: list[ShardSpec], executor: Any, offsets: dict[t
     _mark(ldir / "DONE", {"units": int(values.size), "frequent": int(frequent.size)})
 
 
+# --------------------------------------------------------------------------- substring phase
+def _substr_on(job: Job) -> bool:
+    return "substring_dedup" in job.steps and job.cfg.substring_dedup.enabled
+
+
+def _substr_dir(job: Job) -> Path:
+    return Path(job.work) / "substr"
+
+
+def substr_units_shard(job: Job, spec: ShardSpec, offsets: dict[tuple[int, int], int]) -> None:
+    """Units of every document that reaches substring_dedup (after exact / near dedup and line
+    removal, exactly as the final phase will see its text), saved per chunk."""
+    from tokenmill.data import dedup as dedup_mod
+    from tokenmill.data.substring_dedup import tokenize
+
+    cfg = job.cfg.substring_dedup
+    decisions = _decisions(job)
+    frequent = _frequent(job)
+    sdir = _substr_dir(job) / "map" / f"{spec.index:05d}"
+    for k, path, out in _pending_chunks(job, spec, sdir, "npz"):
+        base = offsets[(spec.index, k)]
+        units, rows, ids = [], [], []
+        for i, row in enumerate(pq.read_table(path).to_pylist()):
+            fmt = row.pop("_format")
+            row.pop("_exact"), row.pop("_sig")
+            doc = _doc_from_row(row, fmt)
+            if _apply_corpus_steps(job, doc, decisions.get(base + i) or {}, frequent, [], dedup_mod.VERSION) is not None:
+                continue
+            if doc.bucket in cfg.skip_buckets:
+                continue
+            units.append(tokenize(doc.text, cfg.unit).values)
+            rows.append(base + i)
+            ids.append(doc.id)
+        sdir.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp.npz")
+        np.savez(tmp, units=np.concatenate(units) if units else np.zeros(0, np.uint64),
+                 lens=np.array([len(u) for u in units], dtype=np.int64), rows=np.array(rows, dtype=np.int64),
+                 ids=np.array(ids, dtype=str))
+        os.replace(tmp, out)
+
+
+def substr_phase(job: Job, specs: list[ShardSpec], executor: Any, offsets: dict[tuple[int, int], int]) -> dict[str, int]:
+    """Units per shard (parallel), one unit store, per-shard suffix arrays (parallel), their
+    merge, and the first occurrence of every repeated window (data.substring_dedup)."""
+    from tokenmill.data.substring_dedup import build_index, write_store_parts
+
+    sdir = _substr_dir(job)
+    if (sdir / "DONE").exists():
+        return json.loads((sdir / "DONE").read_text())
+    executor.map(substr_units_shard, [(job, s, offsets) for s in specs])
+    parts = sorted((sdir / "map").glob("*/chunk-*.npz"))  # canonical (shard, chunk) order
+    lens = [np.load(p)["lens"] for p in parts]
+    index = sdir / "index"
+    write_store_parts(index, np.concatenate(lens) if lens else np.zeros(0, np.int64), (np.load(p)["units"] for p in parts))
+    np.save(index / "rows.npy", np.concatenate([np.load(p)["rows"] for p in parts]) if parts else np.zeros(0, np.int64))
+    np.save(index / "ids.npy", np.concatenate([np.load(p)["ids"] for p in parts]) if parts else np.zeros(0, str))
+    cfg = job.cfg.substring_dedup
+    stats = build_index(index, cfg.k, cfg.shard_tokens, run=executor.map)
+    _mark(sdir / "DONE", stats)
+    return stats
+
+
+@dataclass
+class SubstrState:
+    """What the final phase needs: where each document's windows first occur."""
+
+    first: np.ndarray  # memmap, one int64 per unit (data.substring_dedup.build_index)
+    bases: np.ndarray  # unit offset of every indexed document (+ the end)
+    rows: np.ndarray  # global row index of every indexed document (sorted)
+    ids: np.ndarray  # document id of every indexed document
+
+    @classmethod
+    def load(cls, job: Job) -> "SubstrState":
+        index = _substr_dir(job) / "index"
+        return cls(np.load(index / "first.npy", mmap_mode="r"), np.load(index / "bases.npy"),
+                   np.load(index / "rows.npy"), np.load(index / "ids.npy"))
+
+    def doc_of(self, row: int) -> int | None:
+        """Index of a global row among the indexed documents (None: it did not take part)."""
+        d = int(np.searchsorted(self.rows, row))
+        return d if d < len(self.rows) and self.rows[d] == row else None
+
+
+def _apply_substring(job: Job, doc: Doc, row: int, substr: SubstrState | None, marks: list[StepMark],
+                     rejected: list[dict[str, Any]]) -> Rejection | None:
+    """substring_dedup for one document: cut its later copies of repeated spans (each one a
+    `_rejected` row) or drop it when mostly repeated; disabled or skipped: passed through."""
+    from tokenmill.data import substring_dedup as sd
+
+    cfg = job.cfg.substring_dedup
+    n = text_bytes(doc.text)
+    d = substr.doc_of(row) if substr is not None else None
+    if d is None:
+        marks.append(StepMark(sd.STEP, n, n, False))
+        return None
+    units = sd.tokenize(doc.text, cfg.unit)
+    b0, b1 = int(substr.bases[d]), int(substr.bases[d + 1])
+    if len(units.values) != b1 - b0:
+        raise RuntimeError(f"substring_dedup: document {doc.id} has {len(units.values)} units, {b1 - b0} were indexed (a bug)")
+    spans = sd.removal_runs(np.asarray(substr.first[b0:b1]), b0, cfg.k, units)
+
+    def other(sp: sd.Span) -> tuple[str, int]:
+        od, offset = sd.locate(sp.first, substr.bases)
+        return str(substr.ids[od]), offset
+
+    if cfg.mode == "documents":
+        share = sd.removed_share(doc.text, spans)
+        if share > cfg.max_dup_share:
+            marks.append(StepMark(sd.STEP, n, 0, True, sd.RULE_SHARE))
+            return sd.share_rejection(share, spans, other(spans[0])[0], cfg)
+    elif spans:
+        text = sd.cut(doc.text, spans)
+        if len(text.strip()) < job.cfg.min_chars:
+            marks.append(StepMark(sd.STEP, n, 0, True, sd.RULE_TOO_SHORT))
+            return sd.too_short_rejection(len(text.strip()), job.cfg.min_chars, len(spans))
+        for sp in spans:
+            row_out = doc.rejected_row(sd.span_rejection(sp, *other(sp), cfg))
+            rejected.append({**row_out, "text": doc.text[sp.char_start:sp.char_end]})
+        doc.text = text
+    marks.append(StepMark(sd.STEP, n, text_bytes(doc.text), True))
+    doc.lineage.append((sd.STEP, sd.VERSION))
+    return None
+
+
 # --------------------------------------------------------------------------- final phase
 def _final_dir(job: Job) -> Path:
     return Path(job.work) / "final"
@@ -386,19 +524,19 @@ def final_shard(job: Job, spec: ShardSpec, offsets: dict[tuple[int, int], int]) 
     names = tuple(s for s in job.steps if s in FINAL_STEPS)
     steps = _worker_steps(job, names)
     decisions = _decisions(job)
-    frequent = None
-    if "line_dedup" in job.steps:
-        frequent = np.load(Path(job.work) / "lines" / "frequent.npy", allow_pickle=False)
+    frequent = _frequent(job)
+    substr = SubstrState.load(job) if _substr_on(job) else None
     fdir = Path(job.work) / "finalized" / f"{spec.index:05d}"
     for path in sorted(_map_dir(job, spec.index).glob("chunk-*.parquet")):
         k = int(path.stem.split("-")[1])
         if (fdir / f"chunk-{k:05d}.done").exists():
             continue
-        _final_chunk(job, spec.index, k, path, offsets[(spec.index, k)], decisions, frequent, names, steps)
+        _final_chunk(job, spec.index, k, path, offsets[(spec.index, k)], decisions, frequent, substr, names, steps)
 
 
 def _final_chunk(job: Job, shard: int, k: int, path: Path, base: int, decisions: dict[int, dict[str, Any]],
-                 frequent: np.ndarray | None, names: tuple[str, ...], steps: dict[str, DocStep]) -> None:
+                 frequent: np.ndarray | None, substr: "SubstrState | None", names: tuple[str, ...],
+                 steps: dict[str, DocStep]) -> None:
     from tokenmill.data import dedup as dedup_mod
 
     funnel = Funnel(job.funnel_steps)
@@ -412,6 +550,8 @@ def _final_chunk(job: Job, shard: int, k: int, path: Path, base: int, decisions:
         decision = decisions.get(base + i) or {}
         marks: list[StepMark] = []
         rejection = _apply_corpus_steps(job, doc, decision, frequent, marks, dedup_mod.VERSION)
+        if rejection is None and "substring_dedup" in job.steps:
+            rejection = _apply_substring(job, doc, base + i, substr, marks, rejected)
         if rejection is None:
             rejection = run_doc_steps(doc, names, steps, marks)
         _record(funnel, bucket0, marks)
@@ -550,6 +690,9 @@ def curate(cfg: CurateConfig, out: Path, *, steps: list[str] | None = None, base
         if "line_dedup" in selected:
             lines_phase(job, specs, executor, offsets)
             emit("phase", phase="lines", seconds=round(time.time() - started, 3))
+        if _substr_on(job):
+            stats = substr_phase(job, specs, executor, offsets)
+            emit("phase", phase="substring", seconds=round(time.time() - started, 3), **stats)
         task = bar.add_task("final", total=len(specs))
         executor.map(final_shard, [(job, s, offsets) for s in specs], on_done=lambda i, r: bar.advance(task))
 

@@ -91,7 +91,7 @@ def _ratio(num: int, den: int) -> float | None:
 
 PARSE_STEPS = ("read", "extract")
 QUALITY_STEPS = ("length", "langid", "quality", "model_quality", "safety")
-DEDUP_STEPS = ("exact_dedup", "minhash_dedup", "line_dedup")
+DEDUP_STEPS = ("exact_dedup", "minhash_dedup", "line_dedup", "substring_dedup")
 
 
 def _share_kept(steps: dict[str, StepCounts], names: tuple[str, ...]) -> float | None:

@@ -1,6 +1,6 @@
 """Which class implements each per-document curation step, and building the enabled ones.
 
-Corpus-wide steps (exact_dedup, minhash_dedup, line_dedup) are not DocSteps: the curate stage
+Corpus-wide steps (exact_dedup, minhash_dedup, line_dedup, substring_dedup) are not DocSteps: the curate stage
 runs them as map-reduce phases between the per-document ones.
 """
 
@@ -24,10 +24,10 @@ DOC_STEP_CLASSES: dict[str, tuple[str, str]] = {
     "decontaminate": ("tokenmill.data.decontaminate", "Decontaminate"),
     "bucket": ("tokenmill.data.bucketing", "Bucket"),
 }
-CORPUS_STEPS: tuple[str, ...] = ("exact_dedup", "minhash_dedup", "line_dedup")
+CORPUS_STEPS: tuple[str, ...] = ("exact_dedup", "minhash_dedup", "line_dedup", "substring_dedup")
 # Per-document steps before the corpus-wide ones, and after them.
 MAP_STEPS: tuple[str, ...] = CURATE_STEPS[: CURATE_STEPS.index("exact_dedup")]
-FINAL_STEPS: tuple[str, ...] = CURATE_STEPS[CURATE_STEPS.index("line_dedup") + 1:]
+FINAL_STEPS: tuple[str, ...] = CURATE_STEPS[CURATE_STEPS.index("substring_dedup") + 1:]
 
 
 def selected_steps(cfg: CurateConfig, override: list[str] | None = None) -> tuple[str, ...]:
