@@ -56,3 +56,17 @@ def test_reporting_knobs_do_not_change_the_fingerprint(tmp_path):
                                       "train.eval_every=5", "eval.batch_size=2"]), base.path)
     assert all(base.fingerprint(s) == other.fingerprint(s) for s in STAGES)
     assert base.fingerprint("train") != RunDir(load_config(None, ["train.max_steps=3"]), base.path).fingerprint("train")
+
+
+def test_an_optional_step_that_is_off_stays_out_of_the_fingerprint(tmp_path):
+    """Runs made before substring_dedup existed (its section absent) keep their curation fresh after
+    an upgrade: while the step is off, none of its settings enter the fingerprint."""
+    from tokenmill.config import load_config
+    from tokenmill.runs import RunDir
+
+    def fp(*overrides: str) -> str:
+        return RunDir(load_config(None, ["name=t", f"root={tmp_path}", *overrides]), tmp_path / "t").fingerprint("curate")
+
+    assert fp() == fp("curate.substring_dedup.k=80")
+    assert fp("curate.substring_dedup.enabled=true") != fp()
+    assert fp("curate.substring_dedup.enabled=true") != fp("curate.substring_dedup.enabled=true", "curate.substring_dedup.k=80")

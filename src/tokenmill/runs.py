@@ -42,6 +42,19 @@ NOT_FINGERPRINTED: dict[str, frozenset[str]] = {
 }
 
 
+# Optional steps added to a section after runs were made: while a step is off its settings cannot
+# change the stage's output, so they stay out of the fingerprint, and upgrading tokenmill does not
+# make the earlier runs' stages stale.
+OPTIONAL_STEPS: dict[str, tuple[str, ...]] = {"curate": ("substring_dedup",)}
+
+
+def _without_disabled(section: str, values: dict[str, Any]) -> dict[str, Any]:
+    for step in OPTIONAL_STEPS.get(section, ()):
+        if not (values.get(step) or {}).get("enabled", False):
+            values.pop(step, None)
+    return values
+
+
 def sha256_json(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -136,8 +149,8 @@ class RunDir:
     def fingerprint(self, stage: str, inputs: Any = None) -> str:
         """Hash of the stage's config sections, the previous stage's fingerprint and its inputs."""
         idx = STAGES.index(stage)
-        sections = {s: getattr(self.config, s).model_dump(mode="json", exclude=set(NOT_FINGERPRINTED.get(s, ())))
-                    for s in STAGE_SECTIONS[stage]}
+        sections = {s: _without_disabled(s, getattr(self.config, s).model_dump(
+            mode="json", exclude=set(NOT_FINGERPRINTED.get(s, ())))) for s in STAGE_SECTIONS[stage]}
         # Raw-input changes reach later stages through invalidation: a stage that reruns
         # forgets every later stage (see pipeline.run_stage).
         upstream = self.fingerprint(STAGES[idx - 1]) if idx > 0 else None

@@ -54,13 +54,19 @@ def test_optimize_writes_usable_weights_and_measures_every_candidate(tmp_path, t
     assert result["chosen"] == min(measured, key=measured.get)
     for name, c in result["compare"].items():
         run = c["runs"][0]
-        rc = yaml.safe_load((tmp_path / "out" / "m" / "runs" / f"compare-{name}-s1" / "config.yaml").read_text())
+        assert run["run"].startswith(str(tmp_path / "out" / "m" / "runs" / f"compare-{name}-")) and run["run"].endswith("-s1")
+        rc = yaml.safe_load((tmp_path / "out" / "m" / "runs" / run["run"].rsplit("/", 1)[1] / "config.yaml").read_text())
         assert rc["mixture"]["weights"] == pytest.approx(c["weights"]) and rc["train"]["seed"] == 1
         assert run["mean_bpb"] == pytest.approx(sum(run["bpb"].values()) / 2)
     assert result["compare"]["proportional"]["weights"] == pytest.approx(baseline_weights("proportional", result["available_tokens"]))
     regmix = result["regmix"]
     assert len(regmix["runs"]) == 4 and regmix["runs"][0]["weights"] == {"code": 0.5, "prose": 0.5}
     assert set(regmix["fits"]) == {"code", "prose"}
+    # no bucket above max_epochs (4) over the base run's 1280 tokens: the regmix weights stay under the cap
+    assert all(regmix["weights"][b] <= regmix["upper"][b] + 1e-9 for b in regmix["weights"])
+    assert regmix["upper"]["prose"] == pytest.approx(4 * result["available_tokens"]["prose"] / 1280)
+    ep = result["compare"]["uniform"]["epochs"]
+    assert ep["code"] == pytest.approx(0.5 * 1280 / result["available_tokens"]["code"])
     assert (out / "mixture.html").read_text().count("<h2>") == 4 and "regmix" in res.output and "optimized.yaml" in res.output
     # a second call trains nothing again: every run is finished
     before = {p: p.stat().st_mtime for p in (out / "runs").glob("*/events.jsonl")}

@@ -54,3 +54,19 @@ def test_the_best_mixture_matches_a_brute_force_search_of_the_simplex():
     truth = np.mean([law(p, grid) for p in TRUE], axis=0)
     assert value <= truth.min() + 1e-6  # at least as good as the finest grid point
     assert best == pytest.approx(grid[int(np.argmin(truth))], abs=2 * step)
+
+
+def test_the_best_mixture_under_per_bucket_caps_matches_a_brute_force_search_of_the_box():
+    r = sample_mixtures(3, 12, seed=1, min_weight=0.02, anchors=[np.ones(3)])
+    fits = [fit_law(r, law(p, r)) for p in TRUE]
+    free, _ = best_mixture(fits, 3, seed=0, candidates=20_000, min_weight=0.02)
+    cap = np.asarray([1.0, 1.0, free[2] / 2])  # the unconstrained optimum is outside the box
+    best, value = best_mixture(fits, 3, seed=0, candidates=20_000, min_weight=0.02, upper=cap)
+    assert best[2] <= cap[2] + 1e-9 and best[2] == pytest.approx(cap[2], abs=1e-3)  # pressed against the cap
+    step = 0.005
+    grid = np.asarray([(a, b, 1 - a - b) for a, b in itertools.product(np.arange(0.02, 0.961, step), repeat=2)
+                       if 0.02 - 1e-12 <= 1 - a - b <= cap[2]])
+    truth = np.mean([law(p, grid) for p in TRUE], axis=0)
+    assert value <= truth.min() + 1e-6
+    with pytest.raises(ValueError, match="no mixture fits the bounds"):
+        best_mixture(fits, 3, seed=0, candidates=100, min_weight=0.02, upper=np.asarray([0.3, 0.3, 0.3]))

@@ -66,9 +66,11 @@ def paraphrase(text: str, synonyms: dict[str, list[str]], rng: random.Random, p_
 
 
 def plant(items: dict[str, list[str]], docs: list[tuple[str, str]], synonyms: dict[str, list[str]],
-          seed: int, share: float = 0.5) -> tuple[list[tuple[str, str]], dict[str, list[bool]], dict[str, dict[int, str]]]:
+          seed: int, share: float = 0.5, rewrite: bool = True
+          ) -> tuple[list[tuple[str, str]], dict[str, list[bool]], dict[str, dict[int, str]]]:
     """(documents with paraphrases planted, per task which items were planted, the paraphrases).
-    Each planted paraphrase goes after a random sentence end of a random document."""
+    Each planted paraphrase goes after a random sentence end of a random document; with
+    rewrite=False the items themselves are planted (the verbatim control)."""
     rng = random.Random(seed)
     docs = list(docs)
     spans: dict[int, list[tuple[int, int]]] = {}  # planted (start, end) per document: never cut into
@@ -79,7 +81,7 @@ def plant(items: dict[str, list[str]], docs: list[tuple[str, str]], synonyms: di
         labels[name] = [i in chosen for i in range(len(task))]
         texts[name] = {}
         for i in sorted(chosen):
-            para = paraphrase(task[i], synonyms, rng)
+            para = paraphrase(task[i], synonyms, rng) if rewrite else task[i]
             texts[name][i] = para
             k = rng.randrange(len(docs))
             doc_id, text = docs[k]

@@ -37,7 +37,7 @@ from tokenmill.config import RunConfig, Strict, load_config
 from tokenmill.errors import UserError
 from tokenmill.mixture.curriculum import resolve_weights
 from tokenmill.mixture.errors import MixtureError
-from tokenmill.runs import RunDir, atomic_write_text
+from tokenmill.runs import RunDir, atomic_write_text, sha256_json
 from tokenmill.scaling.sweep import link_data, prepare_data, resolve_base
 
 Method = Literal["doremi", "regmix"]
@@ -73,6 +73,7 @@ class RegMixConfig(Strict):
     mixtures: int = Field(10, ge=4, description="Proxy runs, on uniform, token-proportional and random mixtures.")
     min_weight: float = Field(0.02, ge=0, lt=0.5, description="Least share of any bucket, sampled and optimized.")
     candidates: int = Field(200_000, gt=0, description="Random mixtures the fitted law is evaluated on before SLSQP polishes the best.")
+    max_epochs: float = Field(4.0, gt=0, description="No bucket may be repeated more than this many epochs in a run of the base config's budget (seed 004).")
 
 
 class CompareConfig(Strict):
@@ -177,6 +178,20 @@ def train_and_score(rc: RunConfig, data: RunDir, runs_dir: Path) -> dict[str, An
             "mean_bpb": statistics.fmean(m["bpb"] for m in buckets.values())}
 
 
+def budget_tokens(base: RunConfig) -> int:
+    """Training tokens of one run of the base config (its budget resolved into whole steps)."""
+    from tokenmill.train.budget import resolve_budget, tokens_per_step
+
+    tc = resolve_budget(base.train)
+    return tc.max_steps * tokens_per_step(tc)
+
+
+def epochs(weights: dict[str, float], available: dict[str, int], tokens: int) -> dict[str, float]:
+    """How many times a run of `tokens` tokens on `weights` reads each bucket."""
+    total = sum(weights.values())
+    return {b: w / total * tokens / available[b] for b, w in weights.items()}
+
+
 def _fmt(w: dict[str, float]) -> str:
     return ", ".join(f"{b} {v:.3f}" for b, v in w.items())
 
@@ -246,9 +261,15 @@ def regmix_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, bucke
         runs.append({"name": name, "weights": w, **train_and_score(rcfg, data, out / "runs")})
     y = np.asarray([[run["bpb"][b] for b in buckets] for run in runs])
     fits = [fit_law(mixtures, y[:, j]) for j in range(len(buckets))]
-    r_best, predicted = best_mixture(fits, len(buckets), cfg.seed, rc.candidates, rc.min_weight)
+    target = budget_tokens(base)
+    upper = np.asarray([rc.max_epochs * available[b] / target for b in buckets])
+    try:
+        r_best, predicted = best_mixture(fits, len(buckets), cfg.seed, rc.candidates, rc.min_weight, upper)
+    except ValueError as exc:
+        raise MixtureOptimizeError(f"regmix: {exc} (max_epochs {rc.max_epochs} over {target:,} training tokens)") from exc
     observed = [run["mean_bpb"] for run in runs]
     record = {"weights": {b: float(x) for b, x in zip(buckets, r_best)}, "predicted_mean_bpb": predicted,
+              "upper": {b: float(u) for b, u in zip(buckets, upper)}, "target_tokens": target,
               "best_sampled": runs[int(np.argmin(observed))]["name"], "best_sampled_mean_bpb": float(min(observed)),
               "fits": {b: {"c": float(f.params[0]), "k": float(math.exp(f.params[1])),
                            "t": {bj: float(t) for bj, t in zip(buckets, f.params[2:])},
@@ -260,19 +281,21 @@ def regmix_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, bucke
 
 
 def compare_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, candidates: dict[str, dict[str, float]],
-                 out: Path, progress: Callable[[str], None]) -> dict[str, Any]:
+                 available: dict[str, int], out: Path, progress: Callable[[str], None]) -> dict[str, Any]:
     assert cfg.compare is not None
     results: dict[str, Any] = {}
     for name in cfg.compare.mixtures:
         w = candidates[name]
         rows = []
+        tag = sha256_json({b: round(x, 6) for b, x in w.items()})[:6]  # other weights, another run
         for seed in cfg.compare.seeds:
-            run_name = f"compare-{name}-s{seed}"
+            run_name = f"compare-{name}-{tag}-s{seed}"
             progress(f"compare {run_name}: {_fmt(w)}")
             rc = child_config(base, run_name, out / "runs", w, seed=seed, eval_docs=cfg.compare.eval_docs)
             rows.append({"seed": seed, **train_and_score(rc, data, out / "runs")})
         means = [r["mean_bpb"] for r in rows]
-        results[name] = {"weights": w, "runs": rows, "mean_bpb": statistics.fmean(means),
+        results[name] = {"weights": w, "epochs": epochs(w, available, budget_tokens(base)), "runs": rows,
+                         "mean_bpb": statistics.fmean(means),
                          "std_bpb": statistics.stdev(means) if len(means) > 1 else None}
         atomic_write_text(out / "compare.json", json.dumps(results, indent=1))
     return results
@@ -308,7 +331,7 @@ def run_optimize(path: Path, progress: Callable[[str], None] = lambda s: None) -
     candidates = {k: baseline_weights(k, available) for k in ("uniform", "proportional")}
     candidates.update({m: result[m]["weights"] for m in cfg.methods})
     if cfg.compare is not None:
-        result["compare"] = compare_step(cfg, base, data, candidates, out, progress)
+        result["compare"] = compare_step(cfg, base, data, candidates, available, out, progress)
     chosen = choose(cfg, result)
     result["chosen"] = chosen
     result["optimized"] = str(write_optimized(out, result, candidates[chosen], chosen))

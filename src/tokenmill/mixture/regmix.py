@@ -80,17 +80,29 @@ def fit_law(r: np.ndarray, y: np.ndarray) -> LawFit:
     return LawFit(params, rmse, loo)
 
 
-def best_mixture(fits: list[LawFit], k: int, seed: int, candidates: int, min_weight: float) -> tuple[np.ndarray, float]:
-    """The mixture minimising the mean predicted loss over buckets, within min_weight ≤ r_i."""
+def best_mixture(fits: list[LawFit], k: int, seed: int, candidates: int, min_weight: float,
+                 upper: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """The mixture minimising the mean predicted loss over buckets, within min_weight ≤ r_i ≤ upper_i
+    (upper: e.g. the share at which a bucket would be repeated more than a few epochs)."""
+    hi = np.ones(k) if upper is None else np.minimum(np.asarray(upper, dtype=np.float64), 1.0)
+    if hi.sum() < 1.0 or (hi < min_weight).any():
+        raise ValueError(f"no mixture fits the bounds: at most {np.round(hi, 4).tolist()} per bucket "
+                         f"(sum {hi.sum():.3f} < 1, or below min_weight {min_weight})")
+
     def objective(r: np.ndarray) -> np.ndarray:
         return np.mean([f.predict(r) for f in fits], axis=0)
 
     rng = np.random.default_rng(seed)
     pool = min_weight + (1 - k * min_weight) * rng.dirichlet(np.ones(k), size=candidates)
+    pool = pool[(pool <= hi + 1e-12).all(axis=1)]
+    if len(pool) == 0:
+        raise ValueError(f"none of {candidates} random mixtures lies under the bounds {np.round(hi, 4).tolist()}; "
+                         "raise regmix.candidates")
     start = pool[int(np.argmin(objective(pool)))]
     res = minimize(lambda r: float(objective(r)[0]), start, method="SLSQP",
-                   bounds=[(min_weight, 1.0)] * k, constraints=[{"type": "eq", "fun": lambda r: np.sum(r) - 1.0}])
-    r = res.x if res.success and float(objective(res.x)[0]) <= float(objective(start)[0]) else start
-    r = np.clip(r, min_weight, 1.0)
+                   bounds=list(zip([min_weight] * k, hi)), constraints=[{"type": "eq", "fun": lambda r: np.sum(r) - 1.0}])
+    ok = res.success and abs(res.x.sum() - 1) < 1e-6 and (res.x <= hi + 1e-9).all() and (res.x >= min_weight - 1e-9).all()
+    r = res.x if ok and float(objective(res.x)[0]) <= float(objective(start)[0]) else start
+    r = np.clip(r, min_weight, hi)
     r /= r.sum()
     return r, float(objective(r)[0])

@@ -66,11 +66,12 @@ def section_regmix(d: dict[str, Any], buckets: list[str]) -> str:
 def section_compare(c: dict[str, Any], buckets: list[str]) -> str:
     names = list(c)
     rows = [[n, *(sum(r["bpb"][b] for r in c[n]["runs"]) / len(c[n]["runs"]) for b in buckets), c[n]["mean_bpb"],
-             "—" if c[n]["std_bpb"] is None else c[n]["std_bpb"], len(c[n]["runs"])] for n in names]
+             "—" if c[n]["std_bpb"] is None else c[n]["std_bpb"], len(c[n]["runs"]),
+             ", ".join(f"{b} {e:.2f}" for b, e in c[n].get("epochs", {}).items())] for n in names]
     return ("<h2>Measured at the base size</h2><p>Each candidate mixture trained with the base config's model and "
             "budget, one run per seed; held-out bits-per-byte per bucket (mean over seeds) and its mean across "
             "buckets, with the spread over seeds.</p>"
-            + table(["mixture", *buckets, "mean bpb", "std over seeds", "seeds"], rows)
+            + table(["mixture", *buckets, "mean bpb", "std over seeds", "seeds", "epochs per bucket"], rows)
             + bar_chart(names, {"mean bpb": [c[n]["mean_bpb"] for n in names]},
                         title="Mean held-out bpb across buckets", ylabel="bits per byte"))
 
