@@ -42,6 +42,10 @@ bench: $(STAMP)
 	test -d $(REAL_CORPORA) || bash ../shared/corpora/fetch_real_corpora.sh $(REAL_CORPORA)
 	$(BIN)/python benchmarks/bench_curate_vs_datatrove.py --corpus $(REAL_CORPORA)/web_html/python3.11-doc
 	TOKENMILL_REAL_CORPORA=$(REAL_CORPORA) $(BIN)/python benchmarks/bench_minhash.py
+	TOKENMILL_REAL_CORPORA=$(REAL_CORPORA) $(BIN)/python benchmarks/bench_substring_dedup.py
+	$(BIN)/python benchmarks/bench_semantic_contamination.py --corpus $(REAL_CORPORA)
+	$(BIN)/tokenmill mixture optimize examples/mixture/optimize.yaml  # about an hour
+	$(BIN)/tokenmill source-value examples/mixture/source_value.yaml
 	$(BIN)/python benchmarks/bench_scaling_prediction.py  # about an hour: the example IsoFLOP sweep + its 4x held-out run
 
 clean:

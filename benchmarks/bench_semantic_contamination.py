@@ -62,7 +62,8 @@ def ngram_caught(items: list[str], docs: list[tuple[str, str]], n: int = 13) -> 
     out = []
     for it in items:
         grams, _ = word_ngram_stream([it], n, short=False)
-        out.append(bool(len(grams)) and bool(np.isin(grams, train).any()))
+        pos = np.minimum(np.searchsorted(train, grams), len(train) - 1)  # train is sorted and unique
+        out.append(bool(len(grams)) and bool((train[pos] == grams).any()))
     return out
 
 

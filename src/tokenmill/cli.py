@@ -587,7 +587,7 @@ def mixture_optimize(
 @app.command("source-value")
 def source_value(
     config: Path = typer.Argument(..., help="Source-value config (YAML): base run config, seeds, shares."),
-    source: Optional[str] = typer.Option(None, "--source", help="The bucket holding the new source (overrides the config's)."),
+    source: Optional[str] = typer.Option(None, "--source", help="The new source: a bucket of the token store, or a file or directory of new data to curate into a new bucket (overrides the config's)."),
 ) -> None:
     """Is a new source worth adding? Paired runs with and without it at equal tokens, and an
     annealing test (the LR decayed to 0 on a mix holding it), per seed; prints Δ bits-per-byte per

@@ -69,3 +69,26 @@ def test_a_source_that_is_no_bucket_is_refused(tmp_path, tokenized_run):
         load_source_value_config(tmp_path / "sv.yaml")
     res = runner.invoke(app, ["source-value", str(tmp_path / "sv.yaml"), "--source", "web"])
     assert res.exit_code == 1 and "source 'web' is not a bucket" in res.output
+
+
+def test_a_source_given_as_a_path_becomes_a_new_bucket_of_its_own_store(tmp_path, tokenized_run):
+    from tokenmill.config import load_config
+    from tokenmill.mixture.source_value import resolve_source
+
+    _base(tmp_path, tokenized_run)
+    new = tmp_path / "My Notes"
+    new.mkdir()
+    (new / "a.txt").write_text("some new text")
+    write = lambda **kw: (tmp_path / "sv.yaml").write_text(yaml.safe_dump({"base": "base.yaml", **kw}))
+    write()
+    base = load_config(tmp_path / "base.yaml", [])
+    cfg = load_source_value_config(tmp_path / "sv.yaml", str(new))
+    rc, bucket = resolve_source(cfg, base, tmp_path / "sv.yaml")
+    assert bucket == "new-My-Notes" and rc.curate.sources[-1].path == str(new.resolve())
+    assert rc.curate.sources[-1].bucket == bucket and len(rc.curate.sources) == len(base.curate.sources) + 1
+    with pytest.raises(MixtureOptimizeError, match="remove `data:`"):
+        write(data=str(tokenized_run.path))
+        resolve_source(load_source_value_config(tmp_path / "sv.yaml", str(new)), base, tmp_path / "sv.yaml")
+    write()
+    res = runner.invoke(app, ["source-value", str(tmp_path / "sv.yaml"), "--source", str(tmp_path / "missing")])
+    assert res.exit_code == 1 and "source path" in res.output and "does not exist" in res.output

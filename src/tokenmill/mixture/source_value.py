@@ -19,6 +19,7 @@ the verdict compares that mean with the band: helps, hurts, or within noise.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -38,7 +39,8 @@ class SourceValueConfig(ExperimentConfig):
     """Which source, against which data and recipe, how many seeds."""
 
     name: str = Field("source-value", description="Experiment name; the directory is <root>/<name>.")
-    source: str | None = Field(None, description="The bucket holding the new source (the CLI's --source overrides it).")
+    source: str | None = Field(None, description="The new source: a bucket of the token store, or a file/directory to curate into a new bucket (the CLI's --source overrides it).")
+    source_bucket: str | None = Field(None, description="Bucket name for a source given as a path (None: 'new-' + its file name).")
     tests: list[Test] = Field(["paired", "anneal"], min_length=1, description="Which experiments to run.")
     share: float = Field(0.2, gt=0, lt=1, description="The source's share of the mixture in the paired 'with' runs.")
     anneal_fraction: float = Field(0.2, gt=0, lt=1, description="Share of the steps in the annealing phase.")
@@ -56,6 +58,25 @@ def load_source_value_config(path: Path, source: str | None = None) -> SourceVal
     if not cfg.source:
         raise MixtureOptimizeError(f"{path}: no source given (set `source:` or pass --source BUCKET)")
     return cfg
+
+
+def resolve_source(cfg: SourceValueConfig, base: RunConfig, path: Path) -> tuple[RunConfig, str]:
+    """(base config to build the data from, the source's bucket). A source that names an existing
+    file or directory joins the base config's curation sources as a new bucket; anything that
+    looks like a path but does not exist is refused; otherwise it names a bucket."""
+    assert cfg.source is not None
+    where = Path(cfg.source).expanduser()
+    if where.exists():
+        if cfg.data is not None:
+            raise MixtureOptimizeError(f"{path}: source {cfg.source} is a path, so the experiment curates it with the "
+                                       "base config's sources into its own token store; remove `data:`")
+        bucket = cfg.source_bucket or "new-" + re.sub(r"[^A-Za-z0-9_-]+", "-", where.stem or where.name).strip("-")
+        data = base.model_dump()
+        data["curate"]["sources"].append({"kind": "files", "path": str(where.resolve()), "bucket": bucket})
+        return RunConfig.model_validate(data), bucket
+    if "/" in cfg.source or cfg.source.startswith((".", "~")):
+        raise MixtureOptimizeError(f"{path}: source path {cfg.source} does not exist")
+    return base, cfg.source
 
 
 def arm_mixtures(others: dict[str, float], source: str, share: float) -> tuple[dict[str, float], dict[str, float]]:
@@ -107,7 +128,8 @@ def run_source_value(path: Path, source: str | None = None,
     from tokenmill.tokens.store import TokenStore
 
     cfg = load_source_value_config(path, source)
-    base = load_config(cfg.base, cfg.set)
+    base, bucket = resolve_source(cfg, load_config(cfg.base, cfg.set), path)
+    cfg = cfg.model_copy(update={"source": bucket})
     out = Path(cfg.root) / cfg.name
     out.mkdir(parents=True, exist_ok=True)
     data = prepare_data(out, base, cfg.data)
