@@ -31,6 +31,10 @@ SYNONYMS = {"leave": ["exit", "quit"], "statement": ["instruction"], "maps": ["a
             "identifiers": ["names"], "sequence": ["series"], "happened": ["occurred"]}
 
 
+def test_each_item_is_compared_at_the_window_length_nearest_its_own():
+    assert [sc.window_size(" ".join(["w"] * n)) for n in (1, 5, 12, 23, 24, 45, 46, 200)] == [8, 8, 16, 32, 32, 32, 64, 64]
+
+
 def test_windows_cover_every_word_and_end_flush():
     text = " ".join(f"w{i}" for i in range(23)) + "."
     ws = list(sc.windows("d", text, 8))
@@ -51,11 +55,11 @@ def embedder():
 def test_block_by_block_equals_one_pass(embedder, monkeypatch):
     """The running maximum over blocks of windows equals the maximum over all windows at once."""
     items = ITEMS["python"]
-    size = sc.window_size(items)
+    size = 16
     every = [w for d, t in DOCS[:30] for w in sc.windows(d, t, size)]
     sims = embedder.embed(items) @ embedder.embed([w.text for w in every]).T
     monkeypatch.setattr(sc, "BLOCK", 7)
-    got = sc.best_matches(embedder, items, DOCS[:30])
+    got = sc.best_matches(embedder, items, DOCS[:30], size=16)
     assert [m.score for m in got] == pytest.approx(sims.max(axis=1).tolist(), abs=1e-5)
     assert [m.window.text for m in got] == [every[j].text for j in sims.argmax(axis=1)]
 

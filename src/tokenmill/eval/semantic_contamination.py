@@ -1,8 +1,8 @@
 """The semantic back-check of contamination (seed 002 §2.5–§2.6: the embedding back-check beside
 the 13-gram rule): benchmark items whose *meaning* appears in the training text, in other words.
 
-Training documents are cut into overlapping windows of about an item's length (in words); every
-window and every eval item is embedded with the SIF embedder trained on the training text
+Training documents are cut into overlapping windows of about an item's length (8, 16, 32 or 64
+words, whichever is nearest on a log scale); every window and every eval item is embedded with the SIF embedder trained on the training text
 (embedding.py), and an item is flagged when its most similar window reaches `threshold` cosine
 similarity. The flagged item keeps the document id and the text of that window, so a reviewer sees
 what matched. Windows are embedded block by block and only the best match per item is kept:
@@ -31,10 +31,13 @@ class Window:
     text: str
 
 
-def window_size(items: list[str]) -> int:
-    """Words per training window: the median item length, kept within 8..64."""
-    lengths = [len(words(t)) for t in items if t.strip()]
-    return int(min(64, max(8, statistics.median(lengths)))) if lengths else 16
+SIZES = (8, 16, 32, 64)  # window lengths in words; each item is compared at the one nearest its own
+
+
+def window_size(item: str) -> int:
+    """The window length (one of SIZES) nearest the item's length in words, on a log scale."""
+    n = max(len(words(item)), 1)
+    return min(SIZES, key=lambda s: abs(np.log2(s) - np.log2(n)))
 
 
 def windows(doc_id: str, text: str, size: int) -> Iterator[Window]:
@@ -58,10 +61,22 @@ class Match:
     window: Window | None
 
 
-def best_matches(embedder: Embedder, items: list[str], docs: Iterable[tuple[str, str]],
+def best_matches(embedder: Embedder, items: list[str], docs: Iterable[tuple[str, str]] | list[tuple[str, str]],
                  size: int | None = None) -> list[Match]:
-    """For each item, its most similar training window (cosine of SIF embeddings)."""
-    size = size or window_size(items)
+    """For each item, its most similar training window (cosine of SIF embeddings); windows of the
+    length nearest the item's (or `size` words for all), so a short item is not diluted by the
+    words around it and a long one is not cut short. One pass over the documents per length used."""
+    docs = list(docs)
+    sizes = [size or window_size(t) for t in items]
+    best = [Match(-1.0, None) for _ in items]
+    for length in sorted(set(sizes)):
+        group = [i for i, s in enumerate(sizes) if s == length]
+        for i, m in zip(group, _scan(embedder, [items[i] for i in group], docs, length)):
+            best[i] = m
+    return best
+
+
+def _scan(embedder: Embedder, items: list[str], docs: list[tuple[str, str]], size: int) -> list[Match]:
     q = embedder.embed(items)
     best = [Match(-1.0, None) for _ in items]
     block: list[Window] = []
