@@ -58,6 +58,10 @@ def test_optimize_writes_usable_weights_and_measures_every_candidate(tmp_path, t
         rc = yaml.safe_load((tmp_path / "out" / "m" / "runs" / run["run"].rsplit("/", 1)[1] / "config.yaml").read_text())
         assert rc["mixture"]["weights"] == pytest.approx(c["weights"]) and rc["train"]["seed"] == 1
         assert run["mean_bpb"] == pytest.approx(sum(run["bpb"].values()) / 2)
+    paired = result["compare"]["doremi"]["paired"]["uniform"]
+    assert paired["per_seed"] == [pytest.approx(result["compare"]["doremi"]["runs"][0]["mean_bpb"]
+                                                - result["compare"]["uniform"]["runs"][0]["mean_bpb"])]
+    assert "uniform" not in result["compare"]["uniform"]["paired"]
     assert result["compare"]["proportional"]["weights"] == pytest.approx(baseline_weights("proportional", result["available_tokens"]))
     regmix = result["regmix"]
     assert len(regmix["runs"]) == 4 and regmix["runs"][0]["weights"] == {"code": 0.5, "prose": 0.5}

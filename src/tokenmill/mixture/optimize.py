@@ -298,7 +298,20 @@ def compare_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, cand
                          "mean_bpb": statistics.fmean(means),
                          "std_bpb": statistics.stdev(means) if len(means) > 1 else None}
         atomic_write_text(out / "compare.json", json.dumps(results, indent=1))
+    for name, r in results.items():
+        r["paired"] = {other: paired_delta(r["runs"], results[other]["runs"])
+                       for other in ("uniform", "proportional") if other in results and other != name}
+    atomic_write_text(out / "compare.json", json.dumps(results, indent=1))
     return results
+
+
+def paired_delta(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean-bpb difference (ours − theirs) per seed both ran, its mean and standard deviation: the
+    seed moves both runs alike (same init and data order), so the pairs see through its noise."""
+    by_seed = {r["seed"]: r["mean_bpb"] for r in theirs}
+    deltas = [r["mean_bpb"] - by_seed[r["seed"]] for r in ours if r["seed"] in by_seed]
+    return {"per_seed": deltas, "mean": statistics.fmean(deltas) if deltas else None,
+            "std": statistics.stdev(deltas) if len(deltas) > 1 else None}
 
 
 # --------------------------------------------------------------------------- entry point

@@ -72,6 +72,11 @@ def section_compare(c: dict[str, Any], buckets: list[str]) -> str:
             "budget, one run per seed; held-out bits-per-byte per bucket (mean over seeds) and its mean across "
             "buckets, with the spread over seeds.</p>"
             + table(["mixture", *buckets, "mean bpb", "std over seeds", "seeds", "epochs per bucket"], rows)
+            + "<p>Paired by seed (same initialization and data order): mean-bpb difference to the baselines, "
+              "mean ± std over seeds.</p>"
+            + table(["mixture", "− uniform", "− proportional"],
+                    [[n, *(_paired(c[n].get("paired", {}).get(base)) for base in ("uniform", "proportional"))]
+                     for n in names])
             + bar_chart(names, {"mean bpb": [c[n]["mean_bpb"] for n in names]},
                         title="Mean held-out bpb across buckets", ylabel="bits per byte"))
 
@@ -82,6 +87,12 @@ def _page(title: str, body: list[str]) -> str:
             f"<p class=muted>tokenmill {__version__} · generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>"]
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)} — tokenmill</title>"
             f"<style>{CSS}</style></head><body>{''.join(head + body)}</body></html>")
+
+
+def _paired(p: dict[str, Any] | None) -> str:
+    if not p or p["mean"] is None:
+        return "—"
+    return f"{p['mean']:+.4f}" + (f" ± {p['std']:.4f}" if p["std"] is not None else "") + f" ({len(p['per_seed'])})"
 
 
 def render_mixture_page(result: dict[str, Any], title: str) -> str:
