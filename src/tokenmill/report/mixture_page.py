@@ -36,8 +36,8 @@ def section_weights(result: dict[str, Any]) -> str:
 
 def section_doremi(d: dict[str, Any]) -> str:
     proxy, ref = d["proxy"], d["reference"]
-    ref = ", ".join(f"{b} {w:.3f}" for b, w in d["reference_weights"].items())
-    out = [f"<h2>DoReMi</h2><p>Reference model on {html.escape(ref)}, then the Group-DRO "
+    shares = ", ".join(f"{b} {w:.3f}" for b, w in d["reference_weights"].items())
+    out = [f"<h2>DoReMi</h2><p>Reference model on {html.escape(shares)}, then the Group-DRO "
            f"proxy: {d['steps']:,} steps each, {d['tokens_per_model']:,} tokens per model. Weights are the average of "
            "the domain weights α<sub>t</sub> over the proxy's steps.</p>",
            line_chart(_per_bucket(proxy, "weights"), title="Domain weights α_t", xlabel="proxy step", ylabel="weight"),
