@@ -48,7 +48,6 @@ def test_each_step_reads_one_micro_batch_of_every_bucket(tmp_path):
 
 def test_doremi_logs_the_weights_its_excess_losses_imply_and_averages_them(tmp_path):
     store, mcfg, tc = _setup(tmp_path)
-    torch.set_num_threads(1)
     kw = dict(store=store, buckets=["a", "b"], mcfg=mcfg, tc=tc, steps=12, rows=4, seq_len=32, seed=5,
               reference_weights={"a": 0.5, "b": 0.5}, step_size=1.0, smoothing=1e-3, device=torch.device("cpu"),
               log_every=1)

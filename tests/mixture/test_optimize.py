@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 import yaml
 from typer.testing import CliRunner
 
@@ -41,8 +42,10 @@ def _write(tmp_path, **over):
 def test_optimize_writes_usable_weights_and_measures_every_candidate(tmp_path, tokenized_run):
     _base(tmp_path, tokenized_run)
     path = _write(tmp_path, data=str(tokenized_run.path))
+    threads = torch.get_num_threads()
     res = runner.invoke(app, ["mixture", "optimize", str(path)])
     assert res.exit_code == 0, res.output
+    assert torch.get_num_threads() == threads  # train.threads (1) applied to the proxies, then put back
     out = tmp_path / "out" / "m"
     optimized = yaml.safe_load((out / "mixture" / "optimized.yaml").read_text())
     weights = MixtureConfig.model_validate(optimized["mixture"]).weights  # a valid mixture section

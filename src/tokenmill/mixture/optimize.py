@@ -229,13 +229,17 @@ def doremi_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, bucke
     rows, seq = cfg.doremi.rows_per_bucket, tc.seq_len
     steps = max(10, cfg.proxy.tokens // (rows * seq * len(buckets)))
     mcfg = resolve_model_config(base.model.model_copy(update=cfg.proxy.model_dump(exclude={"tokens"})), store, seq)
-    if tc.threads:
-        torch.set_num_threads(tc.threads)
     progress(f"DoReMi: reference and proxy models, {steps} steps of {len(buckets)} × {rows} × {seq} tokens each")
-    with _doremi_bar(steps) as advance:
-        res = run_doremi(store, buckets, mcfg, tc, steps, rows, seq, cfg.seed, ref_w, cfg.doremi.step_size,
-                         cfg.doremi.smoothing, resolve_device(tc.device), log_every=max(1, steps // 50),
-                         on_step=advance)
+    prev_threads = torch.get_num_threads()  # process-wide: put back for whatever runs next (as the trainer does)
+    try:
+        if tc.threads:
+            torch.set_num_threads(tc.threads)
+        with _doremi_bar(steps) as advance:
+            res = run_doremi(store, buckets, mcfg, tc, steps, rows, seq, cfg.seed, ref_w, cfg.doremi.step_size,
+                             cfg.doremi.smoothing, resolve_device(tc.device), log_every=max(1, steps // 50),
+                             on_step=advance)
+    finally:
+        torch.set_num_threads(prev_threads)
     record = {"steps": steps, "tokens_per_model": steps * rows * seq * len(buckets), **res.as_dict()}
     atomic_write_text(path, json.dumps(record, indent=1))
     progress(f"DoReMi weights: {_fmt(res.weights)}")
