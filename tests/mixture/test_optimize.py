@@ -79,6 +79,13 @@ def test_optimize_writes_usable_weights_and_measures_every_candidate(tmp_path, t
     before = {p: p.stat().st_mtime for p in (out / "runs").glob("*/events.jsonl")}
     assert run_optimize(path)["chosen"] == result["chosen"]
     assert {p: p.stat().st_mtime for p in (out / "runs").glob("*/events.jsonl")} == before
+    # DoReMi's record is tied to its settings: another step size trains it again (and only it)
+    first = json.loads((out / "doremi.json").read_text())
+    path = _write(tmp_path, data=str(tokenized_run.path), doremi={"rows_per_bucket": 2, "step_size": 5.0})
+    again = run_optimize(path)
+    assert again["doremi"]["settings"]["doremi"]["step_size"] == 5.0 != first["settings"]["doremi"]["step_size"]
+    assert again["doremi"]["proxy"]["weights"] != first["proxy"]["weights"]
+    assert all(p.stat().st_mtime == t for p, t in before.items() if "doremi" not in p.parent.name)
 
 
 def test_bad_configs_name_the_problem(tmp_path, tokenized_run):

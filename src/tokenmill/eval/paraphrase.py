@@ -14,7 +14,7 @@ import random
 import re
 from pathlib import Path
 
-FUNCTION_SWAPS = {"the": "a", "a": "the", "is": "is", "can": "may", "must": "has to", "big": "large",
+FUNCTION_SWAPS = {"the": "a", "a": "the", "can": "may", "must": "has to", "big": "large",
                   "small": "little", "use": "employ", "gives": "returns", "shows": "displays"}
 STOP = {"the", "a", "an", "of", "to", "in", "and", "or", "is", "are", "was", "be", "it", "that", "this", "for",
         "on", "with", "as", "by", "at", "from", "which", "what", "who", "not", "no", "do", "does", "if"}

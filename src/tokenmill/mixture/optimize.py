@@ -164,18 +164,20 @@ def child_config(base: RunConfig, name: str, root: Path, weights: dict[str, floa
     return RunConfig.model_validate(data)
 
 
-def train_and_score(rc: RunConfig, data: RunDir, runs_dir: Path) -> dict[str, Any]:
-    """Train the run (or find it finished) and return its final held-out figures per bucket."""
+def train_and_score(rc: RunConfig, data: RunDir, runs_dir: Path, buckets: list[str] | None = None) -> dict[str, Any]:
+    """Train the run (or find it finished) and return its final held-out figures per bucket, and
+    their mean over `buckets` (None: every bucket evaluated)."""
     from tokenmill.pipeline import run_pipeline
 
     run = RunDir.create(rc, runs_dir / rc.name)
     link_data(data, run)
     run_pipeline(run, ("train",))
     steps = run.finished("train")["summary"]["steps"]
+    weighed = buckets
     buckets = json.loads(run.sub("eval", f"{steps}.json").read_text())["buckets"]
     return {"run": str(run.path), "steps": steps,
             "bpb": {b: m["bpb"] for b, m in buckets.items()}, "loss": {b: m["loss"] for b, m in buckets.items()},
-            "mean_bpb": statistics.fmean(m["bpb"] for m in buckets.values())}
+            "mean_bpb": statistics.fmean(buckets[b]["bpb"] for b in (weighed or buckets))}
 
 
 def budget_tokens(base: RunConfig) -> int:
@@ -219,8 +221,16 @@ def doremi_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, bucke
     from tokenmill.train.trainer import resolve_model_config
 
     path = out / "doremi.json"
+    # what the weights depend on: a record made with other settings is stale, not reused
+    settings = {"doremi": cfg.doremi.model_dump(mode="json"), "proxy": cfg.proxy.model_dump(), "seed": cfg.seed,
+                "buckets": buckets, "store": data.finished("tokenize")["fingerprint"],
+                "train": base.train.model_dump(mode="json", include={"seq_len", "lr", "schedule", "weight_decay",
+                                                                      "beta1", "beta2", "grad_clip", "dtype"})}
     if path.exists():
-        return json.loads(path.read_text())
+        record = json.loads(path.read_text())
+        if record.get("settings") == settings:
+            return record
+        progress("DoReMi: settings changed since doremi.json was written; training again")
     ref = cfg.doremi.reference
     ref_w = (check_weights(ref, available, "doremi.reference") if isinstance(ref, dict)
              else baseline_weights(ref, available))
@@ -240,7 +250,8 @@ def doremi_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, bucke
                              on_step=advance)
     finally:
         torch.set_num_threads(prev_threads)
-    record = {"steps": steps, "tokens_per_model": steps * rows * seq * len(buckets), **res.as_dict()}
+    record = {"settings": settings, "steps": steps, "tokens_per_model": steps * rows * seq * len(buckets),
+              **res.as_dict()}
     atomic_write_text(path, json.dumps(record, indent=1))
     progress(f"DoReMi weights: {_fmt(res.weights)}")
     return record
@@ -262,7 +273,7 @@ def regmix_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, bucke
         progress(f"RegMix proxy {i + 1}/{len(mixtures)} ({name}): {_fmt(w)}")
         rcfg = child_config(base, name, out / "runs", w, model=cfg.proxy.model_dump(exclude={"tokens"}),
                             tokens=cfg.proxy.tokens, seed=cfg.seed)
-        runs.append({"name": name, "weights": w, **train_and_score(rcfg, data, out / "runs")})
+        runs.append({"name": name, "weights": w, **train_and_score(rcfg, data, out / "runs", buckets)})
     y = np.asarray([[run["bpb"][b] for b in buckets] for run in runs])
     fits = [fit_law(mixtures, y[:, j]) for j in range(len(buckets))]
     target = budget_tokens(base)
@@ -296,7 +307,7 @@ def compare_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, cand
             run_name = f"compare-{name}-{tag}-s{seed}"
             progress(f"compare {run_name}: {_fmt(w)}")
             rc = child_config(base, run_name, out / "runs", w, seed=seed, eval_docs=cfg.compare.eval_docs)
-            rows.append({"seed": seed, **train_and_score(rc, data, out / "runs")})
+            rows.append({"seed": seed, **train_and_score(rc, data, out / "runs", list(w))})
         means = [r["mean_bpb"] for r in rows]
         results[name] = {"weights": w, "epochs": epochs(w, available, budget_tokens(base)), "runs": rows,
                          "mean_bpb": statistics.fmean(means),
