@@ -26,18 +26,18 @@ bench: $(STAMP)
 	test -f runs/demo/.stages/tokenize.json || $(BIN)/tokenmill demo
 	$(BIN)/python benchmarks/bench_tokenize.py --run runs/demo
 	$(BIN)/tokenmill calibrate --threads 2 --seconds 4
-	$(BIN)/python benchmarks/bench_train_speed.py --run runs/demo --steps 30 --repeats 3 --threads 2
-	$(BIN)/python benchmarks/bench_train_speed.py --run runs/demo --steps 12 --repeats 2 --threads 2 --no-compile \
+	$(BIN)/python benchmarks/bench_train_speed.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --steps 30 --repeats 3 --threads 2
+	$(BIN)/python benchmarks/bench_train_speed.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --steps 12 --repeats 2 --threads 2 --no-compile \
 		--set model.d_model=512 --set model.n_layers=8 --set model.n_heads=8
-	$(BIN)/python benchmarks/bench_compile.py --run runs/demo --steps 30 --repeats 2 --threads 2
+	$(BIN)/python benchmarks/bench_compile.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --steps 30 --repeats 2 --threads 2
 	$(BIN)/python benchmarks/bench_fused_projections.py
-	$(BIN)/python benchmarks/bench_vs_nanogpt.py --run runs/demo --threads 2 --steps 30 --repeats 3 --seconds 480
-	$(BIN)/python benchmarks/bench_vs_nanogpt.py --run runs/demo --threads 2 --steps 12 --repeats 2 --seconds 0 \
+	$(BIN)/python benchmarks/bench_vs_nanogpt.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --threads 2 --steps 30 --repeats 3 --seconds 480
+	$(BIN)/python benchmarks/bench_vs_nanogpt.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --threads 2 --steps 12 --repeats 2 --seconds 0 \
 		--set model.d_model=512 --set model.n_layers=8 --set model.n_heads=8
-	$(BIN)/python benchmarks/bench_train_memory.py --run runs/demo --threads 2
-	$(BIN)/python benchmarks/bench_parallel_memory.py --run runs/demo
+	$(BIN)/python benchmarks/bench_train_memory.py --run runs/demo --set train.micro_batch=16 --threads 2
+	$(BIN)/python benchmarks/bench_parallel_memory.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1
 	$(BIN)/python benchmarks/bench_pipeline_bubble.py --run runs/demo --steps 8
-	$(BIN)/python benchmarks/bench_train_quality.py --run runs/demo --seconds 480 --threads 2
+	$(BIN)/python benchmarks/bench_train_quality.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --seconds 480 --threads 2
 	$(BIN)/python benchmarks/bench_loader.py --run runs/demo
 	test -d $(REAL_CORPORA) || bash ../shared/corpora/fetch_real_corpora.sh $(REAL_CORPORA)
 	$(BIN)/python benchmarks/bench_curate_vs_datatrove.py --corpus $(REAL_CORPORA)/web_html/python3.11-doc

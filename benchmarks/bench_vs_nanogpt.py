@@ -8,7 +8,7 @@ context is a nullcontext for device 'cpu'); --compile=False (as on CPU without a
 both sides would spend minutes compiling; tokenmill's compiled figures are in bench_train_speed).
 
 Same shape on both sides: d_model, layers, heads, context (block_size = train.seq_len), batch
-(batch_size = micro_batch, gradient_accumulation_steps = 1), vocabulary (meta.pkl gives nanoGPT
+(batch_size = micro_batch, gradient_accumulation_steps = grad_accum), vocabulary (meta.pkl gives nanoGPT
 the token store's vocab_size), tied embeddings. Each model keeps its own architecture: nanoGPT
 is GPT-2 (learned positions, LayerNorm, GELU 4d, its default bias=False); tokenmill its default
 recipe (RoPE, RMSNorm, SwiGLU, document masking, bf16 autocast where the CPU has native bf16).
@@ -104,7 +104,7 @@ def peer_args(cfg: RunConfig, steps: int, out_dir: Path, save: bool, lr: float |
     warm = warmup_for(cfg, steps)
     return [f"--out_dir={out_dir}", "--dataset=tokenmill", "--device=cpu", "--compile=False", "--dtype=float32",
             f"--n_layer={m.n_layers}", f"--n_head={m.n_heads}", f"--n_embd={m.d_model}",
-            f"--block_size={tc.seq_len}", f"--batch_size={tc.micro_batch}", "--gradient_accumulation_steps=1",
+            f"--block_size={tc.seq_len}", f"--batch_size={tc.micro_batch}", f"--gradient_accumulation_steps={tc.grad_accum}",
             f"--learning_rate={lr}", f"--min_lr={lr * tc.min_lr_ratio}", f"--warmup_iters={warm}",
             f"--lr_decay_iters={steps}", f"--max_iters={steps}", f"--weight_decay={tc.weight_decay}",
             f"--beta1={tc.beta1}", f"--beta2={tc.beta2}", f"--grad_clip={tc.grad_clip}", "--dropout=0.0",
@@ -237,7 +237,7 @@ def main() -> None:
         med = {k: statistics.median(v) for k, v in times.items()}
         peer_name, fp32_name, default_name = list(variants)
         mcfg = resolve_model_config(cfg.model, store, cfg.train.seq_len)
-        tokens = cfg.train.micro_batch * cfg.train.seq_len
+        tokens = cfg.train.micro_batch * cfg.train.seq_len * cfg.train.grad_accum
         n_embd, L, T = cfg.model.d_model, cfg.model.n_layers, cfg.train.seq_len
         peer_fpt = 6 * (12 * L * n_embd ** 2 + store.vocab_size * n_embd) + 6 * L * n_embd * T  # its own GPT
         fpt = {peer_name: peer_fpt, fp32_name: flops_per_token(mcfg, T), default_name: flops_per_token(mcfg, T)}

@@ -514,6 +514,7 @@ def plan(
     no_master: bool = typer.Option(False, "--no-master-weights", help="No fp32 master copy (Adam 8 B/param, as seed 004 counts)."),
     reserve_gb: float = typer.Option(5.0, "--reserve-gb", min=0, help="GB per device kept for NCCL buffers and scratch."),
     inference_tokens: float = typer.Option(0.0, "--inference-tokens", help="Tokens the model will serve: adds the inference-aware size (Sardana et al.)."),
+    noise_from: Optional[Path] = typer.Option(None, "--noise-from", help="A run directory whose measured gradient noise scale judges the batch (default: the --config run's own, when it has one)."),
     as_json: bool = typer.Option(False, "--json", help="Print the same figures as JSON."),
     set_: Optional[list[str]] = SetOpt,
 ) -> None:
@@ -525,6 +526,7 @@ def plan(
     """
     import json as _json
 
+    from tokenmill.scaling.critical_batch import run_noise
     from tokenmill.scaling.devices import get_device
     from tokenmill.scaling.plan import make_plan, resolve_inputs
     from tokenmill.scaling.plan_report import render_plan
@@ -533,11 +535,16 @@ def plan(
         run_cfg = load_config(config, list(set_ or [])) if config is not None else None
         spec = get_device(device, price)
         inputs = resolve_inputs(params, tokens, flops, arch, run_cfg, devices, seq_len, micro_batch, global_batch)
+        noise_dir = noise_from or (Path(run_cfg.root) / run_cfg.name if run_cfg is not None else None)
+        noise = run_noise(noise_dir) if noise_dir is not None else None
+        if noise_from is not None and noise is None:
+            raise UserError(f"--noise-from {noise_from}: no measured noise scale in its events.jsonl (train with "
+                            f"train.grad_accum >= 2 and train.noise_scale_every > 0)")
         return make_plan(inputs.cfg, inputs.tokens, devices, spec, mfu, inputs.n_params, inputs.seq_len,
                          inputs.micro_batch, inputs.global_batch_tokens,
                          {"tp": tp, "pp": pp, "dp": dp, "zero": zero, "checkpointing": checkpointing},
                          inference_tokens, not no_master, reserve_gb * 1e9, sequence_parallel, inputs.notes,
-                         run_cfg=inputs.run_cfg)
+                         run_cfg=inputs.run_cfg, noise=noise, noise_source=str(noise_dir))
     result = _guard(go)
     if as_json:
         typer.echo(_json.dumps(result.as_dict(), indent=1))

@@ -169,3 +169,18 @@ def test_config_route_and_input_errors(tmp_path):
         resolve_inputs(arch="gpt-5")
     assert resolve_inputs(arch="llama2-7b").tokens == pytest.approx(20 * param_count(ARCHS["llama2-7b"])["total"])
     assert device_memory(inputs.cfg, Layout()).total > 0
+
+
+def test_the_batch_is_judged_by_the_measured_noise_scale_when_there_is_one():
+    from tokenmill.scaling.critical_batch import NoiseSummary
+    from tokenmill.scaling.plan import critical_batch_plan
+
+    published = critical_batch_plan(4 * 2 ** 20, 2.0)
+    assert published["measured"] is None
+    assert published["published"]["critical_batch_tokens"] == pytest.approx(2e8 / 2 ** (1 / 0.21))
+    noise = NoiseSummary(b_simple=1000.0, block_values=(900.0, 1100.0), steps=100, first_step=101, last_step=200,
+                         batch_tokens=4096, loss=3.1)
+    both = critical_batch_plan(8192, 2.0, noise, "runs/x")
+    assert both["measured"]["ratio"] == pytest.approx(8.192)
+    assert both["verdict"] == both["measured"]["verdict"] and both["verdict"].startswith("above")
+    assert "runs/x" in both["measured"]["source"] and "101-200" in both["measured"]["source"]

@@ -71,6 +71,13 @@ def _batch_field(batch: Any, name: str, shape: torch.Size) -> torch.Tensor | Non
     return value
 
 
+def counted_targets(batch: PackedBatch) -> int:
+    """Targets of a packed batch that count in the loss: the loss_mask's True entries, else all B·T."""
+    _, targets = _shift(batch.tokens)
+    mask = _batch_field(batch, "loss_mask", targets.shape)
+    return int(targets.numel() if mask is None else mask.sum())
+
+
 def token_nll_batch(model: nn.Module, batch: PackedBatch) -> torch.Tensor:
     """Per-target NLL [B, T] (fp32) of a packed batch; exactly 0, with no gradient, where loss_mask is False.
 

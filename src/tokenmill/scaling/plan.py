@@ -322,6 +322,7 @@ class Plan:
     inference_aware: dict[str, float] | None = None
     roofline: dict[str, Any] | None = None  # op classes of a step on one device of the layout (scaling/roofline.py)
     trainer_memory: dict[str, Any] | None = None  # tokenmill's own trainer per rank (scaling/rank_memory.py), --config
+    batch: dict[str, Any] | None = None  # the global batch against the critical batch (scaling/critical_batch.py)
     assumptions: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -332,11 +333,14 @@ def make_plan(cfg: ModelConfig, tokens: float, devices: int, device: DeviceSpec,
               n_params: float | None = None, seq_len: int = 4096, micro_batch: int = 1,
               global_batch_tokens: int = DEFAULT_GLOBAL_BATCH, layout: dict[str, Any] | None = None,
               inference_tokens: float = 0.0, master_weights: bool = True, reserve_bytes: float = 5e9,
-              sequence_parallel: bool = True, notes: list[str] | None = None, run_cfg: Any = None) -> Plan:
+              sequence_parallel: bool = True, notes: list[str] | None = None, run_cfg: Any = None,
+              noise: Any = None, noise_source: str = "") -> Plan:
     """The plan for training `cfg` (N = n_params when given, else its parameter count) on `tokens`
     tokens with `devices` × `device` at `mfu`. `layout`: fixed tp/pp/dp/zero/checkpointing (any
     subset; the rest is searched). `run_cfg` (a RunConfig, `plan --config`): also the memory per
-    rank of tokenmill's own trainer under the chosen layout."""
+    rank of tokenmill's own trainer under the chosen layout. `noise` (a critical_batch.NoiseSummary
+    measured in the run `noise_source`) judges the global batch by that run's B_simple, besides
+    the published B_crit(L) at the predicted loss."""
     if devices < 1:
         raise PlanError(f"--devices {devices}: must be >= 1")
     if tokens <= 0:
@@ -389,8 +393,28 @@ def make_plan(cfg: ModelConfig, tokens: float, devices: int, device: DeviceSpec,
                 flops_per_token_exact=fpt, steps=math.ceil(tokens / global_batch_tokens), wall_clock_seconds=seconds,
                 wall_clock_days=seconds / 86400, device_hours=hours, cost_usd=hours * device.price_per_hour,
                 chinchilla=chinchilla, layout=choice.as_dict(), layout_reasons=reasons,
-                inference_aware=aware,
+                inference_aware=aware, batch=critical_batch_plan(global_batch_tokens, chinchilla["predicted_loss"],
+                                                                 noise, noise_source),
                 assumptions=assumptions)
+
+
+def critical_batch_plan(global_batch_tokens: int, predicted_loss: float, noise: Any = None,
+                        noise_source: str = "") -> dict[str, Any]:
+    """The global batch against the critical batch: measured (a run's B_simple) when given, and
+    Kaplan et al.'s B_crit(L) at the predicted final loss; `verdict` is the measured one if any."""
+    from tokenmill.scaling.critical_batch import batch_verdict, kaplan_critical_batch
+
+    published = batch_verdict(global_batch_tokens, kaplan_critical_batch(predicted_loss),
+                              f"Kaplan et al. 2020 B_crit(L) = 2e8/L^(1/0.21) tokens at the predicted final loss "
+                              f"L = {predicted_loss:.3f} (their tokenizer and data: indicative only)")
+    measured = None
+    if noise is not None and noise.b_simple is not None:
+        spread = f", spread {noise.spread:.0%} over {len(noise.block_values)} blocks" if noise.spread is not None else ""
+        loss = f" at loss {noise.loss:.3f}" if noise.loss is not None else ""
+        measured = batch_verdict(global_batch_tokens, noise.b_simple,
+                                 f"B_simple measured in {noise_source} over steps {noise.first_step}-{noise.last_step}"
+                                 f"{loss}{spread} (it grows as the loss falls)")
+    return {"published": published, "measured": measured, "verdict": (measured or published)["verdict"]}
 
 
 def _trainer_memory(cfg: ModelConfig, layout: Layout, device: DeviceSpec, run_cfg: Any) -> dict[str, Any]:

@@ -79,6 +79,21 @@ def layout_rows(plan: Plan) -> list[tuple[str, str]]:
     return rows
 
 
+def batch_rows(plan: Plan) -> list[tuple[str, str]]:
+    """The global batch against each critical-batch estimate: ratio, step and token overheads."""
+    rows = []
+    for key, label in (("measured", "measured B_simple"), ("published", "published B_crit(L)")):
+        v = (plan.batch or {}).get(key)
+        if v is None:
+            continue
+        rows.append((label, f"{v['critical_batch_tokens']:,.0f} tokens: batch {v['batch_tokens']:,} is "
+                            f"{v['ratio']:.3g}× it; steps {v['steps_over_min']:.2f}× S_min, tokens "
+                            f"{v['tokens_over_min']:.2f}× E_min"))
+        rows.append(("  source", v["source"]))
+    rows.append(("verdict", (plan.batch or {}).get("verdict", "")))
+    return rows
+
+
 def roofline_rows(plan: Plan) -> list[tuple[str, ...]]:
     """(op class, GFLOP, GB, FLOP/byte, bound, ms, share) per op class of the plan's roofline."""
     if plan.roofline is None:
@@ -112,6 +127,7 @@ def _roofline_table(plan: Plan) -> Table:
 def render_plan(plan: Plan) -> list[Any]:
     """The renderables `tokenmill plan` prints, in order."""
     roof = [_roofline_table(plan)] if plan.roofline is not None else []
-    return [_kv("plan", figures_rows(plan)), _kv("layout", layout_rows(plan)), *roof,
+    batch = [_kv("batch vs critical batch", batch_rows(plan))] if plan.batch is not None else []
+    return [_kv("plan", figures_rows(plan)), _kv("layout", layout_rows(plan)), *batch, *roof,
             "[bold]why this layout[/]", *(f"  • {r}" for r in plan.layout_reasons),
             "[bold]assumptions[/]", *(f"  • {a}" for a in plan.assumptions)]

@@ -44,7 +44,7 @@ from torch import nn
 from tokenmill.config import ModelConfig, RunConfig
 from tokenmill.errors import UserError
 from tokenmill.mixture.loader import Loader
-from tokenmill.model.objectives import token_nll_batch
+from tokenmill.model.objectives import counted_targets, token_nll_batch
 from tokenmill.model.transformer import Transformer
 from tokenmill.runs import RunDir
 from tokenmill.scaling.flops import flops_per_token, peak_flops_source
@@ -62,6 +62,7 @@ from tokenmill.train.distributed import (DistContext, RankMismatch, all_reduce_s
 from tokenmill.train.faults import corrupt_batch, lr_factor, poison_loss
 from tokenmill.train.guard import StabilityGuard
 from tokenmill.train.metrics import UpdateRatio, embedding_spectrum, grad_norms_by_group, memory_bytes
+from tokenmill.train.noise_scale import NoiseProbe, NoiseScale, unavailable_reason
 from tokenmill.train.optimizer import build_optimizer, lr_at, set_lr
 
 STAGE = "train"
@@ -215,7 +216,7 @@ class _Regularizers:
 
 def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, device: torch.device,
               dtype: torch.dtype, backward: bool, tc: Any = None, seed: int = 0,
-              extras: dict[str, float] | None = None) -> tuple[float, float]:
+              extras: dict[str, float] | None = None, probe: NoiseProbe | None = None) -> tuple[float, float]:
     """(loss, r_pad) of the global batch of `step`: Σ NLL over its counted targets / their number,
     so every target weighs the same whatever micro-batch (or rank) it falls in; with
     backward=True the gradients of that loss (plus z-loss / MoE aux when configured; reported
@@ -224,7 +225,8 @@ def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, devi
     `tc` (a TrainConfig) with objective != "clm" routes each micro-batch through
     `objective_loss` (corruption seeded by (seed, step, micro)); there the loss is the mean of the
     micro-batch means, since the scored count of a corrupted batch is only known once built.
-    tc=None or objective "clm" is the causal path."""
+    tc=None or objective "clm" is the causal path. `probe` (causal path, grad_accum >= 2) measures
+    the first micro-batch's gradient for the noise scale (train/noise_scale.py)."""
     objective = "clm" if tc is None else getattr(tc, "objective", "clm")
     faults = getattr(tc, "faults", None)
     reg = _Regularizers(model)
@@ -256,6 +258,8 @@ def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, devi
                     loss = poison_loss(loss, step, faults)
             if backward:
                 (loss + extra if extra is not None else loss).backward()
+                if probe is not None and micro == 0 and objective == "clm":
+                    probe.measure(model.parameters(), counted_targets(batch), n_targets)
             total += loss.detach()
     finally:
         reg.close()
@@ -272,20 +276,21 @@ def compute_update(model: nn.Module, optimizer: torch.optim.Optimizer, loader: L
                    device: torch.device, dtype: torch.dtype, anneal: int | None,
                    extras: dict[str, Any] | None = None, lr_scale: float = 1.0,
                    group_norms: bool = False, ctx: DistContext | None = None,
-                   pipeline: Pipeline | None = None) -> tuple[float, float, float, float]:
+                   pipeline: Pipeline | None = None, probe: NoiseProbe | None = None) -> tuple[float, float, float, float]:
     """Everything of optimizer step `step` before `optimizer.step()`: set the LR (the schedule's,
     times the guard's backoff `lr_scale`, times an injected fault's factor), accumulate the
     gradients of the global batch, clip. Returns (lr, loss, pre-clip grad norm, r_pad); with
     group_norms=True, `extras["grad_norms"]` gets the pre-clip norm of every layer group.
     `ctx` (a torchrun job's context) names the data-parallel group the loss is summed over and
     whether the gradients are split over tensor-parallel ranks; `pipeline` (pp > 1) runs the
-    step's micro-batches through this rank's pipeline stage instead of one after another.
+    step's micro-batches through this rank's pipeline stage instead of one after another;
+    `probe` catches the first micro-batch's gradient norm (averaged over the data-parallel ranks).
     The trainer and `tokenmill replay` share it, so a replayed step is the same computation."""
     lr = lr_at(step, tc, anneal) * lr_scale * lr_factor(step, tc.faults)
     set_lr(optimizer, lr)
     if pipeline is None:
         loss, r_pad = step_loss(model, loader, step, tc.grad_accum, device, dtype, backward=True, tc=tc,
-                                seed=loader.seed, extras=extras)
+                                seed=loader.seed, extras=extras, probe=probe)
     else:
         loss, r_pad, data_wait = pipeline.step_loss(loader, step, tc.grad_accum)
         if extras is not None:
@@ -298,6 +303,8 @@ def compute_update(model: nn.Module, optimizer: torch.optim.Optimizer, loader: L
             extras["pipeline_idle"] = pipeline.idle_by_stage()
     # this rank's share -> the global batch's (over the data-parallel ranks: tp ranks share a batch)
     loss, r_pad = reduce_step_stats(loss, r_pad, extras, loader.world_size, ctx.dp_group if ctx else None)
+    if probe is not None and ctx is not None and ctx.distributed:
+        probe.average_over(lambda v: all_reduce_sum(v, ctx, group=ctx.dp_group), loader.world_size)
     across = pipeline.group if pipeline is not None else None
     if group_norms and extras is not None:
         extras["grad_norms"] = grad_norms_by_group(model, across=across)
@@ -386,6 +393,9 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
         raise TrainError(f"a curriculum phase uses sequences of {loader.max_seq_len} tokens but "
                          f"model.max_seq_len={mcfg.max_seq_len}; raise model.max_seq_len")
     anneal = next((p.start_step for p in loader.phases if p.anneal), None)
+    noise = NoiseScale(tc.noise_scale_ema)
+    noise_off = unavailable_reason(tc.grad_accum, tc.objective, ctx.model_parallel,
+                                   ctx.distributed and tc.distributed == "fsdp", tc.noise_scale_every)
 
     start_step, last_loss, resumed_from = 0, None, None
     if resume:
@@ -406,6 +416,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
             else:
                 _load_training_state(ckpt, model, optimizer, restore_rng=True)
             guard.load_state_dict(state.get("guard") or {})
+            noise.load_state_dict(state.get("noise_scale") or {})
             start_step, last_loss, resumed_from = int(state["step"]), state.get("loss"), str(ckpt)
             events.write(STAGE, "resumed", step=start_step, checkpoint=str(ckpt))
 
@@ -422,6 +433,8 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                  tokens_per_step=tokens_per_step, device=str(device), dtype=str(dtype).replace("torch.", ""),
                  threads=torch.get_num_threads(), peak_flops=peak, peak_source=peak_source, buckets=loader.weights, plan=loader.plan(),
                  resumed_from=resumed_from, world_size=ctx.world_size, parallel=ctx.mode,
+                 noise_scale={"measured": noise_off is None, "why_not": noise_off, "ema": tc.noise_scale_ema,
+                              "every": tc.noise_scale_every},
                  layout=(ctx.sizes.describe() if ctx.sizes is not None else None))
 
     def state_fields(step: int, loss: float | None) -> dict[str, Any]:
@@ -433,6 +446,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
             "data_cursor": loader.cursor(step),
             "grad_accum": {"micro": 0, "of": tc.grad_accum},
             "guard": guard.state_dict(),
+            "noise_scale": noise.state_dict(),
             "loss": loss,
             "tokens": step * tokens_per_step,
         }
@@ -500,9 +514,13 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 measure = tc.metrics_every > 0 and step % tc.metrics_every == 0
                 if measure:
                     update_ratio.before()
+                probe = NoiseProbe() if noise_off is None and step % tc.noise_scale_every == 0 else None
                 lr, last_loss, grad_norm, r_pad = compute_update(compiled, optimizer, loader, step, tc, device,
                                                                  dtype, anneal, extras, lr_scale=guard.lr_scale,
-                                                                 group_norms=measure, ctx=ctx, pipeline=pipeline)
+                                                                 group_norms=measure, ctx=ctx, pipeline=pipeline,
+                                                                 probe=probe)
+                if probe is not None and probe.small is not None:
+                    extras.update(noise.update(probe.small, grad_norm * grad_norm, probe.b_big))
                 if ctx.distributed and tc.checksum_every > 0 and step % tc.checksum_every == 0:
                     cross_rank_check(step, model, ctx, events, loss=last_loss, grad_norm=grad_norm, lr=lr)
                 verdict = guard.check(step, last_loss, grad_norm)
