@@ -86,6 +86,25 @@ def test_replay_command_lists_documents_and_loss(tiny_run):
     assert bad.exit_code == 1 and "1..30" in bad.output
 
 
+def test_stop_signals_prints_the_verdict_json_and_too_few_evaluations(tmp_path):
+    import json as _json
+
+    from tests.report.stopping_synthetic import events, write_run
+    from tokenmill.runs import RunDir
+
+    run = RunDir.create(load_config(None, [f"root={tmp_path}", "name=s"]))
+    write_run(run, *events([100, 200], lambda s: {"web": 3.0}, lambda s: 2.9, non_embedding=1000))
+    few = runner.invoke(app, ["stop-signals", str(run.path)])
+    assert few.exit_code == 0 and "needs ≥ 3 evaluations" in few.output, few.output
+    write_run(run, [], [{"step": 300, "buckets": {"web": {"loss": 3.0, "tokens": 100}}}])  # flat, 300 tokens/param
+    res = runner.invoke(app, ["stop-signals", str(run.path)])
+    assert res.exit_code == 0 and "verdict: diminishing returns" in res.output and "per bucket" in res.output
+    out = _json.loads(runner.invoke(app, ["stop-signals", str(run.path), "--json"]).output)
+    assert out["verdict"] == "diminishing returns" and out["law"]["published"] is True
+    missing = runner.invoke(app, ["stop-signals", str(run.path), "--law", str(tmp_path / "no.json")])
+    assert missing.exit_code == 1 and "no such scaling-law file" in missing.output
+
+
 def test_checkpoint_tools_have_help():
     for cmd in (["checkpoint", "--help"], ["checkpoint", "average", "--help"], ["verify-resume", "--help"]):
         res = runner.invoke(app, cmd)

@@ -342,6 +342,46 @@ def replay(run_path: Path = typer.Argument(..., metavar="RUN", help="Run directo
     _guard(go)
 
 
+@app.command("stop-signals")
+def stop_signals_(run_path: Path = typer.Argument(..., metavar="RUN", help="Run directory (holds config.yaml)."),
+                  law: Optional[Path] = typer.Option(None, "--law", help="A `tokenmill scaling fit` fit.json to compare "
+                                                     "with (default: report.scaling_law, else the published Chinchilla fit)."),
+                  as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables.")) -> None:
+    """Should this run keep training (seed 002 §5.11)? The held-out loss slope per decade of tokens
+    against the scaling law's, the gap to the law, the held-out − train gap, tokens per parameter
+    against the compute-optimal ratio, epochs per bucket, and the verdict with the numbers behind it."""
+    import json as _json
+
+    from rich.table import Table
+
+    from tokenmill.report.stopping import TOO_FEW, resolve_law, stop_signals
+    from tokenmill.report.stopping_section import BUCKET_HEADER, SIGNAL_HEADER, bucket_rows, signals_rows
+
+    def go() -> Any:
+        cfg_file = run_path / "config.yaml"
+        if not cfg_file.exists():
+            raise FileNotFoundError(f"{cfg_file}: not a run directory")
+        r = RunDir(config=load_config(cfg_file), path=run_path)
+        return stop_signals(r, resolve_law(r, law))
+    s = _guard(go)
+    if as_json:
+        typer.echo(_json.dumps(s.to_dict(), indent=1))
+        return
+    out = Console()
+    if s.verdict != TOO_FEW:
+        for title, header, rows in (("stopping signals", SIGNAL_HEADER, signals_rows(s)),
+                                    ("per bucket", BUCKET_HEADER, bucket_rows(s))):
+            t = Table(title=title)
+            for col in header:
+                t.add_column(col)
+            for row in rows:
+                t.add_row(*row)
+            out.print(t)
+    out.print(f"verdict: {s.verdict}", highlight=False)
+    for line in s.reasons + [f"note: {n}" for n in s.notes]:
+        out.print(f"  {line}", highlight=False)
+
+
 @app.command()
 def run(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt,
         force: Optional[list[str]] = typer.Option(None, "--force", help=f"Rerun this stage even if unchanged ({', '.join(STAGES)}).")) -> None:

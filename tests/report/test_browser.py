@@ -34,7 +34,8 @@ from tokenmill.runs import RunDir
 WIDTH, HEIGHT = 1280, 900
 # Sections every finished run's report has, by the start of their heading (the test also checks
 # that every <h2> the HTML holds is in the DOM); the evaluation heading carries the step.
-REQUIRED_SECTIONS = ("Model: evaluation at step ", "Stages", "Data", "Mixture and curriculum", "Run", "Scaling", "Config")
+REQUIRED_SECTIONS = ("Model: evaluation at step ", "Stages", "Data", "Mixture and curriculum", "Run", "When to stop",
+                     "Scaling", "Config")
 
 def demo_config_scaled_down() -> dict[str, Any]:
     """The demo's config (its sources, curation rules, curriculum, tasks and probes) with every

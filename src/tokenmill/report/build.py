@@ -238,6 +238,7 @@ def section_eval(evals: list[dict]) -> str:
 def render(run: RunDir) -> str:
     from tokenmill.report.data_section import section_data  # both import this module's helpers
     from tokenmill.report.scaling import section_scaling
+    from tokenmill.report.stopping_section import section_stopping
     from tokenmill.report.timeline import section_run
     from tokenmill.report.noise_section import section_noise
 
@@ -251,7 +252,8 @@ def render(run: RunDir) -> str:
         f"generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>",
         section_eval(evals) if evals else "",
         section_stages(run), section_data(run, events),
-        section_mixture(events), section_run(run, events, evals), section_noise(events),
+        section_mixture(events), section_run(run, events, evals), section_stopping(run, events, evals),
+        section_noise(events),
         "" if evals else section_eval(evals), section_scaling(run, events),
         f"<h2>Config</h2><details><summary>resolved config.yaml</summary><pre>{html.escape(config_yaml)}</pre></details>",
     ]

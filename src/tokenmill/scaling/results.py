@@ -114,15 +114,20 @@ def parse_results(records: Iterable[Any], source: str = "<results>") -> list[Run
     return runs
 
 
+def read_json_file(path: Path, error: type[UserError], what: str) -> Any:
+    """A JSON file's content; a missing or malformed file raises `error` naming the file."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"{path}: no such {what}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise error(f"{path}: not valid JSON ({exc})") from None
+
+
 def load_results(path: str | Path) -> list[RunResult]:
     """Read a sweep's results file `{"runs": [...]}` (JSON; loading runs no code)."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ScalingResultsError(f"{path}: no such results file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ScalingResultsError(f"{path}: not valid JSON ({exc})") from None
+    data = read_json_file(path, ScalingResultsError, "results file")
     if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
         raise ScalingResultsError(f"{path}: expected an object with a 'runs' list")
     return parse_results(data["runs"], source=str(path))
