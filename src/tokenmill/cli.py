@@ -588,9 +588,11 @@ def plan(
     result = _guard(go)
     if as_json:
         typer.echo(_json.dumps(result.as_dict(), indent=1))
-        return
-    for part in render_plan(result):
-        Console(width=120, soft_wrap=True).print(part)
+    else:
+        for part in render_plan(result):
+            Console(width=120, soft_wrap=True).print(part)
+    if result.layout is None:
+        raise typer.Exit(1)  # planned everything but the layout: a script must not take it for a full plan
 
 
 mixture_app = typer.Typer(help="Mixture weights by experiment: DoReMi and a data-mixing-law regression on proxy models.",

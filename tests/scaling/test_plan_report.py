@@ -76,3 +76,11 @@ def test_rows_format_the_plan():
     rows = dict(figures_rows(plan))
     assert rows["training FLOPs 6ND"] == "4.2e+22" and rows["parameters N"] == "7e+09"
     assert dict(layout_rows(plan))["memory per device"].endswith("of 80 GB")
+
+
+def test_no_layout_fits_still_prints_the_plan_and_the_fewest_devices():
+    result = runner.invoke(app, ["plan", "--params", "70e9", "--tokens", "2e12"])
+    assert result.exit_code == 1
+    out = " ".join(result.output.split())
+    for text in ("training FLOPs 6ND", "wall-clock", "cost", "no layout fits h100", "fewest devices that fit: 24 × h100"):
+        assert text in out, text

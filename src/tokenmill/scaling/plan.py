@@ -48,6 +48,10 @@ class PlanError(UserError, ValueError):
     """The inputs do not describe a plan (missing or contradictory flags, nothing fits)."""
 
 
+class NoLayoutFits(PlanError):
+    """Every layout on these devices needs more memory than one device has."""
+
+
 @dataclass(frozen=True)
 class ChinchillaLaw:
     """L(N, D) = E + A/N^α + B/D^β, Hoffmann et al. 2022 Approach 3 (the fit Sardana et al. use)."""
@@ -250,7 +254,7 @@ def recommend_layout(candidates: list[LayoutChoice], device: DeviceSpec) -> tupl
     fits = [c for c in candidates if c.memory.total <= device.memory_bytes]
     if not fits:
         smallest = min(candidates, key=lambda c: c.memory.total)
-        raise PlanError(f"no layout fits {device.name} ({device.memory_bytes / GB:.0f} GB): the smallest needs "
+        raise NoLayoutFits(f"no layout fits {device.name} ({device.memory_bytes / GB:.0f} GB): the smallest needs "
                         f"{smallest.memory.total / GB:.1f} GB per device ({_describe(smallest.layout)}); use more "
                         f"devices, a larger device, a smaller --micro-batch or --seq-len")
     fastest = min(c.time.total for c in fits)
@@ -317,12 +321,13 @@ class Plan:
     device_hours: float
     cost_usd: float
     chinchilla: dict[str, float]
-    layout: dict[str, Any]
+    layout: dict[str, Any] | None  # None: no layout fits (see no_fit)
     layout_reasons: list[str]
     inference_aware: dict[str, float] | None = None
     roofline: dict[str, Any] | None = None  # op classes of a step on one device of the layout (scaling/roofline.py)
     trainer_memory: dict[str, Any] | None = None  # tokenmill's own trainer per rank (scaling/rank_memory.py), --config
     batch: dict[str, Any] | None = None  # the global batch against the critical batch (scaling/critical_batch.py)
+    no_fit: dict[str, Any] | None = None  # why no layout fits these devices, and the fewest devices that fit
     assumptions: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -352,7 +357,13 @@ def make_plan(cfg: ModelConfig, tokens: float, devices: int, device: DeviceSpec,
     hours = devices * seconds / 3600
     base = Layout(seq_len=seq_len, micro_batch=micro_batch, master_weights=master_weights, reserve_bytes=reserve_bytes,
                   sequence_parallel=sequence_parallel)
-    choice, reasons = _layout(cfg, device, devices, base, global_batch_tokens, mfu, layout or {})
+    choice: LayoutChoice | None = None
+    no_fit = None
+    try:
+        choice, reasons = _layout(cfg, device, devices, base, global_batch_tokens, mfu, layout or {})
+    except NoLayoutFits as exc:  # the FLOPs, time and cost do not depend on the layout: still plan them
+        reasons = []
+        no_fit = {"reason": str(exc), **fewest_devices(cfg, device, devices, base, global_batch_tokens, mfu)}
     n_opt, d_opt = chinchilla_optimal(c)
     chinchilla = {"compute_optimal_params": n_opt, "compute_optimal_tokens": d_opt, "tokens_per_param": tokens / n,
                   "overtrain_factor": tokens / n / TOKENS_PER_PARAM, "predicted_loss": CHINCHILLA.loss(n, tokens),
@@ -387,12 +398,14 @@ def make_plan(cfg: ModelConfig, tokens: float, devices: int, device: DeviceSpec,
              "n_kv_heads": cfg.n_kv_heads or cfg.n_heads, "ffn_hidden": resolve_ffn_hidden(cfg), "ffn": cfg.ffn,
              "vocab_size": cfg.vocab_size, "params_of_shape": counts["total"]}
     return Plan(model=model, params=n, tokens=tokens, devices=devices, device=device.model_dump(), mfu=mfu,
-                roofline=_roofline(cfg, choice.layout, device),
-                trainer_memory=None if run_cfg is None else _trainer_memory(cfg, choice.layout, device, run_cfg),
+                roofline=None if choice is None else _roofline(cfg, choice.layout, device),
+                trainer_memory=(None if run_cfg is None or choice is None
+                                else _trainer_memory(cfg, choice.layout, device, run_cfg)),
                 global_batch_tokens=global_batch_tokens, seq_len=seq_len, flops_6nd=c, flops_exact=fpt * tokens,
                 flops_per_token_exact=fpt, steps=math.ceil(tokens / global_batch_tokens), wall_clock_seconds=seconds,
                 wall_clock_days=seconds / 86400, device_hours=hours, cost_usd=hours * device.price_per_hour,
-                chinchilla=chinchilla, layout=choice.as_dict(), layout_reasons=reasons,
+                chinchilla=chinchilla, layout=None if choice is None else choice.as_dict(), layout_reasons=reasons,
+                no_fit=no_fit,
                 inference_aware=aware, batch=critical_batch_plan(global_batch_tokens, chinchilla["predicted_loss"],
                                                                  noise, noise_source),
                 assumptions=assumptions)
@@ -415,6 +428,31 @@ def critical_batch_plan(global_batch_tokens: int, predicted_loss: float, noise: 
                                  f"B_simple measured in {noise_source} over steps {noise.first_step}-{noise.last_step}"
                                  f"{loss}{spread} (it grows as the loss falls)")
     return {"published": published, "measured": measured, "verdict": (measured or published)["verdict"]}
+
+
+def fewest_devices(cfg: ModelConfig, device: DeviceSpec, devices: int, base: Layout, global_batch_tokens: int,
+                   mfu: float, limit: int = 1 << 17) -> dict[str, Any]:
+    """The fewest devices (a multiple of a node, above `devices`) on which some layout fits, and
+    that layout: doubling finds a count that fits, then the nodes in between are tried in order."""
+    node = device.devices_per_node
+
+    def fit(n: int) -> LayoutChoice | None:
+        try:
+            return recommend_layout(layout_candidates(cfg, device, n, base, global_batch_tokens, mfu), device)[0]
+        except NoLayoutFits:
+            return None
+
+    lo, hi = devices, max(node, -(-devices // node) * node)
+    while hi <= limit and (hi == lo or fit(hi) is None):
+        lo, hi = hi, hi * 2
+    if hi > limit:
+        return {"fewest_devices": None, "fewest_layout": None,
+                "fewest_note": f"nothing fits on up to {limit:,} devices"}
+    n = next(k for k in range(-(-(lo + 1) // node) * node, hi + 1, node) if fit(k) is not None)
+    choice = fit(n)
+    assert choice is not None
+    return {"fewest_devices": n, "fewest_layout": _describe(choice.layout),
+            "fewest_memory_bytes": choice.memory.total}
 
 
 def _trainer_memory(cfg: ModelConfig, layout: Layout, device: DeviceSpec, run_cfg: Any) -> dict[str, Any]:

@@ -79,6 +79,19 @@ def layout_rows(plan: Plan) -> list[tuple[str, str]]:
     return rows
 
 
+def no_fit_lines(plan: Plan) -> list[str]:
+    """Why no layout fits, and the fewest devices on which one does."""
+    nf = plan.no_fit or {}
+    lines = [f"[bold red]{nf.get('reason', 'no layout fits')}[/]"]
+    if nf.get("fewest_devices"):
+        lines.append(f"[bold]fewest devices that fit[/]: {nf['fewest_devices']:,} × {plan.device['name']} "
+                     f"({nf['fewest_layout']}, {nf['fewest_memory_bytes'] / GB:.1f} GB per device); the wall-clock "
+                     f"above is for {plan.devices} devices and scales as 1/devices at the same MFU")
+    elif nf.get("fewest_note"):
+        lines.append(f"[bold]fewest devices that fit[/]: {nf['fewest_note']}")
+    return lines
+
+
 def batch_rows(plan: Plan) -> list[tuple[str, str]]:
     """The global batch against each critical-batch estimate: ratio, step and token overheads."""
     rows = []
@@ -128,6 +141,9 @@ def render_plan(plan: Plan) -> list[Any]:
     """The renderables `tokenmill plan` prints, in order."""
     roof = [_roofline_table(plan)] if plan.roofline is not None else []
     batch = [_kv("batch vs critical batch", batch_rows(plan))] if plan.batch is not None else []
+    if plan.layout is None:
+        return [_kv("plan", figures_rows(plan)), *batch, *no_fit_lines(plan),
+                "[bold]assumptions[/]", *(f"  • {a}" for a in plan.assumptions)]
     return [_kv("plan", figures_rows(plan)), _kv("layout", layout_rows(plan)), *batch, *roof,
             "[bold]why this layout[/]", *(f"  • {r}" for r in plan.layout_reasons),
             "[bold]assumptions[/]", *(f"  • {a}" for a in plan.assumptions)]
