@@ -31,7 +31,7 @@ def main() -> None:
 
     from tokenmill.scaling.analysis import analyze
     from tokenmill.scaling.fit import FitConfig
-    from tokenmill.scaling.fit_charts import loss_vs_compute_chart
+    from tokenmill.report.fit_charts import loss_vs_compute_chart
     from tokenmill.scaling.results import load_results
     from tokenmill.scaling.preregister import register, registered_checks
     from tokenmill.scaling.sweep import load_sweep, run_sweep

@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 
 def _texts(curated: Path) -> dict[str, str]:
-    from tokenmill.tokens.curated import curated_buckets, iter_documents
+    from tokenmill.data.curated import curated_buckets, iter_documents
 
     return {i: t for b in curated_buckets(curated) for i, t in iter_documents(curated, b)}
 
@@ -49,7 +49,7 @@ def prepare(src: Path, work: Path, part_docs: int, copies: int) -> Path:
     from tokenmill.runs import RunDir
     from tokenmill.tokenizer.bpe import tokenizer_sha256
     from tokenmill.tokenizer.stage import run_tokenizer
-    from tokenmill.tokens.curated import curated_buckets, iter_documents
+    from tokenmill.data.curated import curated_buckets, iter_documents
 
     run = RunDir.create(load_config(src / "config.yaml", [f"root={work}", "name=bench"]))
     for bucket in curated_buckets(src / "curated"):

@@ -87,7 +87,7 @@ def expected_step_seconds(probe: dict[str, Any]) -> float:
 def evaluate(run: RunDir, threads: int, max_docs: int | None) -> dict[str, dict[str, float]]:
     from tokenmill.eval.evaluate import Evaluator
     from tokenmill.tokens.store import TokenStore
-    from tokenmill.train.checkpoint import load_model
+    from tokenmill.train.restore import load_model
 
     prev = torch.get_num_threads()
     torch.set_num_threads(threads)

@@ -181,7 +181,8 @@ def load_nanogpt(work: Path, ckpt: Path) -> torch.nn.Module:
 
 
 def load_tokenmill(run_path: Path) -> torch.nn.Module:
-    from tokenmill.train.checkpoint import latest_checkpoint, load_model
+    from tokenmill.train.checkpoint import latest_checkpoint
+    from tokenmill.train.restore import load_model
 
     ckpt = latest_checkpoint(run_path / "checkpoints")
     if ckpt is None:

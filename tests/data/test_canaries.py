@@ -15,7 +15,7 @@ from tokenmill.data.curate import run_curate
 from tokenmill.data.document import read_parts
 from tokenmill.data.funnel import Funnel
 from tokenmill.runs import RunDir
-from tokenmill.tokens.split import heldout_ids
+from tokenmill.data.heldout_split import heldout_ids
 from tokenmill.tokens.store import TokenStore
 
 COUNTS = [1, 3, 5]

@@ -85,7 +85,7 @@ def test_in_training_evaluations_score_the_probes_on_the_timeline(tokenized_run,
     from tokenmill.config import ModelConfig, RunConfig
     from tokenmill.eval.evaluate import in_training_evaluator
     from tokenmill.model.transformer import Transformer
-    from tokenmill.report.build import section_eval
+    from tokenmill.report.eval_section import section_eval
     from tokenmill.runs import RunDir
 
     probe = tmp_path / "code_probe.txt"

@@ -2,7 +2,8 @@ import json
 import re
 
 from tokenmill.config import load_config
-from tokenmill.report.build import render, run_report, train_curve
+from tokenmill.report.build import render, run_report
+from tokenmill.report.run_files import train_curve
 from tokenmill.runs import RunDir
 
 
@@ -71,7 +72,7 @@ def test_mixture_plan_section_shows_phases_and_epochs(tmp_path):
 
 
 def test_eval_section_shows_tasks_contamination_flags_and_memorization():
-    from tokenmill.report.build import section_eval
+    from tokenmill.report.eval_section import section_eval
 
     record = {"step": 40, "buckets": {"web": {"docs": 2, "tokens": 10, "loss": 2.0, "ppl": 7.4, "bpb": 1.5,
                                                "unigram_bpb": 2.5}},
@@ -87,7 +88,7 @@ def test_eval_section_shows_tasks_contamination_flags_and_memorization():
 
 
 def test_task_accuracy_is_charted_over_the_evaluations_that_scored_tasks():
-    from tokenmill.report.build import section_eval
+    from tokenmill.report.eval_section import section_eval
 
     def record(step: int, acc: float) -> dict:
         return {"step": step, "buckets": {"web": {"docs": 1, "tokens": 5, "loss": 2.0, "ppl": 7.4, "bpb": 1.5,
@@ -99,7 +100,7 @@ def test_task_accuracy_is_charted_over_the_evaluations_that_scored_tasks():
 
 
 def test_canary_exposure_table_by_repetition_count():
-    from tokenmill.report.build import section_eval
+    from tokenmill.report.eval_section import section_eval
 
     record = {"step": 5, "buckets": {"web": {"docs": 1, "tokens": 5, "loss": 2.0, "ppl": 7.4, "bpb": 1.5,
                                               "unigram_bpb": 2.5}},
@@ -114,7 +115,7 @@ def test_canary_exposure_table_by_repetition_count():
 
 
 def test_slice_table_lists_every_evaluation_step():
-    from tokenmill.report.build import section_eval
+    from tokenmill.report.eval_section import section_eval
 
     def record(step: int, bpb: float) -> dict:
         return {"step": step, "buckets": {"web": {"docs": 1, "tokens": 5, "loss": 2.0, "ppl": 7.4, "bpb": bpb,

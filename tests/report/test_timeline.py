@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tokenmill.config import load_config
-from tokenmill.report.build import eval_history
+from tokenmill.report.run_files import eval_history
 from tokenmill.report.timeline import (grad_norm_heatmap, heldout_losses, last_record_per_step, run_summary,
                                        section_run)
 from tokenmill.runs import RunDir, read_events

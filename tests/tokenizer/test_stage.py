@@ -6,8 +6,8 @@ import tokenmill.tokenizer.stage as stage
 from tokenmill.tokenizer.bpe import load_tokenizer, tokenizer_sha256
 from tokenmill.tokenizer.sample import SampleConfigError
 from tokenmill.tokenizer.stage import run_tokenizer
-from tokenmill.tokens.curated import iter_documents
-from tokenmill.tokens.split import heldout_ids
+from tokenmill.data.curated import iter_documents
+from tokenmill.data.heldout_split import heldout_ids
 
 
 def test_stage_writes_tokenizer_audit_and_event(curated_run):

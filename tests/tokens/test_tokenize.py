@@ -12,8 +12,8 @@ from tokenmill.tokenizer import fast_encode
 from tokenmill.tokenizer.bpe import load_tokenizer, tokenizer_sha256
 from tokenmill.tokenizer.special import EOS, EOS_ID, sentinel
 from tokenmill.tokenizer.stage import run_tokenizer
-from tokenmill.tokens.curated import iter_documents
-from tokenmill.tokens.split import heldout_ids
+from tokenmill.data.curated import iter_documents
+from tokenmill.data.heldout_split import heldout_ids
 from tokenmill.tokens.store import TokenStore
 from tokenmill.tokens.tokenize import run_tokenize
 

@@ -14,8 +14,9 @@ from tokenmill.cli import app
 from tokenmill.config import ModelConfig, TrainConfig
 from tokenmill.model.transformer import Transformer
 from tokenmill.train.averaging import average_checkpoints, last_valid_checkpoints
-from tokenmill.train.checkpoint import (CheckpointError, latest_checkpoint, list_checkpoints, load_checkpoint,
-                                        load_model, model_tensors, save_checkpoint, verify_checkpoint)
+from tokenmill.train.checkpoint import (CheckpointError, latest_checkpoint, list_checkpoints, model_tensors,
+                                        save_checkpoint, verify_checkpoint)
+from tokenmill.train.restore import load_checkpoint, load_model
 from tokenmill.train.optimizer import build_optimizer
 
 CFG = ModelConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16)

@@ -11,7 +11,8 @@ from tokenmill.model.objectives import clm_loss
 from tokenmill.model.transformer import Transformer
 from tokenmill.runs import EventLog
 from tokenmill.train.checkpoint import (CheckpointError, checkpoint_fingerprint, latest_checkpoint, list_checkpoints,
-                                        load_checkpoint, load_model, save_checkpoint, verify_checkpoint)
+                                        save_checkpoint, verify_checkpoint)
+from tokenmill.train.restore import load_checkpoint, load_model
 from tokenmill.train.optimizer import build_optimizer
 
 CFG = ModelConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16)

@@ -12,7 +12,8 @@ import signal
 import pytest
 import torch
 
-from tokenmill.train.checkpoint import CheckpointError, latest_checkpoint, load_model, verify_checkpoint
+from tokenmill.train.checkpoint import CheckpointError, latest_checkpoint, verify_checkpoint
+from tokenmill.train.restore import load_model
 from tokenmill.train.dist_checkpoint import DCP_DIR, _MetadataUnpickler, _safe_reader, agreed_latest_checkpoint
 from tokenmill.train.distributed import DistContext
 from tokenmill.train.trainer import run_train

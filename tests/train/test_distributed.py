@@ -20,7 +20,8 @@ from tokenmill.eval.evaluate import Evaluator
 from tokenmill.model.transformer import Transformer
 from tokenmill.pipeline import run_pipeline, run_stage
 from tokenmill.tokens.store import TokenStore
-from tokenmill.train.checkpoint import load_model, verify_checkpoint
+from tokenmill.train.checkpoint import verify_checkpoint
+from tokenmill.train.restore import load_model
 from tokenmill.train.distributed import (DistributedError, RankMismatch, all_reduce_sum,
                                          check_replicas, compare_payloads, cross_rank_check, event_log,
                                          init_distributed, unwrap, wrap_model)

@@ -13,7 +13,8 @@ from torch import nn
 from tokenmill.config import ModelConfig
 from tokenmill.model.transformer import Transformer
 from tokenmill.scaling.parallel import bubble_fraction
-from tokenmill.train.checkpoint import load_model, verify_checkpoint
+from tokenmill.train.checkpoint import verify_checkpoint
+from tokenmill.train.restore import load_model
 from tokenmill.train.pipeline_parallel import prune_to_stage, stage_layers
 from tokenmill.train.trainer import run_train
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tokenmill.train.checkpoint import load_model, verify_checkpoint
+from tokenmill.train.checkpoint import verify_checkpoint
+from tokenmill.train.restore import load_model
 from tokenmill.train.tensor_parallel import block_plan
 
 from tests.train.dist_helpers import copy_run, events, make_run, max_rel_diff, reconfigure, run_ok, series

@@ -180,7 +180,8 @@ def in_training_evaluator(run: RunDir) -> Callable[[int, torch.nn.Module], None]
 
 def run_eval(run: RunDir, checkpoint: Path | None = None) -> dict[str, Any]:
     """Evaluate a checkpoint (default: the latest valid one) on the held-out documents."""
-    from tokenmill.train.checkpoint import latest_checkpoint, load_model
+    from tokenmill.train.checkpoint import latest_checkpoint
+    from tokenmill.train.restore import load_model
 
     ckpt = checkpoint or latest_checkpoint(run.sub("checkpoints"))
     if ckpt is None:

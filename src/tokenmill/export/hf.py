@@ -169,7 +169,7 @@ def export_hf(checkpoint: Path, out: Path, tokenizer_json: Path | None = None,
     tokenizer_json: default <run>/tokenizer/tokenizer.json found above the checkpoint.
     The directory is written as OUT.tmp and renamed, so OUT is either complete or absent.
     """
-    from tokenmill.train.checkpoint import load_model
+    from tokenmill.train.restore import load_model
 
     checkpoint, out = Path(checkpoint), Path(out)
     if out.exists() and any(out.iterdir()) and not overwrite:

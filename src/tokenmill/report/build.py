@@ -9,57 +9,18 @@ from __future__ import annotations
 import html
 import json
 import time
-from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from tokenmill import __version__
-from tokenmill.report.charts import bar_chart, line_chart
+from tokenmill.report.data_section import section_data
+from tokenmill.report.eval_section import section_eval
+from tokenmill.report.noise_section import section_noise
+from tokenmill.report.page import CSS, table
+from tokenmill.report.run_files import eval_history
+from tokenmill.report.scaling import section_scaling
+from tokenmill.report.stopping_section import section_stopping
+from tokenmill.report.timeline import section_run
 from tokenmill.runs import STAGES, RunDir, atomic_write_text, read_events
-
-CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1000px;color:#222}
-h1{margin-bottom:.2rem} h2{border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
-table{border-collapse:collapse;margin:.6rem 0;font-size:.9rem} td,th{border:1px solid #ddd;padding:.25rem .6rem;text-align:right}
-th{background:#f5f5f5} td:first-child,th:first-child{text-align:left}
-.muted{color:#777;font-size:.85rem} .good{color:#13692b;font-weight:600} .bad{color:#a11;font-weight:600}
-pre{background:#f7f7f7;padding:.6rem;white-space:pre-wrap;font-size:.82rem;border-radius:4px}
-svg{max-width:100%;height:auto}
-"""
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:,.4g}" if abs(v) < 1e5 else f"{v:,.0f}"
-    if isinstance(v, int):
-        return f"{v:,}"
-    return html.escape(str(v))
-
-
-def table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{_fmt(c) if not str(c).startswith('<span') else c}</td>"
-                                    for c in row) + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
-
-
-def _read_json(path: Path) -> Any:
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def train_curve(events: list[dict]) -> dict[str, list[float]]:
-    """Per-step training metrics; a step replayed after a resume keeps its last record."""
-    by_step: dict[int, dict] = {}
-    for e in events:
-        if e.get("kind") == "train_step":
-            by_step[int(e["step"])] = e
-    steps = sorted(by_step)
-    keys = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu")
-    return {"step": steps, **{k: [by_step[s].get(k) for s in steps] for k in keys}}
-
-
-def eval_history(run: RunDir) -> list[dict]:
-    files = sorted(run.sub("eval").glob("*.json"), key=lambda p: int(p.stem)) if run.sub("eval").exists() else []
-    return [json.loads(p.read_text()) for p in files]
 
 
 def section_stages(run: RunDir) -> str:
@@ -93,155 +54,7 @@ def section_mixture(events: list[dict]) -> str:
     return "".join(out)
 
 
-def _probes(evals: list[dict]) -> str:
-    """Probe sets: the latest scores and, over several evaluations, their bits-per-byte curves."""
-    names = sorted({n for e in evals for n in (e.get("probes") or {})})
-    if not names:
-        return ""
-    last = {n: m for e in evals for n, m in (e.get("probes") or {}).items()}  # the newest value of each
-    out = ["<h3>Probes</h3><p>Small fixed text sets chosen for this run, scored at every evaluation.</p>",
-           table(["probe set", "docs", "tokens", "loss", "bpb"],
-                 [[n, last[n]["docs"], last[n]["tokens"], last[n]["loss"], last[n]["bpb"]] for n in names])]
-    series = {n: ([e["step"] for e in evals if n in (e.get("probes") or {})],
-                  [e["probes"][n]["bpb"] for e in evals if n in (e.get("probes") or {})]) for n in names}
-    if any(len(xs) > 1 for xs, _ in series.values()):
-        out.append(line_chart(series, title="Probe bits-per-byte", xlabel="step", ylabel="bpb", markers=True))
-    return "".join(out)
-
-
-def _slices_over_steps(evals: list[dict]) -> str:
-    """Bits-per-byte of every bucket at every evaluation (rows: steps), the table behind the curve."""
-    buckets = list(evals[-1]["buckets"])
-    rows = [[e["step"], *(e["buckets"][b]["bpb"] if b in e["buckets"] else "—" for b in buckets)] for e in evals]
-    return ("<details><summary>bits-per-byte by bucket at every evaluation</summary>"
-            + table(["step", *buckets], rows) + "</details>")
-
-
-def _task_curves(evals: list[dict]) -> str:
-    """Task accuracy over the evaluations that scored tasks (eval.tasks_in_training), beside the loss."""
-    series: dict[str, tuple[list[float], list[float]]] = {}
-    for e in evals:
-        for t in e.get("tasks") or []:
-            xs, ys = series.setdefault(t["name"], ([], []))
-            xs.append(e["step"])
-            ys.append(t["acc"])
-    if not any(len(xs) > 1 for xs, _ in series.values()):
-        return ""
-    return line_chart(series, title="Task accuracy", xlabel="step", ylabel="accuracy", markers=True)
-
-
-def _semantic(contamination: dict) -> str:
-    """The embedding back-check per task, with the best matches it flagged."""
-    sem = {name: c["semantic"] for name, c in contamination.items() if c.get("semantic")}
-    if not sem:
-        return ""
-    rows = [[name, s["items"], f'<span class="bad">{s["flagged"]}</span>' if s["flagged"] else 0,
-             s.get("max_score"), s["threshold"]] for name, s in sem.items()]
-    out = ["<h3>Semantic contamination</h3><p>Each item against every window of the training documents, by the "
-           "cosine of SIF embeddings tokenmill trained on the training text (finds paraphrases the n-gram "
-           "check misses).</p>", table(["task", "items", "flagged", "best similarity", "threshold"], rows)]
-    for name, s in sem.items():
-        for ex in s.get("examples", []):
-            out.append(f"<p class=muted>{html.escape(name)} · {ex['score']:.3f} · {html.escape(ex['doc_id'])}</p>"
-                       f"<pre><b>{html.escape(ex['item'])}</b>\n{html.escape(ex['match'])}</pre>")
-    return "".join(out)
-
-
-def _eval_audits(last: dict) -> str:
-    """Tasks, contamination and memorization of an evaluation record, when it has them."""
-    out: list[str] = []
-    contamination = last.get("contamination") or {}
-    tasks = last.get("tasks") or []
-    if tasks:
-        rows = []
-        for t in tasks:
-            c = contamination.get(t["name"], {})
-            flag = (f'<span class="bad">{c["share"]:.2%} flagged</span>' if c.get("flagged")
-                    else (f"{c['share']:.2%}" if "share" in c else "—"))
-            rows.append([t["name"], t.get("format", ""), t.get("shots", 0), t.get("n", ""),
-                         t.get("acc", float("nan")), t.get("acc_norm", t.get("mean_logprob", float("nan"))), flag])
-        out += ["<h3>Tasks</h3><p>Scored by log-likelihood of each continuation (multiple choice) or greedy "
-                "last-word match (cloze), from local files; contamination = share of the set's token n-grams "
-                "found in the training tokens.</p>",
-                table(["task", "format", "shots", "items", "acc", "acc_norm / mean log-prob", "contamination"], rows)]
-    out.append(_semantic(contamination))
-    other = {k: v for k, v in contamination.items() if k not in {t["name"] for t in tasks}}
-    if other:
-        rows = [[name, c.get("ngrams", ""), c.get("found", ""),
-                 f'<span class="bad">{c["share"]:.2%} flagged</span>' if c.get("flagged") else f"{c['share']:.2%}"]
-                for name, c in other.items()]
-        out += ["<h3>Contamination</h3>", table(["eval set", "n-grams", "found in training", "share"], rows)]
-    mem = last.get("memorization") or {}
-    if mem:
-        rows = []
-        for scope, split in mem.items():
-            if isinstance(split, dict) and "train" in split and "heldout" in split:
-                tr, ho = split["train"], split["heldout"]
-                vals = [tr.get("exact"), ho.get("exact"), tr.get("token_match"), ho.get("token_match")]
-                rows.append([scope, tr.get("n", ""), *("—" if v is None else v for v in vals)])
-        if rows:
-            out += ["<h3>Memorization</h3><p>Greedy continuations of document prefixes: exact-match rate on "
-                    "training documents vs held-out ones (the gap is what the model memorized).</p>",
-                    table(["scope", "docs", "exact (train)", "exact (held-out)", "token match (train)",
-                           "token match (held-out)"], rows)]
-    out.append(_canaries(last.get("canaries") or {}))
-    return "".join(out)
-
-
-def _canaries(c: dict) -> str:
-    """Canary exposure per repetition count (Carlini et al. 2019): how far above chance the model
-    ranks a random secret it saw k times."""
-    if not c.get("by_count"):
-        return ""
-    rows = [[k, v["canaries"], v["mean_exposure_empirical"], v["mean_exposure_extrapolated"], v["mean_log_ppl"]]
-            for k, v in sorted(c["by_count"].items(), key=lambda kv: int(kv[0]))]
-    return ("<h3>Canaries</h3><p>Random secrets inserted during curation k times each; exposure = log2|R| − "
-            f"log2 rank among {c['candidates']} random candidates (empirical, at most log2 of that + 1) and from a normal "
-            f"fit to the candidates' log-perplexity (extrapolated); the maximum is {c['max_exposure']:.1f} bits. "
-            "Exposure that grows with k is memorization.</p>"
-            + table(["repetitions k", "canaries", "exposure (empirical, bits)", "exposure (extrapolated, bits)",
-                     "log-perplexity (bits)"], rows))
-
-
-def section_eval(evals: list[dict]) -> str:
-    if not evals:
-        return "<h2>Model</h2><p class=muted>No evaluation yet.</p>"
-    last = evals[-1]
-    rows = []
-    for bucket, m in last["buckets"].items():
-        ratio = m["bpb"] / m["unigram_bpb"] if m.get("unigram_bpb") else float("nan")
-        verdict = f'<span class="{"good" if ratio < 1 else "bad"}">{ratio:.3f}</span>'
-        rows.append([bucket, m["docs"], m["tokens"], m["loss"], m["ppl"], m["bpb"], m["unigram_bpb"], verdict])
-    out = [f"<h2>Model: evaluation at step {last['step']}</h2>",
-           "<p>Held-out documents, scored one by one. Bits-per-byte = Σ NLL / (ln 2 · UTF-8 bytes); "
-           "the unigram baseline is fitted on the bucket's training tokens (add-one smoothing).</p>",
-           table(["bucket", "docs", "tokens", "loss", "ppl", "bpb", "unigram bpb", "bpb / unigram"], rows)]
-    if len(evals) > 1:
-        series = {}
-        for bucket in last["buckets"]:
-            pts = [(e["step"], e["buckets"][bucket]["bpb"]) for e in evals if bucket in e["buckets"]]
-            series[bucket] = ([p[0] for p in pts], [p[1] for p in pts])
-        out.append(line_chart(series, title="Held-out bits-per-byte", xlabel="step", ylabel="bpb", markers=True))
-        out.append(_slices_over_steps(evals))
-    out.append(_probes(evals))
-    out.append(_eval_audits(last))
-    out.append(_task_curves(evals))
-    samples = last.get("samples") or []
-    if samples:
-        out.append("<h3>Samples</h3>")
-        for s in samples:
-            out.append(f"<p class=muted>{html.escape(s['bucket'])}</p><pre><b>{html.escape(s['prompt'])}</b>"
-                       f"{html.escape(s['completion'])}</pre>")
-    return "".join(out)
-
-
 def render(run: RunDir) -> str:
-    from tokenmill.report.data_section import section_data  # both import this module's helpers
-    from tokenmill.report.scaling import section_scaling
-    from tokenmill.report.stopping_section import section_stopping
-    from tokenmill.report.timeline import section_run
-    from tokenmill.report.noise_section import section_noise
-
     events = list(read_events(run.sub("events.jsonl")))
     evals = eval_history(run)
     title = run.config.report.title or run.config.name

@@ -11,7 +11,6 @@ examples shown, cut to an excerpt before it becomes a Python string.
 from __future__ import annotations
 
 import html
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tokenmill.report.charts import _svg, bar_chart
+from tokenmill.report.page import read_json
 from tokenmill.runs import RunDir
 
 import matplotlib.pyplot as plt  # noqa: E402  (after charts, which selects the Agg backend)
@@ -133,10 +133,6 @@ def stream(paths: Iterable[Path], columns: list[str]) -> Iterator[tuple[Path, pa
             continue
         for batch in f.iter_batches(columns=present, batch_size=BATCH_ROWS):
             yield path, batch, set(present)
-
-
-def _read_json(path: Path) -> Any:
-    return json.loads(path.read_text()) if path.exists() else None
 
 
 # --------------------------------------------------------------------------- 1. funnel
@@ -526,7 +522,7 @@ def token_store_table(meta: dict | None) -> str:
 
 def section_tokenizer(run: RunDir, meta: dict | None = None) -> str:
     out = ["<h3>Tokenizer audit</h3>"]
-    audit = _read_json(run.sub("tokenizer", "audit.json"))
+    audit = read_json(run.sub("tokenizer", "audit.json"))
     if not audit:
         return "".join(out) + _placeholder("No tokenizer/audit.json yet.") + token_store_table(meta)
     out.append(f"<p>Byte-level BPE, vocabulary {audit['vocab_size']:,}, trained on {audit['sample_bytes']:,} bytes "
@@ -680,8 +676,8 @@ def section_planned_vs_delivered(events: list[dict]) -> str:
 # --------------------------------------------------------------------------- the section
 def section_data(run: RunDir, events: list[dict]) -> str:
     """The whole Data section (HTML); every part renders a placeholder when its files are missing."""
-    funnel = _read_json(run.sub("curated", "_funnel.json"))
-    meta = _read_json(run.sub("tokens", "_meta.json"))
+    funnel = read_json(run.sub("curated", "_funnel.json"))
+    meta = read_json(run.sub("tokens", "_meta.json"))
     parts = curated_parts(run)
     return "".join([
         "<h2>Data</h2>",

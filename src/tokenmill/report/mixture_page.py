@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenmill import __version__
-from tokenmill.report.build import CSS, table
+from tokenmill.report.page import CSS, table
 from tokenmill.report.charts import bar_chart, line_chart
 from tokenmill.runs import atomic_write_text
 

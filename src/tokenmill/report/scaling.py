@@ -9,9 +9,9 @@ import time
 from typing import Any
 
 from tokenmill import __version__
-from tokenmill.report.build import CSS, table
+from tokenmill.report.page import CSS, table
 from tokenmill.scaling.analysis import ScalingAnalysis
-from tokenmill.scaling.fit_charts import all_charts
+from tokenmill.report.fit_charts import all_charts
 
 
 def _interval(iv: list[float] | None) -> str:

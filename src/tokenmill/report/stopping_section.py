@@ -11,7 +11,7 @@ import numpy as np
 
 from tokenmill.config import StopConfig
 from tokenmill.errors import UserError
-from tokenmill.report.build import table
+from tokenmill.report.page import table
 from tokenmill.report.charts import _svg
 from tokenmill.report.stopping import KEEP, TOO_FEW, BucketSignal, StopSignals, compute_signals, resolve_law
 from tokenmill.runs import RunDir

@@ -23,8 +23,8 @@ from tokenmill.tokenizer.bpe import tokenizer_sha256, train_bpe
 from tokenmill.tokenizer.fast_encode import verify_fast_encoder, write_record
 from tokenmill.tokenizer.sample import bucket_budgets, select_documents
 from tokenmill.tokenizer.special import BOS_ID, EOS_ID, MASK_ID, PAD_ID, sentinel_ids
-from tokenmill.tokens.curated import bucket_parts, curated_buckets, document_ids, iter_documents
-from tokenmill.tokens.split import heldout_ids
+from tokenmill.data.curated import bucket_parts, curated_buckets, document_ids, iter_documents
+from tokenmill.data.heldout_split import heldout_ids
 
 
 def _heldout_by_bucket(run: RunDir, curated: Path) -> dict[str, set[str]]:

@@ -41,9 +41,9 @@ from tokenmill.runs import RunDir, atomic_write_text, sha256_json
 from tokenmill.tokenizer.bpe import load_tokenizer, tokenizer_sha256
 from tokenmill.tokenizer.fast_encode import Encoder, choose_encoder, load_encoder
 from tokenmill.tokenizer.special import BOS_ID, EOS_ID, MASK, PAD_ID, sentinel
-from tokenmill.tokens.curated import bucket_parts, curated_buckets
+from tokenmill.data.curated import bucket_parts, curated_buckets
 from tokenmill.tokens.heldout_dedup import training_duplicates
-from tokenmill.tokens.split import heldout_ids
+from tokenmill.data.heldout_split import heldout_ids
 from tokenmill.tokens.store import SPLITS, Shard, ShardWriter, TokenStoreError, token_dtype
 
 PIECES_FORMAT = 1  # bump when what a part piece holds changes: old pieces are then redone

@@ -31,8 +31,8 @@ from safetensors.torch import save as st_save
 
 from tokenmill.runs import RunDir
 from tokenmill.train.checkpoint import (_STEP_DIR, DCP_KIND, FORMAT_VERSION, MODEL_ONLY, CheckpointError, _fsync_dir,
-                                        _write_bytes, list_checkpoints, load_model, model_tensors, read_state,
-                                        verify_checkpoint)
+                                        _write_bytes, list_checkpoints, model_tensors, read_state, verify_checkpoint)
+from tokenmill.train.restore import load_model
 
 
 def last_valid_checkpoints(root: Path, n: int) -> list[Path]:

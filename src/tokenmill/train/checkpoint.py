@@ -31,13 +31,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import nn
 
-from tokenmill.config import ModelConfig
 from tokenmill.errors import UserError
-from tokenmill.model.transformer import Transformer
 from tokenmill.runs import EventLog
 
 FORMAT_VERSION = 1
@@ -292,54 +289,3 @@ def read_state(path: Path) -> dict[str, Any]:
 def checkpoint_fingerprint(path: Path) -> str | None:
     """The train fingerprint the checkpoint was written under (None if state.json lacks one)."""
     return read_state(path).get("train_fingerprint")
-
-
-def load_checkpoint(
-    path: Path,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer | None = None,
-    restore_rng: bool = True,
-    verify: bool = True,
-) -> dict[str, Any]:
-    """Load weights (and optimizer state, RNG states) from a checkpoint; return its state.json."""
-    path = Path(path)
-    state = verify_checkpoint(path) if verify else read_state(path)
-    if state.get("kind") == MODEL_ONLY and (optimizer is not None or restore_rng):
-        raise CheckpointError(f"{path} holds model weights only (averaged from steps "
-                              f"{state.get('averaged_from')}): evaluate it, or resume from a step_<N> checkpoint")
-    from tokenmill.train import dist_checkpoint  # (imported here: it builds on this module)
-
-    if dist_checkpoint.needs_parallel_load(state, model):  # sharded checkpoint, or a DDP/FSDP model
-        return dist_checkpoint.load_into(path, state, model, optimizer, restore_rng)
-    load_model_tensors(model, st_load((path / "model.safetensors").read_bytes()), path)
-    if optimizer is not None:
-        opt_state = torch.load(path / "optim.pt", map_location="cpu", weights_only=True)
-        optimizer.load_state_dict(opt_state)
-    if restore_rng:
-        restore_rng_state(state["rng"], st_load((path / "rng.safetensors").read_bytes()))
-    return state
-
-
-def load_model(ckpt_path: Path | str, device: torch.device | str = "cpu") -> tuple[Transformer, int]:
-    """(Transformer in eval mode on `device`, step) from a checkpoint directory.
-
-    `ckpt_path` may also be a `checkpoints/` directory: its newest valid checkpoint is used.
-    """
-    path = Path(ckpt_path)
-    if not (path / "state.json").exists() and list_checkpoints(path):
-        latest = latest_checkpoint(path)
-        if latest is None:
-            raise CheckpointError(f"{path}: no checkpoint verifies")
-        path = latest
-    if not path.is_dir():
-        raise CheckpointError(f"{path}: no checkpoint here")
-    state = verify_checkpoint(path)
-    cfg = ModelConfig.model_validate(state["model_config"])
-    model = Transformer(cfg)
-    if state.get("kind") == DCP_KIND:  # an FSDP run's shards: DCP reads them in this one process
-        from tokenmill.train.dist_checkpoint import load_dcp_model
-
-        load_dcp_model(path, model)
-    else:
-        load_model_tensors(model, st_load((path / "model.safetensors").read_bytes()), path)
-    return model.to(device).eval(), int(state["step"])

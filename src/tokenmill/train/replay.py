@@ -21,7 +21,8 @@ from tokenmill.mixture.loader import Loader
 from tokenmill.model.transformer import Transformer
 from tokenmill.runs import RunDir, read_events
 from tokenmill.tokens.store import TokenStore
-from tokenmill.train.checkpoint import list_checkpoints, load_checkpoint, read_state, verify_checkpoint
+from tokenmill.train.checkpoint import list_checkpoints, read_state, verify_checkpoint
+from tokenmill.train.restore import load_checkpoint
 from tokenmill.train.budget import resolve_budget
 from tokenmill.train.device import resolve_device, resolve_dtype
 from tokenmill.train.guard import StabilityGuard

@@ -49,8 +49,8 @@ from tokenmill.model.transformer import Transformer
 from tokenmill.runs import RunDir
 from tokenmill.scaling.flops import flops_per_token, peak_flops_source
 from tokenmill.tokens.store import TokenStore
-from tokenmill.train.checkpoint import (CheckpointError, list_checkpoints, load_checkpoint, read_state,
-                                        verify_checkpoint)
+from tokenmill.train.checkpoint import CheckpointError, list_checkpoints, read_state, verify_checkpoint
+from tokenmill.train.restore import load_checkpoint
 from tokenmill.train.budget import resolve_budget
 from tokenmill.train.clipping import clip_gradients
 from tokenmill.train.pipeline_parallel import Pipeline, build_pipeline, stage_layers

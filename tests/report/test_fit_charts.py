@@ -4,7 +4,7 @@ with parts of the analysis missing."""
 import pytest
 
 from tests.scaling.chinchilla_synthetic import holdout, sweep
-from tokenmill.scaling import fit_charts
+from tokenmill.report import fit_charts
 from tokenmill.scaling.analysis import analyze
 from tokenmill.scaling.fit import FitConfig
 

@@ -1,4 +1,4 @@
-from tokenmill.tokens.split import heldout_ids, split_score
+from tokenmill.data.heldout_split import heldout_ids, split_score
 
 
 def test_score_is_uniform_and_stable():

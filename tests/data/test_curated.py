@@ -1,6 +1,6 @@
 import pytest
 
-from tokenmill.tokens.curated import curated_buckets, document_ids, iter_documents
+from tokenmill.data.curated import curated_buckets, document_ids, iter_documents
 
 
 def test_buckets_skip_rejected_and_rows_in_order(curated_run):
