@@ -8,7 +8,8 @@ Two measurements, both with tokenmill's own trainer on real token stores:
    books/code/docs store of the mixture-optimization benchmark. The spread across seeds is the
    estimate's band.
 2. sweep: the books/code/docs store (20M training tokens: every run stays within one epoch), one model (d128 × 4 layers, seq 128), global batches from 512 to 16K
-   tokens, each at 3 learning rates (√B scaling around a base, × ½, 1, 2), a constant LR after a
+   tokens, each at 3 learning rates (√B scaling around a base, × ½, 1, 2; extended by doubling or
+   halving while the best one sits at an edge of the grid), a constant LR after a
    fixed token warmup. Each run stops once the centred 9-step mean of its training loss reaches
    the target (single-epoch data: the training loss on unseen batches is a held-out estimate);
    the fewest steps over the LRs is S(B). S = S_min (1 + B_crit / B) fitted in 1/B gives B_crit
@@ -43,7 +44,7 @@ from tokenmill.config import RunConfig, load_config  # noqa: E402
 from tokenmill.runs import RunDir, read_events  # noqa: E402
 from tokenmill.scaling.critical_batch import fit_tradeoff, steps_to_loss, summarize_noise  # noqa: E402
 from tokenmill.scaling.sweep import link_data  # noqa: E402
-from tokenmill.train.trainer import run_train  # noqa: E402
+from tokenmill.train.trainer import TrainError, run_train  # noqa: E402
 
 SEEDS = (1, 2, 3)
 SWEEP_BATCHES = (512, 1024, 2048, 4096, 8192, 16384)
@@ -73,7 +74,7 @@ def train_events(run: RunDir) -> list[dict]:
 
 
 def finished(run: RunDir) -> bool:
-    return (run.path / "events.jsonl").exists() and any(e.get("kind") in ("train_done", "reached")
+    return (run.path / "events.jsonl").exists() and any(e.get("kind") in ("train_done", "reached", "gave_up")
                                                        for e in train_events(run))
 
 
@@ -143,6 +144,8 @@ def sweep_run(data: RunDir, root: Path, batch: int, lr: float, args: argparse.Na
             run_train(run, on_eval=hook, progress=False)
         except Reached:
             pass
+        except TrainError as exc:  # diverged at this LR: it never reaches the target
+            run.events.write("train", "gave_up", reason=str(exc)[:300])
         finally:
             fh.close()
         print(f"{name}: {time.time() - t0:.0f} s", flush=True)
@@ -164,8 +167,16 @@ def sweep(data: RunDir, root: Path, args: argparse.Namespace) -> dict[str, Any]:
     runs = []
     for batch in SWEEP_BATCHES:
         base = args.base_lr * (batch / 4096) ** 0.5
-        for f in LR_FACTORS:
-            runs.append(sweep_run(data, root, batch, base * f, args))
+        mine = [sweep_run(data, root, batch, base * f, args) for f in LR_FACTORS]
+        # the best LR at an edge of the grid: go on doubling (halving) while it keeps saving steps
+        for edge, factor in ((-1, 2.0), (0, 0.5)):
+            for _ in range(2):
+                ranked = sorted((r for r in mine if r["steps"] is not None), key=lambda r: r["lr"])
+                best = min(ranked, key=lambda r: r["steps"]) if ranked else None
+                if best is None or best is not ranked[edge]:
+                    break
+                mine.append(sweep_run(data, root, batch, best["lr"] * factor, args))
+        runs += mine
     best: dict[int, dict[str, Any]] = {}
     for r in runs:
         if r["steps"] is not None and (r["batch"] not in best or r["steps"] < best[r["batch"]]["steps"]):
