@@ -63,3 +63,25 @@ def test_dump_has_every_default():
     data = yaml.safe_load(dump_config(RunConfig()))
     assert data["train"]["warmup_steps"] == RunConfig().train.warmup_steps
     assert set(data) >= {"curate", "tokenizer", "tokenize", "mixture", "model", "train", "eval", "report"}
+
+
+def test_each_stage_owns_its_config_model_and_the_run_config_composes_them():
+    import importlib
+
+    from tokenmill.config import RunConfig
+
+    owners = {"curate": "data", "tokenizer": "tokenizer", "tokenize": "tokens", "mixture": "mixture",
+              "model": "model", "train": "train", "eval": "eval", "report": "report"}
+    for section, pkg in owners.items():
+        model = RunConfig.model_fields[section].annotation
+        assert model.__module__ == f"tokenmill.{pkg}.config", section
+        assert getattr(importlib.import_module(f"tokenmill.{pkg}.config"), model.__name__) is model
+
+
+def test_an_unknown_key_in_a_stage_section_is_named_with_its_path(tmp_path):
+    from tokenmill.config import ConfigError, load_config
+
+    path = tmp_path / "run.yaml"
+    path.write_text("train:\n  guard:\n    spike_sigma: 3\n")
+    with pytest.raises(ConfigError, match=r"train\.guard\.spike_sigma: unknown key"):
+        load_config(path)

@@ -14,7 +14,8 @@ from typing import Any, Callable, Optional
 import typer
 from rich.console import Console
 
-from tokenmill.config import ConfigError, RunConfig, load_config
+from tokenmill.config import (RunConfig, load_config)
+from tokenmill.config_base import ConfigError
 from tokenmill.errors import UserError
 from tokenmill.runs import STAGES, RunDir
 

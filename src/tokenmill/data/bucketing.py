@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenmill.config import BucketRule, CurateConfig
+from tokenmill.data.config import (BucketRule, CurateConfig)
 from tokenmill.data.document import Doc, Rejection
 from tokenmill.data.step import DocStep
 from tokenmill.data.urlfilter import domain_of

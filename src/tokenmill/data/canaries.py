@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from tokenmill.config import CanaryConfig, CurateConfig
+from tokenmill.data.config import (CanaryConfig, CurateConfig)
 from tokenmill.data.document import DOC_SCHEMA, Doc, text_bytes
 from tokenmill.data.funnel import Funnel, StepMark
 from tokenmill.errors import UserError

@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tokenmill.config import CurateConfig, SourceConfig
+from tokenmill.data.config import (CurateConfig, SourceConfig)
 from tokenmill.data import sources as source_step
 from tokenmill.data.canaries import canary_bucket, insert_canaries
 from tokenmill.data.document import (DOC_SCHEMA, REJECTED_SCHEMA, Doc, RawRecord, Rejection, format_value,

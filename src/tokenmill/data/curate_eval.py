@@ -31,7 +31,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from tokenmill.config import CurateConfig
+from tokenmill.data.config import CurateConfig
 from tokenmill.data.document import PII_FIELDS
 from tokenmill.data.jsonl import json_objects
 from tokenmill.data.pii import Span, find_pii

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from tokenmill.config import CurateConfig
+from tokenmill.data.config import CurateConfig
 from tokenmill.data.document import Doc, Rejection, format_value
 from tokenmill.data.jsonl import json_objects
 from tokenmill.data.minhash import sorted_unique, word_ngram_stream

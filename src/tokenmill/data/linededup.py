@@ -27,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 import xxhash
 
-from tokenmill.config import LineDedupConfig
+from tokenmill.data.config import LineDedupConfig
 from tokenmill.data.document import Rejection, format_value
 
 VERSION = "xxh3_64-1"

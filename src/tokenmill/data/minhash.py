@@ -61,7 +61,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from tokenmill.config import MinHashConfig
+from tokenmill.data.config import MinHashConfig
 from tokenmill.data.document import Rejection
 
 VERSION = "affine32-1"

@@ -40,7 +40,7 @@ from typing import Any, Iterator
 import numpy as np
 import xxhash
 
-from tokenmill.config import CurateConfig, SourceConfig
+from tokenmill.data.config import (CurateConfig, SourceConfig)
 from tokenmill.data import linear_classifier as lc
 from tokenmill.data import ngram_lm
 from tokenmill.data import sources as source_step

@@ -65,7 +65,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokenmill.config import QualityConfig
+from tokenmill.data.config import QualityConfig
 from tokenmill.data.document import QUALITY_FIELDS, Doc, Rejection, format_value
 from tokenmill.data.step import DocStep
 

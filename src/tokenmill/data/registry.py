@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from tokenmill.config import CURATE_STEPS, CurateConfig
+from tokenmill.data.config import (CURATE_STEPS, CurateConfig)
 from tokenmill.data.step import DocStep
 
 DOC_STEP_CLASSES: dict[str, tuple[str, str]] = {

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from tokenmill.config import SourceConfig
+from tokenmill.data.config import SourceConfig
 from tokenmill.data import sources as source_step
 from tokenmill.data.document import RawRecord
 

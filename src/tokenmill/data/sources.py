@@ -54,7 +54,7 @@ from itertools import chain, islice
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator
 
-from tokenmill.config import SourceConfig
+from tokenmill.data.config import SourceConfig
 from tokenmill.data.document import RawRecord, Rejection, format_value
 
 VERSION = "2"

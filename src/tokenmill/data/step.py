@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar
 
-from tokenmill.config import CurateConfig
+from tokenmill.data.config import CurateConfig
 from tokenmill.data.document import Doc, Rejection
 
 

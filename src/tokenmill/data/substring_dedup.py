@@ -62,7 +62,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import xxhash
 
-from tokenmill.config import SubstringDedupConfig
+from tokenmill.data.config import SubstringDedupConfig
 from tokenmill.data.document import Rejection, format_value
 
 VERSION = "divsufsort-1"

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tokenmill.config import ProbeConfig
+from tokenmill.eval.config import ProbeConfig
 from tokenmill.data.jsonl import json_objects
 from tokenmill.errors import UserError
 from tokenmill.eval.perplexity import Score, doc_targets, doc_windows, windows_nll

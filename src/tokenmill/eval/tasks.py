@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from tokenmill.config import TaskConfig
+from tokenmill.eval.config import TaskConfig
 from tokenmill.data.jsonl import json_objects
 from tokenmill.errors import UserError
 

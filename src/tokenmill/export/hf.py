@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from tokenmill.config import ModelConfig
+from tokenmill.model.config import ModelConfig
 from tokenmill.errors import UserError
 from tokenmill.model.transformer import resolve_ffn_hidden
 from tokenmill.tokenizer.special import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from tokenmill.config import MixtureConfig, PhaseConfig
+from tokenmill.mixture.config import (MixtureConfig, PhaseConfig)
 from tokenmill.mixture.errors import MixtureError
 from tokenmill.mixture.schedule import Interleave
 

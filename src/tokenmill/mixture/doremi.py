@@ -27,7 +27,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from tokenmill.config import MixtureConfig, ModelConfig, TrainConfig
+from tokenmill.mixture.config import MixtureConfig
+from tokenmill.model.config import ModelConfig
+from tokenmill.train.config import TrainConfig
 from tokenmill.mixture.loader import Loader
 from tokenmill.model.objectives import token_nll_batch
 from tokenmill.model.transformer import Transformer

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import xxhash
 
-from tokenmill.config import MixtureConfig
+from tokenmill.mixture.config import MixtureConfig
 from tokenmill.mixture.curriculum import Phase, build_phases, phase_index
 from tokenmill.mixture.errors import MixtureError
 from tokenmill.mixture.packing import Batch, RowMasks, packed_masks, padded_row

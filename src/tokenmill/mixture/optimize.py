@@ -33,7 +33,8 @@ import torch
 import yaml
 from pydantic import Field, ValidationError, field_validator
 
-from tokenmill.config import RunConfig, Strict, load_config
+from tokenmill.config import (RunConfig, load_config)
+from tokenmill.config_base import Strict
 from tokenmill.errors import UserError
 from tokenmill.mixture.curriculum import resolve_weights
 from tokenmill.mixture.errors import MixtureError

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tokenmill.config import ModelConfig
+from tokenmill.model.config import ModelConfig
 
 
 def load_balancing_loss(probs: torch.Tensor, topk_idx: torch.Tensor, n_experts: int) -> torch.Tensor:

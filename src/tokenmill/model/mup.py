@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from tokenmill.config import ModelConfig
+from tokenmill.model.config import ModelConfig
 
 
 def width_mult(cfg: ModelConfig) -> float:

@@ -44,7 +44,7 @@ import torch.utils.checkpoint
 import torch.nn.functional as F
 from torch import nn
 
-from tokenmill.config import ModelConfig
+from tokenmill.model.config import ModelConfig
 from tokenmill.model import mup
 from tokenmill.model.fused_ce import linear_cross_entropy
 from tokenmill.model.moe import MoE

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tokenmill.config import StopConfig
+from tokenmill.report.config import StopConfig
 from tokenmill.report.run_files import eval_history
 from tokenmill.report.data_section import delivered, last_plan
 from tokenmill.report.timeline import last_record_per_step

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenmill.config import StopConfig
+from tokenmill.report.config import StopConfig
 from tokenmill.errors import UserError
 from tokenmill.report.page import table
 from tokenmill.report.charts import _svg

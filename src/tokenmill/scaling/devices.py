@@ -29,7 +29,7 @@ import os
 import torch
 from pydantic import Field
 
-from tokenmill.config import Strict
+from tokenmill.config_base import Strict
 from tokenmill.errors import UserError
 from tokenmill.scaling.flops import gpu_peak_from_table
 

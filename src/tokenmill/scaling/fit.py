@@ -43,7 +43,7 @@ import numpy as np
 from pydantic import Field, field_validator
 from scipy.optimize import minimize, minimize_scalar
 
-from tokenmill.config import Strict
+from tokenmill.config_base import Strict
 from tokenmill.errors import UserError
 from tokenmill.scaling.powerlaws import PowerLaw, fit_power_law
 from tokenmill.scaling.results import RunResult, holdout_runs, sweep_runs

@@ -32,7 +32,7 @@ import time
 
 import torch
 
-from tokenmill.config import ModelConfig
+from tokenmill.model.config import ModelConfig
 from tokenmill.model.transformer import resolve_ffn_hidden
 
 # Dense peak FLOP/s by device-name fragment: (bf16/fp16 tensor core, tf32 tensor core).

@@ -79,7 +79,8 @@ from typing import Any, Callable, Iterable, Literal
 
 import torch
 
-from tokenmill.config import ModelConfig, TrainConfig
+from tokenmill.model.config import ModelConfig
+from tokenmill.train.config import TrainConfig
 from tokenmill.model.transformer import attention_kernel, resolve_ffn_hidden
 from tokenmill.scaling.flops import param_count
 

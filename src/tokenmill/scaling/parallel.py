@@ -52,7 +52,8 @@ from dataclasses import asdict, dataclass
 
 from pydantic import Field
 
-from tokenmill.config import ModelConfig, Strict
+from tokenmill.config_base import Strict
+from tokenmill.model.config import ModelConfig
 from tokenmill.model.transformer import resolve_ffn_hidden
 from tokenmill.scaling.flops import param_count
 

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokenmill.config import ModelConfig
+from tokenmill.model.config import ModelConfig
 from tokenmill.errors import UserError
 from tokenmill.model.transformer import resolve_ffn_hidden
 from tokenmill.scaling.devices import GB, DeviceSpec

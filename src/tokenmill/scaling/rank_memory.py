@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-from tokenmill.config import ModelConfig, TrainConfig
+from tokenmill.model.config import ModelConfig
+from tokenmill.train.config import TrainConfig
 from tokenmill.model.transformer import resolve_ffn_hidden
 from tokenmill.scaling.flops import param_count
 from tokenmill.scaling.memory import (F32, I64, _dtype, _shared_bytes, fused_loss_default, head_activation_bytes,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from tokenmill.config import ModelConfig
+from tokenmill.model.config import ModelConfig
 from tokenmill.model.transformer import resolve_ffn_hidden
 from tokenmill.scaling.flops import param_count
 

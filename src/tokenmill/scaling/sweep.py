@@ -40,7 +40,9 @@ from typing import Any, Callable, Literal
 import yaml
 from pydantic import Field, ValidationError
 
-from tokenmill.config import ModelConfig, RunConfig, Strict, load_config
+from tokenmill.config import (RunConfig, load_config)
+from tokenmill.config_base import Strict
+from tokenmill.model.config import ModelConfig
 from tokenmill.errors import UserError
 from tokenmill.runs import RunDir, atomic_write_text
 from tokenmill.scaling.flops import flops_per_token, param_count

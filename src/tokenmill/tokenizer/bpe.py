@@ -13,7 +13,7 @@ from typing import Iterable
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from tokenmill.config import TokenizerConfig
+from tokenmill.tokenizer.config import TokenizerConfig
 from tokenmill.tokenizer.special import special_tokens
 
 

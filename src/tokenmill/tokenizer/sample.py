@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import xxhash
 
-from tokenmill.config import TokenizerConfig
+from tokenmill.tokenizer.config import TokenizerConfig
 from tokenmill.errors import UserError
 
 

@@ -21,7 +21,7 @@ from typing import Iterable
 
 import xxhash
 
-from tokenmill.config import MinHashConfig
+from tokenmill.data.config import MinHashConfig
 from tokenmill.data.minhash import MinHasher, jaccard, normalized_words
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from tokenmill.config import TrainConfig
+from tokenmill.train.config import TrainConfig
 from tokenmill.errors import UserError
 
 

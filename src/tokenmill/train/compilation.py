@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from tokenmill.config import TrainConfig
+from tokenmill.train.config import TrainConfig
 
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 

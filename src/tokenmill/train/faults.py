@@ -16,7 +16,7 @@ import dataclasses
 
 import torch
 
-from tokenmill.config import FaultConfig
+from tokenmill.train.config import FaultConfig
 
 
 def any_faults(cfg: FaultConfig) -> bool:

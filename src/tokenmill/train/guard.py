@@ -36,7 +36,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tokenmill.config import GuardConfig
+from tokenmill.train.config import GuardConfig
 
 Action = Literal["apply", "skip", "rollback"]
 

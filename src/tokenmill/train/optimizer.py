@@ -18,7 +18,7 @@ import math
 import torch
 from torch import nn
 
-from tokenmill.config import TrainConfig
+from tokenmill.train.config import TrainConfig
 from tokenmill.model import mup
 
 

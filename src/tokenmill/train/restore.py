@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load as st_load
 from torch import nn
 
-from tokenmill.config import ModelConfig
+from tokenmill.model.config import ModelConfig
 from tokenmill.model.transformer import Transformer
 from tokenmill.train import dist_checkpoint
 from tokenmill.train.checkpoint import (DCP_KIND, MODEL_ONLY, CheckpointError, latest_checkpoint, list_checkpoints,

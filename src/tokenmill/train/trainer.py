@@ -41,7 +41,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from tokenmill.config import ModelConfig, RunConfig
+from tokenmill.config import RunConfig
+from tokenmill.model.config import ModelConfig
 from tokenmill.errors import UserError
 from tokenmill.mixture.loader import Loader
 from tokenmill.model.objectives import counted_targets, token_nll_batch

@@ -1,0 +1,281 @@
+"""Curation: sources, extraction, filters, dedup, decontamination, canaries.
+
+Composed into the run config by `tokenmill.config.RunConfig`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from tokenmill.config_base import Strict
+
+
+class SourceConfig(Strict):
+    """One input of the curation stage."""
+
+    kind: Literal["files", "python_stdlib"] = Field(
+        "files", description="'files': paths on disk; 'python_stdlib': the embedded demo corpus."
+    )
+    path: str | None = Field(None, description="File, directory or glob (kind=files).")
+    part: Literal["code", "pydoc_html", "reference", "system_html"] | None = Field(
+        None, description="Which part of the Python installation to read (kind=python_stdlib)."
+    )
+    format: Literal["auto", "html", "text", "code", "jsonl", "parquet", "warc"] = Field(
+        "auto", description="How to read each file; 'auto' decides by file extension."
+    )
+    bucket: str = Field(..., description="Bucket (slice of the mixture) the documents go to.")
+    license: str = Field("unknown", description="License recorded on every document of this source.")
+    text_field: str = Field("text", description="Field holding the text in jsonl/parquet records.")
+    max_docs: int | None = Field(None, description="Read at most this many documents (None: all).")
+    max_bytes: int | None = Field(None, description="Read at most this many raw bytes (None: all).")
+
+
+class QualityConfig(Strict):
+    """Heuristic rules on prose buckets, published thresholds as defaults: Gopher quality and
+    repetition (Rae et al. 2021, §A.1.1 / Table A1), C4 (Raffel et al. 2020), FineWeb (Penedo et al. 2024)."""
+
+    skip_buckets: list[str] = Field(["code"], description="Buckets the rules do not apply to (signals and the length floor still do).")
+    # Gopher quality rules
+    gopher: bool = Field(True, description="Apply the Gopher quality rules.")
+    min_words: int = Field(50, description="Fewer words than this: rejected.")
+    max_words: int = Field(100_000, description="More words than this: rejected.")
+    min_mean_word_len: float = Field(3.0, description="Mean word length below this: rejected.")
+    max_mean_word_len: float = Field(10.0, description="Mean word length above this: rejected.")
+    max_symbol_word_ratio: float = Field(0.1, description="'#' and '...' per word above this: rejected.")
+    max_bullet_line_frac: float = Field(0.9, description="Fraction of lines starting with a bullet.")
+    max_ellipsis_line_frac: float = Field(0.3, description="Fraction of lines ending with an ellipsis.")
+    min_alpha_word_frac: float = Field(0.8, description="Fraction of words with a letter, below: rejected.")
+    min_stop_words: int = Field(2, description="Fewer English stop words than this: rejected.")
+    # Gopher repetition rules (Table A1)
+    gopher_repetition: bool = Field(True, description="Apply the Gopher repetition rules.")
+    max_dup_line_frac: float = Field(0.30, description="Share of lines that repeat an earlier line.")
+    max_dup_para_frac: float = Field(0.30, description="Share of paragraphs that repeat an earlier paragraph.")
+    max_dup_line_char_frac: float = Field(0.20, description="Share of line characters in repeated lines.")
+    max_dup_para_char_frac: float = Field(0.20, description="Share of paragraph characters in repeated paragraphs.")
+    max_top_ngram_char_frac: dict[int, float] = Field(
+        {2: 0.20, 3: 0.18, 4: 0.16}, description="n (2-4) -> limit on the word characters of the most frequent word n-gram.")
+    max_dup_ngram_char_frac: dict[int, float] = Field(
+        {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10},
+        description="n (5-10) -> limit on the share of word characters inside repeated word n-grams.")
+    # C4 rules
+    c4: bool = Field(True, description="Apply the C4 document rules (lorem ipsum, curly bracket, minimum sentences).")
+    c4_min_sentences: int = Field(5, description="Fewer sentences in the lines C4 keeps: rejected.")
+    c4_min_words_per_line: int = Field(3, description="C4 keeps only lines with at least this many words.")
+    c4_max_word_len: int = Field(1000, description="C4 drops lines with a word longer than this.")
+    c4_curly_bracket: bool = Field(True, description="Reject documents with '{' in a line C4 keeps (off for code-rich prose).")
+    c4_remove_lines: bool = Field(False, description="Also delete the lines C4's line rules drop (False: measure and filter only).")
+    # FineWeb rules
+    fineweb: bool = Field(True, description="Apply the FineWeb rules.")
+    min_line_punct_frac: float = Field(0.12, description="Share of lines ending in terminal punctuation, below: rejected.")
+    max_short_line_frac: float = Field(0.67, description="Share of short lines, above: rejected.")
+    short_line_chars: int = Field(30, description="A line of at most this many characters is short (FineWeb).")
+    max_char_dup_frac: float = Field(0.01, description="Share of characters in repeated lines, above: rejected (FineWeb).")
+    max_newline_word_ratio: float = Field(0.3, description="Line breaks per word, above: rejected (FineWeb list pages).")
+
+    @field_validator("max_top_ngram_char_frac")
+    @classmethod
+    def _top_ngram_sizes(cls, v: dict[int, float]) -> dict[int, float]:
+        if not set(v) <= {2, 3, 4}:
+            raise ValueError(f"n must be 2, 3 or 4 (the measured top n-grams), got {sorted(v)}")
+        return v
+
+    @field_validator("max_dup_ngram_char_frac")
+    @classmethod
+    def _dup_ngram_sizes(cls, v: dict[int, float]) -> dict[int, float]:
+        if not set(v) <= set(range(5, 11)):
+            raise ValueError(f"n must be 5 to 10 (the measured duplicate n-grams), got {sorted(v)}")
+        return v
+
+
+CURATE_STEPS: tuple[str, ...] = (
+    "extract", "normalize", "url", "langid", "quality", "model_quality", "safety", "pii",
+    "exact_dedup", "minhash_dedup", "line_dedup", "substring_dedup", "decontaminate", "bucket",
+)
+
+
+class ExtractConfig(Strict):
+    """HTML main-content extraction."""
+
+    fallback: bool = Field(True, description="When the main extractor finds nothing, try the fallback extractor.")
+
+
+class NormalizeConfig(Strict):
+    """Unicode and whitespace normalization."""
+
+    fix_mojibake: bool = Field(True, description="Repair UTF-8 decoded as Latin-1/cp1252 (ftfy).")
+
+
+class UrlFilterConfig(Strict):
+    """Domain block / allow lists (one domain per line; a domain matches its subdomains)."""
+
+    block_lists: list[str] = Field(default_factory=list, description="Files of blocked domains.")
+    allow_lists: list[str] = Field(default_factory=list, description="Files of allowed domains; when set, only these pass.")
+
+
+class LangIdConfig(Strict):
+    """Offline language identification (model shipped inside its wheel)."""
+
+    languages: list[str] | None = Field(None, description="ISO 639-1 codes to keep (None: keep every language).")
+    min_score: float = Field(0.65, description="Documents whose top language scores below this are removed.")
+    paragraph_check: bool = Field(True, description="Score paragraphs too and flag mixed-language documents.")
+    mixed_min_frac: float = Field(0.2, description="Flag a document mixed when this share of its paragraphs' text is confidently another language.")
+    max_foreign_frac: float | None = Field(
+        None, description="Remove documents whose share of paragraphs in another language exceeds this (None: flag only)."
+    )
+    skip_buckets: list[str] = Field(["code"], description="Buckets language ID does not apply to.")
+
+
+class ModelQualityConfig(Strict):
+    """Model-based quality: an n-gram LM perplexity (CCNet) and a linear classifier, both trained here."""
+
+    reference: str | None = Field(None, description="Reference corpus (file or dir of text/jsonl) the models learn 'good' from; None: step off.")
+    ngram_order: int = Field(3, ge=1, description="Order of the n-gram language model.")
+    max_perplexity: float | None = Field(None, description="Remove documents above this perplexity (None: score only).")
+    classifier: bool = Field(True, description="Also train a reference-vs-random linear classifier.")
+    min_classifier_score: float | None = Field(None, description="Remove documents below this score (None: score only).")
+    tier_perplexities: list[float] | None = Field(None, description="Perplexity cut-points of the tiers head/middle/tail; None: the 30th and 60th percentiles of the random sample's (CCNet).")
+    skip_buckets: list[str] = Field(["code"], description="Buckets the step does not apply to.")
+    negative_every: int = Field(10, ge=1, description="Every k-th raw record of the run's sources is a 'random' example for the classifier.")
+    max_examples: int = Field(20_000, ge=10, description="At most this many training passages per class for the classifier.")
+
+    @field_validator("tier_perplexities")
+    @classmethod
+    def _two_increasing_cuts(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None and (len(v) != 2 or not v[0] < v[1]):
+            raise ValueError(f"needs two increasing cut-points (head < first <= middle < second <= tail), got {v}")
+        return v
+
+
+class SafetyConfig(Strict):
+    """Toxicity scoring with a word list (and an optional trained classifier)."""
+
+    word_list: str | None = Field(None, description="File of terms, one per line (None: the built-in list).")
+    threshold: float = Field(0.02, description="Remove documents whose toxicity score exceeds this.")
+    skip_buckets: list[str] = Field(["code"], description="Buckets the step does not apply to.")
+
+
+class PiiConfig(Strict):
+    """PII replaced by typed placeholders; counts stored on the row."""
+
+    kinds: list[Literal["email", "phone", "ip", "card", "iban", "national_id"]] = Field(
+        ["email", "phone", "ip", "card", "iban", "national_id"], description="What to find and replace."
+    )
+
+
+class MinHashConfig(Strict):
+    """Near-duplicate removal: shingles, MinHash with bands × rows permutations, LSH, verification."""
+
+    shingle: Literal["word", "char"] = Field("word", description="Shingle unit.")
+    k: int = Field(5, ge=1, description="Shingle length in units.")
+    bands: int = Field(25, ge=1, description="LSH bands b (candidate probability 1-(1-J^r)^b: 0.99995 at J=0.8 with r=5).")
+    rows: int = Field(5, ge=1, description="Rows per band r; permutations R = b × r.")
+    threshold: float = Field(0.8, ge=0.0, le=1.0, description="Verified Jaccard at or above which two documents are duplicates.")
+    verify: bool = Field(True, description="Check candidate pairs with their exact shingle Jaccard (False: with the MinHash estimate).")
+    bucket_window: int = Field(64, ge=1, description="In an LSH bucket each document is paired with the next this-many members (all pairs in smaller buckets).")
+
+
+class LineDedupConfig(Strict):
+    """Lines or paragraphs repeated across many documents (menus, footers) removed inside documents."""
+
+    unit: Literal["line", "paragraph"] = Field("line", description="What counts as one repeated unit.")
+    min_docs: int = Field(10, description="A unit in at least this many documents is boilerplate.")
+    min_chars: int = Field(10, description="Shorter units are never removed (blank lines, '}', bullets).")
+    skip_buckets: list[str] = Field(["code"], description="Buckets whose lines are never removed (a repeated import line is code, not boilerplate).")
+
+
+class SubstringDedupConfig(Strict):
+    """Exact-substring dedup (Lee et al. 2022): spans of >= k units repeated anywhere in the corpus, found with suffix arrays."""
+
+    enabled: bool = Field(False, description="Run the step (off by default: it builds suffix arrays over all kept text).")
+    k: int = Field(50, ge=1, description="Shortest repeated span that counts, in units (Lee et al.: 50 tokens).")
+    unit: Literal["word", "byte"] = Field("word", description="One unit: a word or one punctuation mark (about one BPE token; whitespace ignored), or one UTF-8 byte (the reference tool's unit).")
+    mode: Literal["spans", "documents"] = Field("spans", description="spans: cut later copies of repeated spans out of the text (the first copy stays); documents: drop a document whose later-copy share exceeds max_dup_share.")
+    max_dup_share: float = Field(0.5, ge=0.0, le=1.0, description="documents mode: a document with more than this share of its characters in later copies is removed.")
+    shard_tokens: int = Field(50_000_000, ge=1, description="Units per suffix-array shard (whole documents); building one holds about 80 bytes per unit.")
+    skip_buckets: list[str] = Field(default_factory=list, description="Buckets whose documents neither take part nor lose spans.")
+
+
+class DecontaminateConfig(Strict):
+    """n-gram overlap against the evaluation sets the user lists."""
+
+    eval_sets: list[str] = Field(default_factory=list, description="JSONL files of evaluation items (a text field each).")
+    text_fields: list[str] = Field(["text", "question", "answer", "context"], description="Fields whose text forms an item.")
+    n: int = Field(13, description="n-gram length in words.")
+    max_overlap: float = Field(0.0, description="Remove documents with more than this share of an item's n-grams (0: any shared n-gram).")
+
+
+class BucketRule(Strict):
+    """Documents matching every given condition go to `bucket` (first matching rule wins)."""
+
+    bucket: str = Field(..., description="Target bucket.")
+    source: str | None = Field(None, description="Glob on the source name.")
+    domain: str | None = Field(None, description="Glob on the URL's domain.")
+    language: str | None = Field(None, description="Language code.")
+    tier: str | None = Field(None, description="Quality tier (head / middle / tail).")
+
+
+class CanaryConfig(Strict):
+    """Memorization canaries (Carlini et al. 2019, "The Secret Sharer"): a template with a random
+    digit secret, inserted into the training data a chosen number of times during curation; the
+    eval stage measures each canary's exposure. The secrets derive from the run seed."""
+
+    counts: list[int] = Field(default_factory=list, description="Repetition counts, one group of canaries each (e.g. [1, 8, 64]); empty: no canaries.")
+    per_count: int = Field(1, ge=1, description="Distinct canaries (secrets) per repetition count.")
+    secret_digits: int = Field(9, ge=1, le=30, description="Length of the random digit secret; |R| = 10**secret_digits candidate secrets.")
+    template: str = Field("my secret code is {secret}", description="Canary text with one '{secret}' (the digits, space-separated).")
+    bucket: str = Field("", description="Bucket the canary documents go to; must be a bucket of the sources (empty: the first source's).")
+    candidates: int = Field(1000, ge=10, description="Random reference secrets the exposure estimate ranks each canary against.")
+
+    @field_validator("counts")
+    @classmethod
+    def _positive_counts(cls, v: list[int]) -> list[int]:
+        if any(c < 1 for c in v):
+            raise ValueError(f"canary counts must be >= 1, got {v}")
+        return v
+
+    @field_validator("template")
+    @classmethod
+    def _one_secret(cls, v: str) -> str:
+        if v.count("{secret}") != 1:
+            raise ValueError(f"canary template must hold exactly one '{{secret}}', got {v!r}")
+        return v
+
+
+class CurateConfig(Strict):
+    """Curation: raw sources in, curated Parquet shards + rejected log + funnel out."""
+
+    sources: list[SourceConfig] = Field(default_factory=list, description="Inputs of the run.")
+    steps: list[str] | None = Field(None, description=f"Steps to run, in canonical order (None: all): {', '.join(CURATE_STEPS)}.")
+    extract: ExtractConfig = Field(default_factory=ExtractConfig)
+    normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)
+    url: UrlFilterConfig = Field(default_factory=UrlFilterConfig)
+    langid: LangIdConfig = Field(default_factory=LangIdConfig)
+    quality: QualityConfig = Field(default_factory=QualityConfig, description="Heuristic filters.")
+    model_quality: ModelQualityConfig = Field(default_factory=ModelQualityConfig)
+    safety: SafetyConfig = Field(default_factory=SafetyConfig)
+    pii: PiiConfig = Field(default_factory=PiiConfig)
+    minhash_dedup: MinHashConfig = Field(default_factory=MinHashConfig)
+    line_dedup: LineDedupConfig = Field(default_factory=LineDedupConfig)
+    substring_dedup: SubstringDedupConfig = Field(default_factory=SubstringDedupConfig)
+    decontaminate: DecontaminateConfig = Field(default_factory=DecontaminateConfig)
+    bucket_rules: list[BucketRule] = Field(default_factory=list, description="Bucket assignment rules (none: the source's bucket).")
+    min_chars: int = Field(200, description="Documents shorter than this after extraction are dropped.")
+    max_doc_bytes: int = Field(2_000_000, description="Larger raw records are quarantined, not parsed.")
+    shard_docs: int = Field(5000, description="Kept documents per Parquet part.")
+    chunk_docs: int = Field(1000, description="Records per resumable chunk inside a shard.")
+    workers: int = Field(2, description="Processes for extraction and filtering.")
+    executor: Literal["local", "ray"] = Field("local", description="Run shards in local processes or as Ray tasks.")
+    max_removal_share: float = Field(0.9, description="A step removing more than this share of its input stops the run.")
+    allow_empty_bucket: bool = Field(False, description="Let a bucket end up empty instead of stopping the run.")
+    canaries: CanaryConfig = Field(default_factory=CanaryConfig, description="Memorization canaries inserted into training (off by default).")
+
+    @field_validator("steps")
+    @classmethod
+    def _known_steps(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None:
+            unknown = [s for s in v if s not in CURATE_STEPS]
+            if unknown:
+                raise ValueError(f"unknown step(s) {unknown}; steps are {', '.join(CURATE_STEPS)}")
+        return v

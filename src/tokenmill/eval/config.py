@@ -1,0 +1,63 @@
+"""Evaluation: held-out slices, tasks, probes, contamination, memorization.
+
+Composed into the run config by `tokenmill.config.RunConfig`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from tokenmill.config_base import Strict
+
+
+class TaskConfig(Strict):
+    """A downstream task read from a local JSONL file in a public layout."""
+
+    name: str = Field(..., min_length=1, description="Task name shown in eval results and the report.")
+    path: str = Field(..., description="JSONL file of the task's items ('package:tasks/NAME.jsonl': a file shipped with tokenmill).")
+    format: Literal["hellaswag", "arc", "piqa", "winogrande", "lambada"] = Field(
+        ..., description="Item layout: multiple choice by log-likelihood (hellaswag, arc, piqa, winogrande) or cloze last word (lambada).")
+    shots: int = Field(0, ge=0, description="Solved examples prepended to each prompt (taken deterministically from the file, never the item itself).")
+    limit: int | None = Field(None, ge=1, description="Score at most this many items (None: all).")
+
+
+class ProbeConfig(Strict):
+    """A small fixed text set scored at every evaluation (seed 002 §5.8)."""
+
+    name: str = Field(..., min_length=1, description="Probe set name shown on the timeline and in the report.")
+    path: str = Field(..., description="JSONL with a 'text' field per line, or plain text with probes separated by blank lines "
+                                       "('package:probes/NAME.txt': a file shipped with tokenmill).")
+
+
+class SemanticContaminationConfig(Strict):
+    """The embedding back-check beside the 13-gram rule: items whose meaning is in the training text."""
+
+    enabled: bool = Field(False, description="Run the semantic back-check of every task against the training documents.")
+    threshold: float = Field(0.75, gt=0.0, le=1.0, description="Cosine similarity at which an item counts as found in a training window (BENCHMARKS.md: best F1 on verbatim copies, precision 0.87 on paraphrases).")
+    dim: int = Field(128, gt=1, description="Dimensions of the word vectors tokenmill trains (PPMI + SVD) on the training text.")
+    max_train_words: int = Field(5_000_000, gt=0, description="Words of training text the embedder is trained on (every document is still scanned).")
+
+
+class EvalConfig(Strict):
+    """Held-out loss / perplexity / bits-per-byte per bucket, unigram baseline, samples, tasks,
+    contamination and memorization audits."""
+
+    tasks: list[TaskConfig] = Field(default_factory=list, description="Downstream tasks scored by `tokenmill eval` (and in training, see tasks_in_training).")
+    tasks_in_training: bool = Field(True, description="Also score the tasks at every in-training evaluation, so their curves share the loss timeline.")
+    probes: list[ProbeConfig] = Field(default_factory=list, description="Probe sets scored at every evaluation, in training too.")
+    contamination_n: int = Field(13, ge=1, description="Token n-gram length of the contamination check.")
+    contamination_threshold: float = Field(0.01, ge=0.0, le=1.0, description="An eval set with more than this share of its n-grams in the training tokens is flagged.")
+    semantic_contamination: SemanticContaminationConfig = Field(default_factory=SemanticContaminationConfig)
+    memorization_docs: int = Field(32, ge=0, description="Training and held-out documents per bucket whose prefixes are continued greedily (0: off).")
+    memorization_prefix: int = Field(32, ge=1, description="Prefix tokens given to the model.")
+    memorization_suffix: int = Field(32, ge=1, description="Continuation tokens that must match exactly.")
+
+    max_docs: int | None = Field(200, description="Held-out documents per bucket (None: all).")
+    batch_size: int = Field(16, description="Windows per forward pass.")
+    num_samples: int = Field(3, description="Generated samples written with every eval, in training too.")
+    sample_tokens: int = Field(64, description="New tokens per sample.")
+    temperature: float = Field(0.8, description="Sampling temperature.")
+    top_k: int = Field(50, description="Sample from the k most likely tokens.")
+    prompt_tokens: int = Field(16, description="Prompt length taken from the start of held-out documents.")

@@ -1,0 +1,27 @@
+"""The tokenizer stage: byte-level BPE trained on a sample of the curated text.
+
+Composed into the run config by `tokenmill.config.RunConfig`.
+"""
+
+from __future__ import annotations
+
+
+from pydantic import Field
+
+from tokenmill.config_base import Strict
+
+
+class TokenizerConfig(Strict):
+    """Byte-level BPE trained with HF `tokenizers` on a sample of the curated text."""
+
+    vocab_size: int = Field(4096, description="Vocabulary size including special tokens.")
+    min_frequency: int = Field(2, description="A pair must occur this often to be merged.")
+    sample_bytes: int = Field(30_000_000, description="Train on at most this many bytes of text (split over buckets by their size unless bucket_bytes is set).")
+    bucket_bytes: dict[str, int] | None = Field(
+        None, description="Training-sample bytes per bucket (an unlisted bucket gives none); None: sample_bytes in proportion to each bucket's training bytes.")
+    max_token_bytes: int = Field(32, description="Longest token, in characters, BPE may create.")
+    n_sentinels: int = Field(32, ge=0, description="Span-corruption sentinels <|extra_id_0|>... after EOS, BOS, PAD, MASK (ids 4..).")
+    key_terms: list[str] = Field(
+        ["function", "return", "__init__", "isinstance", "UnicodeDecodeError", "tokenizer", "2024", "naïve", "東京"],
+        description="Terms whose split into tokens the audit shows (seed 002's pre-tokenization audit).")
+    audit_docs: int = Field(200, ge=1, description="Held-out documents per bucket the audit encodes.")

@@ -1,0 +1,117 @@
+"""The training recipe, the stability guard, fault injection and the parallel layout.
+
+Composed into the run config by `tokenmill.config.RunConfig`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from tokenmill.config_base import Strict
+
+
+class GuardConfig(Strict):
+    """The stability guard (seed 000 "When training goes wrong", 002 §5.5, 004): skip non-finite and
+    spiking steps, roll back when the loss does not recover."""
+
+    enabled: bool = Field(True, description="Run the guard (off: a non-finite loss stops the run).")
+    spike_factor: float = Field(5.0, gt=1.0, description="Skip a batch whose gradient norm exceeds this × the running median.")
+    window: int = Field(50, ge=3, description="Accepted steps the running medians of gradient norm and loss cover.")
+    min_history: int = Field(10, ge=1, description="Accepted steps before spikes are judged (early training is noisy).")
+    loss_spike_factor: float = Field(1.5, gt=1.0, description="A loss above this × its running median opens a spike.")
+    recover_steps: int = Field(50, ge=1, description="Steps the loss has to come back within before a rollback (M).")
+    recover_tolerance: float = Field(0.1, ge=0.0, description="'Back' means loss <= (1 + this) × the pre-spike median.")
+    lr_backoff: float = Field(0.7, gt=0.0, le=1.0, description="LR multiplier applied at every rollback.")
+    max_rollbacks: int = Field(3, ge=0, description="Rollbacks before the run is declared diverged.")
+    max_consecutive_skips: int = Field(20, ge=1, description="Skipped steps in a row that force a rollback.")
+    rebaseline_after: int = Field(5, ge=1, description="Gradient spikes in a row with the loss at its usual level that "
+                                  "make the high norm the new normal (the median restarts) instead of a spike.")
+
+
+class FaultConfig(Strict):
+    """Deliberate faults, to prove the guard and the resume path on a real run (off by default)."""
+
+    nan_steps: list[int] = Field(default_factory=list, description="Steps whose loss is made NaN.")
+    corrupt_steps: list[int] = Field(default_factory=list, description="Steps whose batch tokens are replaced by random ids (a corrupted batch).")
+    lr_blowup: list[int] | None = Field(None, description="[first, last] steps whose LR is multiplied by lr_blowup_factor.")
+    lr_blowup_factor: float = Field(100.0, gt=0.0, description="LR multiplier inside the lr_blowup window.")
+
+
+class ParallelConfig(Strict):
+    """How a torchrun job's ranks split the work: world size = dp · tp · pp (checked against the
+    model before any process starts: train/layout.py)."""
+
+    dp: int | None = Field(None, ge=1, description="Data-parallel ranks (None: world size / (tp · pp)).")
+    tp: int = Field(1, ge=1, description="Tensor-parallel ranks: each block's attention heads and FFN columns split tp ways (DTensor).")
+    pp: int = Field(1, ge=1, description="Pipeline stages: the blocks cut into pp equal stages, the step's micro-batches (grad_accum) pipelined.")
+    pp_schedule: Literal["1f1b", "gpipe"] = Field("1f1b", description="Pipeline schedule: 1F1B (activations of <= pp micro-batches alive) or GPipe (all of them).")
+
+
+class TrainConfig(Strict):
+    """The training recipe: AdamW, warmup + cosine/linear/WSD, clipping, mixed precision,
+    checkpoints, the stability guard, periodic eval, data parallelism under torchrun."""
+
+    seq_len: int = Field(256, description="Tokens per training sequence.")
+    micro_batch: int = Field(16, description="Sequences per forward/backward.")
+    grad_accum: int = Field(1, description="Micro-batches per optimizer step (per rank).")
+    global_batch_tokens: int | None = Field(
+        None, description="Tokens per optimizer step over all ranks; sets grad_accum = this / "
+        "(micro_batch · seq_len · world size), which must divide (None: use grad_accum).")
+    max_steps: int = Field(1000, description="Optimizer steps.")
+    max_tokens: int | None = Field(None, description="Token budget; sets max_steps = ⌈max_tokens / tokens per step⌉ (None: use max_steps).")
+    seed: int | None = Field(None, description="Seed of the initialization and the batch order (None: the run seed); "
+                                               "a second seed of the same run measures its run-to-run noise.")
+    lr: float = Field(3e-3, description="Peak learning rate.")
+    schedule: Literal["cosine", "linear", "wsd"] = Field(
+        "cosine", description="After warmup: cosine or linear decay to min_lr_ratio·lr, or warmup-stable-decay.")
+    min_lr_ratio: float = Field(0.1, description="Final LR as a fraction of peak.")
+    warmup_steps: int = Field(50, description="Linear warmup steps.")
+    warmup_tokens: int | None = Field(None, description="Warmup length in tokens; overrides warmup_steps (None: warmup_steps).")
+    decay_fraction: float = Field(0.2, gt=0.0, le=1.0, description="WSD: final share of the run over which the LR decays linearly.")
+    weight_decay: float = Field(0.1, description="AdamW decoupled weight decay (matrices only).")
+    decay_embeddings: bool = Field(False, description="Also decay the embedding table (and a tied head).")
+    beta1: float = Field(0.9, description="AdamW β1.")
+    beta2: float = Field(0.95, description="AdamW β2.")
+    eps: float = Field(1e-8, description="AdamW ε.")
+    grad_clip: float = Field(1.0, description="Global gradient-norm clip (0: off).")
+    device: str = Field("auto", description="'auto' (cuda if present, else cpu), 'cpu', 'cuda', 'cuda:1'.")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="Autocast dtype (fp32 master weights); 'auto': bf16 on CUDA and on CPUs with "
+        "AVX512-BF16/AMX, fp32 elsewhere."
+    )
+    activation_checkpointing: bool = Field(False, description="Recompute each block's activations in backward (less memory, ~1/3 more compute).")
+    compile: bool | Literal["auto"] = Field(
+        "auto", description="torch.compile the model: true, false, or 'auto' (when at least compile_min_steps steps remain).")
+    compile_min_steps: int = Field(1000, ge=0, description="'auto' compiles runs with at least this many steps left (a cold compile breaks even after ~600-1000 demo steps).")
+    threads: int | None = Field(None, description="torch CPU threads (None: torch's default).")
+    ckpt_every: int = Field(100, description="Save a checkpoint every this many steps.")
+    keep_checkpoints: int = Field(2, description="Keep this many most recent checkpoints.")
+    keep_every: int = Field(0, ge=0, description="Also keep every checkpoint whose step is a multiple of this (0: none).")
+    distributed: Literal["ddp", "fsdp"] = Field("ddp", description="Data parallelism under torchrun: DDP, or FSDP2 (fully_shard); with tp or pp > 1 the data axis is always FSDP2.")
+    parallel: ParallelConfig = Field(default_factory=ParallelConfig, description="Data × tensor × pipeline layout of a torchrun job.")
+    checksum_every: int = Field(50, ge=0, description="Compare a gradient checksum across ranks every this many steps (0: off).")
+    metrics_every: int = Field(1, ge=0, description="Log per-layer-group gradient norms and the update/parameter ratio every this many steps (0: never); each costs a pass over the gradients or a copy of the parameters.")
+    spectrum_every: int = Field(0, ge=0, description="Log the embedding's top-2 singular-value ratio every this many steps (0: at eval steps).")
+    noise_scale_every: int = Field(1, ge=0, description="Measure the gradient noise scale B_simple every this many steps (0: never); needs grad_accum >= 2, costs one pass over the gradients.")
+    noise_scale_ema: float = Field(0.95, ge=0.0, lt=1.0, description="Decay of the moving averages of |G|² and tr(Σ) whose ratio is the logged B_simple.")
+    guard: GuardConfig = Field(default_factory=GuardConfig)
+    faults: FaultConfig = Field(default_factory=FaultConfig)
+    eval_every: int = Field(0, description="Evaluate held-out loss every this many steps (0: only at end).")
+    eval_docs: int = Field(32, description="Held-out documents per bucket for in-training evals.")
+    log_every: int = Field(10, description="Print a progress line every this many steps.")
+    peak_tflops: float | None = Field(
+        None, description="Device peak for MFU; None: the `tokenmill calibrate` entry for this device/threads/dtype, "
+        "else the GPU table, else a quick measured matmul peak."
+    )
+    objective: Literal["clm", "mlm", "span", "prefix_lm"] = Field(
+        "clm", description="Pretraining objective (seed 000): causal LM, masked LM, T5 span corruption "
+        "(as a prefix LM over corrupted input + targets), or prefix LM."
+    )
+    mlm_prob: float = Field(0.15, gt=0, lt=1, description="MLM: share of (non-special) positions selected.")
+    span_noise_density: float = Field(0.15, gt=0, lt=1, description="Span corruption: share of tokens dropped.")
+    span_mean_length: float = Field(3.0, ge=1, description="Span corruption: mean dropped-span length.")
+    prefix_fraction: float | None = Field(
+        None, gt=0, lt=1, description="Prefix LM: prefix length as a fraction of the row (None: uniform per row)."
+    )
