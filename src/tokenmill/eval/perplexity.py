@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tokenmill.model.objectives import token_nll
+from tokenmill.model.objectives import token_nll_batch
 
 
 @dataclass
@@ -51,6 +51,16 @@ def doc_windows(doc: np.ndarray, seq_len: int, eos_id: int) -> list[np.ndarray]:
     return [seq[i: i + seq_len + 1] for i in range(0, len(seq) - 1, seq_len)]
 
 
+@dataclass
+class _Windows:
+    """A batch of padded windows in the shape `token_nll_batch` reads: no packing, a target mask."""
+
+    tokens: torch.Tensor
+    loss_mask: torch.Tensor
+    positions: torch.Tensor | None = None
+    segments: torch.Tensor | None = None
+
+
 @torch.no_grad()
 def windows_nll(model: torch.nn.Module, windows: list[np.ndarray], batch_size: int,
                 device: torch.device, pad_id: int) -> float:
@@ -65,6 +75,7 @@ def windows_nll(model: torch.nn.Module, windows: list[np.ndarray], batch_size: i
         for row, w in enumerate(batch):
             tokens[row, : len(w)] = torch.from_numpy(w)
             mask[row, : len(w) - 1] = True
-        nll = token_nll(model, tokens.to(device)).float().cpu()
+        # the fused head: per-target NLL without materializing the [B, T, V] logits in fp32
+        nll = token_nll_batch(model, _Windows(tokens.to(device), mask.to(device))).float().cpu()
         total += float(nll[mask].double().sum())
     return total
