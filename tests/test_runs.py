@@ -70,3 +70,27 @@ def test_an_optional_step_that_is_off_stays_out_of_the_fingerprint(tmp_path):
     assert fp() == fp("curate.substring_dedup.k=80")
     assert fp("curate.substring_dedup.enabled=true") != fp()
     assert fp("curate.substring_dedup.enabled=true") != fp("curate.substring_dedup.enabled=true", "curate.substring_dedup.k=80")
+
+
+def test_synthetic_data_settings_leave_runs_without_synthetic_data_unchanged(tmp_path, monkeypatch):
+    """The collapse guard's limits and the sources' `synthetic` flag came after runs were made: a
+    run with no synthetic source hashes exactly what it hashed before (no key of them reaches the
+    fingerprint), and the limits, which only refuse a mixture, never change a fingerprint."""
+    from pathlib import Path
+
+    import tokenmill.runs as runs_mod
+
+    hashed: list = []
+    real_hash = runs_mod.sha256_json
+    monkeypatch.setattr(runs_mod, "sha256_json", lambda obj: hashed.append(obj) or real_hash(obj))
+    cfg = load_config(Path(__file__).resolve().parents[1] / "examples" / "tiny.yaml", [f"root={tmp_path}", "name=r"])
+    base = RunDir(cfg, tmp_path / "r")
+    prints = {s: base.fingerprint(s) for s in STAGES}
+    assert "synthetic" not in json.dumps(hashed)
+    limits = RunDir(load_config(None, [f"root={tmp_path}", "name=r", "mixture.synthetic.max_share=0.9",
+                                       "mixture.synthetic.max_generation=5"]), base.path)
+    default = RunDir(load_config(None, [f"root={tmp_path}", "name=r"]), base.path)
+    assert all(limits.fingerprint(s) == default.fingerprint(s) for s in STAGES)
+    flagged = cfg.model_copy(deep=True)
+    flagged.curate.sources[0].synthetic = True  # a synthetic source is new input: curation reruns
+    assert RunDir(flagged, base.path).fingerprint("curate") != prints["curate"]

@@ -24,7 +24,7 @@ from tokenmill.data.config import (BucketRule, CURATE_STEPS, CanaryConfig, Curat
                                    SubstringDedupConfig, UrlFilterConfig)
 from tokenmill.tokenizer.config import TokenizerConfig
 from tokenmill.tokens.config import TokenizeConfig
-from tokenmill.mixture.config import (MixtureConfig, PhaseConfig)
+from tokenmill.mixture.config import MixtureConfig, PhaseConfig, SyntheticLimitsConfig
 from tokenmill.model.config import ModelConfig
 from tokenmill.train.config import (FaultConfig, GuardConfig, ParallelConfig, TrainConfig)
 from tokenmill.eval.config import (EvalConfig, ProbeConfig, SemanticContaminationConfig, TaskConfig)
@@ -35,6 +35,7 @@ __all__ = ['BucketRule', 'CURATE_STEPS', 'CanaryConfig', 'ConfigError', 'CurateC
            'MinHashConfig', 'MixtureConfig', 'ModelConfig', 'ModelQualityConfig', 'NormalizeConfig', 'ParallelConfig',
            'PhaseConfig', 'PiiConfig', 'ProbeConfig', 'QualityConfig', 'ReportConfig', 'SafetyConfig',
            'SemanticContaminationConfig', 'SourceConfig', 'StopConfig', 'Strict', 'SubstringDedupConfig',
+           'SyntheticLimitsConfig',
            'TaskConfig', 'TokenizeConfig', 'TokenizerConfig', 'TrainConfig', 'UrlFilterConfig']
 
 

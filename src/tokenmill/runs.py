@@ -39,7 +39,8 @@ NOT_FINGERPRINTED: dict[str, frozenset[str]] = {
     "eval": frozenset({"batch_size"}),
     "tokenize": frozenset({"workers"}),
     "tokenizer": frozenset({"audit_docs", "key_terms"}),
-    "mixture": frozenset({"prefetch", "max_epochs_warn"}),
+    # the collapse guard only refuses a mixture, it never changes what training computes
+    "mixture": frozenset({"prefetch", "max_epochs_warn", "synthetic"}),
 }
 
 
@@ -49,10 +50,18 @@ NOT_FINGERPRINTED: dict[str, frozenset[str]] = {
 OPTIONAL_STEPS: dict[str, tuple[str, ...]] = {"curate": ("substring_dedup",)}
 
 
+# Source fields added after runs were made: at their default they stay out of the fingerprint.
+LATER_SOURCE_DEFAULTS: dict[str, Any] = {"synthetic": False}
+
+
 def _without_disabled(section: str, values: dict[str, Any]) -> dict[str, Any]:
     for step in OPTIONAL_STEPS.get(section, ()):
         if not (values.get(step) or {}).get("enabled", False):
             values.pop(step, None)
+    for src in values.get("sources", []) if section == "curate" else []:
+        for key, default in LATER_SOURCE_DEFAULTS.items():
+            if src.get(key, default) == default:
+                src.pop(key, None)
     return values
 
 

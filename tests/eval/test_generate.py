@@ -90,3 +90,29 @@ def test_cached_and_uncached_generation_agree_including_past_the_window():
     a = generate(model, [5, 6, 7], 20, kv_cache=True, generator=torch.Generator().manual_seed(2), **kw)
     b = generate(model, [5, 6, 7], 20, kv_cache=False, generator=torch.Generator().manual_seed(2), **kw)
     assert a == b and len(a) == 20
+
+
+def test_a_batch_row_samples_what_generate_samples_alone_with_its_generator():
+    """generate_batch draws row i from generators[i] only: each row equals `generate` on its own
+    prompt with that generator, for any batch, also past the cached window and with stop tokens."""
+    from tokenmill.eval.generate import generate_batch
+
+    model = _tiny()
+    prompts = [[5, 6, 7], [9, 9, 1], [3, 4, 5], [7, 2, 8]]
+    kw = dict(max_context=12, temperature=0.9, top_k=30, top_p=0.9, stop_id=4)
+    rows = generate_batch(model, prompts, 20, generators=[torch.Generator().manual_seed(10 + i) for i in range(4)], **kw)
+    alone = [generate(model, p, 20, generator=torch.Generator().manual_seed(10 + i), **kw) for i, p in enumerate(prompts)]
+    assert rows == alone
+    assert any(r[-1] == 4 and len(r) < 20 for r in rows) and any(len(r) == 20 for r in rows)  # both endings exercised
+    pair = generate_batch(model, prompts[2:], 20, generators=[torch.Generator().manual_seed(12 + i) for i in range(2)], **kw)
+    assert pair == rows[2:]
+
+
+def test_generate_batch_holds_back_the_stop_token_for_min_new_tokens():
+    from tokenmill.eval.generate import generate_batch
+
+    logp = torch.full((10,), -10.0)
+    logp[0] = 0.0  # the stop token is by far the most likely
+    model = ContextFreeModel(logp)
+    out = generate_batch(model, [[1], [2]], 8, max_context=4, temperature=1.0, stop_id=0, min_new_tokens=5)
+    assert all(len(r) == 6 and r[-1] == 0 and 0 not in r[:5] for r in out)

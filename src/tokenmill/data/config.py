@@ -30,6 +30,7 @@ class SourceConfig(Strict):
     text_field: str = Field("text", description="Field holding the text in jsonl/parquet records.")
     max_docs: int | None = Field(None, description="Read at most this many documents (None: all).")
     max_bytes: int | None = Field(None, description="Read at most this many raw bytes (None: all).")
+    synthetic: bool = Field(False, description="Model-generated JSONL (`tokenmill synth`): every record's lineage is checked and kept on its row; a record without one counts as generation 1 of an outside teacher.")
 
 
 class QualityConfig(Strict):

@@ -12,6 +12,8 @@ extension unless the config names one:
   jsonl   .jsonl .ndjson .json (plain, gzip or zstandard, by magic bytes): one object per line
           with at least `text`; its `id`, `source` and `metadata` are kept in RawRecord.metadata
           (JSON) and `url` as the url. A .json file holding one array is read as records.
+          A source marked `synthetic: true` (model output) also checks each record's lineage,
+          or gives it an outside teacher's (tokenmill.synth.lineage).
   parquet a `text` column (and optional url / id / source / metadata columns).
   code    source files of known extensions; the language is recorded ({"language": "python"}).
   text    anything else, one document per file.
@@ -929,8 +931,13 @@ def read_files(src: SourceConfig, max_doc_bytes: int, files: Iterable[Path] | No
     if files is None:
         root, files = list_source_files(src.path)
     make = _Maker(src.path, src)
-    for path in files:
-        yield from read_file(make, path, _relative(path, root), file_format(src, path), max_doc_bytes)
+    records = (r for path in files for r in read_file(make, path, _relative(path, root), file_format(src, path),
+                                                      max_doc_bytes))
+    if src.synthetic:  # model output: every record leaves with its lineage (synth/lineage.py)
+        from tokenmill.synth.lineage import synthetic_records
+
+        records = synthetic_records(records)
+    yield from records
 
 
 # --------------------------------------------------------------------------- python_stdlib

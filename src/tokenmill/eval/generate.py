@@ -7,6 +7,8 @@ The cache lives here, not in the model: `_CachedDecoder` drives the Transformer'
 model keeps no inference-only state. It covers the configurations it knows (RoPE or learned
 positions, no sliding window); anything else, and any model whose cached prompt logits do not
 match its full forward (checked once per call), falls back to recomputing the window each step.
+`generate_batch` decodes several prompts of one length together (one forward per token for the
+batch, each row drawing from its own generator), which is what sampling a corpus needs.
 """
 
 from __future__ import annotations
@@ -31,17 +33,13 @@ def _pick(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: fl
           generator: torch.Generator | None) -> int:
     if temperature <= 0:
         return int(torch.argmax(logits))
-    logits = logits / temperature
-    if top_k is not None and top_k < logits.numel():
-        kth = torch.topk(logits, top_k).values[-1]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None and top_p < 1:
-        logits = top_p_filter(logits, top_p)
-    return int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator))
+    probs = torch.softmax(_filter(logits[None], temperature, top_k, top_p)[0], -1)
+    return int(torch.multinomial(probs, 1, generator=generator))
 
 
 class _CachedDecoder:
-    """Incremental forward of a tokenmill Transformer with per-layer key/value caches (batch 1)."""
+    """Incremental forward of a tokenmill Transformer with per-layer key/value caches, for a batch
+    of sequences of one length."""
 
     def __init__(self, model: torch.nn.Module):
         self.m = model
@@ -80,8 +78,13 @@ class _CachedDecoder:
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=getattr(attn, "scale", None))
         return attn.o_proj(y.transpose(1, 2).reshape(B, T, attn.n_heads * attn.head_dim))
 
+    def keep_rows(self, rows: list[int]) -> None:
+        """Forget the cached keys and values of every batch row not in `rows` (finished sequences)."""
+        self.k = [None if k is None else k[rows] for k in self.k]
+        self.v = [None if v is None else v[rows] for v in self.v]
+
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """Logits [1, T, V] for idx [1, T] appended after the cached positions."""
+        """Logits [B, T, V] for idx [B, T] appended after the cached positions."""
         m = self.m
         pos = torch.arange(self.length, self.length + idx.shape[1], device=idx.device)
         x = m.embed_tokens(idx)
@@ -138,4 +141,81 @@ def _start_cache(model: torch.nn.Module, ids: list[int], max_context: int,
     full = model(ctx)[0, -1]
     if not torch.allclose(cached.float(), full.float(), rtol=1e-4, atol=1e-4):
         return None  # the model grew something the cache does not know: stay exact
+    return dec, full
+
+
+def _filter(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None) -> torch.Tensor:
+    """Rows of logits [B, V] tempered, then top-k, then top-p filtered: `_pick`'s filter per row."""
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1:
+        logits = top_p_filter(logits, top_p)
+    return logits
+
+
+def _pick_rows(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
+               generators: list[torch.Generator]) -> list[int]:
+    """One token per row; row i draws from generators[i] only, so what a row samples does not
+    depend on which other rows share its batch."""
+    if temperature <= 0:
+        return torch.argmax(logits, -1).tolist()
+    probs = torch.softmax(_filter(logits, temperature, top_k, top_p), -1)
+    return [int(torch.multinomial(probs[i], 1, generator=g)) for i, g in enumerate(generators)]
+
+
+@torch.no_grad()
+def generate_batch(model: torch.nn.Module, prompts: list[list[int]], max_new_tokens: int, *, max_context: int,
+                   temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+                   stop_id: int | None = None, min_new_tokens: int = 0,
+                   generators: list[torch.Generator] | None = None,
+                   device: torch.device | None = None) -> list[list[int]]:
+    """`generate` for several prompts of one length at once: one forward per new token for the
+    whole batch, through the KV cache while the sequences fit max_context. Row i draws only from
+    generators[i]; a row that reaches stop_id leaves the batch. The stop token is not sampled
+    before min_new_tokens new tokens. Returns each row's new tokens (the stop token included)."""
+    device = device or torch.device("cpu")
+    if len({len(p) for p in prompts}) > 1 or not prompts or not prompts[0]:
+        raise ValueError("generate_batch needs non-empty prompts of one length")
+    gens = generators or [torch.Generator().manual_seed(i) for i in range(len(prompts))]
+    ids = torch.tensor(prompts, dtype=torch.long, device=device)
+    out: list[list[int]] = [[] for _ in prompts]
+    active = list(range(len(prompts)))
+    cache = _start_cache_batch(model, ids, max_context) if max_new_tokens > 0 else None
+    logits = cache[1] if cache is not None else None
+    for n in range(max_new_tokens):
+        if logits is None:  # no cache, or the sequences outgrew it: recompute the window
+            logits = model(ids[:, -max_context:])[:, -1]
+        logits = logits.float().cpu()
+        if stop_id is not None and n < min_new_tokens:
+            logits = logits.index_fill(-1, torch.tensor([stop_id]), float("-inf"))
+        picks = _pick_rows(logits, temperature, top_k, top_p, [gens[i] for i in active])
+        for row, tok in zip(active, picks):
+            out[row].append(tok)
+        keep = [j for j, tok in enumerate(picks) if tok != stop_id]
+        if not keep:
+            break
+        nxt = torch.tensor(picks, dtype=torch.long, device=device)[:, None]
+        if len(keep) < len(picks):  # finished rows leave the batch, and the cache
+            active, nxt, ids = [active[j] for j in keep], nxt[keep], ids[keep]
+            if cache is not None:
+                cache[0].keep_rows(keep)
+        ids = torch.cat([ids, nxt], dim=1)
+        logits = None
+        if cache is not None and ids.shape[1] <= max_context:
+            logits = cache[0].forward(nxt)[:, -1]
+    return out
+
+
+def _start_cache_batch(model: torch.nn.Module, ids: torch.Tensor,
+                       max_context: int) -> tuple[_CachedDecoder, torch.Tensor] | None:
+    """`_start_cache` for a batch [B, T] of prompts: (decoder, last-position logits [B, V])."""
+    if ids.shape[1] > max_context or not _CachedDecoder.supports(model):
+        return None
+    dec = _CachedDecoder(model)
+    cached = dec.forward(ids)[:, -1]
+    full = model(ids)[:, -1]
+    if not torch.allclose(cached.float(), full.float(), rtol=1e-4, atol=1e-4):
+        return None
     return dec, full

@@ -26,6 +26,14 @@ class PhaseConfig(Strict):
                                             "anneal phases come last.")
 
 
+class SyntheticLimitsConfig(Strict):
+    """The model-collapse guard (seed 004; Shumailov et al. 2024): limits on synthetic documents in
+    the planned mixture, checked before training starts."""
+
+    max_share: float = Field(0.5, ge=0.0, le=1.0, description="Most of a phase's tokens that may come from synthetic documents (seed 004: 50-70% human, 30-50% synthetic).")
+    max_generation: int = Field(2, ge=0, description="Newest synthetic generation allowed (1: sampled from a model trained on real data; each model in between adds 1; 0: none).")
+
+
 class MixtureConfig(Strict):
     """How training batches draw from buckets: weights, curriculum phases, packing, prefetch."""
 
@@ -49,6 +57,7 @@ class MixtureConfig(Strict):
     max_epochs_warn: float = Field(
         4.0, gt=0.0, description="Warn when a bucket is repeated more than this many epochs (seed 004).")
     prefetch: int = Field(8, ge=0, description="Micro-batches a background thread prepares ahead (0: off).")
+    synthetic: SyntheticLimitsConfig = Field(default_factory=SyntheticLimitsConfig, description="Limits on synthetic data (the collapse guard).")
 
     @field_validator("phases")
     @classmethod

@@ -49,6 +49,7 @@ from tokenmill.model.objectives import counted_targets, token_nll_batch
 from tokenmill.model.transformer import Transformer
 from tokenmill.runs import RunDir
 from tokenmill.scaling.flops import flops_per_token, peak_flops_source
+from tokenmill.synth.guard import guard_mixture
 from tokenmill.tokens.store import TokenStore
 from tokenmill.train.checkpoint import CheckpointError, list_checkpoints, read_state, verify_checkpoint
 from tokenmill.train.restore import load_checkpoint
@@ -390,6 +391,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
     guard = StabilityGuard(tc.guard, judge_after=tc.warmup_steps)
     loader = Loader(store, cfg.mixture, tc.seq_len, tc.micro_batch, tc.grad_accum, tc.max_steps, cfg.train_seed,
                     world_size=ctx.dp_size, rank=ctx.dp_rank, pin_memory=device.type == "cuda")
+    guard_mixture(run.path, store, loader.phases, cfg.mixture.synthetic, events)  # refused before any step
     if loader.max_seq_len > mcfg.max_seq_len:
         raise TrainError(f"a curriculum phase uses sequences of {loader.max_seq_len} tokens but "
                          f"model.max_seq_len={mcfg.max_seq_len}; raise model.max_seq_len")
