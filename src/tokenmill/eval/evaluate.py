@@ -15,7 +15,7 @@ import torch
 
 from tokenmill.data.canaries import load_canaries
 from tokenmill.eval.canaries import canary_exposure
-from tokenmill.eval.generate import generate
+from tokenmill.eval.generate import generate_batch
 from tokenmill.eval.perplexity import Score, doc_targets, doc_windows, windows_nll
 from tokenmill.eval.probes import ProbeSet, load_probes, score_probes
 from tokenmill.eval.unigram import unigram_logprobs, unigram_nll
@@ -79,25 +79,32 @@ def write_eval(run: RunDir, step: int, buckets: dict[str, dict], **extra: Any) -
 
 
 def sample_texts(run: RunDir, model: torch.nn.Module, store: TokenStore, device: torch.device) -> list[dict]:
-    """Continuations of the first tokens of held-out documents, one bucket after another."""
+    """Continuations of the first tokens of held-out documents, one bucket after another; prompts
+    of one length are decoded together, sample k drawing from its own generator (run seed, k)."""
     cfg = run.config.eval
     tok = load_tokenizer(run.sub("tokenizer", "tokenizer.json"))
-    gen = torch.Generator().manual_seed(run.config.seed)
     buckets = [b for b in store.buckets if store.docs(b, "val")]
-    samples = []
+    prompts: list[tuple[str, list[int]]] = []
     for k in range(cfg.num_samples if buckets else 0):
         bucket = buckets[k % len(buckets)]
         shard, i = store.docs(bucket, "val")[k // len(buckets) % len(store.docs(bucket, "val"))]
-        prompt = [store.eos_id, *doc_targets(shard.doc(i))[: cfg.prompt_tokens].tolist()]
-        was_training = model.training
-        model.eval()
-        with autocast(device, run.config.train.dtype):
-            new = generate(model, prompt, cfg.sample_tokens, max_context=run.config.train.seq_len,
-                           temperature=cfg.temperature, top_k=cfg.top_k, stop_id=store.eos_id,
-                           generator=gen, device=device)
+        prompts.append((bucket, [store.eos_id, *doc_targets(shard.doc(i))[: cfg.prompt_tokens].tolist()]))
+    news: dict[int, list[int]] = {}
+    was_training = model.training
+    model.eval()
+    try:
+        for length in sorted({len(p) for _, p in prompts}):
+            ks = [k for k, (_, p) in enumerate(prompts) if len(p) == length]
+            gens = [torch.Generator().manual_seed(run.config.seed * 1_000_003 + k) for k in ks]
+            with autocast(device, run.config.train.dtype):
+                out = generate_batch(model, [prompts[k][1] for k in ks], cfg.sample_tokens,
+                                     max_context=run.config.train.seq_len, temperature=cfg.temperature,
+                                     top_k=cfg.top_k, stop_id=store.eos_id, generators=gens, device=device)
+            news.update(zip(ks, out))
+    finally:
         model.train(was_training)
-        samples.append({"bucket": bucket, "prompt": tok.decode(prompt[1:]), "completion": tok.decode(new)})
-    return samples
+    return [{"bucket": bucket, "prompt": tok.decode(p[1:]), "completion": tok.decode(news[k])}
+            for k, (bucket, p) in enumerate(prompts)]
 
 
 def _probe_sets(run: RunDir, store: TokenStore) -> list[ProbeSet]:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tokenmill.eval.generate import generate_batch
 from tokenmill.tokens.store import TokenStore
 
 SPLIT_NAMES = {"train": "train", "val": "heldout"}
@@ -44,14 +45,15 @@ def select_docs(store: TokenStore, bucket: str, split: str, count: int, min_toke
 @torch.no_grad()
 def greedy_continue(model: torch.nn.Module, prompts: torch.Tensor, steps: int, max_context: int,
                     batch_size: int = 16) -> torch.Tensor:
-    """Greedy continuations [N, steps] of equal-length prompts [N, P] (long, on the model's device)."""
+    """Greedy continuations [N, steps] of equal-length prompts [N, P] (long, on the model's device):
+    `batch_size` rows at a time through the KV cache (one position's forward per new token, not
+    the whole window again), recomputing the window only where the cache cannot follow the model."""
     outs = []
     for b in range(0, prompts.shape[0], batch_size):
-        seq = prompts[b: b + batch_size]
-        for _ in range(steps):
-            logits = model(seq[:, -max_context:])[:, -1]
-            seq = torch.cat([seq, logits.float().argmax(-1, keepdim=True)], dim=1)
-        outs.append(seq[:, prompts.shape[1]:])
+        rows = prompts[b: b + batch_size]
+        new = generate_batch(model, rows.tolist(), steps, max_context=max_context, temperature=0.0,
+                             device=rows.device)
+        outs.append(torch.tensor(new, dtype=torch.long, device=rows.device))
     return torch.cat(outs) if outs else prompts.new_zeros((0, steps))
 
 
