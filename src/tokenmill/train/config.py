@@ -95,7 +95,7 @@ class TrainConfig(Strict):
     metrics_every: int = Field(1, ge=0, description="Log per-layer-group gradient norms and the update/parameter ratio every this many steps (0: never); each costs a pass over the gradients or a copy of the parameters.")
     spectrum_every: int = Field(0, ge=0, description="Log the embedding's top-2 singular-value ratio every this many steps (0: at eval steps).")
     noise_scale_every: int = Field(1, ge=0, description="Measure the gradient noise scale B_simple every this many steps (0: never); needs grad_accum >= 2, costs one pass over the gradients.")
-    noise_scale_ema: float = Field(0.95, ge=0.0, lt=1.0, description="Decay of the moving averages of |G|² and tr(Σ) whose ratio is the logged B_simple.")
+    noise_scale_ema: float = Field(0.99, ge=0.0, lt=1.0, description="Decay of the moving averages of |G|² and tr(Σ) whose ratio is the logged B_simple (0.99: about 100 steps; the per-step estimates are noisy, often negative, at batches far below B_simple).")
     guard: GuardConfig = Field(default_factory=GuardConfig)
     faults: FaultConfig = Field(default_factory=FaultConfig)
     eval_every: int = Field(0, description="Evaluate held-out loss every this many steps (0: only at end).")

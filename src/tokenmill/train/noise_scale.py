@@ -57,7 +57,7 @@ class NoiseScale:
     """Bias-corrected EMAs of |G|² and tr Σ; B_simple is their ratio. Part of the training state
     (state.json "noise_scale"), so a resumed run logs the same estimates as an unbroken one."""
 
-    def __init__(self, decay: float = 0.95):
+    def __init__(self, decay: float = 0.99):
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"noise scale EMA decay must be in [0, 1), got {decay}")
         self.decay = decay
