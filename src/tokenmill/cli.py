@@ -484,7 +484,7 @@ def verify_resume_cmd(
     Runs curate, tokenizer and tokenize first when they are not done. Writes
     <run>/verify_resume.json; exits 1 unless every step's loss is identical.
     """
-    from tokenmill.train.verify_resume import render, verify_resume
+    from tokenmill.verify_resume import render, verify_resume
 
     def go() -> dict[str, Any]:
         return verify_resume(_open(config, set_, run_dir), kills=kills, steps=steps, seed=seed,

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from tokenmill.cli import app
 from tokenmill.pipeline import _inputs
 from tokenmill.runs import read_events
-from tokenmill.train.verify_resume import UPSTREAM, Killer, VerifyResumeError, choose_kill_steps, compare_losses
+from tokenmill.verify_resume import UPSTREAM, Killer, VerifyResumeError, choose_kill_steps, compare_losses
 
 
 def next_float(x: float) -> float:
