@@ -27,9 +27,11 @@ def section_noise(events: list[dict]) -> str:
                         "global batch": ([series[0][0], series[-1][0]], [batch, batch])},
                        title="gradient noise scale vs tokens seen", xlabel="tokens seen", ylabel="tokens",
                        logy=True)
-    spread = "—" if summary.spread is None else f"{summary.spread:.0%} over {len(summary.block_values)} blocks"
+    blocks = summary.block_values
+    spread = ("—" if len(blocks) < 2 else f"{min(blocks):,.0f} – {max(blocks):,.0f} tokens over {len(blocks)} blocks "
+              "(B_simple grows as the loss falls, and moves with the curriculum's phases)")
     rows = [("B_simple, steps %d–%d" % (summary.first_step, summary.last_step), f"{summary.b_simple:,.0f} tokens"),
-            ("spread across blocks of those steps", spread),
+            ("range across blocks of those steps", spread),
             ("global batch", f"{batch:,} tokens = {verdict['ratio']:.3g} × B_simple"),
             ("steps vs the fewest possible (S/S_min)", f"{verdict['steps_over_min']:.2f}"),
             ("tokens vs the fewest possible (E/E_min)", f"{verdict['tokens_over_min']:.2f}"),

@@ -422,7 +422,9 @@ def critical_batch_plan(global_batch_tokens: int, predicted_loss: float, noise: 
                               f"L = {predicted_loss:.3f} (their tokenizer and data: indicative only)")
     measured = None
     if noise is not None and noise.b_simple is not None:
-        spread = f", spread {noise.spread:.0%} over {len(noise.block_values)} blocks" if noise.spread is not None else ""
+        blocks = noise.block_values
+        spread = (f", {min(blocks):,.0f}–{max(blocks):,.0f} across {len(blocks)} blocks of those steps"
+                  if len(blocks) > 1 else "")
         loss = f" at loss {noise.loss:.3f}" if noise.loss is not None else ""
         measured = batch_verdict(global_batch_tokens, noise.b_simple,
                                  f"B_simple measured in {noise_source} over steps {noise.first_step}-{noise.last_step}"
