@@ -180,13 +180,15 @@ def _map_chunk(job: Job, shard: int, k: int, chunk: list[RawRecord], names: tupl
     for raw in chunk:
         doc = Doc.from_raw(raw)
         bucket = doc.bucket
-        funnel.source_in(doc.source, bucket, raw.n_bytes)
+        funnel.source_in(doc.source, bucket, raw.n_bytes, raw.encoding.name if raw.encoding else None)
         if raw.problem is not None:
             funnel.record(bucket, StepMark("read", raw.n_bytes, 0, True, raw.problem.rule))
             rejected.append(doc.rejected_row(raw.problem))
             continue
         marks = [StepMark("read", raw.n_bytes, text_bytes(doc.text), True)]
         doc.lineage.append(("read", source_step.VERSION))
+        if raw.encoding is not None:  # the decode step, named with the encoding it used
+            doc.lineage.append(("decode", raw.encoding.name))
         rejection = run_doc_steps(doc, names, steps, marks)
         _record(funnel, bucket, marks)
         if rejection is not None:

@@ -83,6 +83,12 @@ class SourceCounts:
     bytes_in: int = 0
     docs_out: int = 0
     bytes_out: int = 0
+    encodings: dict[str, int] = field(default_factory=dict)  # documents read, by the encoding decoded
+
+    def to_dict(self) -> dict[str, Any]:
+        """The counts; `encodings` only for a source whose records were decoded from bytes."""
+        out = {k: v for k, v in vars(self).items() if k != "encodings"}
+        return {**out, "encodings": dict(sorted(self.encodings.items()))} if self.encodings else out
 
 
 def _ratio(num: int, den: int) -> float | None:
@@ -140,6 +146,8 @@ class Funnel:
             mine_src.bucket = mine_src.bucket or c.bucket
             for k in ("docs_in", "bytes_in", "docs_out", "bytes_out"):
                 setattr(mine_src, k, getattr(mine_src, k) + getattr(c, k))
+            for name, n in c.encodings.items():
+                mine_src.encodings[name] = mine_src.encodings.get(name, 0) + n
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Funnel":
@@ -161,10 +169,12 @@ class Funnel:
             raise KeyError(f"unknown step {mark.step!r}; the funnel's steps are {self.steps}")
         self._bucket(bucket)[mark.step].add(mark)
 
-    def source_in(self, source: str, bucket: str, n_bytes: int) -> None:
+    def source_in(self, source: str, bucket: str, n_bytes: int, encoding: str | None = None) -> None:
         counts = self.sources.setdefault(source, SourceCounts(bucket))
         counts.docs_in += 1
         counts.bytes_in += n_bytes
+        if encoding is not None:
+            counts.encodings[encoding] = counts.encodings.get(encoding, 0) + 1
 
     def source_out(self, source: str, n_bytes: int, bucket: str | None = None) -> None:
         """A kept document leaves the funnel (possibly counted in another chunk's funnel than
@@ -199,7 +209,7 @@ class Funnel:
             "steps": list(self.steps),
             "total": {s: c.to_dict() for s, c in total.items()},
             "buckets": {b: {s: c.to_dict() for s, c in per.items()} for b, per in sorted(self.buckets.items())},
-            "sources": {name: vars(c).copy() for name, c in self.sources.items()},
+            "sources": {name: c.to_dict() for name, c in self.sources.items()},
             "d_eff": {"total": d_eff_inputs(total),
                       "buckets": {b: d_eff_inputs(per) for b, per in sorted(self.buckets.items())}},
         }

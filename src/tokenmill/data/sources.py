@@ -28,7 +28,7 @@ __all__ = ["SourceError", "VERSION", "check_source", "detect_format", "file_form
            "limit", "list_source_files", "read_files", "read_source", "source_name", "source_root",
            "sources_from_paths"]
 
-VERSION = "2"
+VERSION = "3"  # 3: bytes that are not UTF-8 are decoded (readers/decode.py), not rejected
 
 
 def source_root(path: str) -> Path:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import random
 from pathlib import Path
 
 import pytest
 from fastwarc.warc import WarcRecord, WarcRecordType
 
+from tokenmill.data.document import Encoding
 from tokenmill.data.sources import read_source
-from tests.data.readers.helpers import files_source
+from tests.data.readers.helpers import files_source, passages
 
 REAL_HTML = Path("/work/real_corpora/web_html/python3.11-doc/library")
 REAL_WARC = Path("/work/real_corpora/web_warc")
@@ -194,6 +196,44 @@ def test_warc_payload_transfer_and_content_encodings(tmp_path):
     records = list(read_source(files_source(tmp_path / "enc.warc"), 10_000))
     assert records[0].text == page.decode("utf-8") and records[1].text == latin.decode("latin-1")
     assert records[2].problem.rule == "bad_encoding"
+
+
+def test_warc_records_in_different_charsets(tmp_path):
+    """Issue 19: each record is decoded by its own HTTP charset, else its page's, else detected;
+    the records are real prose in the encodings crawls carry."""
+    text = passages()
+    bodies = [  # (HTTP Content-Type, page, bytes' encoding, expected Encoding)
+        ("text/html; charset=Shift_JIS", f"<html><body><p>{text['ja']}</p></body></html>", "shift_jis",
+         Encoding("shift_jis", 1.0, "declared")),
+        ("text/html; charset=gb18030", f"<html><body><p>{text['zh']}</p></body></html>", "gb18030",
+         Encoding("gb18030", 1.0, "declared")),
+        ("text/html; charset=iso-8859-1", f"<html><body><p>{text['de']}</p></body></html>", "cp1252",
+         Encoding("cp1252", 1.0, "declared")),
+        ("text/html; charset=UTF-16LE", f"<html><body><p>{text['ru']}</p></body></html>", "utf-16-le",
+         Encoding("utf-16-le", 1.0, "declared")),
+        ("text/html", f'<html><head><meta charset="windows-1251"></head><body>{text["ru"]}</body></html>',
+         "cp1251", Encoding("cp1251", 1.0, "declared")),
+        ("text/html", f"<html><body><p>{text['es']}</p></body></html>", "latin-1", None),  # undeclared
+        ("text/html; charset=utf-8", f"<html><body><p>{text['fr']}</p></body></html>", "utf-8",
+         Encoding("utf-8", 1.0, "utf-8")),
+    ]
+    recs = [_warc_record(WarcRecordType.response, i, f"https://intl.example/{i}",
+                         _http("200 OK", ctype, page.encode(codec)), "application/http; msgtype=response")
+            for i, (ctype, page, codec, _) in enumerate(bodies)]
+    noise = random.Random(0)
+    junk = bytes(noise.randrange(0x80, 0x100) for _ in range(2000))  # nothing decodes it
+    recs.append(_warc_record(WarcRecordType.response, 99, "https://intl.example/junk",
+                             _http("200 OK", "text/html; charset=utf-8", junk), "application/http; msgtype=response"))
+    _write_warc(tmp_path / "intl.warc.gz", recs, gz=True)
+    records = list(read_source(files_source(tmp_path / "intl.warc.gz"), 100_000))
+    assert [r.text for r in records[:-1]] == [page for _, page, _, _ in bodies]
+    for record, (_, _, _, expected) in zip(records, bodies):
+        if expected is not None:
+            assert record.encoding == expected
+    assert records[5].encoding.name == "cp1252" and records[5].encoding.method == "detected"
+    bad = records[-1]
+    assert bad.problem.rule == "undecodable" and bad.url == "https://intl.example/junk" and bad.text is None
+    assert "no encoding decodes it cleanly" in bad.problem.reason and "not valid UTF-8 at byte 0" in bad.problem.reason
 
 
 def test_corrupt_middle_of_a_warc_resumes_after_it(tmp_path):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterator
 
 from tokenmill.data.config import SourceConfig
-from tokenmill.data.document import RawRecord, Rejection, format_value
+from tokenmill.data.document import Encoding, RawRecord, Rejection, format_value
 
 BINARY_SNIFF_BYTES = 1024
 BINARY_CONTROL_SHARE = 0.10
@@ -38,9 +38,9 @@ class RecordMaker:
         self.src = src
 
     def ok(self, locator: str, url: str, fmt: str, text: str, n_bytes: int,
-           metadata: str | None = None) -> RawRecord:
+           metadata: str | None = None, encoding: Encoding | None = None) -> RawRecord:
         return RawRecord(self.source, locator, url, self.src.bucket, self.src.license, fmt, text,
-                         n_bytes, None, metadata)
+                         n_bytes, None, metadata, encoding)
 
     def bad(self, locator: str, url: str, fmt: str, n_bytes: int, rule: str, value: Any,
             reason: str, metadata: str | None = None) -> RawRecord:
@@ -49,11 +49,13 @@ class RecordMaker:
                          n_bytes, problem, metadata)
 
     def text(self, locator: str, url: str, fmt: str, text: str, n_bytes: int, what: str,
-             metadata: str | None = None) -> RawRecord:
+             metadata: str | None = None, encoding: Encoding | None = None) -> RawRecord:
         """A decoded document, or its quarantine when it holds nothing but whitespace."""
         if is_blank(text):
-            return self.bad(locator, url, fmt, n_bytes, "empty", len(text), f"{what} is empty", metadata)
-        return self.ok(locator, url, fmt, text, n_bytes, metadata)
+            record = self.bad(locator, url, fmt, n_bytes, "empty", len(text), f"{what} is empty", metadata)
+            record.encoding = encoding
+            return record
+        return self.ok(locator, url, fmt, text, n_bytes, metadata, encoding)
 
     def too_large(self, locator: str, url: str, fmt: str, n: int, limit: int, what: str) -> RawRecord:
         return self.bad(locator, url, fmt, n, "too_large", n,

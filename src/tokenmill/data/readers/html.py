@@ -1,5 +1,5 @@
-"""HTML pages: one document per file, decoded by its <meta charset> (else UTF-8, then
-windows-1252 as the WHATWG encoding standard does for undeclared pages)."""
+"""HTML pages: one document per file; bytes that are not UTF-8 are decoded by the charset the page
+declares (<meta charset>, http-equiv, <?xml encoding?>), else by the detector (readers/decode.py)."""
 
 from __future__ import annotations
 

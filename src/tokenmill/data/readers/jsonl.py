@@ -1,6 +1,8 @@
 """JSON Lines (.jsonl .ndjson .json; plain, gzip or zstandard, told by magic bytes): one object
 per line with at least the text field; its `id`, `source` and `metadata` are kept in
-RawRecord.metadata (JSON) and `url` as the url. A .json file holding one array is read as records."""
+RawRecord.metadata (JSON) and `url` as the url. A .json file holding one array is read as records.
+JSON exchanged between systems is UTF-8 (RFC 8259 §8.1): a line that is not is quarantined as
+`undecodable`, with no guessing (a JSON array file may be UTF-16/32, as json.loads reads it)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,9 @@ from itertools import chain
 from pathlib import Path
 from typing import Iterator
 
-from tokenmill.data.document import RawRecord
+from tokenmill.data.document import Encoding, RawRecord
 from tokenmill.data.readers.base import Reader, RecordMaker, binary_reason, register
-from tokenmill.data.readers.decode import decode_utf8
+from tokenmill.data.readers.decode import UTF8, decode_utf8
 from tokenmill.data.readers.records import fields_record, record_fields
 from tokenmill.data.readers.streams import Lines, StreamBreak, content_chunks
 
@@ -48,7 +50,7 @@ def read_jsonl(make: RecordMaker, path: Path, rel: str, max_doc_bytes: int) -> I
                                    f"line {lineno}: invalid JSON: {exc.msg} (column {exc.colno})")
                     continue
                 yield fields_record(make, rel, f":{lineno}", where, f"line {lineno}", n,
-                                    record_fields(obj, field), lineno)
+                                    record_fields(obj, field), lineno, UTF8)
         except StreamBreak as brk:
             lineno, offset = (lines.lineno, lines.offset) if lines is not None else (1, 0)
             yield make.bad(f"{rel}:{lineno}", f"{path}:{lineno}", "text", 0, brk.rule, brk.offset,
@@ -62,15 +64,19 @@ def read_json_array(make: RecordMaker, path: Path, rel: str, max_doc_bytes: int)
     if size > max_doc_bytes:
         yield make.too_large(rel, str(path), "text", size, max_doc_bytes, "JSON file")
         return
+    data = path.read_bytes()
     try:
-        items = json.loads(path.read_bytes())
+        items = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         yield make.bad(rel, str(path), "text", size, "bad_json", 0, f"invalid JSON array: {exc}")
         return
+    found = json.detect_encoding(data)  # what json.loads decoded it as (RFC 4627 §3)
+    method = "bom" if found in ("utf-8-sig", "utf-16", "utf-32") else "json"  # "json": told by its NUL bytes
+    encoding = UTF8 if found == "utf-8" else Encoding(found.removesuffix("-sig"), 1.0, method)
     for i, obj in enumerate(items):
         n = len(json.dumps(obj, ensure_ascii=False).encode("utf-8", "replace"))
         yield fields_record(make, rel, f"#{i}", f"{path}#{i}", f"record {i}", n,
-                            record_fields(obj, make.src.text_field), i)
+                            record_fields(obj, make.src.text_field), i, encoding)
 
 
 def starts_with_bracket(path: Path) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tokenmill.data.document import RawRecord
+from tokenmill.data.document import Encoding, RawRecord
 from tokenmill.data.readers.base import RecordMaker, is_encodable, json_meta
 
 
@@ -41,12 +41,12 @@ def record_locator(rel: str, position: str, record_id: str | None) -> str:
 
 
 def fields_record(make: RecordMaker, rel: str, position: str, where: str, what: str, n: int,
-                  fields: Fields, value: Any) -> RawRecord:
-    """The record of one parsed JSON object / Parquet row."""
+                  fields: Fields, value: Any, encoding: Encoding | None = None) -> RawRecord:
+    """The record of one parsed JSON object / Parquet row (`encoding`: of the bytes it was parsed from)."""
     locator = record_locator(rel, position, fields.record_id)
     if fields.text is None:
         return make.bad(locator, where, "text", n, "missing_field", value, f"{what}: {fields.problem}")
     if not is_encodable(fields.text):
         return make.bad(locator, where, "text", n, "undecodable", value,
                         f"{what}: text holds lone surrogates", fields.metadata)
-    return make.text(locator, fields.url or where, "text", fields.text, n, what, fields.metadata)
+    return make.text(locator, fields.url or where, "text", fields.text, n, what, fields.metadata, encoding)

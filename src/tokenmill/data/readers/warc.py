@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from tokenmill.data.document import RawRecord
-from tokenmill.data.readers.base import Reader, RecordMaker, binary_reason, json_meta, register
-from tokenmill.data.readers.decode import content_type_charset, decode_markup
+from tokenmill.data.readers.base import Reader, RecordMaker, json_meta, register
+from tokenmill.data.readers.decode import binary_problem, content_type_charset, decode
 from tokenmill.data.readers.streams import GZIP_MAGIC, StreamBreak, file_chunks, gunzip
 
 WARC_SUFFIXES = (".warc", ".warc.gz", ".wet", ".wet.gz")
@@ -123,16 +123,13 @@ def _web_record(make: RecordMaker, path: Path, locator: str, p: _WebPayload, max
     if fmt is None:
         return make.bad(locator, url, "html", n, "unsupported_content_type", p.mime or "unknown",
                         f"{where}: payload type {p.mime or 'unknown'!r} is not a text document", meta)
-    binary = binary_reason(body)
+    binary = binary_problem(body, p.charset)
     if binary is not None:
         return make.bad(locator, url, fmt, n, "binary", n, f"{where}: {binary}", meta)
-    if fmt == "html":
-        text, problem = decode_markup(body, p.charset)
-    else:
-        text, problem = decode_markup(body, p.charset or "utf-8")  # WET text is UTF-8
-    if text is None:
-        return make.bad(locator, url, fmt, n, "undecodable", p.offset, f"{where}: {problem}", meta)
-    return make.text(locator, url, fmt, text, n, where, meta)
+    decoded = decode(body, p.charset, markup=fmt == "html")  # each record by its own charset
+    if decoded.text is None:
+        return make.bad(locator, url, fmt, n, "undecodable", p.offset, f"{where}: {decoded.problem}", meta)
+    return make.text(locator, url, fmt, decoded.text, n, where, meta, decoded.encoding)
 
 
 _HTTP_HEAD_END = re.compile(rb"\n\r*\n")  # the blank line; some archives write \r\r\n line ends
