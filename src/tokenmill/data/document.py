@@ -113,7 +113,8 @@ REJECTED_SCHEMA = pa.schema([
 
 
 def doc_id(source: str, locator: str) -> str:
-    """Stable id: xxh3-128 of source and locator (NUL-separated so 'a'+'bc' != 'ab'+'c')."""
+    """Stable id: xxh3-128 of source and locator (NUL-separated so 'a'+'bc' != 'ab'+'c'). A row's
+    `id` is this hash unless the record named its own unique id (data/doc_ids.py)."""
     return xxhash.xxh3_128_hexdigest(f"{source}\x00{locator}".encode("utf-8"))
 
 
@@ -163,6 +164,7 @@ class RawRecord:
     problem: Rejection | None = None  # set when the record is quarantined at step "read"
     metadata: str | None = None  # JSON object of what the reader knows beyond the text (ids, language, WARC headers)
     encoding: Encoding | None = None  # how the bytes were decoded; None: the text came as strings, or was not decoded
+    record_id: str | None = None  # the record's own id (a JSONL / Parquet `id`), when it has one (data/doc_ids.py)
 
     @property
     def id(self) -> str:
@@ -196,8 +198,9 @@ class Doc:
     lineage: list[tuple[str, str]] = field(default_factory=list)
 
     @classmethod
-    def from_raw(cls, raw: RawRecord) -> "Doc":
-        return cls(id=raw.id, text=raw.text, source=raw.source, url=raw.url, bucket=raw.bucket,
+    def from_raw(cls, raw: RawRecord, doc_id: str | None = None) -> "Doc":
+        """The record as a document; its id is `doc_id` when given (data/doc_ids.py), else raw.id."""
+        return cls(id=doc_id or raw.id, text=raw.text, source=raw.source, url=raw.url, bucket=raw.bucket,
                    license=raw.license, format=raw.format, metadata=raw.metadata,
                    encoding=raw.encoding.row() if raw.encoding is not None else None)
 

@@ -71,6 +71,8 @@ class Reader:
     extensions: ClassVar[frozenset[str]] = frozenset()
     # Whole-name endings claimed before any other rule (compound ones such as ".warc.gz").
     suffixes: ClassVar[tuple[str, ...]] = ()
+    # Whether its records can carry their own ids (RawRecord.record_id; data/doc_ids.py).
+    carries_ids: ClassVar[bool] = False
 
     def read(self, make: RecordMaker, path: Path, rel: str, max_doc_bytes: int) -> Iterator[RawRecord]:
         """Every record of one file, in file order; `rel` is its path relative to the source root."""

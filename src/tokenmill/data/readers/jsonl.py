@@ -1,6 +1,7 @@
 """JSON Lines (.jsonl .ndjson .json; plain, gzip or zstandard, told by magic bytes): one object
 per line with at least the text field; its `id`, `source` and `metadata` are kept in
-RawRecord.metadata (JSON) and `url` as the url. A .json file holding one array is read as records.
+RawRecord.metadata (JSON), `url` as the url, and `id` as RawRecord.record_id (the row's id when it
+is unique in the run: data/doc_ids.py). A .json file holding one array is read as records.
 JSON exchanged between systems is UTF-8 (RFC 8259 §8.1): a line that is not is quarantined as
 `undecodable`, with no guessing (a JSON array file may be UTF-16/32, as json.loads reads it)."""
 
@@ -88,6 +89,7 @@ def starts_with_bracket(path: Path) -> bool:
 class JsonlReader(Reader):
     name = "jsonl"
     extensions = JSONL_EXTS
+    carries_ids = True
 
     def read(self, make: RecordMaker, path: Path, rel: str, max_doc_bytes: int) -> Iterator[RawRecord]:
         if path.suffix.lower() == ".json" and starts_with_bracket(path):

@@ -17,6 +17,7 @@ BATCH_ROWS = 1024
 class ParquetReader(Reader):
     name = "parquet"
     extensions = PARQUET_EXTS
+    carries_ids = True
 
     def read(self, make: RecordMaker, path: Path, rel: str, max_doc_bytes: int) -> Iterator[RawRecord]:
         import pyarrow.parquet as pq  # lazy: the pydoc child process imports this package too
@@ -43,7 +44,9 @@ class ParquetReader(Reader):
                     n = len(fields.text.encode("utf-8", "surrogatepass")) if fields.text is not None else 0
                     if n > max_doc_bytes:
                         locator = record_locator(rel, f"#{row}", fields.record_id)
-                        yield make.too_large(locator, where, "text", n, max_doc_bytes, f"row {row}")
+                        record = make.too_large(locator, where, "text", n, max_doc_bytes, f"row {row}")
+                        record.record_id = fields.record_id
+                        yield record
                     else:
                         yield fields_record(make, rel, f"#{row}", where, f"row {row}", n, fields, row)
                     row += 1

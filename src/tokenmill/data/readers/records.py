@@ -23,13 +23,13 @@ class Fields:
 def record_fields(obj: Any, field: str) -> Fields:
     if not isinstance(obj, dict):
         return Fields(None, problem=f"record is a JSON {type(obj).__name__}, not an object")
-    text = obj.get(field)
-    if not isinstance(text, str):
-        got = "missing" if text is None else f"a {type(text).__name__}"
-        return Fields(None, problem=f"text field {field!r} is {got}")
-    url = obj.get("url")
     rid = obj.get("id")
     rid = str(rid) if isinstance(rid, (str, int)) and not isinstance(rid, bool) and str(rid) else None
+    text = obj.get(field)
+    if not isinstance(text, str):  # quarantined under its own id, so its owner finds it by that id
+        got = "missing" if text is None else f"a {type(text).__name__}"
+        return Fields(None, record_id=rid, problem=f"text field {field!r} is {got}")
+    url = obj.get("url")
     meta = json_meta({"id": obj.get("id"), "source": obj.get("source"), "metadata": obj.get("metadata")})
     return Fields(text, url if isinstance(url, str) and url else None, rid, meta)
 
@@ -45,8 +45,11 @@ def fields_record(make: RecordMaker, rel: str, position: str, where: str, what: 
     """The record of one parsed JSON object / Parquet row (`encoding`: of the bytes it was parsed from)."""
     locator = record_locator(rel, position, fields.record_id)
     if fields.text is None:
-        return make.bad(locator, where, "text", n, "missing_field", value, f"{what}: {fields.problem}")
-    if not is_encodable(fields.text):
-        return make.bad(locator, where, "text", n, "undecodable", value,
-                        f"{what}: text holds lone surrogates", fields.metadata)
-    return make.text(locator, fields.url or where, "text", fields.text, n, what, fields.metadata, encoding)
+        record = make.bad(locator, where, "text", n, "missing_field", value, f"{what}: {fields.problem}")
+    elif not is_encodable(fields.text):
+        record = make.bad(locator, where, "text", n, "undecodable", value,
+                          f"{what}: text holds lone surrogates", fields.metadata)
+    else:
+        record = make.text(locator, fields.url or where, "text", fields.text, n, what, fields.metadata, encoding)
+    record.record_id = fields.record_id
+    return record
