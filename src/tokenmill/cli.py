@@ -331,9 +331,9 @@ def replay(run_path: Path = typer.Argument(..., metavar="RUN", help="Run directo
             return
         table = Table(title=f"global batch of step {step}: {len(docs)} document spans")
         for col in ("micro", "row", "bucket", "doc_id", "source", "url", "tokens"):
-            table.add_column(col)
-        for d in docs:
-            table.add_row(str(d["micro"]), str(d["row"]), d["bucket"], d["doc_id"][:16], str(d["source"]),
+            table.add_column(col, overflow="fold")
+        for d in docs:  # the whole id, as the curated row and the rejected log have it (a user's own id too)
+            table.add_row(str(d["micro"]), str(d["row"]), d["bucket"], d["doc_id"], str(d["source"]),
                           str(d["url"]), f"{d['token_start']}:{d['token_end']}")
         Console().print(table)
         if loss is not None:

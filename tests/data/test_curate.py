@@ -220,3 +220,37 @@ def test_cli_runs_one_step_alone_on_jsonl(corpus, tmp_path):
     assert f["steps"] == ["read", "minhash_dedup"]
     assert f["total"]["minhash_dedup"]["rejected"]["near_duplicate_of"]["docs"] >= 1
     assert pq.read_table(next((out / "web").glob("part-*.parquet"))).num_rows == f["total"]["minhash_dedup"]["docs_out"]
+
+
+def test_legacy_encodings_reach_the_rows_lineage_and_funnel(tmp_path):
+    """Issue 19: a Latin-1 or Shift-JIS file is decoded, not rejected; its row says how (the
+    `encoding` column and a `decode` lineage step); only bytes nothing decodes are quarantined."""
+    import random
+
+    from tests.data.readers.helpers import passages
+
+    text = passages()
+    root = tmp_path / "in"
+    root.mkdir()
+    (root / "fr.txt").write_bytes(text["fr"].encode("latin-1"))
+    (root / "ja.txt").write_bytes(text["ja"].encode("shift_jis"))
+    (root / "de.txt").write_bytes(text["de"].encode("utf-8"))
+    rng = random.Random(0)
+    (root / "noise.txt").write_bytes(bytes(rng.randrange(0x80, 0x100) for _ in range(2000)))
+    cfg = CurateConfig.model_validate({"sources": [{"path": str(root), "bucket": "web"}], "steps": ["normalize"],
+                                       "workers": 1, "max_removal_share": 0.95})
+    out = tmp_path / "out"
+    curate(cfg, out, progress=False)
+    r = rows(out)
+    kept = {Path(x["url"]).name: x for x in r["web"]}
+    words = lambda t: t.split()  # noqa: E731  (normalize changes only whitespace here)
+    assert words(kept["fr.txt"]["text"]) == words(text["fr"]) and words(kept["ja.txt"]["text"]) == words(text["ja"])
+    assert kept["fr.txt"]["encoding"]["name"] == "cp1252" and kept["fr.txt"]["encoding"]["method"] == "detected"
+    assert kept["ja.txt"]["encoding"]["name"] == "cp932" and kept["ja.txt"]["encoding"]["confidence"] > 0.9
+    assert kept["de.txt"]["encoding"] == {"name": "utf-8", "confidence": 1.0, "method": "utf-8"}
+    assert kept["fr.txt"]["lineage"][:2] == [{"step": "read", "version": "3"}, {"step": "decode", "version": "cp1252"}]
+    [noise] = r["_rejected"]
+    assert noise["rule"] == "undecodable" and noise["step"] == "read" and noise["encoding"] is None
+    assert "noise.txt" in noise["reason"] and "no encoding decodes it cleanly" in noise["reason"]
+    funnel = json.loads((out / "_funnel.json").read_text())
+    assert funnel["sources"][str(root)]["encodings"] == {"cp1252": 1, "cp932": 1, "utf-8": 1}

@@ -22,8 +22,9 @@ class SourceConfig(Strict):
     part: Literal["code", "pydoc_html", "reference", "system_html"] | None = Field(
         None, description="Which part of the Python installation to read (kind=python_stdlib)."
     )
-    format: Literal["auto", "html", "text", "code", "jsonl", "parquet", "warc"] = Field(
-        "auto", description="How to read each file; 'auto' decides by file extension."
+    format: str = Field(
+        "auto", description="How to read each file: a reader's name (html, text, code, jsonl, parquet, warc; "
+                            "data/readers/) or 'auto', which decides by file extension."
     )
     bucket: str = Field(..., description="Bucket (slice of the mixture) the documents go to.")
     license: str = Field("unknown", description="License recorded on every document of this source.")
@@ -31,6 +32,15 @@ class SourceConfig(Strict):
     max_docs: int | None = Field(None, description="Read at most this many documents (None: all).")
     max_bytes: int | None = Field(None, description="Read at most this many raw bytes (None: all).")
     synthetic: bool = Field(False, description="Model-generated JSONL (`tokenmill synth`): every record's lineage is checked and kept on its row; a record without one counts as generation 1 of an outside teacher.")
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, v: str) -> str:
+        from tokenmill.data.readers import reader_names  # lazy: the readers import this module
+
+        if v != "auto" and v not in reader_names():
+            raise ValueError(f"unknown format {v!r}: 'auto' or one of {', '.join(reader_names())}")
+        return v
 
 
 class QualityConfig(Strict):

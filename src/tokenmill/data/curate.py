@@ -1,6 +1,8 @@
 """The curation stage: sources -> shards -> per-document steps -> corpus-wide dedup -> output.
 
     plan     inputs split into shards (data.shards), fixed by the inputs, not by the workers
+    ids      sources whose records carry their own ids are read once: an id that more than one
+             record carries is not used as a document id (data.doc_ids)
     prepare  steps that need a model or an index build it once (model_quality, decontaminate)
     map      per shard, chunk by chunk: read, extract, normalize, url, langid, quality,
              model_quality, safety, pii; each kept row also carries its exact-dedup key and
@@ -43,8 +45,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tokenmill.data.config import (CurateConfig, SourceConfig)
 from tokenmill.data import sources as source_step
 from tokenmill.data.canaries import canary_bucket, insert_canaries
+from tokenmill.data.doc_ids import STEP as HASH_ID_STEP, IdRule, collect_shard, merge as merge_ids
 from tokenmill.data.document import (DOC_SCHEMA, REJECTED_SCHEMA, Doc, RawRecord, Rejection, format_value,
                                      fsync_tree, text_bytes)
+from tokenmill.data.readers import get_reader
 from tokenmill.data.executor import make_executor
 from tokenmill.data.funnel import Funnel, StepMark
 from tokenmill.data.registry import CORPUS_STEPS, FINAL_STEPS, MAP_STEPS, build_doc_steps, selected_steps
@@ -145,6 +149,51 @@ def _record(funnel: Funnel, bucket: str, marks: list[StepMark]) -> None:
         funnel.record(bucket, mark)
 
 
+# --------------------------------------------------------------------------- ids phase
+def _ids_dir(job: Job) -> Path:
+    return Path(job.work) / "ids"
+
+
+def _carries_ids(job: Job, spec: ShardSpec) -> bool:
+    src = job.sources[spec.source]
+    return src.kind == "files" and any(get_reader(source_step.file_format(src, Path(f))).carries_ids
+                                       for f in spec.files)
+
+
+def collect_ids_shard(job: Job, spec: ShardSpec) -> None:
+    """The hashes of one shard's record ids (and how many were unusable), saved for the merge."""
+    out = _ids_dir(job) / f"{spec.index:05d}.npz"
+    if out.exists():
+        return
+    hashes, unusable = collect_shard(read_shard(spec, job.sources, job.cfg.max_doc_bytes))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp.npz")
+    np.savez(tmp, hashes=hashes, unusable=np.array(unusable, dtype=np.int64))
+    os.replace(tmp, out)
+
+
+def ids_phase(job: Job, specs: list[ShardSpec], executor: Any) -> dict[str, int] | None:
+    """Which record ids more than one record carries, over the shards whose formats carry ids;
+    None when no source can carry ids (nothing is read)."""
+    idir = _ids_dir(job)
+    if (idir / "DONE").exists():
+        return json.loads((idir / "DONE").read_text()) or None
+    with_ids = [s for s in specs if _carries_ids(job, s)]
+    executor.map(collect_ids_shard, [(job, s) for s in with_ids])
+    per_source: dict[int, list[np.ndarray]] = {}
+    unusable = 0
+    for spec in with_ids:
+        saved = np.load(idir / f"{spec.index:05d}.npz")
+        per_source.setdefault(spec.source, []).append(saved["hashes"])
+        unusable += int(saved["unusable"])
+    shared, stats = merge_ids(per_source)
+    idir.mkdir(parents=True, exist_ok=True)
+    np.save(idir / "shared.npy", shared, allow_pickle=False)
+    stats = {**stats, "shared": int(shared.size), "unusable": unusable} if with_ids else {}
+    _mark(idir / "DONE", stats)
+    return stats or None
+
+
 # --------------------------------------------------------------------------- map phase
 def _map_dir(job: Job, shard: int) -> Path:
     return Path(job.work) / "map" / f"{shard:05d}"
@@ -158,35 +207,42 @@ def map_shard(job: Job, spec: ShardSpec) -> dict[str, int]:
     names = tuple(s for s in job.steps if s in MAP_STEPS)
     steps = _worker_steps(job, names)
     hasher = _minhasher(job) if "minhash_dedup" in job.steps else None
+    id_rule = IdRule.load(_ids_dir(job))
     docs = 0
     records = read_shard(spec, job.sources, job.cfg.max_doc_bytes)
     for k, chunk in enumerate(_batched(records, job.cfg.chunk_docs)):
         docs += len(chunk)
         if (sdir / f"chunk-{k:05d}.done").exists():
             continue  # reading past it is cheap; processing it again is what resume avoids
-        _map_chunk(job, spec.index, k, chunk, names, steps, hasher)
+        _map_chunk(job, spec.index, k, chunk, names, steps, hasher, id_rule)
     summary = {"docs": docs}
     _mark(sdir / "DONE", summary)
     return summary
 
 
 def _map_chunk(job: Job, shard: int, k: int, chunk: list[RawRecord], names: tuple[str, ...],
-               steps: dict[str, DocStep], hasher: Any) -> None:
+               steps: dict[str, DocStep], hasher: Any, id_rule: IdRule) -> None:
     from tokenmill.data.dedup import exact_key
 
     funnel = Funnel(job.funnel_steps)
     kept: list[Doc] = []
     rejected: list[dict[str, Any]] = []
     for raw in chunk:
-        doc = Doc.from_raw(raw)
+        doc_id, not_taken = id_rule.decide(raw)
+        doc = Doc.from_raw(raw, doc_id)
+        if doc_id != raw.id:  # the user's id: the hash stays in the lineage
+            doc.lineage.append((HASH_ID_STEP, raw.id))
         bucket = doc.bucket
-        funnel.source_in(doc.source, bucket, raw.n_bytes)
+        id_kind = None if raw.record_id is None else (not_taken or "user")
+        funnel.source_in(doc.source, bucket, raw.n_bytes, raw.encoding.name if raw.encoding else None, id_kind)
         if raw.problem is not None:
             funnel.record(bucket, StepMark("read", raw.n_bytes, 0, True, raw.problem.rule))
             rejected.append(doc.rejected_row(raw.problem))
             continue
         marks = [StepMark("read", raw.n_bytes, text_bytes(doc.text), True)]
         doc.lineage.append(("read", source_step.VERSION))
+        if raw.encoding is not None:  # the decode step, named with the encoding it used
+            doc.lineage.append(("decode", raw.encoding.name))
         rejection = run_doc_steps(doc, names, steps, marks)
         _record(funnel, bucket, marks)
         if rejection is not None:
@@ -679,6 +735,9 @@ def curate(cfg: CurateConfig, out: Path, *, steps: list[str] | None = None, base
         step.prepare(work / "prepared")
 
     with make_executor(cfg.executor, cfg.workers) as executor, _progress(progress) as bar:
+        id_stats = ids_phase(job, specs, executor)
+        if id_stats is not None:
+            emit("ids", seconds=round(time.time() - started, 3), **id_stats)
         task = bar.add_task("map", total=len(specs))
         executor.map(map_shard, [(job, s) for s in specs], on_done=lambda i, r: bar.advance(task))
         check_removal(_merged_funnel(job, "map"), cfg, [s for s in job.funnel_steps if s in ("read", *MAP_STEPS)])

@@ -72,6 +72,12 @@ PII_TYPE = pa.struct([pa.field(k, pa.int64()) for k in PII_FIELDS])
 MODEL_QUALITY_TYPE = pa.struct([pa.field(k, t) for k, t in MODEL_QUALITY_FIELDS.items()])
 SAFETY_TYPE = pa.struct([pa.field(k, t) for k, t in SAFETY_FIELDS.items()])
 CONTAMINATION_TYPE = pa.struct([pa.field(k, t) for k, t in CONTAMINATION_FIELDS.items()])
+# How a document's bytes became text (data/readers/decode.py): the Python codec, the confidence
+# (1.0 for a byte-order mark, valid UTF-8 or a declared charset; charset-normalizer's 1 - mess
+# ratio for a detected one) and the method ("bom", "utf-8", "declared", "detected"). Null for
+# text that came as Unicode strings (Parquet columns, the pydoc pages rendered in-process).
+ENCODING_TYPE = pa.struct([pa.field("name", pa.string()), pa.field("confidence", pa.float64()),
+                           pa.field("method", pa.string())])
 LINEAGE_TYPE = pa.list_(pa.struct([pa.field("step", pa.string()), pa.field("version", pa.string())]))
 
 DOC_SCHEMA = pa.schema([
@@ -86,6 +92,7 @@ DOC_SCHEMA = pa.schema([
     pa.field("language_mixed", pa.bool_()),
     pa.field("license", pa.string()),
     pa.field("metadata", pa.string()),  # JSON of the input record's own metadata, when it had any
+    pa.field("encoding", ENCODING_TYPE),  # how the bytes were decoded (null: the text came as strings)
     pa.field("quality", QUALITY_TYPE),
     pa.field("model_quality", MODEL_QUALITY_TYPE),
     pa.field("safety", SAFETY_TYPE),
@@ -106,7 +113,8 @@ REJECTED_SCHEMA = pa.schema([
 
 
 def doc_id(source: str, locator: str) -> str:
-    """Stable id: xxh3-128 of source and locator (NUL-separated so 'a'+'bc' != 'ab'+'c')."""
+    """Stable id: xxh3-128 of source and locator (NUL-separated so 'a'+'bc' != 'ab'+'c'). A row's
+    `id` is this hash unless the record named its own unique id (data/doc_ids.py)."""
     return xxhash.xxh3_128_hexdigest(f"{source}\x00{locator}".encode("utf-8"))
 
 
@@ -129,6 +137,18 @@ class Rejection:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class Encoding:
+    """How a record's bytes were decoded: codec, confidence in [0, 1], method (see ENCODING_TYPE)."""
+
+    name: str
+    confidence: float
+    method: str
+
+    def row(self) -> dict[str, Any]:
+        return {"name": self.name, "confidence": self.confidence, "method": self.method}
+
+
 @dataclass(slots=True)
 class RawRecord:
     """One unit of input as a reader yields it, before any processing."""
@@ -143,6 +163,8 @@ class RawRecord:
     n_bytes: int  # raw size as read, before decoding
     problem: Rejection | None = None  # set when the record is quarantined at step "read"
     metadata: str | None = None  # JSON object of what the reader knows beyond the text (ids, language, WARC headers)
+    encoding: Encoding | None = None  # how the bytes were decoded; None: the text came as strings, or was not decoded
+    record_id: str | None = None  # the record's own id (a JSONL / Parquet `id`), when it has one (data/doc_ids.py)
 
     @property
     def id(self) -> str:
@@ -165,6 +187,7 @@ class Doc:
     language_score: float | None = None
     language_mixed: bool | None = None
     metadata: str | None = None
+    encoding: dict[str, Any] | None = None
     quality: dict[str, Any] | None = None
     model_quality: dict[str, Any] | None = None
     safety: dict[str, Any] | None = None
@@ -175,9 +198,11 @@ class Doc:
     lineage: list[tuple[str, str]] = field(default_factory=list)
 
     @classmethod
-    def from_raw(cls, raw: RawRecord) -> "Doc":
-        return cls(id=raw.id, text=raw.text, source=raw.source, url=raw.url, bucket=raw.bucket,
-                   license=raw.license, format=raw.format, metadata=raw.metadata)
+    def from_raw(cls, raw: RawRecord, doc_id: str | None = None) -> "Doc":
+        """The record as a document; its id is `doc_id` when given (data/doc_ids.py), else raw.id."""
+        return cls(id=doc_id or raw.id, text=raw.text, source=raw.source, url=raw.url, bucket=raw.bucket,
+                   license=raw.license, format=raw.format, metadata=raw.metadata,
+                   encoding=raw.encoding.row() if raw.encoding is not None else None)
 
     def row(self) -> dict[str, Any]:
         """The curated row (DOC_SCHEMA)."""
@@ -185,7 +210,7 @@ class Doc:
             "id": self.id, "text": self.text, "source": self.source, "url": self.url,
             "domain": self.domain, "bucket": self.bucket, "language": self.language,
             "language_score": self.language_score, "language_mixed": self.language_mixed,
-            "license": self.license, "metadata": self.metadata, "quality": self.quality,
+            "license": self.license, "metadata": self.metadata, "encoding": self.encoding, "quality": self.quality,
             "model_quality": self.model_quality, "safety": self.safety, "pii": self.pii,
             "dup_cluster": self.dup_cluster, "dup_cluster_size": self.dup_cluster_size,
             "contamination": self.contamination,

@@ -83,6 +83,18 @@ class SourceCounts:
     bytes_in: int = 0
     docs_out: int = 0
     bytes_out: int = 0
+    encodings: dict[str, int] = field(default_factory=dict)  # documents read, by the encoding decoded
+    # documents read whose record had an id of its own: "user" (the row's id), or why it was not
+    # taken: "shared" (another record has it), "unusable" (data/doc_ids.py)
+    ids: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The counts; `encodings` and `ids` only for a source that has any."""
+        out: dict[str, Any] = {k: v for k, v in vars(self).items() if k not in ("encodings", "ids")}
+        for name in ("encodings", "ids"):
+            if getattr(self, name):
+                out[name] = dict(sorted(getattr(self, name).items()))
+        return out
 
 
 def _ratio(num: int, den: int) -> float | None:
@@ -140,6 +152,10 @@ class Funnel:
             mine_src.bucket = mine_src.bucket or c.bucket
             for k in ("docs_in", "bytes_in", "docs_out", "bytes_out"):
                 setattr(mine_src, k, getattr(mine_src, k) + getattr(c, k))
+            for name, n in c.encodings.items():
+                mine_src.encodings[name] = mine_src.encodings.get(name, 0) + n
+            for kind, n in c.ids.items():
+                mine_src.ids[kind] = mine_src.ids.get(kind, 0) + n
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Funnel":
@@ -161,10 +177,15 @@ class Funnel:
             raise KeyError(f"unknown step {mark.step!r}; the funnel's steps are {self.steps}")
         self._bucket(bucket)[mark.step].add(mark)
 
-    def source_in(self, source: str, bucket: str, n_bytes: int) -> None:
+    def source_in(self, source: str, bucket: str, n_bytes: int, encoding: str | None = None,
+                  id_kind: str | None = None) -> None:
         counts = self.sources.setdefault(source, SourceCounts(bucket))
         counts.docs_in += 1
         counts.bytes_in += n_bytes
+        if encoding is not None:
+            counts.encodings[encoding] = counts.encodings.get(encoding, 0) + 1
+        if id_kind is not None:
+            counts.ids[id_kind] = counts.ids.get(id_kind, 0) + 1
 
     def source_out(self, source: str, n_bytes: int, bucket: str | None = None) -> None:
         """A kept document leaves the funnel (possibly counted in another chunk's funnel than
@@ -199,7 +220,7 @@ class Funnel:
             "steps": list(self.steps),
             "total": {s: c.to_dict() for s, c in total.items()},
             "buckets": {b: {s: c.to_dict() for s, c in per.items()} for b, per in sorted(self.buckets.items())},
-            "sources": {name: vars(c).copy() for name, c in self.sources.items()},
+            "sources": {name: c.to_dict() for name, c in self.sources.items()},
             "d_eff": {"total": d_eff_inputs(total),
                       "buckets": {b: d_eff_inputs(per) for b, per in sorted(self.buckets.items())}},
         }

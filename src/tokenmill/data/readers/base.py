@@ -1,0 +1,134 @@
+"""The reader interface: a format name, the files it claims, and how it reads one file.
+
+A reader turns one file of a `kind: files` source into RawRecords, in file order. Bad input is
+never fatal and never vanishes (DESIGN §5): a record that cannot be read is yielded with
+`problem` set (RecordMaker.bad) and ends in `_rejected` at step "read" with a rule, the measured
+value and a reason naming the file and the line / byte offset / row.
+
+Adding a format is adding a module to this package that defines a `Reader` subclass decorated
+with `@register`: the package imports every module in it, `detect_format` asks every registered
+reader which files it claims, and `SourceConfig.format` accepts every registered name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, ClassVar, Iterator
+
+from tokenmill.data.config import SourceConfig
+from tokenmill.data.document import Encoding, RawRecord, Rejection, format_value
+
+BINARY_SNIFF_BYTES = 1024
+BINARY_CONTROL_SHARE = 0.10
+# C0 controls that text does not use: all but \t \n \v \f \r (ESC counts: raw terminal output).
+_CONTROL_BYTES = bytes([*range(0x00, 0x09), *range(0x0E, 0x20), 0x7F])
+
+
+class SourceError(ValueError):
+    """A source that cannot be read at all; the message names the config path."""
+
+
+class RecordMaker:
+    """Builds the records of one source, good or quarantined, with its shared fields."""
+
+    def __init__(self, source: str, src: SourceConfig):
+        self.source = source
+        self.src = src
+
+    def ok(self, locator: str, url: str, fmt: str, text: str, n_bytes: int,
+           metadata: str | None = None, encoding: Encoding | None = None) -> RawRecord:
+        return RawRecord(self.source, locator, url, self.src.bucket, self.src.license, fmt, text,
+                         n_bytes, None, metadata, encoding)
+
+    def bad(self, locator: str, url: str, fmt: str, n_bytes: int, rule: str, value: Any,
+            reason: str, metadata: str | None = None) -> RawRecord:
+        problem = Rejection("read", rule, format_value(value), f"{url}: {reason}")
+        return RawRecord(self.source, locator, url, self.src.bucket, self.src.license, fmt, None,
+                         n_bytes, problem, metadata)
+
+    def text(self, locator: str, url: str, fmt: str, text: str, n_bytes: int, what: str,
+             metadata: str | None = None, encoding: Encoding | None = None) -> RawRecord:
+        """A decoded document, or its quarantine when it holds nothing but whitespace."""
+        if is_blank(text):
+            record = self.bad(locator, url, fmt, n_bytes, "empty", len(text), f"{what} is empty", metadata)
+            record.encoding = encoding
+            return record
+        return self.ok(locator, url, fmt, text, n_bytes, metadata, encoding)
+
+    def too_large(self, locator: str, url: str, fmt: str, n: int, limit: int, what: str) -> RawRecord:
+        return self.bad(locator, url, fmt, n, "too_large", n,
+                        f"{what} of {n} bytes exceeds max_doc_bytes {limit}; not parsed")
+
+
+class Reader:
+    """One input format. Subclasses set `name` (the `SourceConfig.format` value), the files they
+    claim under `format: auto`, and implement `read`."""
+
+    name: ClassVar[str]
+    # File extensions claimed, lower case, after a compression suffix (.gz, .zst) is taken off.
+    extensions: ClassVar[frozenset[str]] = frozenset()
+    # Whole-name endings claimed before any other rule (compound ones such as ".warc.gz").
+    suffixes: ClassVar[tuple[str, ...]] = ()
+    # Whether its records can carry their own ids (RawRecord.record_id; data/doc_ids.py).
+    carries_ids: ClassVar[bool] = False
+
+    def read(self, make: RecordMaker, path: Path, rel: str, max_doc_bytes: int) -> Iterator[RawRecord]:
+        """Every record of one file, in file order; `rel` is its path relative to the source root."""
+        raise NotImplementedError
+
+
+READERS: dict[str, Reader] = {}
+
+
+def register(cls: type[Reader]) -> type[Reader]:
+    """Class decorator: make a reader known by its name."""
+    if cls.name in READERS and type(READERS[cls.name]) is not cls:
+        raise ValueError(f"two readers are named {cls.name!r}: {type(READERS[cls.name]).__name__} and {cls.__name__}")
+    READERS[cls.name] = cls()
+    return cls
+
+
+# --------------------------------------------------------------------------- shared helpers
+def binary_reason(head: bytes) -> str | None:
+    """Why the first KB looks binary, or None: a NUL byte, or a high share of C0 controls."""
+    head = head[:BINARY_SNIFF_BYTES]
+    nul = head.find(b"\0")
+    if nul >= 0:
+        return f"binary: NUL byte at offset {nul}"
+    n_control = len(head) - len(head.translate(None, _CONTROL_BYTES))
+    if head and n_control > BINARY_CONTROL_SHARE * len(head):
+        return f"binary: {n_control} of the first {len(head)} bytes are control characters"
+    return None
+
+
+def is_blank(text: str) -> bool:
+    return not text or text.isspace()  # isspace: no copy, unlike strip()
+
+
+def is_encodable(text: str) -> bool:
+    """JSON can carry lone surrogates ("\\ud800") that no UTF-8 file can hold."""
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def json_meta(fields: dict[str, Any]) -> str | None:
+    present = {k: v for k, v in fields.items() if v is not None}
+    return json.dumps(present, ensure_ascii=False, default=str) if present else None
+
+
+def relative(path: Path, root: Path) -> str:
+    return Path(os.path.relpath(path, root)).as_posix()
+
+
+def walk_sorted(root: Path, excluded: frozenset[str] = frozenset()) -> Iterator[Path]:
+    """Files under root in sorted order; hidden entries (.git, .DS_Store) are not content."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in excluded)
+        for name in sorted(filenames):
+            if not name.startswith("."):
+                yield Path(dirpath) / name
