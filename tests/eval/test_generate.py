@@ -92,20 +92,34 @@ def test_cached_and_uncached_generation_agree_including_past_the_window():
     assert a == b and len(a) == 20
 
 
-def test_a_batch_row_samples_what_generate_samples_alone_with_its_generator():
-    """generate_batch draws row i from generators[i] only: each row equals `generate` on its own
-    prompt with that generator, for any batch, also past the cached window and with stop tokens."""
+def test_a_batch_row_samples_the_same_tokens_in_any_batch():
+    """generate_batch draws row i from generators[i] only: each row equals the row sampled alone
+    with that generator, also past the cached window and with stop tokens; greedy equals generate."""
     from tokenmill.eval.generate import generate_batch
 
     model = _tiny()
     prompts = [[5, 6, 7], [9, 9, 1], [3, 4, 5], [7, 2, 8]]
-    kw = dict(max_context=12, temperature=0.9, top_k=30, top_p=0.9, stop_id=4)
+    kw = dict(max_context=12, temperature=0.9, top_k=30, top_p=0.9, stop_id=1)
     rows = generate_batch(model, prompts, 20, generators=[torch.Generator().manual_seed(10 + i) for i in range(4)], **kw)
-    alone = [generate(model, p, 20, generator=torch.Generator().manual_seed(10 + i), **kw) for i, p in enumerate(prompts)]
+    alone = [generate_batch(model, [p], 20, generators=[torch.Generator().manual_seed(10 + i)], **kw)[0]
+             for i, p in enumerate(prompts)]
     assert rows == alone
-    assert any(r[-1] == 4 and len(r) < 20 for r in rows) and any(len(r) == 20 for r in rows)  # both endings exercised
-    pair = generate_batch(model, prompts[2:], 20, generators=[torch.Generator().manual_seed(12 + i) for i in range(2)], **kw)
-    assert pair == rows[2:]
+    assert any(r[-1] == 1 and len(r) < 20 for r in rows) and any(len(r) == 20 for r in rows)  # both endings exercised
+    greedy = dict(max_context=12, temperature=0.0, stop_id=4)
+    assert generate_batch(model, prompts, 20, **greedy) == [generate(model, p, 20, **greedy) for p in prompts]
+
+
+def test_generate_batch_samples_the_filtered_distribution():
+    """Inverse-CDF draws follow the tempered, top-k filtered probabilities, never outside them."""
+    from tokenmill.eval.generate import generate_batch
+
+    logp = torch.log(torch.tensor([0.0, 0.05, 0.1, 0.15, 0.3, 0.4]) + 1e-12)
+    model = ContextFreeModel(logp)
+    gens = [torch.Generator().manual_seed(i) for i in range(4000)]
+    draws = torch.tensor(generate_batch(model, [[1]] * 4000, 1, max_context=4, top_k=3, generators=gens))[:, 0]
+    freq = torch.bincount(draws, minlength=6).double() / 4000
+    assert freq[:3].sum() == 0  # outside the top 3
+    assert torch.allclose(freq[3:], torch.tensor([0.15, 0.3, 0.4], dtype=torch.float64) / 0.85, atol=0.03)
 
 
 def test_generate_batch_holds_back_the_stop_token_for_min_new_tokens():

@@ -57,7 +57,7 @@ def test_the_guard_refuses_60_percent_synthetic_naming_the_bucket_and_limit_and_
     with pytest.raises(SyntheticLimitError) as err:
         guard_mixture(synthetic_run.path, store, phases(synthetic_run, weights={"a": 0.4, "b": 0.6}), limits)
     msg = str(err.value)
-    assert "60.0% of its tokens from synthetic documents" in msg and "bucket 'b' 60.0%" in msg
+    assert "60.0% of its tokens from synthetic documents" in msg and "bucket 'b' gives 60.0%" in msg
     assert "max_share 0.5" in msg and "generation 1" in msg
     report = guard_mixture(synthetic_run.path, store, phases(synthetic_run, weights={"a": 0.6, "b": 0.4}), limits)
     assert report.share == pytest.approx(0.4, abs=1e-5) and report.generation == 1 and not report.problems

@@ -34,7 +34,8 @@ from tokenmill.mixture.errors import MixtureError
 from tokenmill.synth.lineage import KEY, lineage_of
 from tokenmill.tokens.store import TokenStore
 
-WHY = "(seed 004: keep 50-70% human-written data; Shumailov et al. 2024: models trained on model output collapse)"
+WHY = ("Seed 004: keep 50-70% human-written data; Shumailov et al. 2024: models trained on recursively "
+       "generated data collapse.")
 
 
 class SyntheticLimitError(MixtureError):
@@ -127,8 +128,8 @@ def assess(phases: list[PhaseLike], buckets: dict[str, BucketSynthetic]) -> Synt
 
 
 def _bucket_words(b: BucketSynthetic, part: float) -> str:
-    return (f"bucket {b.bucket!r} {part:.1%} (its {b.tokens:,} training tokens {b.share:.1%} synthetic, "
-            f"generation {b.generation})")
+    return (f"bucket {b.bucket!r} gives {part:.1%} ({b.share:.1%} of its {b.tokens:,} training tokens are "
+            f"synthetic, generation {b.generation})")
 
 
 def check(report: SyntheticReport, limits: SyntheticLimitsConfig, several_phases: bool) -> list[str]:
@@ -139,17 +140,17 @@ def check(report: SyntheticReport, limits: SyntheticLimitsConfig, several_phases
             where = f"phase {name!r}" if several_phases else "the mixture"
             parts = ", ".join(_bucket_words(report.buckets[b], c) for b, c in
                               sorted(ph["contributions"].items(), key=lambda kv: -kv[1]))
-            problems.append(f"{where} would draw {ph['share']:.1%} of its tokens from synthetic documents "
-                            f"({parts}), above mixture.synthetic.max_share {limits.max_share:g} {WHY}; lower "
-                            f"those buckets' weights, or raise mixture.synthetic.max_share knowingly")
+            problems.append(f"{where} would draw {ph['share']:.1%} of its tokens from synthetic documents, above "
+                            f"mixture.synthetic.max_share {limits.max_share:g}: {parts}. {WHY} Lower those "
+                            f"buckets' weights, or raise mixture.synthetic.max_share knowingly.")
     used = {b for ph in report.phases.values() for b in ph["contributions"]}
     for b in sorted(used):
         g = report.buckets[b].generation
         if g > limits.max_generation:
             problems.append(f"bucket {b!r} holds synthetic documents of generation {g} (sampled from a model "
                             f"that itself trained on generation-{g - 1} data), above "
-                            f"mixture.synthetic.max_generation {limits.max_generation} {WHY}; sample from a "
-                            f"model trained on real data, or raise mixture.synthetic.max_generation knowingly")
+                            f"mixture.synthetic.max_generation {limits.max_generation}. {WHY} Sample from a "
+                            f"model trained on real data, or raise mixture.synthetic.max_generation knowingly.")
     return problems
 
 
@@ -165,7 +166,7 @@ def guard_mixture(run_path: Path, store: TokenStore, phases: list[PhaseLike], li
         events.write("train", "synthetic_mixture", **report.as_dict(), max_share=limits.max_share,
                      max_generation=limits.max_generation)
     if report.problems:
-        raise SyntheticLimitError("synthetic data over the limit: " + "; ".join(report.problems))
+        raise SyntheticLimitError("synthetic data over the limit: " + " Also: ".join(report.problems))
     return report
 
 

@@ -139,6 +139,15 @@ def base_lineage(cfg: SynthConfig, run: RunDir, ckpt: Path, step: int, store: To
             "seed": cfg.seed}
 
 
+def prompt_buckets(cfg: SynthConfig, run: RunDir, store: TokenStore) -> list[str]:
+    """prompt.buckets, checked against the store, or the buckets the run trained on."""
+    buckets = cfg.prompt.buckets or used_buckets(store, run.config.mixture)
+    unknown = sorted(set(buckets) - set(store.buckets))
+    if unknown:
+        raise SynthError(f"prompt.buckets {unknown} are not buckets of {store.root} (buckets: {store.buckets})")
+    return buckets
+
+
 # --------------------------------------------------------------------------- measuring
 def real_buckets(run: RunDir, store: TokenStore) -> list[str]:
     """Buckets of the store that hold no synthetic document: the real corpus."""
@@ -220,11 +229,8 @@ def _synthesize(cfg: SynthConfig, run: RunDir) -> dict[str, Any]:
     tok = load_tokenizer(run.sub("tokenizer", "tokenizer.json"))
     out = Path(cfg.out) if cfg.out else run.sub("synthetic", cfg.name)
     lineage = base_lineage(cfg, run, ckpt, step, store)
-    buckets = cfg.prompt.buckets or used_buckets(store, run.config.mixture)
-    unknown = sorted(set(buckets) - set(store.buckets))
-    if unknown:
-        raise SynthError(f"prompt.buckets {unknown} are not buckets of {store.root} (buckets: {store.buckets})")
-    prompts = pick_prompts(store, cfg.docs, cfg.prompt.tokens, buckets, cfg.prompt.split, cfg.seed)
+    prompts = pick_prompts(store, cfg.docs, cfg.prompt.tokens, prompt_buckets(cfg, run, store), cfg.prompt.split,
+                           cfg.seed)
     run.events.write("synth", "synth_start", out=str(out), docs=cfg.docs, checkpoint=str(ckpt),
                      generation=lineage["generation"])
     t0 = time.time()
