@@ -55,3 +55,19 @@ def test_system_html_is_optional():
 def test_stdlib_fingerprint():
     fp = inputs_fingerprint(_stdlib("code"))
     assert fp["python"] == sys.version and fp["stdlib"] == str(stdlib_dir())
+
+
+def test_pydoc_pages_do_not_carry_the_callers_environment(monkeypatch):
+    """cgi.test's default argument is os.environ: pydoc prints it, so the child renders under a
+    fixed environment, never the caller's (secrets would become training text)."""
+    from tokenmill.data.readers.stdlib import render_pydoc_pages
+
+    if "cgi" not in pydoc_module_names():
+        import pytest
+
+        pytest.skip("no cgi module in this Python")
+    monkeypatch.setenv("TOKENMILL_TEST_SECRET", "hunter2-s3cr3t")
+    first = render_pydoc_pages(["cgi"])
+    assert "environ" in first[0]["html"] and "hunter2-s3cr3t" not in first[0]["html"]
+    monkeypatch.setenv("TOKENMILL_TEST_OTHER", "changes-between-runs")
+    assert render_pydoc_pages(["cgi"]) == first  # the same page whatever the caller's variables

@@ -94,11 +94,16 @@ def render_pydoc_pages(names: list[str]) -> list[dict[str, str]]:
     import tokenmill
 
     package_parent = str(Path(tokenmill.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONSAFEPATH": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)}
     with tempfile.TemporaryDirectory(prefix="tokenmill-pydoc-") as tmp:
+        # A fixed, minimal environment, not the caller's: pages print default arguments, and
+        # some defaults are os.environ itself (cgi.test(environ=os.environ)), which would put the
+        # user's variables (tokens, paths) into training text and make pages differ run to run.
+        # tokenmill's own location goes in the code, not in PYTHONPATH, so it is not printed either.
+        env = {"PYTHONHASHSEED": "0", "PYTHONSAFEPATH": "1", "PYTHONIOENCODING": "utf-8",
+               "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/nonexistent", "PATH": os.defpath}
         out_path = os.path.join(tmp, "pages.jsonl")
-        code = "from tokenmill.data.readers.stdlib import _pydoc_child_main; _pydoc_child_main()"
+        code = (f"import sys; sys.path.insert(0, {package_parent!r}); "
+                "from tokenmill.data.readers.stdlib import _pydoc_child_main; _pydoc_child_main()")
         try:
             proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=stdlib_dir(),
                                   input=json.dumps({"out": out_path, "names": names}).encode(),
