@@ -183,12 +183,17 @@ def sweep(data: RunDir, root: Path, args: argparse.Namespace) -> dict[str, Any]:
             best[r["batch"]] = r
     batches = sorted(best)
     fit = fit_tradeoff(batches, [best[b]["steps"] for b in batches])
-    measured = [best[b]["b_simple_at_target"] for b in batches if best[b]["b_simple_at_target"]]
+    # B_simple from a batch far below it is mostly noise (the |G|² estimate of a 256-token half
+    # batch is swamped by tr Σ / 256): the summary uses every run of a batch >= 4,096 tokens
+    measured = [r["b_simple_at_target"] for r in runs
+                if r["batch"] >= 4096 and r["steps"] is not None and r["b_simple_at_target"]]
     out = {"runs": runs, "best": [best[b] for b in batches], "fit": fit.to_dict(),
            "b_simple_at_target_median": statistics.median(measured) if measured else None,
+           "b_simple_at_target_range": [min(measured), max(measured)] if measured else None,
            "b_simple_at_target": measured}
     print(f"fit: S_min {fit.s_min:.1f} steps, E_min {fit.e_min:,.0f} tokens, B_crit {fit.b_crit:,.0f} tokens "
-          f"(R² {fit.r2:.3f}); B_simple near the target: median {out['b_simple_at_target_median']}", flush=True)
+          f"(R² {fit.r2:.3f}); B_simple near the target (batches >= 4096): median "
+          f"{out['b_simple_at_target_median']}, range {out['b_simple_at_target_range']}", flush=True)
     return out
 
 

@@ -44,7 +44,7 @@ from tokenmill.config import RunConfig, SyntheticLimitsConfig
 from tokenmill.mixture.curriculum import build_phases
 from tokenmill.pipeline import run_pipeline
 from tokenmill.runs import RunDir
-from tokenmill.synth.guard import SyntheticLimitError, guard_mixture
+from tokenmill.mixture.collapse_guard import SyntheticLimitError, guard_mixture
 from tokenmill.synth.run import SynthConfig, synthesize
 from tokenmill.tokens.store import TokenStore
 

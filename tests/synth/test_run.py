@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from tokenmill.cli import app
 from tokenmill.config import RunConfig
 from tokenmill.runs import RunDir
-from tokenmill.synth.lineage import lineage_of
+from tokenmill.data.synthetic_lineage import lineage_of
 from tokenmill.synth.run import SynthConfig, SynthError, load_synth_config, synthesize
 
 

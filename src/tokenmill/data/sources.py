@@ -69,8 +69,8 @@ def read_files(src: SourceConfig, max_doc_bytes: int, files: Iterable[Path] | No
     make = RecordMaker(src.path, src)
     records = (r for path in files
                for r in get_reader(file_format(src, path)).read(make, path, relative(path, root), max_doc_bytes))
-    if src.synthetic:  # model output: every record leaves with its lineage (synth/lineage.py)
-        from tokenmill.synth.lineage import synthetic_records
+    if src.synthetic:  # model output: every record leaves with its lineage (data/synthetic_lineage.py)
+        from tokenmill.data.synthetic_lineage import synthetic_records
 
         records = synthetic_records(records)
     yield from records

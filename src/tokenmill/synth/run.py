@@ -30,8 +30,8 @@ from tokenmill.config_base import ConfigError, Strict
 from tokenmill.errors import UserError
 from tokenmill.runs import RunDir, atomic_write_text
 from tokenmill.synth import collapse
-from tokenmill.synth.guard import run_generation, synthetic_generations, used_buckets
-from tokenmill.synth.lineage import LINEAGE_VERSION
+from tokenmill.mixture.collapse_guard import run_generation, synthetic_generations, used_buckets
+from tokenmill.data.synthetic_lineage import LINEAGE_VERSION
 from tokenmill.synth.sample import Sampled, document_record, pick_prompts, sample_documents
 from tokenmill.tokens.store import TokenStore
 

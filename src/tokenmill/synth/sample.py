@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from tokenmill.eval.generate import generate_batch
-from tokenmill.synth.lineage import KEY
+from tokenmill.data.synthetic_lineage import KEY
 from tokenmill.tokens.store import TokenStore
 
 

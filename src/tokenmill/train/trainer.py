@@ -49,7 +49,7 @@ from tokenmill.model.objectives import counted_targets, token_nll_batch
 from tokenmill.model.transformer import Transformer
 from tokenmill.runs import RunDir
 from tokenmill.scaling.flops import flops_per_token, peak_flops_source
-from tokenmill.synth.guard import guard_mixture
+from tokenmill.mixture.collapse_guard import guard_mixture
 from tokenmill.tokens.store import TokenStore
 from tokenmill.train.checkpoint import CheckpointError, list_checkpoints, read_state, verify_checkpoint
 from tokenmill.train.restore import load_checkpoint

@@ -15,10 +15,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
-from tokenmill.data.config import SourceConfig
 from tokenmill.data.document import Encoding, RawRecord, Rejection, format_value
+
+if TYPE_CHECKING:  # a type only: data/config.py validates formats against this package
+    from tokenmill.data.config import SourceConfig
 
 BINARY_SNIFF_BYTES = 1024
 BINARY_CONTROL_SHARE = 0.10

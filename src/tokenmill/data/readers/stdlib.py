@@ -15,13 +15,15 @@ import sys
 import sysconfig
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-from tokenmill.data.config import SourceConfig
 from tokenmill.data.document import RawRecord
 from tokenmill.data.readers.base import RecordMaker, SourceError, relative, walk_sorted
 from tokenmill.data.readers.code import read_code
 from tokenmill.data.readers.text import read_whole
+
+if TYPE_CHECKING:  # a type only: data/config.py validates formats against this package
+    from tokenmill.data.config import SourceConfig
 
 # Directories of the standard library that are not library code: third-party installs, the
 # test suites (huge, repetitive, full of deliberately odd code), the IDLE application.

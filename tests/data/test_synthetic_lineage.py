@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 
 from tokenmill.config import CurateConfig, SourceConfig
 from tokenmill.data.sources import read_source
-from tokenmill.synth.lineage import EXTERNAL, lineage_of
+from tokenmill.data.synthetic_lineage import EXTERNAL, lineage_of
 
 LINEAGE = {"version": 1, "generation": 2, "run": "/runs/g1", "checkpoint": "/runs/g1/checkpoints/step_80",
            "step": 80, "model_sha256": "ab" * 32, "seed": 3, "index": 0}

@@ -13,7 +13,7 @@ import pytest
 from tokenmill.config import MixtureConfig, RunConfig, SyntheticLimitsConfig
 from tokenmill.mixture.curriculum import build_phases
 from tokenmill.runs import RunDir
-from tokenmill.synth.guard import SyntheticLimitError, guard_mixture, run_generation, scan_bucket
+from tokenmill.mixture.collapse_guard import SyntheticLimitError, guard_mixture, run_generation, scan_bucket
 from tokenmill.tokens.store import TokenStore
 
 

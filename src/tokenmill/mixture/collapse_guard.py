@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from tokenmill.mixture.config import MixtureConfig, SyntheticLimitsConfig
 from tokenmill.mixture.curriculum import phase_configs, resolve_weights
 from tokenmill.mixture.errors import MixtureError
-from tokenmill.synth.lineage import KEY, lineage_of
+from tokenmill.data.synthetic_lineage import KEY, lineage_of
 from tokenmill.tokens.store import TokenStore
 
 WHY = ("Seed 004: keep 50-70% human-written data; Shumailov et al. 2024: models trained on recursively "
