@@ -47,6 +47,10 @@ bench: $(STAMP)
 	$(BIN)/tokenmill mixture optimize examples/mixture/optimize.yaml  # about an hour
 	$(BIN)/tokenmill source-value examples/mixture/source_value.yaml
 	$(BIN)/python benchmarks/bench_scaling_prediction.py  # about an hour: the example IsoFLOP sweep + its 4x held-out run
+	$(BIN)/python benchmarks/bench_critical_batch.py --demo runs/demo --scaling runs/mixture-opt/data  # the mixture benchmark's store; about 1.5 h
+	git worktree add --detach /tmp/tm-eval-base 4ae2fee 2>/dev/null || true
+	$(BIN)/python benchmarks/bench_eval_cost.py --run runs/demo --baseline-src /tmp/tm-eval-base/src
+	$(BIN)/python benchmarks/bench_model_collapse.py  # about 25 minutes
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
