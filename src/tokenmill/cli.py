@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 import typer
 from rich.console import Console
 
-from tokenmill.config import (RunConfig, load_config)
+from tokenmill.config import RunConfig, load_config
 from tokenmill.config_base import ConfigError
 from tokenmill.errors import UserError
 from tokenmill.runs import STAGES, RunDir
@@ -611,7 +611,7 @@ def mixture_optimize(
     mixture.html. Running it again continues: finished proxy and comparison runs are reused."""
     from rich.table import Table
 
-    from tokenmill.mixture.optimize import run_optimize
+    from tokenmill.decisions.optimize import run_optimize
     from tokenmill.report.mixture_page import write_mixture_page
 
     result = _guard(lambda: run_optimize(config, progress=lambda s: console.print(f"[cyan]▶[/] {s}")))
@@ -645,7 +645,7 @@ def source_value(
     writes source_value.json and source_value.html. Running it again continues."""
     from rich.table import Table
 
-    from tokenmill.mixture.source_value import run_source_value
+    from tokenmill.decisions.source_value import run_source_value
     from tokenmill.report.mixture_page import write_source_value_page
 
     result = _guard(lambda: run_source_value(config, source, progress=lambda s: console.print(f"[cyan]▶[/] {s}")))

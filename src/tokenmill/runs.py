@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from tokenmill.config import (RunConfig, dump_config)
+from tokenmill.config import RunConfig, dump_config
 
 STAGES: tuple[str, ...] = ("curate", "tokenizer", "tokenize", "train", "eval", "report")
 

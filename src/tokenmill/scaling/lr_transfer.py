@@ -21,7 +21,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError
 
-from tokenmill.config import (RunConfig, load_config)
+from tokenmill.config import RunConfig, load_config
 from tokenmill.config_base import Strict
 from tokenmill.runs import RunDir, atomic_write_text
 from tokenmill.scaling.sweep import SweepError, final_loss, link_data, prepare_data, resolve_base

@@ -40,7 +40,7 @@ from typing import Any, Callable, Literal
 import yaml
 from pydantic import Field, ValidationError
 
-from tokenmill.config import (RunConfig, load_config)
+from tokenmill.config import RunConfig, load_config
 from tokenmill.config_base import Strict
 from tokenmill.model.config import ModelConfig
 from tokenmill.errors import UserError

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tokenmill.config import ModelConfig, TrainConfig
-from tokenmill.mixture.doremi import BucketBatches, run_doremi, update_weights
+from tokenmill.decisions.doremi import BucketBatches, run_doremi, update_weights
 from tokenmill.tokens.store import TokenStore
 
 from tests.conftest import TINY_VOCAB, write_tiny_store

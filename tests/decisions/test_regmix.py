@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from tokenmill.mixture.regmix import best_mixture, fit_law, law, sample_mixtures
+from tokenmill.decisions.regmix import best_mixture, fit_law, law, sample_mixtures
 
 # three buckets; each bucket's loss falls with its own share and a little with the others'
 TRUE = [np.asarray([1.2, np.log(1.5), -3.0, -0.4, -0.2]),

@@ -33,7 +33,7 @@ import torch
 import yaml
 from pydantic import Field, ValidationError, field_validator
 
-from tokenmill.config import (RunConfig, load_config)
+from tokenmill.config import RunConfig, load_config
 from tokenmill.config_base import Strict
 from tokenmill.errors import UserError
 from tokenmill.mixture.curriculum import resolve_weights
@@ -216,7 +216,7 @@ def _doremi_bar(steps: int) -> Iterator[Callable[[str, int], None]]:
 
 def doremi_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, buckets: list[str],
                 available: dict[str, int], out: Path, progress: Callable[[str], None]) -> dict[str, Any]:
-    from tokenmill.mixture.doremi import run_doremi
+    from tokenmill.decisions.doremi import run_doremi
     from tokenmill.tokens.store import TokenStore
     from tokenmill.train.device import resolve_device
     from tokenmill.train.trainer import resolve_model_config
@@ -260,7 +260,7 @@ def doremi_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, bucke
 
 def regmix_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, buckets: list[str],
                 available: dict[str, int], out: Path, progress: Callable[[str], None]) -> dict[str, Any]:
-    from tokenmill.mixture.regmix import best_mixture, fit_law, sample_mixtures
+    from tokenmill.decisions.regmix import best_mixture, fit_law, sample_mixtures
 
     rc = cfg.regmix
     anchors = [np.asarray([baseline_weights(k, available)[b] for b in buckets]) for k in ("uniform", "proportional")]

@@ -10,10 +10,10 @@ import yaml
 from typer.testing import CliRunner
 
 from tokenmill.cli import app
-from tokenmill.mixture.optimize import MixtureOptimizeError
-from tokenmill.mixture.source_value import arm_mixtures, load_source_value_config, verdict
+from tokenmill.decisions.optimize import MixtureOptimizeError
+from tokenmill.decisions.source_value import arm_mixtures, load_source_value_config, verdict
 
-from tests.mixture.test_optimize import _base
+from tests.decisions.test_optimize import _base
 
 runner = CliRunner()
 
@@ -73,7 +73,7 @@ def test_a_source_that_is_no_bucket_is_refused(tmp_path, tokenized_run):
 
 def test_a_source_given_as_a_path_becomes_a_new_bucket_of_its_own_store(tmp_path, tokenized_run):
     from tokenmill.config import load_config
-    from tokenmill.mixture.source_value import resolve_source
+    from tokenmill.decisions.source_value import resolve_source
 
     _base(tmp_path, tokenized_run)
     new = tmp_path / "My Notes"

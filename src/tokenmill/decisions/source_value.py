@@ -27,8 +27,8 @@ from typing import Any, Callable, Literal
 import yaml
 from pydantic import Field, ValidationError
 
-from tokenmill.config import (RunConfig, load_config)
-from tokenmill.mixture.optimize import ExperimentConfig, MixtureOptimizeError, train_and_score
+from tokenmill.config import RunConfig, load_config
+from tokenmill.decisions.optimize import ExperimentConfig, MixtureOptimizeError, train_and_score
 from tokenmill.runs import RunDir, atomic_write_text
 from tokenmill.scaling.sweep import prepare_data, resolve_base
 

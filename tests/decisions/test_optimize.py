@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from tokenmill.cli import app
 from tokenmill.config import MixtureConfig
-from tokenmill.mixture.optimize import (MixtureOptimizeError, baseline_weights, check_weights,
+from tokenmill.decisions.optimize import (MixtureOptimizeError, baseline_weights, check_weights,
                                         load_optimize_config, run_optimize)
 from tokenmill.runs import STAGES
 
