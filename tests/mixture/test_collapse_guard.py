@@ -110,3 +110,24 @@ def test_the_run_generation_counts_only_buckets_the_mixture_draws_from(synthetic
     assert run_generation(synthetic_run.path, store, MixtureConfig()) == 1  # proportional: b is used
     # no curated rows at all (a bare token store): nothing to trace, generation 0
     assert run_generation(Path("/nonexistent"), store, MixtureConfig()) == 0
+
+
+def test_the_lineage_scan_is_kept_until_the_curate_stage_runs_again(tiny_run, monkeypatch):
+    from tokenmill.mixture import collapse_guard
+
+    write_curated_lineage(tiny_run, "b", 2)
+    curated = tiny_run.sub("curated")
+    first = collapse_guard.synthetic_generations(curated, "b")
+    assert first and set(first.values()) == {2}
+    assert not tiny_run.sub(".cache").exists()  # no finished curate stage: nothing to key a cache on
+    tiny_run.mark_done("curate")
+    assert collapse_guard.synthetic_generations(curated, "b") == first  # scanned, and kept
+
+    def no_scan(parts):
+        raise AssertionError("scanned again")
+
+    monkeypatch.setattr(collapse_guard, "_scan_generations", no_scan)
+    assert collapse_guard.synthetic_generations(curated, "b") == first  # from the cache
+    tiny_run.mark_done("curate", inputs="new sources")  # the curate stage ran again
+    with pytest.raises(AssertionError, match="scanned again"):
+        collapse_guard.synthetic_generations(curated, "b")

@@ -21,6 +21,7 @@ token store) has nothing to trace and passes.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,10 +29,11 @@ from typing import Any, Protocol
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tokenmill.data.synthetic_lineage import KEY, lineage_of
 from tokenmill.mixture.config import MixtureConfig, SyntheticLimitsConfig
 from tokenmill.mixture.curriculum import phase_configs, resolve_weights
 from tokenmill.mixture.errors import MixtureError
-from tokenmill.data.synthetic_lineage import KEY, lineage_of
+from tokenmill.runs import atomic_write_text
 from tokenmill.tokens.store import TokenStore
 
 WHY = ("Seed 004: keep 50-70% human-written data; Shumailov et al. 2024: models trained on recursively "
@@ -82,9 +84,33 @@ class SyntheticReport:
 
 
 def synthetic_generations(curated: Path, bucket: str) -> dict[str, int]:
-    """Curated document id -> generation, for the synthetic documents of one bucket (every split)."""
+    """Curated document id -> generation, for the synthetic documents of one bucket (every split).
+
+    Finding them reads the `id` and `metadata` columns of every curated part, which on a large
+    corpus is a pass over gigabytes before each training start and on every rank: the answer is
+    kept in <run>/.cache/synthetic/<bucket>.json under the curate stage's finished record (its
+    fingerprint and time) and the parts' names and sizes, and read from there until the curate
+    stage runs again. Curated parts without a finished curate stage are always scanned."""
+    parts = sorted((curated / bucket).glob("part-*.parquet"))
+    marker = curated.parent / ".stages" / "curate.json"
+    if not marker.exists():
+        return _scan_generations(parts)
+    key = [marker.read_text(), *([p.name, p.stat().st_size] for p in parts)]
+    cache = curated.parent / ".cache" / "synthetic" / f"{bucket}.json"
+    try:
+        saved = json.loads(cache.read_text())
+        if saved.get("parts") == key:
+            return {k: int(v) for k, v in saved["generations"].items()}
+    except (OSError, ValueError, AttributeError, KeyError):
+        pass  # absent or unreadable: scan again
+    found = _scan_generations(parts)
+    atomic_write_text(cache, json.dumps({"parts": key, "generations": found}))
+    return found
+
+
+def _scan_generations(parts: list[Path]) -> dict[str, int]:
     found: dict[str, int] = {}
-    for part in sorted((curated / bucket).glob("part-*.parquet")):
+    for part in parts:
         if "metadata" not in pq.read_schema(part).names:  # written without one: nothing to trace
             continue
         table = pq.read_table(part, columns=["id", "metadata"])

@@ -44,12 +44,12 @@ from torch import nn
 from tokenmill.config import RunConfig
 from tokenmill.model.config import ModelConfig
 from tokenmill.errors import UserError
+from tokenmill.mixture.collapse_guard import guard_mixture
 from tokenmill.mixture.loader import Loader
 from tokenmill.model.objectives import counted_targets, token_nll_batch
 from tokenmill.model.transformer import Transformer
 from tokenmill.runs import RunDir
 from tokenmill.scaling.flops import flops_per_token, peak_flops_source
-from tokenmill.mixture.collapse_guard import guard_mixture
 from tokenmill.tokens.store import TokenStore
 from tokenmill.train.checkpoint import CheckpointError, list_checkpoints, read_state, verify_checkpoint
 from tokenmill.train.restore import load_checkpoint
