@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from tokenmill.config import MinHashConfig
-from tokenmill.data import minhash as mh
+from tokenmill.data.dedup import minhash as mh
 
 CORPORA = Path(os.environ.get("TOKENMILL_REAL_CORPORA", "/work/real_corpora"))
 SOURCES = ["books/austen/*.txt", "books/spurgeon-treasury-of-david/*.txt", "books/bible-en-web/*.txt",

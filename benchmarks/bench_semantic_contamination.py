@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenmill.data.minhash import word_ngram_stream
+from tokenmill.data.dedup.minhash import word_ngram_stream
 from tokenmill.eval.paraphrase import plant, precision_recall, wordnet_synonyms
 from tokenmill.eval.semantic_contamination import best_matches, train_embedder
 

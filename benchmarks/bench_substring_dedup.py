@@ -59,7 +59,7 @@ def load_texts(mb_per_source: float) -> list[str]:
 
 
 def ours(texts: list[str], unit: str, k: int, shards: int, work: Path) -> dict:
-    from tokenmill.data.substring_dedup import all_copies_mask, find_repeats, later_copies_mask, tokenize
+    from tokenmill.data.dedup.substring import all_copies_mask, find_repeats, later_copies_mask, tokenize
 
     t0 = time.perf_counter()
     docs = [tokenize(t, unit).values for t in texts]

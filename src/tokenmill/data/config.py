@@ -278,6 +278,8 @@ class CurateConfig(Strict):
     chunk_docs: int = Field(1000, description="Records per resumable chunk inside a shard.")
     workers: int = Field(2, description="Processes for extraction and filtering.")
     executor: Literal["local", "ray"] = Field("local", description="Run shards in local processes or as Ray tasks.")
+    memory_per_task: int = Field(2 << 30, ge=64 << 20, description="Bytes one global dedup task may hold; sets the number of hash partitions (README: Memory).")
+    dedup_partitions: int | None = Field(None, ge=1, description="Hash partitions of the global dedup shuffles (None: from memory_per_task and the row count).")
     max_removal_share: float = Field(0.9, description="A step removing more than this share of its input stops the run.")
     allow_empty_bucket: bool = Field(False, description="Let a bucket end up empty instead of stopping the run.")
     canaries: CanaryConfig = Field(default_factory=CanaryConfig, description="Memorization canaries inserted into training (off by default).")

@@ -45,6 +45,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tokenmill.data.config import (CurateConfig, SourceConfig)
 from tokenmill.data import sources as source_step
 from tokenmill.data.canaries import canary_bucket, insert_canaries
+from tokenmill.data.dedup.lines import FrequentUnits
+from tokenmill.data.dedup.minhash import PERMUTATION_SEED
+from tokenmill.data.dedup.stages import load_decisions, run_dedup, run_lines
+from tokenmill.data.dedup.workspace import DedupJob, chunk_bases, dedup_partitions, map_dir, shard_rows
 from tokenmill.data.doc_ids import STEP as HASH_ID_STEP, IdRule, collect_shard, merge as merge_ids
 from tokenmill.data.document import (DOC_SCHEMA, REJECTED_SCHEMA, Doc, RawRecord, Rejection, format_value,
                                      fsync_tree, text_bytes)
@@ -64,10 +68,8 @@ DECONTAMINATION_FILE = "_decontamination.json"
 MAP_SCHEMA = pa.schema([*DOC_SCHEMA, pa.field("_format", pa.string()), pa.field("_exact", pa.binary()),
                         pa.field("_sig", pa.binary())])
 # Settings that change how the work runs, never what it produces: a resumed run may change them.
-EXECUTION_KNOBS = {"workers", "executor", "max_removal_share", "allow_empty_bucket"}
-# MinHash permutations are fixed, not drawn from the run seed: signatures of the same text stay
-# comparable across runs and corpora (dedup against an earlier crawl needs that).
-MINHASH_SEED = 0
+EXECUTION_KNOBS = {"workers", "executor", "max_removal_share", "allow_empty_bucket", "memory_per_task", "dedup_partitions"}
+MINHASH_SEED = PERMUTATION_SEED
 
 
 class CurationStopped(UserError):
@@ -196,7 +198,7 @@ def ids_phase(job: Job, specs: list[ShardSpec], executor: Any) -> dict[str, int]
 
 # --------------------------------------------------------------------------- map phase
 def _map_dir(job: Job, shard: int) -> Path:
-    return Path(job.work) / "map" / f"{shard:05d}"
+    return map_dir(job.work, shard)
 
 
 def map_shard(job: Job, spec: ShardSpec) -> dict[str, int]:
@@ -222,7 +224,7 @@ def map_shard(job: Job, spec: ShardSpec) -> dict[str, int]:
 
 def _map_chunk(job: Job, shard: int, k: int, chunk: list[RawRecord], names: tuple[str, ...],
                steps: dict[str, DocStep], hasher: Any, id_rule: IdRule) -> None:
-    from tokenmill.data.dedup import exact_key
+    from tokenmill.data.dedup.exact import exact_key
 
     funnel = Funnel(job.funnel_steps)
     kept: list[Doc] = []
@@ -263,187 +265,46 @@ def _map_chunk(job: Job, shard: int, k: int, chunk: list[RawRecord], names: tupl
 
 
 def _minhasher(job: Job) -> Any:
-    from tokenmill.data.minhash import MinHasher
+    from tokenmill.data.dedup.minhash import MinHasher
 
     return MinHasher(job.cfg.minhash_dedup, seed=MINHASH_SEED)
 
 
-def map_chunks(job: Job, specs: list[ShardSpec]) -> list[tuple[int, int, Path]]:
-    """(shard, chunk, path) of every map-phase chunk, in canonical order."""
-    out = []
+# --------------------------------------------------------------------------- global dedup
+def _dedup_job(job: Job, specs: list[ShardSpec]) -> DedupJob:
+    """The global stages' view of the run: each shard's first row and the partition count.
+    The count is fixed the first time (a resume with another budget keeps it: the shuffle
+    files on disk were written for it)."""
+    bases = [0]
     for spec in specs:
-        for path in sorted(_map_dir(job, spec.index).glob("chunk-*.parquet")):
-            out.append((spec.index, int(path.stem.split("-")[1]), path))
-    return out
+        bases.append(bases[-1] + shard_rows(job.work, spec.index))
+    plan = Path(job.work) / "dedup_plan.json"
+    if plan.exists():
+        partitions = int(json.loads(plan.read_text())["partitions"])
+    else:
+        partitions = dedup_partitions(job.cfg, bases[-1])
+        atomic_write_text(plan, json.dumps({"partitions": partitions, "rows": bases[-1]}))
+    return DedupJob(job.work, job.cfg, job.steps, tuple(bases), partitions)
 
 
-# --------------------------------------------------------------------------- dedup phase
-def dedup_phase(job: Job, specs: list[ShardSpec], executor: Any) -> None:
-    """Exact then near-duplicate decisions over every kept row, in canonical order."""
-    ddir = Path(job.work) / "dedup"
-    if (ddir / "DONE").exists():
-        return
-    chunks = map_chunks(job, specs)
-    cols = ["id"] + (["_exact"] if "exact_dedup" in job.steps else []) + (["_sig"] if "minhash_dedup" in job.steps else [])
-    tables = [pq.read_table(path, columns=cols) for _, _, path in chunks]
-    ids = [i for t in tables for i in t.column("id").to_pylist()]
-    n = len(ids)
-    rule = np.full(n, "", dtype=object)
-    value = np.full(n, None, dtype=object)
-    reason = np.full(n, None, dtype=object)
-    cluster = np.full(n, None, dtype=object)
-    size = np.zeros(n, dtype=np.int64)
-
-    if "exact_dedup" in job.steps:
-        first: dict[bytes, int] = {}
-        for i, key in enumerate(k for t in tables for k in t.column("_exact").to_pylist()):
-            j = first.setdefault(key, i)
-            if j != i:
-                rule[i], value[i], reason[i] = "duplicate_of", ids[j], f"same normalized text as {ids[j]}"
-                size[j] = max(size[j], 1) + 1
-                cluster[i] = cluster[j] = ids[j]
-
-    if "minhash_dedup" in job.steps:
-        from tokenmill.data.minhash import estimated_jaccard, jaccard, near_duplicate_rejection
-
-        alive = np.flatnonzero(rule == "")
-        if alive.size > 1:
-            sigs_all = [np.frombuffer(b, dtype=np.uint32) for t in tables for b in t.column("_sig").to_pylist()]
-            sigs = np.stack([sigs_all[i] for i in alive])
-            roots, shingles = _near_duplicate_roots(job, chunks, alive, sigs, executor)
-            counts = np.bincount(roots, minlength=alive.size)
-            for local, root in enumerate(roots):
-                i, r = int(alive[local]), int(alive[root])
-                if root != local:
-                    est = float(estimated_jaccard(sigs, np.array([[root, local]]))[0])
-                    ver = (jaccard(shingles[int(root)], shingles[local])
-                           if int(root) in shingles and local in shingles else None)
-                    rej = near_duplicate_rejection(ids[r], est, ver, job.cfg.minhash_dedup)
-                    rule[i], value[i], reason[i] = rej.rule, rej.value, rej.reason
-                    cluster[i] = ids[r]
-                elif counts[root] > 1:
-                    cluster[i] = ids[i]
-                    size[i] = max(size[i], 1) + int(counts[root]) - 1
-
-    decided = [i for i in range(n) if rule[i] or cluster[i] is not None]
-    table = pa.table({"index": pa.array(decided, pa.int64()), "rule": [rule[i] or None for i in decided],
-                      "value": [value[i] for i in decided], "reason": [reason[i] for i in decided],
-                      "dup_cluster": [cluster[i] for i in decided],
-                      "dup_cluster_size": pa.array([int(size[i]) or None for i in decided], pa.int64())})
-    ddir.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, ddir / "decisions.parquet")
-    _mark(ddir / "DONE", {"rows": n})
+def _decisions(job: Job, shard: int) -> dict[int, dict[str, Any]]:
+    return load_decisions(job.work, shard)
 
 
-def _band_pairs(band_keys: np.ndarray, window: int | None) -> np.ndarray:
-    from tokenmill.data.minhash import candidate_pairs
-
-    return candidate_pairs(band_keys, window=window)
-
-
-def _near_duplicate_roots(job: Job, chunks: list[tuple[int, int, Path]], alive: np.ndarray,
-                          sigs: np.ndarray, executor: Any) -> tuple[np.ndarray, dict[int, np.ndarray]]:
-    """Cluster roots over the exact-dedup survivors: LSH band buckets grouped across all shards
-    (one task per band), candidate pairs verified by exact shingle Jaccard, union-find.
-    Returns the roots and the shingle sets it loaded (for the rejection reasons)."""
-    from tokenmill.data.minhash import MinHasher, band_keys, clusters, exact_verifier, signature_verifier
-
-    cfg = job.cfg.minhash_dedup
-    keys = band_keys(sigs, cfg.bands, cfg.rows)
-    per_band = executor.map(_band_pairs, [(np.ascontiguousarray(keys[:, [b]]), cfg.bucket_window)
-                                          for b in range(keys.shape[1])])
-    pairs = [p.reshape(-1, 2) for p in per_band if len(p)]
-    pairs_all = np.unique(np.concatenate(pairs), axis=0) if pairs else np.zeros((0, 2), np.int64)
-    if len(pairs_all) == 0:
-        return np.arange(len(alive)), {}
-    if not cfg.verify:
-        return clusters(len(alive), pairs_all, signature_verifier(sigs, cfg.threshold)), {}
-    hasher = MinHasher(cfg, seed=MINHASH_SEED)
-    wanted = np.unique(pairs_all)
-    texts = _texts_for(chunks, alive, wanted)
-    shingles = {int(w): hasher.shingles(texts[int(w)]) for w in wanted}
-    dense: list[np.ndarray] = [np.zeros(0, np.uint64)] * len(alive)
-    for w, sh in shingles.items():
-        dense[w] = sh
-    return clusters(len(alive), pairs_all, exact_verifier(dense, cfg.threshold)), shingles
-
-
-def _texts_for(chunks: list[tuple[int, int, Path]], alive: np.ndarray, wanted: np.ndarray) -> dict[int, str]:
-    """Texts of the wanted survivors (local indices into `alive`), read chunk by chunk."""
-    global_wanted = {int(alive[w]): int(w) for w in wanted}
-    out: dict[int, str] = {}
-    offset = 0
-    for _, _, path in chunks:
-        n = pq.ParquetFile(path).metadata.num_rows
-        hits = [g for g in range(offset, offset + n) if g in global_wanted]
-        if hits:
-            texts = pq.read_table(path, columns=["text"]).column("text").to_pylist()
-            for g in hits:
-                out[global_wanted[g]] = texts[g - offset]
-        offset += n
-    return out
-
-
-def chunk_offsets(chunks: list[tuple[int, int, Path]]) -> dict[tuple[int, int], int]:
-    """Global row index of each chunk's first row, in canonical order."""
-    offsets, total = {}, 0
-    for shard, k, path in chunks:
-        offsets[(shard, k)] = total
-        total += pq.ParquetFile(path).metadata.num_rows
-    return offsets
-
-
-def _decisions(job: Job) -> dict[int, dict[str, Any]]:
-    path = Path(job.work) / "dedup" / "decisions.parquet"
-    if not path.exists():
-        return {}
-    return {r["index"]: r for r in pq.read_table(path).to_pylist()}
-
-
-def _frequent(job: Job) -> np.ndarray | None:
+def _frequent(job: Job) -> FrequentUnits | None:
     if "line_dedup" not in job.steps:
         return None
-    return np.load(Path(job.work) / "lines" / "frequent.npy", allow_pickle=False)
+    plan = json.loads((Path(job.work) / "dedup_plan.json").read_text())
+    return FrequentUnits.load(Path(job.work) / "lines" / "frequent", int(plan["partitions"]))
 
 
-def _pending_chunks(job: Job, spec: ShardSpec, out_dir: Path, ext: str) -> Iterator[tuple[int, Path, Path]]:
-    """(chunk, map-phase file, output file) of the shard's chunks whose output is not written yet."""
-    for path in sorted(_map_dir(job, spec.index).glob("chunk-*.parquet")):
-        k = int(path.stem.split("-")[1])
+def _pending_chunks(job: Job, spec: ShardSpec, base: int, out_dir: Path, ext: str) -> Iterator[tuple[int, Path, int, Path]]:
+    """(chunk, map-phase file, its first global row, output file) of the shard's chunks whose
+    output is not written yet."""
+    for k, path, first, _ in chunk_bases(job.work, spec.index, base):
         out = out_dir / f"chunk-{k:05d}.{ext}"
         if not out.exists():
-            yield k, path, out
-
-
-# --------------------------------------------------------------------------- line phase
-def line_count_shard(job: Job, spec: ShardSpec, offsets: dict[tuple[int, int], int]) -> None:
-    """Unit hashes of every document still alive after dedup, saved per chunk."""
-    from tokenmill.data.linededup import applies as line_applies, unit_hashes
-
-    decisions = _decisions(job)
-    ldir = Path(job.work) / "lines" / f"{spec.index:05d}"
-    for k, path, out in _pending_chunks(job, spec, ldir, "npy"):
-        base = offsets[(spec.index, k)]
-        texts = pq.read_table(path, columns=["text", "bucket"]).to_pylist()
-        hashes = [unit_hashes(r["text"], job.cfg.line_dedup) for i, r in enumerate(texts)
-                  if not (decisions.get(base + i) or {}).get("rule") and line_applies(r["bucket"], job.cfg.line_dedup)]
-        arr = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
-        ldir.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp.npy")
-        np.save(tmp, arr, allow_pickle=False)
-        os.replace(tmp, out)
-
-
-def lines_phase(job: Job, specs: list[ShardSpec], executor: Any, offsets: dict[tuple[int, int], int]) -> None:
-    ldir = Path(job.work) / "lines"
-    if (ldir / "DONE").exists():
-        return
-    executor.map(line_count_shard, [(job, s, offsets) for s in specs])
-    arrays = [np.load(p, allow_pickle=False) for p in sorted(ldir.glob("*/chunk-*.npy"))]
-    values, counts = np.unique(np.concatenate(arrays) if arrays else np.zeros(0, np.uint64), return_counts=True)
-    frequent = values[counts >= job.cfg.line_dedup.min_docs]
-    np.save(ldir / "frequent.npy", frequent, allow_pickle=False)
-    _mark(ldir / "DONE", {"units": int(values.size), "frequent": int(frequent.size)})
+            yield k, path, first, out
 
 
 # --------------------------------------------------------------------------- substring phase
@@ -455,29 +316,28 @@ def _substr_dir(job: Job) -> Path:
     return Path(job.work) / "substr"
 
 
-def substr_units_shard(job: Job, spec: ShardSpec, offsets: dict[tuple[int, int], int]) -> None:
+def substr_units_shard(job: Job, spec: ShardSpec, base: int) -> None:
     """Units of every document that reaches substring_dedup (after exact / near dedup and line
     removal, exactly as the final phase will see its text), saved per chunk."""
-    from tokenmill.data import dedup as dedup_mod
-    from tokenmill.data.substring_dedup import tokenize
+    from tokenmill.data.dedup import exact as dedup_mod
+    from tokenmill.data.dedup.substring import tokenize
 
     cfg = job.cfg.substring_dedup
-    decisions = _decisions(job)
+    decisions = _decisions(job, spec.index)
     frequent = _frequent(job)
     sdir = _substr_dir(job) / "map" / f"{spec.index:05d}"
-    for k, path, out in _pending_chunks(job, spec, sdir, "npz"):
-        base = offsets[(spec.index, k)]
+    for k, path, first, out in _pending_chunks(job, spec, base, sdir, "npz"):
         units, rows, ids = [], [], []
         for i, row in enumerate(pq.read_table(path).to_pylist()):
             fmt = row.pop("_format")
             row.pop("_exact"), row.pop("_sig")
             doc = _doc_from_row(row, fmt)
-            if _apply_corpus_steps(job, doc, decisions.get(base + i) or {}, frequent, [], dedup_mod.VERSION) is not None:
+            if _apply_corpus_steps(job, doc, decisions.get(first + i) or {}, frequent, [], dedup_mod.VERSION) is not None:
                 continue
             if doc.bucket in cfg.skip_buckets:
                 continue
             units.append(tokenize(doc.text, cfg.unit).values)
-            rows.append(base + i)
+            rows.append(first + i)
             ids.append(doc.id)
         sdir.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(out.name + ".tmp.npz")
@@ -487,53 +347,89 @@ def substr_units_shard(job: Job, spec: ShardSpec, offsets: dict[tuple[int, int],
         os.replace(tmp, out)
 
 
-def substr_phase(job: Job, specs: list[ShardSpec], executor: Any, offsets: dict[tuple[int, int], int]) -> dict[str, int]:
-    """Units per shard (parallel), one unit store, per-shard suffix arrays (parallel), their
-    merge, and the first occurrence of every repeated window (data.substring_dedup)."""
-    from tokenmill.data.substring_dedup import build_index, write_store_parts
+def substr_store(job: Job) -> None:
+    """One unit store from every chunk's units, in canonical order, streamed part by part (a
+    task, so the coordinator never holds per-document arrays); each part's first indexed
+    document in `part_docs.npy`, its ids stay in the part's own file."""
+    from tokenmill.data.dedup.substring import write_store_parts
+
+    sdir = _substr_dir(job)
+    index = sdir / "index"
+    if (index / "rows.npy").exists():
+        return
+    parts = sorted((sdir / "map").glob("*/chunk-*.npz"))  # canonical (shard, chunk) order
+    counts = np.array([len(np.load(p)["lens"]) for p in parts], dtype=np.int64)
+    lens = np.lib.format.open_memmap(sdir / "lens.npy", mode="w+", dtype=np.int64, shape=(int(counts.sum()),))
+    rows = np.lib.format.open_memmap(sdir / "rows.tmp.npy", mode="w+", dtype=np.int64, shape=(int(counts.sum()),))
+    at = 0
+    for p, n in zip(parts, counts.tolist()):
+        saved = np.load(p)
+        lens[at:at + n], rows[at:at + n] = saved["lens"], saved["rows"]
+        at += n
+    write_store_parts(index, lens, (np.load(p)["units"] for p in parts))
+    atomic_write_text(index / "parts.json", json.dumps([str(p.relative_to(sdir)) for p in parts]))
+    np.save(index / "part_docs.npy", np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), allow_pickle=False)
+    rows.flush()
+    del rows, lens
+    os.replace(sdir / "rows.tmp.npy", index / "rows.npy")
+
+
+def substr_phase(job: Job, specs: list[ShardSpec], executor: Any, dj: DedupJob) -> dict[str, int]:
+    """Units per shard (parallel), one unit store (a task), per-shard suffix arrays (parallel),
+    their merge, and the first occurrence of every repeated window (data.dedup.substring)."""
+    from tokenmill.data.dedup.substring import build_index
 
     sdir = _substr_dir(job)
     if (sdir / "DONE").exists():
         return json.loads((sdir / "DONE").read_text())
-    executor.map(substr_units_shard, [(job, s, offsets) for s in specs])
-    parts = sorted((sdir / "map").glob("*/chunk-*.npz"))  # canonical (shard, chunk) order
-    lens = [np.load(p)["lens"] for p in parts]
-    index = sdir / "index"
-    write_store_parts(index, np.concatenate(lens) if lens else np.zeros(0, np.int64), (np.load(p)["units"] for p in parts))
-    np.save(index / "rows.npy", np.concatenate([np.load(p)["rows"] for p in parts]) if parts else np.zeros(0, np.int64))
-    np.save(index / "ids.npy", np.concatenate([np.load(p)["ids"] for p in parts]) if parts else np.zeros(0, str))
+    executor.map(substr_units_shard, [(job, s, dj.shard_bases[s.index]) for s in specs])
+    executor.map(substr_store, [(job,)])
     cfg = job.cfg.substring_dedup
-    stats = build_index(index, cfg.k, cfg.shard_tokens, run=executor.map)
+    stats = build_index(sdir / "index", cfg.k, cfg.shard_tokens, run=executor.map)
     _mark(sdir / "DONE", stats)
     return stats
 
 
 @dataclass
 class SubstrState:
-    """What the final phase needs: where each document's windows first occur."""
+    """What the final phase needs: where each document's windows first occur. Every array is
+    memory-mapped; ids are read from the part that holds them when a span names one."""
 
-    first: np.ndarray  # memmap, one int64 per unit (data.substring_dedup.build_index)
+    first: np.ndarray  # one int64 per unit (data.dedup.substring.build_index)
     bases: np.ndarray  # unit offset of every indexed document (+ the end)
     rows: np.ndarray  # global row index of every indexed document (sorted)
-    ids: np.ndarray  # document id of every indexed document
+    part_docs: np.ndarray  # first indexed document of every part (+ the end)
+    parts: list[Path]
+    _ids: dict[int, np.ndarray]
 
     @classmethod
     def load(cls, job: Job) -> "SubstrState":
-        index = _substr_dir(job) / "index"
-        return cls(np.load(index / "first.npy", mmap_mode="r"), np.load(index / "bases.npy"),
-                   np.load(index / "rows.npy"), np.load(index / "ids.npy"))
+        sdir = _substr_dir(job)
+        index = sdir / "index"
+        parts = [sdir / p for p in json.loads((index / "parts.json").read_text())]
+        return cls(np.load(index / "first.npy", mmap_mode="r"), np.load(index / "bases.npy", mmap_mode="r"),
+                   np.load(index / "rows.npy", mmap_mode="r"), np.load(index / "part_docs.npy"), parts, {})
 
     def doc_of(self, row: int) -> int | None:
         """Index of a global row among the indexed documents (None: it did not take part)."""
         d = int(np.searchsorted(self.rows, row))
         return d if d < len(self.rows) and self.rows[d] == row else None
 
+    def id_of(self, d: int) -> str:
+        """The id of indexed document d (its part's ids are loaded once, a few parts kept)."""
+        p = int(np.searchsorted(self.part_docs, d, side="right")) - 1
+        if p not in self._ids:
+            if len(self._ids) >= 8:
+                self._ids.pop(next(iter(self._ids)))
+            self._ids[p] = np.load(self.parts[p])["ids"]
+        return str(self._ids[p][d - int(self.part_docs[p])])
+
 
 def _apply_substring(job: Job, doc: Doc, row: int, substr: SubstrState | None, marks: list[StepMark],
                      rejected: list[dict[str, Any]]) -> Rejection | None:
     """substring_dedup for one document: cut its later copies of repeated spans (each one a
     `_rejected` row) or drop it when mostly repeated; disabled or skipped: passed through."""
-    from tokenmill.data import substring_dedup as sd
+    from tokenmill.data.dedup import substring as sd
 
     cfg = job.cfg.substring_dedup
     n = text_bytes(doc.text)
@@ -549,7 +445,7 @@ def _apply_substring(job: Job, doc: Doc, row: int, substr: SubstrState | None, m
 
     def other(sp: sd.Span) -> tuple[str, int]:
         od, offset = sd.locate(sp.first, substr.bases)
-        return str(substr.ids[od]), offset
+        return substr.id_of(od), offset
 
     if cfg.mode == "documents":
         share = sd.removed_share(doc.text, spans)
@@ -575,25 +471,24 @@ def _final_dir(job: Job) -> Path:
     return Path(job.work) / "final"
 
 
-def final_shard(job: Job, spec: ShardSpec, offsets: dict[tuple[int, int], int]) -> None:
+def final_shard(job: Job, spec: ShardSpec, base: int) -> None:
     """Apply dedup decisions and line removal, then decontaminate and bucket; write the output."""
     names = tuple(s for s in job.steps if s in FINAL_STEPS)
     steps = _worker_steps(job, names)
-    decisions = _decisions(job)
+    decisions = _decisions(job, spec.index)
     frequent = _frequent(job)
     substr = SubstrState.load(job) if _substr_on(job) else None
     fdir = Path(job.work) / "finalized" / f"{spec.index:05d}"
-    for path in sorted(_map_dir(job, spec.index).glob("chunk-*.parquet")):
-        k = int(path.stem.split("-")[1])
+    for k, path, first, _ in chunk_bases(job.work, spec.index, base):
         if (fdir / f"chunk-{k:05d}.done").exists():
             continue
-        _final_chunk(job, spec.index, k, path, offsets[(spec.index, k)], decisions, frequent, substr, names, steps)
+        _final_chunk(job, spec.index, k, path, first, decisions, frequent, substr, names, steps)
 
 
 def _final_chunk(job: Job, shard: int, k: int, path: Path, base: int, decisions: dict[int, dict[str, Any]],
-                 frequent: np.ndarray | None, substr: "SubstrState | None", names: tuple[str, ...],
+                 frequent: FrequentUnits | None, substr: "SubstrState | None", names: tuple[str, ...],
                  steps: dict[str, DocStep]) -> None:
-    from tokenmill.data import dedup as dedup_mod
+    from tokenmill.data.dedup import exact as dedup_mod
 
     funnel = Funnel(job.funnel_steps)
     by_bucket: dict[str, list[dict[str, Any]]] = {}
@@ -627,7 +522,7 @@ def _final_chunk(job: Job, shard: int, k: int, path: Path, base: int, decisions:
     _mark(fdir / f"chunk-{k:05d}.done")
 
 
-def _apply_corpus_steps(job: Job, doc: Doc, decision: dict[str, Any], frequent: np.ndarray | None,
+def _apply_corpus_steps(job: Job, doc: Doc, decision: dict[str, Any], frequent: FrequentUnits | None,
                         marks: list[StepMark], version: str) -> Rejection | None:
     """exact_dedup, minhash_dedup and line_dedup for one document, from the phase results."""
     doc.dup_cluster = decision.get("dup_cluster")
@@ -642,7 +537,7 @@ def _apply_corpus_steps(job: Job, doc: Doc, decision: dict[str, Any], frequent: 
         marks.append(StepMark(step, n, n, True))
         doc.lineage.append((step, version))
     if "line_dedup" in job.steps:
-        from tokenmill.data.linededup import VERSION as LINE_VERSION, applies, remove_units
+        from tokenmill.data.dedup.lines import VERSION as LINE_VERSION, applies, remove_units
 
         n = text_bytes(doc.text)
         if frequent is None or not applies(doc.bucket, job.cfg.line_dedup):
@@ -742,18 +637,19 @@ def curate(cfg: CurateConfig, out: Path, *, steps: list[str] | None = None, base
         executor.map(map_shard, [(job, s) for s in specs], on_done=lambda i, r: bar.advance(task))
         check_removal(_merged_funnel(job, "map"), cfg, [s for s in job.funnel_steps if s in ("read", *MAP_STEPS)])
         emit("phase", phase="map", seconds=round(time.time() - started, 3))
+        dj = _dedup_job(job, specs)
         if {"exact_dedup", "minhash_dedup"} & set(selected):
-            dedup_phase(job, specs, executor)
-            emit("phase", phase="dedup", seconds=round(time.time() - started, 3))
-        offsets = chunk_offsets(map_chunks(job, specs))
+            stats = run_dedup(dj, executor.map)
+            emit("phase", phase="dedup", seconds=round(time.time() - started, 3), **stats)
         if "line_dedup" in selected:
-            lines_phase(job, specs, executor, offsets)
-            emit("phase", phase="lines", seconds=round(time.time() - started, 3))
+            stats = run_lines(dj, executor.map)
+            emit("phase", phase="lines", seconds=round(time.time() - started, 3), **stats)
         if _substr_on(job):
-            stats = substr_phase(job, specs, executor, offsets)
+            stats = substr_phase(job, specs, executor, dj)
             emit("phase", phase="substring", seconds=round(time.time() - started, 3), **stats)
         task = bar.add_task("final", total=len(specs))
-        executor.map(final_shard, [(job, s, offsets) for s in specs], on_done=lambda i, r: bar.advance(task))
+        executor.map(final_shard, [(job, s, dj.shard_bases[s.index]) for s in specs],
+                     on_done=lambda i, r: bar.advance(task))
 
     funnel = _merged_funnel(job, "map")
     funnel.merge(_merged_funnel(job, "finalized"))

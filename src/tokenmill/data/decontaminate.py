@@ -39,7 +39,7 @@ import xxhash
 from tokenmill.data.config import CurateConfig
 from tokenmill.data.document import Doc, Rejection, format_value
 from tokenmill.data.jsonl import json_objects
-from tokenmill.data.minhash import sorted_unique, word_ngram_stream
+from tokenmill.data.dedup.minhash import sorted_unique, word_ngram_stream
 from tokenmill.data.step import DocStep
 from tokenmill.errors import UserError
 

@@ -22,7 +22,7 @@ from typing import Iterable
 import xxhash
 
 from tokenmill.data.config import MinHashConfig
-from tokenmill.data.minhash import MinHasher, jaccard, normalized_words
+from tokenmill.data.dedup.minhash import MinHasher, jaccard, normalized_words
 
 
 def exact_key(text: str) -> str:

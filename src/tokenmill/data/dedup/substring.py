@@ -162,10 +162,10 @@ def build_shard(work: Path, s: int, lo: int, hi: int, k: int) -> int:
     (in suffix-array order) and returns how many windows repeat inside the shard."""
     from pydivsufsort import divsufsort, kasai
 
-    bases = np.load(work / "bases.npy")
+    bases = np.load(work / "bases.npy", mmap_mode="r")
     u0, u1 = int(bases[lo]), int(bases[hi])
     seg = np.load(work / "units.npy", mmap_mode="r")[u0:u1]
-    lens = np.diff(bases[lo:hi + 1])
+    lens = np.diff(np.asarray(bases[lo:hi + 1]))
     total = (u1 - u0) + (hi - lo)
     sep_at = (bases[lo + 1:hi + 1] - u0) + np.arange(1, hi - lo + 1) - 1  # separator after each doc
     is_sep = np.zeros(total, dtype=bool)
@@ -263,10 +263,10 @@ def build_index(work: Path, k: int, shard_tokens: int, run: Callable[..., Any] |
     """From the unit store in `work` to `work/first.npy`; `run(fn, args_list)` maps a function
     over argument tuples (an executor's map; default: in this process)."""
     run = run or (lambda fn, args: [fn(*a) for a in args])
-    bases = np.load(work / "bases.npy")
+    bases = np.load(work / "bases.npy", mmap_mode="r")  # 8 bytes per document: paged, not held
     shards = plan_shards(bases, shard_tokens)
     inside = run(build_shard, [(work, s, lo, hi, k) for s, (lo, hi) in enumerate(shards)])
-    across = merge_shards(work, len(shards), k)
+    across = run(merge_shards, [(work, len(shards), k)])[0]  # a task: the caller holds nothing
     first = np.lib.format.open_memmap(work / "first.npy", mode="w+", dtype=np.int64, shape=(int(bases[-1]),))
     first[:] = -1
     first.flush()

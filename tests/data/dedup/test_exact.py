@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tokenmill.data.dedup import ExactDedup, duplicate_rejection, exact_key, first_occurrence, text_digest
+from tokenmill.data.dedup.exact import ExactDedup, duplicate_rejection, exact_key, first_occurrence, text_digest
 
 
 def test_keeps_first_and_names_it():

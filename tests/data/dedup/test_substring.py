@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from tokenmill.config import CurateConfig, SourceConfig, SubstringDedupConfig
 from tokenmill.data.curate import curate
-from tokenmill.data.substring_dedup import (RULE_SHARE, RULE_SPAN, STEP, all_copies_mask, cut, find_repeats,
+from tokenmill.data.dedup.substring import (RULE_SHARE, RULE_SPAN, STEP, all_copies_mask, cut, find_repeats,
                                             later_copies_mask, removal_runs, removed_share, tokenize)
 
 

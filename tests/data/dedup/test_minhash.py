@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from tokenmill.config import MinHashConfig
-from tokenmill.data import minhash as mh
-from tokenmill.data.minhash import (MinHasher, UnionFind, candidate_pairs, candidate_probability, clusters,
+from tokenmill.data.dedup import minhash as mh
+from tokenmill.data.dedup.minhash import (MinHasher, UnionFind, candidate_pairs, candidate_probability, clusters,
                                     jaccard, minhash_dedup_local, normalized_words)
 
 CFG = MinHashConfig()

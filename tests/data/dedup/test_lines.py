@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from tokenmill.config import LineDedupConfig
-from tokenmill.data.linededup import (RULE_TOO_SHORT, applies, count_units, frequent_units, merge_counts,
+from tokenmill.data.dedup.lines import (RULE_TOO_SHORT, applies, count_units, frequent_units, merge_counts,
                                       remove_units, too_short_rejection, unit_hashes)
 
 CFG = LineDedupConfig(min_docs=3, min_chars=10)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -97,6 +98,38 @@ def frequent_units(counts: UnitCounts, min_docs: int) -> np.ndarray:
     return counts.hashes[counts.counts >= min_docs]
 
 
+class FrequentUnits:
+    """The frequent units of a corpus as hash partitions on disk (the shuffle's reduce output):
+    one sorted array per partition, memory-mapped, so a lookup reads a few pages of one
+    partition and no task holds the whole set."""
+
+    def __init__(self, parts: Sequence[np.ndarray]):
+        self.parts = list(parts)
+
+    @classmethod
+    def load(cls, directory: Path, n_parts: int) -> "FrequentUnits":
+        return cls([np.load(directory / f"{p:05d}.npy", mmap_mode="r", allow_pickle=False) for p in range(n_parts)])
+
+    def contains(self, values: np.ndarray) -> np.ndarray:
+        """Whether each hash is frequent."""
+        from tokenmill.data.dedup.shuffle import hash_partition
+
+        out = np.zeros(len(values), dtype=bool)
+        if len(values) == 0:
+            return out
+        part = hash_partition(values, len(self.parts))
+        for p in np.unique(part):
+            sel = part == p
+            out[sel] = _in_sorted(values[sel], self.parts[int(p)])
+        return out
+
+
+def _member(values: np.ndarray, frequent: "np.ndarray | FrequentUnits") -> np.ndarray:
+    if isinstance(frequent, FrequentUnits):
+        return frequent.contains(values)
+    return _in_sorted(values, frequent)
+
+
 def _in_sorted(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
     if len(sorted_set) == 0:
         return np.zeros(len(values), dtype=bool)
@@ -105,7 +138,7 @@ def _in_sorted(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
     return sorted_set[pos] == values
 
 
-def remove_units(text: str, frequent: np.ndarray, cfg: LineDedupConfig) -> tuple[str, int]:
+def remove_units(text: str, frequent: "np.ndarray | FrequentUnits", cfg: LineDedupConfig) -> tuple[str, int]:
     """The text without its frequent units (every occurrence), and how many were removed.
 
     The rest of the text is kept byte for byte, except that blank-line runs a removal leaves
@@ -118,7 +151,7 @@ def remove_units(text: str, frequent: np.ndarray, cfg: LineDedupConfig) -> tuple
     drop = np.zeros(len(units), dtype=bool)
     if long_enough.any():
         idx = np.flatnonzero(long_enough)
-        drop[idx] = _in_sorted(_hashes(stripped[i] for i in idx), frequent)
+        drop[idx] = _member(_hashes(stripped[i] for i in idx), frequent)
     n_removed = int(drop.sum())
     if n_removed == 0:
         return text, 0

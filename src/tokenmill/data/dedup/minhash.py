@@ -65,6 +65,9 @@ from tokenmill.data.config import MinHashConfig
 from tokenmill.data.document import Rejection
 
 VERSION = "affine32-1"
+# The permutations are fixed, not drawn from the run seed: signatures of the same text stay
+# comparable across runs and corpora (dedup against an earlier crawl needs that).
+PERMUTATION_SEED = 0
 STEP = "minhash_dedup"
 RULE = "near_duplicate_of"
 
