@@ -1,0 +1,314 @@
+"""Global dedup at scale: coordinator and worker memory, docs/s per phase, planted-truth recall and
+precision, beside the previous implementation and datatrove's MinHash stages, on the same docs.
+
+Corpus: documents of 3-12 real sentences (books of the real corpora, recombined by a seeded
+generator), written to JSONL files of ~48 MB. Planted: 2% exact copies of an earlier document,
+2% near copies (one word in 100 changed: word-5-shingle Jaccard ~0.85-0.9) whose truth is kept.
+
+Each arm is a fresh process running `curate()` (steps exact_dedup, minhash_dedup, line_dedup,
+local executor, 2 workers) or datatrove's four MinHash stages (signatures, buckets, cluster,
+filter; its defaults: 5-grams, 14 buckets x 8 hashes, 1 worker per stage task). A sampler polls
+RSS every 0.2 s: the coordinator (the arm's own process) and each child process separately.
+
+    .venv/bin/python benchmarks/bench_dedup_scale.py --corpus ../real_corpora --docs 1000000 \\
+        --baseline-src /tmp/tm-old/src --datatrove --json benchmarks/results/dedup_scale.json
+
+`--baseline-src` is a checkout of the commit before the shuffle stages (1edc841), e.g.
+`git worktree add --detach /tmp/tm-old 1edc841`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parent / "src"
+STEPS = ["exact_dedup", "minhash_dedup", "line_dedup"]
+FILE_BYTES = 48 << 20
+
+
+# --------------------------------------------------------------------------- corpus
+def sentences(corpus: Path, limit: int = 400_000) -> list[str]:
+    out: list[str] = []
+    for path in sorted((corpus / "books").rglob("*.txt")):
+        text = " ".join(path.read_text(errors="replace").split())
+        out += [s for s in re.split(r"(?<=[.!?])\s+", text) if 30 <= len(s) <= 400]
+        if len(out) >= limit:
+            break
+    if len(out) < 1000:
+        raise SystemExit(f"{corpus}/books: too few sentences ({len(out)}); run shared/corpora/fetch_real_corpora.sh")
+    return out
+
+
+def near_copy(text: str, rng: random.Random) -> str:
+    words = text.split(" ")
+    for i in range(rng.randrange(0, 100), len(words), 100):
+        words[i] = words[i] + "q"
+    if len(words) < 100:
+        words[rng.randrange(len(words))] += "q"
+    return " ".join(words)
+
+
+def build_corpus(corpus: Path, out: Path, docs: int, seed: int = 0) -> dict[str, Any]:
+    """JSONL files of `docs` documents and the planted truth (copy id -> original id)."""
+    truth_file = out / "truth.json"
+    if truth_file.exists():
+        return json.loads(truth_file.read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    pool = sentences(corpus)
+    recent: list[tuple[str, str]] = []  # a bounded window of earlier documents to copy from
+    exact, near = {}, {}
+    k, size, fh = 0, 0, open(out / "part-00000.jsonl", "w")
+    for i in range(docs):
+        r = rng.random()
+        doc_id = f"d{i}"
+        if r < 0.02 and recent:
+            src_id, text = rng.choice(recent)
+            exact[doc_id] = src_id
+        elif r < 0.04 and recent:
+            src_id, text = rng.choice(recent)
+            copy = near_copy(text, rng)
+            near[doc_id] = [src_id, round(_jaccard(text, copy), 4)]
+            text = copy
+        else:
+            text = " ".join(rng.choice(pool) for _ in range(rng.randint(3, 12)))
+            recent.append((doc_id, text))
+            if len(recent) > 20_000:
+                recent.pop(rng.randrange(len(recent)))
+        line = json.dumps({"id": doc_id, "text": text}) + "\n"
+        fh.write(line)
+        size += len(line)
+        if size >= FILE_BYTES:
+            fh.close()
+            k, size = k + 1, 0
+            fh = open(out / f"part-{k:05d}.jsonl", "w")
+    fh.close()
+    truth = {"docs": docs, "exact": exact, "near": near,
+             "bytes": sum(p.stat().st_size for p in out.glob("part-*.jsonl"))}
+    truth_file.write_text(json.dumps(truth))
+    return truth
+
+
+def _jaccard(a: str, b: str) -> float:
+    """Exact word-5-shingle Jaccard (the definition the threshold applies to)."""
+    sys.path.insert(0, str(SRC))
+    from tokenmill.data.config import MinHashConfig
+    from tokenmill.data.dedup.minhash import MinHasher, jaccard
+
+    x, y = MinHasher(MinHashConfig(), 0).shingle_sets([a, b])
+    return jaccard(x, y)
+
+
+# --------------------------------------------------------------------------- measuring
+class Sampler(threading.Thread):
+    """Peak RSS of one process and, separately, of every descendant, polled every 0.2 s."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.proc = psutil.Process(pid)
+        self.main_peak = 0
+        self.child_peak = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.main_peak = max(self.main_peak, self.proc.memory_info().rss)
+                for child in self.proc.children(recursive=True):
+                    try:
+                        self.child_peak = max(self.child_peak, child.memory_info().rss)
+                    except psutil.Error:
+                        pass
+            except psutil.Error:
+                return
+            time.sleep(0.2)
+
+
+def measured(cmd: list[str], env: dict[str, str], name: str, quiet: bool = False) -> tuple[float, Sampler]:
+    """Run a command to the end under the RSS sampler: (wall seconds, sampler)."""
+    t0 = time.time()
+    out = subprocess.DEVNULL if quiet else None
+    proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1", **env}, stdout=out, stderr=out)
+    sampler = Sampler(proc.pid)
+    sampler.start()
+    rc = proc.wait()
+    sampler.stop.set()
+    sampler.join()
+    if rc:
+        raise SystemExit(f"{name} exited {rc}")
+    return round(time.time() - t0, 1), sampler
+
+
+RUNNER = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from tokenmill.config import CurateConfig, SourceConfig
+from tokenmill.data.curate import curate
+from tokenmill.runs import EventLog
+inputs, out, events, over = Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]), json.loads(sys.argv[5])
+files = sorted(inputs.glob("part-*.jsonl"))
+cfg = CurateConfig.model_validate({"sources": [{"path": str(f), "bucket": "web"} for f in files],
+                                   "steps": %s, "workers": 2, "max_removal_share": 0.99, **over})
+curate(cfg, out, events=EventLog(events), progress=False)
+""" % json.dumps(STEPS)
+
+
+def run_tokenmill(src: Path, inputs: Path, work: Path, name: str, over: dict[str, Any]) -> dict[str, Any]:
+    out, events = work / name / "out", work / name / "events.jsonl"
+    subprocess.run(["rm", "-rf", str(work / name)], check=True)
+    (work / name).mkdir(parents=True)
+    seconds, sampler = measured([sys.executable, "-c", RUNNER, str(src), str(inputs), str(out), str(events), json.dumps(over)],
+                                {"PYTHONPATH": str(src)}, name)
+    phases, last = {}, 0.0
+    for e in (json.loads(x) for x in events.read_text().splitlines()):
+        if e["kind"] == "phase":
+            phases[e["phase"]] = round(e["seconds"] - last, 2)
+            last = e["seconds"]
+        if e["kind"] == "done":
+            phases["final"] = round(e["seconds"] - last, 2)
+    return {"seconds": seconds, "phases": phases, "coordinator_peak_mb": round(sampler.main_peak / 2**20, 1),
+            "worker_peak_mb": round(sampler.child_peak / 2**20, 1), "out": str(out)}
+
+
+def quality(out: Path, truth: dict[str, Any]) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
+    rejected = pq.read_table(out / "_rejected", columns=["id", "rule"]).to_pylist() if (out / "_rejected").exists() else []
+    by_rule: dict[str, set[str]] = {}
+    for r in rejected:
+        by_rule.setdefault(r["rule"], set()).add(r["id"])
+    removed = by_rule.get("near_duplicate_of", set()) | by_rule.get("duplicate_of", set())
+    return {**_scores(removed, truth), "exact_recall": round(len(set(truth["exact"]) & by_rule.get("duplicate_of", set()))
+                                                            / max(len(truth["exact"]), 1), 5)}
+
+
+def _scores(removed: set[str], truth: dict[str, Any]) -> dict[str, Any]:
+    """Near-duplicate recall over the planted copies at or above the threshold (J >= 0.8, the
+    definition), and precision: removed documents that are planted copies of any kind."""
+    above = {d for d, (_, j) in truth["near"].items() if j >= 0.8}
+    planted = set(truth["near"]) | set(truth["exact"])
+    return {"near_recall": round(len(above & removed) / max(len(above), 1), 5),
+            "precision": round(len(removed & planted) / max(len(removed), 1), 5), "removed": len(removed),
+            "planted_near_at_threshold": len(above)}
+
+
+# --------------------------------------------------------------------------- datatrove
+DATATROVE = r"""
+import sys
+from pathlib import Path
+import xxhash
+import datatrove.utils.hashes.xxhash as dt_xxhash
+# datatrove 0.10.1 hashes str; xxhash >= 4 takes bytes only: encode first (what xxhash 3 did inside)
+dt_xxhash.xxhash64 = lambda d, h=xxhash.xxh64_intdigest: h(d.encode("utf-8") if isinstance(d, str) else d)
+dt_xxhash.xxhash32 = lambda d, h=xxhash.xxh32_intdigest: h(d.encode("utf-8") if isinstance(d, str) else d)
+from datatrove.executor.local import LocalPipelineExecutor
+from datatrove.pipeline.dedup.minhash import (MinhashConfig, MinhashDedupBuckets, MinhashDedupCluster,
+                                              MinhashDedupFilter, MinhashDedupSignature)
+from datatrove.pipeline.readers import JsonlReader
+from datatrove.pipeline.writers import JsonlWriter
+inputs, work = sys.argv[1], Path(sys.argv[2])
+cfg = MinhashConfig()
+tasks = len(list(Path(inputs).glob("part-*.jsonl")))
+read = lambda: JsonlReader(inputs, glob_pattern="part-*.jsonl", id_key="id")
+LocalPipelineExecutor([read(), MinhashDedupSignature(output_folder=str(work / "sigs"), config=cfg)],
+                      tasks=tasks, workers=2, logging_dir=str(work / "logs1")).run()
+LocalPipelineExecutor([MinhashDedupBuckets(input_folder=str(work / "sigs"), output_folder=str(work / "buckets"), config=cfg)],
+                      tasks=cfg.num_buckets, workers=2, logging_dir=str(work / "logs2")).run()
+LocalPipelineExecutor([MinhashDedupCluster(input_folder=str(work / "buckets"), output_folder=str(work / "remove"), config=cfg)],
+                      tasks=1, logging_dir=str(work / "logs3")).run()
+LocalPipelineExecutor([read(), MinhashDedupFilter(input_folder=str(work / "remove"), exclusion_writer=JsonlWriter(str(work / "removed"))),
+                       JsonlWriter(str(work / "kept"))], tasks=tasks, workers=2, logging_dir=str(work / "logs4")).run()
+"""
+
+
+def run_datatrove(inputs: Path, work: Path, truth: dict[str, Any]) -> dict[str, Any]:
+    import gzip
+
+    d = work / "datatrove"
+    subprocess.run(["rm", "-rf", str(d)], check=True)
+    d.mkdir(parents=True)
+    seconds, sampler = measured([sys.executable, "-c", DATATROVE, str(inputs), str(d)], {}, "datatrove", quiet=True)
+    removed = set()
+    for p in (d / "removed").rglob("*.jsonl.gz"):
+        with gzip.open(p, "rt") as fh:
+            removed |= {json.loads(x)["id"] for x in fh}
+    return {"seconds": seconds, "coordinator_peak_mb": round(sampler.main_peak / 2**20, 1),
+            "worker_peak_mb": round(sampler.child_peak / 2**20, 1), **_scores(removed, truth),
+            "exact_recall": round(len(set(truth["exact"]) & removed) / max(len(truth["exact"]), 1), 5)}
+
+
+# --------------------------------------------------------------------------- main
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", type=Path, required=True)
+    ap.add_argument("--docs", type=int, nargs="+", default=[1_000_000])
+    ap.add_argument("--work", type=Path, default=Path("/tmp/dedup-bench"))
+    ap.add_argument("--baseline-src", type=Path, help="src/ of the implementation to compare with (same docs, interleaved)")
+    ap.add_argument("--datatrove", action="store_true")
+    ap.add_argument("--memory-per-task", type=int, default=None)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    results = {"command": " ".join(sys.argv), "commit": _commit(), "machine": _machine(), "runs": []}
+    for n in args.docs:
+        inputs = args.work / f"corpus-{n}"
+        truth = build_corpus(args.corpus, inputs, n)
+        over = {"memory_per_task": args.memory_per_task} if args.memory_per_task else {}
+        entry: dict[str, Any] = {"docs": n, "bytes": truth["bytes"], "planted_exact": len(truth["exact"]),
+                                 "planted_near": len(truth["near"]), "load_before": os.getloadavg()}
+        new = run_tokenmill(SRC, inputs, args.work, f"new-{n}", over)
+        entry["tokenmill"] = {**new, **quality(Path(new.pop("out")), truth)}
+        if args.baseline_src:
+            old = run_tokenmill(args.baseline_src, inputs, args.work, f"old-{n}", {})
+            entry["baseline"] = {**old, **quality(Path(old.pop("out")), truth)}
+            entry["identical_output"] = _same_output(args.work / f"new-{n}" / "out", args.work / f"old-{n}" / "out")
+        if args.datatrove:
+            entry["datatrove"] = run_datatrove(inputs, args.work, truth)
+        entry["load_after"] = os.getloadavg()
+        results["runs"].append(entry)
+        print(json.dumps(entry, indent=1), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+def _same_output(a: Path, b: Path) -> bool:
+    """Kept rows, rejected rows (ids, rules, values, reasons) and funnel are equal."""
+    import pyarrow.parquet as pq
+
+    def load(out: Path) -> dict[str, Any]:
+        res = {}
+        for d in sorted(p for p in out.iterdir() if p.is_dir()):
+            res[d.name] = sorted(json.dumps(r, default=str) for r in pq.read_table(d).to_pylist())
+        res["funnel"] = json.loads((out / "_funnel.json").read_text())
+        return res
+
+    return load(a) == load(b)
+
+
+def _commit() -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
+
+
+def _machine() -> dict[str, Any]:
+    import pyarrow
+
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "pyarrow": pyarrow.__version__,
+            "memory_gb": round(psutil.virtual_memory().total / 2**30, 1), "platform": platform.platform()}
+
+
+if __name__ == "__main__":
+    main()
