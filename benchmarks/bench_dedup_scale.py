@@ -258,19 +258,20 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, required=True)
     ap.add_argument("--docs", type=int, nargs="+", default=[1_000_000])
     ap.add_argument("--work", type=Path, default=Path("/tmp/dedup-bench"))
+    ap.add_argument("--src", type=Path, default=SRC, help="src/ of the tokenmill under test (a frozen worktree: edits to this tree mid-run would leak in)")
     ap.add_argument("--baseline-src", type=Path, help="src/ of the implementation to compare with (same docs, interleaved)")
     ap.add_argument("--datatrove", action="store_true")
     ap.add_argument("--memory-per-task", type=int, default=None)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    results = {"command": " ".join(sys.argv), "commit": _commit(), "machine": _machine(), "runs": []}
+    results = {"command": " ".join(sys.argv), "commit": _commit(args.src), "machine": _machine(), "runs": []}
     for n in args.docs:
         inputs = args.work / f"corpus-{n}"
         truth = build_corpus(args.corpus, inputs, n)
         over = {"memory_per_task": args.memory_per_task} if args.memory_per_task else {}
         entry: dict[str, Any] = {"docs": n, "bytes": truth["bytes"], "planted_exact": len(truth["exact"]),
                                  "planted_near": len(truth["near"]), "load_before": os.getloadavg()}
-        new = run_tokenmill(SRC, inputs, args.work, f"new-{n}", over)
+        new = run_tokenmill(args.src, inputs, args.work, f"new-{n}", over)
         entry["tokenmill"] = {**new, **quality(Path(new.pop("out")), truth)}
         if args.baseline_src:
             old = run_tokenmill(args.baseline_src, inputs, args.work, f"old-{n}", {})
@@ -299,8 +300,8 @@ def _same_output(a: Path, b: Path) -> bool:
     return load(a) == load(b)
 
 
-def _commit() -> str:
-    return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
+def _commit(src: Path) -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=src).stdout.strip()
 
 
 def _machine() -> dict[str, Any]:

@@ -45,11 +45,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tokenmill.data.config import (CurateConfig, SourceConfig)
 from tokenmill.data import sources as source_step
 from tokenmill.data.canaries import canary_bucket, insert_canaries
-from tokenmill.data.dedup.lines import FrequentUnits
+from tokenmill.data.dedup.shuffle import PartitionedSet
 from tokenmill.data.dedup.minhash import PERMUTATION_SEED
 from tokenmill.data.dedup.stages import load_decisions, run_dedup, run_lines
 from tokenmill.data.dedup.workspace import DedupJob, chunk_bases, dedup_partitions, map_dir, shard_rows
-from tokenmill.data.doc_ids import STEP as HASH_ID_STEP, IdRule, collect_shard, merge as merge_ids
+from tokenmill.data.dedup.shuffle import files as shuffle_files, hash_partition, read_partition, write_partitioned
+from tokenmill.data.doc_ids import PLAN_FILE, SHARED_DIR, STEP as HASH_ID_STEP, IdRule, collect_shard, merge_partition
 from tokenmill.data.document import (DOC_SCHEMA, REJECTED_SCHEMA, Doc, RawRecord, Rejection, format_value,
                                      fsync_tree, text_bytes)
 from tokenmill.data.readers import get_reader
@@ -162,38 +163,64 @@ def _carries_ids(job: Job, spec: ShardSpec) -> bool:
                                        for f in spec.files)
 
 
-def collect_ids_shard(job: Job, spec: ShardSpec) -> None:
-    """The hashes of one shard's record ids (and how many were unusable), saved for the merge."""
-    out = _ids_dir(job) / f"{spec.index:05d}.npz"
-    if out.exists():
-        return
+IDS_SCHEMA = pa.schema([("h", pa.uint64()), ("source", pa.int32())])
+
+
+def collect_ids_shard(job: Job, spec: ShardSpec, partitions: int) -> int:
+    """The hashes of one shard's record ids, partitioned by hash for the merge; returns how
+    many ids were unusable."""
+    out = _ids_dir(job) / "map" / f"{spec.index:05d}.arrow"
+    count = out.with_suffix(".json")
+    if count.exists():
+        return int(json.loads(count.read_text())["unusable"])
     hashes, unusable = collect_shard(read_shard(spec, job.sources, job.cfg.max_doc_bytes))
+    table = pa.table({"h": hashes, "source": np.full(len(hashes), spec.source, dtype=np.int32)}, schema=IDS_SCHEMA)
+    write_partitioned(out, table, hash_partition(hashes, partitions), partitions)
+    atomic_write_text(count, json.dumps({"unusable": unusable}))
+    return unusable
+
+
+def merge_ids_partition(job: Job, part: int) -> dict[str, int]:
+    """The ids of one hash partition that more than one record carries, saved sorted."""
+    idir = _ids_dir(job)
+    stats_file = idir / SHARED_DIR / f"{part:05d}.json"
+    if stats_file.exists():
+        return json.loads(stats_file.read_text())
+    t = read_partition(shuffle_files(idir / "map"), part, IDS_SCHEMA)
+    shared, stats = merge_partition(t.column("h").to_numpy(), t.column("source").to_numpy())
+    out = idir / SHARED_DIR / f"{part:05d}.npy"
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp.npz")
-    np.savez(tmp, hashes=hashes, unusable=np.array(unusable, dtype=np.int64))
-    os.replace(tmp, out)
+    np.save(out.with_name(out.name + ".tmp.npy"), shared, allow_pickle=False)
+    os.replace(out.with_name(out.name + ".tmp.npy"), out)
+    stats = {**stats, "shared": int(shared.size)}
+    atomic_write_text(stats_file, json.dumps(stats))
+    return stats
 
 
 def ids_phase(job: Job, specs: list[ShardSpec], executor: Any) -> dict[str, int] | None:
     """Which record ids more than one record carries, over the shards whose formats carry ids;
-    None when no source can carry ids (nothing is read)."""
+    None when no source can carry ids (nothing is read). A shuffle: the partition count comes
+    from the input bytes and `curate.memory_per_task` (an id costs far less than its record)."""
     idir = _ids_dir(job)
     if (idir / "DONE").exists():
         return json.loads((idir / "DONE").read_text()) or None
     with_ids = [s for s in specs if _carries_ids(job, s)]
-    executor.map(collect_ids_shard, [(job, s) for s in with_ids])
-    per_source: dict[int, list[np.ndarray]] = {}
-    unusable = 0
-    for spec in with_ids:
-        saved = np.load(idir / f"{spec.index:05d}.npz")
-        per_source.setdefault(spec.source, []).append(saved["hashes"])
-        unusable += int(saved["unusable"])
-    shared, stats = merge_ids(per_source)
-    idir.mkdir(parents=True, exist_ok=True)
-    np.save(idir / "shared.npy", shared, allow_pickle=False)
-    stats = {**stats, "shared": int(shared.size), "unusable": unusable} if with_ids else {}
+    if not with_ids:
+        _mark(idir / "DONE", {})
+        return None
+    plan = idir / PLAN_FILE
+    if plan.exists():
+        partitions = int(json.loads(plan.read_text())["partitions"])
+    else:
+        size = sum(Path(f).stat().st_size for s in with_ids for f in s.files)
+        partitions = job.cfg.dedup_partitions or max(1, -(-size // job.cfg.memory_per_task))
+        atomic_write_text(plan, json.dumps({"partitions": partitions}))
+    unusable = sum(executor.map(collect_ids_shard, [(job, s, partitions) for s in with_ids]))
+    per_part = executor.map(merge_ids_partition, [(job, p) for p in range(partitions)])
+    stats = {k: sum(r[k] for r in per_part) for k in ("ids", "within", "across", "shared")}
+    stats = {**stats, "unusable": unusable, "partitions": partitions}
     _mark(idir / "DONE", stats)
-    return stats or None
+    return stats
 
 
 # --------------------------------------------------------------------------- map phase
@@ -291,11 +318,11 @@ def _decisions(job: Job, shard: int) -> dict[int, dict[str, Any]]:
     return load_decisions(job.work, shard)
 
 
-def _frequent(job: Job) -> FrequentUnits | None:
+def _frequent(job: Job) -> PartitionedSet | None:
     if "line_dedup" not in job.steps:
         return None
     plan = json.loads((Path(job.work) / "dedup_plan.json").read_text())
-    return FrequentUnits.load(Path(job.work) / "lines" / "frequent", int(plan["partitions"]))
+    return PartitionedSet.load(Path(job.work) / "lines" / "frequent", int(plan["partitions"]))
 
 
 def _pending_chunks(job: Job, spec: ShardSpec, base: int, out_dir: Path, ext: str) -> Iterator[tuple[int, Path, int, Path]]:
@@ -486,7 +513,7 @@ def final_shard(job: Job, spec: ShardSpec, base: int) -> None:
 
 
 def _final_chunk(job: Job, shard: int, k: int, path: Path, base: int, decisions: dict[int, dict[str, Any]],
-                 frequent: FrequentUnits | None, substr: "SubstrState | None", names: tuple[str, ...],
+                 frequent: PartitionedSet | None, substr: "SubstrState | None", names: tuple[str, ...],
                  steps: dict[str, DocStep]) -> None:
     from tokenmill.data.dedup import exact as dedup_mod
 
@@ -522,7 +549,7 @@ def _final_chunk(job: Job, shard: int, k: int, path: Path, base: int, decisions:
     _mark(fdir / f"chunk-{k:05d}.done")
 
 
-def _apply_corpus_steps(job: Job, doc: Doc, decision: dict[str, Any], frequent: FrequentUnits | None,
+def _apply_corpus_steps(job: Job, doc: Doc, decision: dict[str, Any], frequent: PartitionedSet | None,
                         marks: list[StepMark], version: str) -> Rejection | None:
     """exact_dedup, minhash_dedup and line_dedup for one document, from the phase results."""
     doc.dup_cluster = decision.get("dup_cluster")

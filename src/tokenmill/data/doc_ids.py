@@ -15,13 +15,16 @@ its hash in `lineage` as the step `hash_id` (its "version" is the hash).
 
 Uniqueness is decided before any document is processed, by one read of the sources whose
 formats carry ids (`Reader.carries_ids`), shard by shard in parallel (`collect_shard`); only
-64-bit hashes of the ids are kept (8 bytes an id), and the ids seen more than once are saved
-with the run's work (`merge`), so a resumed run, any worker count and any chunking give every
-record the same id.
+64-bit hashes of the ids are kept (8 bytes an id). The decision is a shuffle: each shard's
+(hash, source) pairs are partitioned by hash, one task per partition finds the ids carried more
+than once (`merge`, on that partition alone) and saves them sorted; the map tasks look ids up
+in those memory-mapped partitions (`IdRule`). No process holds every id, and a resumed run, any
+worker count and any chunking give every record the same id.
 """
 
 from __future__ import annotations
 
+import json
 import unicodedata
 from pathlib import Path
 from typing import Iterable
@@ -30,11 +33,13 @@ import numpy as np
 import xxhash
 
 from tokenmill.data.canaries import ID_PREFIX as CANARY_PREFIX
+from tokenmill.data.dedup.shuffle import PartitionedSet
 from tokenmill.data.document import RawRecord
 
 MAX_ID_CHARS = 256
 STEP = "hash_id"  # the lineage entry of a row whose id is the user's: (STEP, its hash id)
-SHARED_FILE = "shared.npy"
+SHARED_DIR = "shared"  # one sorted .npy of shared id hashes per partition
+PLAN_FILE = "plan.json"  # the partition count of the ids shuffle
 
 
 def id_problem(record_id: str) -> str | None:
@@ -83,21 +88,31 @@ def merge(per_source: dict[int, list[np.ndarray]]) -> tuple[np.ndarray, dict[str
     return shared, {"ids": int(values.size), "within": int(sum(w.size for w in within)), "across": int(across.size)}
 
 
-class IdRule:
-    """Decides each record's document id from the shared-id set `merge` found."""
+def merge_partition(hashes: np.ndarray, sources: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
+    """`merge` over one hash partition given as aligned (hash, source index) arrays."""
+    per_source: dict[int, list[np.ndarray]] = {}
+    for src in np.unique(sources).tolist():
+        per_source[int(src)] = [hashes[sources == src]]
+    return merge(per_source)
 
-    def __init__(self, shared: np.ndarray):
-        self.shared = np.sort(np.asarray(shared, dtype=np.uint64))
+
+class IdRule:
+    """Decides each record's document id from the shared-id set `merge` found (a sorted array,
+    or the partitioned set the shuffle wrote)."""
+
+    def __init__(self, shared: "np.ndarray | PartitionedSet"):
+        self.shared = shared if isinstance(shared, PartitionedSet) else \
+            PartitionedSet([np.sort(np.asarray(shared, dtype=np.uint64))])
 
     @classmethod
     def load(cls, directory: Path) -> "IdRule":
-        path = directory / SHARED_FILE
-        return cls(np.load(path, allow_pickle=False) if path.exists() else np.zeros(0, np.uint64))
+        plan = directory / PLAN_FILE
+        if not plan.exists():
+            return cls(np.zeros(0, np.uint64))
+        return cls(PartitionedSet.load(directory / SHARED_DIR, int(json.loads(plan.read_text())["partitions"])))
 
     def is_shared(self, record_id: str) -> bool:
-        h = np.uint64(id_hash(record_id))
-        i = int(np.searchsorted(self.shared, h))
-        return i < self.shared.size and self.shared[i] == h
+        return bool(self.shared.contains(np.array([id_hash(record_id)], dtype=np.uint64))[0])
 
     def decide(self, record: RawRecord) -> tuple[str, str | None]:
         """(document id, why the record's own id was not taken: None, "shared" or "unusable";

@@ -16,37 +16,46 @@ ProgressFn = Callable[[int, Any], None]
 
 
 class LocalExecutor:
-    """N 'spawn' worker processes (1: run in this process, which keeps tracebacks simple)."""
+    """N 'spawn' worker processes, kept for the executor's lifetime (1: run in this process,
+    which keeps tracebacks simple). With N > 1 every task runs in a worker, even a lone one, so
+    the coordinating process never holds a task's data (a reduce over a whole partition)."""
 
     name = "local"
 
     def __init__(self, workers: int):
         self.workers = max(1, int(workers))
+        self._pool: ProcessPoolExecutor | None = None
 
     def __enter__(self) -> "LocalExecutor":
         return self
 
     def __exit__(self, *exc: object) -> None:
-        pass
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def _workers(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            # 'spawn': forking a process that runs rich's refresh thread (or holds Ray/torch
+            # threads) is not safe.
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+        return self._pool
 
     def map(self, fn: Callable[..., Any], tasks: Sequence[tuple], on_done: ProgressFn | None = None) -> list[Any]:
         results: list[Any] = [None] * len(tasks)
-        if self.workers == 1 or len(tasks) <= 1:
+        if self.workers == 1:
             for i, args in enumerate(tasks):
                 results[i] = fn(*args)
                 if on_done:
                     on_done(i, results[i])
             return results
-        # 'spawn': forking a process that runs rich's refresh thread (or holds Ray/torch
-        # threads) is not safe.
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(min(self.workers, len(tasks)), mp_context=ctx) as pool:
-            futures = {pool.submit(fn, *args): i for i, args in enumerate(tasks)}
-            for fut in as_completed(futures):
-                i = futures[fut]
-                results[i] = fut.result()
-                if on_done:
-                    on_done(i, results[i])
+        pool = self._workers()
+        futures = {pool.submit(fn, *args): i for i, args in enumerate(tasks)}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            results[i] = fut.result()
+            if on_done:
+                on_done(i, results[i])
         return results
 
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import xxhash
 
 from tokenmill.data.config import LineDedupConfig
+from tokenmill.data.dedup.shuffle import PartitionedSet, in_sorted as _in_sorted
 from tokenmill.data.document import Rejection, format_value
 
 VERSION = "xxh3_64-1"
@@ -98,47 +98,13 @@ def frequent_units(counts: UnitCounts, min_docs: int) -> np.ndarray:
     return counts.hashes[counts.counts >= min_docs]
 
 
-class FrequentUnits:
-    """The frequent units of a corpus as hash partitions on disk (the shuffle's reduce output):
-    one sorted array per partition, memory-mapped, so a lookup reads a few pages of one
-    partition and no task holds the whole set."""
-
-    def __init__(self, parts: Sequence[np.ndarray]):
-        self.parts = list(parts)
-
-    @classmethod
-    def load(cls, directory: Path, n_parts: int) -> "FrequentUnits":
-        return cls([np.load(directory / f"{p:05d}.npy", mmap_mode="r", allow_pickle=False) for p in range(n_parts)])
-
-    def contains(self, values: np.ndarray) -> np.ndarray:
-        """Whether each hash is frequent."""
-        from tokenmill.data.dedup.shuffle import hash_partition
-
-        out = np.zeros(len(values), dtype=bool)
-        if len(values) == 0:
-            return out
-        part = hash_partition(values, len(self.parts))
-        for p in np.unique(part):
-            sel = part == p
-            out[sel] = _in_sorted(values[sel], self.parts[int(p)])
-        return out
-
-
-def _member(values: np.ndarray, frequent: "np.ndarray | FrequentUnits") -> np.ndarray:
-    if isinstance(frequent, FrequentUnits):
+def _member(values: np.ndarray, frequent: "np.ndarray | PartitionedSet") -> np.ndarray:
+    if isinstance(frequent, PartitionedSet):
         return frequent.contains(values)
     return _in_sorted(values, frequent)
 
 
-def _in_sorted(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
-    if len(sorted_set) == 0:
-        return np.zeros(len(values), dtype=bool)
-    pos = np.searchsorted(sorted_set, values)
-    pos[pos == len(sorted_set)] = 0
-    return sorted_set[pos] == values
-
-
-def remove_units(text: str, frequent: "np.ndarray | FrequentUnits", cfg: LineDedupConfig) -> tuple[str, int]:
+def remove_units(text: str, frequent: "np.ndarray | PartitionedSet", cfg: LineDedupConfig) -> tuple[str, int]:
     """The text without its frequent units (every occurrence), and how many were removed.
 
     The rest of the text is kept byte for byte, except that blank-line runs a removal leaves

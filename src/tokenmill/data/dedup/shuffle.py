@@ -14,7 +14,7 @@ the shard a row belongs to (`shard_of`) when the reader is the task of that shar
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -83,3 +83,41 @@ def iter_partition(paths: Iterable[Path], p: int) -> Iterator[pa.RecordBatch]:
 def files(directory: Path) -> list[Path]:
     """The finished shuffle files of a directory, in name order (temporary files excluded)."""
     return sorted(directory.glob("*.arrow")) if directory.is_dir() else []
+
+
+def in_sorted(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """Whether each value is in a sorted array (memory-mapped or not)."""
+    if len(sorted_set) == 0:
+        return np.zeros(len(values), dtype=bool)
+    pos = np.searchsorted(sorted_set, values)
+    pos[pos == len(sorted_set)] = 0
+    return sorted_set[pos] == values
+
+
+class PartitionedSet:
+    """A set of 64-bit hashes stored as one sorted array per hash partition (a reduce output),
+    memory-mapped: a lookup reads a few pages of one partition, so no task holds the set."""
+
+    def __init__(self, parts: Sequence[np.ndarray]):
+        self.parts = list(parts)
+
+    @classmethod
+    def load(cls, directory: Path, n_parts: int) -> "PartitionedSet":
+        return cls([np.load(directory / f"{p:05d}.npy", mmap_mode="r", allow_pickle=False) for p in range(n_parts)])
+
+    def contains(self, values: np.ndarray) -> np.ndarray:
+        """Whether each hash is in the set."""
+        values = np.asarray(values, dtype=np.uint64)
+        if len(self.parts) == 1:
+            return in_sorted(values, self.parts[0])
+        out = np.zeros(len(values), dtype=bool)
+        if len(values) == 0:
+            return out
+        part = hash_partition(values, len(self.parts))
+        for p in np.unique(part):
+            sel = part == p
+            out[sel] = in_sorted(values[sel], self.parts[int(p)])
+        return out
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self.parts)
