@@ -142,6 +142,7 @@ class RayCluster:
         """A fresh second node, once the old one is lost."""
         if not self.worker.alive():
             self.worker = _start_worker(self.address, self.temp_dir, self.env)
+            _wait_for_nodes(self.address, 2, timeout_s=60)
 
 
 def _agent_ports() -> list[str]:
