@@ -1,5 +1,8 @@
 import os
+import signal
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tokenmill.data.executor import LocalExecutor, RayExecutor, make_executor
@@ -28,3 +31,63 @@ def test_make_executor_rejects_unknown():
     assert isinstance(make_executor("ray", 2), RayExecutor)
     with pytest.raises(ValueError, match="unknown executor"):
         make_executor("spark", 2)
+
+
+# --------------------------------------------------------------------------- Ray (local, no RAY_ADDRESS)
+def _attempt(marks: Path, i: int) -> int:
+    """Record one attempt of task i; how many attempts there were, this one included."""
+    with open(marks / f"{i}.attempts", "a") as fh:
+        fh.write("x")
+    return (marks / f"{i}.attempts").stat().st_size
+
+
+def _dies_once(marks: Path, i: int, shared: np.ndarray) -> tuple[int, int]:
+    """Task 5's first attempt SIGKILLs its own worker process, as a crash or a lost node would."""
+    if i == 5 and _attempt(marks, i) == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return i * i, int(shared.sum())
+
+
+def _fails(marks: Path, i: int, error: str) -> int:
+    if _attempt(marks, i) == 1 or error == "ValueError":
+        raise {"OSError": OSError, "ValueError": ValueError}[error](f"attempt of task {i}")
+    return i
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray for this module's tests, started (and stopped) by the executor itself."""
+    ray = pytest.importorskip("ray")
+    mp = pytest.MonkeyPatch()
+    mp.delenv("RAY_ADDRESS", raising=False)
+    with RayExecutor(2) as ex:
+        assert ex._started_here
+        yield ex
+    mp.undo()
+    assert not ray.is_initialized()
+
+
+def test_ray_reruns_a_killed_worker_task_in_task_order_with_a_bounded_window(local_ray, tmp_path, monkeypatch):
+    import ray
+
+    puts, waits = [], []
+    real_put, real_wait = ray.put, ray.wait
+    monkeypatch.setattr(ray, "put", lambda v, **k: (puts.append(type(v)), real_put(v, **k))[1])
+    monkeypatch.setattr(ray, "wait", lambda refs, **k: (waits.append(len(refs)), real_wait(refs, **k))[1])
+    shared = np.arange(1 << 18, dtype=np.int64)  # 2 MiB: Ray would copy it into the store per task
+    ex = RayExecutor(2, max_in_flight=3)
+    done = []
+    out = ex.map(_dies_once, [(tmp_path, i, shared) for i in range(12)], on_done=lambda i, r: done.append(i))
+    assert out == [(i * i, int(shared.sum())) for i in range(12)]
+    assert sorted(done) == list(range(12))
+    assert (tmp_path / "5.attempts").read_text() == "xx"  # killed once, run again
+    assert puts == [type(tmp_path), np.ndarray]  # each shared argument once, not once per task
+    assert max(waits) <= 3
+
+
+def test_ray_retries_io_errors_but_not_bugs(local_ray, tmp_path):
+    assert local_ray.map(_fails, [(tmp_path, i, "OSError") for i in range(3)]) == [0, 1, 2]
+    assert all((tmp_path / f"{i}.attempts").read_text() == "xx" for i in range(3))
+    with pytest.raises(ValueError, match="attempt of task 7"):
+        local_ray.map(_fails, [(tmp_path, 7, "ValueError")])
+    assert (tmp_path / "7.attempts").read_text() == "x"  # a bug fails at once
