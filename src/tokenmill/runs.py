@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -69,10 +70,16 @@ def sha256_json(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def temporary_name(path: Path, suffix: str = "") -> Path:
+    """A name beside `path` no other writer uses (process and a random part): two writers of the
+    same file (a task re-run while a cut-off node still runs it) never interleave in one file."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}{suffix}")
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write via a temporary file and rename, so a kill never leaves half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = temporary_name(path)
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
         fh.flush()

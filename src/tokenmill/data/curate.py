@@ -60,7 +60,7 @@ from tokenmill.data.registry import CORPUS_STEPS, FINAL_STEPS, MAP_STEPS, build_
 from tokenmill.data.shards import ShardSpec, plan_shards, read_shard
 from tokenmill.data.step import DocStep
 from tokenmill.errors import UserError
-from tokenmill.runs import EventLog, RunDir, atomic_write_text, sha256_json
+from tokenmill.runs import EventLog, RunDir, atomic_write_text, sha256_json, temporary_name
 
 STAGE = "curate"
 REJECTED_DIR = "_rejected"
@@ -105,7 +105,7 @@ def _batched(items: Iterable[Any], n: int) -> Iterator[list[Any]]:
 def _write_table(rows: list[dict[str, Any]], schema: pa.Schema, path: Path) -> None:
     """Write a whole Parquet file under a temporary name, fsync, rename: never half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = temporary_name(path)
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp, compression="zstd")
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
@@ -190,8 +190,9 @@ def merge_ids_partition(job: Job, part: int) -> dict[str, int]:
     shared, stats = merge_partition(t.column("h").to_numpy(), t.column("source").to_numpy())
     out = idir / SHARED_DIR / f"{part:05d}.npy"
     out.parent.mkdir(parents=True, exist_ok=True)
-    np.save(out.with_name(out.name + ".tmp.npy"), shared, allow_pickle=False)
-    os.replace(out.with_name(out.name + ".tmp.npy"), out)
+    tmp = temporary_name(out, ".npy")
+    np.save(tmp, shared, allow_pickle=False)
+    os.replace(tmp, out)
     stats = {**stats, "shared": int(shared.size)}
     atomic_write_text(stats_file, json.dumps(stats))
     return stats
@@ -367,7 +368,7 @@ def substr_units_shard(job: Job, spec: ShardSpec, base: int) -> None:
             rows.append(first + i)
             ids.append(doc.id)
         sdir.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp.npz")
+        tmp = temporary_name(out, ".npz")
         np.savez(tmp, units=np.concatenate(units) if units else np.zeros(0, np.uint64),
                  lens=np.array([len(u) for u in units], dtype=np.int64), rows=np.array(rows, dtype=np.int64),
                  ids=np.array(ids, dtype=str))
@@ -387,7 +388,9 @@ def substr_store(job: Job) -> None:
     parts = sorted((sdir / "map").glob("*/chunk-*.npz"))  # canonical (shard, chunk) order
     counts = np.array([len(np.load(p)["lens"]) for p in parts], dtype=np.int64)
     lens = np.lib.format.open_memmap(sdir / "lens.npy", mode="w+", dtype=np.int64, shape=(int(counts.sum()),))
-    rows = np.lib.format.open_memmap(sdir / "rows.tmp.npy", mode="w+", dtype=np.int64, shape=(int(counts.sum()),))
+    rows_tmp = temporary_name(index / "rows.npy", ".npy")
+    rows_tmp.parent.mkdir(parents=True, exist_ok=True)
+    rows = np.lib.format.open_memmap(rows_tmp, mode="w+", dtype=np.int64, shape=(int(counts.sum()),))
     at = 0
     for p, n in zip(parts, counts.tolist()):
         saved = np.load(p)
@@ -398,7 +401,7 @@ def substr_store(job: Job) -> None:
     np.save(index / "part_docs.npy", np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), allow_pickle=False)
     rows.flush()
     del rows, lens
-    os.replace(sdir / "rows.tmp.npy", index / "rows.npy")
+    os.replace(rows_tmp, index / "rows.npy")
 
 
 def substr_phase(job: Job, specs: list[ShardSpec], executor: Any, dj: DedupJob) -> dict[str, int]:

@@ -21,6 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from tokenmill.runs import temporary_name
+
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -46,7 +48,7 @@ def write_partitioned(path: Path, table: pa.Table, part: np.ndarray, n_parts: in
     np.cumsum(np.bincount(part, minlength=n_parts), out=bounds[1:])
     batch = _one_batch(table.take(pa.array(order)) if len(table) else table)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = temporary_name(path)
     with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, table.schema) as writer:
         for p in range(n_parts):
             writer.write_batch(batch.slice(int(bounds[p]), int(bounds[p + 1] - bounds[p])))

@@ -39,7 +39,7 @@ from tokenmill.data.dedup import join
 from tokenmill.data.dedup.components import components
 from tokenmill.data.dedup.shuffle import files, hash_partition, read_partition, shard_of, write_partitioned
 from tokenmill.data.dedup.workspace import DedupJob, chunk_bases, fixed_width, read_rows
-from tokenmill.runs import atomic_write_text
+from tokenmill.runs import atomic_write_text, temporary_name
 
 EXACT_SCHEMA = pa.schema([("h0", pa.uint64()), ("h1", pa.uint64()), ("g", pa.int64()), ("id", pa.string())])
 BAND_SCHEMA = pa.schema([("band", pa.int32()), ("key", pa.uint64()), ("g", pa.int64())])
@@ -341,13 +341,13 @@ def run_lines(job: DedupJob, run: Map) -> dict[str, int]:
 # --------------------------------------------------------------------------- files
 def _save(path: Path, array: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npy")
+    tmp = temporary_name(path, ".npy")
     np.save(tmp, array, allow_pickle=False)
     tmp.replace(path)
 
 
 def _write_parquet(path: Path, table: pa.Table) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = temporary_name(path)
     pq.write_table(table, tmp)
     tmp.replace(path)
