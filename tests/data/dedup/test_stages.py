@@ -172,3 +172,50 @@ def test_the_coordinator_passes_only_per_shard_integers(sources, tmp_path, monke
     for args in seen:
         for a in args:
             assert not isinstance(a, (list, dict, np.ndarray)) or len(a) <= 8, f"a task argument holds {len(a)} items"
+
+
+KILL_AT = r"""
+import os, signal, sys
+from pathlib import Path
+from tokenmill.config import CurateConfig
+from tokenmill.data import curate as curate_mod
+from tokenmill.data.dedup import stages
+
+def killing(fn):
+    def wrapper(*args):
+        fn(*args)
+        os.kill(os.getpid(), signal.SIGKILL)  # a real kill, right after the first task of the stage
+    return wrapper
+
+setattr(stages, sys.argv[3], killing(getattr(stages, sys.argv[3])))
+cfg = CurateConfig.model_validate_json(Path(sys.argv[1]).read_text())
+curate_mod.curate(cfg, Path(sys.argv[2]), progress=False)
+"""
+
+
+@pytest.mark.parametrize("stage", ["near_verify", "lines_map"])
+def test_a_run_killed_inside_a_dedup_stage_resumes_to_the_same_output(sources, one_partition, tmp_path, stage, monkeypatch):
+    """SIGKILL the whole job (workers=1: the tasks run in it) right after one task of a stage;
+    the rerun writes none of the finished tasks' files again and ends with the undisturbed output."""
+    import subprocess
+    import sys
+
+    from tokenmill.data.dedup import join, stages
+
+    cfg = config(sources, ALL, dedup_partitions=3)
+    cfg_file = tmp_path / "cfg.json"
+    cfg_file.write_text(cfg.model_dump_json())
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-c", KILL_AT, str(cfg_file), str(out), stage], timeout=300)
+    assert proc.returncode == -9 and not out.exists()
+    work = tmp_path / ".out.work"
+    finished = {p for p in work.rglob("*") if p.is_file() and ({"dedup", "lines"} & set(p.relative_to(work).parts))}
+    assert finished, "the kill came before any dedup task finished"
+    written: list[Path] = []
+    for module, name in ((stages, "write_partitioned"), (join, "write_partitioned"), (stages, "_save"), (stages, "_write_parquet")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda path, *a, _real=real: (written.append(Path(path)), _real(path, *a))[1])
+    curate(cfg, out, progress=False)
+    assert written and not finished & set(written)
+    assert everything(out) == everything(one_partition)
+    assert not work.exists()
