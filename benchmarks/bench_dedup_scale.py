@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 
@@ -62,6 +62,21 @@ def near_copy(text: str, rng: random.Random) -> str:
     return " ".join(words)
 
 
+BOILERPLATE = [f"{kind} {n}: all rights reserved, see the terms of use and the privacy notice of this site."
+               for kind in ("Copyright notice", "Site footer", "Cookie banner", "Navigation menu") for n in range(25)]
+
+
+def _document(pool: list[str], rng: random.Random) -> str:
+    """3-12 sentences in 1-4 paragraph lines; a third of the documents end with one of 100
+    boilerplate lines (each then in ~1/300 of the corpus: far above line_dedup's min_docs)."""
+    sents = [rng.choice(pool) for _ in range(rng.randint(3, 12))]
+    cuts = sorted(rng.sample(range(1, len(sents)), k=min(len(sents) - 1, rng.randint(0, 3))))
+    lines = [" ".join(sents[a:b]) for a, b in zip([0, *cuts], [*cuts, len(sents)])]
+    if rng.random() < 1 / 3:
+        lines.append(rng.choice(BOILERPLATE))
+    return "\n".join(lines)
+
+
 def build_corpus(corpus: Path, out: Path, docs: int, seed: int = 0) -> dict[str, Any]:
     """JSONL files of `docs` documents and the planted truth (copy id -> original id)."""
     truth_file = out / "truth.json"
@@ -85,7 +100,7 @@ def build_corpus(corpus: Path, out: Path, docs: int, seed: int = 0) -> dict[str,
             near[doc_id] = [src_id, round(_jaccard(text, copy), 4)]
             text = copy
         else:
-            text = " ".join(rng.choice(pool) for _ in range(rng.randint(3, 12)))
+            text = _document(pool, rng)
             recent.append((doc_id, text))
             if len(recent) > 20_000:
                 recent.pop(rng.randrange(len(recent)))
@@ -115,11 +130,13 @@ def _jaccard(a: str, b: str) -> float:
 
 # --------------------------------------------------------------------------- measuring
 class Sampler(threading.Thread):
-    """Peak RSS of one process and, separately, of every descendant, polled every 0.2 s."""
+    """Peak RSS of one process and, separately, of every descendant (and of the processes
+    `others()` names: a Ray cluster's task workers), polled every 0.2 s."""
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, others: Callable[[], list[int]] = lambda: []):
         super().__init__(daemon=True)
         self.proc = psutil.Process(pid)
+        self.others = others
         self.main_peak = 0
         self.child_peak = 0
         self.stop = threading.Event()
@@ -128,7 +145,7 @@ class Sampler(threading.Thread):
         while not self.stop.is_set():
             try:
                 self.main_peak = max(self.main_peak, self.proc.memory_info().rss)
-                for child in self.proc.children(recursive=True):
+                for child in [*self.proc.children(recursive=True), *map(psutil.Process, self.others())]:
                     try:
                         self.child_peak = max(self.child_peak, child.memory_info().rss)
                     except psutil.Error:
@@ -138,12 +155,13 @@ class Sampler(threading.Thread):
             time.sleep(0.2)
 
 
-def measured(cmd: list[str], env: dict[str, str], name: str, quiet: bool = False) -> tuple[float, Sampler]:
+def measured(cmd: list[str], env: dict[str, str], name: str, quiet: bool = False,
+             others: Callable[[], list[int]] = lambda: []) -> tuple[float, Sampler]:
     """Run a command to the end under the RSS sampler: (wall seconds, sampler)."""
     t0 = time.time()
     out = subprocess.DEVNULL if quiet else None
     proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1", **env}, stdout=out, stderr=out)
-    sampler = Sampler(proc.pid)
+    sampler = Sampler(proc.pid, others)
     sampler.start()
     rc = proc.wait()
     sampler.stop.set()
@@ -168,12 +186,13 @@ curate(cfg, out, events=EventLog(events), progress=False)
 """ % json.dumps(STEPS)
 
 
-def run_tokenmill(src: Path, inputs: Path, work: Path, name: str, over: dict[str, Any]) -> dict[str, Any]:
+def run_tokenmill(src: Path, inputs: Path, work: Path, name: str, over: dict[str, Any],
+                  env: dict[str, str] | None = None, others: Callable[[], list[int]] = lambda: []) -> dict[str, Any]:
     out, events = work / name / "out", work / name / "events.jsonl"
     subprocess.run(["rm", "-rf", str(work / name)], check=True)
     (work / name).mkdir(parents=True)
     seconds, sampler = measured([sys.executable, "-c", RUNNER, str(src), str(inputs), str(out), str(events), json.dumps(over)],
-                                {"PYTHONPATH": str(src)}, name)
+                                {"PYTHONPATH": str(src), **(env or {})}, name, others=others)
     phases, last = {}, 0.0
     for e in (json.loads(x) for x in events.read_text().splitlines()):
         if e["kind"] == "phase":
@@ -205,6 +224,37 @@ def _scores(removed: set[str], truth: dict[str, Any]) -> dict[str, Any]:
     return {"near_recall": round(len(above & removed) / max(len(above), 1), 5),
             "precision": round(len(removed & planted) / max(len(removed), 1), 5), "removed": len(removed),
             "planted_near_at_threshold": len(above)}
+
+
+# --------------------------------------------------------------------------- a Ray cluster
+def run_on_cluster(src: Path, inputs: Path, work: Path, n: int, over: dict[str, Any], kill_after: float | None) -> dict[str, Any]:
+    """The tokenmill arm on a two-node Ray cluster of this machine (tests/data/ray_cluster.py),
+    the second node SIGKILLed `kill_after` seconds in when given."""
+    sys.path.insert(0, str(HERE.parent))
+    from tests.data.ray_cluster import ray_cluster
+
+    name = f"ray-{'kill-' if kill_after else ''}{n}"
+    with ray_cluster() as cluster:
+        workers = lambda: [p for node in (cluster.head, cluster.worker) for p in node.pids()  # noqa: E731
+                           if node.alive() and _is_task_worker(p)]
+        killer = None
+        if kill_after:
+            killer = threading.Timer(kill_after, cluster.worker.kill)
+            killer.start()
+        result = run_tokenmill(src, inputs, work, name, {**over, "executor": "ray"},
+                               {**cluster.env, "RAY_ADDRESS": cluster.address}, others=workers)
+        if killer is not None:
+            killer.cancel()
+            result["node_killed_at_s"] = kill_after if not cluster.worker.alive() else None
+    return result
+
+
+def _is_task_worker(pid: int) -> bool:
+    """Ray titles its task worker processes `ray::<task>` (`ray::IDLE` between tasks)."""
+    try:
+        return " ".join(psutil.Process(pid).cmdline()).startswith("ray::")
+    except psutil.Error:
+        return False
 
 
 # --------------------------------------------------------------------------- datatrove
@@ -262,11 +312,13 @@ def main() -> None:
     ap.add_argument("--baseline-src", type=Path, help="src/ of the implementation to compare with (same docs, interleaved)")
     ap.add_argument("--datatrove", action="store_true")
     ap.add_argument("--memory-per-task", type=int, default=None)
+    ap.add_argument("--ray-cluster", action="store_true", help="also run on a two-node Ray cluster of this machine")
+    ap.add_argument("--kill-node-after", type=float, help="and again, SIGKILLing the second node this many seconds in")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     results = {"command": " ".join(sys.argv), "commit": _commit(args.src), "machine": _machine(), "runs": []}
     for n in args.docs:
-        inputs = args.work / f"corpus-{n}"
+        inputs = args.work / f"corpus-v2-{n}"
         truth = build_corpus(args.corpus, inputs, n)
         over = {"memory_per_task": args.memory_per_task} if args.memory_per_task else {}
         entry: dict[str, Any] = {"docs": n, "bytes": truth["bytes"], "planted_exact": len(truth["exact"]),
@@ -277,6 +329,12 @@ def main() -> None:
             old = run_tokenmill(args.baseline_src, inputs, args.work, f"old-{n}", {})
             entry["baseline"] = {**old, **quality(Path(old.pop("out")), truth)}
             entry["identical_output"] = _same_output(args.work / f"new-{n}" / "out", args.work / f"old-{n}" / "out")
+        if args.ray_cluster:
+            ray = run_on_cluster(args.src, inputs, args.work, n, over, None)
+            entry["ray_cluster"] = {**ray, "identical_output": _same_output(Path(ray.pop("out")), args.work / f"new-{n}" / "out")}
+        if args.kill_node_after:
+            ray = run_on_cluster(args.src, inputs, args.work, n, over, args.kill_node_after)
+            entry["ray_cluster_node_lost"] = {**ray, "identical_output": _same_output(Path(ray.pop("out")), args.work / f"new-{n}" / "out")}
         if args.datatrove:
             entry["datatrove"] = run_datatrove(inputs, args.work, truth)
         entry["load_after"] = os.getloadavg()

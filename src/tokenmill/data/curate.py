@@ -214,7 +214,7 @@ def ids_phase(job: Job, specs: list[ShardSpec], executor: Any) -> dict[str, int]
         partitions = int(json.loads(plan.read_text())["partitions"])
     else:
         size = sum(Path(f).stat().st_size for s in with_ids for f in s.files)
-        partitions = job.cfg.dedup_partitions or max(1, -(-size // job.cfg.memory_per_task))
+        partitions = job.cfg.dedup_partitions or max(job.cfg.workers, -(-size // job.cfg.memory_per_task))
         atomic_write_text(plan, json.dumps({"partitions": partitions}))
     unusable = sum(executor.map(collect_ids_shard, [(job, s, partitions) for s in with_ids]))
     per_part = executor.map(merge_ids_partition, [(job, p) for p in range(partitions)])

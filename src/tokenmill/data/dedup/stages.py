@@ -26,6 +26,7 @@ survives, same reasons, cluster ids and sizes) for any number of shards, partiti
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -269,26 +270,31 @@ def load_decisions(work: Path | str, shard: int) -> dict[int, dict[str, Any]]:
 
 # --------------------------------------------------------------------------- orchestration
 def run_dedup(job: DedupJob, run: Map) -> dict[str, Any]:
-    """Every task of exact and near dedup, in order; finished tasks are skipped (resume)."""
+    """Every task of exact and near dedup, in order; finished tasks are skipped (resume).
+    Returns the rows, partitions and shards with the seconds each stage took."""
     done = job.root / "DONE"
     if done.exists():
         return json.loads(done.read_text())
     shards = [(job, s) for s in range(job.n_shards)]
     parts = [(job, p) for p in range(job.partitions)]
+    stages: list[tuple[str, Callable[..., Any], list[tuple]]] = []
     if "exact_dedup" in job.steps:
-        run(exact_map, shards)
-        run(exact_reduce, parts)
+        stages += [("exact_map", exact_map, shards), ("exact_reduce", exact_reduce, parts)]
     if "minhash_dedup" in job.steps:
         with_text = job.cfg.minhash_dedup.verify
-        run(near_map, shards)
-        run(near_buckets, parts)
-        run(join.send, [(job, job.root / "near" / "verify", s, with_text) for s in range(job.n_shards)])
-        run(near_verify, shards)
-        run(near_components, [(job,)])
-        run(join.send, [(job, job.root / "near" / "reason", s, with_text) for s in range(job.n_shards)])
-        run(near_reasons, shards)
-    run(decide, shards)
-    stats = {"rows": int(job.shard_bases[-1]), "partitions": job.partitions, "shards": job.n_shards}
+        verify, reason = job.root / "near" / "verify", job.root / "near" / "reason"
+        stages += [("near_map", near_map, shards), ("near_buckets", near_buckets, parts),
+                   ("verify_send", join.send, [(job, verify, s, with_text) for s in range(job.n_shards)]),
+                   ("verify", near_verify, shards), ("components", near_components, [(job,)]),
+                   ("reason_send", join.send, [(job, reason, s, with_text) for s in range(job.n_shards)]),
+                   ("reasons", near_reasons, shards)]
+    stages.append(("decide", decide, shards))
+    seconds = {}
+    for name, fn, tasks in stages:
+        t0 = time.perf_counter()
+        run(fn, tasks)
+        seconds[name] = round(time.perf_counter() - t0, 3)
+    stats = {"rows": int(job.shard_bases[-1]), "partitions": job.partitions, "shards": job.n_shards, "stage_seconds": seconds}
     atomic_write_text(done, json.dumps(stats))
     return stats
 

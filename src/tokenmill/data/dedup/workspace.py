@@ -21,17 +21,18 @@ from tokenmill.data.config import CurateConfig
 # Bytes a task may hold per row of a partition, per stage: sets how many partitions a budget
 # needs (measured on the 1M-document benchmark; see README "Memory").
 EXACT_BYTES_PER_ROW = 160
-NEAR_BYTES_PER_ROW = 80  # per band key
+NEAR_BYTES_PER_ROW = 120  # per band key (95 measured at 200k documents, BENCHMARKS.md)
 LINE_BYTES_PER_UNIT = 48
 
 
 def dedup_partitions(cfg: CurateConfig, rows: int) -> int:
     """Hash partitions for `rows` kept rows: enough that the largest reducer (the LSH buckets,
-    one record per band of every row) stays within `memory_per_task`."""
+    one record per band of every row) stays within `memory_per_task`, and one per worker."""
     if cfg.dedup_partitions is not None:
         return cfg.dedup_partitions
     per_row = max(EXACT_BYTES_PER_ROW, NEAR_BYTES_PER_ROW * cfg.minhash_dedup.bands)
-    return max(1, -(-rows * per_row // cfg.memory_per_task))
+    # at least one partition per worker: a lone reducer would leave the other cores idle
+    return max(cfg.workers, -(-rows * per_row // cfg.memory_per_task))
 
 
 @dataclass(frozen=True)
