@@ -50,6 +50,10 @@ class HeldoutCut:
     doc_id: str
     seed: int
 
+    @property
+    def holds_none(self) -> bool:
+        return (self.score, self.doc_id) <= (0.0, "")
+
     def holds(self, doc_id: str) -> bool:
         return not is_canary_id(doc_id) and (split_score(doc_id, self.seed), doc_id) < (self.score, self.doc_id)
 
@@ -91,8 +95,10 @@ class CutCounter:
 
 
 def bucket_cuts(curated_dir: Path, fraction: float, min_docs: int, seed: int,
-                batch_rows: int = ID_BATCH) -> dict[str, HeldoutCut]:
-    """Every bucket's cut, from one pass over the id column of its parts, in bounded batches."""
+                batch_rows: int | None = None) -> dict[str, HeldoutCut]:
+    """Every bucket's cut, from one pass over the id column of its parts, `batch_rows` ids
+    (default ID_BATCH) at a time."""
+    batch_rows = batch_rows or ID_BATCH
     cuts = {}
     for bucket in curated_buckets(curated_dir):
         counter = CutCounter(fraction, min_docs, seed)
