@@ -109,7 +109,7 @@ def test_precision_recall_counts():
     assert (pr["tp"], pr["fp"], pr["fn"]) == (1, 1, 1) and pr["precision"] == pr["recall"] == 0.5
 
 
-def test_the_eval_stage_reports_the_semantic_check_per_task(tokenized_run):
+def test_the_eval_stage_reports_the_semantic_check_per_task(tokenized_run, no_whole_curated_column):
     from tokenmill.config import RunConfig
     from tokenmill.eval.evaluate import TaskScorer
     from tokenmill.runs import RunDir
@@ -162,7 +162,7 @@ def test_embedder_trains_on_the_first_documents_of_a_seeded_order_whatever_the_s
     assert np.array_equal(a.vectors, b.vectors) and np.array_equal(a.common, b.common)
 
 
-def test_training_documents_stream_by_merging_with_the_store(tokenized_run, monkeypatch):
+def test_training_documents_stream_by_merging_with_the_store(tokenized_run, request):
     """The merge of curated parts with the store's train ids gives the training documents, in
     store order, without reading a whole curated column; a store of other data is an error."""
     import pyarrow.parquet as pq
@@ -175,8 +175,7 @@ def test_training_documents_stream_by_merging_with_the_store(tokenized_run, monk
     train = [i for b in store.buckets for sh in store.shards(b, "train") for i in sh.doc_table().column("id").to_pylist()]
     text = {i: t for b in store.buckets for i, t in iter_documents(curated, b)}
     read_table = pq.read_table
-    monkeypatch.setattr(pq, "read_table", lambda path, *a, **kw: (
-        pytest.fail("a whole curated column was read") if "curated" in str(path) else read_table(path, *a, **kw)))
+    request.getfixturevalue("no_whole_curated_column")
     docs = sc.TrainingDocuments(curated, store)
     assert list(docs) == [(i, text[i]) for i in train] == list(docs)  # re-iterable
     assert len(train) < len(text)  # held-out documents were skipped

@@ -235,7 +235,7 @@ def test_a_bad_part_stops_the_stage_naming_it(parted_run, monkeypatch, workers, 
     assert not parted_run.sub("tokens").exists()
 
 
-def test_heldout_duplicates_train_instead_with_no_list_of_ids_in_the_planner(parted_run, monkeypatch):
+def test_heldout_duplicates_train_instead_with_no_list_of_ids_in_the_planner(parted_run, monkeypatch, request):
     """A held-out document made a copy of a training document of another part moves to training,
     as the in-memory check decides; the planner reads ids only in small batches, never a whole
     column, and its tasks carry the bucket's cut and their moved ids, not a set of held ids."""
@@ -265,13 +265,7 @@ def test_heldout_duplicates_train_instead_with_no_list_of_ids_in_the_planner(par
     real = hs.part_id_batches
     monkeypatch.setattr(hs, "part_id_batches", lambda part, rows: (batches.append(len(b)) or b for b in real(part, rows)))
     monkeypatch.setattr(hs, "ID_BATCH", 4)
-    read_table = pq.read_table
-
-    def whole_column(path, *a, **kw):
-        assert "curated" not in str(path), "a whole curated column was read"
-        return read_table(path, *a, **kw)
-
-    monkeypatch.setattr(pq, "read_table", whole_column)
+    request.getfixturevalue("no_whole_curated_column")
     parted_run.config.tokenize.shuffle_records = 50  # many partitions
     run_tokenize(parted_run)
     assert max(batches) <= 4 and sum(batches) == len(everything)
