@@ -119,18 +119,21 @@ class Decision:
     record: dict[str, str | float]
 
 
-def _groups(records: np.ndarray) -> np.ndarray:
-    """Group number of each record's key (equal keys, equal numbers)."""
-    return np.unique(records["key"], axis=0, return_inverse=True)[1].reshape(-1)
+def _sides(records: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(is held-out, group number of the key: equal keys, equal numbers) of each record, or None
+    when one side is missing (no pair can form)."""
+    held = records["held"].astype(bool)
+    if held.all() or not held.any():
+        return None
+    return held, np.unique(records["key"], axis=0, return_inverse=True)[1].reshape(-1)
 
 
 def last_matches(records: np.ndarray) -> np.ndarray:
     """(held, train) for each held-out record and the last training record (highest position)
     with its key: the training document a dict {key: id} built in corpus order would hold."""
-    held = records["held"].astype(bool)
-    if held.all() or not held.any():
+    if (sides := _sides(records)) is None:
         return np.empty(0, dtype=PAIR)
-    group = _groups(records)
+    held, group = sides
     last = np.full(group.max() + 1, -1, dtype=np.int64)
     np.maximum.at(last, group[~held], records["pos"][~held])
     match = last[group[held]]
@@ -141,10 +144,9 @@ def last_matches(records: np.ndarray) -> np.ndarray:
 
 def all_pairs(records: np.ndarray) -> np.ndarray:
     """(held, train) for every held-out record and every training record with the same key."""
-    held = records["held"].astype(bool)
-    if held.all() or not held.any():
+    if (sides := _sides(records)) is None:
         return np.empty(0, dtype=PAIR)
-    group = _groups(records)
+    held, group = sides
     order = np.argsort(group[~held], kind="stable")
     t_group, t_pos = group[~held][order], records["pos"][~held][order]
     lo = np.searchsorted(t_group, group[held], "left")
