@@ -195,9 +195,11 @@ def run_tokenmill(src: Path, inputs: Path, work: Path, name: str, over: dict[str
                                 {"PYTHONPATH": str(src), **(env or {})}, name, others=others)
     phases, last = {}, 0.0
     for e in (json.loads(x) for x in events.read_text().splitlines()):
-        if e["kind"] == "phase":
-            phases[e["phase"]] = round(e["seconds"] - last, 2)
+        if e["kind"] in ("phase", "ids"):
+            phases[e.get("phase", "ids")] = round(e["seconds"] - last, 2)
             last = e["seconds"]
+            if "stage_seconds" in e:
+                phases["dedup_stages"] = e["stage_seconds"]
         if e["kind"] == "done":
             phases["final"] = round(e["seconds"] - last, 2)
     return {"seconds": seconds, "phases": phases, "coordinator_peak_mb": round(sampler.main_peak / 2**20, 1),

@@ -44,6 +44,19 @@ def curated_run(tmp_path: Path) -> RunDir:
 
 
 @pytest.fixture()
+def no_whole_curated_column(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fails a test that reads a whole curated Parquet file at once (pq.read_table): stages that
+    must stream read curated parts batch by batch. Other files (token pieces) may still be read."""
+    read_table = pq.read_table
+
+    def guarded(path, *args, **kwargs):
+        assert "curated" not in str(path), f"a whole curated file was read: {path}"
+        return read_table(path, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "read_table", guarded)
+
+
+@pytest.fixture()
 def tokenized_run(curated_run: RunDir) -> RunDir:
     """`curated_run` after the tokenizer and tokenize stages (a real token store)."""
     from tokenmill.tokenizer.stage import run_tokenizer

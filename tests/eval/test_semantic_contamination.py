@@ -109,7 +109,7 @@ def test_precision_recall_counts():
     assert (pr["tp"], pr["fp"], pr["fn"]) == (1, 1, 1) and pr["precision"] == pr["recall"] == 0.5
 
 
-def test_the_eval_stage_reports_the_semantic_check_per_task(tokenized_run):
+def test_the_eval_stage_reports_the_semantic_check_per_task(tokenized_run, no_whole_curated_column):
     from tokenmill.config import RunConfig
     from tokenmill.eval.evaluate import TaskScorer
     from tokenmill.runs import RunDir
@@ -126,3 +126,62 @@ def test_the_eval_stage_reports_the_semantic_check_per_task(tokenized_run):
     assert (run.sub("contamination", "embedder", "vocab.json")).exists()
     assert all(e["score"] >= 0.5 and e["doc_id"] for e in sem["examples"])
     json.dumps(out)  # goes into eval/<step>.json as it is
+
+
+# --------------------------------------------------------------------------- streaming
+def test_one_pass_over_a_stream_equals_one_scan_per_length(embedder):
+    """Items of every window length against a one-shot generator: each item's best window is
+    what a scan at its own length over a list finds."""
+    items = ITEMS["python"] + ["break", "a loop", " ".join(WORD.findall(DOCS[3][1]))[:400]]
+    assert len({sc.window_size(t) for t in items}) >= 3
+    got = sc.best_matches(embedder, items, (d for d in DOCS[:40]))
+    for n in {sc.window_size(t) for t in items}:
+        mine = [i for i, t in enumerate(items) if sc.window_size(t) == n]
+        want = sc.best_matches(embedder, [items[i] for i in mine], DOCS[:40], size=n)
+        assert [got[i].score for i in mine] == pytest.approx([m.score for m in want], abs=1e-6)
+        assert [got[i].window for i in mine] == [m.window for m in want]
+
+
+def test_embedder_trains_on_the_first_documents_of_a_seeded_order_whatever_the_stream_order(monkeypatch):
+    """The documents first by (seed, id) hash until max_words, as a sort of all of them would
+    pick, from a stream in either order; the heap never holds more than that."""
+    seen: list[list[str]] = []
+    real = Embedder.train
+    monkeypatch.setattr(Embedder, "train", classmethod(lambda cls, texts, **kw: (seen.append(list(texts)), real(texts, **kw))[1]))
+    docs = DOCS[:120]
+    ranked = sorted(docs, key=lambda d: sc._priority(d[0], 5))
+    want, total = [], 0
+    for _, text in ranked:
+        if total >= 20_000:
+            break
+        want.append(text)
+        total += len(text.split())
+    a = sc.train_embedder(iter(docs), dim=16, max_words=20_000, seed=5)
+    b = sc.train_embedder(iter(docs[::-1]), dim=16, max_words=20_000, seed=5)
+    assert seen[0] == seen[1] == want and len(want) < len(docs)
+    assert np.array_equal(a.vectors, b.vectors) and np.array_equal(a.common, b.common)
+
+
+def test_training_documents_stream_by_merging_with_the_store(tokenized_run, request):
+    """The merge of curated parts with the store's train ids gives the training documents, in
+    store order, without reading a whole curated column; a store of other data is an error."""
+    import pyarrow.parquet as pq
+
+    from tokenmill.data.curated import iter_documents
+    from tokenmill.tokens.store import TokenStore
+
+    store = TokenStore(tokenized_run.sub("tokens"))
+    curated = tokenized_run.sub("curated")
+    train = [i for b in store.buckets for sh in store.shards(b, "train") for i in sh.doc_table().column("id").to_pylist()]
+    text = {i: t for b in store.buckets for i, t in iter_documents(curated, b)}
+    read_table = pq.read_table
+    request.getfixturevalue("no_whole_curated_column")
+    docs = sc.TrainingDocuments(curated, store)
+    assert list(docs) == [(i, text[i]) for i in train] == list(docs)  # re-iterable
+    assert len(train) < len(text)  # held-out documents were skipped
+
+    part = curated / "prose" / "part-00000.parquet"
+    table = read_table(part)
+    pq.write_table(table.slice(0, table.num_rows - 3), part)  # the curated data changed since
+    with pytest.raises(ValueError, match="not made from this curated data"):
+        list(docs)

@@ -65,3 +65,31 @@ def test_unknown_bucket_in_budget_is_refused(curated_run):
     curated_run.config.tokenizer.bucket_bytes = {"prsoe": 1000}
     with pytest.raises(SampleConfigError, match="prsoe"):
         run_tokenizer(curated_run)
+
+
+def test_sample_streams_from_disk_and_equals_the_rule_in_memory(curated_run, monkeypatch, no_whole_curated_column):
+    """Partitions of 3 documents, no whole curated column ever read, the scratch removed after:
+    the sample is exactly `select_documents` over each bucket's training documents."""
+    import numpy as np
+
+    from tokenmill.tokenizer.sample import bucket_budgets, select_documents
+
+    seen: list[str] = []
+    real_train = stage.train_bpe
+    monkeypatch.setattr(stage, "train_bpe", lambda texts, cfg: real_train(iter(seen.extend(texts) or seen), cfg))
+    cfg = curated_run.config.tokenizer
+    cfg.sample_bytes, cfg.sample_partition_docs = 60_000, 3
+    run_tokenizer(curated_run)
+    assert not curated_run.sub("tokenizer.sample").exists()
+
+    curated, seed = curated_run.sub("curated"), curated_run.config.seed
+    train = {b: [(i, t) for i, t in iter_documents(curated, b)
+                 if i not in heldout_ids([d for d, _ in iter_documents(curated, b)], 0.1, 1, seed)]
+             for b in ("code", "prose")}
+    budgets = bucket_budgets({b: sum(len(t.encode()) for _, t in d) for b, d in train.items()}, cfg)
+    want = []
+    for bucket, docs in train.items():
+        keep = select_documents([i for i, _ in docs], np.array([len(t.encode()) for _, t in docs]), budgets[bucket],
+                                seed, bucket)
+        want += [t for (_, t), k in zip(docs, keep) if k]
+    assert seen == want and 0 < sum(len(t.encode()) for t in seen) <= 60_000

@@ -233,3 +233,47 @@ def test_a_bad_part_stops_the_stage_naming_it(parted_run, monkeypatch, workers, 
     with pytest.raises(ValueError, match=r"part-00001\.parquet: document y has no text"):
         run_tokenize(parted_run)
     assert not parted_run.sub("tokens").exists()
+
+
+def test_heldout_duplicates_train_instead_with_no_list_of_ids_in_the_planner(parted_run, monkeypatch, request):
+    """A held-out document made a copy of a training document of another part moves to training,
+    as the in-memory check decides; the planner reads ids only in small batches, never a whole
+    column, and its tasks carry the bucket's cut and their moved ids, not a set of held ids."""
+    import tokenmill.data.heldout_split as hs
+    from tokenmill.tokens.heldout_dedup import training_duplicates
+
+    curated = parted_run.sub("curated")
+    source = [i for i, _ in iter_documents(curated, "prose")]
+    held = heldout_ids(source, 0.1, 1, parted_run.config.seed)
+    parts = sorted(curated.joinpath("prose").glob("part-*.parquet"))
+    tables = [pq.read_table(p) for p in parts]
+    k, row = next((k, r) for k, t in enumerate(tables) for r, i in enumerate(t.column("id").to_pylist()) if i in held)
+    j, src = next((j, r) for j, t in enumerate(tables) for r, i in enumerate(t.column("id").to_pylist())
+                  if j != k and i not in held and len(t.column("text")[r].as_py()) > 200)
+    copy = tables[j].column("text")[src].as_py().upper()
+    texts = tables[k].column("text").to_pylist()
+    texts[row] = copy
+    pq.write_table(tables[k].set_column(1, "text", pa.array(texts)), parts[k])
+    copied = tables[k].column("id")[row].as_py()
+    everything = {i: t for b in ("code", "prose") for i, t in iter_documents(curated, b)}
+    expected = training_duplicates(everything, held | heldout_ids([i for i, _ in iter_documents(curated, "code")], 0.1, 1,
+                                                                  parted_run.config.seed),
+                                   parted_run.config.curate.minhash_dedup, parted_run.config.seed)
+    assert copied in expected
+
+    batches: list[int] = []
+    real = hs.part_id_batches
+    monkeypatch.setattr(hs, "part_id_batches", lambda part, rows: (batches.append(len(b)) or b for b in real(part, rows)))
+    monkeypatch.setattr(hs, "ID_BATCH", 4)
+    request.getfixturevalue("no_whole_curated_column")
+    parted_run.config.tokenize.shuffle_records = 50  # many partitions
+    run_tokenize(parted_run)
+    assert max(batches) <= 4 and sum(batches) == len(everything)
+
+    store = TokenStore(parted_run.sub("tokens"))
+    assert store.meta["heldout_moved_to_train"] == expected
+    val = [i for sh in store.shards("prose", "val") for i in sh.doc_table().column("id").to_pylist()]
+    assert sorted(val) == sorted(held - set(expected))
+    tasks = tz.plan_parts(parted_run, parted_run.sub("tokens.parts"), "tiktoken", np.dtype(np.uint16))
+    assert [t.moved for t in tasks if copied in t.moved] == [frozenset({copied})]
+    assert not hasattr(tasks[0], "held")

@@ -36,6 +36,15 @@ def iter_documents(curated_dir: Path, bucket: str, batch_rows: int = 1024) -> It
                 yield doc_id, text
 
 
+ID_BATCH = 65536  # ids read at once by passes that only count or hash them
+
+
+def part_id_batches(part: Path, batch_rows: int = ID_BATCH) -> Iterator[list[str]]:
+    """The ids of one part, at most `batch_rows` at a time, row order preserved."""
+    for batch in pq.ParquetFile(part).iter_batches(batch_size=batch_rows, columns=["id"]):
+        yield batch.column("id").to_pylist()
+
+
 def document_ids(curated_dir: Path, bucket: str) -> list[str]:
     return [i for part in bucket_parts(curated_dir, bucket)
             for i in pq.read_table(part, columns=["id"]).column("id").to_pylist()]

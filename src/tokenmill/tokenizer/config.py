@@ -19,6 +19,7 @@ class TokenizerConfig(Strict):
     sample_bytes: int = Field(30_000_000, description="Train on at most this many bytes of text (split over buckets by their size unless bucket_bytes is set).")
     bucket_bytes: dict[str, int] | None = Field(
         None, description="Training-sample bytes per bucket (an unlisted bucket gives none); None: sample_bytes in proportion to each bucket's training bytes.")
+    sample_partition_docs: int = Field(4_000_000, ge=1, description="Documents per partition of the sample's priority order on disk (one task holds one partition: ~32 bytes per document with its sort).")
     max_token_bytes: int = Field(32, description="Longest token, in characters, BPE may create.")
     n_sentinels: int = Field(32, ge=0, description="Span-corruption sentinels <|extra_id_0|>... after EOS, BOS, PAD, MASK (ids 4..).")
     key_terms: list[str] = Field(

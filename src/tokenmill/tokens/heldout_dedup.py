@@ -16,13 +16,20 @@ and is recorded with its reason and the training document it matched.
 
 from __future__ import annotations
 
+import shutil
 from collections import defaultdict
-from typing import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
 
+import numpy as np
+import pyarrow.parquet as pq
 import xxhash
 
 from tokenmill.data.config import MinHashConfig
 from tokenmill.data.dedup.minhash import MinHasher, jaccard, normalized_words
+from tokenmill.data.heldout_split import HeldoutCut
+from tokenmill.data.dedup.spill import Spill, hash_partition, partitions_for
 
 
 def exact_key(text: str) -> str:
@@ -74,3 +81,189 @@ def training_duplicates(texts: dict[str, str], held: Iterable[str], cfg: MinHash
             found[i] = {"reason": "near", "match": train_ids[best], "jaccard": round(float(best_j), 4)}
     return found
 
+
+
+# --------------------------------------------------------------------------- at scale: a shuffle
+# `training_duplicates` holds every text of the corpus in one dict. `shuffled_training_duplicates`
+# decides the same by partitions. A document is named by its position (part index << 32 | row:
+# positions sort in corpus order); the keys that can pair a held-out candidate with a training
+# document go to files partitioned by key.
+#
+#   map      per part, batch by batch: the exact key and the MinHash band keys of every document
+#   reduce   per key partition: each held-out key's last training document with the same exact
+#            key, and every (held-out, training) pair that shares a band key; both spilled again,
+#            partitioned by the held-out position
+#   verify   per held-out partition: exact matches stand; the other candidates' exact Jaccard,
+#            reading only the texts their pairs name
+#
+# Memory: a map task holds one batch of documents; a reduce task one partition of about
+# `records_per_partition` records (the band file is the largest: `bands` records per document,
+# 4·(rows+1)+9 bytes each); a verify task its pairs and the texts they name. The coordinator
+# holds counters and the answer.
+EXACT = np.dtype([("key", "<u4", (4,)), ("pos", "<i8"), ("held", "u1")])
+PAIR = np.dtype([("held", "<i8"), ("train", "<i8")])
+
+
+def band_dtype(rows: int) -> np.dtype:
+    """A band record: the band's index and its `rows` signature values (the exact key), the
+    document's position and whether it is a held-out candidate."""
+    return np.dtype([("key", "<u4", (rows + 1,)), ("pos", "<i8"), ("held", "u1")])
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A held-out candidate that goes to training: its part (index in the input), id and why."""
+
+    part: int
+    doc_id: str
+    record: dict[str, str | float]
+
+
+def _sides(records: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(is held-out, group number of the key: equal keys, equal numbers) of each record, or None
+    when one side is missing (no pair can form)."""
+    held = records["held"].astype(bool)
+    if held.all() or not held.any():
+        return None
+    return held, np.unique(records["key"], axis=0, return_inverse=True)[1].reshape(-1)
+
+
+def last_matches(records: np.ndarray) -> np.ndarray:
+    """(held, train) for each held-out record and the last training record (highest position)
+    with its key: the training document a dict {key: id} built in corpus order would hold."""
+    if (sides := _sides(records)) is None:
+        return np.empty(0, dtype=PAIR)
+    held, group = sides
+    last = np.full(group.max() + 1, -1, dtype=np.int64)
+    np.maximum.at(last, group[~held], records["pos"][~held])
+    match = last[group[held]]
+    out = np.empty(int((match >= 0).sum()), dtype=PAIR)
+    out["held"], out["train"] = records["pos"][held][match >= 0], match[match >= 0]
+    return out
+
+
+def all_pairs(records: np.ndarray) -> np.ndarray:
+    """(held, train) for every held-out record and every training record with the same key."""
+    if (sides := _sides(records)) is None:
+        return np.empty(0, dtype=PAIR)
+    held, group = sides
+    order = np.argsort(group[~held], kind="stable")
+    t_group, t_pos = group[~held][order], records["pos"][~held][order]
+    lo = np.searchsorted(t_group, group[held], "left")
+    count = np.searchsorted(t_group, group[held], "right") - lo
+    out = np.empty(int(count.sum()), dtype=PAIR)
+    out["held"] = np.repeat(records["pos"][held], count)
+    out["train"] = t_pos[np.repeat(lo - (np.cumsum(count) - count), count) + np.arange(out.size)]
+    return out
+
+
+def read_positions(parts: list[Path], positions: np.ndarray, batch_rows: int = 4096) -> dict[int, tuple[str, str]]:
+    """(id, text) of the documents at these positions, each part read once, batch by batch."""
+    out: dict[int, tuple[str, str]] = {}
+    positions = np.unique(positions)
+    for index in np.unique(positions >> 32):
+        rows = positions[(positions >> 32) == index] & 0xFFFFFFFF
+        start = 0
+        for batch in pq.ParquetFile(parts[int(index)]).iter_batches(batch_size=batch_rows, columns=["id", "text"]):
+            here = rows[(rows >= start) & (rows < start + batch.num_rows)]
+            if here.size:
+                ids = batch.column("id").take(here - start).to_pylist()
+                texts = batch.column("text").take(here - start).to_pylist()
+                out.update(((int(index) << 32) + int(r), (i, t)) for r, i, t in zip(here, ids, texts))
+            start += batch.num_rows
+    return out
+
+
+class _Shuffle:
+    def __init__(self, parts: list[Path], work: Path, cfg: MinHashConfig, seed: int, n: int):
+        self.parts, self.cfg, self.n = parts, cfg, n
+        self.hasher = MinHasher(cfg, seed)
+        self.exact = Spill(work / "exact", EXACT, n)
+        self.bands = Spill(work / "bands", band_dtype(cfg.rows), n)
+        self.matched = Spill(work / "matched", PAIR, n)  # exact matches, by held-out position
+        self.pairs = Spill(work / "pairs", PAIR, n)  # near candidates, by held-out position
+
+    def map_part(self, index: int, cut: HeldoutCut, batch_docs: int) -> None:
+        row = 0
+        for batch in pq.ParquetFile(self.parts[index]).iter_batches(batch_size=batch_docs, columns=["id", "text"]):
+            ids, texts = batch.column("id").to_pylist(), batch.column("text").to_pylist()
+            keep = [k for k, t in enumerate(texts) if t]  # an empty text takes no part (as in memory)
+            if keep:
+                pos = (index << 32) + row + np.asarray(keep, dtype=np.int64)
+                held = np.fromiter((cut.holds(ids[k]) for k in keep), dtype=np.uint8, count=len(keep))
+                self._map_batch([texts[k] for k in keep], pos, held)
+            row += len(texts)
+
+    def _map_batch(self, texts: list[str], pos: np.ndarray, held: np.ndarray) -> None:
+        digests = b"".join(xxhash.xxh3_128_digest(b" ".join(normalized_words(t))) for t in texts)
+        exact = np.empty(len(texts), dtype=EXACT)
+        exact["key"], exact["pos"], exact["held"] = np.frombuffer(digests, dtype="<u4").reshape(-1, 4), pos, held
+        self.exact.write(exact, hash_partition(exact["key"][:, 0], self.n))
+
+        shingles = self.hasher.shingle_sets(texts)
+        has = np.fromiter(map(len, shingles), dtype=np.int64, count=len(texts)) > 0  # none: J = 0 with all
+        b, r = self.cfg.bands, self.cfg.rows
+        sigs = self.hasher.signatures_of([s for s, h in zip(shingles, has) if h])
+        bands = np.empty((len(sigs), b), dtype=self.bands.dtype)
+        bands["key"][:, :, 0] = np.arange(b, dtype=np.uint32)
+        bands["key"][:, :, 1:] = sigs.reshape(len(sigs), b, r)
+        bands["pos"], bands["held"] = pos[has][:, None], held[has][:, None]
+        self.bands.write(bands.reshape(-1), hash_partition(self.hasher.band_keys(sigs).reshape(-1), self.n))
+
+    def reduce(self, p: int) -> None:
+        for spill, pairs in ((self.matched, last_matches(self.exact.read(p))), (self.pairs, all_pairs(self.bands.read(p)))):
+            spill.write(pairs, hash_partition(pairs["held"], self.n))
+
+    def verify(self, p: int) -> tuple[list[tuple[int, str, dict]], list[tuple[int, str, dict]]]:
+        """(exact, near) decisions of the held-out candidates of partition p: (position, id, record)."""
+        matched = self.matched.read(p)
+        pairs = self.pairs.read(p)
+        pairs = np.unique(pairs[~np.isin(pairs["held"], matched["held"])])  # sorted: held, then train
+        docs = read_positions(self.parts, np.concatenate([matched["held"], matched["train"], pairs["held"], pairs["train"]]))
+        exact = [(int(h), docs[h][0], {"reason": "exact", "match": docs[t][0], "jaccard": 1.0})
+                 for h, t in zip(matched["held"].tolist(), matched["train"].tolist())]
+        near_ids = np.unique(np.concatenate([pairs["held"], pairs["train"]])).tolist()
+        shingles = dict(zip(near_ids, self.hasher.shingle_sets([docs[i][1] for i in near_ids])))
+        near = []
+        for h, start, end in _runs(pairs["held"]):
+            best, best_j = None, 0.0
+            for t in pairs["train"][start:end].tolist():  # ascending: ties go to the first, as in memory
+                j = jaccard(shingles[h], shingles[t])
+                if j > best_j:
+                    best, best_j = t, j
+            if best is not None and best_j >= self.cfg.threshold:
+                near.append((h, docs[h][0], {"reason": "near", "match": docs[best][0], "jaccard": round(float(best_j), 4)}))
+        return exact, near
+
+
+def _runs(values: np.ndarray) -> Iterator[tuple[int, int, int]]:
+    """(value, start, end) of each run of equal values in a sorted array."""
+    if values.size == 0:
+        return
+    starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+    ends = np.r_[starts[1:], values.size]
+    yield from zip(values[starts].tolist(), starts.tolist(), ends.tolist())
+
+
+def shuffled_training_duplicates(parts: list[Path], cuts: list[HeldoutCut], cfg: MinHashConfig, seed: int,
+                                 work: Path, records_per_partition: int, batch_docs: int) -> list[Decision]:
+    """`training_duplicates` of a corpus on disk: `parts` in corpus order, `cuts[i]` the held-out
+    cut of part i's bucket. Same decisions, in the same order (exact ones, then near ones, each by
+    id), with no per-document state outside one task. `work` is scratch, removed at the end."""
+    if all(c.holds_none for c in cuts):
+        return []
+    rows = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
+    shuffle = _Shuffle(parts, work, cfg, seed, partitions_for(rows * cfg.bands, records_per_partition))
+    try:
+        for index, cut in enumerate(cuts):
+            shuffle.map_part(index, cut, batch_docs)
+        for p in range(shuffle.n):
+            shuffle.reduce(p)
+        exact, near = [], []
+        for p in range(shuffle.n):
+            e, n = shuffle.verify(p)
+            exact += e
+            near += n
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return [Decision(pos >> 32, i, rec) for pos, i, rec in sorted(exact, key=lambda d: d[1]) + sorted(near, key=lambda d: d[1])]

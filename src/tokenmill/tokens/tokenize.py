@@ -1,12 +1,13 @@
 """The tokenize stage: curated parts -> token shards per bucket and split, EOS after each document.
 
-  plan      one task per curated part: its file, content hash and held-out ids (fixed by the data)
+  plan      one task per curated part: its file, content hash and held-out rule (fixed by the data:
+            the bucket's cut and the part's candidates moved to training, see plan_parts)
   encode    on `tokenize.workers` cores: worker processes over the parts when there is enough
             data to pay for starting them, else tiktoken threads in this process; each part writes
             its documents to
             `tokens.parts/<bucket>/<part>/{train,val}.{bin,idx,docs.parquet}` and then a
             `_done.json` marker holding the task's key (tokenizer sha256, encoder, part content,
-            held-out ids). A killed stage, run again, skips every part whose marker matches and
+            held-out rule). A killed stage, run again, skips every part whose marker matches and
             redoes the rest — a part encoded with another tokenizer is never reused.
   assemble  the pieces, in part order, are cut into shards of about `shard_tokens` tokens in
             `tokens.tmp/` (a shard closes after the document that reaches the limit), `_meta.json`
@@ -42,8 +43,8 @@ from tokenmill.tokenizer.bpe import load_tokenizer, tokenizer_sha256
 from tokenmill.tokenizer.fast_encode import Encoder, choose_encoder, load_encoder
 from tokenmill.tokenizer.special import BOS_ID, EOS_ID, MASK, PAD_ID, sentinel
 from tokenmill.data.curated import bucket_parts, curated_buckets
-from tokenmill.tokens.heldout_dedup import training_duplicates
-from tokenmill.data.heldout_split import heldout_ids
+from tokenmill.tokens.heldout_dedup import shuffled_training_duplicates
+from tokenmill.data.heldout_split import HeldoutCut, bucket_cuts
 from tokenmill.tokens.store import SPLITS, Shard, ShardWriter, TokenStoreError, token_dtype
 
 PIECES_FORMAT = 1  # bump when what a part piece holds changes: old pieces are then redone
@@ -60,7 +61,8 @@ class PartTask:
     bucket: str
     part: str
     out: str
-    held: frozenset[str]
+    cut: HeldoutCut  # the bucket's held-out cut: the part's own ids decide, no per-document set
+    moved: frozenset[str]  # held-out candidates of this part that duplicate training text: they train
     tokenizer: str
     encoder: str
     dtype: str
@@ -144,7 +146,8 @@ def encode_part(task: PartTask) -> dict[str, Any]:
     writers = {s: ShardWriter(out / s, dtype) for s in SPLITS}
     for ids, texts, n_bytes in itertools.chain([first] if first else [], batches):
         for doc_id, arr, nb in zip(ids, enc.encode(texts), n_bytes):
-            writers["val" if doc_id in task.held else "train"].add(doc_id, _with_eos(arr, dtype), nb)
+            held = task.cut.holds(doc_id) and doc_id not in task.moved
+            writers["val" if held else "train"].add(doc_id, _with_eos(arr, dtype), nb)
     record = {"key": task.key, "bucket": task.bucket, "part": Path(task.part).name, "encoder": enc.name,
               "spot_check_failed": enc is not fast, "seconds": time.perf_counter() - t0, "pid": os.getpid(),
               "splits": {s: w.close() for s, w in writers.items()}}
@@ -164,43 +167,35 @@ def _file_hash(path: Path) -> str:
 def plan_parts(run: RunDir, parts_dir: Path, encoder: str, dtype: np.dtype,
                moved_out: dict[str, Any] | None = None) -> list[PartTask]:
     """One task per curated part, buckets in name order, parts in file order. Held-out candidates
-    that duplicate a training document go to training; `moved_out` receives them with the reason."""
+    that duplicate a training document go to training; `moved_out` receives them with the reason.
+
+    No list of the corpus's ids: one pass over the id column gives each bucket its held-out cut,
+    the duplicate check is a shuffle on disk, and each task applies the cut to its own ids."""
     cfg = run.config.tokenize
     curated = run.sub("curated")
     tok_path = run.sub("tokenizer", "tokenizer.json")
     sha = tokenizer_sha256(tok_path)
-    tasks = []
     buckets = {b: bucket_parts(curated, b) for b in curated_buckets(curated)}
-    ids = {p: pq.read_table(p, columns=["id"]).column("id").to_pylist() for parts in buckets.values() for p in parts}
-    held_by_bucket = {b: heldout_ids([i for p in parts for i in ids[p]], cfg.val_fraction, cfg.min_val_docs,
-                                     run.config.seed) for b, parts in buckets.items()}
-    moved = _training_duplicates(run, buckets, held_by_bucket) if cfg.dedup_heldout else {}
+    cuts = bucket_cuts(curated, cfg.val_fraction, cfg.min_val_docs, run.config.seed)
+    parts = [(b, p) for b, ps in buckets.items() for p in ps]
+    decisions = (shuffled_training_duplicates(
+        [p for _, p in parts], [cuts[b] for b, _ in parts], run.config.curate.minhash_dedup, run.config.seed,
+        parts_dir / "_heldout_dedup", cfg.shuffle_records, cfg.batch_docs) if cfg.dedup_heldout else [])
     if moved_out is not None:
-        moved_out.update(moved)
-    for bucket, parts in buckets.items():
-        held = held_by_bucket[bucket] - set(moved)
-        for p in parts:
-            part_held = frozenset(i for i in ids[p] if i in held)
-            key = sha256_json({"format": PIECES_FORMAT, "tokenizer_sha256": sha, "encoder": encoder,
-                               "part": _file_hash(p), "held": sorted(part_held), "dtype": dtype.name,
-                               "verify_chars": cfg.verify_chars})
-            tasks.append(PartTask(bucket, str(p), str(parts_dir / bucket / p.stem), part_held, str(tok_path),
-                                  encoder, dtype.name, cfg.batch_docs, cfg.verify_chars, key))
+        moved_out.update((d.doc_id, d.record) for d in decisions)
+    moved: dict[int, set[str]] = {}
+    for d in decisions:
+        moved.setdefault(d.part, set()).add(d.doc_id)
+    tasks = []
+    for index, (bucket, p) in enumerate(parts):
+        cut, part_moved = cuts[bucket], frozenset(moved.get(index, ()))
+        # The cut (bucket-level) and the part's moved ids fix which of its documents are held out.
+        key = sha256_json({"format": PIECES_FORMAT, "tokenizer_sha256": sha, "encoder": encoder,
+                           "part": _file_hash(p), "held": [cut.score, cut.doc_id, cut.seed, sorted(part_moved)],
+                           "dtype": dtype.name, "verify_chars": cfg.verify_chars})
+        tasks.append(PartTask(bucket, str(p), str(parts_dir / bucket / p.stem), cut, part_moved, str(tok_path),
+                              encoder, dtype.name, cfg.batch_docs, cfg.verify_chars, key))
     return tasks
-
-
-def _training_duplicates(run: RunDir, buckets: dict[str, list[Path]], held_by_bucket: dict[str, set[str]]
-                         ) -> dict[str, dict[str, Any]]:
-    """Held-out candidates that duplicate a training document of any bucket (they train instead)."""
-    if not any(held_by_bucket.values()):
-        return {}
-    texts: dict[str, str] = {}
-    for parts in buckets.values():
-        for p in parts:
-            t = pq.read_table(p, columns=["id", "text"])
-            texts.update((i, x) for i, x in zip(t.column("id").to_pylist(), t.column("text").to_pylist()) if x)
-    held = set().union(*held_by_bucket.values())
-    return training_duplicates(texts, held, run.config.curate.minhash_dedup, run.config.seed)
 
 
 def layout(tasks: list[PartTask], workers: int) -> tuple[int, int]:
