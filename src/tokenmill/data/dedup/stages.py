@@ -13,8 +13,8 @@ executor and keeps O(shards + partitions) integers.
              verify: a pair join (dedup.join) brings each pair's first row to the second's
              shard; exact shingle Jaccard >= threshold (or the MinHash estimate) keeps the edge
              components: union-find over the edges only (dedup.components)
-             reason: a second join brings each cluster's root to its members for the reason
-             (the member's Jaccard with the root)
+             reason: a removed member's Jaccard with its cluster's root, from their edge when
+             they share one, else (a chain) from a second join that brings the root to it
     decide   per shard: exact and near decisions merged into `decisions/<shard>.parquet`
     lines    map: per shard, unit hashes of the surviving documents, hash-partitioned
              reduce: per partition, the units in >= min_docs documents (`lines/frequent/`)
@@ -49,6 +49,8 @@ DECISION_SCHEMA = pa.schema([("index", pa.int64()), ("rule", pa.string()), ("val
                              ("dup_cluster_size", pa.int64())])
 MEMBER_SCHEMA = pa.schema([("g", pa.int64()), ("root", pa.int64()), ("size", pa.int64())])
 UNIT_SCHEMA = pa.schema([("h", pa.uint64())])
+EDGE_SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.int64()), ("est", pa.float64()), ("ver", pa.float64()),
+                         ("a_id", pa.string())])
 Map = Callable[..., list[Any]]
 
 
@@ -171,58 +173,84 @@ def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def near_verify(job: DedupJob, shard: int) -> None:
-    """The candidate pairs of this shard's rows that are real duplicates: the edges."""
+    """The candidate pairs of this shard's rows that are real duplicates: the edges, with what
+    a reason needs (both Jaccards, the first row's id), so a cluster's root that is its member's
+    own edge needs no second join."""
     from tokenmill.data.dedup.minhash import MinHasher, estimated_jaccard, jaccard
 
-    out = job.root / "near" / "edges" / f"{shard:05d}.npy"
+    out = job.root / "near" / "edges" / f"{shard:05d}.parquet"
     if out.exists():
         return
     cfg = job.cfg.minhash_dedup
     got = join.receive(job, job.root / "near" / "verify", shard, with_text=cfg.verify)
     ia, ib = got.index(got.a), got.index(got.b)
+    est = estimated_jaccard(_sigs(got.rows, cfg), np.stack([ia, ib], axis=1))
     if cfg.verify:
         sets = MinHasher(cfg, seed=job_seed()).shingle_sets(got.rows.column("text").to_pylist())
-        keep = np.fromiter((jaccard(sets[i], sets[j]) >= cfg.threshold for i, j in zip(ia, ib)), dtype=bool, count=len(ia))
+        ver = np.fromiter((jaccard(sets[i], sets[j]) for i, j in zip(ia, ib)), dtype=np.float64, count=len(ia))
+        keep = ver >= cfg.threshold
     else:
-        sigs = _sigs(got.rows, cfg)
-        keep = estimated_jaccard(sigs, np.stack([ia, ib], axis=1)) >= cfg.threshold
-    _save(out, np.stack([got.a[keep], got.b[keep]], axis=1))
+        ver, keep = None, est >= cfg.threshold
+    ids = got.rows.column("id").take(pa.array(ia[keep]))
+    _write_parquet(out, pa.table({"a": got.a[keep], "b": got.b[keep], "est": est[keep],
+                                  "ver": pa.array(ver[keep] if ver is not None else [None] * int(keep.sum()), pa.float64()),
+                                  "a_id": ids}, schema=EDGE_SCHEMA))
 
 
 def near_components(job: DedupJob) -> None:
-    """Clusters over every edge; members written by their shard, (root, member) pairs for the
-    reason join."""
+    """Clusters over every edge; members written by their shard. A (root, member) pair that is
+    not itself an edge (a chain) goes to the reason join."""
     members_file = job.root / "near" / "members.arrow"
     if members_file.exists():
         return
-    edge_files = sorted((job.root / "near" / "edges").glob("*.npy"))
-    nodes, roots = components(np.load(p) for p in edge_files)
+    edge_files = sorted((job.root / "near" / "edges").glob("*.parquet"))
+    edges = [np.stack([t.column("a").to_numpy(), t.column("b").to_numpy()], axis=1)
+             for t in (pq.read_table(p, columns=["a", "b"]) for p in edge_files)]
+    nodes, roots = components(edges)
     sizes = np.bincount(np.searchsorted(nodes, roots), minlength=len(nodes))[np.searchsorted(nodes, roots)] \
         if len(nodes) else np.zeros(0, np.int64)
     moved = nodes != roots
-    join.write_pairs(job, job.root / "near" / "reason", "00000", roots[moved], nodes[moved])
+    chained = ~_pairs_in(roots[moved], nodes[moved], np.concatenate(edges) if edges else np.zeros((0, 2), np.int64))
+    join.write_pairs(job, job.root / "near" / "reason", "00000", roots[moved][chained], nodes[moved][chained])
     table = pa.table({"g": nodes, "root": roots, "size": sizes.astype(np.int64)}, schema=MEMBER_SCHEMA)
     write_partitioned(members_file, table, shard_of(nodes, job.bases), job.n_shards)
 
 
+def _pairs_in(a: np.ndarray, b: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    """Whether each (a[i], b[i]) is a row of the (m, 2) `pairs`."""
+    pair = np.dtype([("a", "<i8"), ("b", "<i8")])
+    x = np.ascontiguousarray(np.stack([a, b], axis=1).astype(np.int64)).view(pair).ravel()
+    y = np.ascontiguousarray(pairs.astype(np.int64)).view(pair).ravel()
+    return np.isin(x, y)
+
+
 def near_reasons(job: DedupJob, shard: int) -> None:
-    """Each removed member of this shard with its root's id and their Jaccard (the reason)."""
+    """Each removed member of this shard with its root's id and their Jaccard (the reason):
+    from the member's own edge to its root, else from the reason join."""
     from tokenmill.data.dedup.minhash import MinHasher, estimated_jaccard, jaccard, near_duplicate_rejection
 
     out = job.root / "near" / "reasons" / f"{shard:05d}.parquet"
     if out.exists():
         return
     cfg = job.cfg.minhash_dedup
+    found: list[tuple[int, str, float, float | None]] = []  # member, root id, estimate, verified
+    edges = pq.read_table(job.root / "near" / "edges" / f"{shard:05d}.parquet").to_pydict()
+    members = read_partition([job.root / "near" / "members.arrow"], shard, MEMBER_SCHEMA)
+    root_of = dict(zip(members.column("g").to_pylist(), members.column("root").to_pylist()))
+    for a, b, est, ver, a_id in zip(edges["a"], edges["b"], edges["est"], edges["ver"], edges["a_id"]):
+        if root_of.get(b) == a:
+            found.append((b, a_id, est, ver))
     got = join.receive(job, job.root / "near" / "reason", shard, with_text=cfg.verify)
     ia, ib = got.index(got.a), got.index(got.b)
     ids = got.rows.column("id").to_pylist()
     est = estimated_jaccard(_sigs(got.rows, cfg), np.stack([ia, ib], axis=1))
-    sets = MinHasher(cfg, seed=job_seed()).shingle_sets(got.rows.column("text").to_pylist()) if cfg.verify else None
-    rows: dict[str, list[Any]] = {name: [] for name in DECISION_SCHEMA.names}
+    sets = MinHasher(cfg, seed=job_seed()).shingle_sets(got.rows.column("text").to_pylist()) if cfg.verify and len(ia) else None
     for k, (i, j) in enumerate(zip(ia.tolist(), ib.tolist())):
-        ver = jaccard(sets[i], sets[j]) if sets is not None else None
-        rej = near_duplicate_rejection(ids[i], float(est[k]), ver, cfg)
-        _add(rows, int(got.b[k]), rej.rule, rej.value, rej.reason, ids[i], None)
+        found.append((int(got.b[k]), ids[i], float(est[k]), jaccard(sets[i], sets[j]) if sets is not None else None))
+    rows: dict[str, list[Any]] = {name: [] for name in DECISION_SCHEMA.names}
+    for member, root_id, e, v in sorted(found):
+        rej = near_duplicate_rejection(root_id, e, v, cfg)
+        _add(rows, member, rej.rule, rej.value, rej.reason, root_id, None)
     _write_parquet(out, _decisions_table(rows))
 
 
