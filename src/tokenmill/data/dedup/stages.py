@@ -143,8 +143,7 @@ def near_buckets(job: DedupJob, part: int) -> None:
         return
     t = read_partition(files(job.root / "near" / "map"), part, BAND_SCHEMA)
     band, key, g = (t.column(c).to_numpy() for c in ("band", "key", "g"))
-    order = np.lexsort((g, key, band))
-    band, key, g = band[order], key[order], g[order]
+    band, key, g = _shared_keys(band, key, g)
     same = (band[1:] == band[:-1]) & (key[1:] == key[:-1])
     firsts, seconds = [], []
     if same.any():
@@ -161,6 +160,21 @@ def near_buckets(job: DedupJob, part: int) -> None:
     a, b = _unique_pairs(np.concatenate(firsts) if firsts else np.zeros(0, np.int64),
                          np.concatenate(seconds) if seconds else np.zeros(0, np.int64))
     join.write_pairs(job, directory, name, a, b)
+
+
+def _shared_keys(band: np.ndarray, key: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows whose key another row also has, sorted by (band, key, g). One unstable sort of
+    the keys finds them (fast); only those few rows get the full three-key sort."""
+    order = np.argsort(key)
+    k = key[order]
+    same = k[1:] == k[:-1]
+    member = np.zeros(len(k), dtype=bool)
+    member[1:] |= same
+    member[:-1] |= same
+    idx = order[member]
+    sub = np.lexsort((g[idx], key[idx], band[idx]))
+    idx = idx[sub]
+    return band[idx], key[idx], g[idx]
 
 
 def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
