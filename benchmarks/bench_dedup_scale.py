@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import psutil
 
 HERE = Path(__file__).resolve().parent
@@ -312,38 +313,60 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/dedup-bench"))
     ap.add_argument("--src", type=Path, default=SRC, help="src/ of the tokenmill under test (a frozen worktree: edits to this tree mid-run would leak in)")
     ap.add_argument("--baseline-src", type=Path, help="src/ of the implementation to compare with (same docs, interleaved)")
+    ap.add_argument("--repeats", type=int, default=1, help="local runs of each of tokenmill and the baseline, in alternating order")
     ap.add_argument("--datatrove", action="store_true")
     ap.add_argument("--memory-per-task", type=int, default=None)
     ap.add_argument("--ray-cluster", action="store_true", help="also run on a two-node Ray cluster of this machine")
     ap.add_argument("--kill-node-after", type=float, help="and again, SIGKILLing the second node this many seconds in")
-    ap.add_argument("--json", type=Path)
+    ap.add_argument("--json", type=Path, help="results file; rewritten after every arm, an earlier file's other sizes kept")
     args = ap.parse_args()
     results = {"command": " ".join(sys.argv), "commit": _commit(args.src), "machine": _machine(), "runs": []}
+    if args.json and args.json.exists():
+        results["runs"] = json.loads(args.json.read_text())["runs"]
     for n in args.docs:
         inputs = args.work / f"corpus-v2-{n}"
         truth = build_corpus(args.corpus, inputs, n)
         over = {"memory_per_task": args.memory_per_task} if args.memory_per_task else {}
         entry: dict[str, Any] = {"docs": n, "bytes": truth["bytes"], "planted_exact": len(truth["exact"]),
                                  "planted_near": len(truth["near"]), "load_before": os.getloadavg()}
-        new = run_tokenmill(args.src, inputs, args.work, f"new-{n}", over)
-        entry["tokenmill"] = {**new, **quality(Path(new.pop("out")), truth)}
-        if args.baseline_src:
-            old = run_tokenmill(args.baseline_src, inputs, args.work, f"old-{n}", {})
-            entry["baseline"] = {**old, **quality(Path(old.pop("out")), truth)}
-            entry["identical_output"] = _same_output(args.work / f"new-{n}" / "out", args.work / f"old-{n}" / "out")
-        if args.ray_cluster:
-            ray = run_on_cluster(args.src, inputs, args.work, n, over, None)
-            entry["ray_cluster"] = {**ray, "identical_output": _same_output(Path(ray.pop("out")), args.work / f"new-{n}" / "out")}
-        if args.kill_node_after:
-            ray = run_on_cluster(args.src, inputs, args.work, n, over, args.kill_node_after)
-            entry["ray_cluster_node_lost"] = {**ray, "identical_output": _same_output(Path(ray.pop("out")), args.work / f"new-{n}" / "out")}
+        results["runs"] = [r for r in results["runs"] if r["docs"] != n] + [entry]
+
+        def save() -> None:
+            entry["load_after"] = os.getloadavg()
+            if args.json:
+                args.json.write_text(json.dumps(results, indent=1))
+            print(json.dumps(entry, indent=1), flush=True)
+
+        arms = [("tokenmill", args.src, over)] + ([("baseline", args.baseline_src, {})] if args.baseline_src else [])
+        for r in range(args.repeats):
+            for name, src, extra in (arms if r % 2 == 0 else arms[::-1]):  # A/B, then B/A
+                res = run_tokenmill(src, inputs, args.work, f"{name}-{n}", extra)
+                entry.setdefault(f"{name}_runs", []).append({**res, **quality(Path(res.pop("out")), truth)})
+                entry[name] = _median_run(entry[f"{name}_runs"])
+            if args.baseline_src:
+                entry["identical_output"] = _same_output(args.work / f"tokenmill-{n}" / "out", args.work / f"baseline-{n}" / "out")
+            save()
+        cluster_arms = [("ray_cluster", None)] if args.ray_cluster else []
+        cluster_arms += [("ray_cluster_node_lost", args.kill_node_after)] if args.kill_node_after else []
+        for key, kill_after in cluster_arms:
+            ray = run_on_cluster(args.src, inputs, args.work, n, over, kill_after)
+            entry[key] = {**ray, "identical_output": _same_output(Path(ray.pop("out")), args.work / f"tokenmill-{n}" / "out")}
+            save()
         if args.datatrove:
             entry["datatrove"] = run_datatrove(inputs, args.work, truth)
-        entry["load_after"] = os.getloadavg()
-        results["runs"].append(entry)
-        print(json.dumps(entry, indent=1), flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+            save()
+
+
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median wall time and phase times over repeats; the largest peak memory of any."""
+    med = dict(runs[0])
+    med["seconds"] = float(np.median([r["seconds"] for r in runs]))
+    med["phases"] = {p: float(np.median([r["phases"][p] for r in runs])) for p in runs[0]["phases"]
+                     if not isinstance(runs[0]["phases"][p], dict)}
+    for key in ("coordinator_peak_mb", "worker_peak_mb"):
+        med[key] = max(r[key] for r in runs)
+    med["repeats"] = len(runs)
+    return med
 
 
 def _same_output(a: Path, b: Path) -> bool:
