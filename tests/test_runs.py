@@ -94,3 +94,17 @@ def test_synthetic_data_settings_leave_runs_without_synthetic_data_unchanged(tmp
     flagged = cfg.model_copy(deep=True)
     flagged.curate.sources[0].synthetic = True  # a synthetic source is new input: curation reruns
     assert RunDir(flagged, base.path).fingerprint("curate") != prints["curate"]
+
+
+def test_remove_temporaries_deletes_only_unrenamed_writer_files(tmp_path):
+    from tokenmill.runs import remove_temporaries, temporary_name
+
+    keep = [tmp_path / "part-00000.parquet", tmp_path / "b" / ".hidden", tmp_path / "b" / "x.tmp"]
+    for p in keep:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("x")
+    orphans = [temporary_name(tmp_path / "part-00001.parquet"), temporary_name(tmp_path / "b" / "s.npy", ".npy")]
+    for p in orphans:
+        p.write_text("half")
+    assert remove_temporaries(tmp_path) == 2
+    assert all(p.exists() for p in keep) and not any(p.exists() for p in orphans)

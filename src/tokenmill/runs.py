@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -74,6 +75,21 @@ def temporary_name(path: Path, suffix: str = "") -> Path:
     """A name beside `path` no other writer uses (process and a random part): two writers of the
     same file (a task re-run while a cut-off node still runs it) never interleave in one file."""
     return path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}{suffix}")
+
+
+TEMPORARY = re.compile(r"^\..+\.tmp-\d+-[0-9a-f]{8}(\.[a-z]+)?$")
+
+
+def remove_temporaries(directory: Path) -> int:
+    """Delete the temporary files that writers killed mid-write left under a directory (their
+    file was never renamed into place, so it holds nothing); how many were removed."""
+    gone = 0
+    for root, _dirs, names in os.walk(directory):
+        for name in names:
+            if TEMPORARY.match(name):
+                os.unlink(os.path.join(root, name))
+                gone += 1
+    return gone
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -60,7 +60,7 @@ from tokenmill.data.registry import CORPUS_STEPS, FINAL_STEPS, MAP_STEPS, build_
 from tokenmill.data.shards import ShardSpec, plan_shards, read_shard
 from tokenmill.data.step import DocStep
 from tokenmill.errors import UserError
-from tokenmill.runs import EventLog, RunDir, atomic_write_text, sha256_json, temporary_name
+from tokenmill.runs import EventLog, RunDir, atomic_write_text, remove_temporaries, sha256_json, temporary_name
 
 STAGE = "curate"
 REJECTED_DIR = "_rejected"
@@ -733,7 +733,10 @@ def _summary(funnel_data: dict[str, Any], final: Path, seconds: float) -> dict[s
 
 
 def _publish(final: Path, out: Path) -> None:
-    """Swap the finished output in with renames; the old output is deleted only afterwards."""
+    """Swap the finished output in with renames; the old output is deleted only afterwards.
+    Temporary files of writers killed mid-write (a lost node's, a killed driver's last task)
+    are not output: they are removed first."""
+    remove_temporaries(final)
     fsync_tree(final)
     old = out.with_name(f".{out.name}.old-{os.getpid()}")
     if out.exists():
