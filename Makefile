@@ -44,6 +44,11 @@ bench: $(STAMP)
 	TOKENMILL_REAL_CORPORA=$(REAL_CORPORA) $(BIN)/python benchmarks/bench_minhash.py
 	TOKENMILL_REAL_CORPORA=$(REAL_CORPORA) $(BIN)/python benchmarks/bench_substring_dedup.py
 	$(BIN)/python benchmarks/bench_semantic_contamination.py --corpus $(REAL_CORPORA)
+	git worktree add --detach /tmp/tm-dedup-base 1edc841 2>/dev/null || true
+	$(BIN)/python benchmarks/bench_dedup_scale.py --corpus $(REAL_CORPORA) --docs 1000000 --repeats 2 \
+		--baseline-src /tmp/tm-dedup-base/src --ray-cluster --kill-node-after 60 --datatrove --json benchmarks/results/dedup_scale.json  # about 1.5 h
+	$(BIN)/python benchmarks/bench_dedup_scale.py --corpus $(REAL_CORPORA) --docs 5000000 --json benchmarks/results/dedup_scale.json  # about 40 min
+	$(BIN)/python benchmarks/dedup_scale_report.py benchmarks/results/dedup_scale.json
 	$(BIN)/tokenmill mixture optimize examples/mixture/optimize.yaml  # about an hour
 	$(BIN)/tokenmill source-value examples/mixture/source_value.yaml
 	$(BIN)/python benchmarks/bench_scaling_prediction.py  # about an hour: the example IsoFLOP sweep + its 4x held-out run

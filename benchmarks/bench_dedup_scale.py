@@ -327,7 +327,8 @@ def main() -> None:
         inputs = args.work / f"corpus-v2-{n}"
         truth = build_corpus(args.corpus, inputs, n)
         over = {"memory_per_task": args.memory_per_task} if args.memory_per_task else {}
-        entry: dict[str, Any] = {"docs": n, "bytes": truth["bytes"], "planted_exact": len(truth["exact"]),
+        entry: dict[str, Any] = {"command": results["command"], "commit": results["commit"],
+                                 "docs": n, "bytes": truth["bytes"], "planted_exact": len(truth["exact"]),
                                  "planted_near": len(truth["near"]), "load_before": os.getloadavg()}
         results["runs"] = [r for r in results["runs"] if r["docs"] != n] + [entry]
 
@@ -350,7 +351,8 @@ def main() -> None:
         cluster_arms += [("ray_cluster_node_lost", args.kill_node_after)] if args.kill_node_after else []
         for key, kill_after in cluster_arms:
             ray = run_on_cluster(args.src, inputs, args.work, n, over, kill_after)
-            entry[key] = {**ray, "identical_output": _same_output(Path(ray.pop("out")), args.work / f"tokenmill-{n}" / "out")}
+            out = Path(ray.pop("out"))
+            entry[key] = {**ray, **quality(out, truth), "identical_output": _same_output(out, args.work / f"tokenmill-{n}" / "out")}
             save()
         if args.datatrove:
             entry["datatrove"] = run_datatrove(inputs, args.work, truth)

@@ -34,12 +34,12 @@ def section(results: list[dict[str, Any]]) -> str:
     lines = [BEGIN, "", "## Global dedup at scale: bounded coordinator memory, vs the previous implementation and datatrove", ""]
     for res in results:
         m = res["machine"]
-        lines += [f"`{res['command']}`", "",
-                  f"Commit `{res['commit'][:10]}`; {m['cpus']} cores, {m['memory_gb']} GB, Python {m['python']}, "
-                  f"pyarrow {m['pyarrow']}. Load average (1/5/15 min) before and after each size is in the table's notes.", ""]
         for run in res["runs"]:
             n, cores = run["docs"], m["cpus"]
-            lines += [f"**{n:,} documents** ({run['bytes'] / 1e6:,.0f} MB of JSONL; planted: {run['planted_exact']:,} exact "
+            lines += [f"`{run.get('command', res['command'])}`", "",
+                      f"Commit `{run.get('commit', res['commit'])[:10]}`; {m['cpus']} cores, {m['memory_gb']} GB, Python {m['python']}, "
+                      f"pyarrow {m['pyarrow']}.", "",
+                      f"**{n:,} documents** ({run['bytes'] / 1e6:,.0f} MB of JSONL; planted: {run['planted_exact']:,} exact "
                       f"copies, {run['planted_near']:,} near copies of which "
                       f"{run['tokenmill'].get('planted_near_at_threshold', 0):,} at Jaccard ≥ 0.8). Steps exact_dedup, "
                       f"minhash_dedup, line_dedup; 2 workers; local arms: median of {run['tokenmill'].get('repeats', 1)} "

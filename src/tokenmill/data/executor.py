@@ -137,8 +137,17 @@ class RayExecutor:
         return results
 
 
+# Below this pickled size a shared argument travels inside each task's spec: no object-store
+# round trip, and no lookup of the object's owner (a driver whose owner lookups fail on a
+# loaded two-node cluster of one machine has been seen to fail tasks with OwnerDiedError).
+INLINE_BYTES = 100 * 1024
+
+
 def _put_shared(tasks: Sequence[tuple]) -> dict[int, Any]:
-    """Object refs, by id() of the argument, of the arguments that more than one task passes."""
+    """Object refs, by id() of the argument, of the large arguments that more than one task
+    passes."""
+    import pickle
+
     import ray
 
     seen: dict[int, Any] = {}
@@ -148,7 +157,7 @@ def _put_shared(tasks: Sequence[tuple]) -> dict[int, Any]:
             if isinstance(a, (bool, int, float, type(None))):
                 continue  # a scalar costs less inline than an object-store round trip
             if id(a) in seen and id(a) not in shared:
-                shared[id(a)] = ray.put(a)
+                shared[id(a)] = ray.put(a) if len(pickle.dumps(a)) > INLINE_BYTES else a
             seen.setdefault(id(a), a)  # holding the object keeps its id() from being reused
     return shared
 
