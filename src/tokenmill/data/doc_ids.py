@@ -112,6 +112,8 @@ class IdRule:
         return cls(PartitionedSet.load(directory / SHARED_DIR, int(json.loads(plan.read_text())["partitions"])))
 
     def is_shared(self, record_id: str) -> bool:
+        if not len(self.shared):  # the usual case: every id names one record
+            return False
         return bool(self.shared.contains(np.array([id_hash(record_id)], dtype=np.uint64))[0])
 
     def decide(self, record: RawRecord) -> tuple[str, str | None]:

@@ -49,3 +49,16 @@ def test_partitioned_set_membership_equals_isin(tmp_path):
     probe = np.concatenate([members[::3], rng.integers(0, 2**64 - 1, 3000, dtype=np.uint64)])
     assert np.array_equal(s.contains(probe), np.isin(probe, members))
     assert len(s) == len(members) and not s.contains(np.zeros(0, np.uint64)).size
+
+
+def test_a_set_over_the_memory_limit_stays_partitioned_and_answers_the_same(tmp_path):
+    rng = np.random.default_rng(2)
+    members = np.unique(rng.integers(0, 2**64 - 1, 4000, dtype=np.uint64))
+    part = hash_partition(members, 3)
+    for p in range(3):
+        np.save(tmp_path / f"{p:05d}.npy", np.sort(members[part == p]))
+    probe = np.concatenate([members[::5], rng.integers(0, 2**64 - 1, 2000, dtype=np.uint64)])
+    merged, mapped = PartitionedSet.load(tmp_path, 3), PartitionedSet.load(tmp_path, 3, in_memory_bytes=1024)
+    assert merged.flat is not None and mapped.flat is None
+    assert np.array_equal(merged.contains(probe), mapped.contains(probe))
+    assert np.array_equal(mapped.contains(probe), np.isin(probe, members))

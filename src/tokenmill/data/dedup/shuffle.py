@@ -97,21 +97,28 @@ def in_sorted(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
 
 
 class PartitionedSet:
-    """A set of 64-bit hashes stored as one sorted array per hash partition (a reduce output),
-    memory-mapped: a lookup reads a few pages of one partition, so no task holds the set."""
+    """A set of 64-bit hashes stored as one sorted array per hash partition (a reduce output).
+    A set of up to `in_memory_bytes` is merged into one sorted array in memory (a lookup is one
+    binary search: these sets are probed once per document); a larger one stays memory-mapped,
+    a lookup reading a few pages of one partition, so no task ever holds more than the limit."""
 
-    def __init__(self, parts: Sequence[np.ndarray]):
+    IN_MEMORY_BYTES = 64 << 20
+
+    def __init__(self, parts: Sequence[np.ndarray], in_memory_bytes: int = IN_MEMORY_BYTES):
         self.parts = list(parts)
+        self.size = sum(len(p) for p in self.parts)
+        self.flat = np.sort(np.concatenate(self.parts)) if self.size * 8 <= in_memory_bytes and self.parts else None
 
     @classmethod
-    def load(cls, directory: Path, n_parts: int) -> "PartitionedSet":
-        return cls([np.load(directory / f"{p:05d}.npy", mmap_mode="r", allow_pickle=False) for p in range(n_parts)])
+    def load(cls, directory: Path, n_parts: int, in_memory_bytes: int = IN_MEMORY_BYTES) -> "PartitionedSet":
+        return cls([np.load(directory / f"{p:05d}.npy", mmap_mode="r", allow_pickle=False) for p in range(n_parts)],
+                   in_memory_bytes)
 
     def contains(self, values: np.ndarray) -> np.ndarray:
         """Whether each hash is in the set."""
         values = np.asarray(values, dtype=np.uint64)
-        if len(self.parts) == 1:
-            return in_sorted(values, self.parts[0])
+        if self.flat is not None or len(self.parts) == 1:
+            return in_sorted(values, self.flat if self.flat is not None else self.parts[0])
         out = np.zeros(len(values), dtype=bool)
         if len(values) == 0:
             return out
@@ -122,4 +129,4 @@ class PartitionedSet:
         return out
 
     def __len__(self) -> int:
-        return sum(len(p) for p in self.parts)
+        return self.size
