@@ -203,7 +203,7 @@ def run_tokenmill(src: Path, inputs: Path, work: Path, name: str, over: dict[str
                 phases["dedup_stages"] = e["stage_seconds"]
         if e["kind"] == "done":
             phases["final"] = round(e["seconds"] - last, 2)
-    return {"seconds": seconds, "phases": phases, "coordinator_peak_mb": round(sampler.main_peak / 2**20, 1),
+    return {"seconds": seconds, "commit": _commit(src), "phases": phases, "coordinator_peak_mb": round(sampler.main_peak / 2**20, 1),
             "worker_peak_mb": round(sampler.child_peak / 2**20, 1), "out": str(out)}
 
 
@@ -313,7 +313,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/dedup-bench"))
     ap.add_argument("--src", type=Path, default=SRC, help="src/ of the tokenmill under test (a frozen worktree: edits to this tree mid-run would leak in)")
     ap.add_argument("--baseline-src", type=Path, help="src/ of the implementation to compare with (same docs, interleaved)")
-    ap.add_argument("--repeats", type=int, default=1, help="local runs of each of tokenmill and the baseline, in alternating order")
+    ap.add_argument("--repeats", type=int, default=1, help="local runs of each of tokenmill and the baseline, in alternating order (0: none)")
     ap.add_argument("--datatrove", action="store_true")
     ap.add_argument("--memory-per-task", type=int, default=None)
     ap.add_argument("--ray-cluster", action="store_true", help="also run on a two-node Ray cluster of this machine")
@@ -327,10 +327,11 @@ def main() -> None:
         inputs = args.work / f"corpus-v2-{n}"
         truth = build_corpus(args.corpus, inputs, n)
         over = {"memory_per_task": args.memory_per_task} if args.memory_per_task else {}
-        entry: dict[str, Any] = {"command": results["command"], "commit": results["commit"],
-                                 "docs": n, "bytes": truth["bytes"], "planted_exact": len(truth["exact"]),
-                                 "planted_near": len(truth["near"]), "load_before": os.getloadavg()}
+        # a rerun of some arms keeps the other arms' results for this size (each arm names its commit)
+        entry = next((r for r in results["runs"] if r["docs"] == n), None) or {}
         results["runs"] = [r for r in results["runs"] if r["docs"] != n] + [entry]
+        entry.update({"command": results["command"], "commit": results["commit"], "docs": n, "bytes": truth["bytes"],
+                      "planted_exact": len(truth["exact"]), "planted_near": len(truth["near"]), "load_before": os.getloadavg()})
 
         def save() -> None:
             entry["load_after"] = os.getloadavg()
@@ -339,6 +340,8 @@ def main() -> None:
             print(json.dumps(entry, indent=1), flush=True)
 
         arms = [("tokenmill", args.src, over)] + ([("baseline", args.baseline_src, {})] if args.baseline_src else [])
+        for name, _, _ in arms if args.repeats else []:
+            entry.pop(f"{name}_runs", None)
         for r in range(args.repeats):
             for name, src, extra in (arms if r % 2 == 0 else arms[::-1]):  # A/B, then B/A
                 res = run_tokenmill(src, inputs, args.work, f"{name}-{n}", extra)
@@ -372,17 +375,20 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _same_output(a: Path, b: Path) -> bool:
-    """Kept rows, rejected rows (ids, rules, values, reasons) and funnel are equal."""
+    """Every output file the same: kept and rejected rows part by part (one part in memory at
+    a time), the funnel and the other JSON files."""
     import pyarrow.parquet as pq
 
-    def load(out: Path) -> dict[str, Any]:
-        res = {}
-        for d in sorted(p for p in out.iterdir() if p.is_dir()):
-            res[d.name] = sorted(json.dumps(r, default=str) for r in pq.read_table(d).to_pylist())
-        res["funnel"] = json.loads((out / "_funnel.json").read_text())
-        return res
-
-    return load(a) == load(b)
+    names = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    if names != sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file()):
+        return False
+    for name in names:
+        if name.suffix == ".parquet":
+            if not pq.read_table(a / name).equals(pq.read_table(b / name)):
+                return False
+        elif json.loads((a / name).read_text()) != json.loads((b / name).read_text()):
+            return False
+    return True
 
 
 def _commit(src: Path) -> str:
