@@ -26,6 +26,7 @@ def _phase_rate(arm: dict[str, Any], phase: str, docs: int, cores: int) -> str:
 
 def _arm_row(label: str, arm: dict[str, Any], docs: int, cores: int) -> str:
     rates = " | ".join(_phase_rate(arm, p, docs, cores) for p in PHASES)
+    label = f"{label} `{arm['commit'][:7]}`" if arm.get("commit") else label
     return (f"| {label} | {arm['seconds']:.0f} | {rates} | {arm['coordinator_peak_mb']:.0f} | {arm['worker_peak_mb']:.0f} | "
             f"{arm.get('near_recall', float('nan')):.4f} | {arm.get('precision', float('nan')):.4f} |")
 
@@ -48,7 +49,7 @@ def section(results: list[dict[str, Any]]) -> str:
                       "|---|---|---|---|---|---|---|---|---|---|---|",
                       _arm_row("tokenmill (shuffle stages), local", run["tokenmill"], n, cores)]
             if "baseline" in run:
-                lines.append(_arm_row("previous implementation (1edc841)", run["baseline"], n, cores))
+                lines.append(_arm_row("previous implementation", run["baseline"], n, cores))
             for key, label in (("ray_cluster", "tokenmill on a 2-node Ray cluster"),
                                ("ray_cluster_node_lost", "… second node SIGKILLed mid-run")):
                 if key in run:
