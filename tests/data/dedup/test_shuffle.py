@@ -39,26 +39,21 @@ def test_partitions_spread_evenly_and_shard_of_finds_the_shard():
     assert shard_of(np.array([0, 9, 10, 24, 25, 99]), bases).tolist() == [0, 0, 2, 2, 3, 3]
 
 
-def test_partitioned_set_membership_equals_isin(tmp_path):
-    rng = np.random.default_rng(1)
+def _saved_set(directory, n_parts: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random hashes saved as a reduce writes them (one sorted array per hash partition), and
+    probes: a third of them plus random non-members."""
+    rng = np.random.default_rng(seed)
     members = np.unique(rng.integers(0, 2**64 - 1, 5000, dtype=np.uint64))
-    part = hash_partition(members, 5)
-    for p in range(5):
-        np.save(tmp_path / f"{p:05d}.npy", np.sort(members[part == p]))
-    s = PartitionedSet.load(tmp_path, 5)
-    probe = np.concatenate([members[::3], rng.integers(0, 2**64 - 1, 3000, dtype=np.uint64)])
-    assert np.array_equal(s.contains(probe), np.isin(probe, members))
-    assert len(s) == len(members) and not s.contains(np.zeros(0, np.uint64)).size
+    part = hash_partition(members, n_parts)
+    for p in range(n_parts):
+        np.save(directory / f"{p:05d}.npy", np.sort(members[part == p]))
+    return members, np.concatenate([members[::3], rng.integers(0, 2**64 - 1, 3000, dtype=np.uint64)])
 
 
-def test_a_set_over_the_memory_limit_stays_partitioned_and_answers_the_same(tmp_path):
-    rng = np.random.default_rng(2)
-    members = np.unique(rng.integers(0, 2**64 - 1, 4000, dtype=np.uint64))
-    part = hash_partition(members, 3)
-    for p in range(3):
-        np.save(tmp_path / f"{p:05d}.npy", np.sort(members[part == p]))
-    probe = np.concatenate([members[::5], rng.integers(0, 2**64 - 1, 2000, dtype=np.uint64)])
-    merged, mapped = PartitionedSet.load(tmp_path, 3), PartitionedSet.load(tmp_path, 3, in_memory_bytes=1024)
-    assert merged.flat is not None and mapped.flat is None
-    assert np.array_equal(merged.contains(probe), mapped.contains(probe))
-    assert np.array_equal(mapped.contains(probe), np.isin(probe, members))
+def test_partitioned_set_membership_equals_isin_merged_in_memory_or_memory_mapped(tmp_path):
+    members, probe = _saved_set(tmp_path, 5, seed=1)
+    merged, mapped = PartitionedSet.load(tmp_path, 5), PartitionedSet.load(tmp_path, 5, in_memory_bytes=1024)
+    assert merged.flat is not None and mapped.flat is None  # under the limit: one array; over it: partitions
+    for s in (merged, mapped):
+        assert np.array_equal(s.contains(probe), np.isin(probe, members))
+        assert len(s) == len(members) and not s.contains(np.zeros(0, np.uint64)).size

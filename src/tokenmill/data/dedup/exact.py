@@ -6,10 +6,11 @@ are equal here; casing and punctuation still count (near-duplicates are MinHash'
 
 Decision: the first occurrence in canonical (shard, position) order survives and every later
 copy is removed with rule "duplicate_of" and the kept id as its value. Two forms of the same rule:
-- map-reduce: `exact_key` per document in the map phase, `first_occurrence` over the keys of
-  all shards (in canonical order) in the reducer;
+- map-reduce: `exact_key` per document in the map phase; the keys hash-partitioned, each
+  partition's first occurrences found by one task (dedup.stages.exact_reduce; `first_occurrence`
+  is the same rule over one array of keys);
 - streaming: `ExactDedup.check` in canonical order in one process.
-Memory: 16 bytes per document (the reducer) or per kept document (streaming).
+Memory: about 160 bytes per document of one partition (the reducer) or 16 per kept document (streaming).
 """
 
 from __future__ import annotations
