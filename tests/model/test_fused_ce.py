@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from tokenmill.config import ModelConfig
-from tokenmill.model.fused_ce import IGNORE, linear_cross_entropy
+from tokenmill.model.fused_ce import CHUNK, IGNORE, fused_chunk, linear_cross_entropy, loss_kernel
 from tokenmill.model.objectives import fused_nll_ok, token_nll, token_nll_batch
 from tokenmill.model.transformer import Transformer
 
@@ -80,3 +80,47 @@ def test_the_model_uses_the_fused_path_and_gives_the_logit_path_loss():
     fused = token_nll_batch(m, SimpleNamespace(tokens=tokens))
     plain = token_nll(m, tokens)  # the logits path
     torch.testing.assert_close(fused, plain, rtol=1e-6, atol=1e-6)
+
+
+def test_loss_kernel_choice_by_device_and_size():
+    # CPU: always the fused chunks; CUDA: the whole logits while their fp32 copy fits the cap
+    assert loss_kernel("cpu", 32768, 32768) == "fused"
+    assert loss_kernel("cuda", 32768, 32768) == "plain"  # 4 GiB of fp32 logits
+    assert loss_kernel("cuda", 32768, 131072) == "fused"  # 16 GiB: chunked instead
+    assert loss_kernel("cuda", 32768, 32768, "fused") == "fused" and loss_kernel("cpu", 8, 8, "plain") == "plain"
+    with pytest.raises(ValueError, match="loss_kernel"):
+        loss_kernel("cpu", 8, 8, "chunked")
+    assert fused_chunk("cpu", 131072) == CHUNK
+    assert fused_chunk("cuda", 32768) == 8192 and fused_chunk("cuda", 131072) == 2048
+    assert fused_chunk("cuda", 4096) == 8192 and fused_chunk("cuda", 1 << 22) == CHUNK
+
+
+def test_the_plain_loss_path_gives_the_fused_path_nll_and_gradients():
+    cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_seq_len=16)
+    tokens = torch.randint(0, 64, (3, 17), generator=torch.Generator().manual_seed(1))
+    targets = tokens[:, 1:].clone()
+    targets[0, :5] = IGNORE
+    out = {}
+    for kind in ("fused", "plain"):
+        m = Transformer(cfg, generator=torch.Generator().manual_seed(0)).double()
+        m.loss_kernel = kind
+        nll = m(tokens[:, :-1], targets=targets)
+        nll.sum().backward()
+        out[kind] = (nll.detach(), {n: p.grad for n, p in m.named_parameters()})
+    torch.testing.assert_close(out["fused"][0], out["plain"][0], rtol=1e-6, atol=1e-6)  # both fp32 NLL
+    assert (out["plain"][0][0, :5] == 0).all()
+    for name, g in out["fused"][1].items():
+        torch.testing.assert_close(g, out["plain"][1][name], rtol=1e-5, atol=1e-7)
+
+
+def test_the_memory_estimate_follows_the_device_loss_path():
+    from tokenmill.scaling.memory import estimate_train_memory, fused_loss_default
+
+    cfg = ModelConfig(vocab_size=32768, d_model=64, n_layers=1, n_heads=2, max_seq_len=1024)
+    tc = SimpleNamespace(micro_batch=32, seq_len=1024, objective="clm")
+    assert fused_loss_default(cfg, tc, "cpu") and not fused_loss_default(cfg, tc, "cuda:0")
+    from tokenmill.train.config import TrainConfig
+
+    train = TrainConfig(micro_batch=32, seq_len=1024)
+    cpu, cuda = (estimate_train_memory(cfg, train, "bfloat16", device=d) for d in ("cpu", "cuda"))
+    assert cuda["logits"] == 3 * 4 * 32 * 1024 * 32768 > cpu["logits"]  # the plain path's log-softmax buffers

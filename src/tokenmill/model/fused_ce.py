@@ -22,6 +22,30 @@ import torch
 
 IGNORE = -100
 CHUNK = 512  # tokens per chunk: the fastest of 128..4096 at the demo shape (V = 4096), fp32 and bf16
+# On CUDA one cuBLAS product over all of [N, V] and one softmax beat the chunk loop: at N = V = 32768
+# on an H200 (bf16) the plain loss's forward + backward took 19.6 ms, the fused one 45.3 ms at
+# 512-token chunks and 28.6 ms at 8192 (BENCHMARKS.md, "CUDA"). So CUDA materialises the logits
+# while their fp32 copy stays under PLAIN_MAX_LOGIT_BYTES, and beyond it chunks of ~CUDA_CHUNK_BYTES.
+PLAIN_MAX_LOGIT_BYTES = 8 << 30
+CUDA_CHUNK_BYTES = 1 << 30
+
+
+def loss_kernel(device_type: str, n_tokens: int, vocab: int, choice: str = "auto") -> str:
+    """'fused' or 'plain': how the output projection + cross-entropy of `n_tokens` rows over a
+    vocabulary of `vocab` runs on this device. Shared by the model and the memory estimate."""
+    if choice == "auto":
+        plain = device_type == "cuda" and 4 * n_tokens * vocab <= PLAIN_MAX_LOGIT_BYTES
+        return "plain" if plain else "fused"
+    if choice not in ("fused", "plain"):
+        raise ValueError(f"loss_kernel must be 'auto', 'fused' or 'plain', got {choice!r}")
+    return choice
+
+
+def fused_chunk(device_type: str, vocab: int) -> int:
+    """Tokens per chunk of the fused loss: cache-sized on a CPU, ~1 GiB of fp32 logits on CUDA."""
+    if device_type != "cuda":
+        return CHUNK
+    return max(CHUNK, min(8192, CUDA_CHUNK_BYTES // (4 * vocab)))
 
 
 def _compute_dtype(h: torch.Tensor) -> torch.dtype:

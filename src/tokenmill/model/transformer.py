@@ -46,7 +46,7 @@ from torch import nn
 
 from tokenmill.model.config import ModelConfig
 from tokenmill.model import mup
-from tokenmill.model.fused_ce import linear_cross_entropy
+from tokenmill.model.fused_ce import IGNORE, fused_chunk, linear_cross_entropy, loss_kernel
 from tokenmill.model.moe import MoE
 
 try:  # FlexAttention (torch >= 2.5). Only the CUDA path needs it: CPU must import without it.
@@ -427,6 +427,7 @@ class Transformer(nn.Module):
 
     doc_mask_backend: DocMaskBackend = "auto"
     attn_kernel: AttnKernel = "auto"  # "explicit" / "sdpa" force a kernel (tests, benchmarks)
+    loss_kernel: str = "auto"  # "fused" / "plain" force the loss path (fused_ce.loss_kernel)
 
     def __init__(self, cfg: ModelConfig, generator: torch.Generator | None = None):
         super().__init__()
@@ -477,8 +478,10 @@ class Transformer(nn.Module):
                 segments: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None,
                 targets: torch.Tensor | None = None) -> torch.Tensor:
         """Logits [B, T, V] for token ids idx[B, T]; with `targets` [B, T] (-100: not counted), the
-        per-token NLL [B, T] (fp32, 0 where not counted) instead, computed by the fused output
-        projection + cross-entropy (`fused_ce`), which never materialises the logits. Passing
+        per-token NLL [B, T] (fp32, 0 where not counted) instead: on a CPU (or beyond
+        fused_ce.PLAIN_MAX_LOGIT_BYTES of logits) by the fused output projection + cross-entropy
+        (`fused_ce`), which never materialises the logits; on CUDA from the whole logits, which is
+        faster there (`fused_ce.loss_kernel`; `self.loss_kernel` forces either). Passing
         targets through forward (nanoGPT's way) keeps DDP, FSDP2 and torch.compile wrappers in the
         path.
 
@@ -537,7 +540,13 @@ class Transformer(nn.Module):
         h = self.norm(x)
         scale = self.output_mult if self.config.mup else 1.0
         if targets is not None:
-            return linear_cross_entropy(h, self.lm_head.weight, targets, scale)
+            vocab = self.lm_head.weight.shape[0]
+            if loss_kernel(h.device.type, targets.numel(), vocab, self.loss_kernel) == "fused":
+                return linear_cross_entropy(h, self.lm_head.weight, targets, scale, fused_chunk(h.device.type, vocab))
+            logits = self.lm_head(h).float()
+            logits = logits * scale if scale != 1.0 else logits
+            nll = F.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=IGNORE, reduction="none")
+            return nll.view(targets.shape)
         logits = self.lm_head(h)
         if self.config.mup:
             logits = logits * self.output_mult

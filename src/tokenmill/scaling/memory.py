@@ -219,15 +219,28 @@ def logits_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str = "f
     return max(forward, backward)
 
 
-def fused_loss_default(model_cfg: ModelConfig, train_cfg: TrainConfig) -> bool:
+def loss_chunk(model_cfg: ModelConfig, device: str = "cpu") -> int:
+    """Tokens per chunk of the fused loss on this device (model.fused_ce.fused_chunk)."""
+    from tokenmill.model.fused_ce import fused_chunk
+
+    assert model_cfg.vocab_size is not None
+    return FUSED_CHUNK if not device.startswith("cuda") else fused_chunk("cuda", model_cfg.vocab_size)
+
+
+def fused_loss_default(model_cfg: ModelConfig, train_cfg: TrainConfig, device: str = "cpu") -> bool:
     """What the trainer's loss does (model.objectives.token_nll_batch): the fused projection +
-    cross-entropy when the model's forward takes targets, for the causal objective without z-loss."""
+    cross-entropy when the model's forward takes targets, for the causal objective without z-loss,
+    where `fused_ce.loss_kernel` picks it for this device and micro-batch (on CUDA, only logits
+    too large to materialise)."""
     import inspect
 
+    from tokenmill.model.fused_ce import loss_kernel
     from tokenmill.model.transformer import Transformer
 
+    assert model_cfg.vocab_size is not None
+    kind = loss_kernel(device.split(":")[0], train_cfg.micro_batch * train_cfg.seq_len, model_cfg.vocab_size)
     return ("targets" in inspect.signature(Transformer.forward).parameters and model_cfg.z_loss == 0
-            and getattr(train_cfg, "objective", "clm") == "clm")
+            and getattr(train_cfg, "objective", "clm") == "clm" and kind == "fused")
 
 
 def _shared_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str, doc_masking: bool) -> int:
@@ -286,7 +299,7 @@ def estimate_train_memory(model_cfg: ModelConfig, train_cfg: TrainConfig, dtype:
         raise ValueError(f"world_size={world_size} must be >= 1")
     dt = _dtype(dtype)
     if fused_loss is None:
-        fused_loss = fused_loss_default(model_cfg, train_cfg)
+        fused_loss = fused_loss_default(model_cfg, train_cfg, device)
     B, T, L = train_cfg.micro_batch, train_cfg.seq_len, model_cfg.n_layers
     ckpt = train_cfg.activation_checkpointing
     counts = param_count(model_cfg)
@@ -298,7 +311,7 @@ def estimate_train_memory(model_cfg: ModelConfig, train_cfg: TrainConfig, dtype:
     head_copy = 0 if fused_loss else mm["lm_head"]
     copies = dt.itemsize * (L * mm["per_layer"] + head_copy) if dt != torch.float32 else 0
     acts = activation_bytes(model_cfg, B, T, dt, doc_masking, ckpt, fused_loss, device)
-    loss = logits_bytes(model_cfg, B, T, dt, fused_loss)
+    loss = logits_bytes(model_cfg, B, T, dt, fused_loss, loss_chunk(model_cfg, device))
     step_tmp = 0 if device.startswith("cuda") else 2 * F32 * mm["largest_tensor"]
     ddp = F32 * N if mode == "ddp" and world_size > 1 else 0
     fsdp = 0

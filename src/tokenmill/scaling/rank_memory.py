@@ -33,7 +33,7 @@ from tokenmill.train.config import TrainConfig
 from tokenmill.model.transformer import resolve_ffn_hidden
 from tokenmill.scaling.flops import param_count
 from tokenmill.scaling.memory import (F32, I64, _dtype, _shared_bytes, fused_loss_default, head_activation_bytes,
-                                      layer_activation_bytes, layer_backward_transient, logits_bytes,
+                                      layer_activation_bytes, layer_backward_transient, logits_bytes, loss_chunk,
                                       matmul_weights)
 
 
@@ -74,7 +74,7 @@ def estimate_rank_memory(model_cfg: ModelConfig, train_cfg: TrainConfig, dtype: 
         return max(per_stage, key=lambda e: e["peak"])
     dt = _dtype(dtype)
     if fused_loss is None:
-        fused_loss = fused_loss_default(model_cfg, train_cfg)
+        fused_loss = fused_loss_default(model_cfg, train_cfg, device)
     B, T, m = train_cfg.micro_batch, train_cfg.seq_len, train_cfg.grad_accum
     first, last = stage == 0, stage == pp - 1
     sp = stage_params(model_cfg, tp, pp, stage)
@@ -97,7 +97,7 @@ def estimate_rank_memory(model_cfg: ModelConfig, train_cfg: TrainConfig, dtype: 
     per_micro = layers * kept + ids + head + sent + shared
     flight = in_flight(pp, stage, m, schedule)
     others = (flight - 1) * per_micro  # the other micro-batches in flight
-    loss = logits_bytes(model_cfg, B, T, dt, fused_loss) if last else 0
+    loss = logits_bytes(model_cfg, B, T, dt, fused_loss, loss_chunk(model_cfg, device)) if last else 0
 
     base = params + optimizer + copies + fsdp
     accumulated = grads if m > 1 else 0
