@@ -6,13 +6,21 @@ this module owns. Losing a node is SIGKILLing that tree; teardown ends only thos
 `ray stop`: it ends every Ray process of the user on the machine, other people's clusters too.
 
     with ray_cluster() as cluster:
-        os.environ["RAY_ADDRESS"] = cluster.address
-        ...
+        result = cluster.run_driver(some_module_level_function, arg, ...)
         cluster.worker.kill()
+
+The process that owns the cluster is never a driver of it: every driver (`run_driver`, the
+`tokenmill` CLI, the node check) is a process of its own that exits before the cluster's temp dir
+goes. `ray.shutdown()` does not end all of a driver: the process keeps its core-driver log open in
+the cluster's session dir until it exits, and once it has connected twice, metrics exporter threads
+go on writing to that log every few seconds, long after the cluster and its temp dir are gone. Ray's
+C++ log sink is only torn down at interpreter exit; in CI pytest then died of SIGSEGV ("Failed
+writing to file .../python-core-driver-...log: Bad file descriptor") after every test had passed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -24,7 +32,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import tokenmill
 
@@ -142,7 +150,51 @@ class RayCluster:
         """A fresh second node, once the old one is lost."""
         if not self.worker.alive():
             self.worker = _start_worker(self.address, self.temp_dir, self.env)
-            _wait_for_nodes(self.address, 2, timeout_s=60)
+            _wait_for_nodes(self.address, 2, self.env, timeout_s=60)
+
+    def run_driver(self, fn: Callable[..., Any], *args: Any, timeout_s: float = 300) -> Any:
+        """`fn(*args)` in a fresh Python with RAY_ADDRESS set to this cluster; what it returns.
+        `fn` is a module-level function; arguments and result travel as JSON."""
+        out = self.temp_dir / f"driver-{time.time_ns()}.json"
+        res = subprocess.run([sys.executable, "-c", _DRIVER, fn.__module__, fn.__name__, json.dumps(args), str(out)],
+                             env={**self.env, "RAY_ADDRESS": self.address}, capture_output=True, text=True,
+                             timeout=timeout_s)
+        if res.returncode or not out.exists():
+            raise AssertionError(f"the driver {fn.__name__} failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
+        return json.loads(out.read_text())
+
+    def held_files(self) -> list[str]:
+        """Files under the cluster's temp dir that this process holds open (none, if it was never a driver)."""
+        out = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue  # the fd of the listing itself, already closed
+            if target.startswith(f"{self.temp_dir}/"):
+                out.append(target)
+        return out
+
+
+# The body of `run_driver`'s process: module, function, JSON arguments, result file.
+_DRIVER = """import importlib, json, sys
+module, name, args, out = sys.argv[1:]
+result = getattr(importlib.import_module(module), name)(*json.loads(args))
+with open(out, "w") as fh:
+    json.dump(result, fh)
+"""
+
+# `_wait_for_nodes`' process: address, node count, timeout; exit 1 with a message when they are not up.
+_WAIT = """import sys, time, ray
+address, n, timeout_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+ray.init(address=address, log_to_driver=False)
+deadline = time.time() + timeout_s
+while sum(node["Alive"] for node in ray.nodes()) < n:
+    if time.time() > deadline:
+        sys.exit(f"the cluster at {address} has not {n} live nodes after {timeout_s}s")
+    time.sleep(0.2)
+ray.shutdown()
+"""
 
 
 def _agent_ports() -> list[str]:
@@ -179,18 +231,15 @@ def _start_worker(address: str, temp_dir: Path, env: dict[str, str], timeout_s: 
                   timeout_s)
 
 
-def _wait_for_nodes(address: str, n: int, timeout_s: float) -> None:
-    import ray
-
-    ray.init(address=address, log_to_driver=False)
+def _wait_for_nodes(address: str, n: int, env: dict[str, str], timeout_s: float) -> None:
+    """Until the cluster has `n` live nodes, asked by a driver process of its own (see the module doc)."""
     try:
-        deadline = time.time() + timeout_s
-        while sum(node["Alive"] for node in ray.nodes()) < n:
-            if time.time() > deadline:
-                raise RayStartError(f"the cluster at {address} has not {n} live nodes after {timeout_s}s")
-            time.sleep(0.2)
-    finally:
-        ray.shutdown()
+        res = subprocess.run([sys.executable, "-c", _WAIT, address, str(n), str(timeout_s)], env=env,
+                             capture_output=True, text=True, timeout=timeout_s + 60)
+    except subprocess.TimeoutExpired as exc:
+        raise RayStartError(f"no answer from the cluster at {address} after {timeout_s + 60}s") from exc
+    if res.returncode:
+        raise RayStartError(f"the cluster at {address} is not up (exit {res.returncode}):\n{res.stderr[-3000:]}")
 
 
 @contextmanager
@@ -214,7 +263,7 @@ def ray_cluster(timeout_s: float = 90) -> Iterator[RayCluster]:
                                      f"--ray-client-server-port={free_port()}", f"--dashboard-port={free_port()}",
                                      '--resources={"head": 1}', *_common()], temp_dir, env, timeout_s))
         cluster = RayCluster(address, temp_dir, env, nodes[0], _start_worker(address, temp_dir, env, timeout_s))
-        _wait_for_nodes(address, 2, timeout_s)
+        _wait_for_nodes(address, 2, env, timeout_s)
         yield cluster
     finally:
         for node in ([cluster.worker, cluster.head] if cluster else nodes[::-1]):
