@@ -82,7 +82,10 @@ def tokenmill_arm(run: Path, steps: int, overrides: list[str], arm: dict[str, An
         shutil.copytree(run / "tokens", rd.path / "tokens")
         run_train(rd, resume=False, progress=False)
         ev = [e for e in read_events(rd.path / "events.jsonl") if e["kind"] == "train_step"]
-        return {"seconds": [e["seconds"] for e in ev], "losses": [e["loss"] for e in ev]}
+        out = {"seconds": [e["seconds"] for e in ev], "losses": [e["loss"] for e in ev]}
+        if DEV == "cuda":  # the trainer resets the peak every step and logs it: its largest step
+            out["peak_memory_gb"] = max(e["memory_peak"] for e in ev) / 1e9
+        return out
 
 
 def hf_arm(run: Path, steps: int, overrides: list[str], arm: dict[str, Any]) -> dict[str, Any]:
@@ -161,7 +164,7 @@ def run_arm(args: argparse.Namespace) -> None:
         out = hf_arm(args.run, args.steps, args.overrides, arm)
     else:
         out = nanogpt_arm(args.run, args.steps, args.overrides, arm, args.peer)
-    if arm["kind"] != "nanogpt" and DEV == "cuda":  # nanoGPT's memory is in its own process
+    if arm["kind"] == "hf" and DEV == "cuda":  # nanoGPT's memory is in its own process
         out["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 1e9
     Path(args.result).write_text(json.dumps(out))
 
