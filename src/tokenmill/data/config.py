@@ -280,6 +280,7 @@ class CurateConfig(Strict):
     executor: Literal["local", "ray"] = Field("local", description="Run shards in local processes or as Ray tasks.")
     memory_per_task: int = Field(2 << 30, ge=64 << 20, description="Bytes one global dedup task may hold; sets the number of hash partitions (README: Memory).")
     dedup_partitions: int | None = Field(None, ge=1, description="Hash partitions of the global dedup shuffles (None: from memory_per_task and the row count).")
+    component_edges_per_task: int | None = Field(None, ge=1, description="Near-duplicate edges one connected-components task may hold (None: from memory_per_task); more run as partitioned rounds.")
     max_removal_share: float = Field(0.9, description="A step removing more than this share of its input stops the run.")
     allow_empty_bucket: bool = Field(False, description="Let a bucket end up empty instead of stopping the run.")
     canaries: CanaryConfig = Field(default_factory=CanaryConfig, description="Memorization canaries inserted into training (off by default).")

@@ -69,7 +69,8 @@ DECONTAMINATION_FILE = "_decontamination.json"
 MAP_SCHEMA = pa.schema([*DOC_SCHEMA, pa.field("_format", pa.string()), pa.field("_exact", pa.binary()),
                         pa.field("_sig", pa.binary())])
 # Settings that change how the work runs, never what it produces: a resumed run may change them.
-EXECUTION_KNOBS = {"workers", "executor", "max_removal_share", "allow_empty_bucket", "memory_per_task", "dedup_partitions"}
+EXECUTION_KNOBS = {"workers", "executor", "max_removal_share", "allow_empty_bucket", "memory_per_task", "dedup_partitions",
+                   "component_edges_per_task"}
 MINHASH_SEED = PERMUTATION_SEED
 
 

@@ -95,6 +95,20 @@ def test_output_is_identical_for_any_partitions_workers_and_chunks(sources, one_
     assert everything(out) == everything(one_partition)
 
 
+def test_components_in_partitioned_rounds_give_the_same_output(sources, one_partition, tmp_path, monkeypatch):
+    """More edges than one components task may hold: the star rounds over hash partitions give
+    the same clusters, chains and reasons as the single union-find."""
+    from tokenmill.data.dedup import partitioned_components
+
+    rounds: list[int] = []
+    real = partitioned_components._rounds
+    monkeypatch.setattr(partitioned_components, "_rounds", lambda *a: (rounds.append(a[2]), real(*a))[1])
+    out = tmp_path / "out"
+    curate(config(sources, ALL, dedup_partitions=2, component_edges_per_task=1), out, progress=False)
+    assert rounds and rounds[0] >= 2  # partitions: at least one per edge
+    assert everything(out) == everything(one_partition)
+
+
 def test_every_planted_duplicate_is_found(one_partition):
     rejected = {r["id"]: r for r in read_parts(one_partition / "_rejected").to_pylist()}
     assert rejected["exact-of-t1"]["rule"] == "duplicate_of" and rejected["exact-of-t1"]["value"] == "t1"
@@ -179,7 +193,7 @@ import os, signal, sys
 from pathlib import Path
 from tokenmill.config import CurateConfig
 from tokenmill.data import curate as curate_mod
-from tokenmill.data.dedup import stages
+from tokenmill.data.dedup import partitioned_components, stages
 
 def killing(fn):
     def wrapper(*args):
@@ -187,22 +201,24 @@ def killing(fn):
         os.kill(os.getpid(), signal.SIGKILL)  # a real kill, right after the first task of the stage
     return wrapper
 
-setattr(stages, sys.argv[3], killing(getattr(stages, sys.argv[3])))
+module = partitioned_components if hasattr(partitioned_components, sys.argv[3]) else stages
+setattr(module, sys.argv[3], killing(getattr(module, sys.argv[3])))
 cfg = CurateConfig.model_validate_json(Path(sys.argv[1]).read_text())
 curate_mod.curate(cfg, Path(sys.argv[2]), progress=False)
 """
 
 
-@pytest.mark.parametrize("stage", ["near_verify", "lines_map"])
+@pytest.mark.parametrize("stage", ["near_verify", "lines_map", "small_step"])
 def test_a_run_killed_inside_a_dedup_stage_resumes_to_the_same_output(sources, one_partition, tmp_path, stage, monkeypatch):
     """SIGKILL the whole job (workers=1: the tasks run in it) right after one task of a stage;
-    the rerun writes none of the finished tasks' files again and ends with the undisturbed output."""
+    the rerun writes none of the finished tasks' files again and ends with the undisturbed output.
+    small_step: a round of the partitioned connected components (one edge per task)."""
     import subprocess
     import sys
 
-    from tokenmill.data.dedup import join, stages
+    from tokenmill.data.dedup import join, partitioned_components, stages
 
-    cfg = config(sources, ALL, dedup_partitions=3)
+    cfg = config(sources, ALL, dedup_partitions=3, component_edges_per_task=1 if stage == "small_step" else None)
     cfg_file = tmp_path / "cfg.json"
     cfg_file.write_text(cfg.model_dump_json())
     out = tmp_path / "out"
@@ -212,7 +228,8 @@ def test_a_run_killed_inside_a_dedup_stage_resumes_to_the_same_output(sources, o
     finished = {p for p in work.rglob("*") if p.is_file() and ({"dedup", "lines"} & set(p.relative_to(work).parts))}
     assert finished, "the kill came before any dedup task finished"
     written: list[Path] = []
-    for module, name in ((stages, "write_partitioned"), (join, "write_partitioned"), (stages, "_save"), (stages, "_write_parquet")):
+    for module, name in ((stages, "write_partitioned"), (join, "write_partitioned"), (stages, "_save"),
+                         (stages, "_write_parquet"), (partitioned_components, "write_partitioned")):
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda path, *a, _real=real: (written.append(Path(path)), _real(path, *a))[1])
     curate(cfg, out, progress=False)

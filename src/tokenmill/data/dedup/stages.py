@@ -12,7 +12,8 @@ executor and keeps O(shards + partitions) integers.
              `bucket_window` members (as `minhash.candidate_pairs` does)
              verify: a pair join (dedup.join) brings each pair's first row to the second's
              shard; exact shingle Jaccard >= threshold (or the MinHash estimate) keeps the edge
-             components: union-find over the edges only (dedup.components)
+             components: union-find over the edges only (dedup.components), or beyond one
+             task's memory, partitioned star rounds (dedup.partitioned_components)
              reason: a removed member's Jaccard with its cluster's root, from their edge when
              they share one, else (a chain) from a second join that brings the root to it
     decide   per shard: exact and near decisions merged into `decisions/<shard>.parquet`
@@ -214,7 +215,7 @@ def near_verify(job: DedupJob, shard: int) -> None:
 def near_components(job: DedupJob) -> None:
     """Clusters over every edge; members written by their shard. A (root, member) pair that is
     not itself an edge (a chain) goes to the reason join."""
-    members_file = job.root / "near" / "members.arrow"
+    members_file = job.root / "near" / "members" / "00000.arrow"
     if members_file.exists():
         return
     edge_files = sorted((job.root / "near" / "edges").glob("*.parquet"))
@@ -228,6 +229,12 @@ def near_components(job: DedupJob) -> None:
     join.write_pairs(job, job.root / "near" / "reason", "00000", roots[moved][chained], nodes[moved][chained])
     table = pa.table({"g": nodes, "root": roots, "size": sizes.astype(np.int64)}, schema=MEMBER_SCHEMA)
     write_partitioned(members_file, table, shard_of(nodes, job.bases), job.n_shards)
+
+
+def _components(job: DedupJob, run: Map) -> None:
+    from tokenmill.data.dedup.partitioned_components import run_components
+
+    run_components(job, run, near_components)
 
 
 def _pairs_in(a: np.ndarray, b: np.ndarray, pairs: np.ndarray) -> np.ndarray:
@@ -249,7 +256,7 @@ def near_reasons(job: DedupJob, shard: int) -> None:
     cfg = job.cfg.minhash_dedup
     found: list[tuple[int, str, float, float | None]] = []  # member, root id, estimate, verified
     edges = pq.read_table(job.root / "near" / "edges" / f"{shard:05d}.parquet").to_pydict()
-    members = read_partition([job.root / "near" / "members.arrow"], shard, MEMBER_SCHEMA)
+    members = _members(job, shard)
     root_of = dict(zip(members.column("g").to_pylist(), members.column("root").to_pylist()))
     for a, b, est, ver, a_id in zip(edges["a"], edges["b"], edges["est"], edges["ver"], edges["a_id"]):
         if root_of.get(b) == a:
@@ -266,6 +273,12 @@ def near_reasons(job: DedupJob, shard: int) -> None:
         rej = near_duplicate_rejection(root_id, e, v, cfg)
         _add(rows, member, rej.rule, rej.value, rej.reason, root_id, None)
     _write_parquet(out, _decisions_table(rows))
+
+
+def _members(job: DedupJob, shard: int) -> pa.Table:
+    """The cluster members of a shard (g, root, size), sorted by g (one file per components task)."""
+    t = read_partition(files(job.root / "near" / "members"), shard, MEMBER_SCHEMA)
+    return t.take(pa.array(np.argsort(t.column("g").to_numpy(), kind="stable")))
 
 
 def _sigs(rows: pa.Table, cfg: Any) -> np.ndarray:
@@ -289,7 +302,7 @@ def decide(job: DedupJob, shard: int) -> None:
     rows = {r["index"]: r for r in _exact_decisions(job, shard).to_pylist()}
     if "minhash_dedup" in job.steps:
         reasons = {r["index"]: r for r in pq.read_table(job.root / "near" / "reasons" / f"{shard:05d}.parquet").to_pylist()}
-        members = read_partition([job.root / "near" / "members.arrow"], shard, MEMBER_SCHEMA)
+        members = _members(job, shard)
         g, root, size = (members.column(c).to_numpy() for c in ("g", "root", "size"))
         roots = g[(g == root) & (size > 1)]
         own_ids = dict(zip(roots.tolist(), read_rows(job, shard, roots, ["id"]).column("id").to_pylist()))
@@ -327,14 +340,17 @@ def run_dedup(job: DedupJob, run: Map) -> dict[str, Any]:
         verify, reason = job.root / "near" / "verify", job.root / "near" / "reason"
         stages += [("near_map", near_map, shards), ("near_buckets", near_buckets, parts),
                    ("verify_send", join.send, [(job, verify, s, with_text) for s in range(job.n_shards)]),
-                   ("verify", near_verify, shards), ("components", near_components, [(job,)]),
+                   ("verify", near_verify, shards), ("components", _components, [(job, run)]),
                    ("reason_send", join.send, [(job, reason, s, with_text) for s in range(job.n_shards)]),
                    ("reasons", near_reasons, shards)]
     stages.append(("decide", decide, shards))
     seconds = {}
     for name, fn, tasks in stages:
         t0 = time.perf_counter()
-        run(fn, tasks)
+        if fn is _components:  # rounds of tasks, driven from here
+            fn(*tasks[0])
+        else:
+            run(fn, tasks)
         seconds[name] = round(time.perf_counter() - t0, 3)
     stats = {"rows": int(job.shard_bases[-1]), "partitions": job.partitions, "shards": job.n_shards, "stage_seconds": seconds}
     atomic_write_text(done, json.dumps(stats))
