@@ -207,6 +207,45 @@ def run_tokenmill(src: Path, inputs: Path, work: Path, name: str, over: dict[str
             "worker_peak_mb": round(sampler.child_peak / 2**20, 1), "out": str(out)}
 
 
+TOKENIZE_RUNNER = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from tokenmill.config import RunConfig
+from tokenmill.runs import RunDir
+from tokenmill.tokenizer.stage import run_tokenizer
+from tokenmill.tokens.tokenize import run_tokenize
+curated, root, stage = Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
+cfg = RunConfig.model_validate({"name": "tok", "root": str(root), "tokenizer": {"vocab_size": 8192},
+                                "tokenize": {"workers": 2}})
+run = RunDir.create(cfg) if stage == "tokenizer" else RunDir(config=cfg, path=root / "tok")
+if stage == "tokenizer":
+    (run.path / "curated").symlink_to(curated.resolve())
+t0 = time.time()
+stats = run_tokenizer(run) if stage == "tokenizer" else run_tokenize(run)
+(root / f"{stage}.json").write_text(json.dumps({"seconds": round(time.time() - t0, 2), "stats": stats}, default=str))
+"""
+
+
+def run_tokenize(src: Path, curated: Path, work: Path, name: str) -> dict[str, Any]:
+    """The tokenizer and tokenize stages on a curated output (a run directory whose curated/ is
+    that output), under the same RSS sampler: the stages after curation at the same scale."""
+    root = work / name
+    subprocess.run(["rm", "-rf", str(root)], check=True)
+    root.mkdir(parents=True)
+    result: dict[str, Any] = {"commit": _commit(src)}
+    for stage in ("tokenizer", "tokenize"):
+        seconds, sampler = measured([sys.executable, "-c", TOKENIZE_RUNNER, str(src), str(curated), str(root), stage],
+                                    {"PYTHONPATH": str(src)}, f"{name} {stage}")
+        stats = json.loads((root / f"{stage}.json").read_text())["stats"]
+        result[stage] = {"seconds": seconds, "coordinator_peak_mb": round(sampler.main_peak / 2**20, 1),
+                         "worker_peak_mb": round(sampler.child_peak / 2**20, 1)}
+        if stage == "tokenize":
+            result[stage]["tokens"] = sum(sum(v.values()) for v in stats.values() if isinstance(v, dict))
+    subprocess.run(["rm", "-rf", str(root / "tok" / "tokens")], check=True)  # GBs at 5M documents
+    return result
+
+
 def quality(out: Path, truth: dict[str, Any]) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
@@ -319,6 +358,8 @@ def main() -> None:
     ap.add_argument("--ray-cluster", action="store_true", help="also run on a two-node Ray cluster of this machine")
     ap.add_argument("--kill-node-after", type=float, help="and again, SIGKILLing the second node this many seconds in")
     ap.add_argument("--json", type=Path, help="results file; rewritten after every arm, an earlier file's other sizes kept")
+    ap.add_argument("--tokenize", action="store_true", help="then the tokenizer and tokenize stages on the tokenmill arm's output")
+    ap.add_argument("--set", dest="sets", action="append", default=[], help="curate.KEY=VALUE (JSON value) for the tokenmill arms")
     args = ap.parse_args()
     results = {"command": " ".join(sys.argv), "commit": _commit(args.src), "machine": _machine(), "runs": []}
     if args.json and args.json.exists():
@@ -327,6 +368,7 @@ def main() -> None:
         inputs = args.work / f"corpus-v2-{n}"
         truth = build_corpus(args.corpus, inputs, n)
         over = {"memory_per_task": args.memory_per_task} if args.memory_per_task else {}
+        over.update({k.removeprefix("curate."): json.loads(v) for k, v in (x.split("=", 1) for x in args.sets)})
         # a rerun of some arms keeps the other arms' results for this size (each arm names its commit)
         entry = next((r for r in results["runs"] if r["docs"] == n), None) or {}
         results["runs"] = [r for r in results["runs"] if r["docs"] != n] + [entry]
@@ -349,6 +391,9 @@ def main() -> None:
                 entry[name] = _median_run(entry[f"{name}_runs"])
             if args.baseline_src:
                 entry["identical_output"] = _same_output(args.work / f"tokenmill-{n}" / "out", args.work / f"baseline-{n}" / "out")
+            save()
+        if args.tokenize:
+            entry["tokenize"] = run_tokenize(args.src, args.work / f"tokenmill-{n}" / "out", args.work, f"tokenize-{n}")
             save()
         cluster_arms = [("ray_cluster", None)] if args.ray_cluster else []
         cluster_arms += [("ray_cluster_node_lost", args.kill_node_after)] if args.kill_node_after else []
