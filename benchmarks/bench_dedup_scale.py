@@ -201,6 +201,8 @@ def run_tokenmill(src: Path, inputs: Path, work: Path, name: str, over: dict[str
             last = e["seconds"]
             if "stage_seconds" in e:
                 phases["dedup_stages"] = e["stage_seconds"]
+            if "components" in e:
+                phases["components"] = e["components"]
         if e["kind"] == "done":
             phases["final"] = round(e["seconds"] - last, 2)
     return {"seconds": seconds, "commit": _commit(src), "phases": phases, "coordinator_peak_mb": round(sampler.main_peak / 2**20, 1),
@@ -358,6 +360,8 @@ def main() -> None:
     ap.add_argument("--ray-cluster", action="store_true", help="also run on a two-node Ray cluster of this machine")
     ap.add_argument("--kill-node-after", type=float, help="and again, SIGKILLing the second node this many seconds in")
     ap.add_argument("--json", type=Path, help="results file; rewritten after every arm, an earlier file's other sizes kept")
+    ap.add_argument("--partitioned-components", type=int, metavar="EDGES",
+                    help="also a tokenmill arm whose components run in partitioned rounds of EDGES per task")
     ap.add_argument("--tokenize", action="store_true", help="then the tokenizer and tokenize stages on the tokenmill arm's output")
     ap.add_argument("--set", dest="sets", action="append", default=[], help="curate.KEY=VALUE (JSON value) for the tokenmill arms")
     args = ap.parse_args()
@@ -391,6 +395,13 @@ def main() -> None:
                 entry[name] = _median_run(entry[f"{name}_runs"])
             if args.baseline_src:
                 entry["identical_output"] = _same_output(args.work / f"tokenmill-{n}" / "out", args.work / f"baseline-{n}" / "out")
+            save()
+        if args.partitioned_components:
+            res = run_tokenmill(args.src, inputs, args.work, f"partitioned-cc-{n}",
+                                {**over, "component_edges_per_task": args.partitioned_components})
+            out = Path(res.pop("out"))
+            entry["partitioned_components"] = {**res, **quality(out, truth), "identical_output": _same_output(
+                out, args.work / f"tokenmill-{n}" / "out")}
             save()
         if args.tokenize:
             entry["tokenize"] = run_tokenize(args.src, args.work / f"tokenmill-{n}" / "out", args.work, f"tokenize-{n}")

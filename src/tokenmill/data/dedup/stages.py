@@ -231,10 +231,10 @@ def near_components(job: DedupJob) -> None:
     write_partitioned(members_file, table, shard_of(nodes, job.bases), job.n_shards)
 
 
-def _components(job: DedupJob, run: Map) -> None:
+def _components(job: DedupJob, run: Map) -> dict[str, int]:
     from tokenmill.data.dedup.partitioned_components import run_components
 
-    run_components(job, run, near_components)
+    return run_components(job, run, near_components)
 
 
 def _pairs_in(a: np.ndarray, b: np.ndarray, pairs: np.ndarray) -> np.ndarray:
@@ -344,15 +344,17 @@ def run_dedup(job: DedupJob, run: Map) -> dict[str, Any]:
                    ("reason_send", join.send, [(job, reason, s, with_text) for s in range(job.n_shards)]),
                    ("reasons", near_reasons, shards)]
     stages.append(("decide", decide, shards))
-    seconds = {}
+    seconds: dict[str, float] = {}
+    components: dict[str, int] = {}
     for name, fn, tasks in stages:
         t0 = time.perf_counter()
         if fn is _components:  # rounds of tasks, driven from here
-            fn(*tasks[0])
+            components = fn(*tasks[0])
         else:
             run(fn, tasks)
         seconds[name] = round(time.perf_counter() - t0, 3)
-    stats = {"rows": int(job.shard_bases[-1]), "partitions": job.partitions, "shards": job.n_shards, "stage_seconds": seconds}
+    stats = {"rows": int(job.shard_bases[-1]), "partitions": job.partitions, "shards": job.n_shards, "stage_seconds": seconds,
+             **({"components": components} if components else {})}
     atomic_write_text(done, json.dumps(stats))
     return stats
 
