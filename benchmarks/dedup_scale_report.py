@@ -32,7 +32,7 @@ def _arm_row(label: str, arm: dict[str, Any], docs: int, cores: int) -> str:
 
 
 def section(results: list[dict[str, Any]]) -> str:
-    lines = [BEGIN, "", "## Global dedup at scale: coordinator memory, per-phase speed and identical output vs the previous implementation, locally and on a two-node Ray cluster (2026-11-25)", ""]
+    lines = [BEGIN, "", "## Global dedup at scale: coordinator memory, per-phase speed and identical output vs the previous implementation, locally and on a two-node Ray cluster, 200k to 5M documents (2026-11-25/26)", ""]
     for res in results:
         m = res["machine"]
         for run in res["runs"]:
@@ -51,7 +51,8 @@ def section(results: list[dict[str, Any]]) -> str:
             if "baseline" in run:
                 lines.append(_arm_row("previous implementation", run["baseline"], n, cores))
             for key, label in (("ray_cluster", "tokenmill on a 2-node Ray cluster"),
-                               ("ray_cluster_node_lost", "… second node SIGKILLed mid-run")):
+                               ("ray_cluster_node_lost", "… second node SIGKILLed mid-run"),
+                               ("partitioned_components", "tokenmill, components in partitioned rounds")):
                 if key in run:
                     lines.append(_arm_row(label, run[key], n, cores))
             if "datatrove" in run:
@@ -67,14 +68,47 @@ def section(results: list[dict[str, Any]]) -> str:
                 ratios = [f"{p} {b['phases'][p] / t['phases'][p]:.2f}×" for p in PHASES
                           if t.get("phases", {}).get(p) and b.get("phases", {}).get(p)]
                 notes.append("docs/s ratio new/previous per phase: " + ", ".join(ratios))
+            if "partitioned_components" in run:
+                pc = run["partitioned_components"]
+                cc = pc["phases"].get("components", {})
+                singles = sorted(r["phases"]["dedup_stages"]["components"] for r in run.get("tokenmill_runs", [])
+                                 if "dedup_stages" in r.get("phases", {}))
+                single = {"components": singles[len(singles) // 2]} if singles else {}
+                notes.append(f"components in rounds (`--partitioned-components`): {cc.get('edges', 0):,} edges over "
+                             f"{cc.get('partitions')} partitions, {cc.get('rounds')} rounds, "
+                             f"{pc['phases']['dedup_stages']['components']:.1f} s vs {single.get('components', float('nan')):.1f} s "
+                             f"for the single union-find; output identical: **{pc['identical_output']}**")
             for key in ("ray_cluster", "ray_cluster_node_lost"):
                 if key in run:
                     notes.append(f"{key}: output identical to the local run: **{run[key]['identical_output']}**"
                                  + (f", node killed at {run[key].get('node_killed_at_s')} s" if key.endswith("lost") else ""))
             notes.append(f"load average before {[round(x, 2) for x in run['load_before']]}, after {[round(x, 2) for x in run['load_after']]}")
             lines += [f"- {x}" for x in notes] + [""]
-    lines.append(END)
+            if "tokenize" in run:
+                t = run["tokenize"]
+                lines += [f"Then the stages after curation on the tokenmill arm's output (commit `{t['commit'][:7]}`; "
+                          "vocabulary 8,192, tokenize.workers 2, each stage its own measured process):", "",
+                          "| stage | wall s | coordinator peak MB | worker peak MB |", "|---|---|---|---|",
+                          *(f"| {st} | {t[st]['seconds']:.0f} | {t[st]['coordinator_peak_mb']:.0f} | "
+                            f"{t[st]['worker_peak_mb']:.0f} |" for st in ("tokenizer", "tokenize")),
+                          "", f"- {t['tokenize']['tokens']:,} tokens written", ""]
+    lines += _flatness(results) + [END]
     return "\n".join(lines)
+
+
+def _flatness(results: list[dict[str, Any]]) -> list[str]:
+    """Coordinator peak per size and arm, side by side: flat means no state per document."""
+    runs = sorted((r for res in results for r in res["runs"]), key=lambda r: r["docs"])
+    arms = [("tokenmill", "curate, local"), ("ray_cluster", "curate, 2-node Ray"), ("baseline", "previous implementation")]
+    head = "| coordinator peak MB | " + " | ".join(f"{r['docs']:,} docs" for r in runs) + " |"
+    lines = ["**Coordinator memory by corpus size** (the figures above, side by side):", "", head,
+             "|---|" + "---|" * len(runs)]
+    for key, label in arms:
+        lines.append(f"| {label} | " + " | ".join(f"{r[key]['coordinator_peak_mb']:.0f}" if key in r else "–" for r in runs) + " |")
+    for st in ("tokenizer", "tokenize"):
+        lines.append(f"| {st} stage | " + " | ".join(f"{r['tokenize'][st]['coordinator_peak_mb']:.0f}" if "tokenize" in r
+                                                      else "–" for r in runs) + " |")
+    return lines + [""]
 
 
 def main() -> None:
