@@ -220,9 +220,12 @@ from tokenmill.tokens.tokenize import run_tokenize
 curated, root, stage = Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
 cfg = RunConfig.model_validate({"name": "tok", "root": str(root), "tokenizer": {"vocab_size": 8192},
                                 "tokenize": {"workers": 2}})
-run = RunDir.create(cfg) if stage == "tokenizer" else RunDir(config=cfg, path=root / "tok")
-if stage == "tokenizer":
+run = RunDir.create(cfg) if not (root / "tok").exists() else RunDir(config=cfg, path=root / "tok")
+if not (run.path / "curated").exists():
     (run.path / "curated").symlink_to(curated.resolve())
+if len(sys.argv) > 5:  # tokenize with a tokenizer trained before (an A/B of the tokenize stage)
+    import shutil
+    shutil.copytree(sys.argv[5], run.path / "tokenizer")
 t0 = time.time()
 stats = run_tokenizer(run) if stage == "tokenizer" else run_tokenize(run)
 (root / f"{stage}.json").write_text(json.dumps({"seconds": round(time.time() - t0, 2), "stats": stats}, default=str))
@@ -246,6 +249,54 @@ def run_tokenize(src: Path, curated: Path, work: Path, name: str) -> dict[str, A
             result[stage]["tokens"] = sum(sum(v.values()) for v in stats.values() if isinstance(v, dict))
     subprocess.run(["rm", "-rf", str(root / "tok" / "tokens")], check=True)  # GBs at 5M documents
     return result
+
+
+def tokens_digest(tokens: Path) -> str:
+    """xxh3-128 of a token store's content: every shard file's bytes and the metadata that says
+    what the split holds (which held-out documents moved to training, tokens per split)."""
+    import xxhash
+
+    h = xxhash.xxh3_128()
+    meta = json.loads((tokens / "_meta.json").read_text())
+    h.update(json.dumps([meta["heldout_moved_to_train"], meta["buckets"]], sort_keys=True).encode())
+    for f in sorted(p for p in tokens.rglob("*") if p.is_file() and p.name != "_meta.json"):
+        h.update(str(f.relative_to(tokens)).encode())
+        with open(f, "rb") as fh:
+            while chunk := fh.read(1 << 24):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def tokenize_ab(src: Path, baseline: Path, curated: Path, work: Path, n: int, repeats: int) -> dict[str, Any]:
+    """The tokenize stage of `src` and of `baseline` on the same curated output and the same
+    tokenizer (trained once, by `src`), in alternating order: wall time, memory, the seconds
+    until encoding starts (the held-out duplicate check's share) and a digest of the token store."""
+    ref = work / f"tokenize-{n}" / "tok" / "tokenizer"
+    if not (ref / "tokenizer.json").exists():
+        run_tokenize(src, curated, work, f"tokenize-{n}")
+    out: dict[str, Any] = {"tokenmill": [], "baseline": [], "commit": _commit(src), "baseline_commit": _commit(baseline)}
+    arms = [("tokenmill", src), ("baseline", baseline)]
+    for r in range(repeats):
+        for name, arm_src in (arms if r % 2 == 0 else arms[::-1]):
+            root = work / f"tokenize-ab-{name}-{n}"
+            subprocess.run(["rm", "-rf", str(root)], check=True)
+            root.mkdir(parents=True)
+            t0 = time.time()
+            seconds, sampler = measured([sys.executable, "-c", TOKENIZE_RUNNER, str(arm_src), str(curated), str(root),
+                                         "tokenize", str(ref)], {"PYTHONPATH": str(arm_src)}, f"{name} tokenize")
+            events = [json.loads(x) for x in (root / "tok" / "events.jsonl").read_text().splitlines() if x]
+            layout = next(e["t"] for e in events if e["kind"] == "layout")
+            check = next((e for e in events if e["kind"] == "heldout_check"), None)
+            out[name].append({"seconds": seconds, "until_encoding_s": round(layout - t0, 1),
+                              "heldout_check_s": check["seconds"] if check else None,
+                              "heldout_processes": check["processes"] if check else 1,
+                              "coordinator_peak_mb": round(sampler.main_peak / 2**20, 1),
+                              "worker_peak_mb": round(sampler.child_peak / 2**20, 1),
+                              "digest": tokens_digest(root / "tok" / "tokens")})
+            subprocess.run(["rm", "-rf", str(root)], check=True)
+            print(json.dumps({name: out[name][-1]}), flush=True)
+    out["identical_output"] = len({x["digest"] for arm in ("tokenmill", "baseline") for x in out[arm]}) == 1
+    return out
 
 
 def quality(out: Path, truth: dict[str, Any]) -> dict[str, Any]:
@@ -363,6 +414,9 @@ def main() -> None:
     ap.add_argument("--partitioned-components", type=int, metavar="EDGES",
                     help="also a tokenmill arm whose components run in partitioned rounds of EDGES per task")
     ap.add_argument("--tokenize", action="store_true", help="then the tokenizer and tokenize stages on the tokenmill arm's output")
+    ap.add_argument("--tokenize-baseline", type=Path, metavar="SRC",
+                    help="then the tokenize stage of --src and of SRC (a frozen worktree's src/), interleaved, on the tokenmill arm's output")
+    ap.add_argument("--tokenize-repeats", type=int, default=2)
     ap.add_argument("--set", dest="sets", action="append", default=[], help="curate.KEY=VALUE (JSON value) for the tokenmill arms")
     args = ap.parse_args()
     results = {"command": " ".join(sys.argv), "commit": _commit(args.src), "machine": _machine(), "runs": []}
@@ -405,6 +459,10 @@ def main() -> None:
             save()
         if args.tokenize:
             entry["tokenize"] = run_tokenize(args.src, args.work / f"tokenmill-{n}" / "out", args.work, f"tokenize-{n}")
+            save()
+        if args.tokenize_baseline:
+            entry["tokenize_ab"] = tokenize_ab(args.src, args.tokenize_baseline, args.work / f"tokenmill-{n}" / "out",
+                                               args.work, n, args.tokenize_repeats)
             save()
         cluster_arms = [("ray_cluster", None)] if args.ray_cluster else []
         cluster_arms += [("ray_cluster_node_lost", args.kill_node_after)] if args.kill_node_after else []

@@ -102,6 +102,23 @@ def test_shuffle_on_disk_decides_exactly_what_the_dict_in_memory_decides(tmp_pat
     assert all(d.doc_id in parts[d.part][2] for d in got) and not work.exists()
 
 
+def test_tasks_on_two_processes_decide_what_one_process_decides(tmp_path):
+    parts, texts = _planted_corpus(tmp_path, 5)
+    counter = CutCounter(0.3, 2, 5)
+    for _, _, ids in parts:
+        counter.add(ids)
+    cut = counter.cut()
+    paths = [p for _, p, _ in parts]
+    one = shuffled_training_duplicates(paths, [cut] * len(parts), CFG, 7, tmp_path / "w1", 50, 9, processes=1)
+    two = shuffled_training_duplicates(paths, [cut] * len(parts), CFG, 7, tmp_path / "w2", 50, 9, processes=2)
+    held = {i for _, _, ids in parts for i in ids if cut.holds(i)}
+    want = training_duplicates(texts, held, CFG, seed=7)
+    assert len(want) >= 6
+    assert [(d.part, d.doc_id, d.record) for d in two] == [(d.part, d.doc_id, d.record) for d in one]
+    assert [(d.doc_id, d.record) for d in two] == list(want.items())
+    assert not (tmp_path / "w2").exists()
+
+
 def test_nothing_held_out_reads_nothing(tmp_path):
     parts, _ = _planted_corpus(tmp_path, 0)
     none = CutCounter(0.0, 0, 1).cut()

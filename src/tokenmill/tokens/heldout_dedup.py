@@ -16,11 +16,14 @@ and is recorded with its reason and the training document it matched.
 
 from __future__ import annotations
 
+import copy
+import multiprocessing
 import shutil
 from collections import defaultdict
+from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -96,10 +99,14 @@ def training_duplicates(texts: dict[str, str], held: Iterable[str], cfg: MinHash
 #   verify   per held-out partition: exact matches stand; the other candidates' exact Jaccard,
 #            reading only the texts their pairs name
 #
+# Each phase's tasks run on `processes` spawned processes (map: one task per part; reduce and
+# verify: one per partition), each writing spill files of its own (`Spill.writer`), read in task
+# order, so the decisions do not depend on the number of processes.
+#
 # Memory: a map task holds one batch of documents; a reduce task one partition of about
 # `records_per_partition` records (the band file is the largest: `bands` records per document,
 # 4·(rows+1)+9 bytes each); a verify task its pairs and the texts they name. The coordinator
-# holds counters and the answer.
+# holds the part list, counters and the answer.
 EXACT = np.dtype([("key", "<u4", (4,)), ("pos", "<i8"), ("held", "u1")])
 PAIR = np.dtype([("held", "<i8"), ("train", "<i8")])
 
@@ -183,6 +190,13 @@ class _Shuffle:
         self.matched = Spill(work / "matched", PAIR, n)  # exact matches, by held-out position
         self.pairs = Spill(work / "pairs", PAIR, n)  # near candidates, by held-out position
 
+    def task(self, tag: int) -> "_Shuffle":
+        """This shuffle for one task: it writes spill files of its own (tagged by the task)."""
+        view = copy.copy(self)
+        view.exact, view.bands = self.exact.writer(tag), self.bands.writer(tag)
+        view.matched, view.pairs = self.matched.writer(tag), self.pairs.writer(tag)
+        return view
+
     def map_part(self, index: int, cut: HeldoutCut, batch_docs: int) -> None:
         row = 0
         for batch in pq.ParquetFile(self.parts[index]).iter_batches(batch_size=batch_docs, columns=["id", "text"]):
@@ -245,25 +259,49 @@ def _runs(values: np.ndarray) -> Iterator[tuple[int, int, int]]:
     yield from zip(values[starts].tolist(), starts.tolist(), ends.tolist())
 
 
+def _map_task(args: tuple[_Shuffle, int, HeldoutCut, int]) -> None:
+    shuffle, index, cut, batch_docs = args
+    shuffle.task(index).map_part(index, cut, batch_docs)
+
+
+def _reduce_task(args: tuple[_Shuffle, int]) -> None:
+    shuffle, p = args
+    shuffle.task(p).reduce(p)
+
+
+def _verify_task(args: tuple[_Shuffle, int]) -> tuple[list[tuple[int, str, dict]], list[tuple[int, str, dict]]]:
+    shuffle, p = args
+    return shuffle.verify(p)
+
+
+def _run_all(pool: Executor | None, fn: Callable[[Any], Any], args: Sequence[Any]) -> list[Any]:
+    """fn over args, on the pool when there is one (results in args order either way)."""
+    return list(pool.map(fn, args)) if pool is not None else [fn(a) for a in args]
+
+
 def shuffled_training_duplicates(parts: list[Path], cuts: list[HeldoutCut], cfg: MinHashConfig, seed: int,
-                                 work: Path, records_per_partition: int, batch_docs: int) -> list[Decision]:
+                                 work: Path, records_per_partition: int, batch_docs: int,
+                                 processes: int = 1) -> list[Decision]:
     """`training_duplicates` of a corpus on disk: `parts` in corpus order, `cuts[i]` the held-out
     cut of part i's bucket. Same decisions, in the same order (exact ones, then near ones, each by
-    id), with no per-document state outside one task. `work` is scratch, removed at the end."""
+    id), with no per-document state outside one task, whatever `processes` runs the tasks (1: this
+    process alone). `work` is scratch, removed at the end."""
     if all(c.holds_none for c in cuts):
         return []
     rows = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
     shuffle = _Shuffle(parts, work, cfg, seed, partitions_for(rows * cfg.bands, records_per_partition))
+    # spawn, not fork: the caller may hold threads (rich's refresh, tokenizer pools)
+    pool = (ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+            if processes > 1 and max(len(parts), shuffle.n) > 1 else None)
     try:
-        for index, cut in enumerate(cuts):
-            shuffle.map_part(index, cut, batch_docs)
-        for p in range(shuffle.n):
-            shuffle.reduce(p)
+        _run_all(pool, _map_task, [(shuffle, i, cut, batch_docs) for i, cut in enumerate(cuts)])
+        _run_all(pool, _reduce_task, [(shuffle, p) for p in range(shuffle.n)])
         exact, near = [], []
-        for p in range(shuffle.n):
-            e, n = shuffle.verify(p)
+        for e, n in _run_all(pool, _verify_task, [(shuffle, p) for p in range(shuffle.n)]):
             exact += e
             near += n
     finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
         shutil.rmtree(work, ignore_errors=True)
     return [Decision(pos >> 32, i, rec) for pos, i, rec in sorted(exact, key=lambda d: d[1]) + sorted(near, key=lambda d: d[1])]

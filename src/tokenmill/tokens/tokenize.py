@@ -43,7 +43,7 @@ from tokenmill.tokenizer.bpe import load_tokenizer, tokenizer_sha256
 from tokenmill.tokenizer.fast_encode import Encoder, choose_encoder, load_encoder
 from tokenmill.tokenizer.special import BOS_ID, EOS_ID, MASK, PAD_ID, sentinel
 from tokenmill.data.curated import bucket_parts, curated_buckets
-from tokenmill.tokens.heldout_dedup import shuffled_training_duplicates
+from tokenmill.tokens.heldout_dedup import Decision, shuffled_training_duplicates
 from tokenmill.data.heldout_split import HeldoutCut, bucket_cuts
 from tokenmill.tokens.store import SPLITS, Shard, ShardWriter, TokenStoreError, token_dtype
 
@@ -178,9 +178,8 @@ def plan_parts(run: RunDir, parts_dir: Path, encoder: str, dtype: np.dtype,
     buckets = {b: bucket_parts(curated, b) for b in curated_buckets(curated)}
     cuts = bucket_cuts(curated, cfg.val_fraction, cfg.min_val_docs, run.config.seed)
     parts = [(b, p) for b, ps in buckets.items() for p in ps]
-    decisions = (shuffled_training_duplicates(
-        [p for _, p in parts], [cuts[b] for b, _ in parts], run.config.curate.minhash_dedup, run.config.seed,
-        parts_dir / "_heldout_dedup", cfg.shuffle_records, cfg.batch_docs) if cfg.dedup_heldout else [])
+    decisions = _heldout_duplicates(run, [p for _, p in parts], [cuts[b] for b, _ in parts], parts_dir) \
+        if cfg.dedup_heldout else []
     if moved_out is not None:
         moved_out.update((d.doc_id, d.record) for d in decisions)
     moved: dict[int, set[str]] = {}
@@ -196,6 +195,21 @@ def plan_parts(run: RunDir, parts_dir: Path, encoder: str, dtype: np.dtype,
         tasks.append(PartTask(bucket, str(p), str(parts_dir / bucket / p.stem), cut, part_moved, str(tok_path),
                               encoder, dtype.name, cfg.batch_docs, cfg.verify_chars, key))
     return tasks
+
+
+def _heldout_duplicates(run: RunDir, parts: list[Path], cuts: list[HeldoutCut], parts_dir: Path) -> list[Decision]:
+    """The held-out duplicate check (tokens/heldout_dedup.py) on `tokenize.workers` processes
+    when the corpus is large enough to pay for starting them (the same rule as encoding's)."""
+    cfg = run.config.tokenize
+    size = sum(p.stat().st_size for p in parts)
+    processes = max(1, min(cfg.workers, -(-size // PROCESS_MIN_BYTES)))
+    t0 = time.perf_counter()
+    decisions = shuffled_training_duplicates(parts, cuts, run.config.curate.minhash_dedup, run.config.seed,
+                                             parts_dir / "_heldout_dedup", cfg.shuffle_records, cfg.batch_docs,
+                                             processes)
+    run.events.write("tokenize", "heldout_check", parts=len(parts), processes=processes, moved=len(decisions),
+                     seconds=round(time.perf_counter() - t0, 3))
+    return decisions
 
 
 def layout(tasks: list[PartTask], workers: int) -> tuple[int, int]:

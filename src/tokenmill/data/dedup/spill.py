@@ -1,6 +1,8 @@
-"""Spill files: fixed-width numpy records appended partitioned by key to P files on disk, for a
-single process that writes many batches before any reader (dedup/shuffle.py is the one-file-per-
-map-task form for tasks on an executor).
+"""Spill files: fixed-width numpy records appended partitioned by key to P files on disk, for
+tasks that write many batches before any reader (dedup/shuffle.py is the Arrow form for tasks on
+the curation executor). Writers in other processes each take a `writer(tag)` view: their own
+file per partition, so no two processes append to one file, and a reader concatenates a
+partition's files in tag order (the order a single writer would have written them in).
 
 The pattern of every global step at scale (DESIGN §3): map tasks append their records to the
 partition their key hashes (or ranges) to, then one task per partition reads that file alone
@@ -10,6 +12,7 @@ with `partitions_for` from the number of records and how many one task may hold.
 
 from __future__ import annotations
 
+import copy
 import shutil
 from pathlib import Path
 
@@ -37,11 +40,23 @@ class Spill:
 
     def __init__(self, root: Path, dtype: np.dtype, n: int):
         self.root, self.dtype, self.n = root, np.dtype(dtype), n
+        self.tag = ""
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
 
+    def writer(self, tag: int) -> "Spill":
+        """This spill for one writer among several (a task in another process): it appends to
+        files of its own, read after those of lower tags."""
+        view = copy.copy(self)
+        view.tag = f"-{tag:09d}"
+        return view
+
     def _path(self, p: int) -> Path:
-        return self.root / f"{p:05d}.bin"
+        return self.root / f"{p:05d}{self.tag}.bin"
+
+    def _paths(self, p: int) -> list[Path]:
+        own = self.root / f"{p:05d}.bin"
+        return sorted(self.root.glob(f"{p:05d}-*.bin")) + ([own] if own.exists() else [])
 
     def write(self, records: np.ndarray, partition: np.ndarray) -> None:
         """Append each record to its partition's file (records keep their order within one)."""
@@ -55,6 +70,6 @@ class Spill:
             start = int(end)
 
     def read(self, p: int) -> np.ndarray:
-        """Every record of partition p, in the order written."""
-        path = self._path(p)
-        return np.fromfile(path, dtype=self.dtype) if path.exists() else np.empty(0, dtype=self.dtype)
+        """Every record of partition p: each writer's in the order written, writers by tag."""
+        chunks = [np.fromfile(path, dtype=self.dtype) for path in self._paths(p)]
+        return np.concatenate(chunks) if chunks else np.empty(0, dtype=self.dtype)
