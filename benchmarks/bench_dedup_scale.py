@@ -414,6 +414,8 @@ def main() -> None:
     ap.add_argument("--partitioned-components", type=int, metavar="EDGES",
                     help="also a tokenmill arm whose components run in partitioned rounds of EDGES per task")
     ap.add_argument("--tokenize", action="store_true", help="then the tokenizer and tokenize stages on the tokenmill arm's output")
+    ap.add_argument("--substring", action="store_true",
+                    help="also a tokenmill arm with substring_dedup after the other steps (its defaults: word units, k = 50)")
     ap.add_argument("--tokenize-baseline", type=Path, metavar="SRC",
                     help="then the tokenize stage of --src and of SRC (a frozen worktree's src/), interleaved, on the tokenmill arm's output")
     ap.add_argument("--tokenize-repeats", type=int, default=2)
@@ -456,6 +458,12 @@ def main() -> None:
             out = Path(res.pop("out"))
             entry["partitioned_components"] = {**res, **quality(out, truth), "identical_output": _same_output(
                 out, args.work / f"tokenmill-{n}" / "out")}
+            save()
+        if args.substring:
+            res = run_tokenmill(args.src, inputs, args.work, f"substring-{n}",
+                                {**over, "steps": [*STEPS, "substring_dedup"], "substring_dedup": {"enabled": True}})
+            out = Path(res.pop("out"))
+            entry["substring"] = {**res, **quality(out, truth), "funnel": json.loads((out / "_funnel.json").read_text())}
             save()
         if args.tokenize:
             entry["tokenize"] = run_tokenize(args.src, args.work / f"tokenmill-{n}" / "out", args.work, f"tokenize-{n}")

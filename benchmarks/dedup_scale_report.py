@@ -1,7 +1,8 @@
 """The BENCHMARKS.md section of bench_dedup_scale.py, generated from its results JSON files, so
 the text and the measurements cannot drift.
 
-    .venv/bin/python benchmarks/dedup_scale_report.py benchmarks/results/dedup_scale_*.json
+    .venv/bin/python benchmarks/dedup_scale_report.py benchmarks/results/dedup_scale_200k.json \\
+        benchmarks/results/dedup_scale.json benchmarks/results/dedup_scale_5m.json benchmarks/results/tokenize_ab_1m.json
 
 Rewrites what lies between the section's begin and end markers in BENCHMARKS.md (appends the
 section when it is not there yet).
@@ -37,6 +38,9 @@ def section(results: list[dict[str, Any]]) -> str:
         m = res["machine"]
         for run in res["runs"]:
             n, cores = run["docs"], m["cpus"]
+            if "tokenmill" not in run:  # a run of the stages after curation only
+                lines += _tokenize_ab(run, m) if "tokenize_ab" in run else []
+                continue
             lines += [f"`{run.get('command', res['command'])}`", "",
                       f"Commit `{run.get('commit', res['commit'])[:10]}`; {m['cpus']} cores, {m['memory_gb']} GB, Python {m['python']}, "
                       f"pyarrow {m['pyarrow']}.", "",
@@ -52,7 +56,8 @@ def section(results: list[dict[str, Any]]) -> str:
                 lines.append(_arm_row("previous implementation", run["baseline"], n, cores))
             for key, label in (("ray_cluster", "tokenmill on a 2-node Ray cluster"),
                                ("ray_cluster_node_lost", "… second node SIGKILLed mid-run"),
-                               ("partitioned_components", "tokenmill, components in partitioned rounds")):
+                               ("partitioned_components", "tokenmill, components in partitioned rounds"),
+                               ("substring", "tokenmill + substring_dedup (word units, k = 50)")):
                 if key in run:
                     lines.append(_arm_row(label, run[key], n, cores))
             if "datatrove" in run:
@@ -78,6 +83,15 @@ def section(results: list[dict[str, Any]]) -> str:
                              f"{cc.get('partitions')} partitions, {cc.get('rounds')} rounds, "
                              f"{pc['phases']['dedup_stages']['components']:.1f} s vs {single.get('components', float('nan')):.1f} s "
                              f"for the single union-find; output identical: **{pc['identical_output']}**")
+            if "substring" in run:
+                sub = run["substring"]
+                f = sub["funnel"]["total"]["substring_dedup"]
+                cut = f["bytes_in"] - f["bytes_out"]
+                notes.append(f"substring_dedup at this scale: its phase {sub['phases'].get('substring', float('nan')):.0f} s "
+                             f"({run['docs'] / sub['phases']['substring'] / cores:,.0f} docs/s/core), "
+                             f"{cut:,} bytes cut ({cut / max(f['bytes_in'], 1):.2%} of the {f['bytes_in']:,} that reach it), "
+                             f"{f['docs_rejected']:,} documents rejected whole; coordinator "
+                             f"{sub['coordinator_peak_mb']:.0f} MB, largest task {sub['worker_peak_mb']:.0f} MB")
             for key in ("ray_cluster", "ray_cluster_node_lost"):
                 if key in run:
                     notes.append(f"{key}: output identical to the local run: **{run[key]['identical_output']}**"
@@ -96,18 +110,46 @@ def section(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _tokenize_ab(run: dict[str, Any], m: dict[str, Any]) -> list[str]:
+    """The tokenize stage before and after a change, interleaved on the same curated output."""
+    ab = run["tokenize_ab"]
+    med = {k: lambda key, k=k: sorted(x[key] for x in ab[k])[len(ab[k]) // 2] for k in ("tokenmill", "baseline")}
+    lines = [f"`{run['command']}`", "",
+             f"**The tokenize stage, {run['docs']:,} documents, before and after a change** (commit `{ab['commit'][:7]}` "
+             f"vs `{ab['baseline_commit'][:7]}`; {m['cpus']} cores; the same curated output and the same tokenizer; "
+             f"{len(ab['tokenmill'])} runs each, order alternating; medians; vocabulary 8,192, tokenize.workers 2):", "",
+             "| arm | wall s | until encoding starts, s | held-out check, s (processes) | coordinator peak MB | worker peak MB |",
+             "|---|---|---|---|---|---|"]
+    for key in ("tokenmill", "baseline"):
+        runs, label = ab[key], f"`{ab['commit' if key == 'tokenmill' else 'baseline_commit'][:7]}`"
+        check = med[key]("heldout_check_s") if runs[0]["heldout_check_s"] is not None else None
+        check_s = f"{check:.0f} ({runs[0]['heldout_processes']})" if check is not None else "in the previous column (1)"
+        lines.append(f"| {label} | {med[key]('seconds'):.0f} | {med[key]('until_encoding_s'):.0f} | {check_s} | "
+                     f"{max(x['coordinator_peak_mb'] for x in runs):.0f} | {max(x['worker_peak_mb'] for x in runs):.0f} |")
+    lines += ["", f"- token store identical (every shard's bytes, the split, the moved held-out documents): "
+                  f"**{ab['identical_output']}**; wall time {med['baseline']('seconds') / med['tokenmill']('seconds'):.2f}× faster, "
+                  f"until encoding starts {med['baseline']('until_encoding_s') / med['tokenmill']('until_encoding_s'):.2f}× faster",
+              f"- load average before {[round(x, 2) for x in run['load_before']]}, after {[round(x, 2) for x in run['load_after']]}", ""]
+    return lines
+
+
 def _flatness(results: list[dict[str, Any]]) -> list[str]:
     """Coordinator peak per size and arm, side by side: flat means no state per document."""
-    runs = sorted((r for res in results for r in res["runs"]), key=lambda r: r["docs"])
-    arms = [("tokenmill", "curate, local"), ("ray_cluster", "curate, 2-node Ray"), ("baseline", "previous implementation")]
-    head = "| coordinator peak MB | " + " | ".join(f"{r['docs']:,} docs" for r in runs) + " |"
+    # one column per corpus size; a figure from any run of that size (a later file's wins)
+    by_size: dict[int, dict[str, float]] = {}
+    for r in (r for res in results for r in res["runs"] if "tokenmill" in r):
+        col = by_size.setdefault(r["docs"], {})
+        col.update({k: r[k]["coordinator_peak_mb"] for k in ("tokenmill", "ray_cluster", "baseline", "substring") if k in r})
+        col.update({st: r["tokenize"][st]["coordinator_peak_mb"] for st in ("tokenizer", "tokenize") if "tokenize" in r})
+    sizes = sorted(by_size)
+    arms = [("tokenmill", "curate, local"), ("ray_cluster", "curate, 2-node Ray"), ("baseline", "previous implementation"),
+            ("substring", "curate + substring_dedup, local"), ("tokenizer", "tokenizer stage"), ("tokenize", "tokenize stage")]
+    head = "| coordinator peak MB | " + " | ".join(f"{n:,} docs" for n in sizes) + " |"
     lines = ["**Coordinator memory by corpus size** (the figures above, side by side):", "", head,
-             "|---|" + "---|" * len(runs)]
+             "|---|" + "---|" * len(sizes)]
     for key, label in arms:
-        lines.append(f"| {label} | " + " | ".join(f"{r[key]['coordinator_peak_mb']:.0f}" if key in r else "–" for r in runs) + " |")
-    for st in ("tokenizer", "tokenize"):
-        lines.append(f"| {st} stage | " + " | ".join(f"{r['tokenize'][st]['coordinator_peak_mb']:.0f}" if "tokenize" in r
-                                                      else "–" for r in runs) + " |")
+        if any(key in by_size[n] for n in sizes):
+            lines.append(f"| {label} | " + " | ".join(f"{by_size[n][key]:.0f}" if key in by_size[n] else "–" for n in sizes) + " |")
     return lines + [""]
 
 

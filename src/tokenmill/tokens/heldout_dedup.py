@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import multiprocessing
 import shutil
+import time
 from collections import defaultdict
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -99,9 +100,11 @@ def training_duplicates(texts: dict[str, str], held: Iterable[str], cfg: MinHash
 #   verify   per held-out partition: exact matches stand; the other candidates' exact Jaccard,
 #            reading only the texts their pairs name
 #
-# Each phase's tasks run on `processes` spawned processes (map: one task per part; reduce and
-# verify: one per partition), each writing spill files of its own (`Spill.writer`), read in task
-# order, so the decisions do not depend on the number of processes.
+# Each phase's tasks run on `processes` spawned processes (map: runs of consecutive parts, about
+# 8 tasks per process; reduce and verify: one per partition), each writing spill files of its
+# own (`Spill.writer`, tagged by its first part or its partition), read in tag order: the same
+# records in the same order as one process writes, so the decisions do not depend on the
+# number of processes.
 #
 # Memory: a map task holds one batch of documents; a reduce task one partition of about
 # `records_per_partition` records (the band file is the largest: `bands` records per document,
@@ -259,9 +262,12 @@ def _runs(values: np.ndarray) -> Iterator[tuple[int, int, int]]:
     yield from zip(values[starts].tolist(), starts.tolist(), ends.tolist())
 
 
-def _map_task(args: tuple[_Shuffle, int, HeldoutCut, int]) -> None:
-    shuffle, index, cut, batch_docs = args
-    shuffle.task(index).map_part(index, cut, batch_docs)
+def _map_task(args: tuple[_Shuffle, int, list[HeldoutCut], int]) -> None:
+    """Map consecutive parts first, first + 1, ... (one spill file per partition for all of them)."""
+    shuffle, first, cuts, batch_docs = args
+    mine = shuffle.task(first)
+    for index, cut in enumerate(cuts, start=first):
+        mine.map_part(index, cut, batch_docs)
 
 
 def _reduce_task(args: tuple[_Shuffle, int]) -> None:
@@ -281,11 +287,12 @@ def _run_all(pool: Executor | None, fn: Callable[[Any], Any], args: Sequence[Any
 
 def shuffled_training_duplicates(parts: list[Path], cuts: list[HeldoutCut], cfg: MinHashConfig, seed: int,
                                  work: Path, records_per_partition: int, batch_docs: int,
-                                 processes: int = 1) -> list[Decision]:
+                                 processes: int = 1, timings: dict[str, float] | None = None) -> list[Decision]:
     """`training_duplicates` of a corpus on disk: `parts` in corpus order, `cuts[i]` the held-out
     cut of part i's bucket. Same decisions, in the same order (exact ones, then near ones, each by
     id), with no per-document state outside one task, whatever `processes` runs the tasks (1: this
-    process alone). `work` is scratch, removed at the end."""
+    process alone). `work` is scratch, removed at the end; `timings` receives each phase's
+    seconds (start: the pool's processes, then map, reduce, verify)."""
     if all(c.holds_none for c in cuts):
         return []
     rows = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
@@ -293,13 +300,28 @@ def shuffled_training_duplicates(parts: list[Path], cuts: list[HeldoutCut], cfg:
     # spawn, not fork: the caller may hold threads (rich's refresh, tokenizer pools)
     pool = (ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
             if processes > 1 and max(len(parts), shuffle.n) > 1 else None)
+    clock = time.perf_counter()
+
+    def lap(phase: str) -> None:
+        nonlocal clock
+        if timings is not None:
+            timings[phase] = round(time.perf_counter() - clock, 3)
+        clock = time.perf_counter()
+
     try:
-        _run_all(pool, _map_task, [(shuffle, i, cut, batch_docs) for i, cut in enumerate(cuts)])
+        lap("start")
+        # Consecutive parts per map task, ~8 tasks per process: enough to balance uneven parts,
+        # few enough that the spill files (tasks x partitions) stay few.
+        per = max(1, -(-len(parts) // (8 * max(1, processes))))
+        _run_all(pool, _map_task, [(shuffle, i, cuts[i:i + per], batch_docs) for i in range(0, len(parts), per)])
+        lap("map")
         _run_all(pool, _reduce_task, [(shuffle, p) for p in range(shuffle.n)])
+        lap("reduce")
         exact, near = [], []
         for e, n in _run_all(pool, _verify_task, [(shuffle, p) for p in range(shuffle.n)]):
             exact += e
             near += n
+        lap("verify")
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
