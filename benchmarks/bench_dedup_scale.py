@@ -290,6 +290,7 @@ def tokenize_ab(src: Path, baseline: Path, curated: Path, work: Path, n: int, re
             out[name].append({"seconds": seconds, "until_encoding_s": round(layout - t0, 1),
                               "heldout_check_s": check["seconds"] if check else None,
                               "heldout_processes": check["processes"] if check else 1,
+                              "heldout_phases": check.get("phases") if check else None,
                               "coordinator_peak_mb": round(sampler.main_peak / 2**20, 1),
                               "worker_peak_mb": round(sampler.child_peak / 2**20, 1),
                               "digest": tokens_digest(root / "tok" / "tokens")})

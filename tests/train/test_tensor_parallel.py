@@ -5,13 +5,15 @@ resumes on a data-parallel layout and continues the same loss curve."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from tokenmill.train.checkpoint import verify_checkpoint
 from tokenmill.train.restore import load_model
-from tokenmill.train.tensor_parallel import block_plan
+from tokenmill.train.tensor_parallel import COLUMN, ROW, block_plan
 
 from tests.train.dist_helpers import copy_run, events, make_run, max_rel_diff, reconfigure, run_ok, series
 
@@ -40,6 +42,54 @@ def test_tp2_gives_the_one_process_losses_with_document_masks_and_gqa(single, tp
         for group, norm in theirs["grad_norms"].items():
             assert ours["grad_norms"][group] == pytest.approx(norm, rel=TP_RTOL)
         assert ours["update_ratio"] == pytest.approx(theirs["update_ratio"], rel=1e-3)
+
+
+def check_tp_sharding(sharding: dict, tp: int, dp: int = 1) -> None:
+    """Each rank holds 1/tp of every column- and row-parallel weight (DTensor Shard(0) / Shard(1)
+    on the tp mesh dimension), the rest whole (or 1/dp of it under FSDP2), and no element twice
+    beyond the replication the layout implies."""
+    params = sharding["params"]
+    plain = {n: p for n, p in params.items() if not any(n.startswith(f"layers.*.{m}.") for m in COLUMN + ROW)}
+    for module, dim in [(m, 0) for m in COLUMN] + [(m, 1) for m in ROW]:
+        name = f"layers.*.{module}.weight"
+        if name not in params:
+            assert module == "mlp.gate_proj", f"{name} missing"
+            continue
+        p = params[name]
+        assert p["placements"] and p["placements"][-1] == f"Shard(dim={dim})", (name, p)
+        assert p["local"][dim] * tp * (dp if dim == 0 else 1) == p["global"][dim], (name, p)
+    for name, p in plain.items():  # embeddings, norms: whole on each tp rank (FSDP2 splits dim 0 over dp)
+        assert p["placements"] == ([] if dp == 1 else ["Shard(dim=0)"]), (name, p)
+    ranks = sharding["numel_by_rank"]
+    assert len(ranks) == tp * dp
+
+
+def tp_sharded_numel(sharding: dict, n_layers: int) -> int:
+    """Elements of the whole model's column- and row-parallel weights."""
+    return n_layers * sum(math.prod(p["global"]) for n, p in sharding["params"].items()
+                          if any(n == f"layers.*.{m}.weight" for m in COLUMN + ROW))
+
+
+def test_every_rank_holds_only_its_shard(tp2):
+    (start,) = events(tp2, "train_start")
+    sharding = start["sharding"]
+    check_tp_sharding(sharding, tp=2)
+    # every sharded element on one rank, every replicated one on both: the total is exact
+    sharded = tp_sharded_numel(sharding, tp2.config.model.n_layers)
+    whole = start["params"] - sharded
+    assert sharding["numel_by_rank"] == [whole + sharded // 2] * 2
+
+
+def test_the_sharding_check_fails_when_no_plan_was_applied():
+    from tokenmill.config import ModelConfig
+    from tokenmill.model.transformer import Transformer
+    from tokenmill.train.sharding import sharding_report
+
+    model = Transformer(ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=32))
+    unsharded = sharding_report(model)  # what a run whose plan silently did nothing would log
+    assert unsharded["numel_by_rank"] == [model.num_params()]
+    with pytest.raises(AssertionError):
+        check_tp_sharding(unsharded, tp=2)
 
 
 def test_a_tp_checkpoint_is_sharded_and_holds_the_one_process_weights(single, tp2):
@@ -82,5 +132,11 @@ def test_dp2_by_tp2_on_four_ranks_composes_fsdp2_with_tp(single, tmp_path):
     """A 2-D mesh: FSDP2 over dp of the blocks tensor-parallel over tp (4 processes)."""
     run = make_run(tmp_path / "dp2tp2", parallel={"tp": 2}, metrics_every=0)
     run_ok(run, nproc=4)
-    assert events(run, "train_start")[0]["layout"] == "dp=2 × tp=2 × pp=1"
+    (start,) = events(run, "train_start")
+    assert start["layout"] == "dp=2 × tp=2 × pp=1"
+    check_tp_sharding(start["sharding"], tp=2, dp=2)
+    # FSDP2 x TP: a block's tp-sharded weights on exactly one of the four ranks, everything else
+    # (embedding, norms) split over dp and whole on both tp ranks
+    sharded = tp_sharded_numel(start["sharding"], run.config.model.n_layers)
+    assert sum(start["sharding"]["numel_by_rank"]) == sharded + 2 * (start["params"] - sharded)
     assert max_rel_diff(series(run), series(single)) <= TP_RTOL

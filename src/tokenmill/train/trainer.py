@@ -63,6 +63,7 @@ from tokenmill.train.distributed import (DistContext, RankMismatch, all_reduce_s
                                          event_log, init_distributed, reduce_step_stats, set_grad_sync, wrap_model)
 from tokenmill.train.faults import corrupt_batch, lr_factor, poison_loss
 from tokenmill.train.guard import StabilityGuard
+from tokenmill.train.sharding import sharding_report
 from tokenmill.train.metrics import UpdateRatio, embedding_spectrum, grad_norms_by_group, memory_bytes
 from tokenmill.train.noise_scale import NoiseProbe, NoiseScale, unavailable_reason
 from tokenmill.train.optimizer import build_optimizer, lr_at, set_lr
@@ -438,7 +439,8 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                  resumed_from=resumed_from, world_size=ctx.world_size, parallel=ctx.mode,
                  noise_scale={"measured": noise_off is None, "why_not": noise_off, "ema": tc.noise_scale_ema,
                               "every": tc.noise_scale_every},
-                 layout=(ctx.sizes.describe() if ctx.sizes is not None else None))
+                 layout=(ctx.sizes.describe() if ctx.sizes is not None else None),
+                 sharding=sharding_report(model, device) if ctx.distributed else None)
 
     def state_fields(step: int, loss: float | None) -> dict[str, Any]:
         return {
