@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.tokenmill-installed
 REAL_CORPORA ?= $(abspath ../real_corpora)
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install bench bench-tables clean
 
 install: $(STAMP)
 
@@ -48,7 +48,6 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_dedup_scale.py --corpus $(REAL_CORPORA) --docs 1000000 --repeats 2 \
 		--baseline-src /tmp/tm-dedup-base/src --ray-cluster --kill-node-after 60 --datatrove --json benchmarks/results/dedup_scale.json  # about 1.5 h
 	$(BIN)/python benchmarks/bench_dedup_scale.py --corpus $(REAL_CORPORA) --docs 5000000 --json benchmarks/results/dedup_scale.json  # about 40 min
-	$(BIN)/python benchmarks/dedup_scale_report.py benchmarks/results/dedup_scale.json
 	$(BIN)/tokenmill mixture optimize examples/mixture/optimize.yaml  # about an hour
 	$(BIN)/tokenmill source-value examples/mixture/source_value.yaml
 	$(BIN)/python benchmarks/bench_scaling_prediction.py  # about an hour: the example IsoFLOP sweep + its 4x held-out run
@@ -56,6 +55,11 @@ bench: $(STAMP)
 	git worktree add --detach /tmp/tm-eval-base 4ae2fee 2>/dev/null || true
 	$(BIN)/python benchmarks/bench_eval_cost.py --run runs/demo --baseline-src /tmp/tm-eval-base/src
 	$(BIN)/python benchmarks/bench_model_collapse.py  # about 25 minutes
+	$(MAKE) bench-tables
+
+# BENCHMARKS.md's generated sections, rewritten from benchmarks/results/ (a test fails when they differ).
+bench-tables: $(STAMP)
+	$(BIN)/python benchmarks/tables.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

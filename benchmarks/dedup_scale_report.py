@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -113,11 +114,11 @@ def section(results: list[dict[str, Any]]) -> str:
 def _tokenize_ab(run: dict[str, Any], m: dict[str, Any]) -> list[str]:
     """The tokenize stage before and after a change, interleaved on the same curated output."""
     ab = run["tokenize_ab"]
-    med = {k: lambda key, k=k: sorted(x[key] for x in ab[k])[len(ab[k]) // 2] for k in ("tokenmill", "baseline")}
+    med = {k: lambda key, k=k: statistics.median(x[key] for x in ab[k]) for k in ("tokenmill", "baseline")}
     lines = [f"`{run['command']}`", "",
              f"**The tokenize stage, {run['docs']:,} documents, before and after a change** (commit `{ab['commit'][:7]}` "
              f"vs `{ab['baseline_commit'][:7]}`; {m['cpus']} cores; the same curated output and the same tokenizer; "
-             f"{len(ab['tokenmill'])} runs each, order alternating; medians; vocabulary 8,192, tokenize.workers 2):", "",
+             f"{len(ab['tokenmill'])} run{'s' if len(ab['tokenmill']) > 1 else ''} each, order alternating; medians; vocabulary 8,192, tokenize.workers 2):", "",
              "| arm | wall s | until encoding starts, s | held-out check, s (processes) | coordinator peak MB | worker peak MB |",
              "|---|---|---|---|---|---|"]
     for key in ("tokenmill", "baseline"):
