@@ -35,6 +35,9 @@ from typing import Any, Callable
 import numpy as np
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provenance import LoadSampler, provenance  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 STEPS = ["exact_dedup", "minhash_dedup", "line_dedup"]
@@ -422,7 +425,10 @@ def main() -> None:
     ap.add_argument("--tokenize-repeats", type=int, default=2)
     ap.add_argument("--set", dest="sets", action="append", default=[], help="curate.KEY=VALUE (JSON value) for the tokenmill arms")
     args = ap.parse_args()
-    results = {"command": " ".join(sys.argv), "commit": _commit(args.src), "machine": _machine(), "runs": []}
+    results = {"command": " ".join(sys.argv), "commit": _commit(args.src), "machine": _machine(), "runs": [],
+               "provenance": provenance(where=args.src)}
+    load = LoadSampler(interval=2.0)
+    load.start()  # the arms are this process's children: what it counts is everything else
     if args.json and args.json.exists():
         results["runs"] = json.loads(args.json.read_text())["runs"]
     for n in args.docs:
@@ -438,6 +444,7 @@ def main() -> None:
 
         def save() -> None:
             entry["load_after"] = os.getloadavg()
+            entry["others_load"] = load.summary()  # since the benchmark started
             if args.json:
                 args.json.write_text(json.dumps(results, indent=1))
             print(json.dumps(entry, indent=1), flush=True)

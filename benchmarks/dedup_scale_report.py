@@ -97,7 +97,7 @@ def section(results: list[dict[str, Any]]) -> str:
                 if key in run:
                     notes.append(f"{key}: output identical to the local run: **{run[key]['identical_output']}**"
                                  + (f", node killed at {run[key].get('node_killed_at_s')} s" if key.endswith("lost") else ""))
-            notes.append(f"load average before {[round(x, 2) for x in run['load_before']]}, after {[round(x, 2) for x in run['load_after']]}")
+            notes.append(_load(run))
             lines += [f"- {x}" for x in notes] + [""]
             if "tokenize" in run:
                 t = run["tokenize"]
@@ -109,6 +109,16 @@ def section(results: list[dict[str, Any]]) -> str:
                           "", f"- {t['tokenize']['tokens']:,} tokens written", ""]
     lines += _flatness(results) + [END]
     return "\n".join(lines)
+
+
+def _load(run: dict[str, Any]) -> str:
+    """The load averages around the run and, where it was sampled, the other processes' share."""
+    text = f"load average before {[round(x, 2) for x in run['load_before']]}, after {[round(x, 2) for x in run['load_after']]}"
+    share = (run.get("others_load") or {}).get("others_cpu_share")
+    if share:
+        text += (f"; other processes' share of the cores (sampled every {run['others_load']['interval_s']:.0f} s): "
+                 f"mean {share['mean']:.1%}, 95th percentile {share['p95']:.1%}, max {share['max']:.1%}")
+    return text
 
 
 def _tokenize_ab(run: dict[str, Any], m: dict[str, Any]) -> list[str]:
@@ -130,7 +140,7 @@ def _tokenize_ab(run: dict[str, Any], m: dict[str, Any]) -> list[str]:
     lines += ["", f"- token store identical (every shard's bytes, the split, the moved held-out documents): "
                   f"**{ab['identical_output']}**; wall time {med['baseline']('seconds') / med['tokenmill']('seconds'):.2f}× faster, "
                   f"until encoding starts {med['baseline']('until_encoding_s') / med['tokenmill']('until_encoding_s'):.2f}× faster",
-              f"- load average before {[round(x, 2) for x in run['load_before']]}, after {[round(x, 2) for x in run['load_after']]}", ""]
+              f"- {_load(run)}", ""]
     return lines
 
 

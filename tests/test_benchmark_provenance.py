@@ -1,0 +1,44 @@
+"""benchmarks/provenance.py: the load other processes put on the machine is measured, and our own
+process tree is not counted as load."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from provenance import LoadSampler, provenance  # noqa: E402
+
+BUSY = "import time\nt = time.time()\nwhile time.time() - t < 1.6: pass"
+
+
+def _sample_with_busy_child(root: int | None) -> dict:
+    with LoadSampler(interval=0.4, root=root) as load:
+        busy = subprocess.Popen([sys.executable, "-c", BUSY])
+        busy.wait()
+        time.sleep(0.1)
+    return load.summary()
+
+
+def test_a_busy_process_outside_the_tree_is_load_and_our_own_child_is_not():
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        # rooted at an idle process, our busy child is "another process": one core of n busy
+        other = _sample_with_busy_child(root=idle.pid)
+    finally:
+        idle.kill()
+        idle.wait()
+    ours = _sample_with_busy_child(root=None)  # rooted here: the busy child is the benchmark itself
+    cores = LoadSampler().cores
+    assert other["samples"] >= 3 and other["others_cpu_share"]["max"] >= 0.6 / cores
+    assert other["others_cpu_share"]["mean"] > ours["others_cpu_share"]["mean"] + 0.25 / cores
+
+
+def test_provenance_names_the_commit_command_and_versions():
+    p = provenance(["python", "bench.py", "--x", "a b"])
+    assert p["command"] == "python bench.py --x 'a b'"
+    assert len(p["commit"]) == 40 and isinstance(p["dirty"], bool)
+    assert {"python", "torch", "numpy"} <= set(p["versions"]) and p["machine"]["cores"] >= 1
