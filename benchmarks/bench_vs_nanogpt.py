@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from provenance import cpu_model
 from tokenmill.config import RunConfig, load_config
 from tokenmill.runs import RunDir, read_events
 from tokenmill.tokens.store import TokenStore
@@ -253,7 +254,7 @@ def main() -> None:
             print(f"| {name} | {s:.3f} | {tokens / s:,.0f} | {med[peer_name] / s:.2f}× | {mfu:.1%} |")
         result: dict[str, Any] = {
             "nanogpt": peer_identity(), "torch": torch.__version__, "python": platform.python_version(),
-            "cpu": cpu_name(), "cores": len(os.sched_getaffinity(0)), "threads": args.threads,
+            "cpu": cpu_model(), "cores": len(os.sched_getaffinity(0)), "threads": args.threads,
             "overrides": args.overrides, "shape": {"d_model": n_embd, "n_layers": L, "n_heads": cfg.model.n_heads,
                                                    "seq_len": T, "batch": cfg.train.micro_batch,
                                                    "vocab": store.vocab_size},
@@ -293,16 +294,6 @@ def quality(args: argparse.Namespace, work: Path, cfg: RunConfig, peer_s: float,
             "bpb": bpb, "ratio_tokenmill_over_nanogpt": bpb["tokenmill"] / bpb["nanoGPT"],
             "buckets": {k: {b: {"bpb": s["bpb"], "loss": s["loss"]} for b, s in v.items()} for k, v in scores.items()},
             "final_train_loss": {"nanoGPT": peer["losses"][-1], "tokenmill": ours["losses"][-1]}}
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

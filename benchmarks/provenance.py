@@ -28,8 +28,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("torch", "numpy", "pyarrow", "tokenizers", "tiktoken", "transformers", "datatrove", "ray", "xxhash")
 
@@ -65,6 +63,8 @@ def cpu_model() -> str:
 
 def provenance(argv: list[str] | None = None, where: Path = REPO) -> dict[str, Any]:
     """The fields every results file starts with."""
+    import psutil  # here, not at the top: cpu_model() is imported where psutil may be missing (a GPU box)
+
     return {"command": shlex.join(argv if argv is not None else [Path(sys.executable).name, *sys.argv]),
             **git_state(where), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "versions": versions(), "machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
@@ -73,6 +73,8 @@ def provenance(argv: list[str] | None = None, where: Path = REPO) -> dict[str, A
 
 
 def _tree(root: int) -> set[int]:
+    import psutil
+
     try:
         proc = psutil.Process(root)
         return {root, *(c.pid for c in proc.children(recursive=True))}
@@ -81,6 +83,8 @@ def _tree(root: int) -> set[int]:
 
 
 def _cpu_seconds() -> dict[int, float]:
+    import psutil
+
     out = {}
     for p in psutil.process_iter(["cpu_times"]):
         t = p.info["cpu_times"]
