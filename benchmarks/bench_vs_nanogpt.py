@@ -241,7 +241,10 @@ def main() -> None:
         mcfg = resolve_model_config(cfg.model, store, cfg.train.seq_len)
         tokens = cfg.train.micro_batch * cfg.train.seq_len * cfg.train.grad_accum
         n_embd, L, T = cfg.model.d_model, cfg.model.n_layers, cfg.train.seq_len
-        peer_fpt = 6 * (12 * L * n_embd ** 2 + store.vocab_size * n_embd) + 6 * L * n_embd * T  # its own GPT
+        # One formula for both sides: 6 x matmul parameters (its GPT: 12 L d^2 and the tied head)
+        # + 12 L d T for attention, as scaling/flops.py counts tokenmill's (nanoGPT's own
+        # estimate_mfu counts attention at 6 L d T, which would understate its MFU here).
+        peer_fpt = 6 * (12 * L * n_embd ** 2 + store.vocab_size * n_embd) + 12 * L * n_embd * T
         fpt = {peer_name: peer_fpt, fp32_name: flops_per_token(mcfg, T), default_name: flops_per_token(mcfg, T)}
         peaks = {dt: calibrated_peak(getattr(torch, dt), args.threads) for dt in {"float32", default_dtype}}
         rows = []
