@@ -1,0 +1,82 @@
+"""The tables of BENCHMARKS.md entries whose benchmark writes one results file, rendered from it
+(benchmarks/tables.py registers each between markers; the reading around a table stays
+hand-written). Each function takes the loaded results file(s) and returns the table's lines.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MIB = 2 ** 20
+
+
+def pipeline_bubble(r: dict[str, Any]) -> list[str]:
+    """bench_pipeline_bubble.py: per schedule and micro-batch count, the measured idle per stage
+    beside the equal-stage formula and the imbalance-aware prediction."""
+    lines = ["| schedule | micro-batches | formula (p−1)/(m+p−1) | idle stage 0 | idle stage 1 "
+             "| r = stage 0 / stage 1 compute | stage 1 predicted r/(m+r) | s/step |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in r["rows"]:
+        m = row["micro_batches"]
+        idle = row["idle_by_stage"]
+        lines.append(f"| {row['schedule'].upper()} | {m} × {16 // m} rows | {row['formula']:.3f} "
+                     f"| {idle[0]:.3f} | {idle[1]:.3f} | {row['stage_time_ratio']:.2f} "
+                     f"| {row['slower_stage_predicted']:.3f} | {row['s_per_step']:.3f} |")
+    return lines
+
+
+def eval_cost(r: dict[str, Any]) -> list[str]:
+    """bench_eval_cost.py: the eval stage's seconds before and after, per interleaved run."""
+    runs = len(r["seconds"]["baseline"])
+    lines = ["| | " + " | ".join(f"run {i + 1}" for i in range(runs)) + " | **median** |",
+             "|---|" + "---|" * (runs + 1)]
+    for key, label in (("baseline", "before"), ("current", "after")):
+        secs = " | ".join(f"{s:.1f} s" for s in r["seconds"][key])
+        extra = f" ({r['speedup']:.2f}× faster)" if key == "current" else ""
+        lines.append(f"| {label} | {secs} | **{r['median'][key]:.1f} s**{extra} |")
+    return lines
+
+
+def _thousands(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def critical_batch_seeds(r: dict[str, Any]) -> list[str]:
+    """bench_critical_batch.py --only seeds: B_simple per seed for the demo and a scaling run."""
+    rows = [("seeds_demo", "the demo's training (d256 × 4, 300 steps, its curriculum)", "the demo store", "(2 × 8 × 256)"),
+            ("seeds_scaling", "a scaling-size run (d128 × 4, 3 M tokens, 367 steps)",
+             "books / code / docs (20 M tokens)", "(4 × 8 × 256)")]
+    n = max(len(r[k]["runs"]) for k, *_ in rows)
+    lines = ["| run | data | batch (tokens) | " + " | ".join(f"seed {i + 1}" for i in range(n))
+             + " | **mean ± std** | max / min |", "|---|---|---|" + "---|" * (n + 2)]
+    for key, label, data, shape in rows:
+        s = r[key]
+        seeds = " | ".join(_thousands(x["b_simple"]) for x in s["runs"])
+        lines.append(f"| {label} | {data} | {s['runs'][0]['batch_tokens']:,} {shape} | {seeds} | "
+                     f"**{_thousands(s['mean'])} ± {_thousands(s['stdev'])}** ({s['relative_stdev']:.1%}) | "
+                     f"{s['max_over_min']:.2f} |")
+    return lines
+
+
+def critical_batch_sweep(r: dict[str, Any]) -> list[str]:
+    """bench_critical_batch.py --only sweep: the best run per batch and the fitted law."""
+    best, fit = r["sweep"]["best"], r["sweep"]["fit"]
+    target = r["sweep_settings"]["target"]
+    law = [fit["s_min"] * (1 + fit["b_crit"] / b["batch"]) for b in best]
+    return ["| batch B (tokens) | " + " | ".join(f"{b['batch']:,}" for b in best) + " |",
+            "|---|" + "---|" * len(best),
+            "| best LR | " + " | ".join(f"{b['lr']:.1e}".replace("e-0", "e-") for b in best) + " |",
+            f"| steps S to loss {target} | " + " | ".join(f"{b['steps']:,}" for b in best) + " |",
+            "| tokens E = B·S | " + " | ".join(f"{b['tokens'] / 1e6:.2f} M" for b in best) + " |",
+            "| law S_min(1 + B_crit/B) | " + " | ".join(f"{s:,.0f}" for s in law) + " |"]
+
+
+def parallel_memory(r: dict[str, Any]) -> list[str]:
+    """bench_parallel_memory.py: each rank's measured peak beside scaling/rank_memory.py's estimate."""
+    lines = ["| dtype | layout | rank (stage) | measured MiB | estimate MiB | estimate / measured |",
+             "|---|---|---|---|---|---|"]
+    for row in r["rows"]:
+        lines.append(f"| {row['dtype']} | {row['layout']} | {row['rank']} ({row['stage']}) | "
+                     f"{row['measured_peak'] / MIB:.1f} | {row['estimate']['peak'] / MIB:.1f} | "
+                     f"{row['estimate_over_measured']:.3f} |")
+    return lines
