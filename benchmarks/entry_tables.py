@@ -80,3 +80,31 @@ def parallel_memory(r: dict[str, Any]) -> list[str]:
                      f"{row['measured_peak'] / MIB:.1f} | {row['estimate']['peak'] / MIB:.1f} | "
                      f"{row['estimate_over_measured']:.3f} |")
     return lines
+
+
+def model_collapse(r: dict[str, Any]) -> list[str]:
+    """bench_model_collapse.py: per arm and generation, real-text bpb and the samples' statistics
+    (generation 0 once; each arm's last generation in bold)."""
+    lines = ["| arm | gen | synthetic share (guard) | real bpb | Δ vs gen 0 | distinct-1 / 2 / 3 / 4 of samples "
+             "| vocab used | entropy (bits) | tail mass |", "|---|---|---|---|---|---|---|---|---|"]
+    base = r["arms"]["replace"][0]["real_bpb"]["real"]
+
+    def row(arm: str, g: dict[str, Any], last: bool) -> str:
+        s = g["samples"]
+        distinct = f"{s['distinct_1']:.4f} / {s['distinct_2']:.3f} / {s['distinct_3']:.3f} / {s['distinct_4']:.3f}"
+        bpb = g["real_bpb"]["real"]
+        if g["guard"] is None:
+            return (f"| — | 0 | 0 | **{bpb:.4f}** | | {distinct} | {s['vocab_used']} | {s['entropy_bits']:.3f} "
+                    f"| {s['tail_mass']:.3f} |")
+        refused = g["refused_by_default_limits"] or ""
+        why = (" (refused by default)" if "would draw" in refused  # the share: every generation of it
+               else " (generation refused by default)" if refused else "")  # the generation alone
+        b = "**" if last else ""
+        return (f"| {arm} | {g['generation']} | {g['guard']['share']}{why} | {b}{bpb:.4f}{b} | {b}{bpb - base:+.3f}{b} "
+                f"| {distinct} | {s['vocab_used']} | {s['entropy_bits']:.3f} | {s['tail_mass']:.3f} |")
+
+    lines.append(row("—", r["arms"]["replace"][0], False))
+    for arm, gens in r["arms"].items():
+        later = [g for g in gens if g["generation"] > 0]
+        lines += [row(arm, g, g is later[-1]) for g in later]
+    return lines

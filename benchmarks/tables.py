@@ -62,6 +62,7 @@ SECTIONS = (
     _table("eval_cost", ("eval_cost.json",), entry_tables.eval_cost),
     _table("critical_batch_seeds", ("critical_batch.json",), entry_tables.critical_batch_seeds),
     _table("critical_batch_sweep", ("critical_batch.json",), entry_tables.critical_batch_sweep),
+    _table("model_collapse", ("model_collapse.json",), entry_tables.model_collapse),
 )
 
 
