@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.tokenmill-installed
 REAL_CORPORA ?= $(abspath ../real_corpora)
 
-.PHONY: demo test install bench bench-tables clean
+.PHONY: demo test install bench bench-check bench-tables clean
 
 install: $(STAMP)
 
@@ -56,6 +56,14 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_eval_cost.py --run runs/demo --baseline-src /tmp/tm-eval-base/src
 	$(BIN)/python benchmarks/bench_model_collapse.py  # about 25 minutes
 	$(MAKE) bench-tables
+
+# The quick benchmarks again (a few minutes): every ratio more than 15% below its recorded value
+# (benchmarks/results/bench_check.json) is flagged and the exit status is 1.
+bench-check: $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
+	test -f runs/demo/.stages/tokenize.json || $(BIN)/tokenmill demo
+	test -d $(REAL_CORPORA) || bash ../shared/corpora/fetch_real_corpora.sh $(REAL_CORPORA)
+	$(BIN)/python benchmarks/bench_check.py --corpus $(REAL_CORPORA)
 
 # BENCHMARKS.md's generated sections, rewritten from benchmarks/results/ (a test fails when they differ).
 bench-tables: $(STAMP)

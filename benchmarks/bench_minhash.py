@@ -339,6 +339,7 @@ def main() -> None:
     ap.add_argument("--lsh-docs", type=int, default=1_000_000)
     ap.add_argument("--ds-docs", type=int, default=100_000)
     ap.add_argument("--bases", type=int, default=4000)
+    ap.add_argument("--only", choices=["speed", "memory", "quality"], help="run one part (make bench-check: speed)")
     ap.add_argument("--memory-child", nargs=2, metavar=("IMPL", "DOCS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.memory_child:
@@ -349,10 +350,11 @@ def main() -> None:
     if args.smoke:
         args.speed_docs, args.repeats, args.lsh_docs, args.ds_docs, args.bases = 150, 1, 20_000, 5_000, 150
     import datasketch
+    parts = {"speed": lambda: bench_speed(passages(args.speed_docs), args.repeats),
+             "memory": lambda: bench_memory(args.lsh_docs, args.ds_docs),
+             "quality": lambda: bench_quality(args.bases, [(25, 5), (20, 6), (16, 8), (32, 4), (9, 13)])}
     report = {"datasketch": datasketch.__version__, "numpy": np.__version__, "cores": 1,
-              "speed": bench_speed(passages(args.speed_docs), args.repeats),
-              "memory": bench_memory(args.lsh_docs, args.ds_docs),
-              "quality": bench_quality(args.bases, [(25, 5), (20, 6), (16, 8), (32, 4), (9, 13)])}
+              **{name: run() for name, run in parts.items() if args.only in (None, name)}}
     print(json.dumps(report, indent=2))
 
 
