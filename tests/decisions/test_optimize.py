@@ -104,3 +104,25 @@ def test_bad_configs_name_the_problem(tmp_path, tokenized_run):
     assert res.exit_code == 1 and "['web'] are not in the token store" in res.output
     res = runner.invoke(app, ["mixture", "optimize", str(_write(tmp_path, data=str(tmp_path / "missing")))])
     assert res.exit_code == 1 and "not a run directory" in res.output
+
+
+def test_the_choice_is_confirmed_on_seeds_it_did_not_see(tmp_path, tokenized_run):
+    _base(tmp_path, tokenized_run)
+    path = _write(tmp_path, data=str(tokenized_run.path), methods=["doremi"],
+                  compare={"mixtures": ["uniform", "doremi"], "seeds": [1], "confirm_seeds": [2, 3], "eval_docs": 2})
+    result = run_optimize(path)
+    out = tmp_path / "out" / "m"
+    conf = json.loads((out / "confirm.json").read_text())
+    assert conf == result["confirm"] and conf["chosen"] == result["chosen"] == "doremi"
+    assert set(conf["runs"]) == {"doremi", "uniform"}
+    assert all([r["seed"] for r in rows] == [2, 3] for rows in conf["runs"].values())  # fresh seeds only
+    assert [r["seed"] for r in result["compare"]["doremi"]["runs"]] == [1]  # the choice saw seed 1 alone
+    deltas = [a["mean_bpb"] - b["mean_bpb"] for a, b in zip(conf["runs"]["doremi"], conf["runs"]["uniform"])]
+    assert conf["paired"]["uniform"]["per_seed"] == pytest.approx(deltas)
+    assert "# confirmed on fresh seeds [2, 3]: paired Δ bpb doremi − uniform" in (out / "mixture" / "optimized.yaml").read_text()
+    from tokenmill.report.mixture_page import render_mixture_page
+
+    assert "<h2>Confirmed on fresh seeds</h2>" in render_mixture_page(result, "m")
+    with pytest.raises(MixtureOptimizeError, match="confirm_seeds \\[1\\] are also in seeds"):
+        load_optimize_config(_write(tmp_path, methods=["doremi"],
+                                    compare={"mixtures": ["uniform", "doremi"], "seeds": [1], "confirm_seeds": [1, 4]}))

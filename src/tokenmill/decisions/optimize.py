@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator, Literal
 import numpy as np
 import torch
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tokenmill.config import RunConfig, load_config
 from tokenmill.config_base import Strict
@@ -83,7 +83,15 @@ class CompareConfig(Strict):
     mixtures: list[Candidate] = Field(["uniform", "proportional", "doremi", "regmix"], min_length=2,
                                       description="Candidate mixtures to train.")
     seeds: list[int] = Field([1, 2], min_length=1, description="train.seed of each repeat (noise: their spread).")
+    confirm_seeds: list[int] = Field(default_factory=list, description="Fresh train.seed values on which the chosen mixture and the baselines are trained again, after the choice: the paired gain on data the choice did not see (empty: no confirmation).")
     eval_docs: int = Field(64, gt=0, description="Held-out documents per bucket scored at the end of each run.")
+
+    @model_validator(mode="after")
+    def _fresh(self) -> "CompareConfig":
+        reused = sorted(set(self.seeds) & set(self.confirm_seeds))
+        if reused:
+            raise ValueError(f"confirm_seeds {reused} are also in seeds: a confirmation needs seeds the choice did not see")
+        return self
 
 
 class ExperimentConfig(Strict):
@@ -302,13 +310,7 @@ def compare_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, cand
     results: dict[str, Any] = {}
     for name in cfg.compare.mixtures:
         w = candidates[name]
-        rows = []
-        tag = sha256_json({b: round(x, 6) for b, x in w.items()})[:6]  # other weights, another run
-        for seed in cfg.compare.seeds:
-            run_name = f"compare-{name}-{tag}-s{seed}"
-            progress(f"compare {run_name}: {_fmt(w)}")
-            rc = child_config(base, run_name, out / "runs", w, seed=seed, eval_docs=cfg.compare.eval_docs)
-            rows.append({"seed": seed, **train_and_score(rc, data, out / "runs", list(w))})
+        rows = _seed_runs(name, w, cfg.compare.seeds, cfg.compare.eval_docs, base, data, out, progress)
         means = [r["mean_bpb"] for r in rows]
         results[name] = {"weights": w, "epochs": epochs(w, available, budget_tokens(base)), "runs": rows,
                          "mean_bpb": statistics.fmean(means),
@@ -319,6 +321,35 @@ def compare_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, cand
                        for other in ("uniform", "proportional") if other in results and other != name}
     atomic_write_text(out / "compare.json", json.dumps(results, indent=1))
     return results
+
+
+def _seed_runs(name: str, w: dict[str, float], seeds: list[int], eval_docs: int, base: RunConfig, data: RunDir,
+               out: Path, progress: Callable[[str], None]) -> list[dict[str, Any]]:
+    """One base-size run of weights `w` per seed, scored (finished runs are reused)."""
+    rows = []
+    tag = sha256_json({b: round(x, 6) for b, x in w.items()})[:6]  # other weights, another run
+    for seed in seeds:
+        run_name = f"compare-{name}-{tag}-s{seed}"
+        progress(f"compare {run_name}: {_fmt(w)}")
+        rc = child_config(base, run_name, out / "runs", w, seed=seed, eval_docs=eval_docs)
+        rows.append({"seed": seed, **train_and_score(rc, data, out / "runs", list(w))})
+    return rows
+
+
+def confirm_step(cfg: MixtureOptimizeConfig, chosen: str, base: RunConfig, data: RunDir,
+                 candidates: dict[str, dict[str, float]], out: Path, progress: Callable[[str], None]) -> dict[str, Any]:
+    """The chosen mixture and the baselines again, on `compare.confirm_seeds` only: the chosen
+    one's paired gain on seeds its choice did not see (the comparison's own gain is selected on
+    its seeds, so it is biased toward the winner)."""
+    assert cfg.compare is not None
+    names = [chosen] + [b for b in ("uniform", "proportional") if b in cfg.compare.mixtures and b != chosen]
+    runs = {n: _seed_runs(n, candidates[n], cfg.compare.confirm_seeds, cfg.compare.eval_docs, base, data, out, progress)
+            for n in names}
+    record = {"chosen": chosen, "seeds": cfg.compare.confirm_seeds,
+              "mean_bpb": {n: statistics.fmean(r["mean_bpb"] for r in rows) for n, rows in runs.items()},
+              "paired": {b: paired_delta(runs[chosen], runs[b]) for b in names[1:]}, "runs": runs}
+    atomic_write_text(out / "confirm.json", json.dumps(record, indent=1))
+    return record
 
 
 def paired_delta(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -363,6 +394,8 @@ def run_optimize(path: Path, progress: Callable[[str], None] = lambda s: None) -
         result["compare"] = compare_step(cfg, base, data, candidates, available, out, progress)
     chosen = choose(cfg, result)
     result["chosen"] = chosen
+    if cfg.compare is not None and cfg.compare.confirm_seeds and chosen in candidates:
+        result["confirm"] = confirm_step(cfg, chosen, base, data, candidates, out, progress)
     result["optimized"] = str(write_optimized(out, result, candidates[chosen], chosen))
     atomic_write_text(out / "optimize.json", json.dumps(result, indent=1))
     return result
@@ -383,6 +416,12 @@ def write_optimized(out: Path, result: dict[str, Any], weights: dict[str, float]
         for name, c in result["compare"].items():
             std = f" ± {c['std_bpb']:.4f}" if c["std_bpb"] is not None else ""
             lines.append(f"# measured mean held-out bpb, {name}: {c['mean_bpb']:.4f}{std} ({len(c['runs'])} seeds)")
+    if "confirm" in result:
+        conf = result["confirm"]
+        for other, d in conf["paired"].items():
+            std = f" ± {d['std']:.4f}" if d["std"] is not None else ""
+            lines.append(f"# confirmed on fresh seeds {conf['seeds']}: paired Δ bpb {conf['chosen']} − {other} "
+                         f"{d['mean']:+.4f}{std} (negative: {conf['chosen']} better)")
     body = yaml.safe_dump({"mixture": {"weights": {b: round(float(w), 6) for b, w in weights.items()}}},
                           sort_keys=False)
     path = out / "mixture" / "optimized.yaml"

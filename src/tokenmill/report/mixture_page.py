@@ -82,6 +82,20 @@ def section_compare(c: dict[str, Any], buckets: list[str]) -> str:
                         title="Mean held-out bpb across buckets", ylabel="bits per byte"))
 
 
+def section_confirm(conf: dict[str, Any]) -> str:
+    """The chosen mixture and the baselines again on seeds the choice did not see."""
+    names = list(conf["runs"])
+    rows = [[n, conf["mean_bpb"][n], ", ".join(f"{r['mean_bpb']:.4f}" for r in conf["runs"][n]),
+             _paired(conf["paired"].get("uniform")) if n == conf["chosen"] else "",
+             _paired(conf["paired"].get("proportional")) if n == conf["chosen"] else ""] for n in names]
+    seeds = ", ".join(str(x) for x in conf["seeds"])
+    return (f"<h2>Confirmed on fresh seeds</h2><p>The comparison chose {html.escape(conf['chosen'])} on its own "
+            "seeds, so its gain there is biased toward the winner. Trained again on seeds "
+            f"{html.escape(seeds)}, which the choice did not see: mean held-out bpb across buckets, and "
+            f"{html.escape(conf['chosen'])} minus each baseline paired by seed (negative: better).</p>"
+            + table(["mixture", "mean bpb", "per seed", "chosen − uniform", "chosen − proportional"], rows))
+
+
 def _page(title: str, body: list[str]) -> str:
     """A self-contained page in report.html's style: title, version line, the body's sections."""
     head = [f"<h1>{html.escape(title)}</h1>",
@@ -100,6 +114,8 @@ def render_mixture_page(result: dict[str, Any], title: str) -> str:
     body = [section_weights(result)]
     if "compare" in result:
         body.append(section_compare(result["compare"], result["buckets"]))
+    if "confirm" in result:
+        body.append(section_confirm(result["confirm"]))
     if "doremi" in result:
         body.append(section_doremi(result["doremi"]))
     if "regmix" in result:
