@@ -20,28 +20,29 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# Side-by-side benchmarks (results in BENCHMARKS.md); needs the demo's run directory.
+# Side-by-side benchmarks (results in BENCHMARKS.md); needs the demo's run directory. record.py writes a
+# script's result with its commit, command, versions and the other processes' load during the run.
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
 	test -f runs/demo/.stages/tokenize.json || $(BIN)/tokenmill demo
-	$(BIN)/python benchmarks/bench_tokenize.py --run runs/demo
+	$(BIN)/python benchmarks/record.py benchmarks/results/tokenize_demo.json -- benchmarks/bench_tokenize.py --run runs/demo
 	$(BIN)/tokenmill calibrate --threads 2 --seconds 4
-	$(BIN)/python benchmarks/bench_train_speed.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --steps 30 --repeats 3 --threads 2
-	$(BIN)/python benchmarks/bench_train_speed.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --steps 12 --repeats 2 --threads 2 --no-compile \
+	$(BIN)/python benchmarks/record.py benchmarks/results/train_speed_demo.json -- benchmarks/bench_train_speed.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --steps 30 --repeats 3 --threads 2
+	$(BIN)/python benchmarks/record.py benchmarks/results/train_speed_25m.json -- benchmarks/bench_train_speed.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --steps 12 --repeats 2 --threads 2 --no-compile \
 		--set model.d_model=512 --set model.n_layers=8 --set model.n_heads=8
 	$(BIN)/python benchmarks/bench_compile.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --steps 30 --repeats 2 --threads 2
 	$(BIN)/python benchmarks/bench_fused_projections.py
-	$(BIN)/python benchmarks/bench_vs_nanogpt.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --threads 2 --steps 30 --repeats 3 --seconds 480
-	$(BIN)/python benchmarks/bench_vs_nanogpt.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --threads 2 --steps 12 --repeats 2 --seconds 0 \
+	$(BIN)/python benchmarks/record.py benchmarks/results/vs_nanogpt_demo.json -- benchmarks/bench_vs_nanogpt.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --threads 2 --steps 30 --repeats 3 --seconds 480
+	$(BIN)/python benchmarks/record.py benchmarks/results/vs_nanogpt_25m.json -- benchmarks/bench_vs_nanogpt.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --threads 2 --steps 12 --repeats 2 --seconds 0 \
 		--set model.d_model=512 --set model.n_layers=8 --set model.n_heads=8
 	$(BIN)/python benchmarks/bench_train_memory.py --run runs/demo --set train.micro_batch=16 --threads 2
 	$(BIN)/python benchmarks/bench_parallel_memory.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1
 	$(BIN)/python benchmarks/bench_pipeline_bubble.py --run runs/demo --steps 8
 	$(BIN)/python benchmarks/bench_train_quality.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --seconds 480 --threads 2
-	$(BIN)/python benchmarks/bench_loader.py --run runs/demo
+	$(BIN)/python benchmarks/record.py benchmarks/results/loader_demo.json -- benchmarks/bench_loader.py --run runs/demo
 	test -d $(REAL_CORPORA) || bash ../shared/corpora/fetch_real_corpora.sh $(REAL_CORPORA)
 	$(BIN)/python benchmarks/bench_curate_vs_datatrove.py --corpus $(REAL_CORPORA)/web_html/python3.11-doc
-	TOKENMILL_REAL_CORPORA=$(REAL_CORPORA) $(BIN)/python benchmarks/bench_minhash.py
+	TOKENMILL_REAL_CORPORA=$(REAL_CORPORA) $(BIN)/python benchmarks/record.py benchmarks/results/minhash.json -- benchmarks/bench_minhash.py
 	TOKENMILL_REAL_CORPORA=$(REAL_CORPORA) $(BIN)/python benchmarks/bench_substring_dedup.py
 	$(BIN)/python benchmarks/bench_semantic_contamination.py --corpus $(REAL_CORPORA)
 	git worktree add --detach /tmp/tm-dedup-base 1edc841 2>/dev/null || true

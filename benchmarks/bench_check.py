@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -30,6 +27,7 @@ from typing import Any, Callable
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from provenance import LoadSampler, provenance  # noqa: E402
+from record import run_recorded  # noqa: E402
 
 REFERENCE = HERE / "results" / "bench_check.json"
 TOLERANCE = 0.15
@@ -73,27 +71,18 @@ CHECKS = (
 
 
 def run_check(check: Check, run: Path, corpus: Path) -> dict[str, Any]:
-    """The check's script in a process of its own; its ratios and seconds."""
+    """The check's script in a process of its own (benchmarks/record.py): its ratios, seconds,
+    command and the others' load while it ran."""
     argv = [a.format(run=run, corpus=corpus) for a in check.args]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
-        cmd = [sys.executable, str(HERE / argv[0]), *argv[1:], *([check.json_flag, str(out)] if check.json_flag else [])]
-        t0 = time.time()
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        if proc.returncode != 0:
-            raise SystemExit(f"{check.name}: {' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
-        result = json.loads(out.read_text()) if check.json_flag else _last_json(proc.stdout, check.name)
-    return {"command": " ".join(cmd[1:]), "seconds": round(time.time() - t0, 1), "ratios": check.ratios(result)}
-
-
-def _last_json(stdout: str, name: str) -> dict[str, Any]:
-    """The JSON object a script printed last (its result), after its progress lines."""
-    start = stdout.rfind("\n{")
-    text = stdout[start + 1:] if start >= 0 else stdout[stdout.find("{"):]
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SystemExit(f"{name}: no JSON result at the end of its output ({exc}):\n{stdout[-2000:]}") from exc
+        script = [str(HERE / argv[0]), *argv[1:], *([check.json_flag, str(out)] if check.json_flag else [])]
+        try:
+            rec = run_recorded(script, out if check.json_flag else None, echo=False)
+        except (RuntimeError, ValueError) as exc:
+            raise SystemExit(f"{check.name}: {exc}") from exc
+    return {"command": rec["command"], "seconds": rec["seconds"], "load": rec["load"]["others_cpu_share"],
+            "ratios": check.ratios(rec["result"])}
 
 
 def compare(measured: dict[str, float], recorded: dict[str, float], tolerance: float = TOLERANCE) -> list[dict[str, Any]]:
