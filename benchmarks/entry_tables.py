@@ -108,3 +108,23 @@ def model_collapse(r: dict[str, Any]) -> list[str]:
         later = [g for g in gens if g["generation"] > 0]
         lines += [row(arm, g, g is later[-1]) for g in later]
     return lines
+
+
+def lr_transfer(r: dict[str, Any]) -> list[str]:
+    """tokenmill scaling lr-transfer: final held-out loss per parameterization, width and LR (the
+    grid optimum in bold); SP at the base width is μP's run (the same model), so it is shown once."""
+    loss: dict[tuple[str, int], dict[float, float]] = {}
+    for run in r["runs"]:
+        loss.setdefault((run["param"], run["width"]), {})[run["lr"]] = run["loss"]
+    lrs = sorted({lr for by_lr in loss.values() for lr in by_lr})
+    base = min(w for _, w in loss)
+    lines = ["| parameterization, width | " + " | ".join(f"{lr:.3g}" for lr in lrs) + " |", "|---|" + "---|" * len(lrs)]
+    for (param, width), by_lr in sorted(loss.items(), key=lambda kv: (kv[0][0] != "mup", kv[0][1])):
+        if param == "sp" and width == base:
+            continue
+        label = "μP" if param == "mup" else "SP"
+        label += f", d{width}" + (" (= SP at the base width)" if param == "mup" and width == base else "")
+        best = min(by_lr, key=by_lr.__getitem__)
+        cells = [(f"**{by_lr[lr]:.3f}**" if lr == best else f"{by_lr[lr]:.3f}") if lr in by_lr else "—" for lr in lrs]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
