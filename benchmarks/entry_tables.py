@@ -128,3 +128,49 @@ def lr_transfer(r: dict[str, Any]) -> list[str]:
         cells = [(f"**{by_lr[lr]:.3f}**" if lr == best else f"{by_lr[lr]:.3f}") if lr in by_lr else "—" for lr in lrs]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines
+
+
+def _signed(x: float, digits: int) -> str:
+    return f"{x:+.{digits}f}".replace("-", "−")
+
+
+def _arm_label(test: str, arm: str, phases: list[dict[str, Any]], source: str) -> str:
+    """How an arm of `tokenmill source-value` mixed its data, in words."""
+    last = phases[-1]
+    if test == "anneal":
+        share = f"last {last['fraction']:.0%}"
+        if arm == "without":
+            return f"without: {share} of steps LR → 0 on the same mix"
+        return f"with: {share} on a mix of {last['weights'].get(source, 0):.0%} {source}"
+    w = phases[0]["weights"]
+    if arm == "without":
+        return "without (" + ", ".join(f"{b} {x:.3f}" for b, x in w.items()) + ")"
+    return f"with ({source} {w[source]:.2f}, the others × {1 - w[source]:.1f})"
+
+
+def source_value_runs(r: dict[str, Any]) -> list[str]:
+    """tokenmill source-value: held-out bpb per bucket of every run, by test, arm and seed."""
+    tests = r["tests"]
+    first = next(iter(tests.values()))
+    seeds = [run["seed"] for run in first["runs"]["without"]]
+    buckets = list(first["runs"]["with"][0]["bpb"])
+    lines = ["| test | arm | " + " | ".join(f"seed {s}: {' / '.join(buckets)}" for s in seeds) + " |",
+             "|---|---|" + "---|" * len(seeds)]
+    for test, t in tests.items():
+        for arm in ("without", "with"):
+            cells = [" / ".join(f"{run['bpb'][b]:.4f}" for b in buckets) for run in t["runs"][arm]]
+            lines.append(f"| {test} | {_arm_label(test, arm, t['phases'][arm], r['source'])} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def source_value_verdicts(r: dict[str, Any]) -> list[str]:
+    """tokenmill source-value: the deltas with the source, the noise band over seeds, the verdict."""
+    source = r["source"]
+    others = [b for b in next(iter(r["tests"].values()))["delta_bpb"] if b != source]
+    lines = ["| test | " + " | ".join(f"Δ {b}" for b in others) + f" | Δ {source} (its own slice) | Δ other slices, per seed "
+             "| noise band (2σ over seeds) | verdict |", "|---|" + "---|" * (len(others) + 4)]
+    for test, t in r["tests"].items():
+        lines.append(f"| {test} | " + " | ".join(_signed(t["delta_bpb"][b], 4) for b in others)
+                     + f" | {_signed(t['source_slice'], 3)} | " + ", ".join(_signed(x, 4) for x in t["per_seed"])
+                     + f" | ±{t['noise_band']:.4f} | **{t['verdict']}** |")
+    return lines
