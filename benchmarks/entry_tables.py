@@ -174,3 +174,19 @@ def source_value_verdicts(r: dict[str, Any]) -> list[str]:
                      + f" | {_signed(t['source_slice'], 3)} | " + ", ".join(_signed(x, 4) for x in t["per_seed"])
                      + f" | ±{t['noise_band']:.4f} | **{t['verdict']}** |")
     return lines
+
+
+TRAIN_SPEED_LABELS = {"tokenmill bf16 autocast (default)": "tokenmill bf16 autocast (the default here)",
+                      "tokenmill bf16 + torch.compile": "tokenmill bf16 + `torch.compile` (the default from 1000 steps)"}
+
+
+def train_speed(r: dict[str, Any]) -> list[str]:
+    """bench_train_speed.py: s/step, tokens/s, speed-up over tokenmill fp32 eager and MFU against
+    the calibrated peak of each run's dtype; the default recipe's row in bold."""
+    lines = ["| run | s/step | tokens/s | × tokenmill fp32 | MFU (peak of its dtype) |", "|---|---|---|---|---|"]
+    for row in r["rows"]:
+        b = "**" if "(default)" in row["run"] else ""
+        label = TRAIN_SPEED_LABELS.get(row["run"], row["run"])
+        lines.append(f"| {b}{label}{b} | {b}{row['s_per_step']:.3f}{b} | {b}{row['tokens_per_s']:,.0f}{b} | "
+                     f"{b}{row['speedup_vs_fp32_eager']:.2f}×{b} | {row['mfu']:.1%} |")
+    return lines

@@ -64,6 +64,8 @@ SECTIONS = (
     _table("critical_batch_sweep", ("critical_batch.json",), entry_tables.critical_batch_sweep),
     _table("model_collapse", ("model_collapse.json",), entry_tables.model_collapse),
     _table("lr_transfer", ("lr_transfer_books_untied_400steps.json",), entry_tables.lr_transfer),
+    _table("train_speed_demo", ("train_speed_demo.json",), entry_tables.train_speed),
+    _table("train_speed_25m", ("train_speed_25m.json",), entry_tables.train_speed),
     _table("source_value_runs", ("source_value_docs.json",), entry_tables.source_value_runs),
     _table("source_value_verdicts", ("source_value_docs.json",), entry_tables.source_value_verdicts),
 )
