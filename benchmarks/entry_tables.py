@@ -190,3 +190,17 @@ def train_speed(r: dict[str, Any]) -> list[str]:
         lines.append(f"| {b}{label}{b} | {b}{row['s_per_step']:.3f}{b} | {b}{row['tokens_per_s']:,.0f}{b} | "
                      f"{b}{row['speedup_vs_fp32_eager']:.2f}×{b} | {row['mfu']:.1%} |")
     return lines
+
+
+def compile_speed(r: dict[str, Any]) -> list[str]:
+    """bench_compile.py: eager vs compiled (cold and warm inductor cache) per dtype, with the
+    compile overhead of the first step and the steps it takes to pay it back."""
+    short = {"float32": "fp32", "bfloat16": "bf16"}
+    lines = ["| dtype | run | s/step | × eager | compile overhead (s) | break-even steps |", "|---|---|---|---|---|---|"]
+    for dtype, runs in r["summary"].items():
+        for name, x in runs.items():
+            overhead = "" if x["break_even_steps"] is None else f"{x['first_step_overhead_s']:.1f}"
+            even = "" if x["break_even_steps"] is None else f"{x['break_even_steps']:.0f}"
+            lines.append(f"| {short.get(dtype, dtype)} | {name} | {x['s_per_step']:.3f} | {x['speedup']:.2f}× | {overhead} | {even} |"
+                         .replace("|  |", "| |").replace("|  |", "| |"))
+    return lines

@@ -66,6 +66,7 @@ SECTIONS = (
     _table("lr_transfer", ("lr_transfer_books_untied_400steps.json",), entry_tables.lr_transfer),
     _table("train_speed_demo", ("train_speed_demo.json",), entry_tables.train_speed),
     _table("train_speed_25m", ("train_speed_25m.json",), entry_tables.train_speed),
+    _table("compile_demo", ("compile_demo.json",), entry_tables.compile_speed),
     _table("source_value_runs", ("source_value_docs.json",), entry_tables.source_value_runs),
     _table("source_value_verdicts", ("source_value_docs.json",), entry_tables.source_value_verdicts),
 )
