@@ -204,3 +204,21 @@ def compile_speed(r: dict[str, Any]) -> list[str]:
             lines.append(f"| {short.get(dtype, dtype)} | {name} | {x['s_per_step']:.3f} | {x['speedup']:.2f}× | {overhead} | {even} |"
                          .replace("|  |", "| |").replace("|  |", "| |"))
     return lines
+
+
+def substring_dedup(r: dict[str, Any]) -> list[str]:
+    """bench_substring_dedup.py: the reference logic's one suffix array against tokenmill's
+    substring_dedup at 1, 4 and 16 shards (byte units, k = 100 bytes)."""
+    ref = r["reference"]
+    lines = ["| run | time | peak RSS | bytes in repeated 100-byte spans, all copies | identical to the reference |",
+             "|---|---|---|---|---|",
+             f"| reference logic, one suffix array over all bytes | {ref['seconds']:.1f} s | {ref['peak_rss_mb']:.0f} MB | "
+             f"{ref['marked_bytes']:,} ({ref['marked_bytes'] / ref['bytes']:.2%}) | — |"]
+    for i, run in enumerate(r["ours_byte"]):
+        units = run["units"] / run["shards"] / 1e6
+        same = ("yes" if run["differs_from_reference_bytes"] == 0 else
+                f"yes, but for {run['differs_from_reference_bytes']:,} bytes (below)" if i == 0 else "same")
+        lines.append(f"| tokenmill, {run['shards']} shard{'s' if run['shards'] > 1 else ''} ({units:.1f} M units"
+                     f"{' each' if run['shards'] > 1 else ''}) | {run['seconds']:.1f} s | {run['peak_rss_mb']:.0f} MB | "
+                     f"{run['all_copies_units']:,} | {same} |")
+    return lines

@@ -67,6 +67,7 @@ SECTIONS = (
     _table("train_speed_demo", ("train_speed_demo.json",), entry_tables.train_speed),
     _table("train_speed_25m", ("train_speed_25m.json",), entry_tables.train_speed),
     _table("compile_demo", ("compile_demo.json",), entry_tables.compile_speed),
+    _table("substring_dedup", ("substring_dedup.json",), entry_tables.substring_dedup),
     _table("source_value_runs", ("source_value_docs.json",), entry_tables.source_value_runs),
     _table("source_value_verdicts", ("source_value_docs.json",), entry_tables.source_value_verdicts),
 )
