@@ -71,14 +71,15 @@ def prepare(src: Path, work: Path, part_docs: int, copies: int) -> Path:
 
 
 # --------------------------------------------------------------------------- children (pinned)
-def child_tokenmill(run_path: Path, workers: int) -> dict:
+def child_tokenmill(run_path: Path, workers: int, heldout_check: bool = True) -> dict:
     from tokenmill.config import load_config
     from tokenmill.runs import RunDir
     from tokenmill.tokens.tokenize import run_tokenize
 
     with tempfile.TemporaryDirectory() as tmp:
         run = RunDir.create(load_config(run_path / "config.yaml", [f"root={tmp}", "name=t",
-                                                                   f"tokenize.workers={workers}"]))
+                                                                   f"tokenize.workers={workers}",
+                                                                   f"tokenize.dedup_heldout={str(heldout_check).lower()}"]))
         shutil.copytree(run_path / "curated", run.sub("curated"))
         shutil.copytree(run_path / "tokenizer", run.sub("tokenizer"))
         t0 = time.perf_counter()
@@ -139,11 +140,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--part-docs", type=int, default=100, help="documents per curated part")
     ap.add_argument("--copies", type=int, default=1, help="repeat the curated text this many times (more work per start-up)")
+    ap.add_argument("--no-heldout-check", action="store_true",
+                    help="leave out the held-out duplicate check (MinHash of every document, which bare encode_batch does not do)")
     ap.add_argument("--child", choices=["tokenmill", "hf"], help=argparse.SUPPRESS)
     ap.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child == "tokenmill":
-        print(json.dumps(child_tokenmill(args.run, args.workers)))
+        print(json.dumps(child_tokenmill(args.run, args.workers, not args.no_heldout_check)))
         return
     if args.child == "hf":
         print(json.dumps(child_hf(args.run)))
@@ -158,12 +161,13 @@ def main() -> None:
         n_bytes = sum(len(t.encode()) for t in texts.values())
         fast = json.loads((run_path / "tokenizer" / "fast_encode.json").read_text())
         result: dict = {"tokenizers": tokenizers.__version__, "tiktoken": tiktoken.__version__,
-                        "copies": args.copies, "docs": len(texts), "bytes": n_bytes, "parts": len(list((run_path / "curated").rglob("*.parquet"))),
+                        "copies": args.copies, "heldout_check": not args.no_heldout_check, "docs": len(texts), "bytes": n_bytes, "parts": len(list((run_path / "curated").rglob("*.parquet"))),
                         "fast_encoder_verified_on_sample": fast["identical"], "by_cores": {}}
         for cores in args.cores:
             tm, hf, tokens = [], [], 0
             for _ in range(args.repeats):
-                tm.append(_pinned(["--child", "tokenmill", "--run", str(run_path), "--workers", str(cores)], cores)["seconds"])
+                tm.append(_pinned(["--child", "tokenmill", "--run", str(run_path), "--workers", str(cores),
+                                   *(["--no-heldout-check"] if args.no_heldout_check else [])], cores)["seconds"])
                 h = _pinned(["--child", "hf", "--run", str(run_path)], cores)
                 hf.append(h["seconds"])
                 tokens = h["tokens"]
