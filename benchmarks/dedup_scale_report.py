@@ -48,8 +48,9 @@ def section(results: list[dict[str, Any]]) -> str:
                       f"**{n:,} documents** ({run['bytes'] / 1e6:,.0f} MB of JSONL; planted: {run['planted_exact']:,} exact "
                       f"copies, {run['planted_near']:,} near copies of which "
                       f"{run['tokenmill'].get('planted_near_at_threshold', 0):,} at Jaccard ≥ 0.8). Steps exact_dedup, "
-                      f"minhash_dedup, line_dedup; 2 workers; local arms: median of {run['tokenmill'].get('repeats', 1)} "
-                      "runs, A/B order alternating, peak memory the largest of them.", "",
+                      f"minhash_dedup, line_dedup; 2 workers; local arms: "
+                      + (f"median of {run['tokenmill']['repeats']} runs, A/B order alternating, peak memory the largest of them."
+                         if run["tokenmill"].get("repeats", 1) > 1 else "one run each."), "",
                       "| arm | wall s | ids docs/s/core | map | dedup | lines | final | coordinator peak MB | worker peak MB | near recall (J ≥ 0.8) | precision |",
                       "|---|---|---|---|---|---|---|---|---|---|---|",
                       _arm_row("tokenmill (shuffle stages), local", run["tokenmill"], n, cores)]

@@ -204,7 +204,7 @@ class SubstringDedupConfig(Strict):
     unit: Literal["word", "byte"] = Field("word", description="One unit: a word or one punctuation mark (about one BPE token; whitespace ignored), or one UTF-8 byte (the reference tool's unit).")
     mode: Literal["spans", "documents"] = Field("spans", description="spans: cut later copies of repeated spans out of the text (the first copy stays); documents: drop a document whose later-copy share exceeds max_dup_share.")
     max_dup_share: float = Field(0.5, ge=0.0, le=1.0, description="documents mode: a document with more than this share of its characters in later copies is removed.")
-    shard_tokens: int = Field(50_000_000, ge=1, description="Units per suffix-array shard (whole documents); building one holds about 80 bytes per unit.")
+    shard_tokens: int = Field(50_000_000, ge=1, description="Units per suffix-array shard (whole documents); building one holds about 80 bytes per unit, so curation caps it at memory_per_task / 80.")
     skip_buckets: list[str] = Field(default_factory=list, description="Buckets whose documents neither take part nor lose spans.")
 
 

@@ -408,7 +408,7 @@ def substr_store(job: Job) -> None:
 def substr_phase(job: Job, specs: list[ShardSpec], executor: Any, dj: DedupJob) -> dict[str, int]:
     """Units per shard (parallel), one unit store (a task), per-shard suffix arrays (parallel),
     their merge, and the first occurrence of every repeated window (data.dedup.substring)."""
-    from tokenmill.data.dedup.substring import build_index
+    from tokenmill.data.dedup.substring import UNIT_BYTES, build_index
 
     sdir = _substr_dir(job)
     if (sdir / "DONE").exists():
@@ -416,7 +416,10 @@ def substr_phase(job: Job, specs: list[ShardSpec], executor: Any, dj: DedupJob) 
     executor.map(substr_units_shard, [(job, s, dj.shard_bases[s.index]) for s in specs])
     executor.map(substr_store, [(job,)])
     cfg = job.cfg.substring_dedup
-    stats = build_index(sdir / "index", cfg.k, cfg.shard_tokens, run=executor.map)
+    # A shard's suffix array holds UNIT_BYTES per unit: no shard larger than one task's budget
+    # (the result does not depend on the shard size).
+    shard = max(1, min(cfg.shard_tokens, job.cfg.memory_per_task // UNIT_BYTES))
+    stats = build_index(sdir / "index", cfg.k, shard, run=executor.map)
     _mark(sdir / "DONE", stats)
     return stats
 

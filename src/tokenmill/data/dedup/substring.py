@@ -44,7 +44,7 @@ document boundary. The result is identical for any shard size (tested).
 Memory bound: building one shard holds about 80 bytes per unit of that shard (values, global
 positions, the rank sort, the suffix array over the 4-byte ranks, LCP; measured: 993 MB peak RSS
 for one 12.4 M-unit shard, BENCHMARKS.md), so peak ≈ 80 × max(shard_tokens, longest document)
-bytes, 4 GB at the default; the merge holds a block of 4096 k-unit keys per shard (1.6 MB at
+bytes (curation caps the shard at curate.memory_per_task / UNIT_BYTES units); the merge holds a block of 4096 k-unit keys per shard (1.6 MB at
 k=50) plus 16 bytes per cross-shard repeated window; everything else is memmapped from disk
 (8 bytes per unit for the store and for `first`, ≈ 30 bytes per unit of shard files).
 """
@@ -64,6 +64,8 @@ import xxhash
 
 from tokenmill.data.config import SubstringDedupConfig
 from tokenmill.data.document import Rejection, format_value
+
+UNIT_BYTES = 80  # what building one suffix-array shard holds per unit (the memory bound above)
 
 VERSION = "divsufsort-1"
 STEP = "substring_dedup"
@@ -245,6 +247,15 @@ def merge_shards(work: Path, n_shards: int, k: int) -> int:
     return found
 
 
+def init_first(work: Path, units: int, chunk: int = 1 << 22) -> None:
+    """`work/first.npy`: one int64 per unit, all -1 (no repeat yet), written a chunk at a time."""
+    first = np.lib.format.open_memmap(work / "first.npy", mode="w+", dtype=np.int64, shape=(units,))
+    for lo in range(0, units, chunk):
+        first[lo:lo + chunk] = -1
+        first.flush()  # written back: the dirty pages do not pile up in this task either
+    del first
+
+
 def resolve_shard(work: Path, s: int) -> None:
     """Write the first occurrence of every repeated window of shard `s` into `first.npy`."""
     d = _shard_dir(work, s)
@@ -267,10 +278,7 @@ def build_index(work: Path, k: int, shard_tokens: int, run: Callable[..., Any] |
     shards = plan_shards(bases, shard_tokens)
     inside = run(build_shard, [(work, s, lo, hi, k) for s, (lo, hi) in enumerate(shards)])
     across = run(merge_shards, [(work, len(shards), k)])[0]  # a task: the caller holds nothing
-    first = np.lib.format.open_memmap(work / "first.npy", mode="w+", dtype=np.int64, shape=(int(bases[-1]),))
-    first[:] = -1
-    first.flush()
-    del first
+    run(init_first, [(work, int(bases[-1]))])  # a task: filling it maps 8 bytes per unit
     run(resolve_shard, [(work, s) for s in range(len(shards))])
     return {"units": int(bases[-1]), "docs": len(bases) - 1, "shards": len(shards),
             "groups_inside_shards": int(sum(inside)), "groups_across_shards": across}
