@@ -50,7 +50,8 @@ def _table(name: str, files: tuple[str, ...], lines: Callable[..., list[str]]) -
 
 SECTIONS = (
     Section("dedup_scale", dedup_scale_report.BEGIN, dedup_scale_report.END,
-            ("dedup_scale_200k.json", "dedup_scale.json", "dedup_datatrove_1m.json", "dedup_scale_5m.json",
+            ("dedup_scale_200k.json", "dedup_substring_200k.json", "dedup_scale.json", "dedup_datatrove_1m.json",
+             "dedup_scale_5m.json",
              "tokenize_ab_1m.json", "tokenize_ab_1m_grouped.json"),
             dedup_scale_report.section),
     Section("train_cuda", train_cuda_report.BEGIN, train_cuda_report.END,
