@@ -69,6 +69,8 @@ SECTIONS = (
     _table("train_speed_25m", ("train_speed_25m.json",), entry_tables.train_speed),
     _table("compile_demo", ("compile_demo.json",), entry_tables.compile_speed),
     _table("substring_dedup", ("substring_dedup.json",), entry_tables.substring_dedup),
+    _table("semantic_contamination", ("semantic_contamination.json",), entry_tables.semantic_contamination),
+    _table("semantic_contamination_all", ("semantic_contamination.json",), entry_tables.semantic_contamination_all),
     _table("source_value_runs", ("source_value_docs.json",), entry_tables.source_value_runs),
     _table("source_value_verdicts", ("source_value_docs.json",), entry_tables.source_value_verdicts),
 )
