@@ -61,6 +61,9 @@ class TrainConfig(Strict):
         "(micro_batch · seq_len · world size), which must divide (None: use grad_accum).")
     max_steps: int = Field(1000, description="Optimizer steps.")
     max_tokens: int | None = Field(None, description="Token budget; sets max_steps = ⌈max_tokens / tokens per step⌉ (None: use max_steps).")
+    max_seconds: float | None = Field(
+        None, gt=0, description="Wall-clock budget in summed step seconds: stop at the first step that reaches it, "
+        "LR schedule on the elapsed share of it; max_steps stays the ceiling (None: stop at max_steps).")
     seed: int | None = Field(None, description="Seed of the initialization and the batch order (None: the run seed); "
                                                "a second seed of the same run measures its run-to-run noise.")
     lr: float = Field(3e-3, description="Peak learning rate.")

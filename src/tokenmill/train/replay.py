@@ -101,12 +101,15 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
     if ckpt is not None:
         guard.load_state_dict(read_state(ckpt).get("guard") or {})
     phase = loader.phase_at(max(start, 1)).name
+    # a time-budgeted run read its LR schedule at a logged, clock-dependent step (train/time_budget.py)
+    steps_logged = [e for e in read_events(run.sub("events.jsonl")) if e.get("kind") == "train_step"]
+    schedule = {e["step"]: e["schedule_step"] for e in steps_logged if "schedule_step" in e}
     for s in range(start + 1, step):  # roll θ forward to step-1 with the trainer's own update
         if loader.phase_at(s).name != phase:
             phase = loader.phase_at(s).name
             guard.reset_baseline()
         _, loss, grad_norm, _ = compute_update(model, optimizer, loader, s, tc, device, dtype, anneal,
-                                               lr_scale=guard.lr_scale)
+                                               lr_scale=guard.lr_scale, schedule_step=schedule.get(s))
         action = guard.check(s, loss, grad_norm).action
         if action == "rollback":
             raise TrainError(f"the stability guard rolled back at step {s}, between the checkpoint of step "
@@ -117,7 +120,7 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
     with torch.no_grad():
         loss, r_pad = step_loss(model, loader, step, tc.grad_accum, device, dtype, backward=False, tc=tc,
                                 seed=loader.seed)
-    logged = [e for e in read_events(run.sub("events.jsonl")) if e.get("kind") == "train_step" and e.get("step") == step]
+    logged = [e for e in steps_logged if e.get("step") == step]
     logged_loss = logged[-1]["loss"] if logged else None
     return {"step": step, "from_checkpoint": str(ckpt) if ckpt else None, "rolled_forward_steps": step - 1 - start,
             "loss": loss, "logged_loss": logged_loss, "r_pad": r_pad,

@@ -17,7 +17,9 @@ Training state S_t (DESIGN "Training state", seed 002 §5.6) and where each part
                           seeded from the run seed, batches come from the stateless mixture Loader
   data cursor             loader.cursor(step): batches are a pure function of (seed, step,
                           micro), plus the store + mixture fingerprint (resume refuses other data)
-  scheduler               lr_at(step): a pure function of the step, times guard.lr_scale
+  scheduler               lr_at(step): a pure function of the step, times guard.lr_scale (with
+                          train.max_seconds, of the logged elapsed share instead: time_budget.py,
+                          elapsed seconds in state.json "time_budget")
   accumulation position   always 0: checkpoints are taken between optimizer steps only
   guard state             state.json "guard": running medians, open spike, LR backoff, skips, rollbacks
 So a resumed run repeats the uninterrupted run's losses bit for bit on the same hardware and
@@ -67,6 +69,7 @@ from tokenmill.train.sharding import sharding_report
 from tokenmill.train.metrics import UpdateRatio, embedding_spectrum, grad_norms_by_group, memory_bytes
 from tokenmill.train.noise_scale import NoiseProbe, NoiseScale, unavailable_reason
 from tokenmill.train.optimizer import build_optimizer, lr_at, set_lr
+from tokenmill.train.time_budget import TimeBudget
 
 STAGE = "train"
 EvalHook = Callable[[int, nn.Module], None]
@@ -279,7 +282,8 @@ def compute_update(model: nn.Module, optimizer: torch.optim.Optimizer, loader: L
                    device: torch.device, dtype: torch.dtype, anneal: int | None,
                    extras: dict[str, Any] | None = None, lr_scale: float = 1.0,
                    group_norms: bool = False, ctx: DistContext | None = None,
-                   pipeline: Pipeline | None = None, probe: NoiseProbe | None = None) -> tuple[float, float, float, float]:
+                   pipeline: Pipeline | None = None, probe: NoiseProbe | None = None,
+                   schedule_step: float | None = None) -> tuple[float, float, float, float]:
     """Everything of optimizer step `step` before `optimizer.step()`: set the LR (the schedule's,
     times the guard's backoff `lr_scale`, times an injected fault's factor), accumulate the
     gradients of the global batch, clip. Returns (lr, loss, pre-clip grad norm, r_pad); with
@@ -288,8 +292,11 @@ def compute_update(model: nn.Module, optimizer: torch.optim.Optimizer, loader: L
     whether the gradients are split over tensor-parallel ranks; `pipeline` (pp > 1) runs the
     step's micro-batches through this rank's pipeline stage instead of one after another;
     `probe` catches the first micro-batch's gradient norm (averaged over the data-parallel ranks).
+    `schedule_step` (a time-budgeted run, train/time_budget.py) is where the LR schedule is read
+    instead of `step`.
     The trainer and `tokenmill replay` share it, so a replayed step is the same computation."""
-    lr = lr_at(step, tc, anneal) * lr_scale * lr_factor(step, tc.faults)
+    at = step if schedule_step is None else schedule_step
+    lr = lr_at(at, tc, anneal) * lr_scale * lr_factor(step, tc.faults)
     set_lr(optimizer, lr)
     if pipeline is None:
         loss, r_pad = step_loss(model, loader, step, tc.grad_accum, device, dtype, backward=True, tc=tc,
@@ -397,6 +404,11 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
         raise TrainError(f"a curriculum phase uses sequences of {loader.max_seq_len} tokens but "
                          f"model.max_seq_len={mcfg.max_seq_len}; raise model.max_seq_len")
     anneal = next((p.start_step for p in loader.phases if p.anneal), None)
+    clock = TimeBudget(tc.max_seconds, tc.max_steps)
+    if clock.enabled and len(loader.phases) > 1:
+        raise TrainError(f"train.max_seconds={tc.max_seconds} runs the LR schedule on elapsed time, but the "
+                         f"curriculum's {len(loader.phases)} phases are placed by step: use one phase "
+                         f"(mixture.phases: []) or a step budget (train.max_steps)")
     noise = NoiseScale(tc.noise_scale_ema)
     noise_off = unavailable_reason(tc.grad_accum, tc.objective, ctx.model_parallel,
                                    ctx.distributed and tc.distributed == "fsdp", tc.noise_scale_every)
@@ -421,6 +433,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 _load_training_state(ckpt, model, optimizer, restore_rng=True)
             guard.load_state_dict(state.get("guard") or {})
             noise.load_state_dict(state.get("noise_scale") or {})
+            clock.load_state_dict(state.get("time_budget"))
             start_step, last_loss, resumed_from = int(state["step"]), state.get("loss"), str(ckpt)
             events.write(STAGE, "resumed", step=start_step, checkpoint=str(ckpt))
 
@@ -447,7 +460,9 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
             "model_config": mcfg.model_dump(mode="json"),
             "train_fingerprint": fingerprint,
             "config": _train_sections(cfg),
-            "scheduler": {"kind": tc.schedule, "step": step, "lr": lr_at(step, tc, anneal) * guard.lr_scale},
+            "scheduler": {"kind": tc.schedule, "step": step,
+                          "lr": lr_at(clock.schedule_step(step), tc, anneal) * guard.lr_scale},
+            "time_budget": clock.state_dict(),
             "data_cursor": loader.cursor(step),
             "grad_accum": {"micro": 0, "of": tc.grad_accum},
             "guard": guard.state_dict(),
@@ -479,16 +494,16 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 eval_model.train()
         ctx.barrier()  # the other ranks wait for rank 0's evaluation
 
-    def eval_due(step: int) -> bool:
-        return (tc.eval_every > 0 and step % tc.eval_every == 0) or step == tc.max_steps
+    def eval_due(step: int, last: bool = False) -> bool:
+        return (tc.eval_every > 0 and step % tc.eval_every == 0) or step == tc.max_steps or last
 
     step = start_step
     t_start = time.perf_counter()
-    if resumed_from and eval_due(start_step):
+    if resumed_from and eval_due(start_step, clock.spent()):
         # The previous process may have died (or been interrupted) before or during this
         # evaluation; evaluating never changes training, so run it (again).
         evaluate(start_step)
-    if start_step >= tc.max_steps:
+    if start_step >= tc.max_steps or clock.spent():
         events.write(STAGE, "train_done", step=start_step, loss=last_loss, note="already finished")
         return _summary(start_step, last_loss, tokens_per_step, 0.0, params, resumed_from)
 
@@ -523,7 +538,9 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 lr, last_loss, grad_norm, r_pad = compute_update(compiled, optimizer, loader, step, tc, device,
                                                                  dtype, anneal, extras, lr_scale=guard.lr_scale,
                                                                  group_norms=measure, ctx=ctx, pipeline=pipeline,
-                                                                 probe=probe)
+                                                                 probe=probe,
+                                                                 schedule_step=clock.schedule_step(step)
+                                                                 if clock.enabled else None)
                 if probe is not None and probe.small is not None:
                     extras.update(noise.update(probe.small, grad_norm * grad_norm, probe.b_big))
                 if ctx.distributed and tc.checksum_every > 0 and step % tc.checksum_every == 0:
@@ -551,6 +568,12 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 dt = time.perf_counter() - t0
+                if clock.enabled:
+                    # every rank must stop at the same step on the same LR: rank 0's clock decides
+                    extras["schedule_step"] = clock.schedule_step(step)
+                    clock.add(ctx.broadcast(dt) if ctx.distributed else dt)
+                    extras["elapsed_s"] = clock.elapsed
+                last = step == tc.max_steps or clock.spent()
                 tps = tokens_per_step / dt
                 mem = memory_bytes(device)
                 events.write(STAGE, "train_step", step=step, loss=last_loss, lr=lr, grad_norm=grad_norm,
@@ -560,7 +583,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                              ckpt_age_s=round(t0 - last_ckpt["t"], 3), **extras)
                 info = f"loss {last_loss:.4f} lr {lr:.2e} {tps:,.0f} tok/s"
                 prog.update(task, completed=step, info=info)
-                if tc.log_every > 0 and (step % tc.log_every == 0 or step == tc.max_steps):
+                if tc.log_every > 0 and (step % tc.log_every == 0 or last):
                     console.print(f"step {step}/{tc.max_steps} loss {last_loss:.4f} lr {lr:.3e} "
                                   f"grad_norm {grad_norm:.3f} {tps:,.0f} tok/s mfu {fpt * tps / peak:.1%}",
                                   highlight=False)
@@ -568,7 +591,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 # No periodic checkpoint while a spike is open: the newest checkpoint stays the
                 # last good one, the rollback target.
                 periodic = tc.ckpt_every > 0 and step % tc.ckpt_every == 0 and guard.spike is None
-                if (periodic or step == tc.max_steps) and saved_step != step:
+                if (periodic or last) and saved_step != step:
                     checkpoint(step, last_loss)
                     saved_step = step
                 if ctx.any(flag.requested):  # every rank stops at the same step, whichever saw Ctrl-C
@@ -578,16 +601,20 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                     events.write(STAGE, "interrupted", step=step, checkpoint=str(path))
                     raise TrainingInterrupted(step, path)
                 if embed_weight is not None and ((tc.spectrum_every > 0 and step % tc.spectrum_every == 0)
-                                                 or (tc.spectrum_every == 0 and eval_due(step))):
+                                                 or (tc.spectrum_every == 0 and eval_due(step, last))):
                     events.write(STAGE, "embedding_spectrum", step=step, **embedding_spectrum(embed_weight))
-                if eval_due(step):
+                if eval_due(step, last):
                     evaluate(step)
+                if last:
+                    break
     finally:
         flag.uninstall()
         loader.close()
 
     seconds = time.perf_counter() - t_start
-    events.write(STAGE, "train_done", step=step, loss=last_loss, seconds=seconds)
+    events.write(STAGE, "train_done", step=step, loss=last_loss, seconds=seconds,
+                 stopped_by="time" if clock.spent() else "steps",
+                 **({"elapsed_s": clock.elapsed, "max_seconds": clock.max_seconds} if clock.enabled else {}))
     return _summary(step, last_loss, tokens_per_step, seconds, params, resumed_from)
 
 
