@@ -61,13 +61,28 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+SIMD_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "asimd", "sve")
+
+
+def cpu_features() -> list[str]:
+    """The vector extensions that decide a CPU benchmark (bf16 autocast needs avx512_bf16 or amx):
+    "AMD EPYC" alone does not tell two machines of one name apart."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    line = next((ln for ln in text.splitlines() if ln.startswith(("flags", "Features"))), "")
+    present = set(line.split(":", 1)[-1].split())
+    return [f for f in SIMD_FLAGS if f in present]
+
+
 def provenance(argv: list[str] | None = None, where: Path = REPO) -> dict[str, Any]:
     """The fields every results file starts with."""
     import psutil  # here, not at the top: cpu_model() is imported where psutil may be missing (a GPU box)
 
     return {"command": shlex.join(argv if argv is not None else [Path(sys.executable).name, *sys.argv]),
             **git_state(where), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "versions": versions(), "machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
+            "versions": versions(), "machine": {"cpu": cpu_model(), "cpu_features": cpu_features(), "cores": os.cpu_count(),
                                                 "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
                                                 "platform": platform.platform()}}
 

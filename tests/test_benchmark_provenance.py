@@ -10,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from provenance import LoadSampler, provenance  # noqa: E402
+from provenance import SIMD_FLAGS, LoadSampler, provenance  # noqa: E402
 
 BUSY = "import time\nt = time.time()\nwhile time.time() - t < 1.6: pass"
 
@@ -42,3 +42,11 @@ def test_provenance_names_the_commit_command_and_versions():
     assert p["command"] == "python bench.py --x 'a b'"
     assert len(p["commit"]) == 40 and isinstance(p["dirty"], bool)
     assert {"python", "torch", "numpy"} <= set(p["versions"]) and p["machine"]["cores"] >= 1
+
+
+def test_the_machine_names_its_vector_extensions():
+    """Two machines sold under one CPU name (here: "AMD EPYC" with and without avx512_bf16) ran
+    the same benchmark at different speeds; the recorded flags tell them apart."""
+    flags = provenance(["x"])["machine"]["cpu_features"]
+    line = next((ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith(("flags", "Features"))), "")
+    assert flags == [f for f in SIMD_FLAGS if f in line.split(":", 1)[-1].split()]
