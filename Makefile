@@ -32,7 +32,7 @@ bench: $(STAMP)
 		--set model.d_model=512 --set model.n_layers=8 --set model.n_heads=8
 	$(BIN)/python benchmarks/bench_compile.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --steps 30 --repeats 2 --threads 2
 	$(BIN)/python benchmarks/bench_fused_projections.py
-	$(BIN)/python benchmarks/record.py benchmarks/results/vs_nanogpt_demo.json -- benchmarks/bench_vs_nanogpt.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --threads 2 --steps 30 --repeats 3 --seconds 480
+	$(BIN)/python benchmarks/record.py benchmarks/results/vs_nanogpt_demo.json -- benchmarks/bench_vs_nanogpt.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --threads 2 --steps 30 --repeats 3 --seconds 180
 	$(BIN)/python benchmarks/record.py benchmarks/results/vs_nanogpt_25m.json -- benchmarks/bench_vs_nanogpt.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --threads 2 --steps 12 --repeats 2 --seconds 0 \
 		--set model.d_model=512 --set model.n_layers=8 --set model.n_heads=8
 	$(BIN)/python benchmarks/bench_train_memory.py --run runs/demo --set train.micro_batch=16 --threads 2

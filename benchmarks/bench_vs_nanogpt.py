@@ -4,8 +4,9 @@ Which nanoGPT ran: the unmodified `model.py`, `train.py` and `configurator.py` o
 github.com/karpathy/nanoGPT at the commit in ../shared/peers/nanogpt/COMMIT (their sha256 are printed
 and recorded), copied to a scratch directory and run as published, `python train.py --key=value`, in
 a subprocess with OMP_NUM_THREADS = --threads. On a CPU its train.py runs fp32 (its autocast
-context is a nullcontext for device 'cpu'); --compile=False (as on CPU without a compiler cache
-both sides would spend minutes compiling; tokenmill's compiled figures are in bench_train_speed).
+context is a nullcontext for device 'cpu'); --compile=False on its side and train.compile=false on
+tokenmill's (eager against eager: compiling would put minutes into the first step of a timed
+run; tokenmill's compiled figures are in bench_train_speed).
 
 Same shape on both sides: d_model, layers, heads, context (block_size = train.seq_len), batch
 (batch_size = micro_batch, gradient_accumulation_steps = grad_accum), vocabulary (meta.pkl gives nanoGPT
@@ -24,13 +25,26 @@ Speed: runs interleaved per repeat (nanoGPT fp32, tokenmill fp32, tokenmill defa
 median s/step after the warm-up iterations (nanoGPT's own "iter N: ... time Xms" lines), then the
 median over repeats; tokens/s ratios and MFU against `tokenmill calibrate`'s peak of each dtype.
 
-Quality at equal CPU time (--seconds > 0): each side's max_steps = seconds / its measured
-s/step, so both train for the same seconds and each LR schedule spans its run; nanoGPT's final
-checkpoint (torch.load(weights_only=True) of its ckpt.pt) and tokenmill's are scored by the same
-Evaluator (eval stage) in fp32 on the same held-out documents: bits per byte per bucket and
-byte-weighted overall; ratio tokenmill / nanoGPT (the issue asks for <= 0.9).
+Quality at equal CPU time (--seconds > 0), both sides tuned, several seeds:
+- Equal seconds by construction. nanoGPT's train.py stops at max_iters (= --seconds / its
+  measured s/step, its cosine spanning them); the seconds its run actually took (the sum of its
+  own iteration times) become the paired tokenmill run's train.max_seconds: tokenmill stops at the
+  first step whose summed step seconds reach them, its LR schedule on the elapsed share
+  (train/time_budget.py), so neither side gets the other's probe error.
+- Each side's LR: a 3-point grid per side (--lr-grid around tokenmill's default 3e-3,
+  --peer-lr-grid with nanoGPT's own default 6e-4), both fp32, on the tuning seed only; a grid
+  whose best point is at its edge gets one more point past it. The chosen LRs are then run on the
+  report seeds (default 1 2 3), never on the tuning seed.
+- Arms on each report seed: nanoGPT fp32 (its CPU path: its default), tokenmill fp32 (equal
+  precision) and tokenmill's default dtype (bf16 autocast where the CPU has native bf16) at the
+  fp32-chosen LR. Seeds: tokenmill's train.seed; nanoGPT's torch seed shifted by the seed
+  (SEED_LAUNCHER; its init and its batch draws both follow it).
+- Scoring: nanoGPT's final checkpoint (torch.load(weights_only=True) of its ckpt.pt) and
+  tokenmill's, by the same Evaluator (eval stage) in fp32 on the same held-out documents (all of
+  them, up to --eval-docs per bucket): bits per byte per bucket and byte-weighted overall; the
+  ratio tokenmill / nanoGPT per seed, then mean ± sd over the report seeds.
 
-    .venv/bin/python benchmarks/bench_vs_nanogpt.py --run runs/demo --threads 2 --steps 30 --repeats 3 --seconds 600
+    .venv/bin/python benchmarks/bench_vs_nanogpt.py --run runs/demo --threads 2 --steps 30 --repeats 3 --seconds 180
     # ~25M parameters:
     .venv/bin/python benchmarks/bench_vs_nanogpt.py --run runs/demo --set model.d_model=512 \\
         --set model.n_layers=8 --set model.n_heads=8 --steps 15 --repeats 2 --seconds 0
@@ -64,7 +78,7 @@ from tokenmill.tokens.store import TokenStore
 PEER = Path(__file__).resolve().parents[2] / "shared" / "peers" / "nanogpt"
 PEER_FILES = ("model.py", "train.py", "configurator.py")
 WARMUP = 5
-QUIET = ["mixture.phases=[]", "train.eval_every=0", "train.log_every=0"]
+QUIET = ["mixture.phases=[]", "train.eval_every=0", "train.log_every=0", "train.compile=false"]  # eager, as nanoGPT here
 ITER_LINE = re.compile(r"^iter (\d+): loss ([\d.]+), time ([\d.]+)ms")
 
 
@@ -119,13 +133,21 @@ def warmup_for(cfg: RunConfig, steps: int) -> int:
     return max(1, round(cfg.train.warmup_steps * steps / cfg.train.max_steps))
 
 
+# train.py seeds with torch.manual_seed(1337 + seed_offset), seed_offset 0 outside DDP, and no
+# flag sets it. Another seed, without editing the file: the launcher shifts that one call by the
+# seed and then runs train.py as __main__ (seed 0 is the published run exactly).
+SEED_LAUNCHER = ("import runpy, sys, torch; shift = int(sys.argv.pop(1)); seed = torch.manual_seed; "
+                 "torch.manual_seed = lambda s: seed(s + shift); sys.argv[0] = 'train.py'; "
+                 "runpy.run_path('train.py', run_name='__main__')")
+
+
 def nanogpt_run(work: Path, cfg: RunConfig, steps: int, threads: int, save: bool = False,
-                lr: float | None = None) -> dict[str, Any]:
-    """One `python train.py` of the published code; s/step from its per-iteration time lines."""
+                lr: float | None = None, seed: int = 0) -> dict[str, Any]:
+    """One run of the published train.py; s/step and seconds from its per-iteration time lines."""
     out_dir = work / ("out" if save else "out_speed")
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    proc = subprocess.run([sys.executable, "train.py", *peer_args(cfg, steps, out_dir, save, lr)], cwd=work, env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", SEED_LAUNCHER, str(seed), *peer_args(cfg, steps, out_dir, save, lr)],
+                          cwd=work, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"nanoGPT train.py failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     iters = [m.groups() for m in map(ITER_LINE.match, proc.stdout.splitlines()) if m]
@@ -136,8 +158,10 @@ def nanogpt_run(work: Path, cfg: RunConfig, steps: int, threads: int, save: bool
 
 
 def tokenmill_run(src: Path, cfg_overrides: list[str], steps: int, threads: int, dtype: str,
-                  keep: Path | None = None, warmup: int | None = None) -> dict[str, Any]:
-    """The real trainer (run_train) in a scratch run directory with a copy of the token store."""
+                  keep: Path | None = None, warmup: int | None = None, seed: int | None = None,
+                  lr: float | None = None, seconds: float | None = None) -> dict[str, Any]:
+    """The real trainer (run_train) in a scratch run directory with a copy of the token store;
+    `seconds`: stopped by its own clock (train.max_seconds), `steps` then only the ceiling."""
     from tokenmill.train.trainer import run_train
 
     root = keep or Path(tempfile.mkdtemp())
@@ -145,7 +169,10 @@ def tokenmill_run(src: Path, cfg_overrides: list[str], steps: int, threads: int,
         cfg = tokenmill_config(src, cfg_overrides, [f"root={root}", "name=t", f"train.max_steps={steps}",
                                                     f"train.threads={threads}", f"train.dtype={dtype}",
                                                     f"train.ckpt_every={steps if keep else 0}",
-                                                    *([f"train.warmup_steps={warmup}"] if warmup else [])])
+                                                    *([f"train.warmup_steps={warmup}"] if warmup else []),
+                                                    *([f"train.seed={seed}"] if seed is not None else []),
+                                                    *([f"train.lr={lr}"] if lr is not None else []),
+                                                    *([f"train.max_seconds={seconds}"] if seconds else [])])
         run = RunDir.create(cfg)
         shutil.copytree(src / "tokens", run.path / "tokens")
         run_train(run, resume=False, progress=False)
@@ -202,10 +229,16 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30, help="Steps per speed run (the first 5 are warm-up).")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
-    ap.add_argument("--seconds", type=float, default=600.0, help="Training seconds per side for quality (0: skip).")
-    ap.add_argument("--peer-lr", type=float, default=None,
-                    help="nanoGPT's peak LR in the quality run (default: the tokenmill config's; its own default is 6e-4).")
-    ap.add_argument("--eval-docs", type=int, default=100, help="Held-out documents per bucket scored.")
+    ap.add_argument("--seconds", type=float, default=180.0,
+                    help="nanoGPT's training seconds per quality run (its step count = this / its s/step); "
+                         "each paired tokenmill run trains the seconds that run took (0: skip quality).")
+    ap.add_argument("--lr-grid", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2],
+                    help="tokenmill's peak LRs tried on the tuning seed (its default 3e-3 in the middle).")
+    ap.add_argument("--peer-lr-grid", type=float, nargs="+", default=[6e-4, 2e-3, 6e-3],
+                    help="nanoGPT's peak LRs tried on the tuning seed (its default 6e-4 among them).")
+    ap.add_argument("--tune-seed", type=int, default=0, help="The seed the LRs are chosen on.")
+    ap.add_argument("--report-seeds", type=int, nargs="+", default=[1, 2, 3], help="The seeds the result is reported on.")
+    ap.add_argument("--eval-docs", type=int, default=100, help="Held-out documents per bucket scored (at most).")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="tokenmill config override (both sides' shape).")
     args = ap.parse_args()
     if args.steps <= WARMUP:
@@ -273,30 +306,86 @@ def main() -> None:
 
 def quality(args: argparse.Namespace, work: Path, cfg: RunConfig, peer_s: float, ours_s: float,
             dtype: str, store: TokenStore) -> dict[str, Any]:
-    """Both sides train for `args.seconds`; the same Evaluator scores both final models."""
+    """LR grids on the tuning seed, then the chosen LRs on the report seeds; every tokenmill run
+    trains exactly the seconds its paired nanoGPT run took (train.max_seconds)."""
     from tokenmill.eval.evaluate import Evaluator
 
-    peer_steps, our_steps = max(1, round(args.seconds / peer_s)), max(1, round(args.seconds / ours_s))
-    peer = nanogpt_run(work, cfg, peer_steps, args.threads, save=True, lr=args.peer_lr)
-    keep = Path(tempfile.mkdtemp(prefix="tm-"))
-    try:
-        ours = tokenmill_run(args.run, args.overrides, our_steps, args.threads, dtype, keep=keep,
-                             warmup=warmup_for(cfg, our_steps))
-        ev = Evaluator(store, cfg.train.seq_len, args.eval_docs, batch_size=16)
-        cpu = torch.device("cpu")
-        scores = {"nanoGPT": ev.score(load_nanogpt(work, peer["checkpoint"]), cpu, "float32"),
-                  "tokenmill": ev.score(load_tokenmill(ours["run"]), cpu, "float32")}
-    finally:
-        shutil.rmtree(keep, ignore_errors=True)
-    bpb = {k: overall_bpb(v) for k, v in scores.items()}
-    print(f"\nequal time ({args.seconds:.0f} s budget): nanoGPT {peer_steps} steps in {peer['train_seconds']:.0f} s, "
-          f"bpb {bpb['nanoGPT']:.4f}; tokenmill {our_steps} steps in {ours['train_seconds']:.0f} s, bpb "
-          f"{bpb['tokenmill']:.4f}; ratio {bpb['tokenmill'] / bpb['nanoGPT']:.3f}")
-    return {"budget_seconds": args.seconds, "peer_lr": args.peer_lr or cfg.train.lr, "steps": {"nanoGPT": peer_steps, "tokenmill": our_steps},
-            "train_seconds": {"nanoGPT": peer["train_seconds"], "tokenmill": ours["train_seconds"]},
-            "bpb": bpb, "ratio_tokenmill_over_nanogpt": bpb["tokenmill"] / bpb["nanoGPT"],
-            "buckets": {k: {b: {"bpb": s["bpb"], "loss": s["loss"]} for b, s in v.items()} for k, v in scores.items()},
-            "final_train_loss": {"nanoGPT": peer["losses"][-1], "tokenmill": ours["losses"][-1]}}
+    ev = Evaluator(store, cfg.train.seq_len, args.eval_docs, batch_size=16)
+    peer_steps = max(WARMUP + 1, round(args.seconds / peer_s))
+    ceiling = 3 * max(1, round(args.seconds / ours_s))  # tokenmill's max_steps: only a ceiling
+
+    def pair(lrs: dict[str, float], seed: int, dtypes: list[str]) -> dict[str, dict[str, Any]]:
+        """nanoGPT first (its run sets the seconds), then each tokenmill arm for those seconds."""
+        peer = nanogpt_run(work, cfg, peer_steps, args.threads, save=True, lr=lrs["nanoGPT"], seed=seed)
+        out = {"nanoGPT": {"lr": lrs["nanoGPT"], "steps": peer_steps, "seconds": peer["train_seconds"],
+                           **score(ev, load_nanogpt(work, peer["checkpoint"]))}}
+        for dt in dtypes:
+            keep = Path(tempfile.mkdtemp(prefix="tm-"))
+            try:
+                ours = tokenmill_run(args.run, args.overrides, ceiling, args.threads, dt, keep=keep,
+                                     warmup=warmup_for(cfg, ceiling), seed=seed, lr=lrs["tokenmill"],
+                                     seconds=peer["train_seconds"])
+                out[f"tokenmill {dt}"] = {"lr": lrs["tokenmill"], "steps": len(ours["losses"]),
+                                          "seconds": ours["train_seconds"], **score(ev, load_tokenmill(ours["run"]))}
+            finally:
+                shutil.rmtree(keep, ignore_errors=True)
+        for arm, r in out.items():
+            print(f"seed {seed}: {arm} lr {r['lr']:g}: {r['steps']} steps in {r['seconds']:.1f} s, bpb {r['bpb']:.4f}",
+                  flush=True)
+        return out
+
+    # 1. Tuning seed: each side's grid (extended once past an edge that wins), fp32 on both sides.
+    grids = {"nanoGPT": sorted(args.peer_lr_grid), "tokenmill": sorted(args.lr_grid)}
+    tuning: dict[str, dict[float, dict[str, Any]]] = {"nanoGPT": {}, "tokenmill": {}}
+
+    def run_grid(points: dict[str, list[float]]) -> None:
+        for i in range(max(len(v) for v in points.values())):
+            lrs = {side: v[min(i, len(v) - 1)] for side, v in points.items()}
+            if all(lrs[side] in tuning[side] for side in lrs):
+                continue
+            # nanoGPT always runs: its run is the clock of the tokenmill run beside it
+            res = pair(lrs, args.tune_seed, [] if lrs["tokenmill"] in tuning["tokenmill"] else ["float32"])
+            tuning["nanoGPT"].setdefault(lrs["nanoGPT"], res["nanoGPT"])
+            if "tokenmill float32" in res:
+                tuning["tokenmill"][lrs["tokenmill"]] = res["tokenmill float32"]
+
+    run_grid(grids)
+    extra: dict[str, list[float]] = {}
+    for side, grid in grids.items():
+        best = min(tuning[side], key=lambda lr: tuning[side][lr]["bpb"])
+        if best in (min(grid), max(grid)):  # the optimum may lie past the edge: one more point that way
+            step = grid[1] / grid[0] if best == min(grid) else grid[-1] / grid[-2]
+            extra[side] = [best / step if best == min(grid) else best * step]
+    if extra:
+        for side in grids:
+            extra.setdefault(side, [min(tuning[side], key=lambda lr: tuning[side][lr]["bpb"])])
+            grids[side] = sorted(set(grids[side]) | set(extra[side]))
+        run_grid(extra)
+    chosen = {side: min(t, key=lambda lr: t[lr]["bpb"]) for side, t in tuning.items()}
+    print(f"chosen on seed {args.tune_seed}: {chosen}", flush=True)
+
+    # 2. Report seeds: the chosen LRs, fp32 against fp32 and each side's default.
+    arms = ["float32"] + ([dtype] if dtype != "float32" else [])
+    report = {seed: pair(chosen, seed, arms) for seed in args.report_seeds}
+    per_arm = {arm: [report[s][arm]["bpb"] for s in args.report_seeds] for arm in report[args.report_seeds[0]]}
+    ratios = {arm: [report[s][arm]["bpb"] / report[s]["nanoGPT"]["bpb"] for s in args.report_seeds]
+              for arm in per_arm if arm != "nanoGPT"}
+    summary = {arm: {"mean": statistics.mean(v), "sd": statistics.stdev(v) if len(v) > 1 else 0.0}
+               for arm, v in {**per_arm, **{f"ratio {a}": r for a, r in ratios.items()}}.items()}
+    for k, v in summary.items():
+        print(f"{k}: {v['mean']:.4f} ± {v['sd']:.4f}")
+    return {"budget_seconds": args.seconds, "nanogpt_steps": peer_steps, "tokenmill_max_steps_ceiling": ceiling,
+            "grids": grids, "tune_seed": args.tune_seed, "report_seeds": args.report_seeds,
+            "tuning": {side: {f"{lr:g}": r for lr, r in sorted(t.items())} for side, t in tuning.items()},
+            "chosen_lr": chosen, "default_dtype": dtype,
+            "report": {str(s): r for s, r in report.items()}, "summary": summary,
+            "ratio_tokenmill_over_nanogpt": {arm: summary[f"ratio {arm}"]["mean"] for arm in ratios}}
+
+
+def score(ev: Any, model: torch.nn.Module) -> dict[str, Any]:
+    """Byte-weighted held-out bpb and each bucket's, scored in fp32 by the eval stage's Evaluator."""
+    buckets = ev.score(model, torch.device("cpu"), "float32")
+    return {"bpb": overall_bpb(buckets), "buckets": {b: {"bpb": v["bpb"], "loss": v["loss"]} for b, v in buckets.items()}}
 
 
 if __name__ == "__main__":
