@@ -255,3 +255,95 @@ def semantic_contamination_all(r: dict[str, Any]) -> list[str]:
             lines.append(f"| {label} | semantic, threshold {x['threshold']:.2f} | {x['precision']:.3f} | "
                          f"{x['recall']:.3f} | {x['f1']:.3f} |")
     return lines
+
+
+def _result(r: dict[str, Any]) -> dict[str, Any]:
+    """A record.py file holds the script's result under "result"; an older file is the result."""
+    return r.get("result", r)
+
+
+def vs_nanogpt_speed(r: dict[str, Any]) -> list[str]:
+    """bench_vs_nanogpt.py: median s/step of the interleaved speed runs, tokens/s, ratio to
+    nanoGPT and MFU, one FLOP formula (6·matmul params + 12·L·d·T) for both sides."""
+    res = _result(r)
+    lines = ["| run | s/step | tokens/s | × nanoGPT | MFU (peak of its dtype) | FLOP per token |", "|---|---|---|---|---|---|"]
+    for row in res["rows"]:
+        lines.append(f"| {row['run']} | {row['s_per_step']:.3f} | {row['tokens_per_s']:,.0f} | "
+                     f"{row['speedup_vs_nanogpt']:.2f}× | {row['mfu']:.1%} | {row['flops_per_token'] / 1e6:.1f} M |")
+    return lines
+
+
+def vs_nanogpt_tuning(r: dict[str, Any]) -> list[str]:
+    """bench_vs_nanogpt.py: each side's LR grid on the tuning seed (fp32 both), the chosen LR in bold."""
+    q = _result(r)["quality"]
+    lines = [f"| side (seed {q['tune_seed']}, fp32) | peak LR | steps | seconds | held-out bpb |", "|---|---|---|---|---|"]
+    for side, runs in q["tuning"].items():
+        for lr, run in runs.items():
+            b = "**" if float(lr) == q["chosen_lr"][side] else ""
+            lines.append(f"| {side} | {b}{float(lr):g}{b} | {run['steps']} | {run['seconds']:.1f} | {b}{run['bpb']:.4f}{b} |")
+    return lines
+
+
+def vs_nanogpt_quality(r: dict[str, Any]) -> list[str]:
+    """bench_vs_nanogpt.py: the chosen LRs on the report seeds: each arm's bpb, steps and seconds
+    per seed, the per-seed ratio to nanoGPT, and mean ± sd over the seeds."""
+    q = _result(r)["quality"]
+    seeds = [str(s) for s in q["report_seeds"]]
+    arms = list(q["report"][seeds[0]])
+    head = "| arm | peak LR | " + " | ".join(f"seed {s}: bpb (steps, s)" for s in seeds) + " | **mean ± sd bpb** | ratio to nanoGPT, mean ± sd |"
+    lines = [head, "|---|---|" + "---|" * (len(seeds) + 2)]
+    for arm in arms:
+        cells = [f"{q['report'][s][arm]['bpb']:.4f} ({q['report'][s][arm]['steps']}, {q['report'][s][arm]['seconds']:.0f})"
+                 for s in seeds]
+        mean = q["summary"][arm]
+        ratio = q["summary"].get(f"ratio {arm}")
+        rtxt = f"**{ratio['mean']:.3f} ± {ratio['sd']:.3f}**" if ratio else "1"
+        lines.append(f"| {arm} | {q['report'][seeds[0]][arm]['lr']:g} | " + " | ".join(cells)
+                     + f" | {mean['mean']:.4f} ± {mean['sd']:.4f} | {rtxt} |")
+    return lines
+
+
+MIXTURE_LABELS = {"uniform": "uniform", "proportional": "token-proportional", "doremi": "DoReMi",
+                  "regmix": "data mixing law (≤ 4 epochs)"}
+
+
+def mixture_compare(c: dict[str, Any], uncapped: dict[str, Any] | None = None) -> list[str]:
+    """mixture optimize's compare.json: every candidate's weights (books / code / docs), the epochs
+    of its most repeated bucket, and mean held-out bpb per seed; `uncapped`: the first run's
+    comparison, whose mixing law had no epoch bound (its row only)."""
+    rows = {MIXTURE_LABELS.get(n, n): v for n, v in c.items()}
+    if uncapped is not None:
+        rows["data mixing law, unbounded (first run)"] = uncapped["regmix"]
+    seeds = [run["seed"] for run in next(iter(rows.values()))["runs"]]
+    buckets = " / ".join(next(iter(rows.values()))["weights"])
+    lines = [f"| mixture | {buckets} weights | most epochs | " + " | ".join(f"seed {s}" for s in seeds)
+             + " | **mean ± std** | paired Δ vs uniform | paired Δ vs proportional |",
+             "|---|---|---|" + "---|" * (len(seeds) + 3)]
+    for name, row in rows.items():
+        epochs = row.get("epochs")
+        most = f"{max(epochs.values()):.2f} ({max(epochs, key=epochs.get)})" if epochs else "—"
+        by_seed = {run["seed"]: run["mean_bpb"] for run in row["runs"]}
+        paired = row.get("paired", {})
+        deltas = [f"{paired[o]['mean']:+.3f} ± {paired[o]['std']:.3f}" if o in paired and paired[o]["std"] is not None
+                  else "" for o in ("uniform", "proportional")]
+        std = f" ± {row['std_bpb']:.4f}" if row.get("std_bpb") is not None else ""
+        lines.append(f"| {name} | {' / '.join(f'{w:.3f}' for w in row['weights'].values())} | {most} | "
+                     + " | ".join(f"{by_seed[s]:.4f}" if s in by_seed else "—" for s in seeds)
+                     + f" | {row['mean_bpb']:.4f}{std} | {deltas[0]} | {deltas[1]} |")
+    return lines
+
+
+def mixture_confirm(r: dict[str, Any]) -> list[str]:
+    """bench_mixture_confirm.py: the chosen mixture and the baselines on the fresh seeds, with the
+    paired Δ of the chosen one per seed (negative: the chosen mixture better)."""
+    res = _result(r)
+    seeds = res["seeds"]
+    lines = ["| mixture (fresh seeds) | " + " | ".join(f"seed {s}" for s in seeds) + " | **mean** |",
+             "|---|" + "---|" * (len(seeds) + 1)]
+    for name, rows in res["runs"].items():
+        by_seed = {row["seed"]: row["mean_bpb"] for row in rows}
+        lines.append(f"| {name} | " + " | ".join(f"{by_seed[s]:.4f}" for s in seeds) + f" | {res['mean_bpb'][name]:.4f} |")
+    for other, d in res["paired"].items():
+        lines.append(f"| Δ {res['chosen']} − {other} | " + " | ".join(f"{x:+.4f}" for x in d["per_seed"])
+                     + f" | **{d['mean']:+.4f} ± {d['std']:.4f}** |")
+    return lines

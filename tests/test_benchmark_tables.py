@@ -39,6 +39,7 @@ def test_a_hand_edited_table_is_caught(doc, section):
 @pytest.mark.parametrize("section", tables.SECTIONS, ids=lambda s: s.name)
 def test_a_results_file_changed_without_its_table_is_caught(doc, section, tmp_path):
     for f in {f for s in tables.SECTIONS for f in s.files}:
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(tables.RESULTS / f, tmp_path / f)
     for f in section.files:
         path = tmp_path / f
