@@ -52,8 +52,7 @@ def _loader(r: dict[str, Any]) -> dict[str, float]:
 
 
 def _train(r: dict[str, Any]) -> dict[str, float]:
-    return {"train step fp32: HF s/step ÷ tokenmill's": r["tokenmill_over_hf_fp32"],
-            "train step bf16: HF s/step ÷ tokenmill's": r["tokenmill_over_hf_bf16"]}
+    return {"train step fp32: HF s/step ÷ tokenmill's": r["tokenmill_over_hf_fp32"]}
 
 
 CHECKS = (
@@ -62,7 +61,7 @@ CHECKS = (
     Check("minhash", ("bench_minhash.py", "--only", "speed", "--speed-docs", "2000", "--repeats", "3"),
           lambda r: {"MinHash signatures × datasketch": r["speed"]["speedup"]}),
     Check("train", ("bench_train_speed.py", "--run", "{run}", "--steps", "12", "--repeats", "2", "--threads", "2",
-                    "--no-compile", "--set", "train.micro_batch=16", "--set", "train.grad_accum=1"), _train),
+                    "--fp32-only", "--set", "train.micro_batch=16", "--set", "train.grad_accum=1"), _train),
     Check("curate", ("bench_curate_vs_datatrove.py", "--corpus", "{corpus}/web_html/python3.11-doc", "--limit", "300"),
           lambda r: {"curation per core × datatrove (default extractor)": r["speedup_vs_datatrove_default"],
                      "curation per core × datatrove (same extractor)": r["speedup_vs_datatrove_same_extractor"]},

@@ -135,6 +135,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--no-compile", action="store_true", help="Leave out the torch.compile run (slow to compile).")
+    ap.add_argument("--fp32-only", action="store_true",
+                    help="Only the fp32 arms (tokenmill eager, HF), no second-seed run: the quick probe of "
+                         "`make bench-check` (bf16 without native support is emulated and slow).")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="Config override for both sides.")
     args = ap.parse_args()
     if args.steps <= WARMUP:
@@ -150,7 +153,9 @@ def main() -> None:
         "HF Llama fp32": lambda: hf_run(args.run, args.steps, args.threads, args.overrides, "float32"),
         "HF Llama bf16 autocast": lambda: hf_run(args.run, args.steps, args.threads, args.overrides, "bfloat16"),
     }
-    if not args.no_compile:
+    if args.fp32_only:
+        variants = {k: v for k, v in variants.items() if "fp32" in k}
+    if not args.no_compile and not args.fp32_only:
         variants["tokenmill bf16 + torch.compile"] = lambda: tokenmill_run(
             args.run, args.steps, args.threads, args.overrides, "bfloat16", compile_=True)
     times: dict[str, list[float]] = {k: [] for k in variants}
@@ -161,7 +166,7 @@ def main() -> None:
             times[name].append(out["s_per_step"])
             curves.setdefault(name, out["losses"])
             print(f"repeat {r}: {name}: {out['s_per_step']:.4f} s/step", flush=True)
-    other_seed = tokenmill_run(args.run, args.steps, args.threads, args.overrides, "float32", seed=load_config(
+    other_seed = None if args.fp32_only else tokenmill_run(args.run, args.steps, args.threads, args.overrides, "float32", seed=load_config(
         args.run / "config.yaml").seed + 1)["losses"]
 
     cfg = config(args.run, args.steps, args.threads, args.overrides)
@@ -170,7 +175,9 @@ def main() -> None:
     mcfg = resolve_model_config(cfg.model, TokenStore(args.run / "tokens"), cfg.train.seq_len)
     tokens = cfg.train.micro_batch * cfg.train.seq_len * cfg.train.grad_accum
     fpt = flops_per_token(mcfg, cfg.train.seq_len)
-    peaks = {"float32": calibrated_peak(torch.float32, args.threads), "bfloat16": calibrated_peak(torch.bfloat16, args.threads)}
+    peaks = {"float32": calibrated_peak(torch.float32, args.threads)}
+    if not args.fp32_only:
+        peaks["bfloat16"] = calibrated_peak(torch.bfloat16, args.threads)
     med = {k: statistics.median(v) for k, v in times.items()}
     base = med["tokenmill fp32 eager"]
     rows = []
@@ -183,12 +190,15 @@ def main() -> None:
         rows.append({"run": name, "s_per_step": s, "tokens_per_s": tps, "speedup_vs_fp32_eager": base / s, "mfu": mfu})
         print(f"| {name} | {s:.3f} | {tps:,.0f} | {base / s:.2f}× | {mfu:.1%} |")
     ratio_fp32 = med["HF Llama fp32"] / med["tokenmill fp32 eager"]
-    ratio_bf16 = med["HF Llama bf16 autocast"] / med[default]
-    d_bf16 = mean_abs_diff(curves["tokenmill fp32 eager"], curves[default])
-    d_seed = mean_abs_diff(curves["tokenmill fp32 eager"], other_seed)
-    print(f"\ntokenmill / HF speed at equal precision: fp32 {ratio_fp32:.2f}×, bf16 {ratio_bf16:.2f}×")
-    print(f"loss curves over {args.steps} steps: mean |fp32 - bf16| = {d_bf16:.4f} nats; mean |fp32 seed s - "
-          f"fp32 seed s+1| = {d_seed:.4f} nats -> bf16 {'within' if d_bf16 <= d_seed else 'OUTSIDE'} seed noise")
+    ratio_bf16 = d_bf16 = d_seed = None
+    print(f"\ntokenmill / HF speed at equal precision: fp32 {ratio_fp32:.2f}×")
+    if not args.fp32_only:
+        ratio_bf16 = med["HF Llama bf16 autocast"] / med[default]
+        d_bf16 = mean_abs_diff(curves["tokenmill fp32 eager"], curves[default])
+        d_seed = mean_abs_diff(curves["tokenmill fp32 eager"], other_seed)
+        print(f"bf16 {ratio_bf16:.2f}×; loss curves over {args.steps} steps: mean |fp32 - bf16| = {d_bf16:.4f} nats; "
+              f"mean |fp32 seed s - fp32 seed s+1| = {d_seed:.4f} nats -> bf16 "
+              f"{'within' if d_bf16 <= d_seed else 'OUTSIDE'} seed noise")
     result = {
         "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
         "cpu": platform.processor() or platform.machine(), "cores": len(os.sched_getaffinity(0)),
@@ -196,7 +206,7 @@ def main() -> None:
         "overrides": args.overrides, "tokens_per_step": tokens, "flops_per_token": fpt,
         "peak_flops": {k: {"flops": v[0], "source": v[1]} for k, v in peaks.items()}, "rows": rows,
         "tokenmill_over_hf_fp32": ratio_fp32, "tokenmill_over_hf_bf16": ratio_bf16,
-        "default_over_fp32_eager": base / med[default],
+        "default_over_fp32_eager": base / med[default] if default in med else None,
         "loss_mean_abs_diff_fp32_bf16": d_bf16, "loss_mean_abs_diff_seed": d_seed,
         "losses": {"fp32": curves["tokenmill fp32 eager"], "bf16": curves[default],
                    "fp32_other_seed": other_seed},
