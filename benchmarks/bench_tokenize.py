@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -88,7 +89,22 @@ def child_tokenmill(run_path: Path, workers: int, heldout_check: bool = True) ->
         keep = run_path / f"tokens-{workers}"
         shutil.rmtree(keep, ignore_errors=True)
         shutil.copytree(run.sub("tokens"), keep)
-    return {"seconds": seconds}
+        phases = stage_phases(run.path / "events.jsonl")
+    return {"seconds": seconds, "phases": phases}
+
+
+def stage_phases(events: Path) -> dict[str, Any]:
+    """Where the stage's seconds went, from its own events: the held-out check, the encode
+    processes and threads it chose, and the parts' encode seconds (summed over processes)."""
+    from tokenmill.runs import read_events
+
+    ev = list(read_events(events))
+    check = next((e for e in ev if e["kind"] == "heldout_check"), None)
+    layout = next((e for e in ev if e["kind"] == "layout"), {})
+    return {"heldout_check_s": check["seconds"] if check else 0.0,
+            "heldout_check_processes": check["processes"] if check else 0,
+            "encode_processes": layout.get("processes"), "encode_threads": layout.get("threads"),
+            "parts_encode_s_sum": round(sum(e["seconds"] for e in ev if e["kind"] == "part"), 3)}
 
 
 def child_hf(run_path: Path) -> dict:
@@ -164,10 +180,12 @@ def main() -> None:
                         "copies": args.copies, "heldout_check": not args.no_heldout_check, "docs": len(texts), "bytes": n_bytes, "parts": len(list((run_path / "curated").rglob("*.parquet"))),
                         "fast_encoder_verified_on_sample": fast["identical"], "by_cores": {}}
         for cores in args.cores:
-            tm, hf, tokens = [], [], 0
+            tm, hf, tokens, phases = [], [], 0, []
             for _ in range(args.repeats):
-                tm.append(_pinned(["--child", "tokenmill", "--run", str(run_path), "--workers", str(cores),
-                                   *(["--no-heldout-check"] if args.no_heldout_check else [])], cores)["seconds"])
+                child = _pinned(["--child", "tokenmill", "--run", str(run_path), "--workers", str(cores),
+                                 *(["--no-heldout-check"] if args.no_heldout_check else [])], cores)
+                tm.append(child["seconds"])
+                phases.append(child["phases"])
                 h = _pinned(["--child", "hf", "--run", str(run_path)], cores)
                 hf.append(h["seconds"])
                 tokens = h["tokens"]
@@ -178,7 +196,9 @@ def main() -> None:
                 "tokenmill_s": t_tm, "hf_encode_batch_s": t_hf,
                 "tokenmill_tokens_per_s": tokens / t_tm, "hf_tokens_per_s": tokens / t_hf,
                 "tokenmill_MB_per_s": n_bytes / 1e6 / t_tm, "hf_MB_per_s": n_bytes / 1e6 / t_hf,
-                "speedup": t_hf / t_tm, "mismatched_docs": mismatched_docs(run_path, store_dir)}
+                "speedup": t_hf / t_tm, "tokenmill_s_all": tm, "hf_s_all": hf,
+                "heldout_check_s_median": statistics.median(p["heldout_check_s"] for p in phases),
+                "phases": phases[0], "mismatched_docs": mismatched_docs(run_path, store_dir)}
         print(json.dumps(result, indent=1))
 
 
