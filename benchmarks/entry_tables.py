@@ -280,7 +280,7 @@ def vs_nanogpt_tuning(r: dict[str, Any]) -> list[str]:
     for side, runs in q["tuning"].items():
         for lr, run in runs.items():
             b = "**" if float(lr) == q["chosen_lr"][side] else ""
-            lines.append(f"| {side} | {b}{float(lr):g}{b} | {run['steps']} | {run['seconds']:.1f} | {b}{run['bpb']:.4f}{b} |")
+            lines.append(f"| {side} | {b}{float(lr):.3g}{b} | {run['steps']} | {run['seconds']:.1f} | {b}{run['bpb']:.4f}{b} |")
     return lines
 
 

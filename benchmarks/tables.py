@@ -73,6 +73,9 @@ SECTIONS = (
     _table("semantic_contamination_all", ("semantic_contamination.json",), entry_tables.semantic_contamination_all),
     _table("source_value_runs", ("source_value_docs.json",), entry_tables.source_value_runs),
     _table("source_value_verdicts", ("source_value_docs.json",), entry_tables.source_value_verdicts),
+    _table("vs_nanogpt_speed", ("vs_nanogpt_demo.json",), entry_tables.vs_nanogpt_speed),
+    _table("vs_nanogpt_tuning", ("vs_nanogpt_demo.json",), entry_tables.vs_nanogpt_tuning),
+    _table("vs_nanogpt_quality", ("vs_nanogpt_demo.json",), entry_tables.vs_nanogpt_quality),
     _table("mixture_compare", ("mixture_opt/compare.json", "mixture_opt/compare_uncapped_regmix.json"),
            entry_tables.mixture_compare),
 )
