@@ -1,4 +1,5 @@
 import random
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -7,6 +8,7 @@ import pytest
 
 from tokenmill.config import MinHashConfig
 from tokenmill.data.heldout_split import CutCounter
+from tokenmill.tokens import heldout_dedup
 from tokenmill.tokens.heldout_dedup import (all_pairs, band_dtype, exact_key, last_matches,
                                             shuffled_training_duplicates, training_duplicates)
 
@@ -117,6 +119,33 @@ def test_tasks_on_two_processes_decide_what_one_process_decides(tmp_path):
     assert [(d.part, d.doc_id, d.record) for d in two] == [(d.part, d.doc_id, d.record) for d in one]
     assert [(d.doc_id, d.record) for d in two] == list(want.items())
     assert not (tmp_path / "w2").exists()
+
+
+def test_tasks_on_threads_decide_what_one_thread_decides(tmp_path, monkeypatch):
+    """A corpus too small for processes runs the tasks on this process's threads: every task still
+    writes its own spill files, so the decisions are the same, in the same order."""
+    parts, texts = _planted_corpus(tmp_path, 5)
+    counter = CutCounter(0.3, 2, 5)
+    for _, _, ids in parts:
+        counter.add(ids)
+    cut = counter.cut()
+    paths = [p for _, p, _ in parts]
+    seen_threads = set()
+    real_map = heldout_dedup._map_task
+
+    def spying(args):
+        seen_threads.add(threading.get_ident())
+        return real_map(args)
+
+    monkeypatch.setattr(heldout_dedup, "_map_task", spying)
+    one = shuffled_training_duplicates(paths, [cut] * len(parts), CFG, 7, tmp_path / "w1", 50, 9)
+    main_only = set(seen_threads)
+    seen_threads.clear()
+    two = shuffled_training_duplicates(paths, [cut] * len(parts), CFG, 7, tmp_path / "w2", 50, 9, threads=2)
+    assert main_only == {threading.get_ident()} and threading.get_ident() not in seen_threads  # the pool ran them
+    held = {i for _, _, ids in parts for i in ids if cut.holds(i)}
+    assert [(d.part, d.doc_id, d.record) for d in two] == [(d.part, d.doc_id, d.record) for d in one]
+    assert [(d.doc_id, d.record) for d in two] == list(training_duplicates(texts, held, CFG, seed=7).items())
 
 
 def test_nothing_held_out_reads_nothing(tmp_path):

@@ -21,7 +21,7 @@ import multiprocessing
 import shutil
 import time
 from collections import defaultdict
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -287,19 +287,25 @@ def _run_all(pool: Executor | None, fn: Callable[[Any], Any], args: Sequence[Any
 
 def shuffled_training_duplicates(parts: list[Path], cuts: list[HeldoutCut], cfg: MinHashConfig, seed: int,
                                  work: Path, records_per_partition: int, batch_docs: int,
-                                 processes: int = 1, timings: dict[str, float] | None = None) -> list[Decision]:
+                                 processes: int = 1, timings: dict[str, float] | None = None,
+                                 threads: int = 1) -> list[Decision]:
     """`training_duplicates` of a corpus on disk: `parts` in corpus order, `cuts[i]` the held-out
     cut of part i's bucket. Same decisions, in the same order (exact ones, then near ones, each by
     id), with no per-document state outside one task, whatever `processes` runs the tasks (1: this
-    process alone). `work` is scratch, removed at the end; `timings` receives each phase's
-    seconds (start: the pool's processes, then map, reduce, verify)."""
+    process alone; `threads` > 1: this process's threads, for a corpus too small to pay for
+    starting processes, since the signatures' numpy work releases the GIL). `work` is scratch,
+    removed at the end; `timings` receives each phase's seconds (start: the pool's processes,
+    then map, reduce, verify)."""
     if all(c.holds_none for c in cuts):
         return []
     rows = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
     shuffle = _Shuffle(parts, work, cfg, seed, partitions_for(rows * cfg.bands, records_per_partition))
     # spawn, not fork: the caller may hold threads (rich's refresh, tokenizer pools)
-    pool = (ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
-            if processes > 1 and max(len(parts), shuffle.n) > 1 else None)
+    pool: Executor | None = None
+    if processes > 1 and max(len(parts), shuffle.n) > 1:
+        pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+    elif threads > 1 and max(len(parts), shuffle.n) > 1:
+        pool = ThreadPoolExecutor(threads)  # tasks share nothing mutable: each writes its own spill files
     clock = time.perf_counter()
 
     def lap(phase: str) -> None:
@@ -312,7 +318,7 @@ def shuffled_training_duplicates(parts: list[Path], cuts: list[HeldoutCut], cfg:
         lap("start")
         # Consecutive parts per map task, ~8 tasks per process: enough to balance uneven parts,
         # few enough that the spill files (tasks x partitions) stay few.
-        per = max(1, -(-len(parts) // (8 * max(1, processes))))
+        per = max(1, -(-len(parts) // (8 * max(1, processes, threads))))
         _run_all(pool, _map_task, [(shuffle, i, cuts[i:i + per], batch_docs) for i in range(0, len(parts), per)])
         lap("map")
         _run_all(pool, _reduce_task, [(shuffle, p) for p in range(shuffle.n)])

@@ -204,10 +204,12 @@ def _heldout_duplicates(run: RunDir, parts: list[Path], cuts: list[HeldoutCut], 
     size = sum(p.stat().st_size for p in parts)
     processes = max(1, min(cfg.workers, -(-size // PROCESS_MIN_BYTES)))
     t0, timings = time.perf_counter(), {}
+    threads = cfg.workers if processes == 1 else 1  # a small corpus: the cores as threads, free to start
     decisions = shuffled_training_duplicates(parts, cuts, run.config.curate.minhash_dedup, run.config.seed,
                                              parts_dir / "_heldout_dedup", cfg.shuffle_records, cfg.batch_docs,
-                                             processes, timings)
-    run.events.write("tokenize", "heldout_check", parts=len(parts), processes=processes, moved=len(decisions),
+                                             processes, timings, threads)
+    run.events.write("tokenize", "heldout_check", parts=len(parts), processes=processes, threads=threads,
+                     moved=len(decisions),
                      seconds=round(time.perf_counter() - t0, 3), phases=timings)
     return decisions
 
