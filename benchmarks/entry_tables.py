@@ -347,3 +347,20 @@ def mixture_confirm(r: dict[str, Any]) -> list[str]:
         lines.append(f"| Δ {res['chosen']} − {other} | " + " | ".join(f"{x:+.4f}" for x in d["per_seed"])
                      + f" | **{d['mean']:+.4f} ± {d['std']:.4f}** |")
     return lines
+
+
+def tokenize_stage(*files: dict[str, Any]) -> list[str]:
+    """bench_tokenize.py runs: per corpus / variant and core count, the whole stage against bare
+    HF encode_batch on the same cores, the held-out check's share, and the id mismatches."""
+    lines = ["| corpus | held-out check | cores | tokenmill stage | HF `encode_batch` | **ratio** (target ≥ 3× on 2 cores) "
+             "| of which held-out check | mismatched docs |", "|---|---|---|---|---|---|---|---|"]
+    for r in files:
+        res = _result(r)
+        corpus = f"{res['docs']:,} docs, {res['bytes'] / 1e6:.1f} MB, {res['parts']} parts"
+        for cores, v in res["by_cores"].items():
+            check = "on" if res["heldout_check"] else "off"
+            share = f"{v['heldout_check_s_median']:.2f} s of {v['tokenmill_s']:.2f} s" if res["heldout_check"] else "—"
+            lines.append(f"| {corpus} | {check} | {cores} | {v['tokenmill_tokens_per_s'] / 1e6:.2f} M tokens/s "
+                         f"({v['tokenmill_MB_per_s']:.1f} MB/s) | {v['hf_tokens_per_s'] / 1e6:.2f} M tokens/s "
+                         f"({v['hf_MB_per_s']:.1f} MB/s) | **{v['speedup']:.2f}×** | {share} | {v['mismatched_docs']} |")
+    return lines
