@@ -208,7 +208,7 @@ def main() -> None:
         "tokenmill_over_hf_fp32": ratio_fp32, "tokenmill_over_hf_bf16": ratio_bf16,
         "default_over_fp32_eager": base / med[default] if default in med else None,
         "loss_mean_abs_diff_fp32_bf16": d_bf16, "loss_mean_abs_diff_seed": d_seed,
-        "losses": {"fp32": curves["tokenmill fp32 eager"], "bf16": curves[default],
+        "losses": {"fp32": curves["tokenmill fp32 eager"], "bf16": curves.get(default),
                    "fp32_other_seed": other_seed},
         "s_per_step_all_repeats": times,
     }
