@@ -364,3 +364,19 @@ def tokenize_stage(*files: dict[str, Any]) -> list[str]:
                          f"({v['tokenmill_MB_per_s']:.1f} MB/s) | {v['hf_tokens_per_s'] / 1e6:.2f} M tokens/s "
                          f"({v['hf_MB_per_s']:.1f} MB/s) | **{v['speedup']:.2f}×** | {share} | {v['mismatched_docs']} |")
     return lines
+
+
+def scaling_holdout(fit: dict[str, Any], sweep: dict[str, Any]) -> list[str]:
+    """`tokenmill scaling fit`'s held-out runs: the registered prediction with its bootstrap
+    interval against the loss the run reached, and the run's seconds from the sweep's results."""
+    seconds = {r["name"]: r.get("seconds") for r in sweep["runs"]}
+    lines = ["| held-out run (never seen by the fit) | N | D | predicted (5–95% bootstrap) | actual | error |",
+             "|---|---|---|---|---|---|"]
+    for h in fit["holdout"]:
+        lo, hi = h["interval"]
+        secs = f", {seconds[h['name']]:.0f} s" if seconds.get(h["name"]) else ""
+        mantissa, exponent = f"{h['flops']:.1e}".split("e")
+        lines.append(f"| {h['name'].split('-', 1)[1]}, {float(mantissa):g}e{int(exponent)} FLOPs{secs} | {h['params']:,} | "
+                     f"{h['tokens'] / 1e6:.3g} M | {h['predicted']:.4f} [{lo:.3f}, {hi:.3f}] | {h['actual']:.4f} | "
+                     f"**{h['relative_error']:+.2%}** |")
+    return lines

@@ -77,6 +77,7 @@ SECTIONS = (
     _table("vs_nanogpt_tuning", ("vs_nanogpt_demo.json",), entry_tables.vs_nanogpt_tuning),
     _table("vs_nanogpt_quality", ("vs_nanogpt_demo.json",), entry_tables.vs_nanogpt_quality),
     _table("tokenize", ("tokenize.json", "tokenize_no_check.json", "tokenize_copies4.json"), entry_tables.tokenize_stage),
+    _table("scaling_holdout", ("scaling_mixed_fit.json", "scaling_mixed_sweep.json"), entry_tables.scaling_holdout),
     _table("mixture_confirm", ("mixture_opt/confirm.json",), entry_tables.mixture_confirm),
     _table("mixture_compare", ("mixture_opt/compare.json", "mixture_opt/compare_uncapped_regmix.json"),
            entry_tables.mixture_compare),
