@@ -25,7 +25,9 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
 	test -f runs/demo/.stages/tokenize.json || $(BIN)/tokenmill demo
-	$(BIN)/python benchmarks/record.py benchmarks/results/tokenize_demo.json -- benchmarks/bench_tokenize.py --run runs/demo
+	$(BIN)/python benchmarks/record.py benchmarks/results/tokenize.json -- benchmarks/bench_tokenize.py --run runs/demo --cores 1 2 --repeats 3
+	$(BIN)/python benchmarks/record.py benchmarks/results/tokenize_no_check.json -- benchmarks/bench_tokenize.py --run runs/demo --cores 1 2 --repeats 3 --no-heldout-check
+	$(BIN)/python benchmarks/record.py benchmarks/results/tokenize_copies4.json -- benchmarks/bench_tokenize.py --run runs/demo --cores 1 2 --repeats 3 --copies 4
 	$(BIN)/tokenmill calibrate --threads 2 --seconds 4
 	$(BIN)/python benchmarks/record.py benchmarks/results/train_speed_demo.json -- benchmarks/bench_train_speed.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --steps 30 --repeats 3 --threads 2
 	$(BIN)/python benchmarks/record.py benchmarks/results/train_speed_25m.json -- benchmarks/bench_train_speed.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --steps 12 --repeats 2 --threads 2 --no-compile \
@@ -50,6 +52,7 @@ bench: $(STAMP)
 		--baseline-src /tmp/tm-dedup-base/src --ray-cluster --kill-node-after 60 --datatrove --json benchmarks/results/dedup_scale.json  # about 1.5 h
 	$(BIN)/python benchmarks/bench_dedup_scale.py --corpus $(REAL_CORPORA) --docs 5000000 --json benchmarks/results/dedup_scale.json  # about 40 min
 	$(BIN)/tokenmill mixture optimize examples/mixture/optimize.yaml  # about an hour
+	$(BIN)/python benchmarks/record.py benchmarks/results/mixture_opt/confirm.json -- benchmarks/bench_mixture_confirm.py examples/mixture/optimize.yaml --baselines uniform  # 40 min
 	$(BIN)/tokenmill source-value examples/mixture/source_value.yaml
 	$(BIN)/python benchmarks/bench_scaling_prediction.py  # about an hour: the example IsoFLOP sweep + its 4x held-out run
 	$(BIN)/python benchmarks/bench_critical_batch.py --demo runs/demo --scaling runs/mixture-opt/data  # the mixture benchmark's store; about 1.5 h
