@@ -104,13 +104,17 @@ def test_shuffle_on_disk_decides_exactly_what_the_dict_in_memory_decides(tmp_pat
     assert all(d.doc_id in parts[d.part][2] for d in got) and not work.exists()
 
 
-def test_tasks_on_two_processes_decide_what_one_process_decides(tmp_path):
+def _cut_corpus(tmp_path):
+    """The planted corpus of 5 parts, one held-out cut over all of it, and the part paths."""
     parts, texts = _planted_corpus(tmp_path, 5)
     counter = CutCounter(0.3, 2, 5)
     for _, _, ids in parts:
         counter.add(ids)
-    cut = counter.cut()
-    paths = [p for _, p, _ in parts]
+    return parts, texts, counter.cut(), [p for _, p, _ in parts]
+
+
+def test_tasks_on_two_processes_decide_what_one_process_decides(tmp_path):
+    parts, texts, cut, paths = _cut_corpus(tmp_path)
     one = shuffled_training_duplicates(paths, [cut] * len(parts), CFG, 7, tmp_path / "w1", 50, 9, processes=1)
     two = shuffled_training_duplicates(paths, [cut] * len(parts), CFG, 7, tmp_path / "w2", 50, 9, processes=2)
     held = {i for _, _, ids in parts for i in ids if cut.holds(i)}
@@ -124,12 +128,7 @@ def test_tasks_on_two_processes_decide_what_one_process_decides(tmp_path):
 def test_tasks_on_threads_decide_what_one_thread_decides(tmp_path, monkeypatch):
     """A corpus too small for processes runs the tasks on this process's threads: every task still
     writes its own spill files, so the decisions are the same, in the same order."""
-    parts, texts = _planted_corpus(tmp_path, 5)
-    counter = CutCounter(0.3, 2, 5)
-    for _, _, ids in parts:
-        counter.add(ids)
-    cut = counter.cut()
-    paths = [p for _, p, _ in parts]
+    parts, texts, cut, paths = _cut_corpus(tmp_path)
     seen_threads = set()
     real_map = heldout_dedup._map_task
 

@@ -110,6 +110,8 @@ def test_resume_restores_the_elapsed_seconds_and_replay_repeats_a_step(tiny_run,
             path.rmdir()
     state = read_state(list_checkpoints(run.path / "checkpoints")[-1][1])
     assert state["time_budget"]["elapsed"] == pytest.approx(sum(e["seconds"] for e in rows[:4]))
+    assert state["scheduler"]["schedule_step"] == rows[3]["schedule_step"]  # where step 4's LR was read
+    assert state["scheduler"]["lr"] == pytest.approx(rows[3]["lr"])
     run_train(run, resume=True, progress=False)
     after = [e for e in events(run, "train_step")][len(rows):]
     assert after[0]["step"] == 5 and math.isclose(after[0]["elapsed_s"], state["time_budget"]["elapsed"] + after[0]["seconds"])

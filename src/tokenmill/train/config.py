@@ -62,7 +62,7 @@ class TrainConfig(Strict):
     max_steps: int = Field(1000, description="Optimizer steps.")
     max_tokens: int | None = Field(None, description="Token budget; sets max_steps = ⌈max_tokens / tokens per step⌉ (None: use max_steps).")
     max_seconds: float | None = Field(
-        None, gt=0, description="Wall-clock budget in summed step seconds: stop at the first step that reaches it, "
+        None, gt=0, description="Wall-clock budget in summed step seconds: stop at the step whose end is nearest it, "
         "LR schedule on the elapsed share of it; max_steps stays the ceiling (None: stop at max_steps).")
     seed: int | None = Field(None, description="Seed of the initialization and the batch order (None: the run seed); "
                                                "a second seed of the same run measures its run-to-run noise.")

@@ -101,9 +101,17 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
     if ckpt is not None:
         guard.load_state_dict(read_state(ckpt).get("guard") or {})
     phase = loader.phase_at(max(start, 1)).name
-    # a time-budgeted run read its LR schedule at a logged, clock-dependent step (train/time_budget.py)
-    steps_logged = [e for e in read_events(run.sub("events.jsonl")) if e.get("kind") == "train_step"]
-    schedule = {e["step"]: e["schedule_step"] for e in steps_logged if "schedule_step" in e}
+    # a time-budgeted run read its LR schedule at a logged, clock-dependent step (train/time_budget.py);
+    # one streamed pass keeps only the steps rolled forward here and the replayed step's loss
+    schedule: dict[int, float] = {}
+    logged_loss = None
+    for e in read_events(run.sub("events.jsonl")):
+        if e.get("kind") != "train_step" or not start < e.get("step", 0) <= step:
+            continue
+        if "schedule_step" in e:
+            schedule[e["step"]] = e["schedule_step"]
+        if e["step"] == step:
+            logged_loss = e["loss"]  # the last logged: a step run again after a resume logs the same loss
     for s in range(start + 1, step):  # roll θ forward to step-1 with the trainer's own update
         if loader.phase_at(s).name != phase:
             phase = loader.phase_at(s).name
@@ -120,8 +128,6 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
     with torch.no_grad():
         loss, r_pad = step_loss(model, loader, step, tc.grad_accum, device, dtype, backward=False, tc=tc,
                                 seed=loader.seed)
-    logged = [e for e in steps_logged if e.get("step") == step]
-    logged_loss = logged[-1]["loss"] if logged else None
     return {"step": step, "from_checkpoint": str(ckpt) if ckpt else None, "rolled_forward_steps": step - 1 - start,
             "loss": loss, "logged_loss": logged_loss, "r_pad": r_pad,
             "matches_log": None if logged_loss is None else loss == logged_loss}

@@ -460,8 +460,8 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
             "model_config": mcfg.model_dump(mode="json"),
             "train_fingerprint": fingerprint,
             "config": _train_sections(cfg),
-            "scheduler": {"kind": tc.schedule, "step": step,
-                          "lr": lr_at(clock.schedule_step(step), tc, anneal) * guard.lr_scale},
+            "scheduler": {"kind": tc.schedule, "step": step, "schedule_step": at_of.get(step, step),
+                          "lr": lr_at(at_of.get(step, step), tc, anneal) * guard.lr_scale},
             "time_budget": clock.state_dict(),
             "data_cursor": loader.cursor(step),
             "grad_accum": {"micro": 0, "of": tc.grad_accum},
@@ -472,6 +472,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
         }
 
     last_ckpt = {"step": start_step, "t": time.perf_counter()}
+    at_of: dict[int, float] = {}  # the step being taken -> where its LR was read (one entry; differs under a time budget)
 
     def checkpoint(step: int, loss: float | None) -> Path:
         t0 = time.perf_counter()
@@ -535,12 +536,13 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 if measure:
                     update_ratio.before()
                 probe = NoiseProbe() if noise_off is None and step % tc.noise_scale_every == 0 else None
+                at = clock.schedule_step(step) if clock.enabled else None
+                at_of.clear()
+                at_of[step] = at if at is not None else float(step)
                 lr, last_loss, grad_norm, r_pad = compute_update(compiled, optimizer, loader, step, tc, device,
                                                                  dtype, anneal, extras, lr_scale=guard.lr_scale,
                                                                  group_norms=measure, ctx=ctx, pipeline=pipeline,
-                                                                 probe=probe,
-                                                                 schedule_step=clock.schedule_step(step)
-                                                                 if clock.enabled else None)
+                                                                 probe=probe, schedule_step=at)
                 if probe is not None and probe.small is not None:
                     extras.update(noise.update(probe.small, grad_norm * grad_norm, probe.b_big))
                 if ctx.distributed and tc.checksum_every > 0 and step % tc.checksum_every == 0:
@@ -570,7 +572,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 dt = time.perf_counter() - t0
                 if clock.enabled:
                     # every rank must stop at the same step on the same LR: rank 0's clock decides
-                    extras["schedule_step"] = clock.schedule_step(step)
+                    extras["schedule_step"] = at
                     clock.add(ctx.broadcast(dt) if ctx.distributed else dt)
                     extras["elapsed_s"] = clock.elapsed
                 last = step == tc.max_steps or clock.spent()
