@@ -29,7 +29,7 @@ Quality at equal CPU time (--seconds > 0), both sides tuned, several seeds:
 - Equal seconds by construction. nanoGPT's train.py stops at max_iters (= --seconds / its
   measured s/step, its cosine spanning them); the seconds its run actually took (the sum of its
   own iteration times) become the paired tokenmill run's train.max_seconds: tokenmill stops at the
-  first step whose summed step seconds reach them, its LR schedule on the elapsed share
+  step whose summed step seconds end nearest them, its LR schedule on the elapsed share
   (train/time_budget.py), so neither side gets the other's probe error.
 - Each side's LR: a 3-point grid per side (--lr-grid around tokenmill's default 3e-3,
   --peer-lr-grid with nanoGPT's own default 6e-4), both fp32, on the tuning seed only; a grid
