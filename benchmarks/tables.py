@@ -58,6 +58,8 @@ SECTIONS = (
             ("train_cuda_h200.json", "train_cuda_h200_plain_ce.json", "train_cuda_h200_run3.json",
              "train_cuda_h200_profile.json"),
             lambda r: train_cuda_report.section(*r)),
+    Section("train_cuda_h100", train_cuda_report.H100_BEGIN, train_cuda_report.H100_END,
+            ("train_cuda_h100.json", "train_cuda_h100_run2.json"), lambda r: train_cuda_report.h100_section(*r)),
     _table("parallel_memory", ("parallel_memory.json",), entry_tables.parallel_memory),
     _table("pipeline_bubble", ("pipeline_bubble.json",), entry_tables.pipeline_bubble),
     _table("eval_cost", ("eval_cost.json",), entry_tables.eval_cost),
