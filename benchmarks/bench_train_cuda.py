@@ -62,6 +62,9 @@ ARMS: dict[str, dict[str, Any]] = {
     "nanoGPT bf16 eager": {"kind": "nanogpt", "compile": False},
     "tokenmill default recipe: compiled + document masking (FlexAttention)":
         {"kind": "tokenmill", "compile": True, "doc_masking": True},
+    # what the per-step metrics (per-group gradient norms, update ratio) cost; the peers compute neither
+    "tokenmill bf16 compiled, per-step metrics off (train.metrics_every=0)":
+        {"kind": "tokenmill", "compile": True, "doc_masking": False, "overrides": ["train.metrics_every=0"]},
 }
 
 
@@ -77,7 +80,8 @@ def tokenmill_arm(run: Path, steps: int, overrides: list[str], arm: dict[str, An
     with tempfile.TemporaryDirectory() as tmp:
         cfg = config(run, steps, [*overrides, f"root={tmp}", "name=b", "train.dtype=bfloat16",
                                   f"train.compile={str(arm['compile']).lower()}",
-                                  f"mixture.doc_masking={str(arm['doc_masking']).lower()}"])
+                                  f"mixture.doc_masking={str(arm['doc_masking']).lower()}",
+                                  *arm.get("overrides", [])])
         rd = RunDir.create(cfg)
         shutil.copytree(run / "tokens", rd.path / "tokens")
         run_train(rd, resume=False, progress=False)

@@ -31,6 +31,56 @@ def test_group_norms_combine_to_the_global_norm():
     assert sum(v * v for v in groups.values()) ** 0.5 == pytest.approx(total, rel=1e-5)
 
 
+def test_group_norms_equal_a_float64_computation_per_group():
+    m = _model()
+    idx = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(2))
+    m(idx).logsumexp(-1).mean().backward()
+    expected: dict[str, float] = {}
+    for name, p in m.named_parameters():
+        g = layer_group(name)
+        expected[g] = expected.get(g, 0.0) + float(p.grad.double().pow(2).sum())
+    got = grad_norms_by_group(m)
+    assert list(got) == list(expected)
+    assert [got[g] for g in got] == pytest.approx([v ** 0.5 for v in expected.values()], rel=1e-6)
+
+
+VIEWS = {"aten::detach", "aten::alias", "aten::view", "aten::as_strided", "aten::unsqueeze"}  # no kernel
+
+
+def _aten_ops(fn) -> int:
+    """Top-level ATen ops `fn` calls that launch work (on a CPU a foreach op or a stack runs per
+    tensor inside, on a GPU as one kernel: only the outermost call counts)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+
+    def top(e) -> bool:
+        parent = e.cpu_parent
+        return parent is None or not parent.name.startswith("aten::")
+    return sum(1 for e in prof.events() if e.name.startswith("aten::") and e.name not in VIEWS and top(e))
+
+
+def test_metrics_launch_a_fixed_number_of_ops_whatever_the_depth():
+    """Per-tensor kernels would be hundreds of launches per step on a deep model (on a GPU they
+    cost more than the pass over the gradients: 7% of a compiled H100 step, BENCHMARKS.md). The
+    number of ops must not grow with the number of parameters."""
+    counts = []
+    for layers in (2, 8):
+        cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=layers, n_heads=4, max_seq_len=16)
+        m = Transformer(cfg, generator=torch.Generator().manual_seed(0))
+        for p in m.parameters():
+            p.grad = torch.ones_like(p)
+        ratio = UpdateRatio(m, keep_buffer=True)
+        ratio.before()  # the first copy allocates its buffer: not the steady state
+        ratio.after()
+
+        def measured(m=m, ratio=ratio) -> None:
+            grad_norms_by_group(m)
+            ratio.before()
+            ratio.after()
+        counts.append(_aten_ops(measured))
+    assert counts[0] == counts[1], counts
+
+
 def test_update_ratio_equals_the_independent_computation():
     m = _model()
     ratio = UpdateRatio(m)
