@@ -353,13 +353,15 @@ def tokenize_stage(*files: dict[str, Any]) -> list[str]:
     """bench_tokenize.py runs: per corpus / variant and core count, the whole stage against bare
     HF encode_batch on the same cores, the held-out check's share, and the id mismatches."""
     lines = ["| corpus | held-out check | cores | tokenmill stage | HF `encode_batch` | **ratio** (target ≥ 3× on 2 cores) "
-             "| of which held-out check | mismatched docs |", "|---|---|---|---|---|---|---|---|"]
+             "| held-out check | mismatched docs |", "|---|---|---|---|---|---|---|---|"]
     for r in files:
         res = _result(r)
         corpus = f"{res['docs']:,} docs, {res['bytes'] / 1e6:.1f} MB, {res['parts']} parts"
         for cores, v in res["by_cores"].items():
             check = "on" if res["heldout_check"] else "off"
-            share = f"{v['heldout_check_s_median']:.2f} s of {v['tokenmill_s']:.2f} s" if res["heldout_check"] else "—"
+            beside = v["phases"].get("heldout_check_beside_encoding")
+            share = (f"{v['heldout_check_s_median']:.2f} s {'beside the encoding' if beside else 'before the encoding'}, "
+                     f"of {v['tokenmill_s']:.2f} s") if res["heldout_check"] else "—"
             lines.append(f"| {corpus} | {check} | {cores} | {v['tokenmill_tokens_per_s'] / 1e6:.2f} M tokens/s "
                          f"({v['tokenmill_MB_per_s']:.1f} MB/s) | {v['hf_tokens_per_s'] / 1e6:.2f} M tokens/s "
                          f"({v['hf_MB_per_s']:.1f} MB/s) | **{v['speedup']:.2f}×** | {share} | {v['mismatched_docs']} |")
@@ -379,4 +381,51 @@ def scaling_holdout(fit: dict[str, Any], sweep: dict[str, Any]) -> list[str]:
         lines.append(f"| {h['name'].split('-', 1)[1]}, {float(mantissa):g}e{int(exponent)} FLOPs{secs} | {h['params']:,} | "
                      f"{h['tokens'] / 1e6:.3g} M | {h['predicted']:.4f} [{lo:.3f}, {hi:.3f}] | {h['actual']:.4f} | "
                      f"**{h['relative_error']:+.2%}** |")
+    return lines
+
+
+def loader(r: dict[str, Any]) -> list[str]:
+    """bench_loader.py: each packing mode's on-demand tokens/s against the trainer's consumption
+    (the run's median train_step tokens/s), and what a consumer still waits with prefetch on."""
+    res = _result(r)
+    names = {"packed+doc_masking": "packed + document masking (default)", "packed": "packed, no masking",
+             "padded": "padded"}
+    lines = [f"| mode | loader tokens/s (on demand) | × trainer's {res['trainer_tokens_per_s']:,.0f} tokens/s "
+             f"(target ≥ 50×) | wait per batch with prefetch behind {res['modes']['packed']['compute_ms_per_batch']:.0f} "
+             "ms of compute |", "|---|---|---|---|"]
+    for key, m in res["modes"].items():
+        lines.append(f"| {names.get(key, key)} | {m['sync_tokens_per_s'] / 1e6:.1f} M | **{m['x_trainer_sync']:,.0f}×** "
+                     f"| {m['blocked_ms_per_batch']:.2f} ms |")
+    return lines
+
+
+def train_memory(r: dict[str, Any]) -> list[str]:
+    """bench_train_memory.py: one step's measured peak (torch's allocator; RSS with glibc's
+    default and with a 64 KiB mmap threshold) against scaling/memory.py's estimate."""
+    mib = 2 ** 20
+    lines = ["| dtype | activation checkpointing | grad accum | estimate MiB | allocator peak (/ est.) "
+             "| RSS, glibc default (/ est.) | RSS, mmap threshold 64 KiB (/ est.) |", "|---|---|---|---|---|---|---|"]
+    for row in _result(r)["rows"]:
+        peak = row["estimate"]["peak"]
+        cells = [f"{row[k] / mib:.1f} ({row[k] / peak:.3f})" for k in ("allocator_peak", "rss_peak", "rss_peak_mmap")]
+        lines.append(f"| {row['dtype']} | {'on' if row['checkpointing'] else 'off'} | {row['grad_accum']} "
+                     f"| {peak / mib:.1f} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def curate_vs_datatrove(r: dict[str, Any]) -> list[str]:
+    """bench_curate_vs_datatrove.py: docs/s per core of each pipeline on the same pages, stage by
+    stage, pages kept and boilerplate left, and tokenmill's ratios against both datatrove arms."""
+    res = _result(r)
+    labels = {"datatrove_default": "(a) datatrove default: Trafilatura → Gopher repetition → Gopher quality → C4 → FineWeb",
+              "datatrove_our_extractor": "(b) datatrove with tokenmill's extractor, same four filters",
+              "tokenmill": "(c) tokenmill `Extract → Normalize → Quality` (same rule families, published thresholds)"}
+    lines = ["| pipeline | docs/s per core | ms/doc by stage | kept | navigation markers / chrome lines left |",
+             "|---|---|---|---|---|"]
+    for key, p in res["pipelines"].items():
+        stages = ", ".join(f"{k} {v:.1f}" for k, v in p["stage_ms_per_doc"].items())
+        lines.append(f"| {labels.get(key, key)} | {p['docs_per_s']:.2f} | {stages} | {p['kept']} "
+                     f"| {p['nav_markers']} / {p['chrome_lines']} |")
+    lines += [f"| **ratio (c)/(a)** | **{res['speedup_vs_datatrove_default']:.1f}×** (target ≥ 10×) | | | |",
+              f"| **ratio (c)/(b)** | **{res['speedup_vs_datatrove_same_extractor']:.1f}×** (target ≥ 3×) | | | |"]
     return lines
