@@ -151,8 +151,13 @@ def test_a_step_removing_too_much_stops_the_run(corpus, tmp_path):
 
 
 def test_an_emptied_bucket_stops_the_run(corpus, tmp_path):
-    with pytest.raises(CurationStopped, match="bucket 'reference' has no documents left"):
+    """The message names the step that removed the last documents (the length floor, in quality),
+    not the funnel's last step, and the rule that removed them with its count."""
+    with pytest.raises(CurationStopped, match=r"bucket 'reference' has no documents left of (\d+) read: step "
+                                              r"'quality' removed its last \d+ documents; most removed by "
+                                              r"quality/min_chars: \d+") as stop:
         curate(config(corpus, min_chars=100_000, max_removal_share=1.0), tmp_path / "out", progress=False)
+    assert "after step 'bucket'" not in str(stop.value)
     curate(config(corpus, min_chars=100_000, max_removal_share=1.0, allow_empty_bucket=True), tmp_path / "out",
            progress=False)
     assert not rows(tmp_path / "out").get("reference")

@@ -55,7 +55,7 @@ from tokenmill.data.document import (DOC_SCHEMA, REJECTED_SCHEMA, Doc, RawRecord
                                      fsync_tree, text_bytes)
 from tokenmill.data.readers import get_reader
 from tokenmill.data.executor import make_executor
-from tokenmill.data.funnel import Funnel, StepMark
+from tokenmill.data.funnel import Funnel, StepCounts, StepMark
 from tokenmill.data.registry import CORPUS_STEPS, FINAL_STEPS, MAP_STEPS, build_doc_steps, selected_steps
 from tokenmill.data.shards import ShardSpec, plan_shards, read_shard
 from tokenmill.data.step import DocStep
@@ -617,8 +617,18 @@ def _merged_funnel(job: Job, phase_dir: str) -> Funnel:
     return funnel
 
 
+def emptied_by(per_step: dict[str, StepCounts], steps: list[str], top: int = 3) -> str:
+    """Where a bucket's documents went: the step that removed its last ones (not the last step of
+    the funnel, which only found nothing left) and the rules that removed the most, with counts."""
+    emptying = next((s for s in steps if per_step[s].docs_in and per_step[s].docs_out == 0), steps[-1])
+    rules = sorted(((v["docs"], f"{s}/{r}") for s in steps for r, v in per_step[s].rejected.items()), reverse=True)
+    named = ", ".join(f"{name}: {n}" for n, name in rules[:top])
+    return f"step '{emptying}' removed its last {per_step[emptying].docs_in} documents; most removed by {named}"
+
+
 def check_removal(funnel: Funnel, cfg: CurateConfig, steps: Iterable[str]) -> None:
     """Stop when a step removed more than the allowed share, or a bucket lost every document."""
+    steps = list(steps)
     total = funnel.total()
     for step in steps:
         c = total[step]
@@ -629,12 +639,13 @@ def check_removal(funnel: Funnel, cfg: CurateConfig, steps: Iterable[str]) -> No
                 f"({c.docs_rejected / c.docs_in:.1%}; {rules}), more than curate.max_removal_share="
                 f"{cfg.max_removal_share}. Check the step's config, or raise the limit to accept it.")
     if not cfg.allow_empty_bucket:
-        last = [s for s in steps][-1] if steps else None
+        last = steps[-1] if steps else None
         for bucket, per_step in funnel.buckets.items():
             if last and per_step["read"].docs_in and per_step[last].docs_out == 0:
                 raise CurationStopped(
-                    f"curation stopped: bucket '{bucket}' has no documents left after step '{last}' "
-                    f"({per_step['read'].docs_in} read). Set curate.allow_empty_bucket=true to accept it.")
+                    f"curation stopped: bucket '{bucket}' has no documents left of {per_step['read'].docs_in} read: "
+                    f"{emptied_by(per_step, steps)}. Set curate.allow_empty_bucket=true to accept it, or "
+                    f"loosen those rules for this bucket.")
 
 
 def curate(cfg: CurateConfig, out: Path, *, steps: list[str] | None = None, base_dir: Path | None = None,
