@@ -429,3 +429,36 @@ def curate_vs_datatrove(r: dict[str, Any]) -> list[str]:
     lines += [f"| **ratio (c)/(a)** | **{res['speedup_vs_datatrove_default']:.1f}×** (target ≥ 10×) | | | |",
               f"| **ratio (c)/(b)** | **{res['speedup_vs_datatrove_same_extractor']:.1f}×** (target ≥ 3×) | | | |"]
     return lines
+
+
+def train_quality(r: dict[str, Any]) -> list[str]:
+    """bench_train_quality.py: held-out bpb per bucket of the default recipe and the GPT-2-style
+    baseline after the same training seconds, and their ratio."""
+    res = _result(r)
+    a, b = res["results"]["default recipe"], res["results"]["GPT-2-style baseline"]
+    lines = ["| bucket | default recipe bpb | GPT-2-style bpb | **ratio** (target ≤ 0.9) |", "|---|---|---|---|"]
+    for bucket in a["bpb"]:
+        lines.append(f"| {bucket} | {a['bpb'][bucket]:.3f} | {b['bpb'][bucket]:.3f} | {a['bpb'][bucket] / b['bpb'][bucket]:.3f} |")
+    lines += [f"| **all (byte-weighted)** | **{a['overall_bpb']:.3f}** | **{b['overall_bpb']:.3f}** "
+              f"| **{res['ratio_overall']:.3f}** |",
+              f"| steps / tokens / training seconds (budget {res['seconds']:.0f}) | {a['steps']:,} / "
+              f"{a['tokens'] / 1e6:.2f} M / {a['train_seconds']:.0f} | {b['steps']:,} / {b['tokens'] / 1e6:.2f} M / "
+              f"{b['train_seconds']:.0f} | |"]
+    return lines
+
+
+def demo_wallclock(r: dict[str, Any]) -> list[str]:
+    """bench_demo.py: `tokenmill demo`'s wall-clock and each stage's seconds, the training setup,
+    and the final held-out bpb against the unigram baseline."""
+    res = _result(r)
+    stages = " · ".join(f"{s} {v:.1f} s" for s, v in res["stage_seconds"].items())
+    t = res["train"]
+    lines = ["| wall-clock (target < 10 min) | stages | training | guard events |", "|---|---|---|---|",
+             f"| **{res['wall_s'] // 60:.0f} min {res['wall_s'] % 60:.0f} s** | {stages} | {t['steps']} steps, "
+             f"{t['tokens'] / 1e6:.2f} M tokens, {t['dtype']}, {t['threads']} threads, {t['params'] / 1e6:.2f} M params "
+             f"| {res['guard_events']} |", "",
+             f"| held-out bpb at step {res['eval_step']} | " + " | ".join(res["bpb"]) + " |",
+             "|---|" + "---|" * len(res["bpb"]),
+             "| model | " + " | ".join(f"{v:.3f}" for v in res["bpb"].values()) + " |",
+             "| unigram baseline | " + " | ".join(f"{res['unigram_bpb'][b]:.3f}" for b in res["bpb"]) + " |"]
+    return lines

@@ -59,15 +59,25 @@ def run_recorded(script: list[str], result_file: Path | None = None, echo: bool 
     return {**prov, "seconds": round(time.time() - t0, 1), "load": load.summary(), "result": result}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """(record.py's own options, the script and its arguments): everything after the first "--"
+    is the script's, so `OUT --result R -- SCRIPT ...` works in any order before it (an argparse
+    REMAINDER positional would swallow the --result that follows OUT)."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 usage="record.py OUT [--result R] -- SCRIPT [ARGS...]")
     ap.add_argument("out", type=Path, help="the results file to write")
     ap.add_argument("--result", type=Path, help="the script writes its result JSON here (default: its last stdout object)")
-    ap.add_argument("script", nargs=argparse.REMAINDER, help="-- SCRIPT [ARGS...]")
-    args = ap.parse_args()
-    script = args.script[1:] if args.script[:1] == ["--"] else args.script
+    if "--" not in argv:
+        ap.error("give the script after --")
+    cut = argv.index("--")
+    script = argv[cut + 1:]
     if not script:
         ap.error("give the script after --")
+    return ap.parse_args(argv[:cut]), script
+
+
+def main() -> None:
+    args, script = parse(sys.argv[1:])
     record = run_recorded(script, args.result)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1, default=str))
