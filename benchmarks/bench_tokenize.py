@@ -99,13 +99,10 @@ def stage_phases(events: Path) -> dict[str, Any]:
     from tokenmill.runs import read_events
 
     ev = list(read_events(events))
-    at = {e["kind"]: k for k, e in reversed(list(enumerate(ev)))}  # each kind's first event
-    check = ev[at["heldout_check"]] if "heldout_check" in at else None
-    layout = ev[at["layout"]] if "layout" in at else {}
+    check = next((e for e in ev if e["kind"] == "heldout_check"), None)
+    layout = next((e for e in ev if e["kind"] == "layout"), {})
     return {"heldout_check_s": check["seconds"] if check else 0.0,
             "heldout_check_processes": check["processes"] if check else 0,
-            # the check's event comes at its end: after encoding began when it ran beside it
-            "heldout_check_beside_encoding": bool(check) and at["heldout_check"] > at.get("layout", len(ev)),
             "encode_processes": layout.get("processes"), "encode_threads": layout.get("threads"),
             "parts_encode_s_sum": round(sum(e["seconds"] for e in ev if e["kind"] == "part"), 3)}
 

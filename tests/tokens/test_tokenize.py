@@ -277,31 +277,3 @@ def test_heldout_duplicates_train_instead_with_no_list_of_ids_in_the_planner(par
     tasks = tz.plan_parts(parted_run, parted_run.sub("tokens.parts"), "tiktoken", np.dtype(np.uint16))
     assert [t.moved for t in tasks if copied in t.moved] == [frozenset({copied})]
     assert not hasattr(tasks[0], "held")
-    # The check ran beside the encoding (a small corpus): every part was encoded as if nothing
-    # moved, then the one part holding the moved document again, under its final key.
-    encoded = [e["part"] for e in parted_run.events.read() if e["kind"] == "part" and not e["skipped"]]
-    assert len(encoded) == len(tasks) + 1 and encoded[-1] == parts[k].name
-
-
-def test_heldout_check_runs_beside_encoding_and_writes_the_sequential_store(parted_run, monkeypatch):
-    """On a corpus too small for worker processes the check overlaps the encoding (it waits here
-    for a part to start encoding, which would deadlock if they ran one after the other); the
-    store is the one the sequential order writes (forced by a check that would take processes)."""
-    import threading
-
-    started = threading.Event()
-    real_encode, real_check = tz.encode_part, tz._heldout_duplicates
-    overlapped: list[bool] = []
-    monkeypatch.setattr(tz, "encode_part", lambda task: (started.set(), real_encode(task))[1])
-    monkeypatch.setattr(tz, "_heldout_duplicates", lambda *a: (overlapped.append(started.wait(60)), real_check(*a))[1])
-    run_tokenize(parted_run)
-    assert overlapped == [True]
-    beside = _store_content(parted_run.sub("tokens"))
-
-    started.clear()
-    overlapped.clear()
-    monkeypatch.setattr(tz, "_heldout_duplicates", lambda *a: (overlapped.append(started.is_set()), real_check(*a))[1])
-    monkeypatch.setattr(tz, "_check_processes", lambda run, parts: 2)  # "a large corpus": check first
-    run_tokenize(parted_run)
-    assert overlapped == [False]
-    assert _store_content(parted_run.sub("tokens")) == beside

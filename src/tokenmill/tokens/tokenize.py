@@ -1,8 +1,7 @@
 """The tokenize stage: curated parts -> token shards per bucket and split, EOS after each document.
 
   plan      one task per curated part: its file, content hash and held-out rule (fixed by the data:
-            the bucket's cut and the part's candidates moved to training, see plan_parts); on a
-            small corpus the held-out duplicate check runs beside the encoding (plan_and_encode)
+            the bucket's cut and the part's candidates moved to training, see plan_parts)
   encode    on `tokenize.workers` cores: worker processes over the parts when there is enough
             data to pay for starting them, else tiktoken threads in this process; each part writes
             its documents to
@@ -28,7 +27,7 @@ import queue
 import shutil
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -165,36 +164,6 @@ def _file_hash(path: Path) -> str:
     return h.hexdigest()
 
 
-def _curated_parts(run: RunDir) -> tuple[list[tuple[str, Path]], dict[str, HeldoutCut]]:
-    """(bucket, part) in corpus order (buckets by name, parts in file order), and each bucket's
-    held-out cut: one pass over the id column, no list of the corpus's ids."""
-    cfg = run.config.tokenize
-    curated = run.sub("curated")
-    parts = [(b, p) for b in curated_buckets(curated) for p in bucket_parts(curated, b)]
-    return parts, bucket_cuts(curated, cfg.val_fraction, cfg.min_val_docs, run.config.seed)
-
-
-def _part_tasks(run: RunDir, parts: list[tuple[str, Path]], cuts: dict[str, HeldoutCut], hashes: list[str],
-                decisions: list[Decision], parts_dir: Path, encoder: str, dtype: np.dtype) -> list[PartTask]:
-    """One task per part; each applies its bucket's cut and its own moved ids to its own rows."""
-    cfg = run.config.tokenize
-    tok_path = run.sub("tokenizer", "tokenizer.json")
-    sha = tokenizer_sha256(tok_path)
-    moved: dict[int, set[str]] = {}
-    for d in decisions:
-        moved.setdefault(d.part, set()).add(d.doc_id)
-    tasks = []
-    for index, ((bucket, p), part_hash) in enumerate(zip(parts, hashes)):
-        cut, part_moved = cuts[bucket], frozenset(moved.get(index, ()))
-        # The cut (bucket-level) and the part's moved ids fix which of its documents are held out.
-        key = sha256_json({"format": PIECES_FORMAT, "tokenizer_sha256": sha, "encoder": encoder,
-                           "part": part_hash, "held": [cut.score, cut.doc_id, cut.seed, sorted(part_moved)],
-                           "dtype": dtype.name, "verify_chars": cfg.verify_chars})
-        tasks.append(PartTask(bucket, str(p), str(parts_dir / bucket / p.stem), cut, part_moved, str(tok_path),
-                              encoder, dtype.name, cfg.batch_docs, cfg.verify_chars, key))
-    return tasks
-
-
 def plan_parts(run: RunDir, parts_dir: Path, encoder: str, dtype: np.dtype,
                moved_out: dict[str, Any] | None = None) -> list[PartTask]:
     """One task per curated part, buckets in name order, parts in file order. Held-out candidates
@@ -202,61 +171,38 @@ def plan_parts(run: RunDir, parts_dir: Path, encoder: str, dtype: np.dtype,
 
     No list of the corpus's ids: one pass over the id column gives each bucket its held-out cut,
     the duplicate check is a shuffle on disk, and each task applies the cut to its own ids."""
-    parts, cuts = _curated_parts(run)
+    cfg = run.config.tokenize
+    curated = run.sub("curated")
+    tok_path = run.sub("tokenizer", "tokenizer.json")
+    sha = tokenizer_sha256(tok_path)
+    buckets = {b: bucket_parts(curated, b) for b in curated_buckets(curated)}
+    cuts = bucket_cuts(curated, cfg.val_fraction, cfg.min_val_docs, run.config.seed)
+    parts = [(b, p) for b, ps in buckets.items() for p in ps]
     decisions = _heldout_duplicates(run, [p for _, p in parts], [cuts[b] for b, _ in parts], parts_dir) \
-        if run.config.tokenize.dedup_heldout else []
+        if cfg.dedup_heldout else []
     if moved_out is not None:
         moved_out.update((d.doc_id, d.record) for d in decisions)
-    return _part_tasks(run, parts, cuts, [_file_hash(p) for _, p in parts], decisions, parts_dir, encoder, dtype)
-
-
-def _check_processes(run: RunDir, parts: list[Path]) -> int:
-    """Processes for the held-out check: as many as the corpus pays for starting (encoding's rule)."""
-    size = sum(p.stat().st_size for p in parts)
-    return max(1, min(run.config.tokenize.workers, -(-size // PROCESS_MIN_BYTES)))
-
-
-def plan_and_encode(run: RunDir, parts_dir: Path, encoder: str, dtype: np.dtype,
-                    moved_out: dict[str, Any]) -> tuple[list[PartTask], list[dict[str, Any]]]:
-    """`plan_parts`, then every part encoded: the final tasks and their records.
-
-    On a corpus too small for worker processes, the held-out check (GIL-bound Python and numpy on
-    this process's threads) runs beside the encoding instead of before it: every part is encoded
-    as if no candidate moved — the final task of every part the check leaves alone, since a task's
-    key holds its moved ids — and the parts with a moved candidate (rare: curation's dedup already
-    removed most duplicates) are encoded again under their final keys. The store is the one the
-    sequential order writes. A larger corpus keeps the order: both phases then fill the cores with
-    processes, and running them together would only double the processes' memory."""
-    parts, cuts = _curated_parts(run)
-    paths = [p for _, p in parts]
-    hashes = [_file_hash(p) for p in paths]
-    check = run.config.tokenize.dedup_heldout
-    if not check or _check_processes(run, paths) > 1:
-        decisions = _heldout_duplicates(run, paths, [cuts[b] for b, _ in parts], parts_dir) if check else []
-        tasks = _part_tasks(run, parts, cuts, hashes, decisions, parts_dir, encoder, dtype)
-        _drop_unplanned(parts_dir, tasks)
-        records = _encode_all(run, tasks)
-    else:
-        guess = _part_tasks(run, parts, cuts, hashes, [], parts_dir, encoder, dtype)
-        _drop_unplanned(parts_dir, guess)
-        with ThreadPoolExecutor(1) as pool:
-            pending = pool.submit(_heldout_duplicates, run, paths, [cuts[b] for b, _ in parts], parts_dir)
-            records = _encode_all(run, guess)
-            decisions = pending.result()
-        tasks = _part_tasks(run, parts, cuts, hashes, decisions, parts_dir, encoder, dtype)
-        redo = [i for i, (t, g) in enumerate(zip(tasks, guess)) if t.key != g.key]
-        if redo:
-            for i, record in zip(redo, _encode_all(run, [tasks[i] for i in redo])):
-                records[i] = record
-    moved_out.update((d.doc_id, d.record) for d in decisions)
-    return tasks, records
+    moved: dict[int, set[str]] = {}
+    for d in decisions:
+        moved.setdefault(d.part, set()).add(d.doc_id)
+    tasks = []
+    for index, (bucket, p) in enumerate(parts):
+        cut, part_moved = cuts[bucket], frozenset(moved.get(index, ()))
+        # The cut (bucket-level) and the part's moved ids fix which of its documents are held out.
+        key = sha256_json({"format": PIECES_FORMAT, "tokenizer_sha256": sha, "encoder": encoder,
+                           "part": _file_hash(p), "held": [cut.score, cut.doc_id, cut.seed, sorted(part_moved)],
+                           "dtype": dtype.name, "verify_chars": cfg.verify_chars})
+        tasks.append(PartTask(bucket, str(p), str(parts_dir / bucket / p.stem), cut, part_moved, str(tok_path),
+                              encoder, dtype.name, cfg.batch_docs, cfg.verify_chars, key))
+    return tasks
 
 
 def _heldout_duplicates(run: RunDir, parts: list[Path], cuts: list[HeldoutCut], parts_dir: Path) -> list[Decision]:
     """The held-out duplicate check (tokens/heldout_dedup.py) on `tokenize.workers` processes
     when the corpus is large enough to pay for starting them (the same rule as encoding's)."""
     cfg = run.config.tokenize
-    processes = _check_processes(run, parts)
+    size = sum(p.stat().st_size for p in parts)
+    processes = max(1, min(cfg.workers, -(-size // PROCESS_MIN_BYTES)))
     t0, timings = time.perf_counter(), {}
     threads = cfg.workers if processes == 1 else 1  # a small corpus: the cores as threads, free to start
     decisions = shuffled_training_duplicates(parts, cuts, run.config.curate.minhash_dedup, run.config.seed,
@@ -446,9 +392,11 @@ def run_tokenize(run: RunDir) -> dict[str, Any]:
         run.events.write("tokenize", "warning", message=f"using HF tokenizers: {why}")
     parts_dir, tmp, final = run.sub("tokens.parts"), run.sub("tokens.tmp"), run.sub("tokens")
     moved: dict[str, Any] = {}
-    tasks, records = plan_and_encode(run, parts_dir, encoder, dtype, moved)
+    tasks = plan_parts(run, parts_dir, encoder, dtype, moved)
     if moved:
         run.events.write("tokenize", "heldout_moved", count=len(moved), docs=moved)
+    _drop_unplanned(parts_dir, tasks)
+    records = _encode_all(run, tasks)
     failed = [r["part"] for r in records if r["spot_check_failed"]]
     if failed:
         run.events.write("tokenize", "warning", message=f"tiktoken differed from HF on {len(failed)} part(s); "
