@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tokenmill.data.funnel import STEPS, Funnel, StepMark
+from tokenmill.data.funnel import STEPS, Funnel, StepMark, UNDETERMINED
 
 
 def _through(funnel: Funnel, bucket: str, n: int, stop: str | None = None, rule: str | None = None) -> None:
@@ -55,3 +55,34 @@ def test_sources_counts():
     f.source_out("s", 4)
     assert f.to_dict()["sources"]["s"] == {"bucket": "web", "docs_in": 2, "bytes_in": 15,
                                            "docs_out": 1, "bytes_out": 4}
+
+
+def test_languages_count_each_documents_fate_once_and_survive_a_merge():
+    a, b = Funnel(), Funnel()
+    _through(a, "web", 10)
+    a.outcome("en", None)
+    _through(a, "web", 10, stop="quality", rule="min_stop_words")
+    a.outcome("zh", StepMark("quality", 10, 0, True, "min_stop_words"))
+    _through(b, "web", 10, stop="quality", rule="mean_word_len")
+    b.outcome("zh", StepMark("quality", 10, 0, True, "mean_word_len"))
+    _through(b, "web", 5, stop="read", rule="bad_json")
+    b.outcome(None, StepMark("read", 5, 0, True, "bad_json"))
+    a.merge(Funnel.from_dict(b.to_dict()))
+    assert a.violations() == []
+    langs = a.to_dict()["languages"]
+    assert langs["zh"] == {"docs": 2, "kept": 0, "keep_rate": 0.0,
+                           "rejected": {"quality/mean_word_len": 1, "quality/min_stop_words": 1}}
+    assert langs["en"]["keep_rate"] == 1.0 and langs[UNDETERMINED]["rejected"] == {"read/bad_json": 1}
+    a.outcome("en", None)  # a fate counted twice breaks the invariant
+    assert any("languages" in p for p in a.violations())
+
+
+def test_a_funnel_from_before_languages_were_counted_drops_the_claim():
+    new, old = Funnel(), Funnel()
+    _through(new, "web", 10)
+    new.outcome("en", None)
+    _through(old, "web", 10)
+    legacy = old.to_dict()
+    del legacy["languages"]
+    new.merge(Funnel.from_dict(legacy))
+    assert new.violations() == [] and "languages" not in new.to_dict()

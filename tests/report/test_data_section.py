@@ -135,6 +135,12 @@ def test_funnel_rows_are_the_funnel_file(curated):
         c = funnel["total"][step]
         assert f"|{step}|{c['docs_in']:,}|{c['docs_out']:,}|{c['docs_in'] - c['docs_out']:,}|" in text
     assert "funnel of bucket reference" in text
+    # every document's fate under its language: the kept ones are the curated rows' languages
+    kept = Counter(_kept(curated).column("language").to_pylist())
+    langs = funnel["languages"]
+    assert sum(c["docs"] for c in langs.values()) == funnel["total"][funnel["steps"][0]]["docs_in"]
+    assert {lang: c["kept"] for lang, c in langs.items() if c["kept"]} == dict(kept)
+    assert f"|en|{langs['en']['docs']:,}|{kept['en']:,}|" in text
 
 
 def test_effective_tokens_apply_the_seed_formula(curated):

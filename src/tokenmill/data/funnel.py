@@ -97,6 +97,30 @@ class SourceCounts:
         return out
 
 
+UNDETERMINED = "und"  # ISO 639-2 for "undetermined": removed before langid ran, or no langid step
+
+
+@dataclass
+class LanguageCounts:
+    """The fate of the documents of one language: kept, or removed by which step's which rule.
+    A rule that removes one language's documents far more often than another's is a bias of the
+    filter, not of the data (seed 002 §2.4): this is where it shows."""
+
+    docs: int = 0
+    kept: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)  # "step/rule" -> documents
+
+    def merge(self, other: "LanguageCounts") -> None:
+        self.docs += other.docs
+        self.kept += other.kept
+        for rule, n in other.rejected.items():
+            self.rejected[rule] = self.rejected.get(rule, 0) + n
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"docs": self.docs, "kept": self.kept, "keep_rate": _ratio(self.kept, self.docs),
+                "rejected": dict(sorted(self.rejected.items(), key=lambda kv: (-kv[1], kv[0])))}
+
+
 def _ratio(num: int, den: int) -> float | None:
     return num / den if den else None
 
@@ -140,6 +164,10 @@ class Funnel:
         self.steps = steps
         self.buckets: dict[str, dict[str, StepCounts]] = {}
         self.sources: dict[str, SourceCounts] = {}
+        self.languages: dict[str, LanguageCounts] = {}
+        # False once a funnel written before languages were counted is merged in (a curation
+        # resumed across versions): its documents' fates are unknown, so none are claimed
+        self.languages_complete = True
 
     def merge(self, other: "Funnel") -> None:
         """Add another funnel's counts (of a shard or chunk) to this one."""
@@ -156,6 +184,9 @@ class Funnel:
                 mine_src.encodings[name] = mine_src.encodings.get(name, 0) + n
             for kind, n in c.ids.items():
                 mine_src.ids[kind] = mine_src.ids.get(kind, 0) + n
+        for lang, lc in other.languages.items():
+            self.languages.setdefault(lang, LanguageCounts()).merge(lc)
+        self.languages_complete = self.languages_complete and other.languages_complete
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Funnel":
@@ -165,6 +196,9 @@ class Funnel:
             f.buckets[bucket] = {s: StepCounts.from_dict(c) for s, c in per_step.items()}
         for name, c in data.get("sources", {}).items():
             f.sources[name] = SourceCounts(**c)
+        for lang, c in data.get("languages", {}).items():
+            f.languages[lang] = LanguageCounts(c["docs"], c["kept"], dict(c["rejected"]))
+        f.languages_complete = "languages" in data
         return f
 
     def _bucket(self, bucket: str) -> dict[str, StepCounts]:
@@ -176,6 +210,16 @@ class Funnel:
         if mark.step not in self.steps:
             raise KeyError(f"unknown step {mark.step!r}; the funnel's steps are {self.steps}")
         self._bucket(bucket)[mark.step].add(mark)
+
+    def outcome(self, language: str | None, removed_by: StepMark | None) -> None:
+        """A document's final fate, once: kept (None) or removed by the step and rule of `removed_by`."""
+        counts = self.languages.setdefault(language or UNDETERMINED, LanguageCounts())
+        counts.docs += 1
+        if removed_by is None:
+            counts.kept += 1
+        else:
+            key = f"{removed_by.step}/{removed_by.rule}"
+            counts.rejected[key] = counts.rejected.get(key, 0) + 1
 
     def source_in(self, source: str, bucket: str, n_bytes: int, encoding: str | None = None,
                   id_kind: str | None = None) -> None:
@@ -211,6 +255,14 @@ class Funnel:
                     problems.append(f"{bucket}/{step}: docs_in {c.docs_in} != out + rejected")
                 if i and per_step[self.steps[i - 1]].docs_out != c.docs_in:
                     problems.append(f"{bucket}/{step}: docs_in {c.docs_in} != previous docs_out")
+        if self.languages and self.languages_complete:  # every document's fate counted once, under one language
+            total = self.total()
+            decided = sum(c.docs for c in self.languages.values())
+            if decided != total[self.steps[0]].docs_in:
+                problems.append(f"languages: {decided} documents decided != {total[self.steps[0]].docs_in} read")
+            kept = sum(c.kept for c in self.languages.values())
+            if kept != total[self.steps[-1]].docs_out:
+                problems.append(f"languages: {kept} kept != {total[self.steps[-1]].docs_out} out of the last step")
         return problems
 
     def to_dict(self) -> dict[str, Any]:
@@ -221,6 +273,8 @@ class Funnel:
             "total": {s: c.to_dict() for s, c in total.items()},
             "buckets": {b: {s: c.to_dict() for s, c in per.items()} for b, per in sorted(self.buckets.items())},
             "sources": {name: c.to_dict() for name, c in self.sources.items()},
+            **({"languages": {lang: c.to_dict() for lang, c in sorted(self.languages.items(), key=lambda kv: -kv[1].docs)}}
+               if self.languages_complete else {}),
             "d_eff": {"total": d_eff_inputs(total),
                       "buckets": {b: d_eff_inputs(per) for b, per in sorted(self.buckets.items())}},
         }

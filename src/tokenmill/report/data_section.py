@@ -155,6 +155,18 @@ def funnel_table(steps: list[str], counts: dict[str, dict]) -> str:
     return _table(FUNNEL_HEADER, [_step_row(s, counts[s], first) for s in ran])
 
 
+def language_table(languages: dict[str, dict]) -> str:
+    """Keep rate per detected language with the rules that removed the most of it: a filter that
+    keeps one language far less than another is a bias to look at (seed 002 §2.4)."""
+    if not languages:
+        return ""
+    rows = [[lang, c["docs"], c["kept"], _pct(c["kept"], c["docs"]),
+             ", ".join(f"{r} {n:,}" for r, n in list(c["rejected"].items())[:3]) or "—"]
+            for lang, c in languages.items()]
+    return ("<p>Per language (detected by <code>langid</code>; <code>und</code>: removed before it ran, or "
+            "no langid step):</p>" + _table(["language", "docs", "kept", "kept %", "removed most by"], rows))
+
+
 def section_funnel(funnel: dict | None) -> str:
     """Documents and bytes through every curation step: total, per bucket, per source."""
     out = ["<h3>Curation funnel</h3>"]
@@ -180,6 +192,7 @@ def section_funnel(funnel: dict | None) -> str:
              for b, d in sorted(buckets.items())]))
         for b, d in sorted(buckets.items()):
             out.append(f"<details><summary>funnel of bucket {html.escape(b)}</summary>{funnel_table(steps, d)}</details>")
+    out.append(language_table(funnel.get("languages") or {}))
     sources = funnel.get("sources") or {}
     if sources:
         out.append("<details><summary>per source</summary>" + _table(
