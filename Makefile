@@ -37,13 +37,14 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/record.py benchmarks/results/vs_nanogpt_demo.json -- benchmarks/bench_vs_nanogpt.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --threads 2 --steps 30 --repeats 3 --seconds 180
 	$(BIN)/python benchmarks/record.py benchmarks/results/vs_nanogpt_25m.json -- benchmarks/bench_vs_nanogpt.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --threads 2 --steps 12 --repeats 2 --seconds 0 \
 		--set model.d_model=512 --set model.n_layers=8 --set model.n_heads=8
-	$(BIN)/python benchmarks/bench_train_memory.py --run runs/demo --set train.micro_batch=16 --threads 2
+	$(BIN)/python benchmarks/record.py benchmarks/results/train_memory.json -- benchmarks/bench_train_memory.py --run runs/demo --set train.micro_batch=16 --threads 2
 	$(BIN)/python benchmarks/bench_parallel_memory.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1
 	$(BIN)/python benchmarks/bench_pipeline_bubble.py --run runs/demo --steps 8
-	$(BIN)/python benchmarks/bench_train_quality.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --seconds 480 --threads 2
+	$(BIN)/python benchmarks/record.py benchmarks/results/train_quality.json -- benchmarks/bench_train_quality.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --seconds 480 --threads 2
 	$(BIN)/python benchmarks/record.py benchmarks/results/loader_demo.json -- benchmarks/bench_loader.py --run runs/demo
+	$(BIN)/python benchmarks/record.py benchmarks/results/demo_wallclock.json -- benchmarks/bench_demo.py
 	test -d $(REAL_CORPORA) || bash ../shared/corpora/fetch_real_corpora.sh $(REAL_CORPORA)
-	$(BIN)/python benchmarks/bench_curate_vs_datatrove.py --corpus $(REAL_CORPORA)/web_html/python3.11-doc
+	$(BIN)/python benchmarks/record.py benchmarks/results/curate_vs_datatrove.json --result /tmp/tokenmill_curate.json -- benchmarks/bench_curate_vs_datatrove.py --corpus $(REAL_CORPORA)/web_html/python3.11-doc --json /tmp/tokenmill_curate.json
 	TOKENMILL_REAL_CORPORA=$(REAL_CORPORA) $(BIN)/python benchmarks/record.py benchmarks/results/minhash.json -- benchmarks/bench_minhash.py
 	TOKENMILL_REAL_CORPORA=$(REAL_CORPORA) $(BIN)/python benchmarks/bench_substring_dedup.py
 	$(BIN)/python benchmarks/bench_semantic_contamination.py --corpus $(REAL_CORPORA)
