@@ -5,8 +5,8 @@ profile_train_step_cuda.py, so the text cannot drift from them.
         benchmarks/results/train_cuda_h200_plain_ce.json benchmarks/results/train_cuda_h200_run3.json \\
         benchmarks/results/train_cuda_h200_profile.json
 
-The H100 section (`h100_section`) renders train_cuda_h100.json, train_cuda_h100_run2.json and
-train_cuda_h100_metrics.json;
+The H100 section (`h100_section`) renders train_cuda_h100.json, train_cuda_h100_run2.json,
+train_cuda_h100_metrics.json and train_cuda_h100_metrics_fixed.json;
 `benchmarks/tables.py` regenerates both sections.
 
 Each bench file is one run on one machine (its arms interleaved); ratios are taken only inside a
@@ -99,7 +99,8 @@ def _ratio(r: dict[str, Any], arm: str) -> str:
     return f"{r['arms'][PEER]['s_per_step'] / r['arms'][arm]['s_per_step']:.2f}×"
 
 
-def h100_section(first: dict[str, Any], second: dict[str, Any], third: dict[str, Any]) -> str:
+def h100_section(first: dict[str, Any], second: dict[str, Any], third: dict[str, Any],
+                 fourth: dict[str, Any]) -> str:
     """The same benchmark on an H100, two calls on one machine held between them (compile caches warm
     for the second): every arm measured in both, each run's ratios against its own nanoGPT arm."""
     ours = "tokenmill bf16 compiled"
@@ -116,7 +117,15 @@ def h100_section(first: dict[str, Any], second: dict[str, Any], third: dict[str,
              "of the same kind: tokenmill compiled with them "
              f"{_ratio(third, ours)}, without them (`train.metrics_every=0`) "
              f"{_ratio(third, METRICS_OFF)} nanoGPT compiled.", "", _header(third), "",
-             *_run_table(third), "", H100_END]
+             *_run_table(third), "",
+             "**Run 4**, after the metrics fix (`train/metrics.py`: every group's squared norm in one "
+             "stack-and-square and one host sync for both update-ratio sums, instead of one or two kernels "
+             "per parameter tensor and three syncs), two repeats, on a fresh machine of the same kind: "
+             f"tokenmill compiled with per-step metrics {_ratio(fourth, ours)}, without them "
+             f"{_ratio(fourth, METRICS_OFF)} nanoGPT compiled; the metrics now cost "
+             f"{(fourth['arms'][ours]['s_per_step'] / fourth['arms'][METRICS_OFF]['s_per_step'] - 1):.1%} of a step "
+             f"(run 3: {(third['arms'][ours]['s_per_step'] / third['arms'][METRICS_OFF]['s_per_step'] - 1):.1%}).",
+             "", _header(fourth), "", *_run_table(fourth), "", H100_END]
     return "\n".join(lines)
 
 
