@@ -140,3 +140,44 @@ def test_line_wise_repair_equals_ftfy_on_the_whole_text():
                       for i, t in enumerate(texts[:40]))
     assert fix_mojibake(mixed) == ftfy.fix_text(mixed, module._FTFY)
     assert fix_mojibake(mixed) != mixed
+
+
+# --------------------------------------------------------------------------- unwrapping books
+from tokenmill.data.normalize import WRAP_MAX, unwrap_paragraphs  # noqa: E402
+
+WRAPPED = ("It is a truth universally acknowledged, that a single man in possession\n"
+           "of a good fortune, must be in want of a wife.\n\n"
+           "However little known the feelings or views of such a man may be on his\n"
+           "first entering a neighbourhood, this truth is so well fixed in the minds\n"
+           "of the surrounding families.")
+VERSE = "Shall I compare thee to a summer's day?\nThou art more lovely and more temperate:\nRough winds do shake"
+
+
+def test_hard_wrapped_paragraphs_become_one_line_each():
+    out = unwrap_paragraphs(WRAPPED)
+    assert out.split("\n\n") == [" ".join(p.split("\n")) for p in WRAPPED.split("\n\n")]
+    assert out.replace("\n\n", " ").split() == WRAPPED.split()  # no word lost, none joined
+    assert unwrap_paragraphs(out) == out  # idempotent, as normalize must be
+
+
+def test_verse_indented_and_long_lines_are_left_alone():
+    assert unwrap_paragraphs(VERSE) == VERSE  # every line starts with a capital: verse
+    short = "Yours ever,\nthe writer of this long letter to you"  # a break where the next word fits
+    assert unwrap_paragraphs(short) == short
+    indented = "    The quoted letter starts here and it is rather long, too long\n    to be verse, yet indented."
+    assert unwrap_paragraphs(indented) == indented
+    long = ("x" * (WRAP_MAX + 1) + "\n") * 2
+    assert unwrap_paragraphs(long) == long
+
+
+def test_normalize_unwraps_only_plain_text_declared_books():
+    books = CurateConfig(quality={"kinds": {"books": "books"}})
+    doc = Doc(id="x", text=WRAPPED, source="s", url="u", bucket="books", license="l", format="text")
+    Normalize(books).process(doc)
+    assert doc.text == unwrap_paragraphs(WRAPPED)
+    for bucket, fmt, cfg in (("web", "text", books), ("books", "html", books),
+                             ("books", "text", CurateConfig(quality={"kinds": {"books": "books"}},
+                                                            normalize={"unwrap_books": False}))):
+        doc = Doc(id="x", text=WRAPPED, source="s", url="u", bucket=bucket, license="l", format=fmt)
+        Normalize(cfg).process(doc)
+        assert doc.text == WRAPPED, (bucket, fmt)

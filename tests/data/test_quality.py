@@ -12,8 +12,8 @@ from pydantic import ValidationError
 
 from tokenmill.config import CURATE_STEPS, CurateConfig, QualityConfig
 from tokenmill.data.document import QUALITY_FIELDS, Doc
-from tokenmill.data.quality import (Quality, check_gopher, check_min_chars, check_rules, quality_signals,
-                                    split_text)
+from tokenmill.data.quality import (BOOK_UNIT_WORDS, Quality, book_units, check_gopher, check_min_chars,
+                                    check_rules, quality_signals, split_text)
 
 # Real prose written by others (seed 002, §2.1 and §2.5): it must pass every rule.
 REAL = (
@@ -362,8 +362,9 @@ def test_split_text_interns_words():
 
 
 # --------------------------------------------------------------------------- the step
-def _doc(text: str, bucket: str = "web") -> Doc:
-    return Doc(id="x", text=text, source="s", url="u", bucket=bucket, license="l", format="text")
+def _doc(text: str, bucket: str = "web", fmt: str = "html", language: str | None = None) -> Doc:
+    """An HTML page by default: the web kind, every prose family (data/text_kinds.py)."""
+    return Doc(id="x", text=text, source="s", url="u", bucket=bucket, license="l", format=fmt, language=language)
 
 
 def test_step_contract():
@@ -391,3 +392,85 @@ def test_step_skips_rules_on_skip_buckets():
     assert step.process(_doc(junk, "code")) is None
     rejection = step.process(_doc(junk, "web"))
     assert rejection is not None and rejection.step == "quality"
+
+
+# --------------------------------------------------------------------------- languages and kinds
+ZH_PAGE = "\n".join([
+    "软件包管理系统是发行版的核心部分，它负责安装、升级和删除系统中的软件。",
+    "每一个软件包都包含程序文件、配置文件以及描述依赖关系的元数据，管理工具会根据这些信息自动完成安装。",
+    "在安装新的软件之前，管理员应当先更新软件包列表，这样才能得到最新的版本和安全修复。",
+    "如果两个软件包之间存在冲突，系统会提示用户做出选择，而不是直接覆盖已经存在的文件。",
+    "配置文件在升级的时候会被保留下来，用户修改过的设置也不会因为更新而丢失。",
+    "对于服务器来说，稳定性比新功能更加重要，所以很多管理员只使用稳定版本中的软件。",
+    "这些工具也可以记录每一次操作的历史，出现问题时可以很快找到原因并恢复到以前的状态。",
+])
+DE_PAGE = "\n".join([
+    "Die Paketverwaltung ist der Kern jeder Distribution und kümmert sich um Installation und Aktualisierung.",
+    "Jedes Paket enthält Programmdateien, Konfigurationsdateien und Metadaten, die seine Abhängigkeiten beschreiben.",
+    "Bevor ein Administrator neue Software installiert, sollte er die Paketlisten aktualisieren.",
+    "Wenn zwei Pakete miteinander in Konflikt stehen, fragt das System nach einer Entscheidung des Benutzers.",
+    "Geänderte Konfigurationsdateien bleiben bei einer Aktualisierung erhalten und gehen nicht verloren.",
+    "Für Server ist Stabilität wichtiger als neue Funktionen, deshalb nutzen viele nur die stabile Version.",
+])
+
+
+def test_a_chinese_page_is_judged_by_its_own_profile_not_by_english_rules():
+    english_rules = CurateConfig(min_chars=10, quality=QualityConfig(language_rules=False))
+    doc = _doc(ZH_PAGE, language="zh")
+    rejection = Quality(english_rules).process(doc)
+    assert rejection is not None and rejection.rule in ("min_words", "max_mean_word_len")  # whitespace "words"
+    doc = _doc(ZH_PAGE, language="zh")
+    assert Quality(CurateConfig(min_chars=10)).process(doc) is None
+    assert 1.0 < doc.quality["mean_word_len"] < 4.0 and doc.quality["n_stop_words"] >= 2
+    assert doc.quality["c4_sentences"] >= 5  # "。" ends a sentence with no space after it
+
+
+def test_a_german_page_needs_german_stop_words_not_english_ones():
+    doc = _doc(DE_PAGE, language="de")
+    assert Quality(CurateConfig(min_chars=10, quality=QualityConfig(language_rules=False))).process(doc).rule \
+        == "min_stop_words"
+    doc = _doc(DE_PAGE, language="de")
+    assert Quality(CurateConfig(min_chars=10)).process(doc) is None and doc.quality["n_stop_words"] >= 2
+    # Without a profile (a language the shipped file lacks) the fallback keeps it too.
+    doc = _doc(DE_PAGE, language="xx")
+    assert Quality(CurateConfig(min_chars=10)).process(doc) is None
+
+
+def test_books_have_no_word_cap_and_their_repetition_is_judged_per_chapter():
+    rng = random.Random(7)
+    vocab = [f"w{i}" for i in range(20_000)] + ["the", "of", "and", "to", "with"] * 400
+    book = "\n\n".join(" ".join(rng.choice(vocab) for _ in range(14)) + "." for _ in range(8_000))
+    assert len(book.split()) > 100_000
+    cfg = CurateConfig(min_chars=10, quality=QualityConfig(kinds={"books": "books"}, c4=False, fineweb=False))
+    assert Quality(cfg).process(_doc(book, bucket="books", fmt="text")) is None
+    prose = Quality(CurateConfig(min_chars=10)).process(_doc(book, bucket="books", fmt="text"))
+    assert prose is not None and prose.rule == "max_words"
+
+
+def test_book_units_cut_at_paragraphs_into_chapter_sized_pieces():
+    paras = [" ".join(["w"] * 700) for _ in range(30)]  # 21,000 words
+    units = book_units("\n\n".join(paras))
+    assert "\n\n".join(units) == "\n\n".join(paras)
+    assert [len(u.split()) for u in units] == [5600, 5600, 5600, 4200]  # a tail of >= half a unit stands alone
+    assert len(book_units("\n\n".join(paras[:9])).__iter__().__next__().split()) == 6300  # a shorter tail joins
+    assert BOOK_UNIT_WORDS == 5000
+    assert book_units("short text") == ["short text"]
+
+
+def test_reference_pages_may_show_code_braces():
+    text = _c4_doc("Write the block as int main() { return 0; } in the file.")
+    only_c4 = _only("c4")
+    assert Quality(CurateConfig(min_chars=10, quality=only_c4)).process(_doc(text)).rule == "c4_curly_bracket"
+    cfg = CurateConfig(min_chars=10, quality=only_c4.model_copy(update={"kinds": {"web": "reference"}}))
+    assert Quality(cfg).process(_doc(text)) is None
+
+
+def test_code_gets_code_rules_and_every_row_carries_code_signals():
+    minified = "var a=1;" * 200  # one 1,600-character line
+    module = "def f(x):\n    return x + 1\n\n\nclass A:\n    pass\n" * 5
+    step = Quality(CurateConfig(min_chars=10))
+    assert step.process(_doc(minified, bucket="code", fmt="code")).rule == "max_line_len"
+    assert step.process(_doc(module, bucket="code", fmt="code")) is None
+    doc = _doc(ZH_PAGE, language="zh")
+    step.process(doc)
+    assert {"max_line_len", "mean_line_len", "alnum_frac", "autogenerated"} <= set(doc.quality)

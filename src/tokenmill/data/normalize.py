@@ -19,6 +19,15 @@ In order:
 4. whitespace: trailing spaces go, runs of 4+ newlines become 3; prose also collapses runs of
    horizontal whitespace inside a line (HTML extraction leaves column padding behind). Code
    keeps its indentation and inner spacing byte for byte.
+5. books (plain text of the `books` kind, data/text_kinds.py; `NormalizeConfig.unwrap_books`):
+   hard-wrapped paragraphs become one line each. Project Gutenberg wraps prose at ~70
+   characters, so a line is not a paragraph: every line-based rule (FineWeb's punctuation per
+   line, C4's line rules) and the tokens a model sees would treat each wrap as a break. A
+   paragraph (lines between blank lines) is unwrapped when it has 2+ lines, none indented (verse,
+   quotations and tables are), none longer than WRAP_MAX, not verse (3+ lines, three in four
+   starting with a capital), and every line but the last long (>= 60% of the widest) or broken
+   because the next word would not fit in the widest: Emma (Gutenberg) has 2,015 multi-line
+   paragraphs, all unwrapped but 16, every one indented verse.
 """
 
 from __future__ import annotations
@@ -30,8 +39,9 @@ import ftfy
 
 from tokenmill.data.document import Doc, Rejection
 from tokenmill.data.step import DocStep
+from tokenmill.data.text_kinds import kind_of
 
-VERSION = f"2+ftfy-{ftfy.__version__}"
+VERSION = f"3+ftfy-{ftfy.__version__}"
 
 # \r\n, lone \r, NEL, and the Unicode line/paragraph separators all end a line.
 _NEWLINES = re.compile(r"\r\n|[\r\x85\u2028\u2029]")
@@ -44,6 +54,9 @@ _INNER_SPACE = re.compile(r"(?<=\S)(?:[^\S\n]{2,}|[^\S\n ])(?=\S)")
 _TRAILING_SPACE = re.compile(r"[^\S\n]+$", re.MULTILINE)
 # More than two blank lines in a row (four or more newlines) become exactly two blank lines.
 _BLANK_RUN = re.compile(r"\n{4,}")
+# Paragraph separators (one or more blank lines), kept when splitting so the text can be rebuilt.
+_PARAGRAPH_SEP = re.compile(r"(\n[^\S\n]*\n\s*)")
+WRAP_MAX = 100  # a hard-wrapped line is at most this long (Gutenberg wraps at ~70, RFCs at 72)
 
 # UTF-8 read as cp1252/Latin-1 shows a character's lead byte as "Â".."ß" (2-byte sequence),
 # "à".."ï" (3-byte) or "ð".."ô" (4-byte), followed by its 1, 2 or 3 continuation bytes 0x80-0xBF
@@ -113,6 +126,29 @@ def normalize_text(text: str, code: bool = False, mojibake: bool = False) -> str
     return out
 
 
+def _hard_wrapped(lines: list[str]) -> bool:
+    """Prose wrapped at a width: every line but the last is long (>= 60% of the widest) or was
+    broken because the next word would not fit in the widest; not verse, whose lines (3 or
+    more) start with a capital letter, three in four at least."""
+    widest = max(map(len, lines))
+    if widest > WRAP_MAX or any(line[:1].isspace() or not line.strip() for line in lines):
+        return False
+    if len(lines) >= 3 and 4 * sum(line[:1].isupper() for line in lines) >= 3 * len(lines):
+        return False
+    return all(len(line) >= 0.6 * widest or len(line) + 1 + len(nxt.split()[0]) > widest
+               for line, nxt in zip(lines, lines[1:]))
+
+
+def unwrap_paragraphs(text: str) -> str:
+    """Each hard-wrapped paragraph joined into one line (see step 5); others left as they are."""
+    parts = _PARAGRAPH_SEP.split(text)
+    for i in range(0, len(parts), 2):  # even indices: paragraphs; odd: their separators
+        lines = parts[i].split("\n")
+        if len(lines) >= 2 and _hard_wrapped(lines):
+            parts[i] = " ".join(line.strip() for line in lines)
+    return "".join(parts)
+
+
 class Normalize(DocStep):
     """Rewrites doc.text into its canonical form; never removes a document (the length floor does)."""
 
@@ -123,4 +159,7 @@ class Normalize(DocStep):
         if doc.text is not None:
             doc.text = normalize_text(doc.text, code=doc.format == "code",
                                       mojibake=self.cfg.normalize.fix_mojibake)
+            if (self.cfg.normalize.unwrap_books and doc.format == "text"
+                    and kind_of(doc.bucket, doc.format, self.cfg.quality) == "books"):
+                doc.text = unwrap_paragraphs(doc.text)
         return None

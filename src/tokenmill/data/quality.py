@@ -62,20 +62,24 @@ import itertools
 import re
 import string
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from tokenmill.data.config import QualityConfig
+from tokenmill.data import segment
+from tokenmill.data.code_quality import check_code, code_signals
+from tokenmill.data.config import QualityConfig, QualityKind
 from tokenmill.data.document import QUALITY_FIELDS, Doc, Rejection, format_value
+from tokenmill.data.language_profiles import GOPHER_STOP_WORDS, LanguageRules, load_profiles, rules_for
 from tokenmill.data.step import DocStep
+from tokenmill.data.text_kinds import families, kind_of
 
-VERSION = "2"
+VERSION = "3+" + "+".join(f"{k}-{v}" for k, v in segment.segmenter_versions().items())
 
-# Gopher: "at least two of the following English words: the, be, to, of, and, that, have, with".
-STOP_WORDS: frozenset[str] = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
+STOP_WORDS: frozenset[str] = frozenset(GOPHER_STOP_WORDS)
 BULLETS: tuple[str, ...] = ("•", "●", "○", "◦", "▪", "‣", "⁃", "-", "*")
 ELLIPSES: tuple[str, ...] = ("...", "…")
-_PUNCT = string.punctuation + "“”‘’«»…"
+_PUNCT = string.punctuation + "“”‘’«»…" + "。、，！？；：「」『』（）《》【】・"
 TOP_NGRAMS: tuple[int, ...] = (2, 3, 4)
 DUP_NGRAMS: tuple[int, ...] = tuple(range(5, 11))
 
@@ -91,14 +95,19 @@ TERMINAL_PUNCT: tuple[str, ...] = tuple(
 )
 # C4 reference code: END_MARKS and ELLIPSIS, citations, policy phrases.
 C4_END_MARKS: tuple[str, ...] = (".", "?", "!", '"', "'")
+# Every other language: C4's marks, every script's sentence terminals, and closing quotes.
+C4_END_MARKS_ANY: tuple[str, ...] = (*C4_END_MARKS, *TERMINAL_PUNCT, "」", "』", "”", "’", "»", ")", "）")
 C4_CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]")
 # A line can pass the end-mark rule only if it ends with a mark or a citation's "]".
 _C4_SCREEN: tuple[str, ...] = (*C4_END_MARKS, "]")
+_C4_SCREEN_ANY: tuple[str, ...] = (*C4_END_MARKS_ANY, "]")
 C4_POLICY: tuple[str, ...] = ("terms of use", "privacy policy", "cookie policy", "uses cookies",
                               "use of cookies", "use cookies")
 # Inside a line, a sentence ends at terminal punctuation (maybe closed by quotes or brackets)
 # followed by a space or tab.
 _SENTENCE_END = re.compile(r"[.!?]+[\"'”’)\]]*(?=[^\S\n])")
+# Scripts that put no space after a full stop (CJK): a terminal followed by more of the line.
+_SENTENCE_END_CJK = re.compile(r"[。！？｡]+[」』”’)）]*(?=[^\n])")
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 # A whitespace token with no letter in it: a run of non-word characters, digits, underscores.
 _NO_LETTER_WORD = re.compile(r"(?<!\S)(?:[^\w\s]|[\d_])+(?!\S)")
@@ -110,23 +119,36 @@ class Parts:
     """A text split once, shared by every rule family."""
 
     text: str
-    words: list[str]  # whitespace tokens
+    words: list[str]  # whitespace tokens, or a segmenter's words (data/segment.py)
     lines: list[str]  # stripped, non-empty
     paragraphs: list[str]  # stripped, non-empty blocks between blank lines
     vocab: list[str]  # distinct words, in order of first occurrence
     index: dict[str, int]  # vocab[index[w]] == w
     ids: np.ndarray  # words[i] == vocab[ids[i]]
     word_counts: np.ndarray  # occurrences of each vocab entry
+    line_words: dict[str, int] | None = None  # words per line where words are not whitespace tokens
 
 
-def split_text(text: str) -> Parts:
-    words = text.split()
+def split_text(text: str, language: str | None = None) -> Parts:
     lines = list(filter(None, map(str.strip, text.split("\n"))))  # C-level map/filter
+    line_words: dict[str, int] | None = None
+    if language in segment.SEGMENTED:
+        per_line = [segment.words(line, language) for line in lines]
+        words = [w for ws in per_line for w in ws]
+        line_words = {line: len(ws) for line, ws in zip(lines, per_line)}
+    else:
+        words = text.split()
     paras = list(filter(None, map(str.strip, _PARAGRAPH_BREAK.split(text))))
     # Interned once (C-level dict and map): per-word work below runs on distinct words only.
     index = dict(zip(dict.fromkeys(words), itertools.count()))
     ids = np.fromiter(map(index.__getitem__, words), dtype=np.int64, count=len(words))
-    return Parts(text, words, lines, paras, list(index), index, ids, np.bincount(ids, minlength=len(index)))
+    return Parts(text, words, lines, paras, list(index), index, ids, np.bincount(ids, minlength=len(index)),
+                 line_words)
+
+
+def stop_word_key(word: str) -> str:
+    """A word as the stop-word rule compares it: lower case, surrounding punctuation stripped."""
+    return word.lower().strip(_PUNCT)
 
 
 def _ratio(num: float, den: float) -> float:
@@ -134,8 +156,8 @@ def _ratio(num: float, den: float) -> float:
 
 
 # --------------------------------------------------------------------------- Gopher quality
-def gopher_signals(p: Parts) -> dict[str, float | int]:
-    """The Gopher quality measurements (words are whitespace tokens)."""
+def gopher_signals(p: Parts, stop_words: frozenset[str] = STOP_WORDS) -> dict[str, float | int]:
+    """The Gopher quality measurements (on the words of `split_text`)."""
     text, words, lines = p.text, p.words, p.lines
     n_words, n_lines = len(words), len(lines)
     hashes = _ratio(text.count("#"), n_words)
@@ -143,7 +165,7 @@ def gopher_signals(p: Parts) -> dict[str, float | int]:
     # Letters and stop words are looked for in the distinct words only (a third of the text).
     joined = " ".join(p.vocab)
     no_letter = int(p.word_counts[[p.index[w] for w in _NO_LETTER_WORD.findall(joined)]].sum())
-    distinct = {w.strip(_PUNCT) for w in joined.lower().split()}
+    distinct = set(map(stop_word_key, p.vocab))
     return {
         "n_chars": len(text),
         "n_lines": n_lines,
@@ -156,7 +178,7 @@ def gopher_signals(p: Parts) -> dict[str, float | int]:
         "bullet_line_frac": _ratio(sum(line.startswith(BULLETS) for line in lines), n_lines),
         "ellipsis_line_frac": _ratio(sum(line.endswith(ELLIPSES) for line in lines), n_lines),
         "alpha_word_frac": _ratio(n_words - no_letter, n_words),
-        "n_stop_words": len(STOP_WORDS & distinct),
+        "n_stop_words": len(stop_words & distinct),
     }
 
 
@@ -226,6 +248,43 @@ def repetition_signals(p: Parts) -> dict[str, float]:
     return out
 
 
+BOOK_UNIT_WORDS = 5000  # a chapter-sized unit of a book, for the repetition rules
+
+
+def book_units(text: str, unit_words: int = BOOK_UNIT_WORDS) -> list[str]:
+    """A long text cut at paragraph breaks into units of at least unit_words words (the last
+    unit takes the remainder; a text shorter than two units is one unit)."""
+    units: list[str] = []
+    current: list[str] = []
+    n = 0
+    for para in _PARAGRAPH_BREAK.split(text):
+        current.append(para)
+        n += len(para.split())
+        if n >= unit_words:
+            units.append("\n\n".join(current))
+            current, n = [], 0
+    if current:
+        if units and n < unit_words // 2:
+            units[-1] += "\n\n" + "\n\n".join(current)  # a short tail joins the last unit
+        else:
+            units.append("\n\n".join(current))
+    return units or [text]
+
+
+def book_repetition_signals(text: str, language: str | None = None) -> dict[str, float]:
+    """The repetition signals of a book: each one's median over its chapter-sized units.
+
+    Repeated n-grams accumulate with length: a 100,000-word book repeats more 5-grams by chance
+    than the web page Gopher's thresholds were set on (Genesis, KJV: 0.171 whole, a median 0.117
+    over 5,000-word units; the limit is 0.15). The median unit says whether the book repeats
+    itself the way a spam page does, whatever its length."""
+    units = book_units(text)
+    if len(units) == 1:
+        return repetition_signals(split_text(text, language))
+    per_unit = [repetition_signals(split_text(u, language)) for u in units]
+    return {k: float(np.median([u[k] for u in per_unit])) for k in per_unit[0]}
+
+
 # --------------------------------------------------------------------------- C4
 @dataclass(frozen=True, slots=True)
 class C4Lines:
@@ -239,18 +298,23 @@ class C4Lines:
     policy: int
 
 
-def c4_lines(lines: list[str], min_words: int, max_word_len: int) -> C4Lines:
+def c4_lines(lines: list[str], min_words: int, max_word_len: int, english: bool = True,
+             line_words: dict[str, int] | None = None) -> C4Lines:
     """C4's line rules on stripped non-empty lines. The three that only drop a line (long
-    word, end mark, word count) are tested cheapest first; the counted ones in reference order."""
+    word, end mark, word count) are tested cheapest first; the counted ones in reference order.
+    `english=False`: every script's sentence terminals end a line and a sentence; `line_words`:
+    words per line for segmented languages (whitespace tokens otherwise)."""
     kept: list[str] = []
     lorem = curly = javascript = policy = 0
+    marks, screen = (C4_END_MARKS, _C4_SCREEN) if english else (C4_END_MARKS_ANY, _C4_SCREEN_ANY)
     # Most lines fail the end-mark rule; a comprehension screens them out at C speed first.
-    ends = [(o, C4_CITATION.sub("", o) if "[" in o else o) for o in lines if o.endswith(_C4_SCREEN)]
+    ends = [(o, C4_CITATION.sub("", o) if "[" in o else o) for o in lines if o.endswith(screen)]
     for original, line in ends:
-        if not line.endswith(C4_END_MARKS) or line.endswith("..."):
+        if not line.endswith(marks) or line.endswith("..."):
             continue
         words = original.split()  # the reference counts words before removing citations
-        if len(words) < min_words or (len(original) > max_word_len and max(map(len, words)) > max_word_len):
+        n_words = line_words[original] if line_words is not None else len(words)
+        if n_words < min_words or (len(original) > max_word_len and max(map(len, words)) > max_word_len):
             continue
         lower = line.lower()
         if "lorem ipsum" in lower:
@@ -265,7 +329,10 @@ def c4_lines(lines: list[str], min_words: int, max_word_len: int) -> C4Lines:
             continue
         kept.append(line)
     # A kept line ends a sentence; each terminal mark followed by a space inside it ends another.
-    sentences = len(kept) + len(_SENTENCE_END.findall("\n".join(kept)))
+    joined = "\n".join(kept)
+    sentences = len(kept) + len(_SENTENCE_END.findall(joined))
+    if not english:
+        sentences += len(_SENTENCE_END_CJK.findall(joined))
     return C4Lines(kept, sentences, lorem, curly, javascript, policy)
 
 
@@ -294,13 +361,24 @@ def fineweb_signals(p: Parts, short_line_chars: int) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------- all signals
-def measure(text: str, cfg: QualityConfig | None = None) -> tuple[dict[str, float | int], C4Lines]:
-    """Every signal of QUALITY_FIELDS, and C4's line decisions (for `c4_remove_lines`)."""
-    cfg = cfg or QualityConfig()
-    parts = split_text(text)
-    c4 = c4_lines(parts.lines, cfg.c4_min_words_per_line, cfg.c4_max_word_len)
-    signals = {**gopher_signals(parts), **repetition_signals(parts),
-               **c4_signals(c4, len(parts.lines)), **fineweb_signals(parts, cfg.short_line_chars)}
+def measure(text: str, cfg: QualityConfig | None = None, language: str | None = None,
+            rules: LanguageRules | None = None, book: bool = False) -> tuple[dict[str, float | int], C4Lines]:
+    """Every signal of QUALITY_FIELDS, and C4's line decisions (for `c4_remove_lines`). With
+    `rules` (data/language_profiles.py) the text is measured the way its language needs: words
+    segmented, that language's stop words and line lengths, every script's sentence ends;
+    `language` alone only segments. `book`: repetition signals are medians over chapter-sized
+    units (`book_repetition_signals`)."""
+    cfg = rules.cfg if rules is not None else cfg or QualityConfig()
+    if rules is not None:
+        language = rules.language
+    parts = split_text(text, language)
+    english = rules.english_c4 if rules is not None else True
+    c4 = c4_lines(parts.lines, cfg.c4_min_words_per_line, cfg.c4_max_word_len, english, parts.line_words)
+    stop = rules.stop_words if rules is not None else STOP_WORDS
+    repetition = book_repetition_signals(text, language) if book else repetition_signals(parts)
+    signals = {**gopher_signals(parts, stop), **repetition,
+               **c4_signals(c4, len(parts.lines)), **fineweb_signals(parts, cfg.short_line_chars),
+               **code_signals(text)}
     assert signals.keys() == QUALITY_FIELDS.keys()  # the Parquet schema is the contract
     return signals, c4
 
@@ -384,18 +462,29 @@ def check_fineweb(s: dict[str, float | int], cfg: QualityConfig) -> Rejection | 
     )
 
 
-def check_rules(s: dict[str, float | int], cfg: QualityConfig) -> Rejection | None:
-    """The first rule broken among the enabled families: Gopher, repetition, C4, FineWeb."""
-    for enabled, check in ((cfg.gopher, check_gopher), (cfg.gopher_repetition, check_repetition),
-                           (cfg.c4, check_c4), (cfg.fineweb, check_fineweb)):
-        if enabled and (rejection := check(s, cfg)) is not None:
+def check_code_rules(s: dict[str, float | int], cfg: QualityConfig) -> Rejection | None:
+    return check_code(s, cfg.code_max_line_len, cfg.code_max_mean_line_len, cfg.code_min_alnum_frac,
+                      cfg.code_autogenerated)
+
+
+CHECKS = (("gopher", check_gopher), ("gopher_repetition", check_repetition), ("c4", check_c4),
+          ("fineweb", check_fineweb), ("code", check_code_rules))
+
+
+def check_rules(s: dict[str, float | int], cfg: QualityConfig, apply: frozenset[str] | None = None) -> Rejection | None:
+    """The first rule broken among the families in `apply` (default: the prose families the
+    config enables: Gopher, repetition, C4, FineWeb), in that order."""
+    apply = families("web", cfg) if apply is None else apply
+    for name, check in CHECKS:
+        if name in apply and (rejection := check(s, cfg)) is not None:
             return rejection
     return None
 
 
 # --------------------------------------------------------------------------- the step
 class Quality(DocStep):
-    """Signals on every document; the length floor everywhere; rule families on prose buckets.
+    """Signals on every document; the length floor everywhere; each kind's rule families
+    (data/text_kinds.py) with each language's thresholds (data/language_profiles.py).
 
     `applies` is True for every document (signals are compared across buckets in the report);
     the skip buckets only turn the rule families off.
@@ -404,15 +493,52 @@ class Quality(DocStep):
     name = "quality"
     version = VERSION
 
+    def setup(self, work_dir: Path | None) -> None:
+        qcfg = self.cfg.quality
+        self._profiles = load_profiles(qcfg.language_profiles) if qcfg.language_rules else {}
+        self._judges: dict[tuple[str | None, str], Judge] = {}
+
+    def judge(self, language: str | None, kind: QualityKind) -> Judge:
+        """How documents of one language and kind are measured and judged (built once each)."""
+        if not hasattr(self, "_judges"):
+            self.setup(None)
+        key = (language, kind)
+        if key not in self._judges:
+            qcfg = self.cfg.quality
+            rules = rules_for(language if kind != "code" else None, qcfg, self._profiles)
+            cfg = rules.cfg
+            if kind == "books":
+                # A novel is longer than Gopher's 100,000 words. Duplicated 5-10-grams measure
+                # formulaic style in long-form text ("And the LORD spake unto Moses, saying"),
+                # not spam: the median 5,000-word unit of Numbers (KJV) covers 0.22 against
+                # Austen's 0.005 (benchmarks/bench_quality_languages.py); duplicate lines and
+                # paragraphs and the top n-grams still catch a book pasted twice or padded.
+                cfg = cfg.model_copy(update={"max_words": 2**62, "max_dup_ngram_char_frac": {}})
+            if kind == "reference":  # manuals show code
+                cfg = cfg.model_copy(update={"c4_curly_bracket": False})
+            self._judges[key] = Judge(rules, cfg, families(kind, qcfg), kind == "books")
+        return self._judges[key]
+
     def process(self, doc: Doc) -> Rejection | None:
         qcfg = self.cfg.quality
         text = doc.text or ""
-        doc.quality, c4 = measure(text, qcfg)
+        judge = self.judge(doc.language, kind_of(doc.bucket, doc.format, qcfg))
+        doc.quality, c4 = measure(text, rules=judge.rules, book=judge.book)
         rejection = check_min_chars(len(text), self.cfg.min_chars)
         if rejection is not None or doc.bucket in qcfg.skip_buckets:
             return rejection
-        rejection = check_rules(doc.quality, qcfg)
-        if rejection is None and qcfg.c4 and qcfg.c4_remove_lines:
+        rejection = check_rules(doc.quality, judge.cfg, judge.apply)
+        if rejection is None and "c4" in judge.apply and qcfg.c4_remove_lines:
             doc.text = "\n".join(c4.kept)
             rejection = check_min_chars(len(doc.text), self.cfg.min_chars)
         return rejection
+
+
+@dataclass(frozen=True, slots=True)
+class Judge:
+    """The rules one (language, kind) gets: how to measure, the thresholds, the families."""
+
+    rules: LanguageRules
+    cfg: QualityConfig
+    apply: frozenset[str]
+    book: bool = False  # repetition judged on chapter-sized units
