@@ -120,3 +120,29 @@ def test_restarts_with_a_config_error_starts_no_child(tmp_path):
     cfg.write_text("train:\n  lrr: 1\n")
     res = runner.invoke(app, ["train", str(cfg), "--restarts", "2"])
     assert res.exit_code == 2 and "train.lrr" in res.output
+
+
+def test_quality_calibrate_and_curate_eval_quality_from_the_cli(tmp_path):
+    import json
+
+    from tests.data.test_curate_eval import EN_PAGE
+    from tests.data.test_quality import DE_PAGE
+
+    ref = tmp_path / "ref.jsonl"
+    rows = [{"text": f"{page}\nPage {i}.", "language": lang, "group": f"p{i}"}
+            for i in range(10) for lang, page in (("en", EN_PAGE), ("de", DE_PAGE))]
+    ref.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n")
+    out = tmp_path / "profiles.json"
+    res = runner.invoke(app, ["quality-calibrate", str(ref), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    profiles = json.loads(out.read_text())["profiles"]
+    assert set(profiles) == {"en", "de"} and profiles["de"]["documents"] == 10
+    assert profiles["de"]["scale"]["word_len"] > 1  # German words are longer than English ones
+    res = runner.invoke(app, ["curate-eval", "quality", str(ref), "--set",
+                              f"curate.quality.language_profiles={out}", "--set", "curate.min_chars=10"])
+    assert res.exit_code == 0, res.output
+    result = json.loads(res.output)
+    assert result["by_language"]["de"]["keep_rate"] == result["by_language"]["en"]["keep_rate"] == 1.0
+    assert result["agreement"] == 1.0
+    res = runner.invoke(app, ["quality-calibrate", str(tmp_path / "nope.jsonl"), "--out", str(out)])
+    assert res.exit_code != 0 and "nope.jsonl" in res.output

@@ -138,13 +138,14 @@ def curate(
 
 @app.command("curate-eval")
 def curate_eval(
-    what: str = typer.Argument(..., help="pii or safety"),
+    what: str = typer.Argument(..., help="pii, safety or quality"),
     labelled: Path = typer.Argument(..., help="Labelled JSONL file (see `tokenmill.data.curate_eval`)."),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="Run config whose curate section is used."),
     set_: Optional[list[str]] = SetOpt,
 ) -> None:
-    """Measure a curation filter on labelled data: PII recall and over-removal per bucket, or
-    toxicity false-positive rate and recall per slice (news, medicine, law, code, fiction...)."""
+    """Measure a curation filter on labelled data: PII recall and over-removal per bucket,
+    toxicity false-positive rate and recall per slice (news, medicine, law, code, fiction...), or
+    the quality rules' keep rate per language on parallel text, with the spread across languages."""
     import json as _json
 
     def go() -> None:
@@ -155,9 +156,31 @@ def curate_eval(
             result = ce.eval_pii(labelled, cfg)
         elif what == "safety":
             result = ce.eval_safety(labelled, cfg)
+        elif what == "quality":
+            result = ce.eval_quality(labelled, cfg)
         else:
-            raise ConfigError(f"curate-eval: unknown target {what!r}: pii or safety")
+            raise ConfigError(f"curate-eval: unknown target {what!r}: pii, safety or quality")
         typer.echo(_json.dumps(result, indent=1))
+    _guard(go)
+
+
+@app.command("quality-calibrate")
+def quality_calibrate(
+    reference: Path = typer.Argument(..., help="JSONL of reference documents: {\"text\": ..., \"language\": ISO code}, English included."),
+    out: Path = typer.Option(..., "--out", "-o", help="Profile file to write (set curate.quality.language_profiles to it)."),
+    stoplists: Optional[Path] = typer.Option(None, help="Directory of jusText-named stop lists (default: jusText's own)."),
+    min_docs: int = typer.Option(10, help="Languages with fewer reference documents keep the fallback."),
+) -> None:
+    """Per-language quality thresholds from reference text (FineWeb-2's method): each signal's
+    median in the language over its median in English scales English's thresholds."""
+    def go() -> None:
+        from tokenmill.data.language_profiles import calibrate_file, write_profiles
+
+        profiles = calibrate_file(reference, stoplists, min_docs=min_docs)
+        write_profiles(profiles, out, source=str(reference))
+        for lang, p in profiles.items():
+            typer.echo(f"{lang}: {p.documents} documents, scale {p.scale}, stop words {p.stop_words}")
+        console.print(f"[green]✓[/] {len(profiles)} profiles → {out}")
     _guard(go)
 
 

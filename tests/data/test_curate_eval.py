@@ -105,3 +105,55 @@ def test_bad_pii_labels_and_missing_file(tmp_path):
         eval_pii(path, CurateConfig())
     with pytest.raises(LabelledFileError, match="not found"):
         eval_pii(tmp_path / "missing.jsonl", CurateConfig())
+
+
+# --------------------------------------------------------------------------- quality across languages
+from tests.data.test_quality import DE_PAGE, ZH_PAGE  # noqa: E402
+from tokenmill.data.curate_eval import eval_quality  # noqa: E402
+
+EN_PAGE = "\n".join([
+    "The package manager is the core of every distribution and takes care of installing and upgrading.",
+    "Each package holds program files, configuration files and metadata that describe what it depends on.",
+    "Before an administrator installs new software, he should update the lists of packages first.",
+    "When two packages conflict with each other, the system asks the user to make a decision.",
+    "Configuration files that were changed are kept during an upgrade and are not lost at all.",
+    "For servers stability matters more than new features, which is why many use only the stable release.",
+])
+NAV = "\n".join(f"Chapter {i}" for i in range(40))  # a table of contents
+
+
+def _write(path, rows):
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    return path
+
+
+def test_quality_eval_keeps_translations_alike_and_counts_independently(tmp_path):
+    rows = []
+    for g in range(3):
+        for lang, page in (("en", EN_PAGE), ("de", DE_PAGE), ("zh", ZH_PAGE)):
+            rows.append({"text": page, "language": lang, "group": f"p{g}", "low_quality": False})
+            rows.append({"text": NAV, "language": lang, "group": f"nav{g}", "low_quality": True})
+    path = _write(tmp_path / "parallel.jsonl", rows)
+    cfg = CurateConfig(min_chars=10)
+    out = eval_quality(path, cfg, min_docs=2)
+    for lang in ("en", "de", "zh"):
+        v = out["by_language"][lang]
+        assert (v["docs"], v["kept"], v["keep_rate"]) == (6, 3, 0.5)
+        assert (v["low_quality_removed"], v["good_kept"], v["gap_to_english"]) == (1.0, 1.0, 0.0)
+        assert v["shared_with_english"] == 6
+    assert out["spread"] == 0.0 and out["agreement"] == 1.0 and out["groups"] == 6
+    before = eval_quality(path, CurateConfig(min_chars=10, quality={"language_rules": False}), min_docs=2)
+    assert before["by_language"]["zh"]["kept"] == 0 and before["by_language"]["de"]["kept"] == 0
+    assert before["by_language"]["de"]["top_rules"] == {"min_stop_words": 3, "c4_min_sentences": 3} or \
+        sum(before["by_language"]["de"]["top_rules"].values()) == 6
+    assert before["spread"] == 0.5 and before["agreement"] == 0.5  # the nav pages agree, the good ones do not
+    assert before["by_language"]["de"]["gap_to_english"] == -50.0
+
+
+def test_quality_eval_names_the_bad_line(tmp_path):
+    path = _write(tmp_path / "bad.jsonl", [{"text": "x", "language": "en"}, {"text": "x", "language": "en",
+                                                                           "kind": "novel"}])
+    with pytest.raises(LabelledFileError, match=r"bad\.jsonl:2: kind 'novel'"):
+        eval_quality(path, CurateConfig())
+    with pytest.raises(LabelledFileError, match=r"bad2\.jsonl:1"):
+        eval_quality(_write(tmp_path / "bad2.jsonl", [{"text": "x"}]), CurateConfig())

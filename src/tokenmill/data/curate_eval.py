@@ -1,4 +1,4 @@
-"""`tokenmill curate-eval pii|safety FILE`: how well the PII and toxicity gates do, per slice.
+"""`tokenmill curate-eval pii|safety|quality FILE`: how well the PII, toxicity and quality gates do, per slice.
 
 Seed 002 §2.8: "PII filtering must therefore be evaluated by bucketed recall and over-removal
 rate, not just one global metric"; §2.11: toxicity filters "need slice-based evaluation:
@@ -21,6 +21,19 @@ Safety file, one object per line:
   recall               toxic documents above the threshold / toxic documents
 per slice and overall, with the line numbers of the false positives for review. Every text is
 scored, whatever the step's skip_buckets: the evaluation is of the scorer.
+
+Quality file, one object per line (seed 002 §2.4: "do not let filters become a hidden bias"):
+    {"text": ..., "language": "de", "group": "page-07" (optional), "kind": "web" (optional),
+     "low_quality": false (optional)}
+Every text goes through the quality step as the curation would judge it: its language's profile
+(data/language_profiles.py) and its kind's rule families (data/text_kinds.py; default web).
+  by_language   documents, kept, keep_rate, the rules that removed the most; with labels,
+                low-quality removed / good kept; gap_to_english: on the groups this language
+                shares with English, its keep rate minus English's on the same pages, in points
+                (without groups: over all documents), with the number of shared groups
+  spread        max - min keep rate over the languages with at least min_docs documents
+  agreement     of the groups (one page in several languages) with 2+ languages, the share whose
+                translations all got the same decision
 """
 
 from __future__ import annotations
@@ -36,6 +49,7 @@ from tokenmill.data.document import PII_FIELDS
 from tokenmill.data.jsonl import json_objects
 from tokenmill.data.pii import Span, find_pii
 from tokenmill.data.safety import Safety
+from tokenmill.data.text_kinds import FAMILIES
 from tokenmill.errors import UserError
 
 DEFAULT_BUCKET = "default"
@@ -158,3 +172,77 @@ def eval_safety(labelled: Path, cfg: CurateConfig, base_dir: Path | None = None)
         "word_list": cfg.safety.word_list or "built-in",
         "by_slice": {name: rates(s) for name, s in sorted(per_slice.items())}, "total": total,
     }
+
+
+MIN_DOCS = 10  # a language's keep rate enters the spread from this many documents
+TOP_RULES = 5
+
+
+def eval_quality(labelled: Path, cfg: CurateConfig, min_docs: int = MIN_DOCS) -> dict[str, Any]:
+    """Keep rate per language (and the spread across languages) of the quality step on a labelled
+    file, with the rules that removed the most and, on parallel text, per-group agreement."""
+    from tokenmill.data.quality import Quality, check_min_chars, check_rules, measure
+
+    step = Quality(cfg)
+    step.setup(None)
+    per_lang: dict[str, dict[str, Any]] = defaultdict(lambda: {
+        "docs": 0, "kept": 0, "rules": defaultdict(int), "low_quality": 0, "low_quality_removed": 0,
+        "good": 0, "good_kept": 0, "profile": ""})
+    groups: dict[str, dict[str, bool]] = defaultdict(dict)
+    for lineno, rec in _records(labelled, {"text": str, "language": str}):
+        kind = rec.get("kind") or "web"
+        if kind not in FAMILIES:
+            raise LabelledFileError(f"{labelled}:{lineno}: kind {kind!r} is not one of {', '.join(FAMILIES)}")
+        judge = step.judge(rec["language"], kind)
+        signals, _ = measure(rec["text"], rules=judge.rules, book=judge.book)
+        rejection = check_min_chars(len(rec["text"]), cfg.min_chars) or check_rules(signals, judge.cfg, judge.apply)
+        kept = rejection is None
+        s = per_lang[rec["language"]]
+        s["docs"] += 1
+        s["kept"] += kept
+        s["profile"] = judge.rules.profile
+        if not kept:
+            s["rules"][rejection.rule] += 1
+        if isinstance(rec.get("low_quality"), bool):
+            low = rec["low_quality"]
+            s["low_quality"] += low
+            s["low_quality_removed"] += low and not kept
+            s["good"] += not low
+            s["good_kept"] += kept and not low
+        if rec.get("group") is not None:
+            groups[str(rec["group"])][rec["language"]] = kept
+    by_language = {}
+    for lang, s in sorted(per_lang.items()):
+        rate = _ratio(s["kept"], s["docs"])
+        gap, shared = _gap_to_english(lang, per_lang, groups)
+        by_language[lang] = {
+            "docs": s["docs"], "kept": s["kept"], "keep_rate": rate, "profile": s["profile"],
+            "gap_to_english": gap, "shared_with_english": shared,
+            "top_rules": dict(sorted(s["rules"].items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_RULES]),
+            **({"low_quality_removed": _ratio(s["low_quality_removed"], s["low_quality"]),
+                "good_kept": _ratio(s["good_kept"], s["good"])} if s["low_quality"] + s["good"] else {})}
+    rates = [v["keep_rate"] for v in by_language.values() if v["docs"] >= min_docs and v["keep_rate"] is not None]
+    multi = [g for g in groups.values() if len(g) >= 2]
+    return {
+        "file": str(labelled), "min_docs": min_docs, "by_language": by_language,
+        "spread": max(rates) - min(rates) if rates else None,
+        "max_gap_to_english": max((abs(v["gap_to_english"]) for v in by_language.values()
+                                   if v["shared_with_english"] >= min_docs and v["gap_to_english"] is not None),
+                                  default=None),
+        "agreement": _ratio(sum(len(set(g.values())) == 1 for g in multi), len(multi)),
+        "groups": len(multi),
+    }
+
+
+def _gap_to_english(lang: str, per_lang: dict[str, dict[str, Any]],
+                    groups: dict[str, dict[str, bool]]) -> tuple[float | None, int]:
+    """(keep rate minus English's in points, documents compared): on the same pages where the
+    file has groups in both languages (translations left out of one language do not move it),
+    otherwise over every document of each."""
+    if "en" not in per_lang:
+        return None, 0
+    pairs = [(g[lang], g["en"]) for g in groups.values() if lang in g and "en" in g]
+    if pairs:
+        return round(100 * (sum(a for a, _ in pairs) - sum(b for _, b in pairs)) / len(pairs), 1), len(pairs)
+    mine, en = per_lang[lang], per_lang["en"]
+    return round(100 * (mine["kept"] / mine["docs"] - en["kept"] / en["docs"]), 1), mine["docs"]
