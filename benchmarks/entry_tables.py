@@ -484,3 +484,60 @@ def minhash(r: dict[str, Any]) -> list[str]:
             f"mutated copies, {q['true_pairs']:,} true pairs, exact Jaccard known) | **{ours['recall']:.3f} / "
             f"{ours['precision']:.3f}** | {theirs['recall']:.3f} / {theirs['precision']:.3f} (MinHashLSH threshold "
             f"0.8, 128 perm) | ≥ 0.98 / ≥ 0.995 |"]
+
+
+_QL_ARMS = ("before (English rules, web)", "after (own profile, web)", "after (own profile, reference)")
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.0f}%"
+
+
+def _pts(x: float | None) -> str:
+    return "–" if x is None else f"{x:+.1f}"
+
+
+def quality_languages(r: dict[str, Any]) -> list[str]:
+    """bench_quality_languages.py: keep rate per language on held-out translated pages, before
+    (English rules for every language) and after (each language's profile), web and reference kinds."""
+    res = _result(r)
+    before, web, ref = (res["languages"][a] for a in _QL_ARMS)
+    lines = ["| language | held-out pages (same page in English) | profile | keep rate before / after web / "
+             "after reference | gap to English on the same pages, points: before / after web / after reference "
+             "| low-quality pages removed, after web | rules that removed the most before | after (web) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for lang, b in before["by_language"].items():
+        w, f = web["by_language"][lang], ref["by_language"][lang]
+        top_b = ", ".join(f"{k} {v}" for k, v in list(b["top_rules"].items())[:2])
+        top_w = ", ".join(f"{k} {v}" for k, v in list(w["top_rules"].items())[:2])
+        lines.append(f"| {lang} | {b['docs']} ({b['shared_with_english']}) | {w['profile']} | {_pct(b['keep_rate'])} / "
+                     f"**{_pct(w['keep_rate'])}** / {_pct(f['keep_rate'])} | {_pts(b['gap_to_english'])} / "
+                     f"**{_pts(w['gap_to_english'])}** / {_pts(f['gap_to_english'])} | "
+                     f"{_pct(w.get('low_quality_removed'))} | {top_b} | {top_w} |")
+    lines.append(f"| **all** | {res['held_out_pages']} | | spread {_pct(before['spread'])} / **{_pct(web['spread'])}** / "
+                 f"{_pct(ref['spread'])} | largest gap {before['max_gap_to_english']:.1f} / "
+                 f"**{web['max_gap_to_english']:.1f}** / {ref['max_gap_to_english']:.1f} | | translations judged "
+                 f"alike: {_pct(before['agreement'])} before | {_pct(web['agreement'])} after (of {web['groups']} pages) |")
+    return lines
+
+
+def quality_kinds(r: dict[str, Any]) -> list[str]:
+    """bench_quality_languages.py: books and code through their kinds' rules; segmentation cost."""
+    res = _result(r)
+    lines = ["| data | before | after | removed after |", "|---|---|---|---|"]
+    (lb, b), (la, a) = res["books"].items()
+    lines.append(f"| books/ ({b['files']} files: Austen, three Bibles, Shakespeare, Spurgeon, US founding documents), "
+                 f"share of characters kept | {_pct(b['kept_char_share'])} ({b['kept_files']} files; {lb}) | "
+                 f"**{100 * a['kept_char_share']:.1f}%** ({a['kept_files']} files; {la}) | "
+                 f"{', '.join(f'{k}: {v}' for k, v in a['removed'].items()) or 'none'} |")
+    for lang, c in res["code"].items():
+        rules = ", ".join(f"{k} {v}" for k, v in c["removed_by"].items()) or "none"
+        ex = "; ".join(p.split("/")[-1] for ps in c["examples"].values() for p in ps)
+        lines.append(f"| code/{lang}: files kept by the code rules | skipped (no rules) | {c['kept']} of {c['files']} "
+                     f"| {rules}{f' ({ex})' if ex else ''} |")
+    for lang, s in res["segmentation"].items():
+        ms = s["ms_per_doc"]
+        lines.append(f"| measuring a {lang} page ({s['docs']} pages, {s['mean_chars']:,.0f} characters each), ms per "
+                     f"page | {ms['whitespace words']:.1f} (whitespace words) | {ms['own profile']:.1f} (own profile"
+                     f"{', segmented' if lang in ('zh', 'ja') else ''}) | |")
+    return lines
