@@ -113,7 +113,7 @@ def books(corpora: Path) -> dict:
                 text = unwrap_paragraphs(text)
             judge = step.judge("en" if "-es-" not in str(f) else "es", kind)
             s, _ = measure(text, rules=judge.rules, book=judge.book)
-            rej = check_min_chars(len(text), cfg.min_chars) or check_rules(s, judge.cfg, judge.apply)
+            rej = check_min_chars(len(text), judge.rules.min_chars(cfg.min_chars)) or check_rules(s, judge.cfg, judge.apply)
             rows.append({"file": str(f.relative_to(corpora)), "chars": len(text),
                          "removed_by": None if rej is None else rej.rule})
         chars = sum(r["chars"] for r in rows)

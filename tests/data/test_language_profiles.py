@@ -40,7 +40,7 @@ def test_fallback_is_never_stricter_than_english():
 
 
 def test_calibrated_thresholds_scale_with_the_language():
-    prof = LanguageProfile(scale={"words": 2.0, "word_len": 0.5, "line_chars": 0.5, "newline_word": 1.5},
+    prof = LanguageProfile(scale={"chars": 0.5, "words": 2.0, "word_len": 0.5, "line_chars": 0.5, "newline_word": 1.5},
                            stop_words=["的", "是"], documents=20)
     r = rules_for("zh", CFG, {"zh": prof})
     assert (r.cfg.min_words, r.cfg.max_words) == (100, 200_000)
@@ -48,6 +48,7 @@ def test_calibrated_thresholds_scale_with_the_language():
     assert (r.cfg.short_line_chars, r.cfg.c4_min_words_per_line) == (15, 6)
     assert r.cfg.max_newline_word_ratio == pytest.approx(0.45)
     assert r.stop_words == {"的", "是"} and r.language == "zh" and not r.english_c4
+    assert (r.min_chars(200), r.min_chars(0), rules_for("en", CFG, {}).min_chars(200)) == (100, 0, 200)
     # A profile without stop words switches the rule off rather than making it impossible.
     assert rules_for("zh", CFG, {"zh": prof.model_copy(update={"stop_words": None})}).cfg.min_stop_words == 0
 
@@ -65,6 +66,7 @@ def test_calibration_is_the_ratio_of_medians_against_english():
     assert profiles["de"].scale["word_len"] == pytest.approx(mean_len(doubled[0]) / mean_len(english[0]), abs=1e-4)
     assert profiles["de"].scale["word_len"] == pytest.approx(2.0, abs=1e-3)
     assert profiles["de"].scale["words"] == pytest.approx(1.0)
+    assert profiles["de"].scale["chars"] == pytest.approx(len(doubled[0]) / len(english[0]), abs=1e-3)
     assert profiles["de"].stop_words == ["ofof", "thethe"]  # in every document, alphabetical; "zz" in none  # found in every document; "zz" in none
     with pytest.raises(ValueError, match="English"):
         calibrate({"de": doubled}, {})

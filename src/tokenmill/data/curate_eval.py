@@ -195,7 +195,8 @@ def eval_quality(labelled: Path, cfg: CurateConfig, min_docs: int = MIN_DOCS) ->
             raise LabelledFileError(f"{labelled}:{lineno}: kind {kind!r} is not one of {', '.join(FAMILIES)}")
         judge = step.judge(rec["language"], kind)
         signals, _ = measure(rec["text"], rules=judge.rules, book=judge.book)
-        rejection = check_min_chars(len(rec["text"]), cfg.min_chars) or check_rules(signals, judge.cfg, judge.apply)
+        rejection = (check_min_chars(len(rec["text"]), judge.rules.min_chars(cfg.min_chars))
+                     or check_rules(signals, judge.cfg, judge.apply))
         kept = rejection is None
         s = per_lang[rec["language"]]
         s["docs"] += 1

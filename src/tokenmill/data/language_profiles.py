@@ -15,7 +15,9 @@ translated) the ratio is the language's own scale for the same content, so a tra
 an English page that passes measures inside language L's bounds by the same margin.
 
 A profile holds:
-- `scale`: the median ratios, for `words` (n_words: min_words, max_words, C4's words per line),
+- `scale`: the median ratios, for `chars` (characters per document: the length floor
+  `curate.min_chars`; a Chinese page says in half the characters what its English original says),
+  `words` (n_words: min_words, max_words, C4's words per line),
   `word_len` (mean_word_len: its min and max), `line_chars` (characters per line: FineWeb's
   short-line length) and `newline_word` (FineWeb's line breaks per word);
 - `stop_words`: Gopher's rule needs two of eight very common words. English keeps Gopher's
@@ -51,7 +53,7 @@ from tokenmill.errors import UserError
 
 SHIPPED = Path(__file__).with_name("resources") / "language_profiles.json"
 ENGLISH = "en"
-SCALES: tuple[str, ...] = ("words", "word_len", "line_chars", "newline_word")
+SCALES: tuple[str, ...] = ("chars", "words", "word_len", "line_chars", "newline_word")
 N_STOP_WORDS = 8
 # Gopher: "at least two of the following English words: the, be, to, of, and, that, have, with".
 GOPHER_STOP_WORDS: tuple[str, ...] = ("the", "be", "to", "of", "and", "that", "have", "with")
@@ -92,6 +94,10 @@ class LanguageRules:
     stop_words: frozenset[str]  # empty: the stop-word rule is off
     english_c4: bool  # C4's own end marks (English), or every script's
     profile: str  # "english", "calibrated" or "fallback"
+    chars_scale: float = 1.0  # the length floor (curate.min_chars) is multiplied by this
+
+    def min_chars(self, floor: int) -> int:
+        return max(1, round(floor * self.chars_scale)) if floor else 0
 
 
 def _scaled(cfg: QualityConfig, scale: Mapping[str, float]) -> QualityConfig:
@@ -120,13 +126,15 @@ def rules_for(language: str | None, cfg: QualityConfig, profiles: Mapping[str, L
     scaled = _scaled(cfg, profile.scale)
     if not profile.stop_words:
         scaled = scaled.model_copy(update={"min_stop_words": 0})
-    return LanguageRules(language, scaled, frozenset(profile.stop_words or ()), False, "calibrated")
+    return LanguageRules(language, scaled, frozenset(profile.stop_words or ()), False, "calibrated",
+                         profile.scale["chars"])
 
 
 # --------------------------------------------------------------------------- calibration
 def _medians(signals: list[dict[str, float]]) -> dict[str, float]:
     per_line = [s["n_chars"] / s["n_lines"] for s in signals if s["n_lines"]]
     return {
+        "chars": statistics.median(s["n_chars"] for s in signals),
         "words": statistics.median(s["n_words"] for s in signals),
         "word_len": statistics.median(s["mean_word_len"] for s in signals),
         "line_chars": statistics.median(per_line) if per_line else 0.0,

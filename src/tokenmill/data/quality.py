@@ -524,13 +524,14 @@ class Quality(DocStep):
         text = doc.text or ""
         judge = self.judge(doc.language, kind_of(doc.bucket, doc.format, qcfg))
         doc.quality, c4 = measure(text, rules=judge.rules, book=judge.book)
-        rejection = check_min_chars(len(text), self.cfg.min_chars)
+        min_chars = judge.rules.min_chars(self.cfg.min_chars)
+        rejection = check_min_chars(len(text), min_chars)
         if rejection is not None or doc.bucket in qcfg.skip_buckets:
             return rejection
         rejection = check_rules(doc.quality, judge.cfg, judge.apply)
         if rejection is None and "c4" in judge.apply and qcfg.c4_remove_lines:
             doc.text = "\n".join(c4.kept)
-            rejection = check_min_chars(len(doc.text), self.cfg.min_chars)
+            rejection = check_min_chars(len(doc.text), min_chars)
         return rejection
 
 

@@ -5,8 +5,10 @@ words, so a whitespace "word" there is a whole clause or line: a Chinese page me
 has a mean word length of 30-60 characters and fails Gopher's 3-10 rule every time. For those
 languages a maintained segmenter from the registry splits the text into words first:
 
-- Chinese (`zh`): jieba (dictionary + HMM for unknown words), the segmenter spaCy's Chinese
-  pipeline and most Chinese corpus tools default to;
+- Chinese (`zh`): jieba's dictionary segmentation (the segmenter spaCy's Chinese pipeline and
+  most Chinese corpus tools default to), run by jieba-rs through `rjieba` (Rust, no start-up
+  cost; ~0.5 ms for a 5,600-character page where Python jieba takes ~16 ms), without jieba's HMM
+  for unknown words (whose two implementations disagree; without it they agree word for word);
 - Japanese (`ja`): MeCab through fugashi, with the unidic-lite dictionary (both wheels; MeCab is
   C, ~1 M characters/s here).
 
@@ -24,23 +26,21 @@ long line is cut at CHUNK characters, a cut that can split at most one word per 
 from __future__ import annotations
 
 import functools
-import logging
 import re
 from typing import Callable
 
-SEGMENTED: dict[str, str] = {"zh": "jieba", "ja": "fugashi+unidic-lite"}
+SEGMENTED: dict[str, str] = {"zh": "rjieba", "ja": "fugashi+unidic-lite"}
 CHUNK = 4096  # characters per segmenter call on a very long line
 _HAS_WORD_CHAR = re.compile(r"\w")
 
 
 @functools.cache
 def _jieba() -> Callable[[str], list[str]]:
-    import jieba
+    import rjieba
 
-    jieba.setLogLevel(logging.WARNING)  # its dictionary-loading chatter goes to stderr otherwise
-    tokenizer = jieba.Tokenizer()
-    tokenizer.initialize()
-    return tokenizer.lcut
+    # Dictionary segmentation without the HMM for unknown words: jieba-rs's output is then
+    # identical to Python jieba's (HMM=False; all 60 handbook pages checked) at ~35x its speed.
+    return lambda line: rjieba.cut(line, hmm=False)
 
 
 @functools.cache
@@ -97,7 +97,7 @@ def segmenter_versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}
-    for pkg in ("jieba", "fugashi", "unidic-lite"):
+    for pkg in ("rjieba", "fugashi", "unidic-lite"):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
