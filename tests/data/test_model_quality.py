@@ -253,3 +253,48 @@ def test_austen_paragraph_beats_a_navigation_menu(corpus, tmp_path):
     step.process(nav)
     assert good.model_quality["perplexity"] * 5 < nav.model_quality["perplexity"]
     assert good.model_quality["classifier_score"] > 0.5 > nav.model_quality["classifier_score"]
+
+
+# --------------------------------------------------------------------------- a labelled training file
+def _write_labelled(path: Path, good: list[str], bad: list[str]) -> Path:
+    rows = [{"text": t, "label": "good"} for t in good] + [{"text": t, "label": False} for t in bad]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    return path
+
+
+def test_classifier_learns_from_a_labelled_file_and_retrains_when_it_changes(corpus, prepared, tmp_path):
+    rng = random.Random(1)
+    names = [n for n in sorted(topics) if n not in HELD_OUT]
+    bad = ["\n".join(rng.choices(CHROME, k=30)) for _ in range(40)]
+    labelled = _write_labelled(tmp_path / "labels.jsonl", [topics[n] for n in names[:40]], bad)
+    work = tmp_path / "work"
+    step = mq.ModelQuality(_cfg(corpus, labelled=str(labelled)))
+    step.prepare(work)
+    step.setup(work)
+    manifest = json.loads((work / mq.SUBDIR / mq.MANIFEST).read_text())
+    clf = manifest["random"]["classifier"]
+    assert clf["trained_on"] == "labelled" and clf["held_out"]["auc"] > 0.95
+    good, nav = _doc(topics[HELD_OUT[0]]), _doc("\n".join(CHROME))
+    step.process(good)
+    step.process(nav)
+    assert good.model_quality["classifier_score"] > 0.5 > nav.model_quality["classifier_score"]
+    # Not the reference-vs-random model of the same corpus: other training data, other weights.
+    assert _files(work)[mq.CLF_FILE] != _files(prepared[1])[mq.CLF_FILE]
+    assert _files(work)[mq.LM_FILE] == _files(prepared[1])[mq.LM_FILE]  # the LM still learns the reference
+    before = _files(work)[mq.CLF_FILE]
+    _write_labelled(labelled, [topics[n] for n in names[:30]], bad)
+    again = mq.ModelQuality(_cfg(corpus, labelled=str(labelled)))
+    again.prepare(work)
+    assert "train_lm_s" not in again.timings and _files(work)[mq.CLF_FILE] != before
+
+
+def test_a_bad_labelled_file_names_the_line(corpus, tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"text": "fine text of the right length, long enough", "label": "good"}\n'
+                    '{"text": "another", "label": "maybe"}\n')
+    step = mq.ModelQuality(_cfg(corpus, labelled=str(path)))
+    with pytest.raises(mq.LabelledFileError, match=r"bad\.jsonl:2: .*'maybe'"):
+        step.labelled_texts()
+    only_good = _write_labelled(tmp_path / "good.jsonl", [topics[sorted(topics)[0]]], [])
+    with pytest.raises(mq.LabelledFileError, match="both good and bad"):
+        mq.ModelQuality(_cfg(corpus, labelled=str(only_good))).labelled_texts()

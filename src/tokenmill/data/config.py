@@ -161,6 +161,7 @@ class ModelQualityConfig(Strict):
     ngram_order: int = Field(3, ge=1, description="Order of the n-gram language model.")
     max_perplexity: float | None = Field(None, description="Remove documents above this perplexity (None: score only).")
     classifier: bool = Field(True, description="Also train a reference-vs-random linear classifier.")
+    labelled: str | None = Field(None, description="JSONL of {\"text\", \"label\": \"good\"|\"bad\"} the classifier learns from instead of reference vs random (DCLM); None: reference vs random.")
     min_classifier_score: float | None = Field(None, description="Remove documents below this score (None: score only).")
     tier_perplexities: list[float] | None = Field(None, description="Perplexity cut-points of the tiers head/middle/tail; None: the 30th and 60th percentiles of the random sample's (CCNet).")
     skip_buckets: list[str] = Field(["code"], description="Buckets the step does not apply to.")

@@ -26,6 +26,13 @@ adds the sources' paths / sizes / mtimes and the sampling knobs. `prepare` retra
 whose fingerprint changed, so a resumed run does not retrain. Training is deterministic (fixed
 seed, sums in a fixed order). Removal is opt-in: rule "perplexity" above `max_perplexity`, rule
 "classifier_score" below `min_classifier_score`; the signals are stored on every document.
+
+With `model_quality.labelled` (a JSONL file of {"text": ..., "label": "good" | "bad"}, also
+true/false or 1/0), the classifier learns from those labels instead of reference vs random, as
+DCLM's fastText filter was trained on hand-picked positives and negatives; the file's bytes are
+part of the classifier's fingerprint, its texts are normalized like the documents, and a line
+without a text or a known label is an error naming the file and the line. The n-gram LM still
+learns from the reference, and the random sample still gives the CCNet cut-points.
 """
 
 from __future__ import annotations
@@ -46,7 +53,9 @@ from tokenmill.data import ngram_lm
 from tokenmill.data import sources as source_step
 from tokenmill.data.document import Doc, Rejection, format_value
 from tokenmill.data.extract import Extract
-from tokenmill.data.normalize import Normalize
+from tokenmill.data.jsonl import json_objects
+from tokenmill.data.normalize import Normalize, normalize_text
+from tokenmill.errors import UserError
 from tokenmill.data.step import DocStep
 
 VERSION = f"1+lm-{ngram_lm.VERSION}+clf-{lc.VERSION}"
@@ -60,6 +69,11 @@ CCNET_PERCENTILES = (30, 60)  # CCNet's head / tail cut-points (cc_net Perplexit
 PERCENTILES = (10, 30, 60, 90)  # of the random sample's perplexity, recorded in the manifest
 REFERENCE_MAX_BYTES = 1 << 40  # reference files are read whole, whatever curate.max_doc_bytes says
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # zip's earliest date: no wall-clock time in the files
+LABELS: dict[object, bool] = {"good": True, "bad": False, True: True, False: False, 1: True, 0: False}
+
+
+class LabelledFileError(UserError, ValueError):
+    """A labelled training file for the quality classifier that cannot be used (names file and line)."""
 
 
 # --------------------------------------------------------------------------- small pieces
@@ -186,6 +200,28 @@ class ModelQuality(DocStep):
                              f"({left_out} records unreadable or shorter than min_chars)")
         return texts, left_out
 
+    def labelled_texts(self) -> tuple[list[str], list[str]]:
+        """(good texts, bad texts) of the labelled file, normalized like the documents."""
+        assert self.mq.labelled is not None
+        path = Path(self.resolve(self.mq.labelled))
+        if not path.is_file():
+            raise LabelledFileError(f"model_quality.labelled {path}: file not found")
+        good: list[str] = []
+        bad: list[str] = []
+        with path.open(encoding="utf-8") as fh:
+            for lineno, rec in json_objects(fh, path, LabelledFileError):
+                label = LABELS.get(rec.get("label")) if isinstance(rec.get("label"), (str, bool, int)) else None
+                if not isinstance(rec.get("text"), str) or label is None:
+                    raise LabelledFileError(f"{path}:{lineno}: needs a string 'text' and a 'label' of "
+                                            f"good/bad, true/false or 1/0, got label {rec.get('label')!r}")
+                text = normalize_text(rec["text"], mojibake=self.cfg.normalize.fix_mojibake)
+                if len(text) >= self.cfg.min_chars:
+                    (good if label else bad).append(text)
+        if not good or not bad:
+            raise LabelledFileError(f"{path}: needs both good and bad texts of at least min_chars "
+                                    f"({len(good)} good, {len(bad)} bad)")
+        return good, bad
+
     def random_texts(self) -> Iterator[str]:
         """Every negative_every-th raw record of the run's sources, in the step's buckets."""
         i = 0
@@ -208,7 +244,9 @@ class ModelQuality(DocStep):
                            "reference": _files_digest(str(self.resolve(self.mq.reference)))})
 
     def _random_fingerprint(self, lm_fp: str) -> str:
-        return _hash_json({"lm": lm_fp, "classifier": self.mq.classifier, "max_doc_bytes": self.cfg.max_doc_bytes,
+        labelled = _files_digest(str(self.resolve(self.mq.labelled))) if self.mq.labelled else None
+        return _hash_json({"lm": lm_fp, "classifier": self.mq.classifier, "labelled": labelled,
+                           "max_doc_bytes": self.cfg.max_doc_bytes,
                            "negative_every": self.mq.negative_every,
                            "max_examples": self.mq.max_examples, "skip_buckets": self.mq.skip_buckets,
                            "seed": SEED, "sources": [source_step.inputs_fingerprint(s) for s in self.cfg.sources]})
@@ -279,13 +317,20 @@ class ModelQuality(DocStep):
             f"p{q}": round(float(np.percentile(perplexities, q)), 3) for q in PERCENTILES}}
         if self.mq.classifier:
             t = time.perf_counter()
-            pos = [lc.features(ngram_lm.tokenize(p)) for p in even_sample(
-                [p for text in reference for p in passages(text)], k)]
-            neg = [lc.features(ngram_lm.tokenize(p)) for p in neg_text[:k]]
+            if self.mq.labelled:
+                good, bad = self.labelled_texts()
+                pos_text = even_sample([p for text in good for p in passages(text)], k)
+                neg_text = even_sample([p for text in bad for p in passages(text)], k)
+            else:
+                pos_text = even_sample([p for text in reference for p in passages(text)], k)
+                neg_text = neg_text[:k]
+            pos = [lc.features(ngram_lm.tokenize(p)) for p in pos_text]
+            neg = [lc.features(ngram_lm.tokenize(p)) for p in neg_text]
             model = lc.fit(_split(pos, False), _split(neg, False), seed=SEED)
             self.timings["train_classifier_s"] = time.perf_counter() - t
             write_npz(out / CLF_FILE, model.to_arrays())
-            result["classifier"] = {"positives": len(pos), "negatives": len(neg),
+            result["classifier"] = {"trained_on": "labelled" if self.mq.labelled else "reference vs random",
+                                    "positives": len(pos), "negatives": len(neg),
                                     "held_out": lc.evaluate(model, _split(pos, True), _split(neg, True))}
         return result
 
