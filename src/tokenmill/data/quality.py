@@ -4,8 +4,10 @@
 and returns every field of `QUALITY_FIELDS`; the `check_*` functions compare the measurements
 with `QualityConfig` and return the first broken rule with its measured value. The `Quality`
 step stores the signals on every row (kept or not, every bucket), applies the length floor
-(`CurateConfig.min_chars`, rule `min_chars`) to every bucket, and the rule families to the
-buckets not in `skip_buckets`, in this order. Thresholds are the published ones:
+(`CurateConfig.min_chars`, rule `min_chars`) to every bucket, and the rule families of the
+document's kind (data/text_kinds.py) to the buckets not in `skip_buckets`, in this order, with
+the thresholds of its language (data/language_profiles.py; words from data/segment.py) and the
+code rules of data/code_quality.py for code. English thresholds are the published ones:
 
 Gopher quality (Rae et al. 2021, §A.1.1): 50-100,000 words, mean word length 3-10, '#' or
   '...' per word <= 0.1, <= 90% bullet lines, <= 30% lines ending in an ellipsis, >= 80% of
@@ -48,7 +50,8 @@ FineWeb (Penedo et al. 2024; datatrove FineWebQualityFilter defaults): >= 12% of
   tokens, where datatrove counts spaCy tokens, punctuation included: our ratio is higher,
   so the rule is slightly stricter). FineWeb's line rules assume a line is a paragraph, as in
   extracted web text: hard-wrapped plain text (Project Gutenberg books) fails min_line_punct_frac
-  almost always (108 of 120 Austen chunks): give such buckets `skip_buckets` or fineweb=False.
+  almost always (108 of 120 Austen chunks): declare such buckets `books` (quality.kinds), which
+  unwraps them in normalize and leaves FineWeb's and C4's line rules out.
 
 Speed (one core, 60 python3.11-doc pages after extraction, 17.7k characters / 2.7k words each):
 every signal of every family in 1.8 ms per document, the repetition family 1.0 ms; datatrove's
