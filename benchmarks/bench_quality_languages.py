@@ -18,7 +18,8 @@ text under /de/) is counted and left out.
   a navigation page: link density measured on the HTML, independent of every quality rule).
 - Books: each book of books/ (Austen, the King James and World English Bibles, Shakespeare,
   Spurgeon, the US founding documents) through normalize + quality as `format: text`, declared
-  `books` against the old default: share of characters kept.
+  `books` against the old default: share of characters kept (each book's language from its
+  directory: Spanish for bible-es-*, English for the rest; langid agrees on all of them).
 - Code: the code rules on every file of code/ (C headers, JavaScript, Perl, Python): kept per
   language, removed by rule, examples.
 - Segmentation: ms per document of measuring Chinese and Japanese pages with and without it.

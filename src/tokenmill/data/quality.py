@@ -274,16 +274,17 @@ def book_units(text: str, unit_words: int = BOOK_UNIT_WORDS) -> list[str]:
     return units or [text]
 
 
-def book_repetition_signals(text: str, language: str | None = None) -> dict[str, float]:
+def book_repetition_signals(text: str, language: str | None = None, parts: Parts | None = None) -> dict[str, float]:
     """The repetition signals of a book: each one's median over its chapter-sized units.
 
     Repeated n-grams accumulate with length: a 100,000-word book repeats more 5-grams by chance
     than the web page Gopher's thresholds were set on (Genesis, KJV: 0.171 whole, a median 0.117
     over 5,000-word units; the limit is 0.15). The median unit says whether the book repeats
-    itself the way a spam page does, whatever its length."""
+    itself the way a spam page does, whatever its length. `parts`: the whole text already split
+    (used as is when the book is a single unit, so it is not segmented twice)."""
     units = book_units(text)
     if len(units) == 1:
-        return repetition_signals(split_text(text, language))
+        return repetition_signals(parts if parts is not None else split_text(text, language))
     per_unit = [repetition_signals(split_text(u, language)) for u in units]
     return {k: float(np.median([u[k] for u in per_unit])) for k in per_unit[0]}
 
@@ -378,7 +379,7 @@ def measure(text: str, cfg: QualityConfig | None = None, language: str | None = 
     english = rules.english_c4 if rules is not None else True
     c4 = c4_lines(parts.lines, cfg.c4_min_words_per_line, cfg.c4_max_word_len, english, parts.line_words)
     stop = rules.stop_words if rules is not None else STOP_WORDS
-    repetition = book_repetition_signals(text, language) if book else repetition_signals(parts)
+    repetition = book_repetition_signals(text, language, parts) if book else repetition_signals(parts)
     signals = {**gopher_signals(parts, stop), **repetition,
                **c4_signals(c4, len(parts.lines)), **fineweb_signals(parts, cfg.short_line_chars),
                **code_signals(text)}

@@ -11,8 +11,9 @@ manual with a shell snippet fails C4's curly-bracket rule. So each kind gets its
 | web       | Gopher quality, Gopher repetition, C4, FineWeb                | html, warc input  |
 | reference | the same, without C4's curly-bracket rule (manuals show code) |                   |
 | prose     | Gopher quality, Gopher repetition                             | text, jsonl, parquet |
-| books     | Gopher quality without max_words, Gopher repetition; plain    |                   |
-|           | text is unwrapped into paragraphs by `normalize` first        |                   |
+| books     | Gopher quality without max_words; Gopher repetition as the    |                   |
+|           | median over 5,000-word units, without the duplicated 5-10-gram |                  |
+|           | rules; plain text is unwrapped into paragraphs by `normalize` |                   |
 | code      | the code rules (data/code_quality.py)                         | code input, the `code` bucket |
 
 A bucket's kind is `quality.kinds[bucket]` when listed, else it follows the input format. The
