@@ -19,7 +19,12 @@ console = Console(stderr=True, soft_wrap=True)
 
 
 def _inputs(run: RunDir, stage: str) -> Any:
-    """Raw inputs outside the run directory that a stage depends on (only curation has any)."""
+    """Raw inputs outside the run directory that a stage depends on: curation's sources, and the
+    tokenizer stage's `tokenizer.file` when it is given one."""
+    if stage == "tokenizer":
+        from tokenmill.tokenizer.stage import tokenizer_file_sha256
+
+        return tokenizer_file_sha256(run)
     if stage != "curate":
         return None
     from tokenmill.data.curate import curate_inputs_fingerprint

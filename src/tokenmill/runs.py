@@ -54,6 +54,11 @@ OPTIONAL_STEPS: dict[str, tuple[str, ...]] = {"curate": ("substring_dedup",)}
 
 # Source fields added after runs were made: at their default they stay out of the fingerprint.
 LATER_SOURCE_DEFAULTS: dict[str, Any] = {"synthetic": False}
+# Section fields added after runs were made (a path of keys): at their default they stay out too.
+LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
+    "tokenizer": {("file",): None},
+    "curate": {("decontaminate", "set_max_overlap"): {}},
+}
 
 
 def _without_disabled(section: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -64,6 +69,12 @@ def _without_disabled(section: str, values: dict[str, Any]) -> dict[str, Any]:
         for key, default in LATER_SOURCE_DEFAULTS.items():
             if src.get(key, default) == default:
                 src.pop(key, None)
+    for keys, default in LATER_DEFAULTS.get(section, {}).items():
+        parent = values
+        for key in keys[:-1]:
+            parent = parent.get(key) or {}
+        if parent.get(keys[-1], default) == default:
+            parent.pop(keys[-1], None)
     return values
 
 

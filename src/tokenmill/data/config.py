@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from tokenmill.config_base import Strict
 
@@ -232,6 +232,14 @@ class DecontaminateConfig(Strict):
     text_fields: list[str] = Field(["text", "question", "answer", "context"], description="Fields whose text forms an item.")
     n: int = Field(13, description="n-gram length in words.")
     max_overlap: float = Field(0.0, description="Remove documents with more than this share of an item's n-grams (0: any shared n-gram).")
+    set_max_overlap: dict[str, float] = Field(default_factory=dict, description="max_overlap of particular eval sets (keyed as listed in eval_sets), e.g. whole held-out documents whose shared boilerplate is no contamination.")
+
+    @model_validator(mode="after")
+    def _known_sets(self) -> "DecontaminateConfig":
+        unknown = sorted(set(self.set_max_overlap) - set(self.eval_sets))
+        if unknown:
+            raise ValueError(f"set_max_overlap names {unknown}, which eval_sets does not list")
+        return self
 
 
 class BucketRule(Strict):

@@ -732,7 +732,8 @@ def _write_decontamination(job: Job, final: Path) -> None:
         from tokenmill.data.decontaminate import overlap_report
 
         parts = [json.loads(p.read_text()) for p in sorted((Path(job.work) / "finalized").glob("*/chunk-*.decontamination.json"))]
-        report = overlap_report(parts, Path(job.work) / "prepared", job.cfg.decontaminate.max_overlap)
+        report = overlap_report(parts, Path(job.work) / "prepared", job.cfg.decontaminate.max_overlap,
+                                set_max_overlap=job.cfg.decontaminate.set_max_overlap)
     atomic_write_text(final / DECONTAMINATION_FILE, json.dumps(report, indent=1))
 
 

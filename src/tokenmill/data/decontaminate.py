@@ -177,6 +177,8 @@ class Decontaminate(DocStep):
         self.item_ngrams = np.load(d / "item_ngrams.npy")
         self.item_set = np.load(d / "item_set.npy")
         self.set_names = [s["name"] for s in self.meta["sets"]]
+        limits = [self.dcfg.set_max_overlap.get(n, self.dcfg.max_overlap) for n in self.set_names]
+        self.item_limit = np.asarray(limits, dtype=np.float64)[self.item_set] if len(self.item_set) else np.empty(0)
 
     def overlaps(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """(items, shared n-gram counts) of every item sharing an n-gram with the text."""
@@ -203,11 +205,14 @@ class Decontaminate(DocStep):
             doc.contamination = {"max_overlap": 0.0, "eval_set": None, "shared_ngrams": 0}
             return None
         share = shared / self.item_ngrams[items]
-        best = int(np.lexsort((items, -shared, -share))[0])
+        over = share > self.item_limit[items]  # each item against its own set's limit
+        # the item reported: the largest share among those over their limit (else overall);
+        # ties: more shared n-grams, then the first item
+        best = int(np.lexsort((items, -shared, -share, ~over))[0])
         item, top = int(items[best]), float(share[best])
         eval_set = self.set_names[int(self.item_set[item])]
         doc.contamination = {"max_overlap": top, "eval_set": eval_set, "shared_ngrams": int(shared[best])}
-        removed = top > self.dcfg.max_overlap
+        removed = bool(over[best])
         self._tally(items, share, int(self.item_set[item]), removed)
         if not removed:
             return None
@@ -215,11 +220,11 @@ class Decontaminate(DocStep):
         return Rejection(
             self.name, RULE, format_value(top),
             f"contains {shared[best]} of the {self.item_ngrams[item]} {n}-grams ({top:.1%}) of item "
-            f"{self.meta['item_ids'][item]!r} of {eval_set}; the limit is {self.dcfg.max_overlap:.1%}")
+            f"{self.meta['item_ids'][item]!r} of {eval_set}; the limit is {self.item_limit[item]:.1%}")
 
     # ----------------------------------------------------------------- report tallies
     def _tally(self, items: np.ndarray, share: np.ndarray, best_set: int, removed: bool) -> None:
-        over = items[share > self.dcfg.max_overlap]
+        over = items[share > self.item_limit[items]]
         for s in np.unique(self.item_set[items]):
             st = self._stats.setdefault(int(s), {"docs_removed": 0, "docs_with_overlap": 0, "items": set()})
             st["docs_with_overlap"] += 1
@@ -251,7 +256,7 @@ def merge_overlap_stats(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 
 def overlap_report(parts: Iterable[dict[str, Any]], work_dir: Path, max_overlap: float,
-                   list_items: int = 100) -> dict[str, Any]:
+                   list_items: int = 100, set_max_overlap: dict[str, float] | None = None) -> dict[str, Any]:
     """The per-eval-set report (OUT/_decontamination.json) from the stats of every shard."""
     meta = json.loads((work_dir / INDEX_DIR / _META).read_text())
     merged = merge_overlap_stats(parts)
@@ -261,6 +266,7 @@ def overlap_report(parts: Iterable[dict[str, Any]], work_dir: Path, max_overlap:
         checked = s["items"] - s["too_short"]
         hit = st["contaminated_items"]
         report["eval_sets"][s["name"]] = {
+            "max_overlap": (set_max_overlap or {}).get(s["name"], max_overlap),
             "items": s["items"],
             "items_too_short": s["too_short"],
             "items_contaminated": len(hit),

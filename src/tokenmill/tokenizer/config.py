@@ -15,6 +15,7 @@ class TokenizerConfig(Strict):
     """Byte-level BPE trained with HF `tokenizers` on a sample of the curated text."""
 
     vocab_size: int = Field(4096, description="Vocabulary size including special tokens.")
+    file: str | None = Field(None, description="A tokenizer.json trained by tokenmill to use instead of training one (the same tokenizer across runs: ablations, continued pretraining); its vocabulary size is its own. None: train.")
     min_frequency: int = Field(2, description="A pair must occur this often to be merged.")
     sample_bytes: int = Field(30_000_000, description="Train on at most this many bytes of text (split over buckets by their size unless bucket_bytes is set).")
     bucket_bytes: dict[str, int] | None = Field(

@@ -17,15 +17,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from tokenizers import Tokenizer
 
+from tokenmill.errors import UserError
 from tokenmill.runs import RunDir, atomic_write_text
 from tokenmill.tokenizer.audit import audit_bucket, key_term_splits
-from tokenmill.tokenizer.bpe import tokenizer_sha256, train_bpe
+from tokenmill.tokenizer.bpe import load_tokenizer, tokenizer_sha256, train_bpe
 from tokenmill.tokenizer.fast_encode import verify_fast_encoder, write_record
 from tokenmill.tokenizer.sample import BucketSample, bucket_budgets
-from tokenmill.tokenizer.special import BOS_ID, EOS_ID, MASK_ID, PAD_ID, sentinel_ids
+from tokenmill.tokenizer.special import BOS_ID, EOS_ID, MASK_ID, PAD_ID, sentinel_ids, special_tokens
 from tokenmill.data.curated import bucket_parts, iter_documents
 from tokenmill.data.heldout_split import HeldoutCut, bucket_cuts
+
+
+class TokenizerFileError(UserError, ValueError):
+    """`tokenizer.file` names no usable tokenmill tokenizer."""
 
 
 def _train_batches(curated: Path, bucket: str, cut: HeldoutCut) -> Iterator[tuple[list[str], pa.Array, np.ndarray]]:
@@ -69,6 +75,29 @@ def _choose_samples(run: RunDir, curated: Path, cuts: dict[str, HeldoutCut], wor
     return samples, info
 
 
+def given_tokenizer(path: Path, n_sentinels: int) -> Tokenizer:
+    """A tokenizer.json trained elsewhere (`tokenizer.file`), checked to carry tokenmill's special
+    tokens at their ids: the token store, the loader and the objectives rely on them."""
+    try:
+        tok = load_tokenizer(path)
+    except FileNotFoundError:
+        raise TokenizerFileError(f"tokenizer.file {path}: not found") from None
+    except Exception as exc:  # tokenizers raises its own exception type on malformed JSON
+        raise TokenizerFileError(f"tokenizer.file {path}: not a tokenizer.json ({exc})") from exc
+    for want, token in enumerate(special_tokens(n_sentinels)):
+        got = tok.token_to_id(token)
+        if got != want:
+            raise TokenizerFileError(f"tokenizer.file {path}: special token {token!r} has id {got}, tokenmill needs "
+                                     f"{want} (train it with tokenmill, with tokenizer.n_sentinels={n_sentinels})")
+    return tok
+
+
+def tokenizer_file_sha256(run: RunDir) -> str | None:
+    """The identity of `tokenizer.file` (a changed file makes the stage stale); None when training."""
+    cfg = run.config.tokenizer
+    return tokenizer_sha256(Path(cfg.file)) if cfg.file and Path(cfg.file).is_file() else None
+
+
 def run_tokenizer(run: RunDir) -> dict[str, Any]:
     curated = run.sub("curated")
     tcfg = run.config.tokenize
@@ -89,7 +118,7 @@ def _train_and_audit(run: RunDir, curated: Path, cuts: dict[str, HeldoutCut], wo
         raise ValueError(f"{curated}: no curated training text to train a tokenizer on")
     if sampled == 0:
         raise ValueError(f"tokenizer: the sample is empty (tokenizer.bucket_bytes={cfg.bucket_bytes})")
-    tok = train_bpe(_sample(curated, cuts, samples), cfg)
+    tok = given_tokenizer(Path(cfg.file), cfg.n_sentinels) if cfg.file else train_bpe(_sample(curated, cuts, samples), cfg)
 
     out = run.sub("tokenizer")
     out.mkdir(parents=True, exist_ok=True)
@@ -99,6 +128,7 @@ def _train_and_audit(run: RunDir, curated: Path, cuts: dict[str, HeldoutCut], wo
     write_record(fast, out)
 
     audit: dict[str, Any] = {
+        "given": cfg.file,
         "vocab_size": tok.get_vocab_size(), "tokenizer_sha256": tokenizer_sha256(tok_path),
         "train_bytes": total, "sample_bytes": sampled, "sample": sample_info,
         "special_ids": {"eos": EOS_ID, "bos": BOS_ID, "pad": PAD_ID, "mask": MASK_ID,
