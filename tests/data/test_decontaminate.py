@@ -142,3 +142,28 @@ def test_an_ngram_shared_by_several_items_counts_for_each(tmp_path):
     step.process(doc)
     assert doc.contamination == {"max_overlap": 1.0, "eval_set": "a.jsonl", "shared_ngrams": 2}
     assert step.take_stats()["a.jsonl"]["contaminated_items"] == [0, 1, 2]
+
+
+def test_a_set_can_have_its_own_limit(tmp_path):
+    """set_max_overlap: whole held-out documents get a looser limit than benchmark items, whose
+    any shared 13-gram still removes a document."""
+    _write(tmp_path / "qa.jsonl", [{"id": "q1", "question": ITEM, "answer": ANSWER}])
+    _write(tmp_path / "held.jsonl", [{"id": "h1", "text": " ".join(f"held{i}" for i in range(20))}])  # 8 13-grams
+    cfg = CurateConfig(decontaminate=DecontaminateConfig(eval_sets=["qa.jsonl", "held.jsonl"],
+                                                         text_fields=["text", "question", "answer"],
+                                                         set_max_overlap={"held.jsonl": 0.5}))
+    step = Decontaminate(cfg, base_dir=tmp_path)
+    step.prepare(tmp_path / "work")
+    step.setup(tmp_path / "work")
+    held = [f"held{i}" for i in range(20)]
+    footer = _doc(_around(held[:15]))  # 3 of the document's 8 13-grams: under its 0.5
+    assert step.process(footer) is None and footer.contamination["max_overlap"] == 3 / 8
+    copy = _doc(_around(held[:18]))  # 6 of 8: a copy
+    assert step.process(copy) is not None and copy.contamination["eval_set"] == "held.jsonl"
+    # one 13-gram of the benchmark item is reported even beside a larger share of the held set
+    both = _doc(_around(ITEM.split()[:13] + ["and"] + held[:15]))
+    r = step.process(both)
+    assert r is not None and both.contamination == {"max_overlap": 1 / 8, "eval_set": "qa.jsonl", "shared_ngrams": 1}
+    assert "the limit is 0.0%" in r.reason
+    with pytest.raises(ValueError, match="set_max_overlap names"):
+        DecontaminateConfig(eval_sets=["qa.jsonl"], set_max_overlap={"held.jsonl": 0.5})

@@ -5,7 +5,8 @@ import pytest
 import tokenmill.tokenizer.stage as stage
 from tokenmill.tokenizer.bpe import load_tokenizer, tokenizer_sha256
 from tokenmill.tokenizer.sample import SampleConfigError
-from tokenmill.tokenizer.stage import run_tokenizer
+from tokenmill.runs import RunDir
+from tokenmill.tokenizer.stage import run_tokenizer, tokenizer_file_sha256
 from tokenmill.data.curated import iter_documents
 from tokenmill.data.heldout_split import heldout_ids
 
@@ -93,3 +94,45 @@ def test_sample_streams_from_disk_and_equals_the_rule_in_memory(curated_run, mon
                                 seed, bucket)
         want += [t for (_, t), k in zip(docs, keep) if k]
     assert seen == want and 0 < sum(len(t.encode()) for t in seen) <= 60_000
+
+
+def test_a_given_tokenizer_file_is_used_instead_of_training(curated_run, tmp_path):
+    """tokenizer.file: the run encodes with that exact tokenizer (one tokenizer across an
+    ablation's arms); its bytes are an input of the stage; a file without tokenmill's special
+    tokens at their ids is refused."""
+    from tokenmill.pipeline import run_pipeline
+    from tokenmill.tokenizer.stage import TokenizerFileError
+
+    run_pipeline(curated_run, ("tokenizer",))
+    trained = curated_run.sub("tokenizer", "tokenizer.json")
+    given = tmp_path / "given.json"
+    given.write_bytes(trained.read_bytes())
+    cfg = curated_run.config.model_copy(update={"tokenizer": curated_run.config.tokenizer.model_copy(
+        update={"file": str(given), "vocab_size": 999})})  # vocab_size is the file's own
+    other = RunDir.create(cfg.model_copy(update={"name": "other"}), tmp_path / "other")
+    (other.sub("curated")).symlink_to(curated_run.sub("curated"))
+    other.mark_done("curate")
+    run_pipeline(other, ("tokenizer",))
+    assert other.sub("tokenizer", "tokenizer.json").read_bytes() == trained.read_bytes()
+    audit = json.loads(other.sub("tokenizer", "audit.json").read_text())
+    assert audit["given"] == str(given) and audit["vocab_size"] == json.loads(
+        curated_run.sub("tokenizer", "audit.json").read_text())["vocab_size"]
+    assert other.is_fresh("tokenizer", tokenizer_file_sha256(other))
+    given.write_text(given.read_text().replace('"<|endoftext|>"', '"<|eot|>"'))
+    assert not other.is_fresh("tokenizer", tokenizer_file_sha256(other))  # a changed file: stale
+    with pytest.raises(TokenizerFileError, match="special token '<\\|endoftext\\|>' has id None"):
+        run_pipeline(other, ("tokenizer",))
+
+
+def test_fingerprints_ignore_fields_left_at_their_later_default(curated_run):
+    """Fields added after runs were made (tokenizer.file, decontaminate.set_max_overlap) stay out
+    of the fingerprinted sections at their defaults, so earlier runs' stages stay fresh."""
+    from tokenmill.runs import _without_disabled
+
+    cfg = curated_run.config
+    tok = _without_disabled("tokenizer", cfg.tokenizer.model_dump(mode="json"))
+    cur = _without_disabled("curate", cfg.curate.model_dump(mode="json"))
+    assert "file" not in tok and "set_max_overlap" not in cur["decontaminate"]
+    assert "vocab_size" in tok and "max_overlap" in cur["decontaminate"]
+    given = _without_disabled("tokenizer", cfg.tokenizer.model_copy(update={"file": "x.json"}).model_dump(mode="json"))
+    assert given["file"] == "x.json"

@@ -37,8 +37,9 @@ from typing import Any, Callable
 import yaml
 
 from tokenmill.config import RunConfig, load_config
-from tokenmill.decisions.ablate_config import (AblateConfig, AblateError, ArmConfig, arm_curate, arm_steps,
+from tokenmill.decisions.ablate_config import (AblateConfig, ArmConfig, arm_curate, arm_steps, check_distinct,
                                                load_ablate_config)
+from tokenmill.eval.config import ProbeConfig
 from tokenmill.decisions.ablate_eval import SET_FILE, build_eval_set
 from tokenmill.decisions.ablate_stats import summarize
 from tokenmill.runs import RunDir, atomic_write_text, sha256_json
@@ -86,12 +87,7 @@ def prepare_arms(cfg: AblateConfig, base: RunConfig, out: Path, set_dir: Path,
     from tokenmill.pipeline import run_pipeline
 
     curates = {a: arm_curate(base, a, cfg.arms[a], set_dir / SET_FILE, cfg.eval.max_overlap) for a in cfg.arms}
-    seen: dict[str, str] = {}
-    for a, c in curates.items():
-        other = seen.setdefault(sha256_json(c), a)
-        if other != a:
-            raise AblateError(f"arms {other!r} and {a!r} curate identically (same steps and settings): "
-                              "one of them measures nothing; change or remove it")
+    check_distinct(curates)
     order = arm_order(cfg)
     tok_file: str | None = None
     data: dict[str, RunDir] = {}
@@ -118,7 +114,7 @@ def run_config(cfg: AblateConfig, data: RunDir, arm: str, size: int, seed: int, 
     train = base.train.model_copy(update={"max_tokens": steps * tps, "max_steps": steps, "seed": seed,
                                           "warmup_tokens": int(cfg.warmup_fraction * steps * tps), "eval_every": 0})
     model = base.model.model_copy(update={"d_model": s.d_model, "n_layers": s.n_layers, "n_heads": s.n_heads})
-    ev = base.eval.model_copy(update={"probes": [{"name": k, "path": v["file"]} for k, v in slices.items()]})
+    ev = base.eval.model_copy(update={"probes": [ProbeConfig(name=k, path=v["file"]) for k, v in slices.items()]})
     return _with(base, name=f"{s.name}-s{seed}", root=str(data.path.parent / "runs"), model=model.model_dump(mode="json"),
                  train=train.model_dump(mode="json"), eval=ev.model_dump(mode="json"))
 

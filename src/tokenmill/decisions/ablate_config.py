@@ -19,6 +19,7 @@ from tokenmill.config_base import Strict
 from tokenmill.data.config import CURATE_STEPS
 from tokenmill.decisions.optimize import ExperimentConfig
 from tokenmill.errors import UserError
+from tokenmill.runs import sha256_json
 from tokenmill.scaling.sweep import resolve_base
 
 # what an arm may not touch: the experiment fixes it for every arm
@@ -114,6 +115,9 @@ def _refuse_non_curation(path: Path, data: dict[str, Any]) -> None:
     for name, arm in (data.get("arms") or {}).items():
         if not isinstance(arm, dict):
             continue
+        if any(isinstance(k, bool) for k in arm):
+            raise AblateError(f"{path}: arm {name!r} has a key YAML reads as true/false (`off:`, `on:`, `no:`); "
+                              "turn steps off with `without: [step, ...]`")
         bad = [k for k in arm if k in NOT_CURATION]
         for text in arm.get("set") or []:
             if not isinstance(text, str):
@@ -183,3 +187,13 @@ def arm_curate(base: RunConfig, name: str, arm: ArmConfig, eval_set: Path | None
         dc["eval_sets"] = [*dc.get("eval_sets", []), str(eval_set)]
         dc["set_max_overlap"] = {**dc.get("set_max_overlap", {}), str(eval_set): max_overlap}
     return curate
+
+
+def check_distinct(curates: dict[str, dict[str, Any]]) -> None:
+    """Two arms with the same curate section would measure nothing: refuse them."""
+    seen: dict[str, str] = {}
+    for arm, curate in curates.items():
+        other = seen.setdefault(sha256_json(curate), arm)
+        if other != arm:
+            raise AblateError(f"arms {other!r} and {arm!r} curate identically (same steps and settings): "
+                              "one of them measures nothing; change or remove it")

@@ -23,6 +23,16 @@ from tokenmill.report.timeline import section_run
 from tokenmill.runs import STAGES, RunDir, atomic_write_text, read_events
 
 
+def section_experiment(run: RunDir) -> str:
+    """A run trained for an experiment (an ablation) links the experiment's page."""
+    path = run.sub("experiment.json")
+    if not path.is_file():
+        return ""
+    link = json.loads(path.read_text())
+    return (f"<p>One run of the {html.escape(link['kind'])} experiment <b>{html.escape(link['name'])}</b>: "
+            f"<a href='{html.escape(link['page'])}'>its page</a> compares it with the other arms.</p>")
+
+
 def section_stages(run: RunDir) -> str:
     rows = []
     for stage in STAGES:
@@ -63,6 +73,7 @@ def render(run: RunDir) -> str:
         f"<h1>{html.escape(title)}</h1>",
         f"<p class=muted>tokenmill {__version__} · run directory {html.escape(str(run.path))} · "
         f"generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>",
+        section_experiment(run),
         section_eval(evals) if evals else "",
         section_stages(run), section_data(run, events),
         section_mixture(events), section_run(run, events, evals), section_stopping(run, events, evals),
