@@ -163,6 +163,7 @@ class ModelQualityConfig(Strict):
     classifier: bool = Field(True, description="Also train a reference-vs-random linear classifier.")
     labelled: str | None = Field(None, description="JSONL of {\"text\", \"label\": \"good\"|\"bad\"} the classifier learns from instead of reference vs random (DCLM); None: reference vs random.")
     min_classifier_score: float | None = Field(None, description="Remove documents below this score (None: score only).")
+    keep_top_percent: float | None = Field(None, gt=0, le=100, description="Keep only the documents whose classifier score is in the top this-many percent of all the documents the step scores, corpus-wide (DCLM keeps 10); exact and the same for any worker count (data/top_percent.py). None: no cut.")
     tier_perplexities: list[float] | None = Field(None, description="Perplexity cut-points of the tiers head/middle/tail; None: the 30th and 60th percentiles of the random sample's (CCNet).")
     skip_buckets: list[str] = Field(["code"], description="Buckets the step does not apply to.")
     negative_every: int = Field(10, ge=1, description="Every k-th raw record of the run's sources is a 'random' example for the classifier.")
@@ -174,6 +175,12 @@ class ModelQualityConfig(Strict):
         if v is not None and (len(v) != 2 or not v[0] < v[1]):
             raise ValueError(f"needs two increasing cut-points (head < first <= middle < second <= tail), got {v}")
         return v
+
+    @model_validator(mode="after")
+    def _cut_needs_classifier(self) -> "ModelQualityConfig":
+        if self.keep_top_percent is not None and not self.classifier:
+            raise ValueError("keep_top_percent ranks documents by the classifier's score: it needs classifier: true")
+        return self
 
 
 class SafetyConfig(Strict):

@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tokenmill.data.config import (CurateConfig, SourceConfig)
-from tokenmill.data import sources as source_step
+from tokenmill.data import classifier_cut, sources as source_step
 from tokenmill.data.canaries import canary_bucket, insert_canaries
 from tokenmill.data.dedup.shuffle import PartitionedSet
 from tokenmill.data.dedup.minhash import PERMUTATION_SEED
@@ -89,7 +89,7 @@ class Job:
 
     @property
     def funnel_steps(self) -> tuple[str, ...]:
-        return ("read", *self.steps)
+        return classifier_cut.funnel_steps(self.steps, classifier_cut.cut_on(self.cfg, self.steps))
 
     @property
     def sources(self) -> list[SourceConfig]:
@@ -635,6 +635,8 @@ def check_removal(funnel: Funnel, cfg: CurateConfig, steps: Iterable[str]) -> No
     total = funnel.total()
     for step in steps:
         c = total[step]
+        if step == classifier_cut.STEP:  # keep_top_percent states the share it removes
+            continue
         if c.docs_in and c.docs_rejected / c.docs_in > cfg.max_removal_share:
             rules = ", ".join(f"{r}: {v['docs']}" for r, v in sorted(c.rejected.items()))
             raise CurationStopped(
@@ -685,6 +687,12 @@ def curate(cfg: CurateConfig, out: Path, *, steps: list[str] | None = None, base
         executor.map(map_shard, [(job, s) for s in specs], on_done=lambda i, r: bar.advance(task))
         check_removal(_merged_funnel(job, "map"), cfg, [s for s in job.funnel_steps if s in ("read", *MAP_STEPS)])
         emit("phase", phase="map", seconds=round(time.time() - started, 3))
+        if classifier_cut.cut_on(cfg, selected):
+            stats = classifier_cut.cut_phase(job, specs, executor)
+            emit("phase", phase="classifier_cut", seconds=round(time.time() - started, 3), **stats)
+            mapped = _merged_funnel(job, "map")
+            mapped.merge(_merged_funnel(job, classifier_cut.CUT_DIR))
+            check_removal(mapped, cfg, [classifier_cut.STEP])
         dj = _dedup_job(job, specs)
         if {"exact_dedup", "minhash_dedup"} & set(selected):
             stats = run_dedup(dj, executor.map)
@@ -700,6 +708,7 @@ def curate(cfg: CurateConfig, out: Path, *, steps: list[str] | None = None, base
                      on_done=lambda i, r: bar.advance(task))
 
     funnel = _merged_funnel(job, "map")
+    funnel.merge(_merged_funnel(job, classifier_cut.CUT_DIR))
     funnel.merge(_merged_funnel(job, "finalized"))
     problems = funnel.violations()
     if problems:
