@@ -43,7 +43,7 @@ def runs(tmp_path_factory):
     ref.mkdir()
     for name in sorted(topics.topics)[:40]:
         (ref / f"{name}.txt").write_text(topics.topics[name])
-    out = {}
+    out = {"ref": ref}
     for name, workers, pct in (("all", 1, None), ("w1", 1, PCT), ("w2", 2, PCT)):
         out[name] = root / name
         curate(_cfg(ref, workers, pct), out[name], progress=False)
@@ -84,3 +84,29 @@ def test_config_and_funnel_placement():
     steps = ("extract", "model_quality", "exact_dedup", "bucket")
     assert funnel_steps(steps, True) == ("read", "extract", "model_quality", STEP, "exact_dedup", "bucket")
     assert funnel_steps(steps, False) == ("read", *steps)
+
+
+def test_a_run_stopped_between_deciding_and_swapping_a_chunk_resumes_to_the_same_output(runs, tmp_path, monkeypatch):
+    """A crash after a chunk's decision is recorded but before its map chunk is rewritten: the
+    next call applies the saved threshold, finishes the swap, and neither loses nor cuts twice."""
+    import tokenmill.data.classifier_cut as cc
+
+    real = cc._swap
+    calls = {"n": 0}
+
+    def crash_on_second(src, dst):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            assert src.exists() and (src.parent.parent.parent / cc.CUT_DIR / "threshold.json").exists()
+            raise RuntimeError("killed")
+        return real(src, dst)
+
+    monkeypatch.setattr(cc, "_swap", crash_on_second)
+    out = tmp_path / "resumed"
+    with pytest.raises(RuntimeError, match="killed"):
+        curate(_cfg(runs["ref"], 1, PCT), out, progress=False)
+    monkeypatch.setattr(cc, "_swap", real)
+    curate(_cfg(runs["ref"], 1, PCT), out, progress=False)
+    assert {r["id"] for r in _rows(out, ["id"])} == {r["id"] for r in _rows(runs["w1"], ["id"])}
+    cut = [r for r in pq.read_table(out / "_rejected").to_pylist() if r["rule"] == RULE]
+    assert len(cut) == json.loads((runs["w1"] / "_funnel.json").read_text())["total"][STEP]["docs_rejected"]

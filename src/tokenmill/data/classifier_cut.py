@@ -117,8 +117,12 @@ def apply_shard(job: Any, shard: int, record: dict[str, Any]) -> int:
         if not done.exists():
             removed += _apply_chunk(job, shard, path, pending, done, record)
         if pending.exists():  # decided, not yet swapped in (a kill between the two)
-            os.replace(pending, path)
+            _swap(pending, path)
     return removed
+
+
+def _swap(pending: Path, path: Path) -> None:
+    os.replace(pending, path)
 
 
 def _apply_chunk(job: Any, shard: int, path: Path, pending: Path, done: Path, record: dict[str, Any]) -> int:
