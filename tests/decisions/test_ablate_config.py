@@ -79,3 +79,15 @@ def test_arm_curate_changes_only_what_the_arm_says(tmp_path):
     with pytest.raises(AblateError, match="arms 'full' and 'same' curate identically"):
         check_distinct({"full": full, "same": arm_curate(base, "same", ArmConfig(set=["quality.min_words=50"]),
                                                              tmp_path / "set.jsonl", 0.5)})
+
+
+def test_the_example_ablation_loads():
+    from pathlib import Path
+
+    from tokenmill.config import load_config
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "ablate"
+    cfg = load_ablate_config(example / "ablate.yaml")
+    assert len(cfg.arms) == 6 and len(cfg.sizes) == 2 and cfg.seeds == [1, 2, 3] and cfg.baseline_arm == "raw"
+    base = load_config(example / "base.yaml")
+    assert base.curate.model_quality.min_classifier_score == 0.002 and len(base.curate.sources) == 13
