@@ -129,3 +129,19 @@ def test_arms_that_differ_outside_curation_are_refused_from_the_cli(tmp_path):
     (tmp_path / "a.yaml").write_text(yaml.safe_dump(cfg))
     res = runner.invoke(app, ["ablate", str(tmp_path / "a.yaml")])
     assert res.exit_code != 0 and "arm 'big' changes model.d_model" in res.output
+
+
+def test_arm_data_identity_is_measured_not_assumed(ablation):
+    from tokenmill.decisions.ablate import same_data, tokens_digest
+
+    _, out, result, _ = ablation
+    digests = {a: tokens_digest(out / "arms" / a / "data" / "tokens") for a in result["arms"]}
+    assert len(set(digests.values())) == 3  # the three arms kept different documents here
+    assert all(a["same_data_as"] is None for a in result["arms"].values())
+    copy = out / "copy"
+    import shutil
+
+    shutil.copytree(out / "arms" / "raw" / "data" / "tokens", copy)
+    assert tokens_digest(copy) == digests["raw"]
+    assert same_data({"full": "x", "raw": "y", "no-dedup": "x", "loose": "y", "cut": "z"}) == {
+        "full": None, "raw": None, "no-dedup": "full", "loose": "raw", "cut": None}

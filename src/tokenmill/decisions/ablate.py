@@ -27,6 +27,7 @@ and training are skipped, an interrupted run resumes from its last checkpoint.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -148,10 +149,22 @@ def run_record(run: RunDir, arm: str, size: str, seed: int) -> dict[str, Any]:
             "tasks": {t["name"]: t["acc"] for t in final.get("tasks", [])}}
 
 
+def tokens_digest(tokens: Path) -> str:
+    """sha256 over the token store's training files, streamed: two arms whose curation kept the
+    same documents train on the same bytes, and their Δ is 0 by construction, not by measurement."""
+    h = hashlib.sha256()
+    for path in sorted(tokens.glob("*/train-*.bin")):
+        h.update(path.relative_to(tokens).as_posix().encode())
+        with open(path, "rb") as fh:
+            while block := fh.read(1 << 20):
+                h.update(block)
+    return h.hexdigest()
+
+
 def arm_info(cfg: AblateConfig, base: RunConfig, data: dict[str, RunDir]) -> dict[str, dict[str, Any]]:
     from tokenmill.tokens.store import TokenStore
 
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for a, d in data.items():
         store = TokenStore(d.sub("tokens"))
         tokens = sum(store.n_tokens(b, "train") for b in store.buckets)
@@ -161,7 +174,16 @@ def arm_info(cfg: AblateConfig, base: RunConfig, data: dict[str, RunDir]) -> dic
                   "epochs": {s.name: s.tokens / tokens if tokens else None for s in cfg.sizes},
                   "data_seconds": sum((d.finished(st) or {}).get("summary", {}).get("seconds", 0) for st in DATA_STAGES),
                   "data": str(d.path)}
+    same = same_data({a: tokens_digest(d.sub("tokens")) for a, d in data.items()})
+    for a in out:
+        out[a]["same_data_as"] = same[a]
     return out
+
+
+def same_data(digests: dict[str, str]) -> dict[str, str | None]:
+    """For each arm, the first arm listed before it with the same training data (None: its own)."""
+    first: dict[str, str] = {}
+    return {a: (f if (f := first.setdefault(d, a)) != a else None) for a, d in digests.items()}
 
 
 def run_ablate(path: Path, progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:

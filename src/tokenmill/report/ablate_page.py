@@ -113,10 +113,13 @@ def section_ranking(result: dict[str, Any]) -> str:
 def section_arms(result: dict[str, Any]) -> str:
     sizes = [s["name"] for s in result["sizes"]]
     rows = [[arm, a["note"], ", ".join(a["steps"]), "; ".join(a["set"]), f"{a['train_tokens']:,}",
-             *(a["epochs"][s] for s in sizes), a["data_seconds"]] for arm, a in result["arms"].items()]
+             a.get("same_data_as") or "", *(a["epochs"][s] for s in sizes), a["data_seconds"]]
+            for arm, a in result["arms"].items()]
     es = result["eval_set"]["slices"]
-    return ("<h2>Arms</h2>" + table(["arm", "note", "steps", "overrides", "training tokens",
-                                     *(f"epochs at {s}" for s in sizes), "data stages (s)"], rows)
+    return ("<h2>Arms</h2><p>An arm with the same training data as another (its step removed nothing "
+            "here) differs from it by nothing: its Δ is 0 by construction.</p>"
+            + table(["arm", "note", "steps", "overrides", "training tokens", "same training data as",
+                     *(f"epochs at {s}" for s in sizes), "data stages (s)"], rows)
             + f"<h2>Evaluation set</h2><p>The same bytes for every arm, picked from the extract + normalize output "
               f"before any filter, and decontaminated against every arm's training data. Tokenizer trained on "
               f"{html.escape(result['tokenizer_from'])}'s data, shared by all.</p>"
@@ -153,7 +156,9 @@ def terminal_tables(result: dict[str, Any]) -> list[Table]:
         t.add_column(col, justify="left" if col == "arm" else "right")
     for arm, d in result["deltas"].items():
         cells = [fmt_ci(d["delta"][ALL].get(s)) for s in sizes]
-        t.add_row(arm, *cells, d["trend"]["trend"] if d["trend"] else "—", fmt_mult(d["multiplier"]))
+        same = result["arms"].get(arm, {}).get("same_data_as")
+        t.add_row(arm + (f" (= {same}'s data)" if same else ""), *cells,
+                  d["trend"]["trend"] if d["trend"] else "—", fmt_mult(d["multiplier"]))
     tables = [t]
     if result.get("ranking"):
         r = Table(title="steps ranked by what they buy (largest size)")
