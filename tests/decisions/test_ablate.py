@@ -145,3 +145,33 @@ def test_arm_data_identity_is_measured_not_assumed(ablation):
     assert tokens_digest(copy) == digests["raw"]
     assert same_data({"full": "x", "raw": "y", "no-dedup": "x", "loose": "y", "cut": "z"}) == {
         "full": None, "raw": None, "no-dedup": "full", "loose": "raw", "cut": None}
+
+
+def test_a_sigkilled_ablation_resumes_to_the_same_results(ablation):
+    """SIGKILL while it trains the runs it lacks; the next call trains only those and every paired
+    Δ equals the uninterrupted ablation's (training is deterministic; finished runs are reused)."""
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root, out, result, _ = ablation
+    lost = [Path(r["run"]) for r in result["runs"] if r["size"] == "m" and r["seed"] == 2]
+    for run in lost:
+        shutil.rmtree(run)
+    proc = subprocess.Popen([sys.executable, "-m", "tokenmill", "ablate", str(root / "ab.yaml")], cwd=root,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not lost[0].exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    assert not (lost[-1] / ".stages" / "train.json").exists()  # killed before the last lost run finished
+    res = runner.invoke(app, ["ablate", str(root / "ab.yaml")])
+    assert res.exit_code == 0, res.output
+    assert 1 <= res.output.count("▶ train") <= len(lost) and "▶ curate" not in res.output
+    again = json.loads((out / "ablate.json").read_text())
+    for arm in ("raw", "no-quality"):
+        for size, ci in result["deltas"][arm]["delta"]["all"].items():
+            assert again["deltas"][arm]["delta"]["all"][size]["per_seed"] == pytest.approx(ci["per_seed"])
