@@ -22,7 +22,7 @@ PCT = 25.0
 
 def _cfg(ref: Path, workers: int, pct: float | None) -> CurateConfig:
     return CurateConfig.model_validate({
-        "sources": [{"kind": "python_stdlib", "part": "pydoc_html", "bucket": "web", "max_docs": 45},
+        "sources": [{"path": str(ref.parent / "web.jsonl"), "bucket": "web"},
                     {"kind": "python_stdlib", "part": "code", "bucket": "code", "max_docs": 8}],
         "workers": workers, "shard_docs": 40, "chunk_docs": 15,
         "quality": {"gopher_repetition": False, "c4": False, "fineweb": False},
@@ -41,8 +41,12 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("cut")
     ref = root / "ref"
     ref.mkdir()
-    for name in sorted(topics.topics)[:40]:
+    names = sorted(topics.topics)
+    for name in names[:30]:  # the classifier's "good" examples
         (ref / f"{name}.txt").write_text(topics.topics[name])
+    with open(root / "web.jsonl", "w") as fh:  # the documents it scores: the other topics
+        for name in names[30:]:
+            fh.write(json.dumps({"id": name, "text": topics.topics[name]}) + "\n")
     out = {"ref": ref}
     for name, workers, pct in (("all", 1, None), ("w1", 1, PCT), ("w2", 2, PCT)):
         out[name] = root / name
