@@ -541,3 +541,56 @@ def quality_kinds(r: dict[str, Any]) -> list[str]:
                      f"page | {ms['whitespace words']:.1f} (whitespace words) | {ms['own profile']:.1f} (own profile"
                      f"{', segmented' if lang in ('zh', 'ja') else ''}) | |")
     return lines
+
+
+def _ci(c: dict[str, Any] | None) -> str:
+    if not c:
+        return "–"
+    if c["low"] is None:
+        return f"{c['mean']:+.4f}"
+    return f"{c['mean']:+.4f} [{c['low']:+.4f}, {c['high']:+.4f}]"
+
+
+def ablate_deltas(r: dict[str, Any]) -> list[str]:
+    """bench_ablate.py: every arm against the full pipeline — Δ bpb over all slices at each size
+    (paired 95% t interval over seeds), per slice at the largest, gap trend, multiplier."""
+    a = _result(r)["ablate"]
+    sizes = [s["name"] for s in a["sizes"]]
+    largest = sizes[-1]
+    lines = [f"| arm | training tokens (epochs at {' / '.join(sizes)}) | "
+             + " | ".join(f"Δ bpb all slices, {s}" for s in sizes)
+             + " | " + " | ".join(f"Δ bpb {sl}, {largest}" for sl in a["slices"])
+             + " | gap from smallest to largest | data-efficiency multiplier |",
+             "|---|---|" + "---|" * (len(sizes) + len(a["slices"]) + 2)]
+    ref = a["reference"]
+
+    def tokens(arm: str) -> str:
+        info = a["arms"][arm]
+        return f"{info['train_tokens']:,} (" + " / ".join(f"{info['epochs'][s]:.2f}" for s in sizes) + ")"
+
+    ref_bpb = " / ".join(f"{a['means'][ref][s]['all']:.4f}" for s in sizes)
+    lines.append(f"| **{ref}** (reference; bpb {ref_bpb}) | {tokens(ref)} | "
+                 + " | ".join("0" for _ in sizes) + " | " + " | ".join("0" for _ in a["slices"]) + " | | 1× |")
+    for arm, d in a["deltas"].items():
+        info = a["arms"][arm]
+        same = f" (= {info['same_data_as']}'s data)" if info.get("same_data_as") else ""
+        mult = d["multiplier"]
+        m = "–" if mult.get("value") is None else f"{mult['value']:.2f}×" + (" (extrapolated)" if mult["extrapolated"] else "")
+        trend = d["trend"]
+        lines.append(f"| {arm}{same} | {tokens(arm)} | "
+                     + " | ".join(_ci(d["delta"]["all"].get(s)) for s in sizes) + " | "
+                     + " | ".join(_ci(d["delta"][sl].get(largest)) for sl in a["slices"])
+                     + f" | {trend['trend'] + ' (' + _ci(trend['change']) + ')' if trend else '–'} | {m} |")
+    return lines
+
+
+def ablate_ranking(r: dict[str, Any]) -> list[str]:
+    """bench_ablate.py: the step-off arms ranked by what their step buys at the largest size."""
+    a = _result(r)["ablate"]
+    lines = ["| step | Δ bpb without it (95% interval) | verdict | share of tokens it removes |", "|---|---|---|---|"]
+    for row in a["ranking"]:
+        lines.append(f"| {', '.join(row['steps'])} | {_ci({'mean': row['contribution_bpb'], 'low': row['low'], 'high': row['high']})} "
+                     f"| {row['verdict']} | {_pct(row['tokens_removed_share']) if row['tokens_removed_share'] is not None else '–'} |")
+    lines.append(f"| cost | data stages {a['data_seconds'] / 60:.1f} min, training {a['train_seconds'] / 60:.1f} min "
+                 f"({len(a['runs'])} runs) | | |")
+    return lines

@@ -89,6 +89,8 @@ SECTIONS = (
     _table("minhash", ("minhash.json",), entry_tables.minhash),
     _table("quality_languages", ("quality_languages.json",), entry_tables.quality_languages),
     _table("quality_kinds", ("quality_languages.json",), entry_tables.quality_kinds),
+    _table("ablate_deltas", ("ablate.json",), entry_tables.ablate_deltas),
+    _table("ablate_ranking", ("ablate.json",), entry_tables.ablate_ranking),
     _table("curate_vs_datatrove", ("curate_vs_datatrove.json",), entry_tables.curate_vs_datatrove),
     _table("loader", ("loader_demo.json",), entry_tables.loader),
     _table("mixture_confirm", ("mixture_opt/confirm.json",), entry_tables.mixture_confirm),

@@ -50,6 +50,8 @@ def test_config_checks_names_sizes_and_seeds(tmp_path):
         load_ablate_config(_write(tmp_path, {"full": {}, "b": {}}, sizes=SIZES[:1]))
     with pytest.raises(AblateError, match="seeds listed twice"):
         load_ablate_config(_write(tmp_path, {"full": {}, "b": {}}, seeds=[1, 1]))
+    with pytest.raises(AblateError, match="they name directories"):
+        load_ablate_config(_write(tmp_path, {"full": {}, "../x": {}}))
     with pytest.raises(AblateError, match="unknown step"):
         load_ablate_config(_write(tmp_path, {"full": {}, "b": {"without": ["qualty"]}}))
     with pytest.raises(AblateError, match="every arm curates its own"):

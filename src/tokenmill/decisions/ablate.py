@@ -38,11 +38,12 @@ from typing import Any, Callable
 import yaml
 
 from tokenmill.config import RunConfig, load_config
-from tokenmill.decisions.ablate_config import (AblateConfig, ArmConfig, arm_curate, arm_steps, check_distinct,
-                                               load_ablate_config)
-from tokenmill.eval.config import ProbeConfig
+from tokenmill.decisions.ablate_config import (AblateConfig, AblateError, ArmConfig, arm_curate, arm_steps,
+                                               check_distinct, load_ablate_config)
 from tokenmill.decisions.ablate_eval import SET_FILE, build_eval_set
 from tokenmill.decisions.ablate_stats import summarize
+from tokenmill.errors import UserError
+from tokenmill.eval.config import ProbeConfig
 from tokenmill.runs import RunDir, atomic_write_text, sha256_json
 from tokenmill.scaling.sweep import DATA_STAGES, link_data
 
@@ -97,7 +98,10 @@ def prepare_arms(cfg: AblateConfig, base: RunConfig, out: Path, set_dir: Path,
         rc = _with(base, name="data", root=str(out / "arms" / a), curate=curates[a], tokenizer=tokenizer)
         progress(f"arm {a} ({i + 1}/{len(order)}): curate with steps {', '.join(curates[a]['steps'])}")
         data[a] = RunDir.create(rc, out / "arms" / a / "data")
-        run_pipeline(data[a], DATA_STAGES)
+        try:
+            run_pipeline(data[a], DATA_STAGES)
+        except UserError as exc:  # e.g. a step that empties a bucket: say which arm asked for it
+            raise AblateError(f"arm {a!r}: {exc}") from exc
         if tok_file is None:
             tok_file = str(data[a].sub("tokenizer", "tokenizer.json").resolve())
     return {a: data[a] for a in cfg.arms}

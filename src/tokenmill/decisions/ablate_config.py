@@ -8,6 +8,7 @@ only difference between two arms' runs is the data their curation kept.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,14 @@ class AblateConfig(ExperimentConfig):
             raise ValueError(f"seeds listed twice: {v}")
         return v
 
+    @field_validator("arms")
+    @classmethod
+    def _arm_names(cls, v: dict[str, ArmConfig]) -> dict[str, ArmConfig]:
+        bad = [a for a in v if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", a)]
+        if bad:
+            raise ValueError(f"arm names {bad} must be letters, digits, '-', '_' or '.' (they name directories)")
+        return v
+
     @model_validator(mode="after")
     def _names(self) -> "AblateConfig":
         for field in ("reference", "baseline", "tokenizer_from"):
@@ -103,6 +112,9 @@ class AblateConfig(ExperimentConfig):
         names = [s.name for s in self.sizes]
         if len(set(names)) != len(names):
             raise ValueError(f"size names listed twice: {names}")
+        bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", n)]
+        if bad:
+            raise ValueError(f"size names {bad} must be letters, digits, '-', '_' or '.' (they name run directories)")
         return self
 
     @property
