@@ -1,0 +1,187 @@
+"""Import a local Hugging Face Llama directory (config.json + safetensors) as a tokenmill model:
+the inverse of export/hf.py, so a run can start from a published or an exported model.
+
+Nothing is downloaded and nothing from the directory runs: config.json is read as JSON, the
+weights as safetensors (one file, or the shards a `model.safetensors.index.json` names).
+tokenmill's module names follow HF Llama, so the weights only lose their "model." prefix.
+
+Parity is checked on load: the imported Transformer's logits on a fixed token sequence are
+compared with an independent forward written from HF Llama's definition (`llama_reference_logits`:
+RMSNorm, rotate-half RoPE, grouped-query attention, SwiGLU, in float64 on the HF tensors
+themselves). A model whose logits differ by more than `tolerance` is refused: an architecture
+detail tokenmill does not reproduce shows up there rather than as a quietly worse model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+from tokenmill.errors import UserError
+from tokenmill.model.config import ModelConfig
+from tokenmill.model.transformer import Transformer
+
+INDEX_FILE = "model.safetensors.index.json"
+
+
+class HFImportError(UserError, ValueError):
+    """A directory that is not a Llama model tokenmill can reproduce exactly."""
+
+
+def _need(conf: dict[str, Any], key: str, where: Path) -> Any:
+    if key not in conf:
+        raise HFImportError(f"{where}: config.json has no {key!r}")
+    return conf[key]
+
+
+def rope_of(conf: dict[str, Any]) -> tuple[float, str, float]:
+    """(theta, kind, factor) from either layout: transformers ≥ 5 writes `rope_parameters`
+    (theta inside), earlier versions `rope_theta` and `rope_scaling`."""
+    rope = conf.get("rope_parameters") or conf.get("rope_scaling") or {}
+    theta = float(rope.get("rope_theta", conf.get("rope_theta", 10000.0)))
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    return theta, kind, float(rope.get("factor", 1.0)) if kind == "linear" else 1.0
+
+
+def model_config_from_hf(conf: dict[str, Any], where: Path) -> ModelConfig:
+    """The tokenmill ModelConfig of an HF `LlamaForCausalLM` config.json; anything tokenmill
+    would compute differently (biases, another activation, dynamic RoPE) is refused by name."""
+    if conf.get("model_type") != "llama":
+        raise HFImportError(f"{where}: model_type {conf.get('model_type')!r}; tokenmill imports Llama models")
+    bad = []
+    if conf.get("hidden_act", "silu") != "silu":
+        bad.append(f"hidden_act={conf['hidden_act']}")
+    for key in ("attention_bias", "mlp_bias"):
+        if conf.get(key):
+            bad.append(f"{key}=true")
+    d, heads = int(_need(conf, "hidden_size", where)), int(_need(conf, "num_attention_heads", where))
+    if conf.get("head_dim") not in (None, d // heads) or d % heads:
+        bad.append(f"head_dim={conf.get('head_dim')} (tokenmill uses hidden_size / num_attention_heads = {d // heads})")
+    theta, kind, factor = rope_of(conf)
+    if kind not in ("default", "linear"):
+        bad.append(f"rope type {kind!r} (tokenmill reproduces the default and linear scaling)")
+    if conf.get("pretraining_tp", 1) != 1:
+        bad.append(f"pretraining_tp={conf['pretraining_tp']}")
+    if bad:
+        raise HFImportError(f"{where}: this Llama variant differs from tokenmill's model: " + "; ".join(bad))
+    return ModelConfig(
+        vocab_size=int(_need(conf, "vocab_size", where)), d_model=d, n_layers=int(_need(conf, "num_hidden_layers", where)),
+        n_heads=heads, n_kv_heads=int(conf.get("num_key_value_heads") or heads),
+        ffn_hidden=int(_need(conf, "intermediate_size", where)),
+        max_seq_len=int(conf.get("max_position_embeddings", 2048)), rope_theta=theta,
+        norm_eps=float(conf.get("rms_norm_eps", 1e-6)), tie_embeddings=bool(conf.get("tie_word_embeddings", False)),
+        init_std=float(conf.get("initializer_range", 0.02)),
+        rope_scaling="linear" if kind == "linear" else "none", rope_scaling_factor=factor)
+
+
+def read_hf_weights(path: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of model.safetensors, or of the shards its index names (fp32)."""
+    index = path / INDEX_FILE
+    if index.is_file():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    elif (path / "model.safetensors").is_file():
+        files = ["model.safetensors"]
+    else:
+        raise HFImportError(f"{path}: no model.safetensors or {INDEX_FILE} (PyTorch .bin weights are not read: "
+                           "unpickling them could run code)")
+    out: dict[str, torch.Tensor] = {}
+    for name in files:
+        out.update({k: v.to(torch.float32) for k, v in load_file(str(path / name)).items()})
+    return out
+
+
+def tokenmill_tensors(hf: dict[str, torch.Tensor], tie: bool, where: Path) -> dict[str, torch.Tensor]:
+    """HF names -> tokenmill names; a tied head must not differ from the embedding."""
+    out = {}
+    for name, t in hf.items():
+        if name.startswith("model."):
+            out[name[len("model."):]] = t
+        elif name == "lm_head.weight":
+            if tie and not torch.equal(t, hf["model.embed_tokens.weight"]):
+                raise HFImportError(f"{where}: tie_word_embeddings is true but lm_head.weight differs from the embedding")
+            if not tie:
+                out[name] = t
+        elif not name.endswith("rotary_emb.inv_freq"):  # old checkpoints store the RoPE table
+            raise HFImportError(f"{where}: unexpected tensor {name!r}")
+    return out
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+@torch.no_grad()
+def llama_reference_logits(hf: dict[str, torch.Tensor], conf: dict[str, Any], idx: torch.Tensor) -> torch.Tensor:
+    """HF Llama's forward, written from its definition, in float64 (independent of
+    tokenmill's Transformer): logits [B, T, V] of idx [B, T]."""
+    w = {k: v.to(torch.float64) for k, v in hf.items()}
+    d, H = conf["hidden_size"], conf["num_attention_heads"]
+    KV, hd, eps = conf.get("num_key_value_heads") or H, d // H, conf.get("rms_norm_eps", 1e-6)
+    B, T = idx.shape
+    theta, _, factor = rope_of(conf)
+    pos = torch.arange(T, dtype=torch.float64) / factor
+    inv = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    ang = torch.cat([torch.outer(pos, inv)] * 2, dim=-1)
+    cos, sin = ang.cos(), ang.sin()
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    x = w["model.embed_tokens.weight"][idx]
+    for i in range(conf["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = _rms(x, w[p + "input_layernorm.weight"], eps)
+        q = (h @ w[p + "self_attn.q_proj.weight"].T).view(B, T, H, hd).transpose(1, 2)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(B, T, KV, hd).transpose(1, 2)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(B, T, KV, hd).transpose(1, 2)
+        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+        att = (q @ k.transpose(-1, -2) / math.sqrt(hd)).masked_fill(~causal, float("-inf")).softmax(-1)
+        x = x + (att @ v).transpose(1, 2).reshape(B, T, d) @ w[p + "self_attn.o_proj.weight"].T
+        h = _rms(x, w[p + "post_attention_layernorm.weight"], eps)
+        x = x + (F.silu(h @ w[p + "mlp.gate_proj.weight"].T) * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+    x = _rms(x, w["model.norm.weight"], eps)
+    return x @ w.get("lm_head.weight", w["model.embed_tokens.weight"]).T
+
+
+def import_hf(path: Path | str, tolerance: float = 1e-4, check_tokens: int = 32) -> tuple[Transformer, dict[str, Any]]:
+    """(tokenmill Transformer in eval mode on the CPU, what was imported and the measured parity)."""
+    path = Path(path)
+    conf_path = path / "config.json"
+    if not conf_path.is_file():
+        raise HFImportError(f"{path}: no config.json (a local Hugging Face model directory is expected)")
+    conf = json.loads(conf_path.read_text())
+    cfg = model_config_from_hf(conf, path)
+    hf = read_hf_weights(path)
+    model = Transformer(cfg)
+    tensors = tokenmill_tensors(hf, cfg.tie_embeddings, path)
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(tensors) - ({"lm_head.weight"} if cfg.tie_embeddings else set()))
+    unexpected = sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        raise HFImportError(f"{path}: tensors do not match a Llama of this config (missing {missing}, unexpected {unexpected})")
+    for name, t in tensors.items():
+        if expected[name].shape != t.shape:
+            raise HFImportError(f"{path}: {name} has shape {tuple(t.shape)}, the config implies {tuple(expected[name].shape)}")
+    model.load_state_dict(tensors, strict=False)
+    model.eval()
+    T = min(check_tokens, cfg.max_seq_len)
+    idx = torch.randint(0, cfg.vocab_size or 1, (2, T), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours = model(idx).double()
+    ref = llama_reference_logits(hf, conf, idx)
+    diff = float((ours - ref).abs().max() / ref.abs().max().clamp_min(1e-12))
+    if diff > tolerance:
+        raise HFImportError(f"{path}: imported logits differ from the Llama definition by {diff:.2e} of their range "
+                           f"(tolerance {tolerance:g}): tokenmill does not reproduce this model")
+    info = {"from": str(path.resolve()), "format": "hf-llama", "model_config": cfg.model_dump(mode="json"),
+            "parity": {"max_rel_diff": diff, "tokens": int(idx.numel())}}
+    return model, info
