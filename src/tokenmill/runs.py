@@ -57,6 +57,7 @@ LATER_SOURCE_DEFAULTS: dict[str, Any] = {"synthetic": False}
 # Section fields added after runs were made (a path of keys): at their default they stay out too.
 LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
     "tokenizer": {("file",): None},
+    "train": {("init_from",): None},
     "curate": {("decontaminate", "set_max_overlap"): {}, ("model_quality", "keep_top_percent"): None},
 }
 

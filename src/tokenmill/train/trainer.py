@@ -387,7 +387,14 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                          f"--resume to continue this run, or delete {ckpt_root} to start over")
 
     seed_everything(cfg.train_seed)
-    model = Transformer(mcfg, generator=torch.Generator().manual_seed(cfg.train_seed)).to(device)
+    model = Transformer(mcfg, generator=torch.Generator().manual_seed(cfg.train_seed))
+    inherited = None
+    if tc.init_from and not existing:  # a resumed run restores its own weights below
+        from tokenmill.train.init_from import init_from
+
+        inherited = init_from(model, tc.init_from)
+        events.write(STAGE, "init_from", **{k: v for k, v in inherited.items() if k != "model_config"})
+    model = model.to(device)
     model.activation_checkpointing = tc.activation_checkpointing
     model.train()
     params, non_embedding = model.num_params(), model.num_params(exclude_embeddings=True)  # the whole model
@@ -450,6 +457,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                  tokens_per_step=tokens_per_step, device=str(device), dtype=str(dtype).replace("torch.", ""),
                  threads=torch.get_num_threads(), peak_flops=peak, peak_source=peak_source, buckets=loader.weights, plan=loader.plan(),
                  resumed_from=resumed_from, world_size=ctx.world_size, parallel=ctx.mode,
+                 init_from=(inherited or {}).get("from"),
                  noise_scale={"measured": noise_off is None, "why_not": noise_off, "ema": tc.noise_scale_ema,
                               "every": tc.noise_scale_every},
                  layout=(ctx.sizes.describe() if ctx.sizes is not None else None),

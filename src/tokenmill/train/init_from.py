@@ -1,0 +1,60 @@
+"""`train.init_from`: a run that starts from trained weights — another run's checkpoint or a local
+Hugging Face Llama directory (export/hf_import.py, parity-checked on load) — instead of a random
+init. Only the weights are inherited: the optimizer, the schedule and the data order are the new
+run's. The run's model config must describe the same parameters (every tensor's shape), so a
+mismatch is refused naming the tensors; RoPE settings may differ (that is how a context is
+extended).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tokenmill.errors import UserError
+
+
+class InitFromError(UserError, ValueError):
+    """The weights named by train.init_from cannot initialize this run's model."""
+
+
+def load_source(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """(state dict, what it is) of a tokenmill checkpoint or an HF Llama directory."""
+    if (path / "config.json").is_file() and not (path / "state.json").is_file():
+        from tokenmill.export.hf_import import import_hf
+
+        model, info = import_hf(path)
+        return model.state_dict(), info
+    from tokenmill.train.checkpoint import CheckpointError
+    from tokenmill.train.restore import load_model
+
+    try:
+        model, step = load_model(path, "cpu")
+    except CheckpointError as exc:
+        raise InitFromError(f"train.init_from {path}: {exc}") from exc
+    return model.state_dict(), {"from": str(path.resolve()), "format": "tokenmill", "step": step,
+                                "model_config": model.config.model_dump(mode="json")}
+
+
+def init_from(model: nn.Module, source: str) -> dict[str, Any]:
+    """Copy the source's weights into `model` (same names and shapes); return its description."""
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise InitFromError(f"train.init_from {path}: not found")
+    tensors, info = load_source(path)
+    own = model.state_dict()
+    missing = sorted(set(own) - set(tensors))
+    unexpected = sorted(set(tensors) - set(own))
+    shapes = [f"{n} {tuple(tensors[n].shape)} vs {tuple(own[n].shape)}" for n in sorted(set(own) & set(tensors))
+              if tensors[n].shape != own[n].shape]
+    if missing or unexpected or shapes:
+        raise InitFromError(
+            f"train.init_from {path}: its weights do not fit this run's model (missing {missing}, unexpected "
+            f"{unexpected}, shapes source vs run: {shapes}); set `model:` to the source's: {info['model_config']}")
+    with torch.no_grad():
+        for name, t in own.items():
+            t.copy_(tensors[name].to(t.dtype))
+    return info
