@@ -544,11 +544,9 @@ def quality_kinds(r: dict[str, Any]) -> list[str]:
 
 
 def _ci(c: dict[str, Any] | None) -> str:
-    if not c:
-        return "–"
-    if c["low"] is None:
-        return f"{c['mean']:+.4f}"
-    return f"{c['mean']:+.4f} [{c['low']:+.4f}, {c['high']:+.4f}]"
+    from tokenmill.report.ablate_page import fmt_ci  # the page's own format, so table and page agree
+
+    return fmt_ci(c)
 
 
 def ablate_deltas(r: dict[str, Any]) -> list[str]:

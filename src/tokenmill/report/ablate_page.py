@@ -56,9 +56,8 @@ def section_deltas(result: dict[str, Any]) -> str:
             cells = []
             for m in metrics:
                 ci = d["delta"].get(m, {}).get(s)
+                # the verdict already knows the metric's direction (bpb: lower is better; accuracy: higher)
                 cls = {"better": "good", "worse": "bad"}.get(ci["verdict"], "muted") if ci else "muted"
-                if ci and m.startswith("task:"):  # accuracy: higher is better
-                    cls = {"better": "good", "worse": "bad"}.get(ci["verdict"], "muted")
                 cells.append(f"<span class={cls}>{html.escape(fmt_ci(ci))}</span>")
             rows.append([arm, s, *cells])
     head = ["arm", "size", *(("Δ bpb " + m) if not m.startswith("task:") else f"Δ acc {m[5:]}" for m in metrics)]
