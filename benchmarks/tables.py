@@ -60,7 +60,7 @@ SECTIONS = (
             lambda r: train_cuda_report.section(*r)),
     Section("train_cuda_h100", train_cuda_report.H100_BEGIN, train_cuda_report.H100_END,
             ("train_cuda_h100.json", "train_cuda_h100_run2.json", "train_cuda_h100_metrics.json",
-             "train_cuda_h100_metrics_fixed.json"),
+             "train_cuda_h100_metrics_fixed.json", "train_cuda_h100_651842b.json"),
             lambda r: train_cuda_report.h100_section(*r)),
     _table("parallel_memory", ("parallel_memory.json",), entry_tables.parallel_memory),
     _table("pipeline_bubble", ("pipeline_bubble.json",), entry_tables.pipeline_bubble),
