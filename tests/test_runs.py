@@ -108,3 +108,24 @@ def test_remove_temporaries_deletes_only_unrenamed_writer_files(tmp_path):
         p.write_text("half")
     assert remove_temporaries(tmp_path) == 2
     assert all(p.exists() for p in keep) and not any(p.exists() for p in orphans)
+
+
+def test_fields_added_later_are_left_out_of_fingerprints_only_at_their_current_defaults():
+    """A run made before a field existed keeps its fingerprint: each LATER_* default must be what
+    the config writes for that field today."""
+    from tokenmill.config import RunConfig
+    from tokenmill.mixture.config import PhaseConfig
+    from tokenmill.runs import LATER_DEFAULTS, LATER_PHASE_DEFAULTS, _without_disabled
+
+    fresh = RunConfig.model_validate({"name": "x"})
+    for section, fields in LATER_DEFAULTS.items():
+        dumped = getattr(fresh, section).model_dump(mode="json")
+        for keys, default in fields.items():
+            value = dumped
+            for key in keys:
+                value = value[key]
+            assert value == default, (section, keys)
+    phase = PhaseConfig(name="p", fraction=1.0).model_dump(mode="json")
+    assert all(phase[k] == v for k, v in LATER_PHASE_DEFAULTS.items())
+    mixture = {"phases": [dict(phase)], "weights": None}
+    assert "rope" not in _without_disabled("mixture", mixture)["phases"][0]

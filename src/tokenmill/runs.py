@@ -54,8 +54,13 @@ OPTIONAL_STEPS: dict[str, tuple[str, ...]] = {"curate": ("substring_dedup",)}
 
 # Source fields added after runs were made: at their default they stay out of the fingerprint.
 LATER_SOURCE_DEFAULTS: dict[str, Any] = {"synthetic": False}
+# Curriculum phase fields added after runs were made: at their default they stay out too.
+LATER_PHASE_DEFAULTS: dict[str, Any] = {"rope": None}
 # Section fields added after runs were made (a path of keys): at their default they stay out too.
 LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
+    "model": {("rope_original_max_seq_len",): None},
+    "eval": {("long_context",): {"enabled": False, "seq_len": None, "position_buckets": 4, "max_docs": 64,
+                                 "passkey_trials": 40}},
     "tokenizer": {("file",): None},
     "train": {("init_from",): None},
     "curate": {("decontaminate", "set_max_overlap"): {}, ("model_quality", "keep_top_percent"): None},
@@ -70,6 +75,10 @@ def _without_disabled(section: str, values: dict[str, Any]) -> dict[str, Any]:
         for key, default in LATER_SOURCE_DEFAULTS.items():
             if src.get(key, default) == default:
                 src.pop(key, None)
+    for phase in values.get("phases", []) if section == "mixture" else []:
+        for key, default in LATER_PHASE_DEFAULTS.items():
+            if phase.get(key, default) == default:
+                phase.pop(key, None)
     for keys, default in LATER_DEFAULTS.get(section, {}).items():
         parent = values
         for key in keys[:-1]:

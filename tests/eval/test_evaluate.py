@@ -145,3 +145,32 @@ def test_in_training_evaluations_score_tasks_and_write_samples(tokenized_run):
     run = RunDir.create(RunConfig.model_validate(data), tokenized_run.path)
     in_training_evaluator(run)(30, model)
     assert "tasks" not in json.loads(run.sub("eval", "30.json").read_text())
+
+
+def test_run_eval_scores_the_long_context_when_asked(tokenized_run):
+    from tokenmill.config import ModelConfig, RunConfig
+    from tokenmill.eval.evaluate import run_eval
+    from tokenmill.model.transformer import Transformer
+    from tokenmill.runs import RunDir
+    from tokenmill.train.checkpoint import save_checkpoint
+
+    data = tokenized_run.config.model_dump()
+    data["train"].update(seq_len=32, device="cpu", dtype="float32")
+    data["eval"].update(max_docs=2, num_samples=0, memorization_docs=0,
+                        long_context={"enabled": True, "position_buckets": 2, "max_docs": 3, "passkey_trials": 4})
+    run = RunDir.create(RunConfig.model_validate(data), tokenized_run.path)
+    store = TokenStore(run.sub("tokens"))
+    mcfg = ModelConfig(vocab_size=store.vocab_size, d_model=32, n_layers=1, n_heads=4, max_seq_len=256,
+                       rope_scaling="yarn", rope_scaling_factor=4.0)
+    model = Transformer(mcfg, generator=torch.Generator().manual_seed(0))
+    save_checkpoint(run.sub("checkpoints"), 5, model, None, {"model_config": mcfg.model_dump(mode="json")})
+
+    summary = run_eval(run)
+    lc = json.loads(run.sub("eval", "5.json").read_text())["long_context"]
+    assert lc["trained_seq_len"] == 32 and lc["rope"]["rope_scaling"] == "yarn"
+    pos = lc["positions"]
+    assert pos["seq_len"] == 256 and 1 <= pos["docs"] <= 3
+    assert [(b["from"], b["to"]) for b in pos["buckets"]] == [(0, 32), (32, 128), (128, 256)]  # 32: the trained edge
+    assert all(b["tokens"] == pos["docs"] * (b["to"] - b["from"]) for b in pos["buckets"])
+    assert lc["passkey"]["trials"] == 4 and sum(b["trials"] for b in lc["passkey"]["by_distance"]) == 4
+    assert set(summary["bpb_by_position"]) == {"0-32", "32-128", "128-256"} and "passkey" in summary

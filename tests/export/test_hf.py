@@ -71,7 +71,7 @@ def test_logits_match(tmp_path: Path, tie: bool) -> None:
     torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("scaling", ["linear", "ntk"])
+@pytest.mark.parametrize("scaling", ["linear", "ntk", "yarn"])
 def test_rope_scaling_logits_match(tmp_path: Path, scaling: str) -> None:
     run, model, ckpt = make_run(tmp_path, rope_scaling=scaling, rope_scaling_factor=4.0)
     out = export_hf(run / "checkpoints", tmp_path / "hf", run / "tokenizer" / "tokenizer.json")

@@ -34,7 +34,9 @@ def _hf_model(tmp_path: Path, **over) -> tuple[Path, "transformers.LlamaForCausa
 
 
 @pytest.mark.parametrize("over", [{}, {"tie_word_embeddings": True},
-                                  {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}])
+                                  {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+                                  {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                    "original_max_position_embeddings": 16}}])
 def test_a_transformers_llama_imports_with_its_logits(tmp_path, over):
     out, hf = _hf_model(tmp_path, **over)
     model, info = import_hf(out)

@@ -250,3 +250,50 @@ def test_health_metrics_every_step_or_every_k(tiny_run):
     assert [e["step"] for e in got if "grad_norms" in e] == [7, 14, 21, 28]
     assert all(e["update_ratio"] is None for e in got if e["step"] % 7)
     assert [e["loss"] for e in got] == [e["loss"] for e in every]  # measuring never changes training
+
+
+def test_a_context_extension_phase_rebuilds_rope_and_resumes_exactly(tiny_run, tmp_path):
+    """Phase 'long' quadruples seq_len with YaRN: the tables change at its first step (an event
+    says so), checkpoints from then on describe the extended model, and a crash inside the phase
+    resumes (from a checkpoint written in it) to the uninterrupted run's losses."""
+    from tokenmill.train.restore import load_model
+
+    data = tiny_run.config.model_dump()
+    data["train"].update(eval_every=5)
+    data["mixture"]["phases"] = [
+        {"name": "short", "fraction": 0.6},
+        {"name": "long", "fraction": 0.4, "seq_len": 128,
+         "rope": {"rope_scaling": "yarn", "rope_scaling_factor": 4.0}}]
+    cfg = RunConfig.model_validate(data)
+    reference = RunDir.create(cfg, tmp_path / "ref")
+    shutil.copytree(tiny_run.path / "tokens", reference.path / "tokens")
+    crashing = RunDir.create(cfg, tmp_path / "crash")
+    shutil.copytree(tiny_run.path / "tokens", crashing.path / "tokens")
+    run_train(reference, progress=False)
+    changed = steps(reference.path, "rope_changed")
+    assert [(e["step"], e["phase"], e["max_seq_len"], e["rope_scaling"]) for e in changed] == [(19, "long", 128, "yarn")]
+    assert not steps(reference.path, "rope_warning")  # the phase names its RoPE
+    model, step = load_model(reference.path / "checkpoints", "cpu")
+    assert step == 30 and (model.config.max_seq_len, model.config.rope_scaling) == (128, "yarn")
+    assert model.config.rope_original_max_seq_len is None and model.rope_cos.shape[0] == 128
+
+    def crash(step, model):
+        if step == 25:
+            raise RuntimeError("simulated crash")
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        run_train(crashing, on_eval=crash, progress=False)
+    run_train(crashing, resume=True, progress=False)
+    assert steps(crashing.path, "resumed")[-1]["step"] == 20  # inside the long phase
+    assert losses(crashing.path) == losses(reference.path)
+
+
+def test_lengthening_the_context_with_rope_unchanged_is_warned(tiny_run, capsys):
+    data = tiny_run.config.model_dump()
+    data["mixture"]["phases"] = [{"name": "short", "fraction": 0.5}, {"name": "long", "fraction": 0.5, "seq_len": 64}]
+    data["train"].update(max_steps=4)
+    run = RunDir.create(RunConfig.model_validate(data), tiny_run.path)
+    run_train(run, progress=False)
+    warned = steps(run.path, "rope_warning")
+    assert len(warned) == 1 and "raises seq_len from 32 to 64 with RoPE unchanged" in warned[0]["message"]
+    assert "RoPE unchanged" in capsys.readouterr().err

@@ -40,6 +40,16 @@ class SemanticContaminationConfig(Strict):
     max_train_words: int = Field(5_000_000, gt=0, description="Words of training text the embedder is trained on (every document is still scanned).")
 
 
+class LongContextConfig(Strict):
+    """Whether a lengthened context is used (eval/long_context.py): loss by position, passkey probe."""
+
+    enabled: bool = Field(False, description="Score bpb by position and the passkey probe in `tokenmill eval`.")
+    seq_len: int | None = Field(None, ge=8, description="Length scored (None: the checkpoint's model.max_seq_len, the longest phase).")
+    position_buckets: int = Field(4, ge=1, description="Equal-width position buckets (the trained length is added as an edge).")
+    max_docs: int = Field(64, ge=1, description="Held-out documents of at least seq_len tokens scored by position.")
+    passkey_trials: int = Field(40, ge=0, description="Passkey trials, keys at depths spread over the filler (0: off).")
+
+
 class EvalConfig(Strict):
     """Held-out loss / perplexity / bits-per-byte per bucket, unigram baseline, samples, tasks,
     contamination and memorization audits."""
@@ -53,6 +63,8 @@ class EvalConfig(Strict):
     memorization_docs: int = Field(32, ge=0, description="Training and held-out documents per bucket whose prefixes are continued greedily (0: off).")
     memorization_prefix: int = Field(32, ge=1, description="Prefix tokens given to the model.")
     memorization_suffix: int = Field(32, ge=1, description="Continuation tokens that must match exactly.")
+
+    long_context: LongContextConfig = Field(default_factory=LongContextConfig, description="Long-context evaluation (after a context extension).")
 
     max_docs: int | None = Field(200, description="Held-out documents per bucket (None: all).")
     batch_size: int = Field(16, description="Windows per forward pass.")

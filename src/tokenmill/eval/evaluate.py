@@ -206,6 +206,11 @@ def run_eval(run: RunDir, checkpoint: Path | None = None) -> dict[str, Any]:
                "unigram_bpb": {b: round(m["unigram_bpb"], 4) for b, m in buckets.items()}}
     if extra.get("tasks"):
         summary["tasks"] = {t["name"]: round(t["acc"], 4) for t in extra["tasks"]}
+    if extra.get("long_context"):
+        lc = extra["long_context"]
+        summary["bpb_by_position"] = {f"{b['from']}-{b['to']}": round(b["bpb"], 4) for b in lc["positions"]["buckets"]}
+        if "passkey" in lc:
+            summary["passkey"] = round(lc["passkey"]["accuracy"], 4)
     if extra.get("contamination"):
         summary["flagged"] = [k for k, v in extra["contamination"].items() if v["flagged"]]
     return summary
@@ -229,6 +234,12 @@ def audits(run: RunDir, model: torch.nn.Module, store: TokenStore, device: torch
         out["memorization"] = {scope: _mem_rates(v) for scope, v in
                                [("overall", mem["overall"]), *sorted(mem["buckets"].items())]}
         out["memorization"]["settings"] = {"prefix": mem["prefix"], "suffix": mem["suffix"]}
+    if cfg.long_context.enabled:  # after a context extension: is the longer context used?
+        from tokenmill.eval.long_context import evaluate_long_context
+
+        tok = load_tokenizer(run.sub("tokenizer", "tokenizer.json"))
+        out["long_context"] = evaluate_long_context(model, store, tok, cfg.long_context, run.config.train.seq_len,
+                                                    cfg.batch_size, device, run.config.train.dtype, run.config.seed)
     canaries = load_canaries(run.sub("curated"))
     if canaries and canaries["canaries"]:  # curate.canaries was on: their exposure (eval.canaries)
         tok = load_tokenizer(run.sub("tokenizer", "tokenizer.json"))

@@ -15,7 +15,8 @@ tokenmill's module names already follow HF Llama, so the weights need only the "
 RoPE needs no permutation: `apply_rope` rotates channel pairs (i, i + hd/2) with cos/sin repeated
 over both halves ("rotate_half"), which is HF Llama's convention; the test proves it by comparing
 logits. A static NTK-scaled RoPE is exported as the equivalent base (rope_theta·factor^(hd/(hd-2)));
-linear scaling maps to HF's `{"rope_type": "linear"}`.
+linear scaling maps to HF's `{"rope_type": "linear"}`, YaRN to `{"rope_type": "yarn"}` with its
+original length (tokenmill computes YaRN's defaults: beta_fast 32, beta_slow 1, 0.1·ln s + 1).
 
 Models that Llama cannot represent (LayerNorm, GELU FFN, learned positions, QK-norm, sliding window,
 MoE, μP) are refused with one error naming every such option.
@@ -39,6 +40,7 @@ from safetensors.torch import save_file
 from tokenmill.model.config import ModelConfig
 from tokenmill.errors import UserError
 from tokenmill.model.transformer import resolve_ffn_hidden
+from tokenmill.model.rope import original_length
 from tokenmill.tokenizer.special import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID
 
 HF_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
@@ -78,6 +80,11 @@ def rope_fields(cfg: ModelConfig) -> dict[str, Any]:
     if cfg.rope_scaling == "linear":
         return {"rope_theta": float(cfg.rope_theta),
                 "rope_scaling": {"rope_type": "linear", "factor": float(cfg.rope_scaling_factor)}}
+    if cfg.rope_scaling == "yarn":
+        original = original_length(cfg.max_seq_len, cfg.rope_scaling_factor, cfg.rope_original_max_seq_len)
+        return {"rope_theta": float(cfg.rope_theta),
+                "rope_scaling": {"rope_type": "yarn", "factor": float(cfg.rope_scaling_factor),
+                                 "original_max_position_embeddings": int(original)}}
     return {"rope_theta": float(cfg.rope_theta), "rope_scaling": None}
 
 

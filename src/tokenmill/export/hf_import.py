@@ -25,6 +25,7 @@ from safetensors.torch import load_file
 
 from tokenmill.errors import UserError
 from tokenmill.model.config import ModelConfig
+from tokenmill.model.rope import yarn_attention_scale, yarn_inv_freq
 from tokenmill.model.transformer import Transformer
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -40,13 +41,26 @@ def _need(conf: dict[str, Any], key: str, where: Path) -> Any:
     return conf[key]
 
 
-def rope_of(conf: dict[str, Any]) -> tuple[float, str, float]:
-    """(theta, kind, factor) from either layout: transformers ≥ 5 writes `rope_parameters`
-    (theta inside), earlier versions `rope_theta` and `rope_scaling`."""
+YARN_DEFAULTS = {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": True}  # what model/rope.py computes
+
+
+def rope_of(conf: dict[str, Any]) -> tuple[float, str, float, int | None]:
+    """(theta, kind, factor, original length) from either layout: transformers ≥ 5 writes
+    `rope_parameters` (theta inside), earlier versions `rope_theta` and `rope_scaling`."""
     rope = conf.get("rope_parameters") or conf.get("rope_scaling") or {}
     theta = float(rope.get("rope_theta", conf.get("rope_theta", 10000.0)))
     kind = rope.get("rope_type", rope.get("type", "default"))
-    return theta, kind, float(rope.get("factor", 1.0)) if kind == "linear" else 1.0
+    factor = float(rope.get("factor", 1.0)) if kind in ("linear", "yarn") else 1.0
+    original = rope.get("original_max_position_embeddings") if kind == "yarn" else None
+    return theta, kind, factor, int(original) if original is not None else None
+
+
+def _yarn_variant(conf: dict[str, Any]) -> list[str]:
+    """YaRN settings tokenmill does not reproduce (it computes the paper's defaults)."""
+    rope = conf.get("rope_parameters") or conf.get("rope_scaling") or {}
+    bad = [f"yarn {k}={rope[k]}" for k, v in YARN_DEFAULTS.items() if k in rope and rope[k] not in (None, v)]
+    bad += [f"yarn {k}={rope[k]}" for k in ("mscale", "mscale_all_dim", "attention_factor") if rope.get(k) is not None]
+    return bad
 
 
 def model_config_from_hf(conf: dict[str, Any], where: Path) -> ModelConfig:
@@ -63,9 +77,11 @@ def model_config_from_hf(conf: dict[str, Any], where: Path) -> ModelConfig:
     d, heads = int(_need(conf, "hidden_size", where)), int(_need(conf, "num_attention_heads", where))
     if conf.get("head_dim") not in (None, d // heads) or d % heads:
         bad.append(f"head_dim={conf.get('head_dim')} (tokenmill uses hidden_size / num_attention_heads = {d // heads})")
-    theta, kind, factor = rope_of(conf)
-    if kind not in ("default", "linear"):
-        bad.append(f"rope type {kind!r} (tokenmill reproduces the default and linear scaling)")
+    theta, kind, factor, original = rope_of(conf)
+    if kind not in ("default", "linear", "yarn"):
+        bad.append(f"rope type {kind!r} (tokenmill reproduces the default, linear and yarn scaling)")
+    if kind == "yarn":
+        bad += _yarn_variant(conf)
     if conf.get("pretraining_tp", 1) != 1:
         bad.append(f"pretraining_tp={conf['pretraining_tp']}")
     if bad:
@@ -77,7 +93,8 @@ def model_config_from_hf(conf: dict[str, Any], where: Path) -> ModelConfig:
         max_seq_len=int(conf.get("max_position_embeddings", 2048)), rope_theta=theta,
         norm_eps=float(conf.get("rms_norm_eps", 1e-6)), tie_embeddings=bool(conf.get("tie_word_embeddings", False)),
         init_std=float(conf.get("initializer_range", 0.02)),
-        rope_scaling="linear" if kind == "linear" else "none", rope_scaling_factor=factor)
+        rope_scaling=kind if kind in ("linear", "yarn") else "none", rope_scaling_factor=factor,
+        rope_original_max_seq_len=original)
 
 
 def read_hf_weights(path: Path) -> dict[str, torch.Tensor]:
@@ -129,11 +146,15 @@ def llama_reference_logits(hf: dict[str, torch.Tensor], conf: dict[str, Any], id
     d, H = conf["hidden_size"], conf["num_attention_heads"]
     KV, hd, eps = conf.get("num_key_value_heads") or H, d // H, conf.get("rms_norm_eps", 1e-6)
     B, T = idx.shape
-    theta, _, factor = rope_of(conf)
-    pos = torch.arange(T, dtype=torch.float64) / factor
+    theta, kind, factor, original = rope_of(conf)
+    pos = torch.arange(T, dtype=torch.float64) / (factor if kind == "linear" else 1.0)
     inv = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    scale = 1.0
+    if kind == "yarn":  # the paper's blend (checked against transformers' own in tests/model/test_rope.py)
+        length = original or round(conf.get("max_position_embeddings", 2048) / factor)
+        inv, scale = yarn_inv_freq(hd, theta, factor, length).to(torch.float64), yarn_attention_scale(factor)
     ang = torch.cat([torch.outer(pos, inv)] * 2, dim=-1)
-    cos, sin = ang.cos(), ang.sin()
+    cos, sin = ang.cos() * scale, ang.sin() * scale
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     x = w["model.embed_tokens.weight"][idx]
     for i in range(conf["num_hidden_layers"]):

@@ -12,6 +12,18 @@ from pydantic import Field, field_validator
 from tokenmill.config_base import Strict
 
 
+class PhaseRopeConfig(Strict):
+    """RoPE for a phase that lengthens the context (model/rope.py); unset fields keep the model's."""
+
+    rope_theta: float | None = Field(None, gt=0.0, description="Base frequency in this phase (a base-frequency increase).")
+    rope_scaling: Literal["none", "linear", "ntk", "yarn"] | None = Field(
+        None, description="Scaling in this phase: linear (position interpolation), ntk (NTK-aware base), yarn.")
+    rope_scaling_factor: float | None = Field(
+        None, gt=0.0, description="Factor of the scaling, usually the phase's seq_len / the trained seq_len.")
+    rope_original_max_seq_len: int | None = Field(
+        None, ge=1, description="YaRN: the trained context (None: the phase's seq_len / factor).")
+
+
 class PhaseConfig(Strict):
     """One curriculum phase: a share of the token budget with its own mixture and sequence length."""
 
@@ -24,6 +36,8 @@ class PhaseConfig(Strict):
                                 "become micro_batch·train.seq_len/seq_len so tokens per step stay constant.")
     anneal: bool = Field(False, description="Annealing phase: the trainer decays the LR over its steps; "
                                             "anneal phases come last.")
+    rope: PhaseRopeConfig | None = Field(
+        None, description="RoPE from this phase on (context extension); None: the previous phase's.")
 
 
 class SyntheticLimitsConfig(Strict):

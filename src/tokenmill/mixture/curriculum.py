@@ -34,6 +34,7 @@ class Phase:
     anneal: bool = False  # the trainer decays the LR over [start_step, end_step]
     fraction: float = 0.0  # the configured share of the budget
     tokens_per_step: int = 0  # global: world_size · grad_accum · rows · seq_len
+    rope: dict | None = field(default=None, compare=False)  # RoPE fields this phase sets (model/rope.py)
 
     @property
     def steps(self) -> int:
@@ -53,7 +54,8 @@ class Phase:
         return {"index": self.index, "name": self.name, "start_step": self.start_step, "end_step": self.end_step,
                 "steps": self.steps, "seq_len": self.seq_len, "rows_per_micro_batch": self.rows,
                 "anneal": self.anneal, "fraction": self.fraction, "token_start": self.token_start,
-                "token_end": self.token_end, "weights": dict(self.weights)}
+                "token_end": self.token_end, "weights": dict(self.weights),
+                **({"rope": dict(self.rope)} if self.rope else {})}
 
 
 def resolve_weights(weights: dict[str, float] | None, available: dict[str, int], where: str) -> dict[str, float]:
@@ -109,7 +111,8 @@ def build_phases(mixture: MixtureConfig, available: dict[str, int], seq_len: int
         phases.append(Phase(index=k, name=pc.name, start_step=prev_end + 1, end_step=end, seq_len=plen,
                             rows=micro_tokens // plen, weights=interleave.shares,
                             anneal=pc.anneal, fraction=pc.fraction,
-                            tokens_per_step=global_micro * micro_tokens))
+                            tokens_per_step=global_micro * micro_tokens,
+                            rope=pc.rope.model_dump(exclude_none=True) if pc.rope else None))
         interleaves.append(interleave)
         prev_end = end
     return phases, interleaves

@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tokenmill.model.config import ModelConfig
+from tokenmill.model.rope import rope_tables, tables_for  # noqa: F401  (rope_tables: re-exported)
 from tokenmill.model import mup
 from tokenmill.model.fused_ce import IGNORE, fused_chunk, linear_cross_entropy, loss_kernel
 from tokenmill.model.moe import MoE
@@ -111,27 +112,6 @@ def make_norm(cfg: ModelConfig, dim: int) -> nn.Module:
     if cfg.norm == "layernorm":
         return nn.LayerNorm(dim, eps=cfg.norm_eps, bias=False)
     return RMSNorm(dim, cfg.norm_eps)
-
-
-def rope_tables(head_dim: int, max_seq_len: int, theta: float, scaling: str = "none",
-                factor: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape [max_seq_len, head_dim] (frequencies repeated for both halves).
-
-    Context extension by `factor` (a model trained at length L run at factor·L):
-    - "linear" (position interpolation): angle t·f_i becomes (t/factor)·f_i, squeezing the new
-      positions into the trained angle range;
-    - "ntk" (NTK-aware): the base becomes theta·factor^(hd/(hd-2)), so the slowest frequency is
-      stretched by `factor` while the fastest (local detail) is nearly unchanged.
-    """
-    if scaling == "ntk":
-        theta = theta * factor ** (head_dim / (head_dim - 2))
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-    t = torch.arange(max_seq_len, dtype=torch.int64).float()
-    if scaling == "linear":
-        t = t / factor
-    freqs = torch.outer(t, inv_freq)
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos(), emb.sin()
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -446,11 +426,20 @@ class Transformer(nn.Module):
             self.lm_head.weight = self.embed_tokens.weight
         self.output_mult = mup.output_multiplier(cfg)  # 1/width_mult under μP, else 1 (not applied)
         if cfg.position == "rope":
-            cos, sin = rope_tables(cfg.d_model // cfg.n_heads, cfg.max_seq_len, cfg.rope_theta,
-                                   cfg.rope_scaling, cfg.rope_scaling_factor)
+            cos, sin = tables_for(cfg)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
         self.reset_parameters(generator)
+
+    def set_rope(self, cfg: ModelConfig) -> None:
+        """Rebuild the RoPE tables for `cfg` (a curriculum phase's length and scaling, model/rope.py);
+        the weights are untouched. `cfg` must describe the same parameters."""
+        if cfg.position != "rope":
+            return
+        cos, sin = tables_for(cfg)
+        self.rope_cos = cos.to(self.rope_cos.device)
+        self.rope_sin = sin.to(self.rope_sin.device)
+        self.config = cfg
 
     @torch.no_grad()
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:

@@ -1,5 +1,5 @@
 """The report's Evaluation section: held-out bits-per-byte by slice, probes, tasks, contamination
-(n-gram and semantic), memorization audits and canaries."""
+(n-gram and semantic), memorization audits, canaries and the long-context measures."""
 
 from __future__ import annotations
 
@@ -101,6 +101,29 @@ def _eval_audits(last: dict) -> str:
                     table(["scope", "docs", "exact (train)", "exact (held-out)", "token match (train)",
                            "token match (held-out)"], rows)]
     out.append(_canaries(last.get("canaries") or {}))
+    out.append(_long_context(last.get("long_context") or {}))
+    return "".join(out)
+
+
+def _long_context(lc: dict) -> str:
+    """Loss by position and passkey accuracy by distance at the extended length (eval.long_context)."""
+    if not lc.get("positions"):
+        return ""
+    pos, trained = lc["positions"], lc.get("trained_seq_len")
+    rope = lc.get("rope") or {}
+    rows = [[f"{b['from']}–{b['to']}" + (" (beyond the trained length)" if trained and b["from"] >= trained else ""),
+             b["tokens"], b["loss"], b["bpb"]] for b in pos["buckets"]]
+    out = [f"<h3>Long context</h3><p>{pos['docs']} held-out documents of at least {pos['seq_len']} tokens, "
+           f"each scored from its start; trained at {trained} tokens; RoPE theta {rope.get('rope_theta')}, "
+           f"scaling {html.escape(str(rope.get('rope_scaling')))} × {rope.get('rope_scaling_factor')}. A model "
+           "that uses the longer context has lower bpb at later positions.</p>",
+           table(["positions", "tokens", "loss", "bpb"], rows)]
+    pk = lc.get("passkey")
+    if pk:
+        out += [f"<p>Passkey retrieval at {pk['seq_len']} tokens: <b>{pk['accuracy']:.0%}</b> of {pk['trials']} "
+                "trials (every key token the top prediction), by distance from the key to the question:</p>",
+                table(["distance (tokens)", "trials", "accuracy", "key log-prob"],
+                      [[f"{b['from']}–{b['to']}", b["trials"], b["accuracy"], b["logprob"]] for b in pk["by_distance"]])]
     return "".join(out)
 
 

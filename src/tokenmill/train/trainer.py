@@ -45,6 +45,7 @@ from torch import nn
 
 from tokenmill.config import RunConfig
 from tokenmill.model.config import ModelConfig
+from tokenmill.model.rope import ROPE_FIELDS, phase_model_configs, rope_warnings
 from tokenmill.errors import UserError
 from tokenmill.mixture.collapse_guard import guard_mixture
 from tokenmill.mixture.loader import Loader
@@ -107,6 +108,20 @@ def resolve_model_config(model_cfg: ModelConfig, store: TokenStore, seq_len: int
         raise TrainError(f"train.seq_len={seq_len} exceeds model.max_seq_len={model_cfg.max_seq_len}; "
                          f"raise model.max_seq_len or lower train.seq_len")
     return model_cfg.model_copy(update={"vocab_size": int(vocab)})
+
+
+def _phase_models(mcfg: ModelConfig, loader: Loader, ctx: DistContext) -> list[ModelConfig]:
+    """The model each curriculum phase trains (its RoPE and table length, model/rope.py)."""
+    try:
+        models = phase_model_configs(mcfg, [(p.seq_len, p.rope) for p in loader.phases])
+    except ValueError as exc:
+        raise TrainError(str(exc)) from exc
+    if ctx.model_parallel and any(m != mcfg for m in models):
+        raise TrainError("a phase that changes RoPE (mixture.phases[].rope, or seq_len past model.max_seq_len) is "
+                         "not supported with pipeline or tensor parallelism: set model.max_seq_len and RoPE "
+                         "in `model:` for the whole run, or train the extension as a run of its own "
+                         "(train.init_from)")
+    return models
 
 
 def seed_everything(seed: int) -> None:
@@ -407,9 +422,11 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
     loader = Loader(store, cfg.mixture, tc.seq_len, tc.micro_batch, tc.grad_accum, tc.max_steps, cfg.train_seed,
                     world_size=ctx.dp_size, rank=ctx.dp_rank, pin_memory=device.type == "cuda")
     guard_mixture(run.path, store, loader.phases, cfg.mixture.synthetic, events)  # refused before any step
-    if loader.max_seq_len > mcfg.max_seq_len:
-        raise TrainError(f"a curriculum phase uses sequences of {loader.max_seq_len} tokens but "
-                         f"model.max_seq_len={mcfg.max_seq_len}; raise model.max_seq_len")
+    phase_models = _phase_models(mcfg, loader, ctx)
+    for warning in rope_warnings(mcfg, [(p.name, p.seq_len, m) for p, m in zip(loader.phases, phase_models)]):
+        events.write(STAGE, "rope_warning", message=warning)
+        if ctx.is_main:
+            print(f"warning: {warning}", file=sys.stderr)
     anneal = next((p.start_step for p in loader.phases if p.anneal), None)
     clock = TimeBudget(tc.max_seconds, tc.max_steps)
     if clock.enabled and len(loader.phases) > 1:
@@ -465,7 +482,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
 
     def state_fields(step: int, loss: float | None) -> dict[str, Any]:
         return {
-            "model_config": mcfg.model_dump(mode="json"),
+            "model_config": model.config.model_dump(mode="json"),  # with the current phase's RoPE
             "train_fingerprint": fingerprint,
             "config": _train_sections(cfg),
             "scheduler": {"kind": tc.schedule, "step": step, "schedule_step": at_of.get(step, step),
@@ -532,11 +549,16 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
             console.quiet = not ctx.is_main
             saved_step = start_step if resumed_from else -1
             phase = loader.phase_at(max(start_step, 1)).name
+            model.set_rope(phase_models[loader.phase_at(max(start_step, 1)).index])
             for step in range(start_step + 1, tc.max_steps + 1):
                 t0 = time.perf_counter()
                 if loader.phase_at(step).name != phase:
                     phase = loader.phase_at(step).name
                     guard.reset_baseline()  # new data, new loss level
+                    if phase_models[loader.phase_at(step).index] != model.config:  # a longer context
+                        model.set_rope(phase_models[loader.phase_at(step).index])
+                        events.write(STAGE, "rope_changed", step=step, phase=phase,
+                                     **{k: getattr(model.config, k) for k in ("max_seq_len", *ROPE_FIELDS)})
                 extras: dict[str, Any] = {}
                 # The per-group norms and the update ratio cost a pass over the gradients and a copy
                 # of the parameters: every step by default, every metrics_every steps on big runs.
