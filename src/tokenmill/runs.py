@@ -59,6 +59,7 @@ LATER_PHASE_DEFAULTS: dict[str, Any] = {"rope": None}
 # Section fields added after runs were made (a path of keys): at their default they stay out too.
 LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
     "model": {("rope_original_max_seq_len",): None},
+    "mixture": {("replay",): None},
     "eval": {("long_context",): {"enabled": False, "seq_len": None, "position_buckets": 4, "max_docs": 64,
                                  "passkey_trials": 40}},
     "tokenizer": {("file",): None},

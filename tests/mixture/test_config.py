@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from tokenmill.mixture.config import MixtureConfig, PhaseConfig, PhaseRopeConfig
+from tokenmill.mixture.config import MixtureConfig, PhaseConfig, PhaseRopeConfig, ReplayConfig
 
 
 def test_every_field_has_a_description():
-    for model in (MixtureConfig, PhaseConfig, PhaseRopeConfig):
+    for model in (MixtureConfig, PhaseConfig, PhaseRopeConfig, ReplayConfig):
         assert all(f.description for f in model.model_fields.values()), model.__name__
 
 

@@ -70,3 +70,25 @@ def test_bad_phases_are_clear_errors():
     for step in (0, 11):
         with pytest.raises(MixtureError, match="outside the run's optimizer steps 1..10"):
             phase_index(phases, step)
+
+
+def test_replay_puts_its_share_on_the_original_buckets_in_every_phase_without_weights():
+    cfg = mix({"name": "cpt", "fraction": 0.5}, {"name": "anneal", "fraction": 0.5, "weights": {"code": 1.0}},
+              replay={"buckets": ["web", "math"], "share": 0.25})
+    phases, _ = build_phases(cfg, AVAILABLE, 256, 16, 2, 40)
+    assert phases[0].weights == pytest.approx({"code": 0.75, "web": 0.25 * 1000 / 1100, "math": 0.25 * 100 / 1100},
+                                              abs=1e-3)
+    assert phases[1].weights == {"code": 1.0}  # a phase with its own weights is the user's to set
+    given = MixtureConfig(weights={"code": 1.0, "web": 3.0, "math": 1.0}, replay={"buckets": ["web", "math"], "share": 0.1})
+    (p,), _ = build_phases(given, AVAILABLE, 256, 16, 2, 40)
+    assert p.weights == pytest.approx({"code": 0.9, "web": 0.075, "math": 0.025}, abs=1e-3)  # 3:1 kept inside replay
+    only = MixtureConfig(weights={"code": 1.0}, replay={"buckets": ["web"], "share": 0.5})
+    (p,), _ = build_phases(only, AVAILABLE, 256, 16, 2, 40)
+    assert p.weights == pytest.approx({"code": 0.5, "web": 0.5}, abs=1e-3)  # left out of the weights: still replayed
+    for replay, match in (({"buckets": ["books"], "share": 0.1}, "not in the token store"),
+                          ({"buckets": ["empty"], "share": 0.1}, "hold no training token"),
+                          ({"buckets": ["web", "code", "math"], "share": 0.1}, "leave no new data")):
+        with pytest.raises(MixtureError, match=match):
+            build_phases(MixtureConfig(replay=replay), AVAILABLE, 256, 16, 2, 40)
+    with pytest.raises(ValidationError):
+        MixtureConfig(replay={"buckets": ["web"], "share": 1.0})

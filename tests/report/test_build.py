@@ -123,3 +123,16 @@ def test_slice_table_lists_every_evaluation_step():
     page = section_eval([record(10, 2.25), record(20, 1.875), record(30, 1.625)])
     table_html = page[page.index("at every evaluation"):]
     assert all(f"<td>{v}</td>" in table_html for v in ("10", "20", "30", "2.25", "1.875", "1.625"))
+
+
+def test_a_continued_run_shows_its_source_and_the_forgetting_table(tmp_path):
+    from tokenmill.eval.evaluate import write_eval
+
+    run = RunDir.create(load_config(None, [f"root={tmp_path}", "name=cont", "mixture.replay.buckets=[books]",
+                                           "mixture.replay.share=0.1"]))
+    run.events.write("train", "init_from", **{"from": "/m/hf", "format": "hf-llama", "parity": {"max_rel_diff": 2e-7}})
+    for step, bpb in ((0, 1.25), (40, 1.5)):
+        write_eval(run, step, {"books": {"docs": 1, "tokens": 9, "loss": 1.0, "ppl": 2.7, "bpb": bpb, "unigram_bpb": 3.0}})
+    page = render(run)
+    assert "<h2>Continued pretraining</h2>" in page and "HF Llama directory" in page and "10% of every batch" in page
+    assert "+0.2500" in page

@@ -136,3 +136,29 @@ def test_fingerprints_ignore_fields_left_at_their_later_default(curated_run):
     assert "vocab_size" in tok and "max_overlap" in cur["decontaminate"]
     given = _without_disabled("tokenizer", cfg.tokenizer.model_copy(update={"file": "x.json"}).model_dump(mode="json"))
     assert given["file"] == "x.json"
+
+
+def test_a_run_continuing_a_model_takes_that_models_tokenizer(curated_run, tmp_path):
+    """train.init_from names a model whose run (or HF directory) holds a tokenizer.json: the
+    tokenizer stage uses it instead of training, and the audit says where it came from."""
+    from tokenmill.pipeline import run_pipeline
+
+    run_pipeline(curated_run, ("tokenizer",))
+    trained = curated_run.sub("tokenizer", "tokenizer.json")
+    hf = tmp_path / "hf"  # an HF model directory: config.json + tokenizer.json
+    hf.mkdir()
+    (hf / "config.json").write_text("{}")
+    (hf / "tokenizer.json").write_bytes(trained.read_bytes())
+    for source in (str(curated_run.sub("checkpoints")), str(hf)):
+        cfg = curated_run.config.model_copy(update={
+            "name": "cont", "tokenizer": curated_run.config.tokenizer.model_copy(update={"vocab_size": 999}),
+            "train": curated_run.config.train.model_copy(update={"init_from": source})})
+        cont = RunDir.create(cfg, tmp_path / f"cont-{len(source)}")
+        cont.sub("curated").symlink_to(curated_run.sub("curated"))
+        cont.mark_done("curate")
+        run_pipeline(cont, ("tokenizer",))
+        assert cont.sub("tokenizer", "tokenizer.json").read_bytes() == trained.read_bytes()
+        audit = json.loads(cont.sub("tokenizer", "audit.json").read_text())
+        assert audit["inherited_from"] == source and audit["given"] == str(trained if "checkpoints" in source
+                                                                            else hf / "tokenizer.json")
+        assert tokenizer_file_sha256(cont) is not None and cont.is_fresh("tokenizer", tokenizer_file_sha256(cont))

@@ -62,3 +62,67 @@ def test_an_hf_directory_initializes_the_same_weights_and_a_misfit_is_refused(ti
     with pytest.raises(InitFromError, match="not found"):
         init_from(fresh, str(tmp_path / "nowhere"))
     assert import_hf(hf)[1]["model_config"]["d_model"] == source.config.d_model
+
+
+def _bpe(path, words):
+    from tokenizers import Tokenizer, models, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.train_from_iterator(words, trainers.BpeTrainer(vocab_size=40, show_progress=False))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tok.to_str())
+    return path
+
+
+def test_a_token_store_made_with_another_tokenizer_is_refused(tmp_path):
+    import hashlib
+
+    from tokenmill.train.init_from import check_store_tokenizer, source_tokenizer
+
+    source_run = tmp_path / "source"
+    mine = _bpe(source_run / "tokenizer" / "tokenizer.json", ["abc abd abe"] * 5)
+    theirs = _bpe(tmp_path / "other" / "tokenizer.json", ["xyz xyw"] * 5)
+    (source_run / "checkpoints").mkdir()
+    source = str(source_run / "checkpoints")
+    assert source_tokenizer(source) == mine.resolve()
+    sha = lambda p: hashlib.sha256(p.read_text().encode()).hexdigest()  # noqa: E731  (what tokenize records)
+    assert check_store_tokenizer(source, sha(mine), tmp_path / "tokens") is None
+    with pytest.raises(InitFromError, match="made with another tokenizer"):
+        check_store_tokenizer(source, sha(theirs), tmp_path / "tokens")
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text("{}")
+    assert "no tokenizer.json beside the model" in check_store_tokenizer(str(hf), sha(mine), tmp_path / "tokens")
+    (hf / "tokenizer.json").write_text(theirs.read_text())
+    with pytest.raises(InitFromError, match="rerun the tokenizer and tokenize stages"):
+        check_store_tokenizer(str(hf), sha(mine), tmp_path / "tokens")
+
+
+def test_a_continued_run_without_a_known_tokenizer_says_so(tiny_run):
+    run_train(tiny_run)
+    child = _child(tiny_run, "child2", init_from=str(tiny_run.path / "checkpoints"), max_steps=1)
+    run_train(child)
+    warned = [e for e in read_events(child.path / "events.jsonl") if e.get("kind") == "init_from_warning"]
+    assert len(warned) == 1 and "cannot be checked" in warned[0]["message"]
+
+
+def test_a_continued_run_scores_the_inherited_model_first_and_its_checkpoints_name_the_source(tiny_run):
+    """Step 0 evaluation = the source model on this run's held-out slices (the 'before' of the
+    forgetting table); every checkpoint, also after a resume, records where the weights came from."""
+    from tokenmill.eval.evaluate import Evaluator, in_training_evaluator
+    from tokenmill.tokens.store import TokenStore
+    from tokenmill.train.checkpoint import read_state
+
+    run_train(tiny_run)
+    source, _ = load_model(tiny_run.path / "checkpoints", "cpu")
+    child = _child(tiny_run, "child3", init_from=str(tiny_run.path / "checkpoints"), max_steps=6, ckpt_every=3)
+    run_train(child, on_eval=in_training_evaluator(child))
+    before = json.loads((child.path / "eval" / "0.json").read_text())["buckets"]
+    cfg = child.config
+    direct = Evaluator(TokenStore(child.path / "tokens"), cfg.train.seq_len, cfg.train.eval_docs,
+                       cfg.eval.batch_size).score(source, torch.device("cpu"), cfg.train.dtype)
+    assert {b: m["bpb"] for b, m in before.items()} == pytest.approx({b: m["bpb"] for b, m in direct.items()}, rel=1e-6)
+    assert (child.path / "eval" / "6.json").is_file()
+    state = read_state(child.path / "checkpoints" / "step_6")
+    assert state["init_from"]["from"] == str((tiny_run.path / "checkpoints").resolve())
+    assert state["init_from"]["format"] == "tokenmill" and "model_config" not in state["init_from"]

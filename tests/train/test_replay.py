@@ -37,3 +37,39 @@ def test_replay_lists_the_documents_really_in_the_batch(tiny_run):
         covered[(d["micro"], d["row"])] = covered.get((d["micro"], d["row"]), 0) + len(span)
     assert covered == {k: tc.seq_len + 1 for k in rows}  # every token of every row is accounted for
     assert {d["bucket"] for d in docs} <= {"a", "b"} and all(d["doc_id"] for d in docs)
+
+
+def _variant(tiny_run, name, mixture=None, **train):
+    from tokenmill.config import RunConfig
+    from tokenmill.runs import RunDir
+
+    data = tiny_run.config.model_dump(mode="json")
+    data["name"] = name
+    data["train"].update(train)
+    if mixture:
+        data["mixture"].update(mixture)
+    run = RunDir.create(RunConfig.model_validate(data), tiny_run.path.parent / name)
+    (run.path / "tokens").symlink_to(tiny_run.path / "tokens")
+    return run
+
+
+def test_replay_of_a_continued_run_starts_from_the_inherited_weights(tiny_run):
+    """Before its first checkpoint, a run with train.init_from rolls forward from the source's
+    weights (not its seed's init): the replayed loss is the logged one."""
+    run_train(tiny_run, progress=False)
+    child = _variant(tiny_run, "child", init_from=str(tiny_run.path / "checkpoints"), max_steps=12, seed=5)
+    run_train(child, progress=False)
+    r = replay_loss(child, 6)
+    assert r["from_checkpoint"] is None and r["init_from"] == str(tiny_run.path / "checkpoints")
+    assert r["loss"] == _logged(child, 6) and r["matches_log"] is True
+
+
+def test_replay_across_a_context_extension_uses_each_phases_rope(tiny_run):
+    phases = [{"name": "short", "fraction": 0.6},
+              {"name": "long", "fraction": 0.4, "seq_len": 128,
+               "rope": {"rope_scaling": "yarn", "rope_scaling_factor": 4.0}}]
+    run = _variant(tiny_run, "ext", mixture={"phases": phases}, keep_checkpoints=3)
+    run_train(run, progress=False)  # checkpoints 10 (short), 20 and 30 (long); long starts at step 19
+    for step, ckpt in ((19, "step_10"), (25, "step_20")):
+        r = replay_loss(run, step)
+        assert r["from_checkpoint"].endswith(ckpt) and r["loss"] == _logged(run, step), step

@@ -48,6 +48,14 @@ class SyntheticLimitsConfig(Strict):
     max_generation: int = Field(2, ge=0, description="Newest synthetic generation allowed (1: sampled from a model trained on real data; each model in between adds 1; 0: none).")
 
 
+class ReplayConfig(Strict):
+    """General replay in continued pretraining (seed 002 §3.4): a fixed share of every batch drawn
+    from the original data's buckets, beside the new data, so forgetting is bounded by design."""
+
+    buckets: list[str] = Field(..., min_length=1, description="Buckets holding the original (pretraining) data.")
+    share: float = Field(..., gt=0.0, lt=1.0, description="Share of each phase's tokens drawn from those buckets.")
+
+
 class MixtureConfig(Strict):
     """How training batches draw from buckets: weights, curriculum phases, packing, prefetch."""
 
@@ -72,6 +80,8 @@ class MixtureConfig(Strict):
         4.0, gt=0.0, description="Warn when a bucket is repeated more than this many epochs (seed 004).")
     prefetch: int = Field(8, ge=0, description="Micro-batches a background thread prepares ahead (0: off).")
     synthetic: SyntheticLimitsConfig = Field(default_factory=SyntheticLimitsConfig, description="Limits on synthetic data (the collapse guard).")
+    replay: ReplayConfig | None = Field(
+        None, description="Replay a share of the original data (phases without their own weights); None: no replay.")
 
     @field_validator("phases")
     @classmethod

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from tokenmill.mixture.config import (MixtureConfig, PhaseConfig)
+from tokenmill.mixture.config import MixtureConfig, PhaseConfig, ReplayConfig
 from tokenmill.mixture.errors import MixtureError
 from tokenmill.mixture.schedule import Interleave
 
@@ -82,6 +82,26 @@ def resolve_weights(weights: dict[str, float] | None, available: dict[str, int],
     return raw
 
 
+def with_replay(raw: dict[str, float], available: dict[str, int], replay: ReplayConfig, where: str
+                ) -> dict[str, float]:
+    """Weights with `replay.share` on the replay buckets and the rest on the others, each group
+    keeping its own relative weights (a replay bucket the weights leave out: its token count)."""
+    unknown = sorted(set(replay.buckets) - set(available))
+    if unknown:
+        raise MixtureError(f"mixture.replay.buckets names bucket(s) {unknown} that are not in the token store "
+                           f"(buckets: {sorted(available)})")
+    empty = sorted(b for b in replay.buckets if available[b] == 0)
+    if empty:
+        raise MixtureError(f"mixture.replay.buckets {empty} hold no training token")
+    old = {b: raw.get(b, float(available[b])) for b in replay.buckets}
+    new = {b: w for b, w in raw.items() if b not in old}
+    if not new:
+        raise MixtureError(f"{where}: mixture.replay.buckets {replay.buckets} leave no new data to train on")
+    s_old, s_new = sum(old.values()), sum(new.values())
+    return {**{b: (1 - replay.share) * w / s_new for b, w in new.items()},
+            **{b: replay.share * w / s_old for b, w in old.items()}}
+
+
 def phase_configs(mixture: MixtureConfig) -> list[PhaseConfig]:
     """The configured phases, or the single implicit phase 'main'."""
     return list(mixture.phases) or [PhaseConfig(name="main", fraction=1.0)]
@@ -97,6 +117,8 @@ def build_phases(mixture: MixtureConfig, available: dict[str, int], seq_len: int
         where = f"mixture.phases[{k}] ({pc.name!r})" if mixture.phases else "mixture.weights"
         raw = resolve_weights(pc.weights if pc.weights is not None else mixture.weights, available,
                               f"{where}.weights" if mixture.phases else where)
+        if mixture.replay is not None and pc.weights is None:
+            raw = with_replay(raw, available, mixture.replay, f"{where}.weights" if mixture.phases else where)
         cum += pc.fraction
         end = max_steps if k == len(configs) - 1 else math.floor(cum * max_steps + 0.5 + 1e-9)
         if end <= prev_end:

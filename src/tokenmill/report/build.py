@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from tokenmill import __version__
+from tokenmill.report.continued_section import section_continued
 from tokenmill.report.data_section import section_data
 from tokenmill.report.eval_section import section_eval
 from tokenmill.report.noise_section import section_noise
@@ -68,12 +69,14 @@ def render(run: RunDir) -> str:
     events = list(read_events(run.sub("events.jsonl")))
     evals = eval_history(run)
     title = run.config.report.title or run.config.name
+    replay = run.config.mixture.replay
     config_yaml = run.sub("config.yaml").read_text() if run.sub("config.yaml").exists() else ""
     body = [
         f"<h1>{html.escape(title)}</h1>",
         f"<p class=muted>tokenmill {__version__} · run directory {html.escape(str(run.path))} · "
         f"generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>",
         section_experiment(run),
+        section_continued(events, evals, list(replay.buckets) if replay else [], replay.share if replay else None),
         section_eval(evals) if evals else "",
         section_stages(run), section_data(run, events),
         section_mixture(events), section_run(run, events, evals), section_stopping(run, events, evals),

@@ -92,10 +92,22 @@ def given_tokenizer(path: Path, n_sentinels: int) -> Tokenizer:
     return tok
 
 
+def tokenizer_file(run: RunDir) -> Path | None:
+    """The tokenizer.json the stage takes instead of training one: `tokenizer.file`, else the one
+    the model named by `train.init_from` was trained with (a continued model keeps its tokenizer)."""
+    if run.config.tokenizer.file:
+        return Path(run.config.tokenizer.file)
+    if run.config.train.init_from:
+        from tokenmill.train.init_from import source_tokenizer
+
+        return source_tokenizer(run.config.train.init_from)
+    return None
+
+
 def tokenizer_file_sha256(run: RunDir) -> str | None:
-    """The identity of `tokenizer.file` (a changed file makes the stage stale); None when training."""
-    cfg = run.config.tokenizer
-    return tokenizer_sha256(Path(cfg.file)) if cfg.file and Path(cfg.file).is_file() else None
+    """The identity of the given tokenizer file (a changed file makes the stage stale); None when training."""
+    path = tokenizer_file(run)
+    return tokenizer_sha256(path) if path is not None and path.is_file() else None
 
 
 def run_tokenizer(run: RunDir) -> dict[str, Any]:
@@ -118,7 +130,8 @@ def _train_and_audit(run: RunDir, curated: Path, cuts: dict[str, HeldoutCut], wo
         raise ValueError(f"{curated}: no curated training text to train a tokenizer on")
     if sampled == 0:
         raise ValueError(f"tokenizer: the sample is empty (tokenizer.bucket_bytes={cfg.bucket_bytes})")
-    tok = given_tokenizer(Path(cfg.file), cfg.n_sentinels) if cfg.file else train_bpe(_sample(curated, cuts, samples), cfg)
+    given = tokenizer_file(run)
+    tok = given_tokenizer(given, cfg.n_sentinels) if given is not None else train_bpe(_sample(curated, cuts, samples), cfg)
 
     out = run.sub("tokenizer")
     out.mkdir(parents=True, exist_ok=True)
@@ -128,7 +141,8 @@ def _train_and_audit(run: RunDir, curated: Path, cuts: dict[str, HeldoutCut], wo
     write_record(fast, out)
 
     audit: dict[str, Any] = {
-        "given": cfg.file,
+        "given": str(given) if given is not None else None,
+        "inherited_from": run.config.train.init_from if given is not None and not cfg.file else None,
         "vocab_size": tok.get_vocab_size(), "tokenizer_sha256": tokenizer_sha256(tok_path),
         "train_bytes": total, "sample_bytes": sampled, "sample": sample_info,
         "special_ids": {"eos": EOS_ID, "bos": BOS_ID, "pad": PAD_ID, "mask": MASK_ID,

@@ -8,6 +8,7 @@ extended).
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ class InitFromError(UserError, ValueError):
 
 def load_source(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """(state dict, what it is) of a tokenmill checkpoint or an HF Llama directory."""
-    if (path / "config.json").is_file() and not (path / "state.json").is_file():
+    if is_hf_dir(path):
         from tokenmill.export.hf_import import import_hf
 
         model, info = import_hf(path)
@@ -37,6 +38,47 @@ def load_source(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         raise InitFromError(f"train.init_from {path}: {exc}") from exc
     return model.state_dict(), {"from": str(path.resolve()), "format": "tokenmill", "step": step,
                                 "model_config": model.config.model_dump(mode="json")}
+
+
+def is_hf_dir(path: Path) -> bool:
+    return (path / "config.json").is_file() and not (path / "state.json").is_file()
+
+
+def source_tokenizer(source: str) -> Path | None:
+    """The tokenizer.json the source model was trained with: the one beside an HF model's
+    config.json, or the tokenizer of the run a tokenmill checkpoint belongs to (None: unknown)."""
+    path = Path(source).expanduser()
+    if is_hf_dir(path):
+        return path / "tokenizer.json" if (path / "tokenizer.json").is_file() else None
+    from tokenmill.export.hf import find_run_tokenizer
+
+    return find_run_tokenizer(path)
+
+
+def check_store_tokenizer(source: str, store_sha: str | None, store_root: Path) -> str | None:
+    """Refuse a token store made with another tokenizer than the source model's (its ids would mean
+    other strings to the inherited embeddings); the warning to log when that cannot be checked."""
+    tok = source_tokenizer(source)
+    if tok is None:
+        return (f"train.init_from {source}: no tokenizer.json beside the model, so the token store's tokenizer "
+                f"cannot be checked against the model's")
+    if store_sha is None:
+        return f"token store {store_root} does not record its tokenizer, so it cannot be checked against {tok}"
+    model_sha = canonical_sha256(tok)
+    if model_sha != store_sha:
+        raise InitFromError(
+            f"train.init_from {source}: the token store {store_root} was made with another tokenizer (sha256 "
+            f"{store_sha[:12]}) than the model's {tok} ({model_sha[:12]}); leave tokenizer.file unset so the "
+            f"tokenizer stage takes the model's, and rerun the tokenizer and tokenize stages")
+    return None
+
+
+def canonical_sha256(path: Path) -> str:
+    """sha256 of the tokenizer as tokenmill writes it (the tokenizer stage re-serializes a given
+    file, so the token store records the hash of that form, not of the original bytes)."""
+    from tokenmill.tokenizer.bpe import load_tokenizer
+
+    return hashlib.sha256(load_tokenizer(path).to_str().encode("utf-8")).hexdigest()
 
 
 def init_from(model: nn.Module, source: str) -> dict[str, Any]:

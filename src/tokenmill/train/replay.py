@@ -19,6 +19,7 @@ import torch
 
 from tokenmill.mixture.loader import Loader
 from tokenmill.model.transformer import Transformer
+from tokenmill.model.rope import phase_model_configs
 from tokenmill.runs import RunDir, read_events
 from tokenmill.tokens.store import TokenStore
 from tokenmill.train.checkpoint import list_checkpoints, read_state, verify_checkpoint
@@ -26,6 +27,7 @@ from tokenmill.train.restore import load_checkpoint
 from tokenmill.train.budget import resolve_budget
 from tokenmill.train.device import resolve_device, resolve_dtype
 from tokenmill.train.guard import StabilityGuard
+from tokenmill.train.init_from import init_from
 from tokenmill.train.optimizer import build_optimizer
 from tokenmill.train.trainer import TrainError, compute_update, resolve_model_config, step_loss
 
@@ -84,12 +86,16 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
     device = resolve_device(tc.device)
     dtype = resolve_dtype(device, tc.dtype)
     start, ckpt = (ckpts[-1] if ckpts else (0, None))
-    mcfg = (resolve_model_config(cfg.model, store, tc.seq_len) if ckpt is None
-            else type(cfg.model).model_validate(read_state(ckpt)["model_config"]))
-    model = Transformer(mcfg, generator=torch.Generator().manual_seed(cfg.train_seed)).to(device)
+    base = resolve_model_config(cfg.model, store, tc.seq_len)
+    mcfg = base if ckpt is None else type(cfg.model).model_validate(read_state(ckpt)["model_config"])
+    model = Transformer(mcfg, generator=torch.Generator().manual_seed(cfg.train_seed))
+    if ckpt is None and tc.init_from:  # the run started from these weights, not from its seed's init
+        init_from(model, tc.init_from)
+    model = model.to(device)
     model.train()
     optimizer = build_optimizer(model, tc, device)
     loader = _loader(run, store)
+    phase_models = phase_model_configs(base, [(p.seq_len, p.rope) for p in loader.phases])  # RoPE per phase
     if ckpt is not None:
         verify_checkpoint(ckpt)
         load_checkpoint(ckpt, model, optimizer, restore_rng=True, verify=False)
@@ -101,6 +107,7 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
     if ckpt is not None:
         guard.load_state_dict(read_state(ckpt).get("guard") or {})
     phase = loader.phase_at(max(start, 1)).name
+    model.set_rope(phase_models[loader.phase_at(max(start, 1)).index])
     # a time-budgeted run read its LR schedule at a logged, clock-dependent step (train/time_budget.py);
     # one streamed pass keeps only the steps rolled forward here and the replayed step's loss
     schedule: dict[int, float] = {}
@@ -116,6 +123,7 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
         if loader.phase_at(s).name != phase:
             phase = loader.phase_at(s).name
             guard.reset_baseline()
+            model.set_rope(phase_models[loader.phase_at(s).index])
         _, loss, grad_norm, _ = compute_update(model, optimizer, loader, s, tc, device, dtype, anneal,
                                                lr_scale=guard.lr_scale, schedule_step=schedule.get(s))
         action = guard.check(s, loss, grad_norm).action
@@ -125,9 +133,11 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
         if action == "apply":
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+    model.set_rope(phase_models[loader.phase_at(step).index])
     with torch.no_grad():
         loss, r_pad = step_loss(model, loader, step, tc.grad_accum, device, dtype, backward=False, tc=tc,
                                 seed=loader.seed)
     return {"step": step, "from_checkpoint": str(ckpt) if ckpt else None, "rolled_forward_steps": step - 1 - start,
+            "init_from": tc.init_from if ckpt is None else None,
             "loss": loss, "logged_loss": logged_loss, "r_pad": r_pad,
             "matches_log": None if logged_loss is None else loss == logged_loss}

@@ -405,10 +405,13 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
     model = Transformer(mcfg, generator=torch.Generator().manual_seed(cfg.train_seed))
     inherited = None
     if tc.init_from and not existing:  # a resumed run restores its own weights below
-        from tokenmill.train.init_from import init_from
+        from tokenmill.train.init_from import check_store_tokenizer, init_from
 
         inherited = init_from(model, tc.init_from)
         events.write(STAGE, "init_from", **{k: v for k, v in inherited.items() if k != "model_config"})
+        unchecked = check_store_tokenizer(tc.init_from, store.tokenizer_sha256, store.root)
+        if unchecked:
+            events.write(STAGE, "init_from_warning", message=unchecked)
     model = model.to(device)
     model.activation_checkpointing = tc.activation_checkpointing
     model.train()
@@ -459,6 +462,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
             noise.load_state_dict(state.get("noise_scale") or {})
             clock.load_state_dict(state.get("time_budget"))
             start_step, last_loss, resumed_from = int(state["step"]), state.get("loss"), str(ckpt)
+            inherited = state.get("init_from") or inherited  # the source the run started from, kept across resumes
             events.write(STAGE, "resumed", step=start_step, checkpoint=str(ckpt))
 
     tokens_per_step = loader.tokens_per_step  # the global batch, all ranks
@@ -494,6 +498,8 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
             "noise_scale": noise.state_dict(),
             "loss": loss,
             "tokens": step * tokens_per_step,
+            # which model this one continues (export and `replay` read it from any checkpoint)
+            "init_from": None if inherited is None else {k: v for k, v in inherited.items() if k != "model_config"},
         }
 
     last_ckpt = {"step": start_step, "t": time.perf_counter()}
@@ -550,6 +556,8 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
             saved_step = start_step if resumed_from else -1
             phase = loader.phase_at(max(start_step, 1)).name
             model.set_rope(phase_models[loader.phase_at(max(start_step, 1)).index])
+            if inherited is not None and start_step == 0:
+                evaluate(0)  # the inherited model on this run's held-out slices: "before", to measure forgetting
             for step in range(start_step + 1, tc.max_steps + 1):
                 t0 = time.perf_counter()
                 if loader.phase_at(step).name != phase:
