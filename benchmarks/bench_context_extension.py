@@ -14,6 +14,8 @@ extended to 1024 for a small share of its tokens, once per RoPE method.
      and passkey retrieval accuracy by distance.
 
     python benchmarks/bench_context_extension.py --work runs/ctx --json out.json [--seeds 0 1]
+    python benchmarks/bench_context_extension.py --work W --json out.json --tokens-from runs/ctx/base \
+        --set model.d_model=384 model.n_layers=6 model.n_heads=6 train.max_tokens=12000000   # a GPU
 
 Everything is a normal run directory under --work (report, events); a rerun reuses the base
 and every finished extension run.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
@@ -55,10 +58,20 @@ METHODS: dict[str, dict[str, Any]] = {
 CONTROL = "control: continued at 256, RoPE unchanged"
 
 
-def base_run(config: Path, work: Path, overrides: list[str]) -> RunDir:
+def base_run(config: Path, work: Path, overrides: list[str], tokens_from: Path | None) -> RunDir:
+    """The base model at 256 tokens; with tokens_from, another run's token store and tokenizer are
+    used as they are (a machine without the corpora: only the train stage runs)."""
     cfg = load_config(config, overrides)
     run = RunDir.create(cfg, work / "base")
-    run_pipeline(run, stages=("curate", "tokenizer", "tokenize", "train"))
+    if tokens_from is None:
+        run_pipeline(run, stages=("curate", "tokenizer", "tokenize", "train"))
+        return run
+    for sub in ("tokens", "tokenizer"):
+        if not run.sub(sub).exists():
+            run.sub(sub).symlink_to((tokens_from / sub).resolve())
+    if not run.finished("train"):
+        run_train(run, resume=latest_checkpoint(run.sub("checkpoints")) is not None, progress=False)
+        run.mark_done("train")
     return run
 
 
@@ -110,15 +123,21 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-3, help="Peak LR of the extension (re-warmed, cosine).")
     ap.add_argument("--docs", type=int, default=48, help="Held-out documents of >= 1024 tokens scored by position.")
     ap.add_argument("--passkeys", type=int, default=40)
+    ap.add_argument("--tokens-from", type=Path, default=None,
+                    help="A run whose tokens/ and tokenizer/ to train on (skips curate and tokenize).")
+    ap.add_argument("--budget", type=float, default=None, help="Start no extension run after this many seconds.")
+    ap.add_argument("--commit", default=None, help="The commit measured (a machine without the git directory).")
     args = ap.parse_args()
     t0 = time.monotonic()
     args.work.mkdir(parents=True, exist_ok=True)
-    base = base_run(args.config, args.work, args.set)
+    base = base_run(args.config, args.work, args.set, args.tokens_from)
     device = resolve_device(base.config.train.device)
     lc = LongContextConfig(enabled=True, seq_len=LONG, position_buckets=4, max_docs=args.docs,
                            passkey_trials=args.passkeys)
     result: dict[str, Any] = {
-        "command": " ".join(sys.argv), "device": str(device), "torch": torch.__version__,
+        "command": " ".join(sys.argv), "commit": args.commit, "load_avg": list(os.getloadavg()),
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or "cpu",
+        "cpu_cores": os.cpu_count(), "torch": torch.__version__,
         "python": platform.python_version(), "threads": torch.get_num_threads(),
         "base": {"config": base.config.model_dump(mode="json"), "tokens": base.config.train.max_tokens},
         "share": args.share, "lr": args.lr, "seeds": args.seeds, "long": LONG, "arms": {}}
@@ -127,6 +146,9 @@ def main() -> None:
         seq = base.config.train.seq_len if name == CONTROL else LONG
         arm: dict[str, Any] = {"rope": rope, "seq_len": seq, "before": zero_shot(base, rope, lc, device), "after": []}
         for seed in args.seeds:
+            if args.budget is not None and time.monotonic() - t0 > args.budget:
+                print(f"budget spent: {name} seed {seed} not started", flush=True)
+                continue
             t = time.monotonic()
             run = extension_run(base, args.work, name, rope, seq, seed, args.share, args.lr)
             model, step = load_model(run.path / "checkpoints", "cpu")

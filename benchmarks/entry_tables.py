@@ -592,3 +592,67 @@ def ablate_ranking(r: dict[str, Any]) -> list[str]:
     lines.append(f"| cost | data stages {a['data_seconds'] / 60:.1f} min, training {a['train_seconds'] / 60:.1f} min "
                  f"({len(a['runs'])} runs) | | |")
     return lines
+
+
+def _mean_spread(xs: list[float], digits: int = 3) -> str:
+    """Mean over seeds, with the seeds' range when there is more than one."""
+    if not xs:
+        return "–"
+    mean = sum(xs) / len(xs)
+    return f"{mean:.{digits}f}" + (f" (±{(max(xs) - min(xs)) / 2:.{digits}f})" if len(xs) > 1 else "")
+
+
+def _bucket_bpb(lc: dict[str, Any]) -> dict[tuple[int, int], float]:
+    return {(b["from"], b["to"]): b["bpb"] for b in lc["positions"]["buckets"]}
+
+
+def context_extension_positions(r: dict[str, Any]) -> list[str]:
+    """bench_context_extension.py: bpb by position at 1024 tokens, zero-shot and after extension."""
+    res = _result(r)
+    arms = res["arms"]
+    edges = sorted(_bucket_bpb(next(iter(arms.values()))["before"]))
+    head = " | ".join(f"{lo}–{hi}" for lo, hi in edges)
+    lines = [f"| method | when | bpb at positions {head} |", "|---|---|" + "---|" * len(edges)]
+    for name, arm in arms.items():
+        before = _bucket_bpb(arm["before"])
+        lines.append(f"| {name} | before (zero-shot) | " + " | ".join(f"{before[e]:.3f}" for e in edges) + " |")
+        after = [_bucket_bpb(x) for x in arm["after"]]
+        lines.append(f"| {name} | after {arm['after'][0]['steps'] if arm['after'] else 0} steps "
+                     f"(seeds {len(after)}) | " + " | ".join(_mean_spread([a[e] for a in after]) for e in edges) + " |")
+    return lines
+
+
+def context_extension_passkey(r: dict[str, Any]) -> list[str]:
+    """bench_context_extension.py: passkey accuracy at 1024 tokens by distance, before and after."""
+    arms = _result(r)["arms"]
+    first = next(iter(arms.values()))["before"]["passkey"]
+    bins = [(b["from"], b["to"]) for b in first["by_distance"]]
+    lines = ["| method | passkey before (all) | passkey after (all) | after, by key distance "
+             + " / ".join(f"{lo}–{hi}" for lo, hi in bins) + " |", "|---|---|---|---|"]
+    for name, arm in arms.items():
+        after = [x["passkey"] for x in arm["after"]]
+        by = []
+        for lo, hi in bins:
+            accs = [b["accuracy"] for p in after for b in p["by_distance"] if (b["from"], b["to"]) == (lo, hi)]
+            by.append(_mean_spread(accs, 2))
+        lines.append(f"| {name} | {arm['before']['passkey']['accuracy']:.2f} | "
+                     f"{_mean_spread([p['accuracy'] for p in after], 2)} | {' / '.join(by)} |")
+    return lines
+
+
+def continued_pretraining(r: dict[str, Any]) -> list[str]:
+    """bench_continued_pretraining.py: code bpb gained and original-slice bpb lost per replay share."""
+    res = _result(r)
+    lines = ["| arm | tokens trained (code + replay) | code bpb after | code bpb gained | books bpb change "
+             "| web bpb change |", "|---|---|---|---|---|---|"]
+    for name, arm in res["arms"].items():
+        runs = [x for x in arm["runs"] if x["after"]]
+        if not runs:
+            continue
+        gained = [x["before"]["code"] - x["after"]["code"] for x in runs if x["before"]]
+        change = {b: [x["after"][b] - x["before"][b] for x in runs if x["before"]] for b in ("books", "web")}
+        lines.append(f"| {name} | {runs[0]['tokens']:,} | {_mean_spread([x['after']['code'] for x in runs])} | "
+                     f"{_mean_spread(gained) if gained else '– (random init)'} | "
+                     f"{_mean_spread(change['books']) if change['books'] else '–'} | "
+                     f"{_mean_spread(change['web']) if change['web'] else '–'} |")
+    return lines
