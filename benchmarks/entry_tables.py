@@ -628,7 +628,8 @@ def context_extension_passkey(r: dict[str, Any]) -> list[str]:
     first = next(iter(arms.values()))["before"]["passkey"]
     bins = [(b["from"], b["to"]) for b in first["by_distance"]]
     lines = ["| method | passkey before (all) | passkey after (all) | after, by key distance "
-             + " / ".join(f"{lo}–{hi}" for lo, hi in bins) + " |", "|---|---|---|---|"]
+             + " / ".join(f"{lo}–{hi}" for lo, hi in bins) + " | key log-prob before → after (nats) |",
+             "|---|---|---|---|---|"]
     for name, arm in arms.items():
         after = [x["passkey"] for x in arm["after"]]
         by = []
@@ -636,7 +637,8 @@ def context_extension_passkey(r: dict[str, Any]) -> list[str]:
             accs = [b["accuracy"] for p in after for b in p["by_distance"] if (b["from"], b["to"]) == (lo, hi)]
             by.append(_mean_spread(accs, 2))
         lines.append(f"| {name} | {arm['before']['passkey']['accuracy']:.2f} | "
-                     f"{_mean_spread([p['accuracy'] for p in after], 2)} | {' / '.join(by)} |")
+                     f"{_mean_spread([p['accuracy'] for p in after], 2)} | {' / '.join(by)} | "
+                     f"{arm['before']['passkey']['logprob']:.1f} → {_mean_spread([p['logprob'] for p in after], 1)} |")
     return lines
 
 

@@ -91,6 +91,8 @@ SECTIONS = (
     _table("quality_kinds", ("quality_languages.json",), entry_tables.quality_kinds),
     _table("ablate_deltas", ("ablate.json",), entry_tables.ablate_deltas),
     _table("ablate_ranking", ("ablate.json",), entry_tables.ablate_ranking),
+    _table("context_extension_positions", ("context_extension_h100.json",), entry_tables.context_extension_positions),
+    _table("context_extension_passkey", ("context_extension_h100.json",), entry_tables.context_extension_passkey),
     _table("curate_vs_datatrove", ("curate_vs_datatrove.json",), entry_tables.curate_vs_datatrove),
     _table("loader", ("loader_demo.json",), entry_tables.loader),
     _table("mixture_confirm", ("mixture_opt/confirm.json",), entry_tables.mixture_confirm),
