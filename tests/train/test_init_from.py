@@ -126,3 +126,26 @@ def test_a_continued_run_scores_the_inherited_model_first_and_its_checkpoints_na
     state = read_state(child.path / "checkpoints" / "step_6")
     assert state["init_from"]["from"] == str((tiny_run.path / "checkpoints").resolve())
     assert state["init_from"]["format"] == "tokenmill" and "model_config" not in state["init_from"]
+
+
+def test_init_optimizer_takes_the_sources_adam_moments_and_an_hf_source_has_none(tiny_run, tmp_path):
+    from tokenmill.train.checkpoint import latest_checkpoint
+    from tokenmill.train.init_from import load_source
+    from tokenmill.train.init_from import init_optimizer as load_moments
+    from tokenmill.train.optimizer import build_optimizer
+
+    run_train(tiny_run)
+    child = _child(tiny_run, "child4", init_from=str(tiny_run.path / "checkpoints"), init_optimizer=True, max_steps=1)
+    model, _ = load_model(tiny_run.path / "checkpoints", "cpu")
+    _, info = load_source(tiny_run.path / "checkpoints")
+    assert info["checkpoint"] == str(latest_checkpoint(tiny_run.path / "checkpoints").resolve())
+    opt = build_optimizer(model, child.config.train, torch.device("cpu"))
+    load_moments(opt, info)
+    saved = torch.load(latest_checkpoint(tiny_run.path / "checkpoints") / "optim.pt", weights_only=True)
+    for k, v in saved["state"].items():
+        assert torch.equal(opt.state_dict()["state"][k]["exp_avg"], v["exp_avg"])
+    run_train(child)
+    event = next(e for e in read_events(child.path / "events.jsonl") if e.get("kind") == "init_from")
+    assert event["inherited"] == ["weights", "optimizer state"]  # the tiny store records no tokenizer
+    with pytest.raises(InitFromError, match="carries no optimizer state"):
+        load_moments(opt, {"format": "hf-llama", "from": "/x"})

@@ -66,7 +66,8 @@ class TrainConfig(Strict):
         "LR schedule on the elapsed share of it; max_steps stays the ceiling (None: stop at max_steps).")
     seed: int | None = Field(None, description="Seed of the initialization and the batch order (None: the run seed); "
                                                "a second seed of the same run measures its run-to-run noise.")
-    init_from: str | None = Field(None, description="Start from these weights instead of a random init: a tokenmill checkpoint (a step_<N> or checkpoints/ directory) or a local Hugging Face Llama directory; the optimizer starts fresh. None: random init.")
+    init_from: str | None = Field(None, description="Start from these weights instead of a random init: a tokenmill checkpoint (a step_<N> or checkpoints/ directory) or a local Hugging Face Llama directory; the optimizer starts fresh unless init_optimizer. None: random init.")
+    init_optimizer: bool = Field(False, description="With init_from a tokenmill checkpoint, also take its AdamW moments (the LR schedule stays this run's).")
     lr: float = Field(3e-3, description="Peak learning rate.")
     schedule: Literal["cosine", "linear", "wsd"] = Field(
         "cosine", description="After warmup: cosine or linear decay to min_lr_ratio·lr, or warmup-stable-decay.")

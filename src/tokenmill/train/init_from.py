@@ -29,15 +29,32 @@ def load_source(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
 
         model, info = import_hf(path)
         return model.state_dict(), info
-    from tokenmill.train.checkpoint import CheckpointError
+    from tokenmill.train.checkpoint import CheckpointError, latest_checkpoint
     from tokenmill.train.restore import load_model
 
     try:
-        model, step = load_model(path, "cpu")
+        ckpt = path if (path / "state.json").is_file() else latest_checkpoint(path)
+        model, step = load_model(ckpt if ckpt is not None else path, "cpu")
     except CheckpointError as exc:
         raise InitFromError(f"train.init_from {path}: {exc}") from exc
     return model.state_dict(), {"from": str(path.resolve()), "format": "tokenmill", "step": step,
+                                "checkpoint": str(Path(ckpt).resolve()) if ckpt is not None else None,
                                 "model_config": model.config.model_dump(mode="json")}
+
+
+def init_optimizer(optimizer: torch.optim.Optimizer, info: dict[str, Any]) -> None:
+    """Load the source checkpoint's AdamW state (moments and step counts) into `optimizer`."""
+    if info.get("format") != "tokenmill" or not info.get("checkpoint"):
+        raise InitFromError(f"train.init_optimizer: {info.get('from')} is a {info.get('format')} model, which "
+                            f"carries no optimizer state (only a tokenmill checkpoint does)")
+    path = Path(info["checkpoint"]) / "optim.pt"
+    if not path.is_file():
+        raise InitFromError(f"train.init_optimizer: {path} not found (an FSDP or averaged checkpoint keeps none)")
+    try:
+        optimizer.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    except (ValueError, KeyError) as exc:
+        raise InitFromError(f"train.init_optimizer: {path} does not fit this run's optimizer ({exc}); its "
+                            f"parameter groups come from the source's train settings") from exc
 
 
 def is_hf_dir(path: Path) -> bool:

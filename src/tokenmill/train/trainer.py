@@ -408,8 +408,10 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
         from tokenmill.train.init_from import check_store_tokenizer, init_from
 
         inherited = init_from(model, tc.init_from)
-        events.write(STAGE, "init_from", **{k: v for k, v in inherited.items() if k != "model_config"})
         unchecked = check_store_tokenizer(tc.init_from, store.tokenizer_sha256, store.root)
+        inherited["inherited"] = ["weights", *(["optimizer state"] if tc.init_optimizer else []),
+                                  *(["tokenizer"] if unchecked is None else [])]
+        events.write(STAGE, "init_from", **{k: v for k, v in inherited.items() if k != "model_config"})
         if unchecked:
             events.write(STAGE, "init_from_warning", message=unchecked)
     model = model.to(device)
@@ -421,6 +423,13 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
         pipeline = build_pipeline(model, ctx.mesh, ctx.sizes, ctx.rank, tc.parallel.pp_schedule, device, dtype)
     train_model = wrap_model(model, ctx, tc)  # DDP wrapper, or `model` itself sharded in place (FSDP, TP)
     optimizer = build_optimizer(model, tc, device)
+    if inherited is not None and tc.init_optimizer:
+        if ctx.model_parallel or (ctx.distributed and tc.distributed == "fsdp"):
+            raise TrainError("train.init_optimizer loads a one-process optimizer state: not with FSDP, tensor "
+                             "or pipeline parallelism (DDP and one process are fine)")
+        from tokenmill.train.init_from import init_optimizer
+
+        init_optimizer(optimizer, inherited)
     guard = StabilityGuard(tc.guard, judge_after=tc.warmup_steps)
     loader = Loader(store, cfg.mixture, tc.seq_len, tc.micro_batch, tc.grad_accum, tc.max_steps, cfg.train_seed,
                     world_size=ctx.dp_size, rank=ctx.dp_rank, pin_memory=device.type == "cuda")
