@@ -146,3 +146,22 @@ def test_quality_calibrate_and_curate_eval_quality_from_the_cli(tmp_path):
     assert result["agreement"] == 1.0
     res = runner.invoke(app, ["quality-calibrate", str(tmp_path / "nope.jsonl"), "--out", str(out)])
     assert res.exit_code != 0 and "nope.jsonl" in res.output
+
+
+def test_train_continues_another_runs_model_from_the_cli(tiny_run):
+    from tokenmill.runs import read_events
+    from tokenmill.train.trainer import run_train
+
+    run_train(tiny_run, progress=False)
+    cont = tiny_run.path.parent / "cont"
+    cont.mkdir()
+    (cont / "tokens").symlink_to(tiny_run.path / "tokens")
+    cfg = tiny_run.path / "config.yaml"
+    args = ["train", str(cfg), "--set", "name=cont", "--set", f"train.init_from={tiny_run.path / 'checkpoints'}",
+            "--set", "train.max_steps=3"]
+    misfit = runner.invoke(app, [*args, "--set", "model.d_model=64"])
+    assert misfit.exit_code == 1 and "do not fit this run's model" in misfit.output and "Traceback" not in misfit.output
+    ok = runner.invoke(app, args)
+    assert ok.exit_code == 0, ok.output
+    start = next(e for e in read_events(cont / "events.jsonl") if e["kind"] == "train_start")
+    assert start["init_from"] == str((tiny_run.path / "checkpoints").resolve())
