@@ -60,6 +60,10 @@ bench: $(STAMP)
 	git worktree add --detach /tmp/tm-eval-base 4ae2fee 2>/dev/null || true
 	$(BIN)/python benchmarks/bench_eval_cost.py --run runs/demo --baseline-src /tmp/tm-eval-base/src
 	$(BIN)/python benchmarks/bench_model_collapse.py  # about 25 minutes
+	$(BIN)/python benchmarks/record.py benchmarks/results/continued_pretraining.json --result /tmp/tm_cpt.json -- \
+		benchmarks/bench_continued_pretraining.py --work runs/cpt --json /tmp/tm_cpt.json  # about 40 minutes
+	$(BIN)/python benchmarks/record.py benchmarks/results/context_extension.json --result /tmp/tm_ctx.json -- \
+		benchmarks/bench_context_extension.py --work runs/ctx --json /tmp/tm_ctx.json  # ~1.5 h here; the recorded one ran on an H100
 	$(MAKE) bench-tables
 
 # The quick benchmarks again (a few minutes): every ratio more than 15% below its recorded value
