@@ -91,6 +91,7 @@ SECTIONS = (
     _table("quality_kinds", ("quality_languages.json",), entry_tables.quality_kinds),
     _table("ablate_deltas", ("ablate.json",), entry_tables.ablate_deltas),
     _table("ablate_ranking", ("ablate.json",), entry_tables.ablate_ranking),
+    _table("continued_pretraining", ("continued_pretraining.json",), entry_tables.continued_pretraining),
     _table("context_extension_positions", ("context_extension_h100.json",), entry_tables.context_extension_positions),
     _table("context_extension_passkey", ("context_extension_h100.json",), entry_tables.context_extension_passkey),
     _table("curate_vs_datatrove", ("curate_vs_datatrove.json",), entry_tables.curate_vs_datatrove),
