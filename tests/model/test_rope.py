@@ -80,6 +80,9 @@ def test_warnings_name_an_unchanged_rope_and_a_small_base():
     same = phase_model_configs(cfg, [(64, None), (256, None)])
     warned = rope_warnings(cfg, [("short", 64, same[0]), ("long", 256, same[1])])
     assert len(warned) == 1 and "'long' raises seq_len from 64 to 256 with RoPE unchanged" in warned[0]
+    staged = _cfg(max_seq_len=256)  # short sequences first inside the configured tables: planned, not warned
+    inside = phase_model_configs(staged, [(64, None), (256, None)])
+    assert rope_warnings(staged, [("short", 64, inside[0]), ("long", 256, inside[1])]) == []
     for rope in ({"rope_scaling": "yarn", "rope_scaling_factor": 4.0}, {"rope_theta": 40_000.0},
                  {"rope_scaling": "linear", "rope_scaling_factor": 4.0}):
         ext = phase_model_configs(cfg, [(64, None), (256, rope)])

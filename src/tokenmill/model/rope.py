@@ -121,8 +121,9 @@ def recommended_theta(seq_len: int, head_dim: int) -> float:
 
 def rope_warnings(cfg: ModelConfig, phases: list[tuple[str, int, ModelConfig]]) -> list[str]:
     """Warnings for a run's phases [(name, seq_len, model config of the phase)] in order: a phase
-    that lengthens the context with the previous phase's RoPE unchanged (positions past the trained
-    length get angles never seen), and a base too small for the length (seed 004 pitfall 2)."""
+    that lengthens the context past model.max_seq_len with the previous phase's RoPE unchanged
+    (positions past the trained length get angles never seen), and a base too small for the length
+    (seed 004 pitfall 2)."""
     if cfg.position != "rope":
         return []
     out: list[str] = []
@@ -131,7 +132,9 @@ def rope_warnings(cfg: ModelConfig, phases: list[tuple[str, int, ModelConfig]]) 
     prev: tuple[Any, ...] | None = None
     for name, seq_len, pcfg in phases:
         fields = tuple(getattr(pcfg, f) for f in ROPE_FIELDS)
-        if prev is not None and seq_len > trained and fields == prev:
+        # A curriculum inside model.max_seq_len (short sequences first, seed 004's staged length) is
+        # planned training, not an extension: only a phase past the configured tables is warned.
+        if prev is not None and seq_len > trained and seq_len > cfg.max_seq_len and fields == prev:
             out.append(f"phase {name!r} raises seq_len from {trained} to {seq_len} with RoPE unchanged "
                        f"(rope_theta {pcfg.rope_theta:g}, scaling {pcfg.rope_scaling}): positions past {trained} "
                        f"get angles the model never trained on; set the phase's rope (rope_theta, or "
