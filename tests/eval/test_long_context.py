@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from tokenmill.eval.long_context import (bucket_edges, long_documents, passkey, passkey_trial, position_bpb)
+from tokenmill.eval.long_context import (answer_logits, bucket_edges, long_documents, passkey, passkey_trial,
+                                         position_bpb)
 from tokenmill.model.config import ModelConfig
 from tokenmill.model.transformer import Transformer
 from tokenmill.tokens.store import TokenStore
@@ -102,3 +103,12 @@ def test_passkey_accuracy_follows_the_models_reach():
 def test_a_length_without_room_for_filler_is_refused():
     with pytest.raises(ValueError, match="no room for filler"):
         passkey_trial(_Words(), 0, 40, 0.5, "12345")
+
+
+def test_answer_logits_are_the_full_forwards_last_rows():
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=TINY_VOCAB, d_model=32, n_layers=2, n_heads=4, max_seq_len=64)).eval()
+    x = torch.randint(0, TINY_VOCAB, (1, 50), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        torch.testing.assert_close(answer_logits(model, x, 44), model(x)[0, 44:])
+    assert answer_logits(_Copier(TINY_VOCAB, 10), x, 44).shape == (6, TINY_VOCAB)

@@ -118,6 +118,19 @@ def passkey_trial(encode: Any, eos_id: int, seq_len: int, depth: float, key: str
     return ids, answer_at, answer_at - key_at
 
 
+def answer_logits(model: torch.nn.Module, x: torch.Tensor, start: int) -> torch.Tensor:
+    """Logits [T - start, V] of row 0's positions start.. . A tokenmill Transformer runs its head on
+    those rows only: the whole [T, V] logits of a 32k-token context and a 128k vocabulary would take
+    16 GB; any other module is called whole."""
+    if not hasattr(model, "block_inputs"):
+        return model(x)[0, start:]
+    h = model.embed(x)
+    cos, sin, mask = model.block_inputs(x.shape[1], x.device)
+    for layer in model.layers:
+        h = model.run_block(layer, h, cos, sin, mask)
+    return model.output(h[:, start:])[0]
+
+
 @torch.no_grad()
 def passkey(model: torch.nn.Module, encode: Any, eos_id: int, seq_len: int, trials: int, edges: list[int],
             device: torch.device, dtype: str = "auto", seed: int = 0) -> dict[str, Any]:
@@ -134,7 +147,7 @@ def passkey(model: torch.nn.Module, encode: Any, eos_id: int, seq_len: int, tria
                 depth = (t + 0.5) / trials
                 ids, at, distance = passkey_trial(encode, eos_id, seq_len, depth, key)
                 x = torch.tensor([ids[:-1]], device=device)
-                logits = model(x)[0, at - 1:].float()  # predictions of the answer's tokens
+                logits = answer_logits(model, x, at - 1).float()  # predictions of the answer's tokens
                 want = torch.tensor(ids[at:], device=device)
                 logp = logits.log_softmax(-1).gather(1, want[:, None]).sum().item()
                 results.append({"distance": distance, "correct": bool((logits.argmax(-1) == want).all()),
