@@ -37,7 +37,7 @@ NOT_FINGERPRINTED: dict[str, frozenset[str]] = {
     "train": frozenset({"log_every", "ckpt_every", "keep_checkpoints", "keep_every", "eval_every", "eval_docs",
                         "peak_tflops", "distributed", "checksum_every", "spectrum_every", "metrics_every",
                         "activation_checkpointing", "threads", "compile", "compile_min_steps", "parallel",
-                        "noise_scale_every", "noise_scale_ema"}),
+                        "noise_scale_every", "noise_scale_ema", "health"}),
     "eval": frozenset({"batch_size"}),
     "tokenize": frozenset({"workers"}),
     "tokenizer": frozenset({"audit_docs", "key_terms"}),

@@ -36,3 +36,19 @@ def test_init_from_changes_the_training_fingerprint_only_when_set(tmp_path):
     from tokenmill.runs import _without_disabled
 
     assert "init_from" not in _without_disabled("train", base.train.model_dump(mode="json"))
+
+
+def test_health_signals_are_described_and_never_change_the_training_fingerprint(tmp_path):
+    """train.health only watches: a run made before it existed (no `health` key) and a run with
+    other health settings resume as the same run."""
+    from tokenmill.train.config import HealthConfig
+
+    assert all(f.description and "\n" not in f.description for f in HealthConfig.model_fields.values())
+    base = RunConfig.model_validate({"name": "r", "root": str(tmp_path)})
+    plain = RunDir(base, tmp_path / "r").fingerprint("train")
+    tuned = base.model_copy(update={"train": base.train.model_copy(update={"health": HealthConfig(
+        activation_stats_every=1, bucket_loss=False, drift_window=0, collapse_ratio=3.0)})})
+    assert RunDir(tuned, tmp_path / "r").fingerprint("train") == plain
+    old = base.train.model_dump(mode="json")
+    old.pop("health")  # a config.yaml written before train.health existed
+    assert TrainConfig.model_validate(old).health == HealthConfig()

@@ -246,6 +246,17 @@ class Loader:
             return b
         return self._build(step, micro)
 
+    def rebuild(self, step: int, micro: int) -> Batch:
+        """Micro-batch (step, micro) built afresh, leaving the prefetch queue alone (a second look
+        at a batch already trained on: the trainer's activation probe)."""
+        return self._build(step, micro)
+
+    def row_buckets(self, step: int, micro: int) -> list[str]:
+        """The bucket of each row of this rank's micro-batch (step, micro); each row is one sample
+        of one bucket's stream. Cheap: no document lookup (`provenance` has the documents)."""
+        k = self._check(step, micro)
+        return [bucket for bucket, _ in self._samples(k, step, *self._local_rows(self.phases[k], micro))]
+
     def n_targets(self, step: int) -> int:
         """Targets that count in the loss over the whole global batch of `step` (all ranks and
         micro-batches): the denominator of an exactly token-weighted loss under DDP."""

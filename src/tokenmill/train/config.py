@@ -49,6 +49,20 @@ class ParallelConfig(Strict):
     pp_schedule: Literal["1f1b", "gpipe"] = Field("1f1b", description="Pipeline schedule: 1F1B (activations of <= pp micro-batches alive) or GPipe (all of them).")
 
 
+class HealthConfig(Strict):
+    """Early-warning signals (seed 004 "aggressive monitoring", seed 002 §5): activation and
+    attention-logit magnitudes per layer, the loss per data bucket, a slow upward drift of the
+    gradient norms, and embedding collapse. They only watch: training computes the same either way."""
+
+    activation_stats_every: int = Field(50, ge=0, description="Log each block's output RMS and its attention-logit maximum every this many steps (0: never); a separate no-grad forward of a few rows after the step.")
+    activation_rows: int = Field(4, ge=1, description="Sequences of the step's first micro-batch that the activation probe forwards.")
+    attn_logit_queries: int = Field(64, ge=1, description="Query positions per sequence (evenly spaced, the last included) whose attention logits the probe scores against all their allowed keys.")
+    bucket_loss: bool = Field(True, description="Log the step's mean token loss per data bucket (causal objective, no pipeline parallelism).")
+    drift_window: int = Field(2000, ge=0, description="Steps the gradient-norm drift detector averages over (0: off); it compares each window's mean norm per layer group with the lowest earlier one.")
+    drift_ratio: float = Field(2.0, gt=1.0, description="Warn (grad_drift) when a group's window-mean gradient norm reaches this × its lowest earlier window mean.")
+    collapse_ratio: float = Field(10.0, gt=1.0, description="Warn (embedding_collapse) when the embedding's top singular value reaches this × the second (seed 004).")
+
+
 class TrainConfig(Strict):
     """The training recipe: AdamW, warmup + cosine/linear/WSD, clipping, mixed precision,
     checkpoints, the stability guard, periodic eval, data parallelism under torchrun."""
@@ -103,6 +117,7 @@ class TrainConfig(Strict):
     noise_scale_ema: float = Field(0.99, ge=0.0, lt=1.0, description="Decay of the moving averages of |G|² and tr(Σ) whose ratio is the logged B_simple (0.99: about 100 steps; the per-step estimates are noisy, often negative, at batches far below B_simple).")
     guard: GuardConfig = Field(default_factory=GuardConfig)
     faults: FaultConfig = Field(default_factory=FaultConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig, description="Early-warning signals: activations, attention logits, loss per bucket, gradient drift, embedding collapse.")
     eval_every: int = Field(0, description="Evaluate held-out loss every this many steps (0: only at end).")
     eval_docs: int = Field(32, description="Held-out documents per bucket for in-training evals.")
     log_every: int = Field(10, description="Print a progress line every this many steps.")
