@@ -56,7 +56,11 @@ from tokenmill.scaling.flops import flops_per_token, peak_flops_source
 from tokenmill.tokens.store import TokenStore
 from tokenmill.train.checkpoint import CheckpointError, list_checkpoints, read_state, verify_checkpoint
 from tokenmill.train.restore import load_checkpoint
+from tokenmill.train.activation_stats import ActivationProbe
+from tokenmill.train.bucket_loss import BucketLoss
 from tokenmill.train.budget import resolve_budget
+from tokenmill.train.collapse_alert import CollapseAlert
+from tokenmill.train.drift import GradDrift
 from tokenmill.train.clipping import clip_gradients
 from tokenmill.train.pipeline_parallel import Pipeline, build_pipeline, stage_layers
 from tokenmill.train.compilation import compile_cache_dir, compile_decision, compile_model
@@ -237,7 +241,8 @@ class _Regularizers:
 
 def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, device: torch.device,
               dtype: torch.dtype, backward: bool, tc: Any = None, seed: int = 0,
-              extras: dict[str, float] | None = None, probe: NoiseProbe | None = None) -> tuple[float, float]:
+              extras: dict[str, float] | None = None, probe: NoiseProbe | None = None,
+              buckets: BucketLoss | None = None) -> tuple[float, float]:
     """(loss, r_pad) of the global batch of `step`: Σ NLL over its counted targets / their number,
     so every target weighs the same whatever micro-batch (or rank) it falls in; with
     backward=True the gradients of that loss (plus z-loss / MoE aux when configured; reported
@@ -247,7 +252,8 @@ def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, devi
     `objective_loss` (corruption seeded by (seed, step, micro)); there the loss is the mean of the
     micro-batch means, since the scored count of a corrupted batch is only known once built.
     tc=None or objective "clm" is the causal path. `probe` (causal path, grad_accum >= 2) measures
-    the first micro-batch's gradient for the noise scale (train/noise_scale.py)."""
+    the first micro-batch's gradient for the noise scale (train/noise_scale.py). `buckets` (causal
+    path) accumulates each row's detached NLL by data bucket (train/bucket_loss.py)."""
     objective = "clm" if tc is None else getattr(tc, "objective", "clm")
     faults = getattr(tc, "faults", None)
     reg = _Regularizers(model)
@@ -267,7 +273,10 @@ def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, devi
             batch = batch.to(device, non_blocking=True)
             with autocast(device, dtype), torch.set_grad_enabled(backward):
                 if objective == "clm":
-                    loss = token_nll_batch(model, batch).sum() / n_targets
+                    nll = token_nll_batch(model, batch)
+                    loss = nll.sum() / n_targets
+                    if buckets is not None:
+                        buckets.add(nll, batch.loss_mask, loader.row_buckets(step, micro))
                 else:
                     from tokenmill.model.objectives import objective_loss
 
@@ -298,7 +307,8 @@ def compute_update(model: nn.Module, optimizer: torch.optim.Optimizer, loader: L
                    extras: dict[str, Any] | None = None, lr_scale: float = 1.0,
                    group_norms: bool = False, ctx: DistContext | None = None,
                    pipeline: Pipeline | None = None, probe: NoiseProbe | None = None,
-                   schedule_step: float | None = None) -> tuple[float, float, float, float]:
+                   schedule_step: float | None = None,
+                   buckets: BucketLoss | None = None) -> tuple[float, float, float, float]:
     """Everything of optimizer step `step` before `optimizer.step()`: set the LR (the schedule's,
     times the guard's backoff `lr_scale`, times an injected fault's factor), accumulate the
     gradients of the global batch, clip. Returns (lr, loss, pre-clip grad norm, r_pad); with
@@ -315,7 +325,7 @@ def compute_update(model: nn.Module, optimizer: torch.optim.Optimizer, loader: L
     set_lr(optimizer, lr)
     if pipeline is None:
         loss, r_pad = step_loss(model, loader, step, tc.grad_accum, device, dtype, backward=True, tc=tc,
-                                seed=loader.seed, extras=extras, probe=probe)
+                                seed=loader.seed, extras=extras, probe=probe, buckets=buckets)
     else:
         loss, r_pad, data_wait = pipeline.step_loss(loader, step, tc.grad_accum)
         if extras is not None:
@@ -448,6 +458,8 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
     noise = NoiseScale(tc.noise_scale_ema)
     noise_off = unavailable_reason(tc.grad_accum, tc.objective, ctx.model_parallel,
                                    ctx.distributed and tc.distributed == "fsdp", tc.noise_scale_every)
+    drift = GradDrift(tc.health.drift_window, tc.health.drift_ratio, start_after=tc.warmup_steps)
+    collapse = CollapseAlert(tc.health.collapse_ratio)
 
     start_step, last_loss, resumed_from = 0, None, None
     if resume:
@@ -469,6 +481,8 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 _load_training_state(ckpt, model, optimizer, restore_rng=True)
             guard.load_state_dict(state.get("guard") or {})
             noise.load_state_dict(state.get("noise_scale") or {})
+            drift.load_state_dict((state.get("health") or {}).get("grad_drift"))
+            collapse.load_state_dict((state.get("health") or {}).get("embedding_collapse"))
             clock.load_state_dict(state.get("time_budget"))
             start_step, last_loss, resumed_from = int(state["step"]), state.get("loss"), str(ckpt)
             inherited = state.get("init_from") or inherited  # the source the run started from, kept across resumes
@@ -505,6 +519,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
             "grad_accum": {"micro": 0, "of": tc.grad_accum},
             "guard": guard.state_dict(),
             "noise_scale": noise.state_dict(),
+            "health": {"grad_drift": drift.state_dict(), "embedding_collapse": collapse.state_dict()},
             "loss": loss,
             "tokens": step * tokens_per_step,
             # which model this one continues (export and `replay` read it from any checkpoint)
@@ -559,6 +574,12 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                                across=pipeline.group if pipeline is not None else None,
                                skip=pipeline.tied_duplicate() if pipeline is not None else None)
     embed_weight = model.embed_tokens.weight if model.embed_tokens is not None else None
+    buckets = (BucketLoss(list(store.buckets)) if tc.health.bucket_loss and tc.objective == "clm"
+               and pipeline is None else None)
+    act_every = tc.health.activation_stats_every if not ctx.model_parallel else 0  # bare model: one process, DDP, FSDP
+    act_probe = ActivationProbe(model, tc.health.activation_rows, tc.health.attn_logit_queries) if act_every else None
+    if resumed_from and embed_weight is not None and start_step % (tc.spectrum_every or tc.eval_every or -1) == 0:
+        collapse.check(start_step, embedding_spectrum(embed_weight))  # its check came after its checkpoint: replay it, silently
     try:
         with _progress(progress and ctx.is_main, tc.max_steps, start_step) as (prog, task, console):
             console.quiet = not ctx.is_main
@@ -572,6 +593,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 if loader.phase_at(step).name != phase:
                     phase = loader.phase_at(step).name
                     guard.reset_baseline()  # new data, new loss level
+                    drift.reset()
                     if phase_models[loader.phase_at(step).index] != model.config:  # a longer context
                         model.set_rope(phase_models[loader.phase_at(step).index])
                         events.write(STAGE, "rope_changed", step=step, phase=phase,
@@ -589,7 +611,9 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 lr, last_loss, grad_norm, r_pad = compute_update(compiled, optimizer, loader, step, tc, device,
                                                                  dtype, anneal, extras, lr_scale=guard.lr_scale,
                                                                  group_norms=measure, ctx=ctx, pipeline=pipeline,
-                                                                 probe=probe, schedule_step=at)
+                                                                 probe=probe, schedule_step=at, buckets=buckets)
+                if buckets is not None:
+                    extras["bucket_loss"] = buckets.result(ctx.dp_group, ctx.distributed)
                 if probe is not None and probe.small is not None:
                     extras.update(noise.update(probe.small, grad_norm * grad_norm, probe.b_big))
                 if ctx.distributed and tc.checksum_every > 0 and step % tc.checksum_every == 0:
@@ -605,6 +629,8 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                     if kind == "spike":
                         info["lineage"] = _lineage(loader, step)
                     events.write(STAGE, kind, **info)
+                for info in drift.update(step, extras.get("grad_norms") if verdict.action == "apply" else None):
+                    events.write(STAGE, "grad_drift", **info)
                 ratio = None
                 if verdict.action == "apply":
                     optimizer.step()
@@ -614,6 +640,9 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                     _rollback(step, guard, model, optimizer, ckpt_root, events, last_loss, grad_norm)
                     checkpoint(step, last_loss)  # the rolled-back state, so a resume goes on from here
                     saved_step = step
+                if act_probe is not None and step % act_every == 0:  # after the update: a no-grad look, timed in the step
+                    with autocast(device, dtype):
+                        extras.update(act_probe.measure(loader.rebuild(step, 0).to(device)))
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 dt = time.perf_counter() - t0
@@ -651,7 +680,10 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                     raise TrainingInterrupted(step, path)
                 if embed_weight is not None and ((tc.spectrum_every > 0 and step % tc.spectrum_every == 0)
                                                  or (tc.spectrum_every == 0 and eval_due(step, last))):
-                    events.write(STAGE, "embedding_spectrum", step=step, **embedding_spectrum(embed_weight))
+                    spectrum = embedding_spectrum(embed_weight)
+                    events.write(STAGE, "embedding_spectrum", step=step, **spectrum)
+                    if (alert := collapse.check(step, spectrum)) is not None:
+                        events.write(STAGE, "embedding_collapse", **alert)
                 if eval_due(step, last):
                     evaluate(step)
                 if last:
