@@ -97,3 +97,34 @@ def test_drift_and_collapse_warnings_and_state_are_exact_across_a_resume(tiny_ru
     assert [e["step"] for e in events(crashing, "embedding_collapse")] == [10]  # not again at 20 after the resume
     state = [json.loads((r.path / "checkpoints" / "step_30" / "state.json").read_text())["health"] for r in (ref, crashing)]
     assert state[0] == state[1] and state[0]["grad_drift"]["groups"]
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_two_ranks_log_the_one_process_signals(tmp_path, mode):
+    """2 ranks x grad_accum 1 == 1 process x grad_accum 2 (the same 512-token global batch): the
+    bucket losses are the global batch's (sums and counts reduced over the ranks), and the probe,
+    run by every rank on its own first micro-batch (rank 0's is the one process's micro 0), runs
+    on the DDP inner model and on the FSDP2-sharded one alike; rank 0 logs it."""
+    from tests.train.dist_helpers import events as dist_events
+    from tests.train.dist_helpers import make_run
+    from tests.train.test_distributed import FSDP_RTOL, cli_train
+
+    health = {"activation_stats_every": 4, "drift_window": 8, "drift_ratio": 1.05}
+    single = make_run(tmp_path / "single", health=health, max_steps=24)
+    run_train(single, progress=False)
+    run = make_run(tmp_path / mode, distributed=mode, health=health, max_steps=24)
+    cli_train(run)
+    got, ref = dist_events(run, "train_step"), dist_events(single, "train_step")
+    assert len(got) == len(ref) == 24
+    tol = 1e-12 if mode == "ddp" else FSDP_RTOL  # DDP is the one-process arithmetic; FSDP reorders sums
+    for a, b in zip(got, ref):
+        assert a["bucket_loss"].keys() == b["bucket_loss"].keys()
+        assert all(a["bucket_loss"][k] == pytest.approx(b["bucket_loss"][k], rel=tol) for k in b["bucket_loss"])
+        assert ("act_rms" in a) == ("act_rms" in b) == (a["step"] % 4 == 0)
+        if "act_rms" in a:
+            assert a["act_rms"] == pytest.approx(b["act_rms"], rel=max(tol, 1e-6))
+            assert a["attn_logit_max"] == pytest.approx(b["attn_logit_max"], rel=max(tol, 1e-6))
+    if mode == "ddp":  # bit-identical norms: the same warnings (FSDP's could differ at the threshold)
+        assert dist_events(run, "grad_drift") and \
+            [(e["step"], e["group"]) for e in dist_events(run, "grad_drift")] == \
+            [(e["step"], e["group"]) for e in dist_events(single, "grad_drift")]
