@@ -34,9 +34,9 @@ def query_rows(T: int, queries: int) -> torch.Tensor:
     return torch.linspace(0, T - 1, queries).round().long().unique()
 
 
-def rms(x: torch.Tensor) -> float:
-    """Root mean square of every element, computed in fp32."""
-    return float(x.detach().float().pow(2).mean().sqrt())
+def rms(x: torch.Tensor) -> torch.Tensor:
+    """Root mean square of every element, computed in fp32 (a 0-dim tensor: no device sync)."""
+    return x.detach().float().pow(2).mean().sqrt()
 
 
 def allowed_pairs(mask: Any, rows: torch.Tensor, T: int, segments: torch.Tensor | None,
@@ -58,9 +58,9 @@ def allowed_pairs(mask: Any, rows: torch.Tensor, T: int, segments: torch.Tensor 
 
 
 def attention_logit_max(attn: Attention, x: torch.Tensor, cos: Any, sin: Any, mask: Any, queries: int,
-                        segments: torch.Tensor | None = None) -> float:
-    """max over allowed pairs (query rows per `query_rows`, all keys) of scale·q·kᵀ, in fp32,
-    with q and k built from the layer input `x` [B, T, d] as `Attention.forward` builds them."""
+                        segments: torch.Tensor | None = None) -> torch.Tensor:
+    """max over allowed pairs (query rows per `query_rows`, all keys) of scale·q·kᵀ, in fp32 (a
+    0-dim tensor), with q and k built from the layer input `x` [B, T, d] as `Attention.forward` does."""
     B, T, _ = x.shape
     q = attn.q_proj(x).view(B, T, -1, attn.head_dim).transpose(1, 2)
     k = attn.k_proj(x).view(B, T, -1, attn.head_dim).transpose(1, 2)
@@ -74,7 +74,7 @@ def attention_logit_max(attn: Attention, x: torch.Tensor, cos: Any, sin: Any, ma
     scale = attn.scale if attn.scale is not None else 1.0 / math.sqrt(attn.head_dim)
     scores = (q.index_select(2, rows).float() @ k.float().transpose(-2, -1)) * scale  # [B, H, R, T]
     allowed = allowed_pairs(mask, rows, T, segments, x.device)
-    return float(scores.masked_fill(~allowed, float("-inf")).amax())
+    return scores.masked_fill(~allowed, float("-inf")).amax()
 
 
 class ActivationProbe:
@@ -83,8 +83,8 @@ class ActivationProbe:
     def __init__(self, model: nn.Module, rows: int = 4, queries: int = 64):
         self.model, self.rows, self.queries = model, rows, queries
         self.blocks = [m for m in model.modules() if isinstance(m, Block)]
-        self._rms: list[float] = []
-        self._logits: list[float] = []
+        self._rms: list[torch.Tensor] = []
+        self._logits: list[torch.Tensor] = []
         self._segments: torch.Tensor | None = None
 
     def _on_block(self, module: nn.Module, args: Any, output: torch.Tensor) -> None:
@@ -112,4 +112,6 @@ class ActivationProbe:
             for h in handles:
                 h.remove()
             self._segments = None
-        return {"act_rms": self._rms, "attn_logit_max": self._logits}
+        values = torch.stack([*self._rms, *self._logits]).tolist()  # one device sync for all layers
+        n = len(self._rms)
+        return {"act_rms": values[:n], "attn_logit_max": values[n:]}
