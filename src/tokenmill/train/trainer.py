@@ -578,7 +578,8 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                and pipeline is None else None)
     act_every = tc.health.activation_stats_every if not ctx.model_parallel else 0  # bare model: one process, DDP, FSDP
     act_probe = ActivationProbe(model, tc.health.activation_rows, tc.health.attn_logit_queries) if act_every else None
-    if resumed_from and embed_weight is not None and start_step % (tc.spectrum_every or tc.eval_every or -1) == 0:
+    spectrum_steps = tc.spectrum_every or tc.eval_every  # the spectrum's steps (spectrum_every 0: the evaluations')
+    if resumed_from and embed_weight is not None and spectrum_steps > 0 and start_step % spectrum_steps == 0:
         collapse.check(start_step, embedding_spectrum(embed_weight))  # its check came after its checkpoint: replay it, silently
     try:
         with _progress(progress and ctx.is_main, tc.max_steps, start_step) as (prog, task, console):
