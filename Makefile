@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_pipeline_bubble.py --run runs/demo --steps 8
 	$(BIN)/python benchmarks/record.py benchmarks/results/train_quality.json -- benchmarks/bench_train_quality.py --run runs/demo --set train.micro_batch=16 --set train.grad_accum=1 --seconds 480 --threads 2
 	$(BIN)/python benchmarks/record.py benchmarks/results/loader_demo.json -- benchmarks/bench_loader.py --run runs/demo
+	$(BIN)/python benchmarks/record.py benchmarks/results/health_overhead.json -- benchmarks/bench_health_overhead.py --run runs/demo --threads 1 --repeats 15
 	$(BIN)/python benchmarks/record.py benchmarks/results/demo_wallclock.json -- benchmarks/bench_demo.py
 	test -d $(REAL_CORPORA) || bash ../shared/corpora/fetch_real_corpora.sh $(REAL_CORPORA)
 	$(BIN)/python benchmarks/record.py benchmarks/results/curate_vs_datatrove.json --result /tmp/tokenmill_curate.json -- benchmarks/bench_curate_vs_datatrove.py --corpus $(REAL_CORPORA)/web_html/python3.11-doc --json /tmp/tokenmill_curate.json
