@@ -53,3 +53,22 @@ def test_the_interval_summary_lists_every_rank_only_for_small_jobs():
     (kind, big), = judge.judge(1, [(0.0, 1.0 + r / 1000) for r in range(FULL_LISTS_UP_TO + 1)])
     assert "forward_s" not in big and [s["rank"] for s in big["slowest"]] == [64, 63, 62, 61]
     assert judge.judge(1, [(0.0, 1.0)]) == []  # one rank: nothing to compare
+
+
+@pytest.mark.slow
+def test_a_straggling_rank_of_a_real_2_rank_job_is_named_with_its_host_and_cause(tmp_path):
+    """Rank 1 reads every batch 50 ms slower (faults.slow): its read + forward seconds, gathered on
+    the step-end all-reduce every 2 steps, name it after 2 slow intervals, once; rank 0 never."""
+    import socket
+
+    from tests.train.dist_helpers import events, make_run, run_ok
+
+    run = make_run(tmp_path / "run", distributed="ddp", faults={"slow": [1, 0.05]}, rank_stats_every=2,
+                   slow_rank_patience=2)
+    run_ok(run)
+    times = events(run, "rank_times")
+    assert [e["step"] for e in times] == [2, 4, 6, 8, 10, 12]
+    assert all(e["read_s"][1] >= 0.05 > e["read_s"][0] for e in times)
+    (slow,) = events(run, "slow_rank")
+    assert slow["rank"] == 1 and slow["step"] == 4 and slow["cause"] == "batch reads"
+    assert slow["host"] == socket.gethostname() and slow["ratio"] > 1.15
