@@ -226,7 +226,10 @@ def test_phase_changes_preemption_hangs_and_slow_ranks_are_drawn_where_they_happ
                       "read_s": [0.0, 0.5], "forward_s": [1.0, 1.0], "slowest": [{"rank": 1, "seconds": 1.5}]})
     extra.append({"t": 40.0, "stage": "train", "kind": "slow_rank", "step": 30, "rank": 1, "host": "node7",
                   "ratio": 1.5, "cause": "batch reads", "intervals": 3})
+    spike = next(e for e in events if e["kind"] == "spike")
+    spike.update(spike_kind="periodic", same_documents_as_step=7, state_kept="checkpoints/spikes/step_22")
     page = section_run(_run(tmp_path), events + extra, [])
+    assert "; periodic (same documents as step 7); state kept: checkpoints/spikes/step_22" in page
     step_figure = page.split("<h3>Against wall-clock time")[0]
     assert {("phase", 15), ("phase", 35), ("hang", 3), ("preempted", 31), ("slow_rank", 30)} <= _marker_ids(step_figure)
     assert ">long (seq 128→256)<" in step_figure

@@ -386,10 +386,10 @@ def event_details(e: dict) -> str:
         batch = ", ".join(f"{b} ×{n}" for b, n in buckets.items()) or "—"
         return (f"{e.get('reason')}: loss {_num(e.get('loss'))} (median {_num(e.get('loss_median'))}), "
                 f"grad norm {_num(e.get('grad_norm'))} (median {_num(e.get('grad_norm_median'))}); batch: "
-                f"{batch}" + (f"; docs {docs}…" if docs else ""))
+                f"{batch}" + (f"; docs {docs}…" if docs else "") + _spike_kind(e))
     if kind == "skip":
         return f"{e.get('reason')}: loss {_num(e.get('loss'))}, grad norm {_num(e.get('grad_norm'))}, " \
-               f"{e.get('consecutive')} in a row"
+               f"{e.get('consecutive')} in a row" + _spike_kind(e)
     if kind == "rollback":
         window = e.get("skipped_window") or ["?", "?"]
         return (f"to checkpoint of step {e.get('to_step')}, steps {window[0]}–{window[1]} dropped, LR factor "
@@ -428,6 +428,18 @@ def event_details(e: dict) -> str:
     skip = {"t", "stage", "kind", "step", "plan", "buckets", "model_config"}
     return ", ".join(f"{k} {_num(v) if isinstance(v, float) else v}" for k, v in e.items()
                      if k not in skip and isinstance(v, (str, int, float, bool)) and v is not None)[:240]
+
+
+def _spike_kind(e: dict) -> str:
+    """"; periodic (same documents as step 120); state kept: …" for a classified spike or skip."""
+    kind = e.get("spike_kind")
+    if kind is None:
+        return ""
+    why = (f"same documents as step {e['same_documents_as_step']}" if "same_documents_as_step" in e
+           else f"every {e['period_steps']} steps" if "period_steps" in e
+           else f"growing over steps {e['growing_over_steps']}" if "growing_over_steps" in e
+           else f"episode from step {e['episode_start']}" if "episode_start" in e else "")
+    return f"; {kind}" + (f" ({why})" if why else "") + (f"; state kept: {e['state_kept']}" if e.get("state_kept") else "")
 
 
 def _finite(v: Any, scale: float = 1.0) -> float | None:

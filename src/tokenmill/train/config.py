@@ -28,6 +28,8 @@ class GuardConfig(Strict):
     max_consecutive_skips: int = Field(20, ge=1, description="Skipped steps in a row that force a rollback.")
     rebaseline_after: int = Field(5, ge=1, description="Gradient spikes in a row with the loss at its usual level that "
                                   "make the high norm the new normal (the median restarts) instead of a spike.")
+    severe_factor: float = Field(2.0, ge=1.0, description="A spike this many times past its threshold (grad norm >= this × spike_factor × median, or loss >= 1 + this × (loss_spike_factor - 1) times its median, or non-finite) is severe.")
+    keep_spike_states: int = Field(2, ge=0, description="Severe spikes whose pre-spike training state is kept for diagnosis under checkpoints/spikes/ (the newest this many; 0: none).")
 
 
 class FaultConfig(Strict):

@@ -72,6 +72,7 @@ from tokenmill.train.metrics import UpdateRatio, embedding_spectrum, grad_norms_
 from tokenmill.train.noise_scale import NoiseProbe, NoiseScale, unavailable_reason
 from tokenmill.train.optimizer import build_optimizer, lr_at, set_lr
 from tokenmill.train.rank_times import RankClock, SlowRanks, rank_hosts, step_end_agreement
+from tokenmill.train.spike_kinds import SpikeHistory, documents, is_severe, magnitude
 from tokenmill.train.stop_signals import INTERRUPTED_EXIT, NONE, PREEMPT, PREEMPTED_EXIT, StopRequests
 from tokenmill.train.time_budget import TimeBudget
 from tokenmill.train.watchdog import Watchdog, job_store, restart_attempt
@@ -472,6 +473,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                                    ctx.distributed and tc.distributed == "fsdp", tc.noise_scale_every)
 
     start_step, last_loss, resumed_from = 0, None, None
+    resumed_spikes: dict[str, Any] | None = None
     if resume:
         ckpt = agreed_latest_checkpoint(ckpt_root, events, ctx)  # rank 0 decides for every rank
         if ckpt is None and existing:
@@ -491,6 +493,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 _load_training_state(ckpt, model, optimizer, restore_rng=True)
             guard.load_state_dict(state.get("guard") or {})
             noise.load_state_dict(state.get("noise_scale") or {})
+            resumed_spikes = state.get("spike_history")
             clock.load_state_dict(state.get("time_budget"))
             start_step, last_loss, resumed_from = int(state["step"]), state.get("loss"), str(ckpt)
             inherited = state.get("init_from") or inherited  # the source the run started from, kept across resumes
@@ -531,6 +534,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
             "grad_accum": {"micro": 0, "of": tc.grad_accum},
             "guard": guard.state_dict(),
             "noise_scale": noise.state_dict(),
+            "spike_history": spike_history.state_dict(),
             "loss": loss,
             "tokens": step * tokens_per_step,
             # which model this one continues (export and `replay` read it from any checkpoint)
@@ -555,6 +559,17 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
         events.write(STAGE, "checkpoint", step=step, path=str(path), seconds=round(last_ckpt["seconds"], 4),
                      bytes=sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if ctx.is_main else None)
         return path
+
+    spike_history = SpikeHistory()
+    spike_history.load_state_dict(resumed_spikes)
+    kept_episode: dict[str, Any] = {}
+
+    def keep_spike_state(step: int) -> Path:
+        """θ_{step-1} and its optimizer state (the spiking step is not applied), kept for diagnosis:
+        `tokenmill replay --step <step>` starts from it. Not a resume or rollback target."""
+        with unwatched():
+            return save_train_checkpoint(ckpt_root / "spikes", step - 1, model, optimizer, state_fields(step - 1, None),
+                                         ctx, keep=tc.guard.keep_spike_states)
 
     def evaluate(step: int) -> None:
         if on_eval is None:
@@ -645,6 +660,14 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 for kind, info in verdict.events:
                     if kind == "spike":
                         info["lineage"] = _lineage(loader, step)
+                    if kind in ("spike", "skip"):  # one-off, periodic or increasing (train/spike_kinds.py)
+                        episode = (guard.spike or {}).get("start")
+                        info.update(spike_history.classify(step, magnitude(info), documents(info.get("lineage")),
+                                                           episode))
+                        if (tc.guard.keep_spike_states > 0 and is_severe(info, tc.guard)
+                                and kept_episode.get("start") != episode):
+                            kept_episode["start"] = episode  # the first severe step of an episode
+                            info["state_kept"] = str(keep_spike_state(step))
                     events.write(STAGE, kind, **info)
                 ratio = None
                 if verdict.action == "apply":
