@@ -6,6 +6,7 @@ Every command takes a YAML config and `--set section.key=value` overrides; the r
 
 from __future__ import annotations
 
+import math
 import sys
 from importlib import resources
 from pathlib import Path
@@ -64,10 +65,10 @@ def _guard(fn: Callable[[], Any], hint: str = "Run the same command again to con
     except (UserError, FileNotFoundError, ValueError) as exc:
         console.print(f"[red]error[/]: {exc}")
         raise typer.Exit(1)
-    except KeyboardInterrupt as exc:
+    except KeyboardInterrupt as exc:  # Ctrl-C (130), or a preemption's SIGTERM (TrainingPreempted: 75)
         console.print(f"[yellow]{exc or 'interrupted'}[/]")
         console.print(f"[yellow]{hint}[/]")
-        raise typer.Exit(130)
+        raise typer.Exit(getattr(exc, "exit_code", 130))
 
 
 def _one_stage(stage: str, config: Path, overrides: list[str] | None, run_dir: Path | None,
@@ -208,29 +209,32 @@ def tokenize(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_d
 @app.command()
 def train(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt,
           resume: bool = typer.Option(False, "--resume", help="Continue from the latest valid checkpoint."),
-          restarts: int = typer.Option(0, "--restarts", min=0, help="Supervise: run the trainer as a child process "
-                                       "and restart it from the latest checkpoint after a crash, up to N times."),
+          restarts: int = typer.Option(0, "--restarts", min=0, help="Restart training from the latest checkpoint "
+                                       "after a crash, a killed or a hung rank, up to N times (one process: a "
+                                       "supervising parent; with --nproc: torchrun --max-restarts)."),
           nproc: int = typer.Option(1, "--nproc", min=1, help="Train on K processes of this machine (torchrun "
                                     "--standalone) laid out as train.parallel (dp × tp × pp = K), checked against "
                                     "the model before any process starts; the data stages run first, here.")) -> None:
     """Train the model on the token store: AdamW, warmup + cosine, clipping, atomic checkpoints.
 
-    One `train_step` event per optimizer step goes to events.jsonl. Ctrl-C saves a checkpoint
-    at the current step; `--resume` continues from it with exactly the same losses. Exit codes:
-    1 user error, 2 config error, 130 Ctrl-C, 3 crash (an unexpected exception, traceback
-    printed). With --restarts N a crash or a fatal signal (SIGKILL, SIGSEGV...) restarts
-    training with --resume, writing a `restart` event; user errors and Ctrl-C do not.
+    One `train_step` event per optimizer step goes to events.jsonl. Ctrl-C, and SIGTERM (a
+    preemption: spot instances, Slurm), finish the step on every rank and save a checkpoint
+    there; `--resume` continues from it with exactly the same losses. A rank that finishes no
+    step for train.hang_timeout_s dumps every rank's Python stacks to <run>/hangs/ and ends the
+    job. Exit codes: 1 user error, 2 config error, 3 crash (an unexpected exception, traceback
+    printed), 4 a hung rank, 75 preempted (checkpoint saved), 130 Ctrl-C. With --restarts N a
+    crash, a hang or a fatal signal (SIGKILL, SIGSEGV...) restarts training with --resume,
+    writing a `restart` event; user errors, Ctrl-C and preemption do not.
     """
     from tokenmill.train.supervisor import CRASH_EXIT, shell_exit_code, supervise, train_command
 
+    from tokenmill.train.watchdog import restart_attempt
+
+    resume = resume or restart_attempt() > 0  # a rank of a group torchrun restarted goes on from the checkpoint
     if nproc > 1:
-        if restarts > 0:
-            console.print("[red]config error[/]: --restarts supervises one process; with --nproc use "
-                          "`torchrun --max-restarts N ... -m tokenmill train CONFIG --resume`")
-            raise typer.Exit(2)
-        rc = _guard(lambda: _launch_ranks(config, list(set_ or []), run_dir, nproc, resume))
+        rc = _guard(lambda: _launch_ranks(config, list(set_ or []), run_dir, nproc, resume, restarts))
         if rc != 0:
-            raise typer.Exit(shell_exit_code(rc))
+            raise typer.Exit(rc)
         return
     if restarts > 0:
         def go() -> int:
@@ -253,25 +257,44 @@ def train(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir:
         raise typer.Exit(CRASH_EXIT)
 
 
-def _launch_ranks(config: Path, overrides: list[str], run_dir: Optional[Path], nproc: int, resume: bool) -> int:
+def _launch_ranks(config: Path, overrides: list[str], run_dir: Optional[Path], nproc: int, resume: bool,
+                  restarts: int = 0) -> int:
     """`tokenmill train --nproc K`: refuse a layout that cannot work, finish the data stages in this
-    process, then run K ranks under torchrun; returns torchrun's exit code."""
-    import subprocess
+    process, then run K ranks under torchrun (which restarts the group up to `restarts` times
+    after a rank fails); returns the exit code for the shell.
+
+    torchrun runs as a child in its own process group: a SIGINT or SIGTERM reaching this process
+    is passed on to it once (it passes it to the ranks, which stop together at a step end with a
+    checkpoint), and its --shutdown-timeout is train.preempt_grace_s, the time the ranks get
+    before SIGKILL."""
     import sys
 
     from tokenmill.pipeline import run_pipeline
+    from tokenmill.runs import read_events
     from tokenmill.train.layout import check_launch
+    from tokenmill.train.stop_signals import PREEMPTED_EXIT
+    from tokenmill.train.supervisor import shell_exit_code, supervise
 
     run = _open(config, overrides, run_dir)  # a layout that does not fit the model is a config error
     sizes = check_launch(run.config.model, run.config.train, nproc)
     if not run.is_fresh("tokenize"):  # torchrun ranks only train, on finished data
         run_pipeline(run, stages=("curate", "tokenizer", "tokenize"))
     console.print(f"[bold]▶ train[/] on {nproc} ranks: {sizes.describe()}")
+    grace = max(1, math.ceil(run.config.train.preempt_grace_s))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           f"--max-restarts={restarts}", f"--shutdown-timeout={grace}",
            "-m", "tokenmill", "train", str(config), "--run-dir", str(run.path.resolve())]
     for o in overrides:
         cmd += ["--set", o]
-    return subprocess.call(cmd + (["--resume"] if resume else []))
+    done = supervise(cmd, run.path, restarts=0, resume=resume)  # restarts are torchrun's: one agent for the job
+    if done.interrupted and done.returncode != 0:
+        ends = [e["kind"] for e in read_events(run.path / "events.jsonl")
+                if e.get("stage") == "train" and e.get("kind") in ("preempted", "interrupted", "child_started")]
+        if ends and ends[-1] == "preempted":
+            return PREEMPTED_EXIT
+        if ends and ends[-1] == "interrupted":
+            return 130
+    return shell_exit_code(done.returncode)
 
 
 @app.command("eval")

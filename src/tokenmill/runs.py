@@ -37,7 +37,8 @@ NOT_FINGERPRINTED: dict[str, frozenset[str]] = {
     "train": frozenset({"log_every", "ckpt_every", "keep_checkpoints", "keep_every", "eval_every", "eval_docs",
                         "peak_tflops", "distributed", "checksum_every", "spectrum_every", "metrics_every",
                         "activation_checkpointing", "threads", "compile", "compile_min_steps", "parallel",
-                        "noise_scale_every", "noise_scale_ema", "health"}),
+                        "noise_scale_every", "noise_scale_ema", "preempt_grace_s", "hang_timeout_s",
+                        "rank_stats_every", "slow_rank_margin", "slow_rank_patience", "health"}),
     "eval": frozenset({"batch_size"}),
     "tokenize": frozenset({"workers"}),
     "tokenizer": frozenset({"audit_docs", "key_terms"}),
@@ -63,7 +64,8 @@ LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
     "eval": {("long_context",): {"enabled": False, "seq_len": None, "position_buckets": 4, "max_docs": 64,
                                  "passkey_trials": 40}},
     "tokenizer": {("file",): None},
-    "train": {("init_from",): None, ("init_optimizer",): False},
+    "train": {("init_from",): None, ("init_optimizer",): False, ("faults", "kill"): None, ("faults", "hang"): None,
+              ("faults", "slow"): None, ("guard", "severe_factor"): 2.0, ("guard", "keep_spike_states"): 2},
     "curate": {("decontaminate", "set_max_overlap"): {}, ("model_quality", "keep_top_percent"): None},
 }
 

@@ -203,3 +203,38 @@ def test_too_many_markers_of_one_kind_are_left_out_with_a_note(tmp_path):
     page = section_run(_run(tmp_path), events, [])
     assert _marker_ids(page) == {("spike", 399)}
     assert "200 checkpoint markers left out" in page
+
+
+def test_phase_changes_preemption_hangs_and_slow_ranks_are_drawn_where_they_happened(tmp_path):
+    from tokenmill.report.timeline import phase_events, rank_time_lines
+
+    events = synthetic_events()
+    plan = {"phases": [{"name": "short", "start_step": 1, "seq_len": 128, "weights": {"web": 0.5, "code": 0.5}},
+                       {"name": "long", "start_step": 15, "seq_len": 256, "weights": {"web": 0.5, "code": 0.5}},
+                       {"name": "anneal", "start_step": 35, "seq_len": 256, "anneal": True,
+                        "weights": {"web": 0.75, "code": 0.25}}]}
+    events[0]["plan"] = plan
+    assert phase_events(events) == [
+        {"kind": "phase", "step": 15, "name": "long", "changes": "seq 128→256"},
+        {"kind": "phase", "step": 35, "name": "anneal", "changes": "mixture web 75%, code 25%; LR anneal"}]
+    extra = [{"t": 3.0, "stage": "train", "kind": "hang", "step": 3, "rank": 1, "detected_by": "self", "timeout_s": 300.0,
+              "stacks": "hangs/attempt0-rank1.txt"},
+             {"t": 30.0, "stage": "train", "kind": "preempted", "step": 31, "checkpoint": "checkpoints/step_31",
+              "seconds_since_signal": 2.5, "grace_s": 30.0, "within_grace": True}]
+    for step in (10, 20, 30, 40):
+        extra.append({"t": 40.0, "stage": "train", "kind": "rank_times", "step": step, "median_s": 1.0, "max_s": 1.5,
+                      "read_s": [0.0, 0.5], "forward_s": [1.0, 1.0], "slowest": [{"rank": 1, "seconds": 1.5}]})
+    extra.append({"t": 40.0, "stage": "train", "kind": "slow_rank", "step": 30, "rank": 1, "host": "node7",
+                  "ratio": 1.5, "cause": "batch reads", "intervals": 3})
+    spike = next(e for e in events if e["kind"] == "spike")
+    spike.update(spike_kind="periodic", same_documents_as_step=7, state_kept="checkpoints/spikes/step_22")
+    page = section_run(_run(tmp_path), events + extra, [])
+    assert "; periodic (same documents as step 7); state kept: checkpoints/spikes/step_22" in page
+    step_figure = page.split("<h3>Against wall-clock time")[0]
+    assert {("phase", 15), ("phase", 35), ("hang", 3), ("preempted", 31), ("slow_rank", 30)} <= _marker_ids(step_figure)
+    assert ">long (seq 128→256)<" in step_figure
+    assert "rank 1 on node7: 1.5× the median rank" in page and "stacks in hangs/attempt0-rank1.txt" in page
+    assert "SIGTERM: checkpoint checkpoints/step_31 2.5 s after the signal" in page
+    assert rank_time_lines(extra) == {"rank 0": ([10, 20, 30, 40], [1.0] * 4), "rank 1": ([10, 20, 30, 40], [1.5] * 4)}
+    assert "per rank (s)" in step_figure
+    assert run_summary(events + extra)["interruptions"] == 1

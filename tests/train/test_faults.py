@@ -1,5 +1,6 @@
 import math
 
+import pytest
 import torch
 
 from tokenmill.config import FaultConfig
@@ -35,3 +36,61 @@ def test_nan_and_lr_window():
     assert any_faults(cfg)
     assert math.isnan(poison_loss(torch.tensor(1.0), 5, cfg).item())
     assert [lr_factor(s, cfg) for s in (9, 10, 11, 12, 13)] == [1.0, 50.0, 50.0, 50.0, 1.0]
+
+
+# --------------------------------------------------------------------------- process faults
+def test_a_process_fault_fires_once_per_run(tmp_path):
+    """faults.kill in a real child process: SIGKILLed at its step the first time, not the second
+    (the marker under <run>/faults/ is written before the kill)."""
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import sys; from pathlib import Path; from tokenmill.config import FaultConfig; "
+            "from tokenmill.train.faults import process_fault; "
+            f"[process_fault(s, 1, FaultConfig(kill=[3, 1]), Path({str(tmp_path)!r})) for s in range(1, 6)]; "
+            "print('survived')")
+    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert first.returncode == -signal.SIGKILL and "survived" not in first.stdout
+    assert (tmp_path / "faults" / "kill-step3-rank1").exists()
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert again.returncode == 0 and "survived" in again.stdout
+    other_rank = FaultConfig(kill=[3, 0], hang=[4, 0])
+    from tokenmill.train.faults import process_fault
+
+    for step in range(1, 6):
+        process_fault(step, 1, other_rank, tmp_path)  # rank 1 is not the faulted rank: nothing happens
+
+
+def test_a_slow_rank_reads_slower_and_only_that_rank(monkeypatch):
+    import time
+
+    from tokenmill.train.faults import slow_read
+
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    slow_read(0, FaultConfig(slow=[1, 0.25]))
+    slow_read(1, FaultConfig(slow=[1, 0.25]))
+    assert slept == [0.25]
+
+
+@pytest.mark.slow
+def test_a_rank_killed_mid_run_is_restarted_by_torchrun_and_ends_with_the_undisturbed_losses(single, tmp_path):
+    """`tokenmill train --nproc 2 --restarts 1`: rank 1 is SIGKILLed as step 6 starts; torchrun
+    restarts the group, which resumes from the step-4 checkpoint; every logged loss, the replayed
+    step 5 included, is the undisturbed (one-process) run's, bit for bit."""
+    import subprocess
+    import sys
+
+    from tests.train.dist_helpers import REPO, env, events, make_run, series
+
+    run = make_run(tmp_path / "run", distributed="ddp", preempt_grace_s=5, faults={"kill": [6, 1]})
+    out = subprocess.run([sys.executable, "-m", "tokenmill", "train", str(run.path / "config.yaml"), "--run-dir",
+                          str(run.path), "--nproc", "2", "--restarts", "1"], env=env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, cwd=REPO, timeout=240)
+    assert out.returncode == 0, out.stdout[-8000:]
+    (restart,) = events(run, "restart")
+    assert restart["by"] == "torchrun" and restart["attempt"] == 1 and restart["resume_step"] == 4
+    assert events(run, "resumed")[0]["step"] == 4
+    assert len(events(run, "train_step")) > 12  # step 5 ran twice
+    assert series(run) == series(single) and series(run, "grad_norm") == series(single, "grad_norm")

@@ -33,19 +33,25 @@ MARKER_STYLES: dict[str, MarkerStyle] = {
     "rank_mismatch": MarkerStyle("#e377c2", "-", 1.5, "rank mismatch"),
     "checkpoint_corrupt": MarkerStyle("#8c564b", "-", 1.5, "checkpoint corrupt"),
     "diverged": MarkerStyle("#8b0000", "-", 2.2, "diverged"),
+    "phase": MarkerStyle("#4c72b0", "-.", 1.4, "curriculum phase (mixture, sequence length)"),
+    "rope_changed": MarkerStyle("#55a868", "-.", 1.2, "RoPE changed"),
+    "preempted": MarkerStyle("#c44e52", ":", 1.8, "preempted (SIGTERM)"),
+    "hang": MarkerStyle("#dd8452", "-", 2.0, "hung rank (watchdog)"),
+    "slow_rank": MarkerStyle("#937860", ":", 1.4, "slow rank"),
 }
 # Only on the wall-clock figure: each (re)start of the trainer process. On the step axis a fresh
 # start sits at step 0 and a resume already has its `resumed` marker.
 TIME_MARKER_STYLES: dict[str, MarkerStyle] = {
     "train_start": MarkerStyle("#17becf", "-", 1.4, "trainer started"), **MARKER_STYLES}
 # Kinds whose markers carry a text label: the rare state changes a spike may follow.
-LABELLED_KINDS = frozenset({"resumed", "restart", "interrupted", "rollback", "rank_mismatch", "diverged"})
+LABELLED_KINDS = frozenset({"resumed", "restart", "interrupted", "rollback", "rank_mismatch", "diverged", "phase",
+                            "preempted", "hang", "slow_rank"})
 # Beyond this many markers of one kind (a long run's checkpoints) the kind's markers are left out
 # and the caption says so: thousands of full-height lines would hide the curves and bloat the page.
 MAX_MARKERS_PER_KIND = 150
 # Events listed in the table: everything the training and evaluation stages log except per-step
 # records and periodic diagnostics, which are the curves themselves.
-TABLE_SKIP_KINDS = frozenset({"train_step", "embedding_spectrum"})
+TABLE_SKIP_KINDS = frozenset({"train_step", "embedding_spectrum", "rank_times"})
 EVENT_TABLE_ROWS = 40
 
 
@@ -150,7 +156,7 @@ def run_summary(events: Sequence[dict]) -> dict[str, Any]:
             "median_tokens_per_s": statistics.median(tps) if tps else None,
             "median_mfu": statistics.median(mfu) if mfu else None,
             # A supervisor restart is followed by its child's `resumed`: counted apart, not summed.
-            "interruptions": count("interrupted"), "resumes": count("resumed"), "restarts": count("restart"),
+            "interruptions": count("interrupted", "preempted"), "resumes": count("resumed"), "restarts": count("restart"),
             "spikes": count("spike"), "skips": count("skip"), "rollbacks": count("rollback")}
 
 
@@ -223,16 +229,42 @@ def _step_panels(run: RunDir, records: list[dict], events: list[dict], evals: li
     memory = col("memory_peak", 1 / 2**30)
     if has(memory):
         panels.append(Panel("peak memory\n(GiB)", lines={"peak memory": (steps, memory)}))
+    ranks = rank_time_lines(events)
+    if ranks:
+        panels.append(Panel("read + forward\nper rank (s)", lines=ranks))
+        notes.append("Read + forward seconds per step of each rank (train.rank_stats_every): a synchronous step "
+                     "hides a straggler in its step time, not here.")
     return panels, notes
+
+
+def phase_events(events: Sequence[dict]) -> list[dict]:
+    """A `phase` pseudo-event at the first step of every curriculum phase after the first, from the
+    newest train_start's mixture plan, saying what changed (sequence length, mixture, annealing)."""
+    starts = [e for e in events if e.get("kind") == "train_start" and isinstance(e.get("plan"), dict)]
+    phases = (starts[-1]["plan"].get("phases") or []) if starts else []
+    out = []
+    for prev, cur in zip(phases, phases[1:]):
+        changes = []
+        if cur.get("seq_len") != prev.get("seq_len"):
+            changes.append(f"seq {prev.get('seq_len')}→{cur.get('seq_len')}")
+        if cur.get("weights") != prev.get("weights"):
+            changes.append("mixture " + ", ".join(f"{b} {w:.0%}" for b, w in (cur.get("weights") or {}).items()))
+        if cur.get("anneal") and not prev.get("anneal"):
+            changes.append("LR anneal")
+        out.append({"kind": "phase", "step": cur.get("start_step"), "name": cur.get("name"),
+                    "changes": "; ".join(changes) or "same settings"})
+    return out
 
 
 def _step_markers(events: Iterable[dict]) -> tuple[list[Marker], dict[str, int]]:
     """One marker per (kind, step) of the marked kinds; gid `marker-{kind}-{step}`."""
     seen: dict[tuple[str, int], Marker] = {}
-    for e in events:
+    events = list(events)
+    for e in [*events, *phase_events(events)]:
         kind, step = e.get("kind"), event_step(e)
         if kind in MARKER_STYLES and step is not None and (kind, step) not in seen:
-            label = f"{kind} {step}" if kind in LABELLED_KINDS else ""
+            label = (f"{e.get('name')} ({e.get('changes')})" if kind == "phase"
+                     else f"{kind} {step}" if kind in LABELLED_KINDS else "")
             seen[(kind, step)] = Marker(x=step, kind=kind, gid=f"marker-{kind}-{step}", label=label)
     return _cap_per_kind(list(seen.values()))
 
@@ -243,6 +275,27 @@ def _cap_per_kind(markers: list[Marker]) -> tuple[list[Marker], dict[str, int]]:
         counts[m.kind] = counts.get(m.kind, 0) + 1
     over = {k: n for k, n in counts.items() if n > MAX_MARKERS_PER_KIND}
     return [m for m in markers if m.kind not in over], over
+
+
+def rank_time_lines(events: Iterable[dict], max_lines: int = 8) -> dict[str, tuple[list[int], list[float]]]:
+    """Per-rank read + forward seconds from the rank_times events: one line per rank up to
+    `max_lines` ranks, else the fastest, median and slowest rank of each interval."""
+    records = [e for e in events if e.get("kind") == "rank_times" and isinstance(e.get("step"), int)]
+    by_step = {int(e["step"]): e for e in records}  # a replayed interval keeps its last record
+    steps = sorted(by_step)
+    if not steps:
+        return {}
+    full = all(isinstance(by_step[s].get("forward_s"), list) for s in steps)
+    if full and max(len(by_step[s]["forward_s"]) for s in steps) <= max_lines:
+        n = max(len(by_step[s]["forward_s"]) for s in steps)
+        lines = {}
+        for r in range(n):
+            pts = [(s, by_step[s]["read_s"][r] + by_step[s]["forward_s"][r]) for s in steps
+                   if r < len(by_step[s]["forward_s"])]
+            lines[f"rank {r}"] = ([x for x, _ in pts], [y for _, y in pts])
+        return lines
+    return {"median rank": (steps, [float(by_step[s]["median_s"]) for s in steps]),
+            "slowest rank": (steps, [float(by_step[s]["max_s"]) for s in steps])}
 
 
 # -- against wall-clock time --------------------------------------------------------------------
@@ -333,10 +386,10 @@ def event_details(e: dict) -> str:
         batch = ", ".join(f"{b} ×{n}" for b, n in buckets.items()) or "—"
         return (f"{e.get('reason')}: loss {_num(e.get('loss'))} (median {_num(e.get('loss_median'))}), "
                 f"grad norm {_num(e.get('grad_norm'))} (median {_num(e.get('grad_norm_median'))}); batch: "
-                f"{batch}" + (f"; docs {docs}…" if docs else ""))
+                f"{batch}" + (f"; docs {docs}…" if docs else "") + _spike_kind(e))
     if kind == "skip":
         return f"{e.get('reason')}: loss {_num(e.get('loss'))}, grad norm {_num(e.get('grad_norm'))}, " \
-               f"{e.get('consecutive')} in a row"
+               f"{e.get('consecutive')} in a row" + _spike_kind(e)
     if kind == "rollback":
         window = e.get("skipped_window") or ["?", "?"]
         return (f"to checkpoint of step {e.get('to_step')}, steps {window[0]}–{window[1]} dropped, LR factor "
@@ -345,8 +398,22 @@ def event_details(e: dict) -> str:
     if kind == "resumed":
         return f"from {e.get('checkpoint')}"
     if kind == "restart":
-        why = f"signal {e.get('signal')}" if e.get("signal") else f"exit code {e.get('exit_code')}"
+        why = (f"signal {e.get('signal')}" if e.get("signal") else "a failed rank (torchrun)" if e.get("by") == "torchrun"
+               else f"exit code {e.get('exit_code')}")
         return f"attempt {e.get('attempt')}/{e.get('restarts')} after {why}, from {e.get('resume_from')}"
+    if kind == "preempted":
+        since = e.get("seconds_since_signal")
+        return (f"SIGTERM: checkpoint {e.get('checkpoint')}"
+                + (f" {_num(since)} s after the signal (grace {_num(e.get('grace_s'))} s)" if since is not None else ""))
+    if kind == "hang":
+        how = "no step finished" if e.get("detected_by") == "self" else f"rank {(e.get('peer') or {}).get('rank')} hung"
+        return f"rank {e.get('rank')}: {how} for {_num(e.get('timeout_s'))} s; stacks in {e.get('stacks')}"
+    if kind == "slow_rank":
+        return (f"rank {e.get('rank')} on {e.get('host')}: {_num(e.get('ratio'))}× the median rank's read + forward "
+                f"time ({e.get('cause')}) for {e.get('intervals')} intervals")
+    if kind == "preempt_warning":
+        return (f"a step ({_num(e.get('step_s'))} s) + checkpoint ({_num(e.get('checkpoint_s'))} s) exceed the "
+                f"preemption grace of {_num(e.get('grace_s'))} s: raise train.preempt_grace_s (and the scheduler's)")
     if kind == "checkpoint":
         size = e.get("bytes")
         return f"{_num(e.get('seconds'))} s" + (f", {size / 2**20:,.1f} MiB" if isinstance(size, (int, float)) else "")
@@ -361,6 +428,18 @@ def event_details(e: dict) -> str:
     skip = {"t", "stage", "kind", "step", "plan", "buckets", "model_config"}
     return ", ".join(f"{k} {_num(v) if isinstance(v, float) else v}" for k, v in e.items()
                      if k not in skip and isinstance(v, (str, int, float, bool)) and v is not None)[:240]
+
+
+def _spike_kind(e: dict) -> str:
+    """"; periodic (same documents as step 120); state kept: …" for a classified spike or skip."""
+    kind = e.get("spike_kind")
+    if kind is None:
+        return ""
+    why = (f"same documents as step {e['same_documents_as_step']}" if "same_documents_as_step" in e
+           else f"every {e['period_steps']} steps" if "period_steps" in e
+           else f"growing over steps {e['growing_over_steps']}" if "growing_over_steps" in e
+           else f"episode from step {e['episode_start']}" if "episode_start" in e else "")
+    return f"; {kind}" + (f" ({why})" if why else "") + (f"; state kept: {e['state_kept']}" if e.get("state_kept") else "")
 
 
 def _finite(v: Any, scale: float = 1.0) -> float | None:

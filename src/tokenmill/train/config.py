@@ -28,6 +28,8 @@ class GuardConfig(Strict):
     max_consecutive_skips: int = Field(20, ge=1, description="Skipped steps in a row that force a rollback.")
     rebaseline_after: int = Field(5, ge=1, description="Gradient spikes in a row with the loss at its usual level that "
                                   "make the high norm the new normal (the median restarts) instead of a spike.")
+    severe_factor: float = Field(2.0, ge=1.0, description="A spike this many times past its threshold (grad norm >= this × spike_factor × median, or loss >= 1 + this × (loss_spike_factor - 1) times its median, or non-finite) is severe.")
+    keep_spike_states: int = Field(2, ge=0, description="Severe spikes whose pre-spike training state is kept for diagnosis under checkpoints/spikes/ (the newest this many; 0: none).")
 
 
 class FaultConfig(Strict):
@@ -37,6 +39,10 @@ class FaultConfig(Strict):
     corrupt_steps: list[int] = Field(default_factory=list, description="Steps whose batch tokens are replaced by random ids (a corrupted batch).")
     lr_blowup: list[int] | None = Field(None, description="[first, last] steps whose LR is multiplied by lr_blowup_factor.")
     lr_blowup_factor: float = Field(100.0, gt=0.0, description="LR multiplier inside the lr_blowup window.")
+    # Process faults: each fires once per run (a marker under <run>/faults/), so the restarted job goes on.
+    kill: list[int] | None = Field(None, description="[step, rank]: that rank SIGKILLs itself as the step starts, once per run (a lost node).")
+    hang: list[int] | None = Field(None, description="[step, rank]: that rank stops making progress as the step starts, once per run (a stuck read or a collective that never returns).")
+    slow: list[float] | None = Field(None, description="[rank, seconds]: that rank's every batch read takes this much longer (a straggler: slow storage or a slower device).")
 
 
 class ParallelConfig(Strict):
@@ -116,6 +122,11 @@ class TrainConfig(Strict):
     noise_scale_every: int = Field(1, ge=0, description="Measure the gradient noise scale B_simple every this many steps (0: never); needs grad_accum >= 2, costs one pass over the gradients.")
     noise_scale_ema: float = Field(0.99, ge=0.0, lt=1.0, description="Decay of the moving averages of |G|² and tr(Σ) whose ratio is the logged B_simple (0.99: about 100 steps; the per-step estimates are noisy, often negative, at batches far below B_simple).")
     guard: GuardConfig = Field(default_factory=GuardConfig)
+    preempt_grace_s: float = Field(30.0, gt=0, description="Seconds a SIGTERM (preemption) leaves to finish the step and checkpoint (torchrun's --shutdown-timeout); a warning when a step + checkpoint is measured to take longer.")
+    hang_timeout_s: float | None = Field(300.0, gt=0, description="A rank with no finished step for this long is hung: every rank dumps its Python stacks to <run>/hangs/ and exits 4, so --restarts resumes the job (None: no watchdog).")
+    rank_stats_every: int = Field(10, ge=0, description="Gather every rank's batch-read and forward seconds every this many steps, in the step's existing stop-flag all-reduce (0: never).")
+    slow_rank_margin: float = Field(0.15, gt=0, description="A rank whose read + forward seconds exceed the ranks' median by this share is slow in that interval.")
+    slow_rank_patience: int = Field(3, ge=1, description="Slow intervals in a row before a rank is named in a slow_rank event (one interval is noise).")
     faults: FaultConfig = Field(default_factory=FaultConfig)
     health: HealthConfig = Field(default_factory=HealthConfig, description="Early-warning signals: activations, attention logits, loss per bucket, gradient drift, embedding collapse.")
     eval_every: int = Field(0, description="Evaluate held-out loss every this many steps (0: only at end).")

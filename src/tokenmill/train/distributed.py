@@ -177,6 +177,22 @@ def check_torchrun_stage(run: Any, stage: str) -> None:
             f"{steps} in one process, then start torchrun again")
 
 
+def _restart_attempt() -> int:
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+
+
+def _fresh_store(world: int, rank: int) -> Any:
+    """The job's store under a prefix of its own for this torchrun restart. torchrun keeps one
+    store across restarts, and the ranks of a restarted group find the previous group's gloo/NCCL
+    addresses under the same keys: a rank that reads a dead peer's address before the new peer
+    overwrote it fails with "connection refused" (pytorch/pytorch#167288, seen here one restart
+    in two)."""
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                          is_master=not agent and rank == 0, timeout=TIMEOUT, multi_tenant=not agent)
+    return dist.PrefixStore(f"tokenmill/attempt{_restart_attempt()}/", store)
+
+
 def init_distributed(tc: Any) -> DistContext:
     """The process's DistContext: a process group when WORLD_SIZE > 1 (torchrun), else single.
 
@@ -204,6 +220,8 @@ def init_distributed(tc: Any) -> DistContext:
     if owns:
         backend = "nccl" if device.type == "cuda" else "gloo"
         kwargs: dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
+        if _restart_attempt() > 0:
+            kwargs.update(store=_fresh_store(world, rank), rank=rank, world_size=world)
         dist.init_process_group(backend=backend, timeout=TIMEOUT, **kwargs)
     mesh = None
     if sizes.model_parallel:

@@ -13,6 +13,10 @@ resumable as a clean one:
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
+import time
+from pathlib import Path
 
 import torch
 
@@ -43,3 +47,32 @@ def lr_factor(step: int, cfg: FaultConfig) -> float:
     if cfg.lr_blowup and cfg.lr_blowup[0] <= step <= cfg.lr_blowup[-1]:
         return cfg.lr_blowup_factor
     return 1.0
+
+
+# --------------------------------------------------------------------------- process faults
+# A lost node and a stuck rank, for the tests of the restart path with real processes. Each fires
+# once per run: the marker is created before the fault, so the restarted job goes past the step.
+def _first_time(run_path: Path, kind: str, step: int, rank: int) -> bool:
+    marker = Path(run_path) / "faults" / f"{kind}-step{step}-rank{rank}"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+def process_fault(step: int, rank: int, cfg: FaultConfig, run_path: Path) -> None:
+    """At the start of `step` on `rank`: SIGKILL this process (faults.kill), or never return
+    (faults.hang: the watchdog ends it), once per run."""
+    if cfg.kill and (cfg.kill[0], cfg.kill[1]) == (step, rank) and _first_time(run_path, "kill", step, rank):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if cfg.hang and (cfg.hang[0], cfg.hang[1]) == (step, rank) and _first_time(run_path, "hang", step, rank):
+        while True:  # like a read or a collective that never returns (the GIL is released)
+            time.sleep(60)
+
+
+def slow_read(rank: int, cfg: FaultConfig) -> None:
+    """faults.slow [rank, seconds]: this rank's batch read takes that much longer."""
+    if cfg.slow and int(cfg.slow[0]) == rank:
+        time.sleep(float(cfg.slow[1]))

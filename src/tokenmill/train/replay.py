@@ -81,7 +81,9 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
     cfg, tc = run.config, resolve_budget(run.config.train)
     if not 1 <= step <= tc.max_steps:
         raise TrainError(f"--step {step}: steps of this run are 1..{tc.max_steps}")
-    ckpts = [(s, p) for s, p in list_checkpoints(run.sub("checkpoints")) if s <= step - 1]
+    # the periodic checkpoints, and the states kept before severe spikes (checkpoints/spikes/)
+    found = list_checkpoints(run.sub("checkpoints")) + list_checkpoints(run.sub("checkpoints") / "spikes")
+    ckpts = sorted((s, p) for s, p in found if s <= step - 1)
     store = TokenStore(run.sub("tokens"))
     device = resolve_device(tc.device)
     dtype = resolve_dtype(device, tc.dtype)

@@ -5,10 +5,12 @@ What counts as a crash, from the child's return code:
   < 0                 killed by a signal (SIGKILL from the OOM killer or a scheduler, SIGSEGV...)
   CRASH_EXIT (3)      `tokenmill train` caught an unexpected exception (a bug, out of memory, a
                       device or NCCL failure) and printed its traceback
+  HANG_EXIT (4)       the watchdog found no step finished for train.hang_timeout_s (stacks
+                      in <run>/hangs/)
   any other non-zero  not from tokenmill's CLI (e.g. the interpreter itself failed)
-What does not, and is returned as it is (running again would fail the same way, or the user
-asked to stop): 0, 1 (a user error: bad data, refused resume, divergence), 2 (a config error),
-130 (Ctrl-C). See `cli._guard`.
+What does not, and is returned as it is (running again would fail the same way, or the user or
+the scheduler asked to stop): 0, 1 (a user error: bad data, refused resume, divergence), 2 (a
+config error), 75 (preempted by SIGTERM, checkpoint saved), 130 (Ctrl-C). See `cli._guard`.
 
 Every restart writes a `restart` event (attempt, exit code or signal, the checkpoint it resumes
 from) to the run's events.jsonl; the child appends its own events to the same file (one
@@ -16,7 +18,8 @@ O_APPEND write per line, so lines never interleave).
 
 The child runs in its own process group, so a Ctrl-C in the terminal reaches the supervisor only,
 which forwards exactly one SIGINT (the trainer's first Ctrl-C: finish the step, checkpoint, exit
-130) and then does not restart. On Linux the child also gets SIGKILL if the supervisor dies, so
+130) and then does not restart; a SIGTERM (preemption) is forwarded the same way (checkpoint,
+exit 75). On Linux the child also gets SIGKILL if the supervisor dies, so
 no orphaned trainer keeps writing into the run.
 """
 
@@ -34,10 +37,11 @@ from pathlib import Path
 from typing import IO, Any, Callable
 
 from tokenmill.runs import EventLog
+from tokenmill.train.stop_signals import INTERRUPTED_EXIT, PREEMPTED_EXIT
 
 STAGE = "train"
 CRASH_EXIT = 3
-USER_EXIT_CODES = frozenset({1, 2, 130})
+USER_EXIT_CODES = frozenset({1, 2, PREEMPTED_EXIT, INTERRUPTED_EXIT})
 
 Watch = Callable[["subprocess.Popen[bytes]", int], None]
 

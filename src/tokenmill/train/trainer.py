@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import random
 import signal
 import sys
@@ -68,13 +69,17 @@ from tokenmill.train.device import autocast, enable_tf32, resolve_dtype
 from tokenmill.train.dist_checkpoint import agreed_latest_checkpoint, load_full_into_stage, save_train_checkpoint
 from tokenmill.train.distributed import (DistContext, RankMismatch, all_reduce_sum, cross_rank_check, evaluation_model,
                                          event_log, init_distributed, reduce_step_stats, set_grad_sync, wrap_model)
-from tokenmill.train.faults import corrupt_batch, lr_factor, poison_loss
+from tokenmill.train.faults import corrupt_batch, lr_factor, poison_loss, process_fault, slow_read
 from tokenmill.train.guard import StabilityGuard
 from tokenmill.train.sharding import sharding_report
 from tokenmill.train.metrics import UpdateRatio, embedding_spectrum, grad_norms_by_group, memory_bytes
 from tokenmill.train.noise_scale import NoiseProbe, NoiseScale, unavailable_reason
 from tokenmill.train.optimizer import build_optimizer, lr_at, set_lr
+from tokenmill.train.rank_times import RankClock, SlowRanks, rank_hosts, step_end_agreement
+from tokenmill.train.spike_kinds import SpikeHistory, documents, is_severe, magnitude
+from tokenmill.train.stop_signals import INTERRUPTED_EXIT, NONE, PREEMPT, PREEMPTED_EXIT, StopRequests
 from tokenmill.train.time_budget import TimeBudget
+from tokenmill.train.watchdog import Watchdog, job_store, restart_attempt
 
 STAGE = "train"
 EvalHook = Callable[[int, nn.Module], None]
@@ -91,14 +96,24 @@ class TrainingDiverged(TrainError):
 class TrainingInterrupted(KeyboardInterrupt):
     """Raised after a first Ctrl-C once the current step finished and a checkpoint was saved."""
 
+    exit_code = INTERRUPTED_EXIT
+    what = "interrupted"
+
     def __init__(self, step: int, checkpoint: Path):
         self.step = step
         self.checkpoint = checkpoint
         # How to continue depends on the caller (`train --resume`, or `run`/`demo` again): the CLI says it.
-        super().__init__(f"interrupted at step {step}; checkpoint saved to {checkpoint}")
+        super().__init__(f"{self.what} at step {step}; checkpoint saved to {checkpoint}")
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class TrainingPreempted(TrainingInterrupted):
+    """Raised after a SIGTERM (preemption) once every rank finished the step and the checkpoint is written."""
+
+    exit_code = PREEMPTED_EXIT
+    what = "preempted"
 
 
 # --------------------------------------------------------------------------- helpers
@@ -157,34 +172,6 @@ def _check_fingerprint(state: dict[str, Any], fingerprint: str, cfg: RunConfig, 
                      f"continue the same run: restore the config, or delete {ckpt.parent} to start over")
 
 
-class _InterruptFlag:
-    """First SIGINT: request a clean stop after the current step. Second: abort at once."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._prev: Any = None
-        self._installed = False
-
-    def install(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            self._prev = signal.signal(signal.SIGINT, self._handle)
-            self._installed = True
-
-    def uninstall(self) -> None:
-        if self._installed:
-            signal.signal(signal.SIGINT, self._prev)
-            self._installed = False
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            raise KeyboardInterrupt("second Ctrl-C: training aborted without saving")
-        self.requested = True
-        sys.stderr.write("\nCtrl-C: finishing the current step and saving a checkpoint "
-                         "(press Ctrl-C again to abort without saving)\n")
-        sys.stderr.flush()
-
-
 @contextlib.contextmanager
 def _progress(enabled: bool, total: int, completed: int) -> Iterator[tuple[Any, Any, Any]]:
     from rich.console import Console
@@ -239,6 +226,38 @@ class _Regularizers:
             self._hook.remove()
 
 
+class _ForwardClock:
+    """Seconds spent in forward passes (a context entered once per micro-batch): wall time on
+    CPU, CUDA events on a GPU (read once, after the step's backward has synchronized them)."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.total = 0.0
+        self.pairs: list[tuple[Any, Any]] = []
+        self._t0 = 0.0
+
+    def __enter__(self) -> None:
+        if self.cuda:
+            self.pairs.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+            self.pairs[-1][0].record()
+        else:
+            self._t0 = time.perf_counter()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.cuda:
+            self.pairs[-1][1].record()
+        else:
+            self.total += time.perf_counter() - self._t0
+
+    def seconds(self) -> float:
+        if self.cuda:
+            for start, end in self.pairs:
+                end.synchronize()
+                self.total += start.elapsed_time(end) / 1000.0
+            self.pairs.clear()
+        return self.total
+
+
 def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, device: torch.device,
               dtype: torch.dtype, backward: bool, tc: Any = None, seed: int = 0,
               extras: dict[str, float] | None = None, probe: NoiseProbe | None = None,
@@ -261,17 +280,20 @@ def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, devi
     total = torch.zeros((), device=device)
     r_pad = 0.0
     data_wait = 0.0
+    forward = _ForwardClock(device)
     try:
         for micro in range(grad_accum):
             t0 = time.perf_counter()
             batch = loader.batch(step, micro)
+            if faults is not None and faults.slow:
+                slow_read(loader.rank, faults)
             data_wait += time.perf_counter() - t0
             r_pad += batch.r_pad
             set_grad_sync(model, not backward or micro == grad_accum - 1)  # reduce once per step (DDP/FSDP)
             if faults is not None and step in faults.corrupt_steps:
                 batch = corrupt_batch(batch, step, micro, faults, loader.store.vocab_size, seed)
             batch = batch.to(device, non_blocking=True)
-            with autocast(device, dtype), torch.set_grad_enabled(backward):
+            with autocast(device, dtype), torch.set_grad_enabled(backward), forward:
                 if objective == "clm":
                     nll = token_nll_batch(model, batch)
                     loss = nll.sum() / n_targets
@@ -295,6 +317,7 @@ def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, devi
         reg.close()
     if extras is not None:
         extras["data_wait_s"] = data_wait
+        extras["forward_s"] = forward.seconds()
     if extras is not None and reg.active:
         extras.update({"z_loss": reg.z_sum} if reg.z > 0 else {})
         if reg.moe:
@@ -462,6 +485,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
     collapse = CollapseAlert(tc.health.collapse_ratio)
 
     start_step, last_loss, resumed_from = 0, None, None
+    resumed_spikes: dict[str, Any] | None = None
     if resume:
         ckpt = agreed_latest_checkpoint(ckpt_root, events, ctx)  # rank 0 decides for every rank
         if ckpt is None and existing:
@@ -483,10 +507,15 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
             noise.load_state_dict(state.get("noise_scale") or {})
             drift.load_state_dict((state.get("health") or {}).get("grad_drift"))
             collapse.load_state_dict((state.get("health") or {}).get("embedding_collapse"))
+            resumed_spikes = state.get("spike_history")
             clock.load_state_dict(state.get("time_budget"))
             start_step, last_loss, resumed_from = int(state["step"]), state.get("loss"), str(ckpt)
             inherited = state.get("init_from") or inherited  # the source the run started from, kept across resumes
             events.write(STAGE, "resumed", step=start_step, checkpoint=str(ckpt))
+    if restart_attempt() > 0:  # torchrun --max-restarts started this group again after a rank failed
+        events.write(STAGE, "restart", attempt=restart_attempt(), by="torchrun",
+                     restarts=int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0),
+                     resume_from=resumed_from, resume_step=start_step)
 
     tokens_per_step = loader.tokens_per_step  # the global batch, all ranks
     fpt = flops_per_token(mcfg, tc.seq_len)
@@ -520,35 +549,55 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
             "guard": guard.state_dict(),
             "noise_scale": noise.state_dict(),
             "health": {"grad_drift": drift.state_dict(), "embedding_collapse": collapse.state_dict()},
+            "spike_history": spike_history.state_dict(),
             "loss": loss,
             "tokens": step * tokens_per_step,
             # which model this one continues (export and `replay` read it from any checkpoint)
             "init_from": None if inherited is None else {k: v for k, v in inherited.items() if k != "model_config"},
         }
 
-    last_ckpt = {"step": start_step, "t": time.perf_counter()}
+    last_ckpt: dict[str, Any] = {"step": start_step, "t": time.perf_counter(), "seconds": None}
     at_of: dict[int, float] = {}  # the step being taken -> where its LR was read (one entry; differs under a time budget)
+    # No step finished for hang_timeout_s: every rank dumps its stacks and exits (train/watchdog.py).
+    watchdog = (Watchdog(tc.hang_timeout_s, run.path / "hangs", ctx.rank, store=job_store(),
+                         on_hang=lambda info: run.events.write(STAGE, "hang", **info))
+                if tc.hang_timeout_s else None)
+    unwatched = watchdog.paused if watchdog is not None else contextlib.nullcontext
 
     def checkpoint(step: int, loss: float | None) -> Path:
         t0 = time.perf_counter()
         last_ckpt.update(step=step, t=t0)
-        path = save_train_checkpoint(ckpt_root, step, model, optimizer, state_fields(step, loss), ctx,
-                                     keep=tc.keep_checkpoints, keep_every=tc.keep_every)  # every rank takes part
-        events.write(STAGE, "checkpoint", step=step, path=str(path), seconds=round(time.perf_counter() - t0, 4),
+        with unwatched():
+            path = save_train_checkpoint(ckpt_root, step, model, optimizer, state_fields(step, loss), ctx,
+                                         keep=tc.keep_checkpoints, keep_every=tc.keep_every)  # every rank takes part
+        last_ckpt["seconds"] = time.perf_counter() - t0
+        events.write(STAGE, "checkpoint", step=step, path=str(path), seconds=round(last_ckpt["seconds"], 4),
                      bytes=sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if ctx.is_main else None)
         return path
+
+    spike_history = SpikeHistory()
+    spike_history.load_state_dict(resumed_spikes)
+    kept_episode: dict[str, Any] = {}
+
+    def keep_spike_state(step: int) -> Path:
+        """θ_{step-1} and its optimizer state (the spiking step is not applied), kept for diagnosis:
+        `tokenmill replay --step <step>` starts from it. Not a resume or rollback target."""
+        with unwatched():
+            return save_train_checkpoint(ckpt_root / "spikes", step - 1, model, optimizer, state_fields(step - 1, None),
+                                         ctx, keep=tc.guard.keep_spike_states)
 
     def evaluate(step: int) -> None:
         if on_eval is None:
             return
-        eval_model = evaluation_model(model, ctx)  # rank 0 only (FSDP: a gathered full copy)
-        if eval_model is not None:
-            eval_model.eval()
-            try:
-                on_eval(step, eval_model)
-            finally:
-                eval_model.train()
-        ctx.barrier()  # the other ranks wait for rank 0's evaluation
+        with unwatched():  # rank 0 evaluates while the others wait in the barrier: longer than a step
+            eval_model = evaluation_model(model, ctx)  # rank 0 only (FSDP: a gathered full copy)
+            if eval_model is not None:
+                eval_model.eval()
+                try:
+                    on_eval(step, eval_model)
+                finally:
+                    eval_model.train()
+            ctx.barrier()  # the other ranks wait for rank 0's evaluation
 
     def eval_due(step: int, last: bool = False) -> bool:
         return (tc.eval_every > 0 and step % tc.eval_every == 0) or step == tc.max_steps or last
@@ -563,8 +612,13 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
         events.write(STAGE, "train_done", step=start_step, loss=last_loss, note="already finished")
         return _summary(start_step, last_loss, tokens_per_step, 0.0, params, resumed_from)
 
-    flag = _InterruptFlag()
-    flag.install()
+    stops = StopRequests()  # SIGINT (Ctrl-C) and SIGTERM (preemption): stop at a step end, checkpointed
+    stops.install()
+    hosts = rank_hosts(ctx) if tc.rank_stats_every > 0 and ctx.distributed else []
+    slow_ranks, rank_clock = SlowRanks(tc.slow_rank_margin, tc.slow_rank_patience, hosts), RankClock()
+    grace_warned = False
+    if watchdog is not None:
+        watchdog.start()
     loader.start_prefetch(start_step + 1)
     use_compile, why = compile_decision(tc, tc.max_steps - start_step, model_parallel=ctx.model_parallel)
     events.write(STAGE, "compile", enabled=use_compile, reason=why,
@@ -591,6 +645,8 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 evaluate(0)  # the inherited model on this run's held-out slices: "before", to measure forgetting
             for step in range(start_step + 1, tc.max_steps + 1):
                 t0 = time.perf_counter()
+                if tc.faults.kill or tc.faults.hang:
+                    process_fault(step, ctx.rank, tc.faults, run.path)
                 if loader.phase_at(step).name != phase:
                     phase = loader.phase_at(step).name
                     guard.reset_baseline()  # new data, new loss level
@@ -629,6 +685,14 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 for kind, info in verdict.events:
                     if kind == "spike":
                         info["lineage"] = _lineage(loader, step)
+                    if kind in ("spike", "skip"):  # one-off, periodic or increasing (train/spike_kinds.py)
+                        episode = (guard.spike or {}).get("start")
+                        info.update(spike_history.classify(step, magnitude(info), documents(info.get("lineage")),
+                                                           episode))
+                        if (tc.guard.keep_spike_states > 0 and is_severe(info, tc.guard)
+                                and kept_episode.get("start") != episode):
+                            kept_episode["start"] = episode  # the first severe step of an episode
+                            info["state_kept"] = str(keep_spike_state(step))
                     events.write(STAGE, kind, **info)
                 for info in drift.update(step, extras.get("grad_norms") if verdict.action == "apply" else None):
                     events.write(STAGE, "grad_drift", **info)
@@ -673,12 +737,36 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 if (periodic or last) and saved_step != step:
                     checkpoint(step, last_loss)
                     saved_step = step
-                if ctx.any(flag.requested):  # every rank stops at the same step, whichever saw Ctrl-C
+                # One all-reduce: every rank stops at the same step, whichever saw the signal; every
+                # rank_stats_every steps each rank's read and forward seconds ride along.
+                rank_clock.add(extras.get("data_wait_s", 0.0), extras.get("forward_s", 0.0))
+                gather = tc.rank_stats_every > 0 and step % tc.rank_stats_every == 0
+                stop, per_rank = step_end_agreement(ctx, stops.code, rank_clock if gather else None)
+                for kind, info in slow_ranks.judge(step, per_rank) if per_rank is not None else []:
+                    events.write(STAGE, kind, **info)
+                    if kind == "slow_rank":
+                        console.print(f"[yellow]slow rank[/]: rank {info['rank']} ({info['host']}) spends "
+                                      f"{info['ratio']:.2f}× the median rank's time reading and in forward "
+                                      f"passes ({info['cause']}) for {info['intervals']} intervals in a row")
+                if stop != NONE:
                     path = ckpt_root / f"step_{step}"
                     if saved_step != step:
                         path = checkpoint(step, last_loss)
+                    if stop == PREEMPT:
+                        since = stops.seconds_since_preempt()
+                        events.write(STAGE, "preempted", step=step, checkpoint=str(path), grace_s=tc.preempt_grace_s,
+                                     seconds_since_signal=since,
+                                     within_grace=None if since is None else since <= tc.preempt_grace_s)
+                        raise TrainingPreempted(step, path)
                     events.write(STAGE, "interrupted", step=step, checkpoint=str(path))
                     raise TrainingInterrupted(step, path)
+                if watchdog is not None:
+                    watchdog.beat(step)
+                if (not grace_warned and last_ckpt["seconds"] is not None
+                        and dt + last_ckpt["seconds"] > tc.preempt_grace_s):
+                    grace_warned = True  # a SIGTERM now would likely be followed by SIGKILL before the save ends
+                    events.write(STAGE, "preempt_warning", step=step, step_s=dt, checkpoint_s=last_ckpt["seconds"],
+                                 grace_s=tc.preempt_grace_s)
                 if embed_weight is not None and ((tc.spectrum_every > 0 and step % tc.spectrum_every == 0)
                                                  or (tc.spectrum_every == 0 and eval_due(step, last))):
                     spectrum = embedding_spectrum(embed_weight)
@@ -690,7 +778,9 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 if last:
                     break
     finally:
-        flag.uninstall()
+        if watchdog is not None:
+            watchdog.stop()
+        stops.uninstall()
         loader.close()
 
     seconds = time.perf_counter() - t_start
