@@ -5,7 +5,9 @@ spike, the reason for QK-norm and z-loss).
 `ActivationProbe.measure(batch)` runs one no-grad forward of a few rows of a batch through the
 bare (uncompiled, unwrapped) model with forward hooks on its blocks and attention modules; the
 hooks exist only for the length of that call, so every other forward pays nothing. It never
-touches a gradient, an optimizer state or a random generator: training is the same with it.
+touches a gradient, an optimizer state or a random generator: training is the same with it. The
+forward is the causal one of a packed batch (its positions and document segments), whatever the
+training objective: under MLM / span / prefix-LM the magnitudes are those of that forward.
 
 - act_rms[l]: sqrt(mean(h²)) of block l's output h (the residual stream), in fp32;
 - attn_logit_max[l]: the largest pre-softmax score scale·q·kᵀ of layer l over the *allowed*

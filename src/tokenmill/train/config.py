@@ -60,13 +60,13 @@ class HealthConfig(Strict):
     attention-logit magnitudes per layer, the loss per data bucket, a slow upward drift of the
     gradient norms, and embedding collapse. They only watch: training computes the same either way."""
 
-    activation_stats_every: int = Field(50, ge=0, description="Log each block's output RMS and its attention-logit maximum every this many steps (0: never); a separate no-grad forward of a few rows after the step.")
+    activation_stats_every: int = Field(50, ge=0, description="Log each block's output RMS and its attention-logit maximum every this many steps (0: never); a separate no-grad causal forward of a few rows after the step; not under tensor/pipeline parallelism.")
     activation_rows: int = Field(4, ge=1, description="Sequences of the step's first micro-batch that the activation probe forwards.")
     attn_logit_queries: int = Field(64, ge=1, description="Query positions per sequence (evenly spaced, the last included) whose attention logits the probe scores against all their allowed keys.")
     bucket_loss: bool = Field(True, description="Log the step's mean token loss per data bucket (causal objective, no pipeline parallelism).")
-    drift_window: int = Field(2000, ge=0, description="Steps the gradient-norm drift detector averages over (0: off); it compares each window's mean norm per layer group with the lowest earlier one.")
+    drift_window: int = Field(2000, ge=0, description="Steps the gradient-norm drift detector averages over (0: off); it compares each window's mean norm per layer group with the lowest earlier one; reads the norms logged every metrics_every steps.")
     drift_ratio: float = Field(2.0, gt=1.0, description="Warn (grad_drift) when a group's window-mean gradient norm reaches this × its lowest earlier window mean.")
-    collapse_ratio: float = Field(10.0, gt=1.0, description="Warn (embedding_collapse) when the embedding's top singular value reaches this × the second (seed 004).")
+    collapse_ratio: float = Field(10.0, gt=1.0, description="Warn (embedding_collapse) when the embedding's top singular value reaches this × the second (seed 004); checked where the spectrum is logged (spectrum_every).")
 
 
 class TrainConfig(Strict):
