@@ -53,6 +53,11 @@ def test_step_and_eval_scalars_name_every_metric():
     assert tags == {"train/loss": (2.5, 7), "train/lr": (1e-3, 7), "train/grad_norm": (1.0, 7),
                     "grad_norm/head": (0.3, 7), "checkpoint/age_steps": (3.0, 7)}
     assert step_scalars({"kind": "checkpoint", "step": 7}) == []
+    health = {"kind": "train_step", "step": 50, "bucket_loss": {"web": 3.0, "code": 2.0},
+              "act_rms": [0.5, 0.7], "attn_logit_max": [4.0, None]}
+    assert sorted(step_scalars(health)) == sorted([
+        ("bucket_loss/code", 2.0, 50), ("bucket_loss/web", 3.0, 50), ("activations/rms/layers.0", 0.5, 50),
+        ("activations/rms/layers.1", 0.7, 50), ("activations/attn_logit_max/layers.0", 4.0, 50)])
     rec = {"step": 20, "buckets": {"code": {"loss": 2.0, "bpb": 1.1}}, "probes": {"p": {"loss": 1.0, "bpb": 0.9}},
            "tasks": [{"name": "arc", "acc": 0.5, "acc_norm": 0.75}]}
     assert sorted(eval_scalars(rec)) == sorted([

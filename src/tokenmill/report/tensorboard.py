@@ -19,7 +19,8 @@ DEFAULT_LOGDIR = "tensorboard"
 INSTALL_HINT = "TensorBoard is not installed: pip install 'tokenmill[tensorboard]' (or: pip install tensorboard)"
 
 # train_step field -> TensorBoard tag. Fields not listed (action, phase, tokens, ...) are not scalars
-# worth a chart of their own; grad_norms (per layer group) are expanded separately.
+# worth a chart of their own; grad_norms (per layer group), bucket_loss (per bucket), act_rms and
+# attn_logit_max (per layer) are expanded separately.
 STEP_TAGS = {
     "loss": "train/loss",
     "lr": "train/lr",
@@ -64,6 +65,13 @@ def step_scalars(event: dict[str, Any]) -> list[Scalar]:
     for group, norm in sorted((event.get("grad_norms") or {}).items()):
         if (v := _number(norm)) is not None:
             out.append((f"grad_norm/{group}", v, step))
+    for bucket, loss in sorted((event.get("bucket_loss") or {}).items()):  # train.health signals
+        if (v := _number(loss)) is not None:
+            out.append((f"bucket_loss/{bucket}", v, step))
+    for key, tag in (("act_rms", "activations/rms"), ("attn_logit_max", "activations/attn_logit_max")):
+        for layer, value in enumerate(event.get(key) or []):
+            if (v := _number(value)) is not None:
+                out.append((f"{tag}/layers.{layer}", v, step))
     return out
 
 
