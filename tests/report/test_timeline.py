@@ -238,3 +238,36 @@ def test_phase_changes_preemption_hangs_and_slow_ranks_are_drawn_where_they_happ
     assert rank_time_lines(extra) == {"rank 0": ([10, 20, 30, 40], [1.0] * 4), "rank 1": ([10, 20, 30, 40], [1.5] * 4)}
     assert "per rank (s)" in step_figure
     assert run_summary(events + extra)["interruptions"] == 1
+
+
+def test_health_signals_get_panels_and_their_warnings_markers(tmp_path):
+    from tokenmill.report.timeline import health_lines
+
+    events = synthetic_events()
+    for e in events:
+        if e["kind"] == "train_step":
+            s = e["step"]
+            e["bucket_loss"] = {"web": 4.0 - s / 100, "code": 3.0 - s / 100}
+            if s % 10 == 0:
+                e["act_rms"] = [0.5 + s / 100, 1.0 + s / 100]
+                e["attn_logit_max"] = [2.0 + s / 10, math.inf]
+    events += [{"t": 99.0, "stage": "train", "kind": "grad_drift", "step": 32, "group": "layers.1", "ratio": 2.1,
+                "threshold": 2.0, "grad_norm": 0.42, "baseline": 0.2, "window": [16, 31], "baseline_window": [2, 17],
+                "growth_per_1k_steps": 1.9},
+               {"t": 99.0, "stage": "train", "kind": "embedding_collapse", "step": 40, "sv_ratio": 12.5,
+                "threshold": 10.0, "sv1": 25.0, "sv2": 2.0}]
+    records = last_record_per_step(events)
+    assert health_lines(records, "act_rms") == {"layers.0": ([10, 20, 30, 40], [0.6, 0.7, 0.8, 0.9]),
+                                                "layers.1": ([10, 20, 30, 40], [1.1, 1.2, 1.3, 1.4])}
+    assert health_lines(records, "attn_logit_max")["layers.1"] == ([10, 20, 30, 40], [None] * 4)  # a hole, not inf
+    buckets = health_lines(records, "bucket_loss")
+    assert list(buckets) == ["code", "web"] and buckets["web"][0] == list(range(1, 41))
+    page = section_run(_run(tmp_path), events, [])
+    step_figure = page.split("<h3>Against wall-clock time")[0]
+    assert {("grad_drift", 32), ("embedding_collapse", 40)} <= _marker_ids(step_figure)
+    panels = len(set(re.findall(r'id="marker-resumed-20-p(\d+)"', step_figure)))
+    assert panels == 12  # the nine of a run without them, plus bucket loss, activation RMS, attention logits
+    assert "layers.1: mean grad norm 0.42 over steps 16–31 is 2.1× its lowest, 0.2 over 2–17" in page
+    assert "embedding sv1/sv2 = 12.5 ≥ 10" in page
+    for legend in ("gradient-norm drift (warning)", "embedding collapse (warning)"):
+        assert f">{legend}<" in step_figure

@@ -38,6 +38,8 @@ MARKER_STYLES: dict[str, MarkerStyle] = {
     "preempted": MarkerStyle("#c44e52", ":", 1.8, "preempted (SIGTERM)"),
     "hang": MarkerStyle("#dd8452", "-", 2.0, "hung rank (watchdog)"),
     "slow_rank": MarkerStyle("#937860", ":", 1.4, "slow rank"),
+    "grad_drift": MarkerStyle("#bcbd22", "-.", 1.2, "gradient-norm drift (warning)"),
+    "embedding_collapse": MarkerStyle("#9467bd", "-", 1.6, "embedding collapse (warning)"),
 }
 # Only on the wall-clock figure: each (re)start of the trainer process. On the step axis a fresh
 # start sits at step 0 and a resume already has its `resumed` marker.
@@ -229,12 +231,36 @@ def _step_panels(run: RunDir, records: list[dict], events: list[dict], evals: li
     memory = col("memory_peak", 1 / 2**30)
     if has(memory):
         panels.append(Panel("peak memory\n(GiB)", lines={"peak memory": (steps, memory)}))
+    for key, label in (("bucket_loss", "train loss\nper bucket"), ("act_rms", "activation RMS\nper layer"),
+                       ("attn_logit_max", "attention logit\nmax per layer")):
+        lines = health_lines(records, key)
+        if lines:  # train.health signals; sparse ones (every K steps) drawn with dots
+            panels.append(Panel(label, lines=lines, point_markers=set(lines) if key != "bucket_loss" else set()))
+            if key == "act_rms":
+                notes.append("Activation RMS (each block's output) and the attention-logit maximum (over the pairs "
+                             "the mask allows) per layer come from a no-grad look at a few rows every "
+                             "train.health.activation_stats_every steps; growing logits are the classic precursor "
+                             "of a loss spike.")
     ranks = rank_time_lines(events)
     if ranks:
         panels.append(Panel("read + forward\nper rank (s)", lines=ranks))
         notes.append("Read + forward seconds per step of each rank (train.rank_stats_every): a synchronous step "
                      "hides a straggler in its step time, not here.")
     return panels, notes
+
+
+def health_lines(records: Sequence[dict], key: str) -> dict[str, tuple[list[int], list[float | None]]]:
+    """One line per bucket (`bucket_loss`, a dict) or per layer (`act_rms`, `attn_logit_max`, lists)
+    of the train_step records that carry `key` (train.health)."""
+    lines: dict[str, tuple[list[int], list[float | None]]] = {}
+    for r in records:
+        value = r.get(key)
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for name, v in items:
+            xs, ys = lines.setdefault(str(name) if isinstance(value, dict) else f"layers.{name}", ([], []))
+            xs.append(int(r["step"]))
+            ys.append(_finite(v))
+    return dict(sorted(lines.items())) if key == "bucket_loss" else lines
 
 
 def phase_events(events: Sequence[dict]) -> list[dict]:
@@ -411,6 +437,15 @@ def event_details(e: dict) -> str:
     if kind == "slow_rank":
         return (f"rank {e.get('rank')} on {e.get('host')}: {_num(e.get('ratio'))}× the median rank's read + forward "
                 f"time ({e.get('cause')}) for {e.get('intervals')} intervals")
+    if kind == "grad_drift":
+        first, last = e.get("window") or ["?", "?"]
+        b0, b1 = e.get("baseline_window") or ["?", "?"]
+        return (f"{e.get('group')}: mean grad norm {_num(e.get('grad_norm'))} over steps {first}–{last} is "
+                f"{_num(e.get('ratio'))}× its lowest, {_num(e.get('baseline'))} over {b0}–{b1} (threshold "
+                f"{_num(e.get('threshold'))}; ×{_num(e.get('growth_per_1k_steps'))} per 1k steps)")
+    if kind == "embedding_collapse":
+        return (f"embedding sv1/sv2 = {_num(e.get('sv_ratio'))} ≥ {_num(e.get('threshold'))}: its rows crowd into "
+                f"one direction (sv1 {_num(e.get('sv1'))}, sv2 {_num(e.get('sv2'))})")
     if kind == "preempt_warning":
         return (f"a step ({_num(e.get('step_s'))} s) + checkpoint ({_num(e.get('checkpoint_s'))} s) exceed the "
                 f"preemption grace of {_num(e.get('grace_s'))} s: raise train.preempt_grace_s (and the scheduler's)")
