@@ -26,6 +26,11 @@ class GuardConfig(Strict):
     lr_backoff: float = Field(0.7, gt=0.0, le=1.0, description="LR multiplier applied at every rollback.")
     max_rollbacks: int = Field(3, ge=0, description="Rollbacks before the run is declared diverged.")
     max_consecutive_skips: int = Field(20, ge=1, description="Skipped steps in a row that force a rollback.")
+    rollback_rewind: bool = Field(True, description="A rollback rewinds the step counter to the checkpoint's step, so the "
+                                  "run still takes its max_steps updates on the clean LR schedule; the rolled-back window's "
+                                  "steps are trained on freshly drawn batches (another seed of the loader), never on the "
+                                  "batches that were discarded. False: go on at the step after the rollback with the "
+                                  "checkpoint's weights (the window's updates are lost, the schedule jumps ahead).")
     rebaseline_after: int = Field(5, ge=1, description="Gradient spikes in a row with the loss at its usual level that "
                                   "make the high norm the new normal (the median restarts) instead of a spike.")
 
