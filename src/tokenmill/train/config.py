@@ -36,7 +36,9 @@ class GuardConfig(Strict):
 
 
 class FaultConfig(Strict):
-    """Deliberate faults, to prove the guard and the resume path on a real run (off by default)."""
+    """Deliberate faults, to prove the guard and the resume path on a real run (off by default).
+    Steps are the run's attempt numbers: the optimizer step until a rewinding rollback, then the
+    step plus the steps rewound (a fault happens once, as a real one does)."""
 
     nan_steps: list[int] = Field(default_factory=list, description="Steps whose loss is made NaN.")
     corrupt_steps: list[int] = Field(default_factory=list, description="Steps whose batch tokens are replaced by random ids (a corrupted batch).")
