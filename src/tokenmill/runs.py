@@ -63,7 +63,7 @@ LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
     "eval": {("long_context",): {"enabled": False, "seq_len": None, "position_buckets": 4, "max_docs": 64,
                                  "passkey_trials": 40}},
     "tokenizer": {("file",): None},
-    "train": {("init_from",): None, ("init_optimizer",): False},
+    "train": {("init_from",): None, ("init_optimizer",): False, ("guard", "rollback_rewind"): True},
     "curate": {("decontaminate", "set_max_overlap"): {}, ("model_quality", "keep_top_percent"): None},
 }
 
