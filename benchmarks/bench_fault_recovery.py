@@ -114,7 +114,7 @@ def guard_summary(run_dir: Path) -> dict[str, Any]:
 def run_arm(args: argparse.Namespace, arm: str, seed: int) -> dict[str, Any]:
     run_dir = args.work / f"{arm}-s{seed}"
     sets = arm_sets(arm, seed, args.threads, args.steps)
-    if not (args.reuse and final_eval(run_dir) and final_eval(run_dir)[0] == args.steps):
+    if not ((args.reuse or args.collect_only) and final_eval(run_dir) and final_eval(run_dir)[0] == args.steps):
         shutil.rmtree(run_dir, ignore_errors=True)
         run_dir.mkdir(parents=True)
         for sub in ("tokens", "tokenizer"):
@@ -165,15 +165,20 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=300, help="The demo config's max_steps (the final eval's step).")
     ap.add_argument("--reuse", action="store_true", help="Take an arm whose run dir holds its final eval as done.")
+    ap.add_argument("--collect-only", action="store_true", help="Train nothing: collect the arms already finished.")
     ap.add_argument("--json", type=Path, help="Also write the result here after every arm.")
+    ap.add_argument("--note", default=None, help="A note kept in the result (e.g. how reused runs were made).")
     args = ap.parse_args()
     args.run, args.work = args.run.resolve(), args.work.resolve()
     t0 = time.monotonic()
     result: dict[str, Any] = {"command": " ".join(sys.argv), "faults": FAULTS, "arms_spec": ARMS,
-                              "threads": args.threads, "records": []}
+                              "threads": args.threads, "note": args.note, "records": []}
     for seed in args.seeds:  # seed by seed, so a cut benchmark has whole seeds
         for arm in args.arms:
             if arm in args.single_seed_arms and seed != args.seeds[0]:
+                continue
+            finished = final_eval(args.work / f"{arm}-s{seed}")
+            if args.collect_only and not (finished and finished[0] == args.steps):
                 continue
             t = time.monotonic()
             rec = run_arm(args, arm, seed)
