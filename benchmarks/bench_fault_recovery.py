@@ -143,11 +143,19 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     spread = {b: 100 * (max(r["bpb"][b] for r in clean) - min(r["bpb"][b] for r in clean)) / clean_mean[b]
               for b in buckets}
     out: dict[str, Any] = {"clean_mean_bpb": clean_mean, "clean_spread_pct": spread, "arms": {}}
+    clean_of = {r["seed"]: r["bpb"] for r in clean}
     for arm, rs in by_arm.items():
         mean = {b: statistics.mean(r["bpb"][b] for r in rs) for b in buckets}
         gap = {b: 100 * (mean[b] / clean_mean[b] - 1) for b in buckets}
+        # paired: each faulted run against the clean run of its own seed (same init, same batches
+        # outside the fault's window), which takes the seed-to-seed spread out of the comparison
+        pairs = [r for r in rs if r["seed"] in clean_of]
+        paired = ({b: statistics.mean(100 * (r["bpb"][b] / clean_of[r["seed"]][b] - 1) for r in pairs) for b in buckets}
+                  if pairs else None)
         out["arms"][arm] = {"seeds": [r["seed"] for r in rs], "mean_bpb": mean, "gap_pct": gap,
                             "gap_pct_mean": statistics.mean(gap.values()),
+                            "paired_gap_pct": paired,
+                            "paired_gap_pct_mean": statistics.mean(paired.values()) if paired else None,
                             "applied_updates": [r["guard"]["applied_updates"] for r in rs],
                             "attempts": [r["guard"]["attempts"] for r in rs]}
     return out
