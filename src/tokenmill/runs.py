@@ -65,7 +65,8 @@ LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
                                  "passkey_trials": 40}},
     "tokenizer": {("file",): None},
     "train": {("init_from",): None, ("init_optimizer",): False, ("faults", "kill"): None, ("faults", "hang"): None,
-              ("faults", "slow"): None, ("guard", "severe_factor"): 2.0, ("guard", "keep_spike_states"): 2},
+              ("faults", "slow"): None, ("guard", "severe_factor"): 2.0, ("guard", "keep_spike_states"): 2,
+              ("guard", "rollback_rewind"): True},
     "curate": {("decontaminate", "set_max_overlap"): {}, ("model_quality", "keep_top_percent"): None},
 }
 

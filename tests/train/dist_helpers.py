@@ -51,8 +51,10 @@ def copy_run(run: RunDir, dest: Path, keep_steps: int | None = None) -> RunDir:
     events up to that step (as if the run had stopped right after that checkpoint)."""
     shutil.copytree(run.path, dest)
     if keep_steps is not None:
-        for p in (dest / "checkpoints").iterdir():
-            if int(p.name.split("_")[1]) > keep_steps:
+        from tokenmill.train.checkpoint import list_checkpoints
+
+        for step, p in list_checkpoints(dest / "checkpoints"):
+            if step > keep_steps:
                 shutil.rmtree(p)
         kept = [line for line in (dest / "events.jsonl").read_text().splitlines()
                 if '"train_step"' not in line or _step(line) <= keep_steps]

@@ -1,7 +1,7 @@
 import numpy as np
 
 from tokenmill.mixture.loader import Loader
-from tokenmill.runs import read_events
+from tokenmill.runs import RunDir, read_events
 from tokenmill.tokens.store import TokenStore
 from tokenmill.train.replay import batch_documents, replay_loss
 from tokenmill.train.trainer import run_train
@@ -73,3 +73,19 @@ def test_replay_across_a_context_extension_uses_each_phases_rope(tiny_run):
     for step, ckpt in ((19, "step_10"), (25, "step_20")):
         r = replay_loss(run, step)
         assert r["from_checkpoint"].endswith(ckpt) and r["loss"] == _logged(run, step), step
+
+
+def test_replay_inside_a_rewound_window_uses_the_fresh_draw(tmp_path):
+    from tests.train.test_guard import FAULTS, REWIND, _run  # the guard's tiny faulted run
+
+    run = _run(tmp_path, FAULTS, "rewound", REWIND)
+    run = RunDir.create(run.config.model_copy(update={"train": run.config.train.model_copy(
+        update={"keep_checkpoints": 100})}), run.path)  # the rollback target stays to replay from
+    run_train(run, progress=False)
+    (rb,) = [e for e in read_events(run.path / "events.jsonl") if e["kind"] == "rollback"]
+    step = rb["to_step"] + 3  # taken twice: on draw 0 (discarded), then on draw 1 (kept)
+    first, kept = [e["loss"] for e in read_events(run.path / "events.jsonl")
+                   if e["kind"] == "train_step" and e["step"] == step]
+    r = replay_loss(run, step)
+    assert r["from_checkpoint"].endswith(f"step_{rb['to_step']}") and r["rolled_forward_steps"] == 2
+    assert r["loss"] == kept != first and r["matches_log"] is True

@@ -23,9 +23,18 @@ class GuardConfig(Strict):
     loss_spike_factor: float = Field(1.5, gt=1.0, description="A loss above this × its running median opens a spike.")
     recover_steps: int = Field(50, ge=1, description="Steps the loss has to come back within before a rollback (M).")
     recover_tolerance: float = Field(0.1, ge=0.0, description="'Back' means loss <= (1 + this) × the pre-spike median.")
-    lr_backoff: float = Field(0.7, gt=0.0, le=1.0, description="LR multiplier applied at every rollback.")
+    lr_backoff: float = Field(1.0, gt=0.0, le=1.0, description="LR multiplier applied at every rollback (1: none; the "
+                              "backoff stays for the rest of the run and cost the demo more than the fault itself, "
+                              "benchmarks/bench_fault_recovery.py; lower it when the instabilities come from the LR).")
     max_rollbacks: int = Field(3, ge=0, description="Rollbacks before the run is declared diverged.")
-    max_consecutive_skips: int = Field(20, ge=1, description="Skipped steps in a row that force a rollback.")
+    max_consecutive_skips: int = Field(5, ge=1, description="Skipped steps in a row that force a rollback (a damaged "
+                                       "model spikes on every batch: waiting longer only loses more steps; a shorter "
+                                       "run of bad batches is skipped and recovers without one).")
+    rollback_rewind: bool = Field(True, description="A rollback rewinds the step counter to the checkpoint's step, so the "
+                                  "run still takes its max_steps updates on the clean LR schedule; the rolled-back window's "
+                                  "steps are trained on freshly drawn batches (another seed of the loader), never on the "
+                                  "batches that were discarded. False: go on at the step after the rollback with the "
+                                  "checkpoint's weights (the window's updates are lost, the schedule jumps ahead).")
     rebaseline_after: int = Field(5, ge=1, description="Gradient spikes in a row with the loss at its usual level that "
                                   "make the high norm the new normal (the median restarts) instead of a spike.")
     severe_factor: float = Field(2.0, ge=1.0, description="A spike this many times past its threshold (grad norm >= this × spike_factor × median, or loss >= 1 + this × (loss_spike_factor - 1) times its median, or non-finite) is severe.")
@@ -33,7 +42,9 @@ class GuardConfig(Strict):
 
 
 class FaultConfig(Strict):
-    """Deliberate faults, to prove the guard and the resume path on a real run (off by default)."""
+    """Deliberate faults, to prove the guard and the resume path on a real run (off by default).
+    Steps are the run's attempt numbers: the optimizer step until a rewinding rollback, then the
+    step plus the steps rewound (a fault happens once, as a real one does)."""
 
     nan_steps: list[int] = Field(default_factory=list, description="Steps whose loss is made NaN.")
     corrupt_steps: list[int] = Field(default_factory=list, description="Steps whose batch tokens are replaced by random ids (a corrupted batch).")

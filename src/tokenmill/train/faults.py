@@ -8,6 +8,10 @@ resumable as a clean one:
 - a non-finite loss (an overflow, a bad kernel);
 - a learning-rate blow-up over a window of steps (a bad schedule or a restart with the wrong LR),
   which damages the weights so the loss does not come back by itself.
+
+The `step` these functions take is the run's attempt number (train/guard.py `attempt`): the
+optimizer step, plus the steps a rewinding rollback took back. A fault happens once, at a point
+of the run's history, as a real one does; a rewound run does not meet it again at the same step.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ practice, which the guard turns into rules over the global loss and gradient nor
       (1 + recover_tolerance) × pre-spike median
     spike open recover_steps without        roll back to the last good      `rollback` event
       recovering, or max_consecutive_skips  checkpoint, LR × lr_backoff,
-      skipped steps in a row                skip the data window since it
+      skipped steps in a row                skip the data window since it,
+                                              rewind the step counter to it
     more than max_rollbacks rollbacks       stop: TrainingDiverged
     rebaseline_after grad spikes in a row   accept: the norm's new level    `rebaseline` event
       with the loss at its usual level        becomes the median's baseline
@@ -23,6 +24,16 @@ never applied, even when clipping would hide its gradient norm). A batch that wa
 closes the spike at the next normal loss; a model that was damaged (every later step is anomalous,
 or the applied steps stay above the pre-spike level) is rolled back instead of skipping forever. The medians are over the last `window` applied steps that
 were not inside a spike, so a spike cannot raise its own baseline.
+
+A rollback either rewinds (`rollback_rewind`, the default) or jumps. Rewinding sets the step
+counter back to the checkpoint's step, so the run still takes its max_steps updates on the LR
+schedule of a clean run; the steps it takes again are trained on fresh batches (`draw` > 0: the
+loader under another seed), never on the discarded ones, and the run keeps an `attempt` counter
+that never goes back (step + the steps rewound so far: where wall-clock faults are placed). A
+jump (the old behaviour) goes on at the step after the rollback with the checkpoint's weights, so
+the window's updates are lost and the schedule runs ahead of the weights. Measured on the demo
+(benchmarks/bench_fault_recovery.py): the lost window and the LR backoff made up the faulted
+run's held-out gap; rewinding after a few skips, without backoff, closes it.
 
 The guard is pure bookkeeping: it holds JSON-serialisable state only (saved in each checkpoint's
 state.json, so a resumed run makes the same decisions) and never touches the model; the trainer
@@ -61,6 +72,20 @@ class StabilityGuard:
         self.lr_scale = 1.0
         self.skipped: list[dict[str, Any]] = []
         self.rollbacks: list[dict[str, Any]] = []
+        self.offset = 0  # steps rewound so far: attempt = step + offset
+        self.rewinds: list[list[int]] = []  # [to_step + 1, step] of each rewound window, in order
+
+    # ------------------------------------------------------------------ rewinds
+    def attempt(self, step: int) -> int:
+        """The run's attempt number of step `step`: the steps taken so far including the rewound ones
+        (= step when nothing was rewound). It never goes back, so it places wall-clock faults."""
+        return step + self.offset
+
+    def draw(self, step: int) -> int:
+        """Which draw of the data step `step` trains on: 0 the loader's batch, k > 0 the k-th fresh
+        batch of that step (a step inside k rewound windows has been trained k times already and
+        those batches were discarded)."""
+        return sum(1 for lo, hi in self.rewinds if lo <= step <= hi)
 
     # ------------------------------------------------------------------ decisions
     def _median(self, hist: list[float]) -> float | None:
@@ -152,14 +177,23 @@ class StabilityGuard:
 
     def rolled_back(self, step: int, to_step: int) -> dict[str, Any]:
         """Record a rollback carried out at `step` to the checkpoint of `to_step`: the LR is backed
-        off, the spike closed, and steps to_step+1..step are never trained on again (the run goes
-        on at step+1 with to_step's weights). Returns the `rollback` event's fields."""
+        off, the spike closed, and the batches of steps to_step+1..step are never trained on again.
+        Rewinding, the run goes on at to_step+1 with fresh draws of those steps' batches; jumping,
+        at step+1 (the window's updates are lost). Returns the `rollback` event's fields."""
         assert self.spike is not None
         self.lr_scale *= self.cfg.lr_backoff
         info = {"step": step, "to_step": to_step, "skipped_window": [to_step + 1, step],
                 "spike_start": self.spike["start"], "reason": self.spike["reason"],
                 "pre_level": self.spike["pre_level"], "lr_scale": self.lr_scale,
-                "rollbacks": len(self.rollbacks) + 1}
+                "rollbacks": len(self.rollbacks) + 1, "rewind": self.cfg.rollback_rewind,
+                "attempt": self.attempt(step)}
+        if self.cfg.rollback_rewind:
+            # the run goes on at to_step + 1 again, on fresh batches for to_step+1..step
+            self.rewinds.append([to_step + 1, step])
+            self.offset += step - to_step
+            info["next_step"] = to_step + 1
+        else:
+            info["next_step"] = step + 1
         self.rollbacks.append(info)
         self.spike = None
         self.consecutive_skips = 0
@@ -174,7 +208,8 @@ class StabilityGuard:
         return {"grad_hist": list(self.grad_hist), "loss_hist": list(self.loss_hist), "spike": self.spike,
                 "consecutive_skips": self.consecutive_skips, "calm_spikes": self.calm_spikes,
                 "lr_scale": self.lr_scale,
-                "skipped": list(self.skipped), "rollbacks": list(self.rollbacks)}
+                "skipped": list(self.skipped), "rollbacks": list(self.rollbacks),
+                "offset": self.offset, "rewinds": [list(w) for w in self.rewinds]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not state:  # a checkpoint from before the guard existed
@@ -187,3 +222,5 @@ class StabilityGuard:
         self.lr_scale = float(state.get("lr_scale", 1.0))
         self.skipped = list(state.get("skipped", []))
         self.rollbacks = list(state.get("rollbacks", []))
+        self.offset = int(state.get("offset", 0))
+        self.rewinds = [[int(a), int(b)] for a, b in state.get("rewinds", [])]

@@ -29,7 +29,7 @@ from tokenmill.train.device import resolve_device, resolve_dtype
 from tokenmill.train.guard import StabilityGuard
 from tokenmill.train.init_from import init_from
 from tokenmill.train.optimizer import build_optimizer
-from tokenmill.train.trainer import TrainError, compute_update, resolve_model_config, step_loss
+from tokenmill.train.trainer import TrainError, compute_update, draw_seed, resolve_model_config, step_loss
 
 
 def _loader(run: RunDir, store: TokenStore) -> Loader:
@@ -108,6 +108,15 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
     guard = StabilityGuard(tc.guard, judge_after=tc.warmup_steps)  # the trainer's skip decisions are replayed, not assumed
     if ckpt is not None:
         guard.load_state_dict(read_state(ckpt).get("guard") or {})
+    draws = {0: loader}
+
+    def data_of(s: int) -> Loader:  # after a rewinding rollback: the draw of the data step s trained on
+        k = guard.draw(s)
+        if k not in draws:
+            draws[k] = Loader(store, cfg.mixture, tc.seq_len, tc.micro_batch, tc.grad_accum, tc.max_steps,
+                              draw_seed(cfg.train_seed, k))
+        return draws[k]
+
     phase = loader.phase_at(max(start, 1)).name
     model.set_rope(phase_models[loader.phase_at(max(start, 1)).index])
     # a time-budgeted run read its LR schedule at a logged, clock-dependent step (train/time_budget.py);
@@ -126,8 +135,9 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
             phase = loader.phase_at(s).name
             guard.reset_baseline()
             model.set_rope(phase_models[loader.phase_at(s).index])
-        _, loss, grad_norm, _ = compute_update(model, optimizer, loader, s, tc, device, dtype, anneal,
-                                               lr_scale=guard.lr_scale, schedule_step=schedule.get(s))
+        _, loss, grad_norm, _ = compute_update(model, optimizer, data_of(s), s, tc, device, dtype, anneal,
+                                               lr_scale=guard.lr_scale, schedule_step=schedule.get(s),
+                                               fault_step=guard.attempt(s))
         action = guard.check(s, loss, grad_norm).action
         if action == "rollback":
             raise TrainError(f"the stability guard rolled back at step {s}, between the checkpoint of step "
@@ -137,8 +147,9 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
         optimizer.zero_grad(set_to_none=True)
     model.set_rope(phase_models[loader.phase_at(step).index])
     with torch.no_grad():
-        loss, r_pad = step_loss(model, loader, step, tc.grad_accum, device, dtype, backward=False, tc=tc,
-                                seed=loader.seed)
+        data = data_of(step)
+        loss, r_pad = step_loss(model, data, step, tc.grad_accum, device, dtype, backward=False, tc=tc,
+                                seed=data.seed, fault_step=guard.attempt(step))
     return {"step": step, "from_checkpoint": str(ckpt) if ckpt else None, "rolled_forward_steps": step - 1 - start,
             "init_from": tc.init_from if ckpt is None else None,
             "loss": loss, "logged_loss": logged_loss, "r_pad": r_pad,

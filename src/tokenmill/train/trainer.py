@@ -32,6 +32,7 @@ import contextlib
 import math
 import os
 import random
+import shutil
 import signal
 import sys
 import threading
@@ -261,7 +262,7 @@ class _ForwardClock:
 def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, device: torch.device,
               dtype: torch.dtype, backward: bool, tc: Any = None, seed: int = 0,
               extras: dict[str, float] | None = None, probe: NoiseProbe | None = None,
-              buckets: BucketLoss | None = None) -> tuple[float, float]:
+              buckets: BucketLoss | None = None, fault_step: int | None = None) -> tuple[float, float]:
     """(loss, r_pad) of the global batch of `step`: Σ NLL over its counted targets / their number,
     so every target weighs the same whatever micro-batch (or rank) it falls in; with
     backward=True the gradients of that loss (plus z-loss / MoE aux when configured; reported
@@ -272,7 +273,10 @@ def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, devi
     micro-batch means, since the scored count of a corrupted batch is only known once built.
     tc=None or objective "clm" is the causal path. `probe` (causal path, grad_accum >= 2) measures
     the first micro-batch's gradient for the noise scale (train/noise_scale.py). `buckets` (causal
-    path) accumulates each row's detached NLL by data bucket (train/bucket_loss.py)."""
+    path) accumulates each row's detached NLL by data bucket (train/bucket_loss.py). `fault_step`
+    (default `step`) is where injected faults are looked up: the run's attempt number, which
+    differs from the step after a rewinding rollback."""
+    fs = step if fault_step is None else fault_step
     objective = "clm" if tc is None else getattr(tc, "objective", "clm")
     faults = getattr(tc, "faults", None)
     reg = _Regularizers(model)
@@ -290,8 +294,8 @@ def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, devi
             data_wait += time.perf_counter() - t0
             r_pad += batch.r_pad
             set_grad_sync(model, not backward or micro == grad_accum - 1)  # reduce once per step (DDP/FSDP)
-            if faults is not None and step in faults.corrupt_steps:
-                batch = corrupt_batch(batch, step, micro, faults, loader.store.vocab_size, seed)
+            if faults is not None and fs in faults.corrupt_steps:
+                batch = corrupt_batch(batch, fs, micro, faults, loader.store.vocab_size, seed)
             batch = batch.to(device, non_blocking=True)
             with autocast(device, dtype), torch.set_grad_enabled(backward), forward:
                 if objective == "clm":
@@ -307,7 +311,7 @@ def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, devi
                 extra = (reg.term(getattr(batch, "loss_mask", None), grad_accum * loader.world_size)
                          if reg.active else None)
                 if faults is not None:
-                    loss = poison_loss(loss, step, faults)
+                    loss = poison_loss(loss, fs, faults)
             if backward:
                 (loss + extra if extra is not None else loss).backward()
                 if probe is not None and micro == 0 and objective == "clm":
@@ -330,8 +334,8 @@ def compute_update(model: nn.Module, optimizer: torch.optim.Optimizer, loader: L
                    extras: dict[str, Any] | None = None, lr_scale: float = 1.0,
                    group_norms: bool = False, ctx: DistContext | None = None,
                    pipeline: Pipeline | None = None, probe: NoiseProbe | None = None,
-                   schedule_step: float | None = None,
-                   buckets: BucketLoss | None = None) -> tuple[float, float, float, float]:
+                   schedule_step: float | None = None, buckets: BucketLoss | None = None,
+                   fault_step: int | None = None) -> tuple[float, float, float, float]:
     """Everything of optimizer step `step` before `optimizer.step()`: set the LR (the schedule's,
     times the guard's backoff `lr_scale`, times an injected fault's factor), accumulate the
     gradients of the global batch, clip. Returns (lr, loss, pre-clip grad norm, r_pad); with
@@ -341,14 +345,15 @@ def compute_update(model: nn.Module, optimizer: torch.optim.Optimizer, loader: L
     step's micro-batches through this rank's pipeline stage instead of one after another;
     `probe` catches the first micro-batch's gradient norm (averaged over the data-parallel ranks).
     `schedule_step` (a time-budgeted run, train/time_budget.py) is where the LR schedule is read
-    instead of `step`.
+    instead of `step`; `fault_step` where injected faults are looked up (default `step`).
     The trainer and `tokenmill replay` share it, so a replayed step is the same computation."""
     at = step if schedule_step is None else schedule_step
-    lr = lr_at(at, tc, anneal) * lr_scale * lr_factor(step, tc.faults)
+    lr = lr_at(at, tc, anneal) * lr_scale * lr_factor(step if fault_step is None else fault_step, tc.faults)
     set_lr(optimizer, lr)
     if pipeline is None:
         loss, r_pad = step_loss(model, loader, step, tc.grad_accum, device, dtype, backward=True, tc=tc,
-                                seed=loader.seed, extras=extras, probe=probe, buckets=buckets)
+                                seed=loader.seed, extras=extras, probe=probe, buckets=buckets,
+                                fault_step=fault_step)
     else:
         loss, r_pad, data_wait = pipeline.step_loss(loader, step, tc.grad_accum)
         if extras is not None:
@@ -467,6 +472,18 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
     loader = Loader(store, cfg.mixture, tc.seq_len, tc.micro_batch, tc.grad_accum, tc.max_steps, cfg.train_seed,
                     world_size=ctx.dp_size, rank=ctx.dp_rank, pin_memory=device.type == "cuda")
     guard_mixture(run.path, store, loader.phases, cfg.mixture.synthetic, events)  # refused before any step
+    draws: dict[int, Loader] = {0: loader}
+
+    def data_of(step: int) -> Loader:
+        """The loader of step `step`'s batch: draw k > 0 (a step a rewinding rollback took back k
+        times) is the loader under another seed, so its batches are fresh, and as exactly
+        reproducible on resume as draw 0 (the guard state names the draws)."""
+        k = guard.draw(step)
+        if k not in draws:
+            draws[k] = Loader(store, cfg.mixture, tc.seq_len, tc.micro_batch, tc.grad_accum, tc.max_steps,
+                              draw_seed(cfg.train_seed, k), world_size=ctx.dp_size, rank=ctx.dp_rank,
+                              pin_memory=device.type == "cuda")
+        return draws[k]
     phase_models = _phase_models(mcfg, loader, ctx)
     for warning in rope_warnings(mcfg, [(p.name, p.seq_len, m) for p, m in zip(loader.phases, phase_models)]):
         events.write(STAGE, "rope_warning", message=warning)
@@ -643,7 +660,9 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
             model.set_rope(phase_models[loader.phase_at(max(start_step, 1)).index])
             if inherited is not None and start_step == 0:
                 evaluate(0)  # the inherited model on this run's held-out slices: "before", to measure forgetting
-            for step in range(start_step + 1, tc.max_steps + 1):
+            step = start_step
+            while step < tc.max_steps:
+                step += 1
                 t0 = time.perf_counter()
                 if tc.faults.kill or tc.faults.hang:
                     process_fault(step, ctx.rank, tc.faults, run.path)
@@ -665,10 +684,14 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 at = clock.schedule_step(step) if clock.enabled else None
                 at_of.clear()
                 at_of[step] = at if at is not None else float(step)
-                lr, last_loss, grad_norm, r_pad = compute_update(compiled, optimizer, loader, step, tc, device,
+                data, attempt = data_of(step), guard.attempt(step)
+                if attempt != step:  # after a rewinding rollback: which attempt, on which draw of the data
+                    extras.update(attempt=attempt, draw=guard.draw(step))
+                lr, last_loss, grad_norm, r_pad = compute_update(compiled, optimizer, data, step, tc, device,
                                                                  dtype, anneal, extras, lr_scale=guard.lr_scale,
                                                                  group_norms=measure, ctx=ctx, pipeline=pipeline,
-                                                                 probe=probe, schedule_step=at, buckets=buckets)
+                                                                 probe=probe, schedule_step=at, buckets=buckets,
+                                                                 fault_step=attempt)
                 if buckets is not None:
                     extras["bucket_loss"] = buckets.result(ctx.dp_group, ctx.distributed)
                 if probe is not None and probe.small is not None:
@@ -684,7 +707,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                         f"Lower train.lr or raise train.warmup_steps, and resume from the last checkpoint")
                 for kind, info in verdict.events:
                     if kind == "spike":
-                        info["lineage"] = _lineage(loader, step)
+                        info["lineage"] = _lineage(data, step)
                     if kind in ("spike", "skip"):  # one-off, periodic or increasing (train/spike_kinds.py)
                         episode = (guard.spike or {}).get("start")
                         info.update(spike_history.classify(step, magnitude(info), documents(info.get("lineage")),
@@ -701,13 +724,27 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                     optimizer.step()
                     ratio = update_ratio.after() if measure else None
                 optimizer.zero_grad(set_to_none=True)
+                rewind_to = None
                 if verdict.action == "rollback":
-                    _rollback(step, guard, model, optimizer, ckpt_root, events, last_loss, grad_norm)
-                    checkpoint(step, last_loss)  # the rolled-back state, so a resume goes on from here
-                    saved_step = step
+                    to_step, target = _rollback(step, guard, model, optimizer, ckpt_root, events, last_loss, grad_norm)
+                    if tc.guard.rollback_rewind:
+                        # The checkpoints after to_step belong to the abandoned attempt: a resume must
+                        # never pick them. Dropped first, so a kill in between resumes from the old
+                        # to_step checkpoint and replays this very rollback.
+                        if ctx.is_main:
+                            for s, p in list_checkpoints(ckpt_root):
+                                if s > to_step:
+                                    shutil.rmtree(p, ignore_errors=True)
+                        ctx.barrier()
+                        at_of[to_step] = float(to_step)
+                        checkpoint(to_step, read_state(target).get("loss"))  # same weights, the rewound guard state
+                        rewind_to = saved_step = to_step
+                    else:
+                        checkpoint(step, last_loss)  # the rolled-back state, so a resume goes on from here
+                        saved_step = step
                 if act_probe is not None and step % act_every == 0:  # after the update: a no-grad look, timed in the step
                     with autocast(device, dtype):
-                        extras.update(act_probe.measure(loader.rebuild(step, 0).to(device)))
+                        extras.update(act_probe.measure(data.rebuild(step, 0).to(device)))
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 dt = time.perf_counter() - t0
@@ -716,7 +753,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                     extras["schedule_step"] = at
                     clock.add(ctx.broadcast(dt) if ctx.distributed else dt)
                     extras["elapsed_s"] = clock.elapsed
-                last = step == tc.max_steps or clock.spent()
+                last = (step == tc.max_steps and rewind_to is None) or clock.spent()
                 tps = tokens_per_step / dt
                 mem = memory_bytes(device)
                 events.write(STAGE, "train_step", step=step, loss=last_loss, lr=lr, grad_norm=grad_norm,
@@ -731,6 +768,9 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                                   f"grad_norm {grad_norm:.3f} {tps:,.0f} tok/s mfu {fpt * tps / peak:.1%}",
                                   highlight=False)
 
+                if rewind_to is not None:  # the next step is rewind_to + 1 (its checkpoint is written)
+                    step = rewind_to
+                    continue
                 # No periodic checkpoint while a spike is open: the newest checkpoint stays the
                 # last good one, the rollback target.
                 periodic = tc.ckpt_every > 0 and step % tc.ckpt_every == 0 and guard.spike is None
@@ -781,7 +821,8 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
         if watchdog is not None:
             watchdog.stop()
         stops.uninstall()
-        loader.close()
+        for each in draws.values():
+            each.close()
 
     seconds = time.perf_counter() - t_start
     events.write(STAGE, "train_done", step=step, loss=last_loss, seconds=seconds,
@@ -833,10 +874,17 @@ def _good_checkpoint(root: Path, below: int) -> tuple[int, Path] | None:
     return None
 
 
+def draw_seed(seed: int, draw: int) -> int:
+    """The loader seed of draw `draw` of the data (0: the run's own): fresh batches for the steps a
+    rewinding rollback takes again."""
+    return seed if draw == 0 else (int(seed) * 1_000_003 + 7919 * draw) % (2**31 - 1)
+
+
 def _rollback(step: int, guard: StabilityGuard, model: nn.Module, optimizer: torch.optim.Optimizer,
-              ckpt_root: Path, events: Any, loss: float, grad_norm: float) -> None:
+              ckpt_root: Path, events: Any, loss: float, grad_norm: float) -> tuple[int, Path]:
     """Carry out the guard's rollback verdict at `step`: the last good checkpoint's weights and
-    optimizer state, the LR backed off, the data window since that checkpoint skipped."""
+    optimizer state, the LR backed off, the data window since that checkpoint skipped (rewinding:
+    the step counter goes back to the checkpoint's). Returns (its step, its path)."""
     spike = dict(guard.spike or {})
     target = _good_checkpoint(ckpt_root, guard.good_checkpoint_bound())
     why = (f"the loss did not come back within {guard.cfg.recover_steps} steps of the spike at step "
@@ -850,6 +898,7 @@ def _rollback(step: int, guard: StabilityGuard, model: nn.Module, optimizer: tor
     to_step, path = target
     _load_training_state(path, model, optimizer, restore_rng=False)  # verified by _good_checkpoint
     events.write(STAGE, "rollback", checkpoint=str(path), why=why, **guard.rolled_back(step, to_step))
+    return to_step, path
 
 
 def _summary(step: int, loss: float | None, tokens_per_step: int, seconds: float, params: int,
