@@ -66,7 +66,8 @@ LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
     "tokenizer": {("file",): None},
     "train": {("init_from",): None, ("init_optimizer",): False, ("faults", "kill"): None, ("faults", "hang"): None,
               ("faults", "slow"): None, ("guard", "severe_factor"): 2.0, ("guard", "keep_spike_states"): 2,
-              ("guard", "rollback_rewind"): True},
+              ("guard", "rollback_rewind"): True, ("faults", "poison_bucket"): None, ("faults", "poison_steps"): None,
+              ("faults", "collapse_embedding"): None, ("faults", "collapse_rate"): 0.95},
     "curate": {("decontaminate", "set_max_overlap"): {}, ("model_quality", "keep_top_percent"): None},
 }
 

@@ -94,3 +94,29 @@ def test_a_rank_killed_mid_run_is_restarted_by_torchrun_and_ends_with_the_undist
     assert events(run, "resumed")[0]["step"] == 4
     assert len(events(run, "train_step")) > 12  # step 5 ran twice
     assert series(run) == series(single) and series(run, "grad_norm") == series(single, "grad_norm")
+
+
+def test_poisoning_a_bucket_replaces_only_its_rows_inside_the_window():
+    from tokenmill.train.faults import poison_rows
+
+    cfg = FaultConfig(poison_bucket="web", poison_steps=[5, 7])
+    b = _batch()
+    assert poison_rows(b, ["code", "web"], 4, 0, cfg, 64, 1) is b  # before the window
+    assert poison_rows(b, ["code", "code"], 5, 0, cfg, 64, 1) is b  # no row of the bucket
+    p = poison_rows(b, ["code", "web"], 6, 0, cfg, 64, 1)
+    assert torch.equal(p.tokens[0], b.tokens[0]) and not torch.equal(p.tokens[1], b.tokens[1])
+    assert torch.equal(p.tokens, poison_rows(b, ["code", "web"], 6, 0, cfg, 64, 1).tokens)  # a pure function
+
+
+def test_collapsing_the_embedding_pulls_rows_to_their_mean_and_raises_the_sv_ratio():
+    from tokenmill.train.faults import collapse_embedding, collapsing_embedding
+    from tokenmill.train.metrics import embedding_spectrum
+
+    w = torch.randn(64, 16, generator=torch.Generator().manual_seed(0)) + 0.3
+    mean, before = w.mean(0), embedding_spectrum(w)["sv_ratio"]
+    cfg = FaultConfig(collapse_embedding=[3, 40], collapse_rate=0.9)
+    assert not collapsing_embedding(2, cfg) and collapsing_embedding(3, cfg) and not collapsing_embedding(41, cfg)
+    for _ in range(38):
+        collapse_embedding(w, cfg.collapse_rate)
+    assert torch.allclose(w.mean(0), mean, atol=1e-5)  # the mean row stays; the rows crowd onto it
+    assert embedding_spectrum(w)["sv_ratio"] > 10 > before

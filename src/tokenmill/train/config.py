@@ -54,6 +54,11 @@ class FaultConfig(Strict):
     kill: list[int] | None = Field(None, description="[step, rank]: that rank SIGKILLs itself as the step starts, once per run (a lost node).")
     hang: list[int] | None = Field(None, description="[step, rank]: that rank stops making progress as the step starts, once per run (a stuck read or a collective that never returns).")
     slow: list[float] | None = Field(None, description="[rank, seconds]: that rank's every batch read takes this much longer (a straggler: slow storage or a slower device).")
+    # Early-warning faults: each should make one detector fire (benchmarks/bench_health_detectors.py).
+    poison_bucket: str | None = Field(None, description="A bucket whose rows get random token ids over the poison_steps window (a source that started delivering garbage).")
+    poison_steps: list[int] | None = Field(None, description="[first, last] steps of the poison_bucket window.")
+    collapse_embedding: list[int] | None = Field(None, description="[first, last] steps over which the embedding gets no update and its rows are pulled toward their mean by collapse_rate per step (seed 004: gradient flow cut, embeddings collapse to near-identical vectors).")
+    collapse_rate: float = Field(0.95, gt=0.0, lt=1.0, description="Share of each embedding row's distance from the mean row kept per collapse_embedding step.")
 
 
 class ParallelConfig(Strict):
@@ -78,6 +83,9 @@ class HealthConfig(Strict):
     drift_window: int = Field(2000, ge=0, description="Steps the gradient-norm drift detector averages over (0: off); it compares each window's mean norm per layer group with the lowest earlier one; reads the norms logged every metrics_every steps.")
     drift_ratio: float = Field(2.0, gt=1.0, description="Warn (grad_drift) when a group's window-mean gradient norm reaches this × its lowest earlier window mean.")
     collapse_ratio: float = Field(10.0, gt=1.0, description="Warn (embedding_collapse) when the embedding's top singular value reaches this × the second (seed 004); checked where the spectrum is logged (spectrum_every).")
+    bucket_alert_ratio: float = Field(1.5, gt=1.0, description="Warn (bucket_loss_warning) when a bucket's training loss stays above this × its running median while its rows keep coming (needs bucket_loss).")
+    bucket_alert_patience: int = Field(3, ge=1, description="Steps with rows of the bucket, in a row, above bucket_alert_ratio before the warning (one noisy batch is not a bad source).")
+    bucket_alert_window: int = Field(50, ge=3, description="Non-alarming per-step losses of each bucket its running median covers.")
 
 
 class TrainConfig(Strict):

@@ -80,3 +80,35 @@ def slow_read(rank: int, cfg: FaultConfig) -> None:
     """faults.slow [rank, seconds]: this rank's batch read takes that much longer."""
     if cfg.slow and int(cfg.slow[0]) == rank:
         time.sleep(float(cfg.slow[1]))
+
+
+# --------------------------------------------------------------------------- early-warning faults
+def _in_window(step: int, window: list[int] | None) -> bool:
+    return bool(window) and window[0] <= step <= window[-1]
+
+
+def poison_rows(batch, row_buckets: list[str], step: int, micro: int, cfg: FaultConfig, vocab_size: int, seed: int):
+    """The batch with the rows of faults.poison_bucket replaced by random ids inside poison_steps
+    (masks and positions kept), else itself: one bucket's data turned to garbage, the others not."""
+    if cfg.poison_bucket is None or not _in_window(step, cfg.poison_steps):
+        return batch
+    rows = torch.tensor([b == cfg.poison_bucket for b in row_buckets], dtype=torch.bool)
+    if not bool(rows.any()):
+        return batch
+    gen = torch.Generator().manual_seed((seed * 1_000_003 + step) * 991 + micro)
+    noise = torch.randint(0, vocab_size, tuple(batch.tokens.shape), generator=gen, dtype=batch.tokens.dtype)
+    tokens = torch.where(rows.view(-1, 1).to(batch.tokens.device), noise.to(batch.tokens.device), batch.tokens)
+    return dataclasses.replace(batch, tokens=tokens)
+
+
+def collapsing_embedding(step: int, cfg: FaultConfig) -> bool:
+    return _in_window(step, cfg.collapse_embedding)
+
+
+@torch.no_grad()
+def collapse_embedding(weight: torch.Tensor, rate: float) -> None:
+    """Pull every row of the embedding toward the mean row: w <- mean + rate · (w - mean)."""
+    if hasattr(weight, "full_tensor"):
+        raise ValueError("train.faults.collapse_embedding needs the whole embedding on each rank (one process or DDP)")
+    mean = weight.mean(dim=0, keepdim=True)
+    weight.sub_(mean).mul_(rate).add_(mean)

@@ -59,6 +59,7 @@ from tokenmill.tokens.store import TokenStore
 from tokenmill.train.checkpoint import CheckpointError, list_checkpoints, read_state, verify_checkpoint
 from tokenmill.train.restore import load_checkpoint
 from tokenmill.train.activation_stats import ActivationProbe
+from tokenmill.train.bucket_alert import BucketLossAlert
 from tokenmill.train.bucket_loss import BucketLoss
 from tokenmill.train.budget import resolve_budget
 from tokenmill.train.collapse_alert import CollapseAlert
@@ -70,7 +71,8 @@ from tokenmill.train.device import autocast, enable_tf32, resolve_dtype
 from tokenmill.train.dist_checkpoint import agreed_latest_checkpoint, load_full_into_stage, save_train_checkpoint
 from tokenmill.train.distributed import (DistContext, RankMismatch, all_reduce_sum, cross_rank_check, evaluation_model,
                                          event_log, init_distributed, reduce_step_stats, set_grad_sync, wrap_model)
-from tokenmill.train.faults import corrupt_batch, lr_factor, poison_loss, process_fault, slow_read
+from tokenmill.train.faults import (collapse_embedding, collapsing_embedding, corrupt_batch, lr_factor, poison_loss,
+                                   poison_rows, process_fault, slow_read)
 from tokenmill.train.guard import StabilityGuard
 from tokenmill.train.sharding import sharding_report
 from tokenmill.train.metrics import UpdateRatio, embedding_spectrum, grad_norms_by_group, memory_bytes
@@ -296,6 +298,9 @@ def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, devi
             set_grad_sync(model, not backward or micro == grad_accum - 1)  # reduce once per step (DDP/FSDP)
             if faults is not None and fs in faults.corrupt_steps:
                 batch = corrupt_batch(batch, fs, micro, faults, loader.store.vocab_size, seed)
+            if faults is not None and faults.poison_bucket is not None:
+                batch = poison_rows(batch, loader.row_buckets(step, micro), fs, micro, faults, loader.store.vocab_size,
+                                    seed)
             batch = batch.to(device, non_blocking=True)
             with autocast(device, dtype), torch.set_grad_enabled(backward), forward:
                 if objective == "clm":
@@ -500,6 +505,8 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                                    ctx.distributed and tc.distributed == "fsdp", tc.noise_scale_every)
     drift = GradDrift(tc.health.drift_window, tc.health.drift_ratio, start_after=tc.warmup_steps)
     collapse = CollapseAlert(tc.health.collapse_ratio)
+    bucket_alert = BucketLossAlert(tc.health.bucket_alert_ratio, tc.health.bucket_alert_patience,
+                                   tc.health.bucket_alert_window)
 
     start_step, last_loss, resumed_from = 0, None, None
     resumed_spikes: dict[str, Any] | None = None
@@ -524,6 +531,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
             noise.load_state_dict(state.get("noise_scale") or {})
             drift.load_state_dict((state.get("health") or {}).get("grad_drift"))
             collapse.load_state_dict((state.get("health") or {}).get("embedding_collapse"))
+            bucket_alert.load_state_dict((state.get("health") or {}).get("bucket_loss"))
             resumed_spikes = state.get("spike_history")
             clock.load_state_dict(state.get("time_budget"))
             start_step, last_loss, resumed_from = int(state["step"]), state.get("loss"), str(ckpt)
@@ -565,7 +573,8 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
             "grad_accum": {"micro": 0, "of": tc.grad_accum},
             "guard": guard.state_dict(),
             "noise_scale": noise.state_dict(),
-            "health": {"grad_drift": drift.state_dict(), "embedding_collapse": collapse.state_dict()},
+            "health": {"grad_drift": drift.state_dict(), "embedding_collapse": collapse.state_dict(),
+                       "bucket_loss": bucket_alert.state_dict()},
             "spike_history": spike_history.state_dict(),
             "loss": loss,
             "tokens": step * tokens_per_step,
@@ -670,6 +679,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                     phase = loader.phase_at(step).name
                     guard.reset_baseline()  # new data, new loss level
                     drift.reset()
+                    bucket_alert.reset()
                     if phase_models[loader.phase_at(step).index] != model.config:  # a longer context
                         model.set_rope(phase_models[loader.phase_at(step).index])
                         events.write(STAGE, "rope_changed", step=step, phase=phase,
@@ -719,11 +729,18 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                     events.write(STAGE, kind, **info)
                 for info in drift.update(step, extras.get("grad_norms") if verdict.action == "apply" else None):
                     events.write(STAGE, "grad_drift", **info)
+                for info in bucket_alert.update(step, extras.get("bucket_loss") or {}):
+                    events.write(STAGE, "bucket_loss_warning", **info)
                 ratio = None
+                collapsing = embed_weight is not None and collapsing_embedding(attempt, tc.faults)
+                if collapsing:
+                    embed_weight.grad = None  # the injected fault: no gradient reaches the table (AdamW skips it)
                 if verdict.action == "apply":
                     optimizer.step()
                     ratio = update_ratio.after() if measure else None
                 optimizer.zero_grad(set_to_none=True)
+                if collapsing:
+                    collapse_embedding(embed_weight, tc.faults.collapse_rate)
                 rewind_to = None
                 if verdict.action == "rollback":
                     to_step, target = _rollback(step, guard, model, optimizer, ckpt_root, events, last_loss, grad_norm)
