@@ -271,3 +271,29 @@ def test_health_signals_get_panels_and_their_warnings_markers(tmp_path):
     assert "embedding sv1/sv2 = 12.5 ≥ 10" in page
     for legend in ("gradient-norm drift (warning)", "embedding collapse (warning)"):
         assert f">{legend}<" in step_figure
+
+
+def test_each_warning_is_listed_with_the_documents_of_its_batch(tiny_run):
+    """A bucket warning at step 12 of a real (tiny) run names the step's documents of that bucket,
+    the ones the loader put in that batch; a rewound step says so instead."""
+    from tokenmill.mixture.loader import Loader
+    from tokenmill.tokens.store import TokenStore
+    from tokenmill.train.trainer import run_train
+
+    run_train(tiny_run, progress=False)
+    events = list(read_events(tiny_run.path / "events.jsonl"))
+    events += [{"t": 1.0, "stage": "train", "kind": "bucket_loss_warning", "step": 12, "bucket": "a", "loss": 9.0,
+                "median": 3.0, "ratio": 3.0, "steps": 3, "other_buckets": {"b": 1.01}},
+               {"t": 1.0, "stage": "train", "kind": "embedding_collapse", "step": 20, "sv_ratio": 12.0, "threshold": 10.0}]
+    tc = tiny_run.config.train
+    loader = Loader(TokenStore(tiny_run.path / "tokens"), tiny_run.config.mixture, tc.seq_len, tc.micro_batch,
+                    tc.grad_accum, tc.max_steps, tiny_run.config.train_seed)
+    want = [sp.doc_id for s in loader.global_provenance(12) for sp in s.spans if sp.bucket == "a"]
+    page = section_run(tiny_run, events, [])
+    section = page.split("<h3>Warnings")[1].split("</table>")[0]
+    assert "bucket a: training loss 9 is 3× its running median 3" in section
+    assert all(doc in section for doc in want[:5]) and want
+    assert "b 1.01×" in section and "sv1/sv2 = 12" in section
+    events[-1]["step"] = 21
+    events.append({"t": 2.0, "stage": "train", "kind": "train_step", "step": 21, "loss": 1.0, "draw": 1})
+    assert "a rewound step" in section_run(tiny_run, events, []).split("<h3>Warnings")[1]

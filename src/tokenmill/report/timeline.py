@@ -40,6 +40,7 @@ MARKER_STYLES: dict[str, MarkerStyle] = {
     "slow_rank": MarkerStyle("#937860", ":", 1.4, "slow rank"),
     "grad_drift": MarkerStyle("#bcbd22", "-.", 1.2, "gradient-norm drift (warning)"),
     "embedding_collapse": MarkerStyle("#9467bd", "-", 1.6, "embedding collapse (warning)"),
+    "bucket_loss_warning": MarkerStyle("#e7298a", "-.", 1.6, "one bucket's loss up (warning)"),
 }
 # Only on the wall-clock figure: each (re)start of the trainer process. On the step axis a fresh
 # start sits at step 0 and a resume already has its `resumed` marker.
@@ -187,6 +188,7 @@ def section_run(run: RunDir, events: list[dict], evals: list[dict]) -> str:
               for kind, n in left_out.items()]
     if notes:
         out.append("<p class=muted>" + " ".join(html.escape(n) for n in notes) + "</p>")
+    out.append(_warnings_section(run, events))
     out.append(_time_section(events))
     out.append(_events_table(events))
     return "".join(out)
@@ -324,6 +326,45 @@ def rank_time_lines(events: Iterable[dict], max_lines: int = 8) -> dict[str, tup
             "slowest rank": (steps, [float(by_step[s]["max_s"]) for s in steps])}
 
 
+WARNING_KINDS = ("bucket_loss_warning", "embedding_collapse", "grad_drift", "slow_rank", "hang", "preempt_warning")
+WARNINGS_LISTED = 20
+DOCS_PER_WARNING = 5
+
+
+def _warnings_section(run: RunDir, events: list[dict]) -> str:
+    """Every early warning with the step it fired at and the documents of that step's batch (those
+    of the bucket for a bucket warning), as `tokenmill replay --step N` names them."""
+    warnings = [e for e in events if e.get("kind") in WARNING_KINDS and isinstance(e.get("step"), int)]
+    if not warnings:
+        return ""
+    shown = warnings[:WARNINGS_LISTED]
+    rewound = {int(e["step"]) for e in events if e.get("kind") == "train_step" and e.get("draw")}
+    docs: dict[int, list[dict]] = {}
+    try:
+        from tokenmill.train.replay import documents_of_steps
+
+        docs = documents_of_steps(run, sorted({int(e["step"]) for e in shown} - rewound))
+    except Exception as exc:  # a report renders whatever is missing (no token store here, another machine)
+        docs = {}
+        note = f"(the batch documents could not be read: {exc})"
+    else:
+        note = ""
+    rows = []
+    for e in shown:
+        step = int(e["step"])
+        batch = [d for d in docs.get(step, []) if e.get("kind") != "bucket_loss_warning" or d["bucket"] == e.get("bucket")]
+        names = ", ".join(f"{d['doc_id']}" + (f" ({d['url'] or d['source']})" if d.get("url") or d.get("source") else "")
+                          for d in batch[:DOCS_PER_WARNING])
+        more = f" … {len(batch) - DOCS_PER_WARNING} more" if len(batch) > DOCS_PER_WARNING else ""
+        where = ("a rewound step (another draw of the data)" if step in rewound
+                 else (names + more) if names else "—")
+        rows.append([e["kind"], step, event_details(e), where])
+    more_w = f" (the first {WARNINGS_LISTED} of {len(warnings)})" if len(warnings) > WARNINGS_LISTED else ""
+    return (f"<h3>Warnings{more_w}</h3><p class=muted>Each warning at the step it fired, with the documents of that "
+            f"step's batch (`tokenmill replay RUN --step N` lists them all and recomputes the loss). {html.escape(note)}</p>"
+            + _table(["warning", "step", "what", "batch documents"], rows, left_last=True))
+
+
 # -- against wall-clock time --------------------------------------------------------------------
 
 def _time_section(events: list[dict]) -> str:
@@ -443,6 +484,11 @@ def event_details(e: dict) -> str:
         return (f"{e.get('group')}: mean grad norm {_num(e.get('grad_norm'))} over steps {first}–{last} is "
                 f"{_num(e.get('ratio'))}× its lowest, {_num(e.get('baseline'))} over {b0}–{b1} (threshold "
                 f"{_num(e.get('threshold'))}; ×{_num(e.get('growth_per_1k_steps'))} per 1k steps)")
+    if kind == "bucket_loss_warning":
+        others = ", ".join(f"{b} {_num(r)}×" for b, r in (e.get("other_buckets") or {}).items())
+        return (f"bucket {e.get('bucket')}: training loss {_num(e.get('loss'))} is {_num(e.get('ratio'))}× its running "
+                f"median {_num(e.get('median'))} for {e.get('steps')} steps with its rows present"
+                + (f" (the others: {others})" if others else ""))
     if kind == "embedding_collapse":
         return (f"embedding sv1/sv2 = {_num(e.get('sv_ratio'))} ≥ {_num(e.get('threshold'))}: its rows crowd into "
                 f"one direction (sv1 {_num(e.get('sv1'))}, sv2 {_num(e.get('sv2'))})")

@@ -51,18 +51,27 @@ def _curated_rows(curated: Path, ids: set[str]) -> dict[str, dict[str, Any]]:
 
 def batch_documents(run: RunDir, step: int) -> list[dict[str, Any]]:
     """Every document span of the global batch of `step`, in batch order."""
+    return documents_of_steps(run, [step])[step]
+
+
+def documents_of_steps(run: RunDir, steps: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """`batch_documents` of several steps, reading the curated metadata once (the report names the
+    documents behind every warning)."""
     loader = _loader(run, TokenStore(run.sub("tokens")))
-    samples = loader.global_provenance(step)
-    ids = {span.doc_id for s in samples for span in s.spans}
+    samples = {step: loader.global_provenance(step) for step in steps}
+    ids = {span.doc_id for batch in samples.values() for s in batch for span in s.spans}
     rows = _curated_rows(run.sub("curated"), ids)
-    out = []
-    for s in samples:
-        for span in s.spans:
-            meta = rows.get(span.doc_id, {})
-            out.append({"rank": s.rank, "micro": s.micro, "row": s.row, "phase": s.phase, "bucket": span.bucket,
-                        "doc_id": span.doc_id, "source": meta.get("source"), "url": meta.get("url"),
-                        "shard": span.shard, "doc": span.doc, "token_start": span.start, "token_end": span.end,
-                        "row_start": span.row_start, "epoch": span.epoch})
+    out: dict[int, list[dict[str, Any]]] = {}
+    for step, batch in samples.items():
+        out[step] = []
+        for s in batch:
+            for span in s.spans:
+                meta = rows.get(span.doc_id, {})
+                out[step].append({"rank": s.rank, "micro": s.micro, "row": s.row, "phase": s.phase,
+                                  "bucket": span.bucket, "doc_id": span.doc_id, "source": meta.get("source"),
+                                  "url": meta.get("url"), "shard": span.shard, "doc": span.doc,
+                                  "token_start": span.start, "token_end": span.end, "row_start": span.row_start,
+                                  "epoch": span.epoch})
     return out
 
 
