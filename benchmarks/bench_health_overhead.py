@@ -12,10 +12,14 @@ One process, the demo's config and token store, the trainer's own step (`compute
             the micro-batch's shape, with Loader.row_buckets, and one result()): the precise
             figure for what the buckets-base difference can only bound (that difference is two
             noisy step timings)
+  run_health  the run-health work every step does (one process): the hang watchdog's beat (its
+            faulthandler backstop re-armed), the rank clock and the step-end stop/rank-time
+            agreement, the per-bucket loss warning's update (under torchrun the agreement is the
+            one all-reduce the Ctrl-C check already made)
 
 Each is timed `--repeats` times in the order base, buckets, probe, drift, bucket_add (the model trains on, so
 every repeat is a real step), after `--warmup` untimed steps; medians are reported. The overhead
-of the defaults per step is bucket_add + probe / activation_stats_every + drift, as a share
+of the defaults per step is bucket_add + probe / activation_stats_every + drift + run_health, as a share
 of the base step; `every_for_2pct` is the smallest sampling interval that keeps the probe under 2%.
 
     .venv/bin/python benchmarks/record.py benchmarks/results/health_overhead.json -- \\
@@ -43,7 +47,11 @@ from tokenmill.train.activation_stats import ActivationProbe
 from tokenmill.train.bucket_loss import BucketLoss
 from tokenmill.train.config import HealthConfig
 from tokenmill.train.device import autocast, resolve_dtype
+from tokenmill.train.bucket_alert import BucketLossAlert
+from tokenmill.train.distributed import DistContext
 from tokenmill.train.drift import GradDrift
+from tokenmill.train.rank_times import RankClock, step_end_agreement
+from tokenmill.train.watchdog import Watchdog
 from tokenmill.train.metrics import grad_norms_by_group
 from tokenmill.train.optimizer import build_optimizer
 from tokenmill.train.trainer import compute_update, resolve_model_config
@@ -96,7 +104,20 @@ def main() -> dict[str, Any]:
     for _ in range(args.warmup):
         train_step(True)
         probe_once()
-    times: dict[str, list[float]] = {"base": [], "buckets": [], "probe": [], "drift": [], "bucket_add": []}
+    times: dict[str, list[float]] = {"base": [], "buckets": [], "probe": [], "drift": [], "bucket_add": [],
+                                     "run_health": []}
+    import tempfile
+
+    dog = Watchdog(300.0, Path(tempfile.mkdtemp()) / "hangs", 0).start()
+    clock, alert, single = RankClock(), BucketLossAlert(), DistContext()
+    losses = {b: 3.0 for b in store.buckets}
+
+    def run_health() -> None:
+        dog.beat(step)
+        clock.add(0.001, 0.5)
+        step_end_agreement(single, 0, clock if step % 10 == 0 else None)
+        alert.update(step, losses)
+
     phase = loader.phase_at(1)
     fake = torch.rand(phase.rows, phase.seq_len)
     mask = torch.ones(phase.rows, phase.seq_len, dtype=torch.bool)
@@ -115,11 +136,13 @@ def main() -> dict[str, Any]:
         optimizer.zero_grad(set_to_none=True)
         times["drift"].append(timed(lambda: drift.update(step, norms)))
         times["bucket_add"].append(timed(bookkeeping))
+        times["run_health"].append(timed(run_health))
+    dog.stop()
     med = {k: statistics.median(v) for k, v in times.items()}
     base = med["base"]
     bucket_cost = med["bucket_add"]
-    per_step = bucket_cost + med["probe"] / hc.activation_stats_every + med["drift"]
-    room = 0.02 * base - bucket_cost - med["drift"]  # what the probe may cost per step within 2%
+    per_step = bucket_cost + med["probe"] / hc.activation_stats_every + med["drift"] + med["run_health"]
+    room = 0.02 * base - bucket_cost - med["drift"] - med["run_health"]  # what the probe may cost per step within 2%
     return {
         "model": {"d_model": mcfg.d_model, "n_layers": mcfg.n_layers, "n_heads": mcfg.n_heads,
                   "vocab_size": mcfg.vocab_size},
@@ -129,6 +152,7 @@ def main() -> dict[str, Any]:
         "median_s": med,
         "spread_s": {k: [min(v), max(v)] for k, v in times.items()},
         "bucket_loss_share": bucket_cost / base,
+        "run_health_share": med["run_health"] / base,
         "buckets_minus_base_share": (med["buckets"] - base) / base,  # an A/B bound on the same cost: noise-dominated
         "probe_share_per_call": med["probe"] / base,
         "activation_stats_every": hc.activation_stats_every,

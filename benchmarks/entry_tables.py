@@ -658,3 +658,43 @@ def continued_pretraining(r: dict[str, Any]) -> list[str]:
                      f"{_mean_spread(change['books']) if change['books'] else '–'} | "
                      f"{_mean_spread(change['web']) if change['web'] else '–'} |")
     return lines
+
+
+def health_overhead(r: dict[str, Any]) -> list[str]:
+    """bench_health_overhead.py: the median seconds of each part of the early-warning and
+    run-health signals, and its share of the training step at the defaults."""
+    res = _result(r)
+    med, base = res["median_s"], res["median_s"]["base"]
+    every = res["activation_stats_every"]
+    parts = [("per-bucket loss bookkeeping (`BucketLoss.add` per micro-batch, one `result()`)", "bucket_add", 1),
+             (f"activation probe (no-grad forward of {res['batch']['probe_rows']} rows, "
+              f"{res['batch']['probe_queries']} queries per row scored per layer)", "probe", every),
+             ("gradient-norm drift update", "drift", 1)]
+    if "run_health" in med:
+        parts.append(("run health (watchdog beat, rank clock, stop/rank-time agreement, bucket-loss warning)",
+                      "run_health", 1))
+    lines = ["| part | median | share of a step |", "|---|---|---|",
+             f"| training step (compute_update + AdamW), without the signals | {base:.2f} s | — |"]
+    for label, key, per in parts:
+        when = "every step" if per == 1 else f"per call; {med[key] / per / base:.2%} at every {per} steps"
+        lines.append(f"| {label} | {med[key] * 1000:.3g} ms | {med[key] / base:.2%} {when} |")
+    lines.append(f"| **the defaults together** | | **{res['defaults_overhead_share']:.2%}** |")
+    return lines
+
+
+def health_detectors(r: dict[str, Any]) -> list[str]:
+    """bench_health_detectors.py: per arm, each detector's first firing step and count (— silent),
+    and the final held-out bpb."""
+    res = _result(r)
+    detectors = [d for d in res["detectors"] if any(d in rec["fired"] for rec in res["records"])]
+    buckets = sorted({b for rec in res["records"] for b in rec["bpb"]})
+    lines = ["| arm | seed | " + " | ".join(detectors) + " | " + " | ".join(f"{b} bpb" for b in buckets) + " |",
+             "|---|---|" + "---|" * (len(detectors) + len(buckets))]
+    for rec in res["records"]:
+        cells = []
+        for d in detectors:
+            f = rec["fired"].get(d)
+            cells.append("—" if f is None else f"step {f['first_step']}" + (f" (×{f['count']})" if f["count"] > 1 else ""))
+        lines.append(f"| {rec['arm']} | {rec['seed']} | " + " | ".join(cells) + " | "
+                     + " | ".join(f"{rec['bpb'].get(b, float('nan')):.3f}" for b in buckets) + " |")
+    return lines
