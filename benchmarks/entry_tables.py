@@ -698,3 +698,25 @@ def health_detectors(r: dict[str, Any]) -> list[str]:
         lines.append(f"| {rec['arm']} | {rec['seed']} | " + " | ".join(cells) + " | "
                      + " | ".join(f"{rec['bpb'].get(b, float('nan')):.3f}" for b in buckets) + " |")
     return lines
+
+
+def fault_recovery(r: dict[str, Any]) -> list[str]:
+    """bench_fault_recovery.py: per arm, the held-out bpb gap against the clean run of the same seed
+    (per bucket and mean), the updates applied and the step attempts."""
+    res = _result(r)
+    arms, spec = res["summary"]["arms"], res["arms_spec"]
+    buckets = sorted(res["summary"]["clean_mean_bpb"])
+    lines = ["| arm | faults | guard | seeds | " + " | ".join(f"{b} gap" for b in buckets)
+             + " | mean gap | updates applied / step attempts |", "|---|---|---|---|" + "---|" * (len(buckets) + 2)]
+    for name, arm in arms.items():
+        if name == "clean":
+            continue
+        guard = ", ".join(f"{k} {v}" for k, v in spec[name]["guard"].items()) or "defaults"
+        gaps = " | ".join(f"{arm['paired_gap_pct'][b]:+.2f}%" for b in buckets)
+        lines.append(f"| {name} | {spec[name]['faults'] or 'none'} | {guard} | {len(arm['seeds'])} | {gaps} | "
+                     f"**{arm['paired_gap_pct_mean']:+.2f}%** | "
+                     + ", ".join(f"{u}/{a}" for u, a in zip(arm["applied_updates"], arm["attempts"])) + " |")
+    spread = res["summary"]["clean_spread_pct"]
+    lines.append("| clean (seed-to-seed spread) | none | | 2 | " + " | ".join(f"{spread[b]:.2f}%" for b in buckets)
+                 + " | | 300/300 |")
+    return lines
