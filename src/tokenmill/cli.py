@@ -267,6 +267,7 @@ def _launch_ranks(config: Path, overrides: list[str], run_dir: Optional[Path], n
     is passed on to it once (it passes it to the ranks, which stop together at a step end with a
     checkpoint), and its --shutdown-timeout is train.preempt_grace_s, the time the ranks get
     before SIGKILL."""
+    import signal
     import sys
 
     from tokenmill.pipeline import run_pipeline
@@ -286,7 +287,9 @@ def _launch_ranks(config: Path, overrides: list[str], run_dir: Optional[Path], n
            "-m", "tokenmill", "train", str(config), "--run-dir", str(run.path.resolve())]
     for o in overrides:
         cmd += ["--set", o]
-    done = supervise(cmd, run.path, restarts=0, resume=resume)  # restarts are torchrun's: one agent for the job
+    # restarts are torchrun's (one agent for the job); should this process die, torchrun gets SIGTERM
+    # and stops its ranks the preemption way (checkpoint, exit) instead of leaving them orphaned
+    done = supervise(cmd, run.path, restarts=0, resume=resume, death_signal=signal.SIGTERM)
     if done.interrupted and done.returncode != 0:
         ends = [e["kind"] for e in read_events(run.path / "events.jsonl")
                 if e.get("stage") == "train" and e.get("kind") in ("preempted", "interrupted", "child_started")]

@@ -129,6 +129,30 @@ def test_the_child_dies_with_the_supervisor(tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
+def test_a_child_can_be_sent_sigterm_instead_when_the_supervisor_dies(tmp_path):
+    """torchrun is supervised with death_signal=SIGTERM: should `tokenmill train --nproc` die, torchrun
+    stops its ranks the preemption way instead of being killed and leaving them orphaned."""
+    child = ("import signal, sys, time; from pathlib import Path\n"
+             f"def term(*a):\n    Path({str(tmp_path / 'got_sigterm')!r}).write_text('yes'); sys.exit(75)\n"
+             "signal.signal(signal.SIGTERM, term)\ntime.sleep(120)\n")
+    (tmp_path / "child.py").write_text(child)
+    code = ("import sys, signal; from pathlib import Path; from tokenmill.train.supervisor import supervise; "
+            f"supervise([sys.executable, {str(tmp_path / 'child.py')!r}], Path({str(tmp_path)!r}), 0, "
+            "death_signal=signal.SIGTERM)")
+    sup = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        wait_for(lambda: events(tmp_path, "child_started"), sup, tmp_path / "none")
+        time.sleep(0.5)  # the child's handler is installed
+        sup.kill()
+        sup.wait(timeout=10)
+        deadline = time.time() + 10
+        while not (tmp_path / "got_sigterm").exists():
+            assert time.time() < deadline, "the child never got SIGTERM"
+            time.sleep(0.02)
+    finally:
+        sup.kill()
+
+
 def _proc_state(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

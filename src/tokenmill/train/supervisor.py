@@ -74,14 +74,14 @@ def train_command(config: Path, overrides: list[str], run_dir: Path) -> list[str
     return cmd
 
 
-def _die_with_parent(parent: int) -> Callable[[], None] | None:
-    """A preexec function asking Linux to SIGKILL the child when the supervisor dies."""
+def _die_with_parent(parent: int, death_signal: int = signal.SIGKILL) -> Callable[[], None] | None:
+    """A preexec function asking Linux to send the child `death_signal` when the supervisor dies."""
     if not sys.platform.startswith("linux"):
         return None
 
     def preexec() -> None:
         try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(death_signal))  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             return
         if os.getppid() != parent:  # the supervisor died before prctl took effect
@@ -125,14 +125,16 @@ class _Forwarder:
 
 def supervise(command: list[str], run_path: Path, restarts: int, resume: bool = False, *,
               watch: Watch | None = None, poll_s: float = 0.05, stdout: IO[Any] | None = None,
-              stderr: IO[Any] | None = None, log: Callable[[str], None] | None = None) -> Supervised:
+              stderr: IO[Any] | None = None, log: Callable[[str], None] | None = None,
+              death_signal: int = signal.SIGKILL) -> Supervised:
     """Run `command` (a `tokenmill train` command line without --resume) until it succeeds, stops
     for a reason a restart cannot fix, or has been restarted `restarts` times after crashes.
 
     The first attempt resumes only when `resume` is true (so a user who did not ask for it still
     gets the "already holds checkpoints" refusal); every restart passes --resume. `watch(proc,
     attempt)` is called every `poll_s` seconds while a child runs (verify-resume kills children
-    from it)."""
+    from it). `death_signal` is what the child gets if the supervisor itself dies (SIGKILL: no
+    orphaned trainer; torchrun gets SIGTERM instead, so it stops its ranks, which checkpoint)."""
     from tokenmill.train.checkpoint import latest_checkpoint
 
     events = EventLog(Path(run_path) / "events.jsonl")
@@ -144,7 +146,7 @@ def supervise(command: list[str], run_path: Path, restarts: int, resume: bool = 
                 return Supervised(-fwd.received, attempt, True)
             cmd = command + (["--resume"] if resume or attempt > 0 else [])
             proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, process_group=0,
-                                    preexec_fn=_die_with_parent(os.getpid()))
+                                    preexec_fn=_die_with_parent(os.getpid(), death_signal))
             fwd.child = proc
             events.write(STAGE, "child_started", attempt=attempt, pid=proc.pid, resume="--resume" in cmd)
             while proc.poll() is None:
