@@ -80,6 +80,27 @@ def test_no_step_for_timeout_dumps_every_threads_stack_and_tells_the_store(tmp_p
     assert json.loads(store.get(f"{STORE_KEY}/0"))["rank"] == 1
 
 
+def test_a_run_of_slow_steps_is_slow_not_hung(tmp_path):
+    """Steps of 0.1 s against a 0.3 s timeout: the allowance grows to 10× the longest step, so a
+    0.6 s gap (6 steps' worth, past timeout_s) is not a hang; 10× past the longest step is."""
+    dog, exits, _ = _dog(tmp_path, timeout=0.3)
+    dog.start()
+    try:
+        for step in range(1, 4):
+            dog.beat(step)
+            time.sleep(0.1)
+        dog.beat(4)
+        assert dog.allowance >= 1.0
+        time.sleep(0.6)
+        assert exits == []  # past timeout_s, within 10× the longest step
+        deadline = time.time() + 10
+        while not exits and time.time() < deadline:
+            time.sleep(0.05)
+    finally:
+        dog.stop()
+    assert exits == [HANG_EXIT] and time.time() < deadline
+
+
 def test_a_peer_hang_in_the_store_makes_this_rank_dump_and_exit(tmp_path):
     store = DictStore()
     dog, exits, hangs = _dog(tmp_path, rank=0, store=store, timeout=60)

@@ -142,7 +142,7 @@ class TrainConfig(Strict):
     noise_scale_ema: float = Field(0.99, ge=0.0, lt=1.0, description="Decay of the moving averages of |G|² and tr(Σ) whose ratio is the logged B_simple (0.99: about 100 steps; the per-step estimates are noisy, often negative, at batches far below B_simple).")
     guard: GuardConfig = Field(default_factory=GuardConfig)
     preempt_grace_s: float = Field(30.0, gt=0, description="Seconds a SIGTERM (preemption) leaves to finish the step and checkpoint (torchrun's --shutdown-timeout); a warning when a step + checkpoint is measured to take longer.")
-    hang_timeout_s: float | None = Field(300.0, gt=0, description="A rank with no finished step for this long is hung: every rank dumps its Python stacks to <run>/hangs/ and exits 4, so --restarts resumes the job (None: no watchdog).")
+    hang_timeout_s: float | None = Field(300.0, gt=0, description="A rank with no finished step for this long (or 10× its longest step, when longer) is hung: every rank dumps its Python stacks to <run>/hangs/ and exits 4, so --restarts resumes the job (None: no watchdog).")
     rank_stats_every: int = Field(10, ge=0, description="Gather every rank's batch-read and forward seconds every this many steps, in the step's existing stop-flag all-reduce (0: never).")
     slow_rank_margin: float = Field(0.15, gt=0, description="A rank whose read + forward seconds exceed the ranks' median by this share is slow in that interval.")
     slow_rank_patience: int = Field(3, ge=1, description="Slow intervals in a row before a rank is named in a slow_rank event (one interval is noise).")

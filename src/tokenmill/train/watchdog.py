@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 HANG_EXIT = 4
+STEP_FACTOR = 10  # a step is hung only past this many times the longest step finished so far
 STORE_KEY = "tokenmill/hang"
 
 
@@ -85,6 +86,9 @@ class Watchdog:
         self.backstop = backstop  # faulthandler's GIL-free timer (it exits the process itself: off in tests)
         self.step: int | None = None
         self.last_beat: float | None = None  # None: not watching (before the first step ends, or paused)
+        # timeout_s, or STEP_FACTOR × the longest watched step when larger: a run whose steps take
+        # minutes (a big model on a CPU) is slow, not hung
+        self.allowance = self.timeout_s
         self.fired: dict[str, Any] | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -97,11 +101,14 @@ class Watchdog:
 
     def beat(self, step: int) -> None:
         """Step `step` finished: the clock restarts (and the C backstop is re-armed)."""
+        now = time.monotonic()
         with self._lock:
-            self.step, self.last_beat = step, time.monotonic()
+            if self.last_beat is not None:
+                self.allowance = max(self.allowance, STEP_FACTOR * (now - self.last_beat))
+            self.step, self.last_beat = step, now
         stream = _stderr_with_fd() if self.backstop else None
         if stream is not None:  # to stderr: torchrun's log
-            faulthandler.dump_traceback_later(2 * self.timeout_s, exit=True, file=stream)
+            faulthandler.dump_traceback_later(2 * self.allowance, exit=True, file=stream)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -127,7 +134,7 @@ class Watchdog:
             with self._lock:
                 since = None if self.last_beat is None else time.monotonic() - self.last_beat
                 step = self.step
-            if since is not None and since > self.timeout_s:
+            if since is not None and since > self.allowance:
                 self._fire({"rank": self.rank, "step": step, "seconds": round(since, 1), "detected_by": "self"})
                 return
             other = self._peer_hang()
@@ -154,11 +161,11 @@ class Watchdog:
         path = self.hang_dir / f"attempt{restart_attempt()}-rank{self.rank}.txt"
         with open(path, "w") as fh:
             fh.write(f"tokenmill watchdog: {json.dumps(info)}\n"
-                     f"no step finished for {self.timeout_s:g}s (train.hang_timeout_s); Python stacks of "
+                     f"no step finished for {self.allowance:g}s (train.hang_timeout_s, or {STEP_FACTOR}× the longest step); Python stacks of "
                      f"every thread of rank {self.rank} (pid {os.getpid()}):\n\n")
             fh.flush()
             faulthandler.dump_traceback(file=fh, all_threads=True)
-        self.fired = {**info, "stacks": str(path), "attempt": restart_attempt(), "timeout_s": self.timeout_s}
+        self.fired = {**info, "stacks": str(path), "attempt": restart_attempt(), "timeout_s": self.allowance}
         if self.on_hang is not None:
             with contextlib.suppress(Exception):
                 self.on_hang(self.fired)
