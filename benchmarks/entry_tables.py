@@ -720,3 +720,44 @@ def fault_recovery(r: dict[str, Any]) -> list[str]:
     lines.append("| clean (seed-to-seed spread) | none | | 2 | " + " | ".join(f"{spread[b]:.2f}%" for b in buckets)
                  + " | | 300/300 |")
     return lines
+
+
+def _hostile_outcome(rec: dict[str, Any]) -> str:
+    """What one run of a hostile case did, in words a reader can check against the JSON."""
+    if rec["killed_at_timeout"]:
+        return "**killed at the time limit**"
+    parts = []
+    if rec["traceback"]:
+        parts.append("**traceback**")
+    if rec["good"] is not None:
+        rules = ", ".join(f"{k} {v}" for k, v in sorted((rec.get("rejected") or {}).items()))
+        parts.append(f"kept {rec['kept']}/{rec['good']} good" + (f"; quarantined: {rules}" if rules else ""))
+        if rec["exit"] != 0:
+            parts.append(f"exit {rec['exit']}")
+    elif rec["exit"] == 0:
+        parts.append("**accepted (exit 0)**")
+    else:
+        parts.append(f"refused (exit {rec['exit']}, {rec['stderr_lines']} line{'s' if rec['stderr_lines'] != 1 else ''})")
+    if rec["tree_changes"]:
+        parts.append(f"**{rec['tree_changes']} paths deleted, changed or written outside its output**")
+    return "; ".join(parts)
+
+
+def hostile_inputs(r: dict[str, Any]) -> list[str]:
+    """bench_hostile_inputs.py: per case, this checkout's median time, peak memory and outcome,
+    beside the baseline commit's single run (killed at the time limit, capped in memory)."""
+    res = _result(r)
+    by_case: dict[str, dict[str, dict[str, Any]]] = {}
+    for rec in res["records"]:
+        by_case.setdefault(rec["case"], {})[rec["source"]] = rec
+    base = res.get("baseline_src") is not None
+    head = "| case | tokenmill: time | peak RSS | outcome |" + (" baseline: time | peak RSS | outcome |" if base else "")
+    lines = [head, "|---|---|---|---|" + ("---|---|---|" if base else "")]
+    for case, recs in by_case.items():
+        cells = [f"{case}: {recs['tokenmill']['what']}"]
+        for src in ("tokenmill", "baseline") if base else ("tokenmill",):
+            rec = recs.get(src)
+            cells += ([f"{rec['seconds']:.2f} s", f"{rec['peak_rss_mb']:.0f} MB", _hostile_outcome(rec)]
+                      if rec else ["—", "—", "—"])
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
