@@ -91,6 +91,20 @@ def _header_past_end(d: Path) -> None:
     f.write_bytes((len(raw) + 1000).to_bytes(8, "little") + raw[8:])
 
 
+def _header_over_limit(d: Path) -> None:  # a sparse file, so the claimed header really fits in it
+    from tokenmill.export.hf_checks import MAX_HEADER_BYTES
+
+    with open(d / "model.safetensors", "r+b") as fh:
+        fh.write((MAX_HEADER_BYTES + 1).to_bytes(8, "little"))
+        fh.truncate(MAX_HEADER_BYTES + (1 << 20))
+
+
+def _config_huge(d: Path) -> None:  # 17 MiB of whitespace before the object: valid JSON, so only the
+    # size bound (checked before reading) refuses it
+    conf = (d / "config.json").read_bytes()
+    (d / "config.json").write_bytes(b" " * (17 << 20) + conf)
+
+
 def _drop_tensor(d: Path) -> None:
     from safetensors.torch import load_file
 
@@ -122,7 +136,9 @@ CASES: dict[str, tuple[int, Callable[[Path], None], str, tuple[str, ...]]] = {
     "heads_indivisible": (1, lambda d: edit_config(d, num_attention_heads=5), "config.json", ("num_attention_heads 5",)),
     "kv_indivisible": (1, lambda d: edit_config(d, num_key_value_heads=3), "config.json", ("num_key_value_heads 3",)),
     "hidden_string": (1, lambda d: edit_config(d, hidden_size="32"), "config.json", ("hidden_size must be an integer",)),
+    "config_huge": (1, _config_huge, "config.json", ("bytes, more than",)),
     "header_past_end": (1, _header_past_end, ST, ("header length", "past the end")),
+    "header_over_limit": (1, _header_over_limit, ST, ("header length", "limit")),
     "absurd_shape": (1, lambda d: edit_header(d / ST, _set(Q0, shape=[10**12, 32])), ST, (Q0, "shape")),
     "swapped_shape": (1, lambda d: edit_header(d / ST, _swap("model.layers.0.mlp.up_proj.weight")), ST, ("model.layers.0.mlp.up_proj.weight", "does not match config.json", "intermediate_size")),
     "offsets_outside": (1, lambda d: edit_header(d / ST, _set(Q0, data_offsets=[0, 10**15])), ST, (Q0, "data_offsets")),
