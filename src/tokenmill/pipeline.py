@@ -105,6 +105,10 @@ def run_pipeline(run: RunDir, stages: tuple[str, ...] = STAGES, force: frozenset
         from tokenmill.train.distributed import check_torchrun_stage
 
         check_torchrun_stage(run, "run")
+    if "train" in stages and run.config.train.init_from:  # a corrupt source model: refused before hours of data stages
+        from tokenmill.train.init_from import check_source
+
+        check_source(run.config.train.init_from)
     for stage in stages:
         if stage not in force and stage != "report" and run.is_fresh(stage, _inputs(run, stage)):
             console.print(f"[dim]· {stage}: unchanged since it finished, skipped[/]")

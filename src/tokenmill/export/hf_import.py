@@ -4,6 +4,9 @@ the inverse of export/hf.py, so a run can start from a published or an exported 
 Nothing is downloaded and nothing from the directory runs: config.json is read as JSON, the
 weights as safetensors (one file, or the shards a `model.safetensors.index.json` names).
 tokenmill's module names follow HF Llama, so the weights only lose their "model." prefix.
+Before any tensor or the model is allocated, the config's sizes and every safetensors header are
+checked against each other (export/hf_checks.py), so a config claiming sizes its weights do not
+have is refused in milliseconds, by one line naming the file and the field.
 
 Parity is checked on load: the imported Transformer's logits on a fixed token sequence are
 compared with an independent forward written from HF Llama's definition (`llama_reference_logits`:
@@ -14,30 +17,25 @@ detail tokenmill does not reproduce shows up there rather than as a quietly wors
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
+from safetensors import SafetensorError, safe_open
 
-from tokenmill.errors import UserError
+from tokenmill.export.hf_checks import INDEX_FILE, HFImportError, check_config, check_weights, read_json_bounded
 from tokenmill.model.config import ModelConfig
 from tokenmill.model.rope import yarn_attention_scale, yarn_inv_freq
 from tokenmill.model.transformer import Transformer
 
-INDEX_FILE = "model.safetensors.index.json"
-
-
-class HFImportError(UserError, ValueError):
-    """A directory that is not a Llama model tokenmill can reproduce exactly."""
+__all__ = ["INDEX_FILE", "HFImportError", "check_hf_dir", "import_hf", "llama_reference_logits", "read_hf_weights"]
 
 
 def _need(conf: dict[str, Any], key: str, where: Path) -> Any:
     if key not in conf:
-        raise HFImportError(f"{where}: config.json has no {key!r}")
+        raise HFImportError(f"{where}: {key} is missing")
     return conf[key]
 
 
@@ -98,18 +96,21 @@ def model_config_from_hf(conf: dict[str, Any], where: Path) -> ModelConfig:
 
 
 def read_hf_weights(path: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of model.safetensors, or of the shards its index names (fp32)."""
-    index = path / INDEX_FILE
-    if index.is_file():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    elif (path / "model.safetensors").is_file():
-        files = ["model.safetensors"]
-    else:
-        raise HFImportError(f"{path}: no model.safetensors or {INDEX_FILE} (PyTorch .bin weights are not read: "
-                           "unpickling them could run code)")
+    """Every tensor of model.safetensors, or of the shards its index names (fp32), once the
+    headers have passed check_weights against config.json."""
+    return load_checked(check_hf_dir(path)[2])
+
+
+def load_checked(files: dict[Path, list[str]]) -> dict[str, torch.Tensor]:
+    """The named tensors of each checked file, one at a time, as fp32."""
     out: dict[str, torch.Tensor] = {}
-    for name in files:
-        out.update({k: v.to(torch.float32) for k, v in load_file(str(path / name)).items()})
+    for file, names in files.items():
+        try:
+            with safe_open(str(file), framework="pt") as fh:
+                for name in names:
+                    out[name] = fh.get_tensor(name).to(torch.float32)
+        except (SafetensorError, OSError) as exc:  # e.g. the file changed since its header was checked
+            raise HFImportError(f"{file}: cannot be read as safetensors ({exc})") from exc
     return out
 
 
@@ -173,15 +174,23 @@ def llama_reference_logits(hf: dict[str, torch.Tensor], conf: dict[str, Any], id
     return x @ w.get("lm_head.weight", w["model.embed_tokens.weight"]).T
 
 
-def import_hf(path: Path | str, tolerance: float = 1e-4, check_tokens: int = 32) -> tuple[Transformer, dict[str, Any]]:
-    """(tokenmill Transformer in eval mode on the CPU, what was imported and the measured parity)."""
-    path = Path(path)
+def check_hf_dir(path: Path) -> tuple[dict[str, Any], ModelConfig, dict[Path, list[str]]]:
+    """config.json and every weight header checked against each other, nothing loaded (milliseconds):
+    (the config, its ModelConfig, the tensors to load by file)."""
     conf_path = path / "config.json"
     if not conf_path.is_file():
         raise HFImportError(f"{path}: no config.json (a local Hugging Face model directory is expected)")
-    conf = json.loads(conf_path.read_text())
-    cfg = model_config_from_hf(conf, path)
-    hf = read_hf_weights(path)
+    conf = read_json_bounded(conf_path, "config.json")
+    sizes = check_config(conf, conf_path)  # before anything is sized from it
+    cfg = model_config_from_hf(conf, conf_path)
+    return conf, cfg, check_weights(path, sizes)
+
+
+def import_hf(path: Path | str, tolerance: float = 1e-4, check_tokens: int = 32) -> tuple[Transformer, dict[str, Any]]:
+    """(tokenmill Transformer in eval mode on the CPU, what was imported and the measured parity)."""
+    path = Path(path)
+    conf, cfg, files = check_hf_dir(path)
+    hf = load_checked(files)
     model = Transformer(cfg)
     tensors = tokenmill_tensors(hf, cfg.tie_embeddings, path)
     expected = model.state_dict()

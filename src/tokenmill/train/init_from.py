@@ -57,6 +57,15 @@ def init_optimizer(optimizer: torch.optim.Optimizer, info: dict[str, Any]) -> No
                             f"parameter groups come from the source's train settings") from exc
 
 
+def check_source(source: str | None) -> None:
+    """Refuse an HF `train.init_from` directory whose config.json and weights do not agree before any
+    stage runs, not after curation and tokenization (only config.json and the headers are read)."""
+    if source and is_hf_dir(Path(source).expanduser()):
+        from tokenmill.export.hf_import import check_hf_dir
+
+        check_hf_dir(Path(source).expanduser())
+
+
 def is_hf_dir(path: Path) -> bool:
     return (path / "config.json").is_file() and not (path / "state.json").is_file()
 
