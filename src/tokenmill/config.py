@@ -82,7 +82,7 @@ class RunConfig(Strict):
 
 
 # --------------------------------------------------------------------------- loading
-def _yaml_problem(exc: yaml.YAMLError) -> str:
+def yaml_problem(exc: yaml.YAMLError) -> str:
     """A YAML error on one line: where (line, column) and what."""
     mark = getattr(exc, "problem_mark", None)
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
@@ -101,7 +101,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise ConfigError(f"override {text!r}: value is not valid YAML: {_yaml_problem(exc)}") from None
+        raise ConfigError(f"override {text!r}: value is not valid YAML: {yaml_problem(exc)}") from None
     return path, value
 
 
@@ -130,7 +130,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         try:
             loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{p}: not valid YAML: {_yaml_problem(exc)}") from None
+            raise ConfigError(f"{p}: not valid YAML: {yaml_problem(exc)}") from None
         except UnicodeDecodeError as exc:
             raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start}): not a YAML config") from None
         except OSError as exc:
