@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from tokenmill.config import RunConfig, load_config
 from tokenmill.config_base import ConfigError
@@ -26,7 +27,10 @@ app = typer.Typer(
 )
 tokenizer_app = typer.Typer(help="Train and audit the byte-level BPE tokenizer.", no_args_is_help=True)
 app.add_typer(tokenizer_app, name="tokenizer")
-console = Console(stderr=True, soft_wrap=True)  # error messages hold paths: never break them
+# Messages hold paths, ids, names and exception text: never break them, and never read rich markup
+# from them (a document id with "[/]" in it crashed the printer); styles are set with style=/Text.
+console = Console(stderr=True, soft_wrap=True, markup=False, highlight=False)
+out = Console(markup=False)  # tables on stdout: their cells are data too
 
 ConfigArg = typer.Argument(..., help="Run config (YAML). See examples/ and `tokenmill demo`.",
                            exists=False, dir_okay=False)
@@ -55,31 +59,74 @@ def _print_eval(run: RunDir) -> None:
             console.print(tasks)
 
 
-def _guard(fn: Callable[[], Any], hint: str = "Run the same command again to continue where it stopped.") -> Any:
-    """User errors (bad config, missing input, bad data) print one clear message, no traceback."""
+def _say(label: str, style: str, message: object = "", sep: str = ": ") -> None:
+    """One line: a coloured label, then the message as plain text."""
+    text = str(message)
+    console.print(Text.assemble((label, style), sep + text if text else ""))
+
+
+def user_error_message(exc: BaseException) -> str:
+    """A user error as one line naming the file, field or record (a message over several lines, a
+    YAML mark or an OSError's errno would otherwise spill or hide it)."""
+    import yaml
+    from pydantic import ValidationError
+
+    from tokenmill.config import yaml_problem
+    from tokenmill.config_base import format_validation_error
+
+    if isinstance(exc, ValidationError):
+        text = format_validation_error(exc, exc.title)
+    elif isinstance(exc, yaml.YAMLError):
+        text = f"not valid YAML: {yaml_problem(exc)}"
+    elif isinstance(exc, OSError) and exc.filename is not None:
+        names = f"{exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 is not None else "")
+        text = f"{names}: {exc.strerror or exc}"
+    else:
+        text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
+def _guard(fn: Callable[[], Any], resume_hint: str | None = None, checkpoint_hint: str | None = None) -> Any:
+    """User errors (bad config, missing input, bad data, a path that cannot be read or written)
+    print one line, no traceback. After Ctrl-C or a preemption, the hint says how to continue,
+    and only where the work does continue: `checkpoint_hint` when training saved a checkpoint,
+    else `resume_hint` (a stage that picks up its finished parts), else nothing."""
+    import yaml
+    from pydantic import ValidationError
+
     try:
         return fn()
-    except ConfigError as exc:
-        console.print(f"[red]config error[/]: {exc}")
+    except (ConfigError, ValidationError) as exc:
+        _say("config error", "red", user_error_message(exc))
         raise typer.Exit(2)
-    except (UserError, FileNotFoundError, ValueError) as exc:
-        console.print(f"[red]error[/]: {exc}")
+    except (UserError, ValueError, OSError, yaml.YAMLError) as exc:
+        _say("error", "red", user_error_message(exc))
         raise typer.Exit(1)
     except KeyboardInterrupt as exc:  # Ctrl-C (130), or a preemption's SIGTERM (TrainingPreempted: 75)
-        console.print(f"[yellow]{exc or 'interrupted'}[/]")
-        console.print(f"[yellow]{hint}[/]")
+        _say(" ".join(str(exc).split()) or "interrupted", "yellow", sep="")
+        saved = getattr(exc, "checkpoint", None) is not None  # the trainer's: a checkpoint was written
+        hint = checkpoint_hint if saved and checkpoint_hint else resume_hint
+        if hint:
+            console.print(hint, style="yellow")
         raise typer.Exit(getattr(exc, "exit_code", 130))
 
 
-def _one_stage(stage: str, config: Path, overrides: list[str] | None, run_dir: Path | None,
-               resume: bool | None = None) -> None:
+def _progress(message: str) -> None:
+    _say("▶", "cyan", message, sep=" ")
+
+
+RESUME_TRAIN = "`tokenmill train --resume` continues from it."
+RERUN_CONTINUES = "Run the same command again to continue from it."
+RERUN_REUSES = "Run the same command again: finished runs are reused."
+
+
+def _one_stage(stage: str, config: Path, overrides: list[str] | None, run_dir: Path | None) -> None:
     from tokenmill.pipeline import run_stage
 
     def go() -> None:
         run = _open(config, overrides, run_dir)
-        run_stage(run, stage, resume=resume)
-    _guard(go, "Run it again with --resume to continue from that checkpoint." if stage == "train"
-           else "Run the same command again to redo the stage.")
+        run_stage(run, stage)
+    _guard(go)
 
 
 @app.command()
@@ -133,8 +180,8 @@ def curate(
 
         summary = curate_paths(cfg, out, base_dir=config.parent if config else Path.cwd(),
                                events=EventLog(out.parent / f".{out.name}.events.jsonl"), seed=run_cfg.seed)
-        console.print(f"[green]✓ curate[/] {summary}")
-    _guard(go, "Run the same command again: finished shards are not redone.")
+        _say("✓ curate", "green", summary, sep=" ")
+    _guard(go, resume_hint="Run the same command again: finished shards are not redone.")
 
 
 @app.command("curate-eval")
@@ -181,7 +228,7 @@ def quality_calibrate(
         write_profiles(profiles, out, source=str(reference))
         for lang, p in profiles.items():
             typer.echo(f"{lang}: {p.documents} documents, scale {p.scale}, stop words {p.stop_words}")
-        console.print(f"[green]✓[/] {len(profiles)} profiles → {out}")
+        _say("✓", "green", f"{len(profiles)} profiles → {out}", sep=" ")
     _guard(go)
 
 
@@ -226,7 +273,7 @@ def train(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir:
     crash, a hang or a fatal signal (SIGKILL, SIGSEGV...) restarts training with --resume,
     writing a `restart` event; user errors, Ctrl-C and preemption do not.
     """
-    from tokenmill.train.supervisor import CRASH_EXIT, shell_exit_code, supervise, train_command
+    from tokenmill.train.supervisor import shell_exit_code, supervise, train_command
 
     from tokenmill.train.watchdog import restart_attempt
 
@@ -244,16 +291,33 @@ def train(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir:
         if rc != 0:
             raise typer.Exit(shell_exit_code(rc))
         return
+    _train_here(config, set_, run_dir, resume)
+
+
+def _train_here(config: Path, overrides: list[str] | None, run_dir: Optional[Path], resume: bool) -> None:
+    """`tokenmill train` in this process. A crash (not a user error: a bug or a device failure)
+    prints its traceback and exits 3, naming the checkpoint `--resume` would continue from, if any."""
+    from tokenmill.pipeline import run_stage
+    from tokenmill.train.checkpoint import latest_checkpoint
+    from tokenmill.train.supervisor import CRASH_EXIT
+
+    opened: list[RunDir] = []
+
+    def go() -> None:
+        opened.append(_open(config, overrides, run_dir))
+        run_stage(opened[0], "train", resume=resume)
     try:
-        _one_stage("train", config, set_, run_dir, resume=resume)
+        _guard(go, checkpoint_hint=RESUME_TRAIN)
     except typer.Exit:
         raise
-    except Exception:  # not a user error (_guard handled those): a bug or a device failure
+    except Exception:
         import traceback
 
         traceback.print_exc()
-        console.print(f"[red]training crashed[/] (exit code {CRASH_EXIT}); `tokenmill train --resume` continues "
-                      f"from the last checkpoint, `--restarts N` does so automatically")
+        latest = latest_checkpoint(opened[0].sub("checkpoints")) if opened else None
+        how = (f"`tokenmill train --resume` continues from {latest}, `--restarts N` does so automatically"
+               if latest is not None else "no checkpoint was saved: training starts over when run again")
+        _say("training crashed", "red", f"(exit code {CRASH_EXIT}); {how}", sep=" ")
         raise typer.Exit(CRASH_EXIT)
 
 
@@ -280,7 +344,7 @@ def _launch_ranks(config: Path, overrides: list[str], run_dir: Optional[Path], n
     sizes = check_launch(run.config.model, run.config.train, nproc)
     if not run.is_fresh("tokenize"):  # torchrun ranks only train, on finished data
         run_pipeline(run, stages=("curate", "tokenizer", "tokenize"))
-    console.print(f"[bold]▶ train[/] on {nproc} ranks: {sizes.describe()}")
+    _say("▶ train", "bold", f"on {nproc} ranks: {sizes.describe()}", sep=" ")
     grace = max(1, math.ceil(run.config.train.preempt_grace_s))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
            f"--max-restarts={restarts}", f"--shutdown-timeout={grace}",
@@ -339,8 +403,7 @@ def report(
     if serve:
         from tokenmill.report.serve import serve_report
 
-        _guard(lambda: serve_report(_open(config, set_, run_dir), host=host, port=port, tensorboard=tensorboard),
-               "The server stopped.")
+        _guard(lambda: serve_report(_open(config, set_, run_dir), host=host, port=port, tensorboard=tensorboard))
         return
 
     overrides = [*(set_ or []), *(["report.tensorboard=on"] if tensorboard else [])]
@@ -384,7 +447,7 @@ def replay(run_path: Path = typer.Argument(..., metavar="RUN", help="Run directo
         for d in docs:  # the whole id, as the curated row and the rejected log have it (a user's own id too)
             table.add_row(str(d["micro"]), str(d["row"]), d["bucket"], d["doc_id"], str(d["source"]),
                           str(d["url"]), f"{d['token_start']}:{d['token_end']}")
-        Console().print(table)
+        out.print(table)
         if loss is not None:
             console.print(f"loss recomputed from {loss['from_checkpoint'] or 'the initial weights'} "
                           f"(+{loss['rolled_forward_steps']} steps): {loss['loss']:.6f}; logged: {loss['logged_loss']}; "
@@ -417,7 +480,6 @@ def stop_signals_(run_path: Path = typer.Argument(..., metavar="RUN", help="Run 
     if as_json:
         typer.echo(_json.dumps(s.to_dict(), indent=1))
         return
-    out = Console()
     if s.verdict != TOO_FEW:
         for title, header, rows in (("stopping signals", SIGNAL_HEADER, signals_rows(s)),
                                     ("per bucket", BUCKET_HEADER, bucket_rows(s))):
@@ -427,9 +489,9 @@ def stop_signals_(run_path: Path = typer.Argument(..., metavar="RUN", help="Run 
             for row in rows:
                 t.add_row(*row)
             out.print(t)
-    out.print(f"verdict: {s.verdict}", highlight=False)
+    out.print(f"verdict: {s.verdict}")
     for line in s.reasons + [f"note: {n}" for n in s.notes]:
-        out.print(f"  {line}", highlight=False)
+        out.print(f"  {line}")
 
 
 @app.command()
@@ -449,7 +511,7 @@ def run(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir: O
         run_pipeline(r, force=frozenset(force or []))
         _print_eval(r)
         return r.sub("report.html").resolve()
-    typer.echo(str(_guard(go)))
+    typer.echo(str(_guard(go, checkpoint_hint=RERUN_CONTINUES)))
 
 
 @app.command()
@@ -467,8 +529,8 @@ def demo(set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt
         run_pipeline(r)
         _print_eval(r)
         return r.sub("report.html").resolve()
-    path = _guard(go)
-    console.print("[bold green]report:[/]")
+    path = _guard(go, checkpoint_hint=RERUN_CONTINUES)
+    console.print("report:", style="bold green")
     typer.echo(str(path))
 
 
@@ -537,15 +599,15 @@ def verify_resume_cmd(
 
     def go() -> dict[str, Any]:
         return verify_resume(_open(config, set_, run_dir), kills=kills, steps=steps, seed=seed,
-                             keep_scratch=keep_scratch, say=lambda m: console.print(m, highlight=False))
+                             keep_scratch=keep_scratch, say=lambda m: console.print(m))
     result = _guard(go)
     console.print(render(result))
     for m in result["mismatches"][:5]:
-        console.print(f"[red]step {m['step']}[/]: resumed {m['resumed']!r}, uninterrupted {m['reference']!r}")
+        _say(f"step {m['step']}", "red", f"resumed {m['resumed']!r}, uninterrupted {m['reference']!r}")
     if result["missing_steps"]:
-        console.print(f"[red]steps never run in the killed run[/]: {result['missing_steps'][:20]}")
+        _say("steps never run in the killed run", "red", result["missing_steps"][:20])
     colour = {"identical": "green", "mismatch": "red"}.get(result["verdict"], "yellow")
-    console.print(f"[bold {colour}]verdict: {result['verdict']}[/]")
+    console.print(f"verdict: {result['verdict']}", style=f"bold {colour}")
     if result["verdict"] != "identical":
         raise typer.Exit(1)
 
@@ -577,7 +639,7 @@ def calibrate(
     table.add_column("peak GFLOP/s", justify="right")
     for e in entries:
         table.add_row(e["dtype"], *(f"{v / 1e9:,.1f}" for v in e["by_size"].values()), f"{e['peak_flops'] / 1e9:,.1f}")
-    Console().print(table)
+    out.print(table)
     typer.echo(str(path))
 
 
@@ -663,7 +725,7 @@ def mixture_optimize(
     from tokenmill.decisions.optimize import run_optimize
     from tokenmill.report.mixture_page import write_mixture_page
 
-    result = _guard(lambda: run_optimize(config, progress=lambda s: console.print(f"[cyan]▶[/] {s}")))
+    result = _guard(lambda: run_optimize(config, progress=_progress), resume_hint=RERUN_REUSES)
     page = write_mixture_page(Path(result["dir"]), result)
     buckets = result["buckets"]
     table = Table(title="bucket weights")
@@ -679,7 +741,7 @@ def mixture_optimize(
         measured = "" if c is None else f"{c['mean_bpb']:.4f}" + (f" ± {c['std_bpb']:.4f}" if c["std_bpb"] else "") \
             + f" ({len(c['runs'])})"
         table.add_row(name + (" ✓" if name == result["chosen"] else ""), *(f"{w[b]:.3f}" for b in buckets), measured)
-    Console().print(table)
+    out.print(table)
     typer.echo(f"weights of {result['chosen']}: {result['optimized']}; page: {page}")
 
 
@@ -697,7 +759,7 @@ def source_value(
     from tokenmill.decisions.source_value import run_source_value
     from tokenmill.report.mixture_page import write_source_value_page
 
-    result = _guard(lambda: run_source_value(config, source, progress=lambda s: console.print(f"[cyan]▶[/] {s}")))
+    result = _guard(lambda: run_source_value(config, source, progress=_progress), resume_hint=RERUN_REUSES)
     page = write_source_value_page(Path(result["dir"]), result)
     for name, t in result["tests"].items():
         table = Table(title=f"{name}: {t['verdict']} (Δ other slices {t['delta_other_slices']:+.4f}, band ±{t['noise_band']:.4f})")
@@ -705,7 +767,7 @@ def source_value(
         table.add_column("Δ bpb (with − without)", justify="right")
         for s, d in t["delta_bpb"].items():
             table.add_row(s + (" (the source)" if s == result["source"] else ""), f"{d:+.4f}")
-        Console().print(table)
+        out.print(table)
     typer.echo(f"page: {page}")
 
 
@@ -722,10 +784,10 @@ def ablate(
     from tokenmill.decisions.ablate import run_ablate
     from tokenmill.report.ablate_page import terminal_tables, write_ablate_page
 
-    result = _guard(lambda: run_ablate(config, progress=lambda s: console.print(f"[cyan]▶[/] {s}")))
+    result = _guard(lambda: run_ablate(config, progress=_progress), resume_hint=RERUN_REUSES)
     page = write_ablate_page(Path(result["dir"]), result)
     for table in terminal_tables(result):
-        Console().print(table)
+        out.print(table)
     typer.echo(f"results: {Path(result['dir']) / 'ablate.json'}; page: {page}")
 
 
@@ -757,7 +819,7 @@ def synth(
             table.add_row(key, f"{v:.4g}", "" if real is None else f"{real:.4g}", "" if ratio is None else f"{ratio:.3f}")
     for b, bpb in m.get("real_bpb", {}).items():
         table.add_row(f"held-out bpb, {b}", f"{bpb:.4f}", "", "")
-    Console().print(table)
+    out.print(table)
     typer.echo(f"{result['docs']} documents ({result['empty']} empty left out, {result['new_tokens']:,} new tokens, "
                f"{result['seconds']:.1f} s): {result['samples']}")
 
@@ -782,7 +844,8 @@ def scaling_sweep(
 
     from tokenmill.scaling.sweep import run_sweep
 
-    result = _guard(lambda: run_sweep(sweep, only=only, dry_run=dry_run, holdout=not no_holdout))
+    result = _guard(lambda: run_sweep(sweep, only=only, dry_run=dry_run, holdout=not no_holdout),
+                    resume_hint=RERUN_REUSES)
     if dry_run:
         table = Table(title=f"{len(result['runs'])} runs; {result['train_tokens']:,} training tokens in the store")
         for col in ("run", "role", "N (non-emb.)", "steps", "tokens", "FLOPs", "D/N", "lr"):
@@ -790,12 +853,12 @@ def scaling_sweep(
         for r in result["runs"]:
             table.add_row(r["name"], r["role"], f"{r['params']:,}", f"{r['steps']:,}", f"{r['tokens']:,}",
                           f"{r['flops']:.2e}", f"{r['tokens'] / r['params']:.1f}", f"{r['lr']:.2e}")
-        Console().print(table)
+        out.print(table)
     for s in result["skipped"]:
-        console.print(f"[dim]left out {s['name']}: {s['why']}[/]")
+        console.print(f"left out {s['name']}: {s['why']}", style="dim")
     if not dry_run:
         for f in result["failed"]:
-            console.print(f"[yellow]diverged {f['name']}[/]: {f['why']}")
+            _say(f"diverged {f['name']}", "yellow", f["why"])
         typer.echo(f"{result['finished']}/{result['planned']} runs finished: {result['sweep']}/results.json")
 
 
@@ -810,7 +873,7 @@ def scaling_lr_transfer(
 
     from tokenmill.scaling.lr_transfer import run_lr_transfer
 
-    result = _guard(lambda: run_lr_transfer(sweep))
+    result = _guard(lambda: run_lr_transfer(sweep), resume_hint=RERUN_REUSES)
     table = Table(title="best learning rate by width")
     for col in ("parameterization", "width", "best lr (parabola)", "best grid lr", "loss", "shift (octaves)"):
         table.add_column(col, justify="right")
@@ -822,7 +885,7 @@ def scaling_lr_transfer(
                 continue
             table.add_row(param, width, f"{o['lr']:.2e}" + (" (edge)" if o["edge"] else ""), f"{o['grid_lr']:.2e}",
                           f"{o['loss']:.4f}", shift)
-    Console().print(table)
+    out.print(table)
 
 
 @scaling_app.command("fit")
@@ -858,28 +921,28 @@ def scaling_fit(
         return
     f = a.chinchilla.fit
     console.print(f"L(N, D) = {f.E:.4g} + {f.A:.4g}/N^{f.alpha:.4g} + {f.B:.4g}/D^{f.beta:.4g}  "
-                  f"(a = {f.a:.3f}, b = {f.b:.3f}; {f.runs} runs)", highlight=False)
+                  f"(a = {f.a:.3f}, b = {f.b:.3f}; {f.runs} runs)")
     for h in a.holdout:
         iv = f" [{h.interval.low:.4f}, {h.interval.high:.4f}]" if h.interval else ""
         console.print(f"held-out {h.name}: predicted {h.predicted:.4f}{iv}, actual {h.actual:.4f}, "
-                      f"error {h.relative_error:+.2%}", highlight=False)
+                      f"error {h.relative_error:+.2%}")
     for p in extra["pending"]:
         iv = f" [{p['interval'][0]:.4f}, {p['interval'][1]:.4f}]" if p["interval"] else ""
         console.print(f"pending held-out {p['name']}: predicted {p['predicted']:.4f}{iv}"
-                      + (" (registered now)" if any(x["name"] == p["name"] for x in new) else ""), highlight=False)
+                      + (" (registered now)" if any(x["name"] == p["name"] for x in new) else ""))
     for p in extra["registered"]:
         if p["actual"] is not None:
             console.print(f"registered {p['registered_at']} for {p['name']}: predicted {p['predicted']:.4f}, "
-                          f"actual {p['actual']:.4f}, error {p['relative_error']:+.2%}", highlight=False)
+                          f"actual {p['actual']:.4f}, error {p['relative_error']:+.2%}")
     if a.backtest is not None:
         b = a.backtest
         console.print(f"backtest: the law fitted without budget {b.budget:.3g} predicts its {len(b.names)} runs with "
-                      f"errors {', '.join(f'{e:+.2%}' for e in b.errors)} (max {b.max_abs_error:.2%})", highlight=False)
+                      f"errors {', '.join(f'{e:+.2%}' for e in b.errors)} (max {b.max_abs_error:.2%})")
     for n in a.noise:
         console.print(f"run-to-run noise at N {n.params:,}, D {n.tokens:,}: {len(n.losses)} seeds, std {n.std:.4f} "
-                      f"({n.relative_std:.2%} of the loss), range {n.relative_range:.2%}", highlight=False)
+                      f"({n.relative_std:.2%} of the loss), range {n.relative_range:.2%}")
     for n in a.notes:
-        console.print(f"[dim]{n}[/]")
+        console.print(n, style="dim")
     typer.echo(str(sweep_dir / "scaling.html"))
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from tokenmill.config_base import ConfigError, Strict
+from tokenmill.config_base import ConfigError, Strict, format_validation_error
 from tokenmill.data.config import (BucketRule, CURATE_STEPS, CanaryConfig, CurateConfig, DecontaminateConfig,
                                    ExtractConfig, LangIdConfig, LineDedupConfig, MinHashConfig, ModelQualityConfig,
                                    NormalizeConfig, PiiConfig, QualityConfig, SafetyConfig, SourceConfig,
@@ -63,6 +63,14 @@ class RunConfig(Strict):
             raise ValueError("train.parallel does not fit this model: " + "; ".join(problems))
         return self
 
+    @model_validator(mode="after")
+    def _sequence_fits_model(self) -> "RunConfig":
+        # caught here, before any stage runs, instead of when training builds the model
+        if self.train.seq_len > self.model.max_seq_len:
+            raise ValueError(f"train.seq_len={self.train.seq_len} exceeds model.max_seq_len={self.model.max_seq_len}; "
+                             f"raise model.max_seq_len or lower train.seq_len")
+        return self
+
     @property
     def train_seed(self) -> int:
         """Seed of the model's initialization and the batch order: train.seed, else the run seed."""
@@ -74,13 +82,12 @@ class RunConfig(Strict):
 
 
 # --------------------------------------------------------------------------- loading
-def _format_errors(err: ValidationError, origin: str) -> str:
-    lines = [f"{origin}: invalid config"]
-    for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"]) or "<root>"
-        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
-        lines.append(f"  {key}: {msg}")
-    return "\n".join(lines)
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error on one line: where (line, column) and what."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    what = getattr(exc, "problem", None) or str(exc)
+    return where + " ".join(str(what).split())
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -94,7 +101,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise ConfigError(f"override {text!r}: value is not valid YAML: {exc}") from exc
+        raise ConfigError(f"override {text!r}: value is not valid YAML: {yaml_problem(exc)}") from None
     return path, value
 
 
@@ -119,11 +126,15 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     if path is not None:
         p = Path(path)
         if not p.is_file():
-            raise ConfigError(f"{p}: config file not found")
+            raise ConfigError(f"{p}: {'is a directory, not a config file' if p.is_dir() else 'config file not found'}")
         try:
             loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+            raise ConfigError(f"{p}: not valid YAML: {yaml_problem(exc)}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start}): not a YAML config") from None
+        except OSError as exc:
+            raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{p}: top level must be a mapping, got {type(loaded).__name__}")
         data = loaded or {}
@@ -131,7 +142,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     try:
         return RunConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format_errors(err, origin)) from None
+        raise ConfigError(format_validation_error(err, origin)) from None
 
 
 def dump_config(cfg: RunConfig) -> str:

@@ -12,10 +12,12 @@ import time
 from typing import Any, Callable
 
 from rich.console import Console
+from rich.text import Text
 
 from tokenmill.runs import STAGES, RunDir
 
-console = Console(stderr=True, soft_wrap=True)
+# paths and summaries are data: rich must not read markup from them (styles go in style=)
+console = Console(stderr=True, soft_wrap=True, markup=False, highlight=False)
 
 
 def _inputs(run: RunDir, stage: str) -> Any:
@@ -39,18 +41,18 @@ def _train(run: RunDir, resume: bool | None, fresh: bool = False) -> dict[str, A
 
     ckpt_dir = run.sub("checkpoints")
     if fresh and ckpt_dir.exists():  # `run --force train`: retrain from step 0
-        console.print(f"[yellow]train: forced, removing {ckpt_dir}[/]")
+        console.print(f"train: forced, removing {ckpt_dir}", style="yellow")
         shutil.rmtree(ckpt_dir)
         shutil.rmtree(run.sub("eval"), ignore_errors=True)
     latest = latest_checkpoint(ckpt_dir)
     if resume is None:  # the orchestrator decides: continue a matching run, restart a stale one
         resume = latest is not None and checkpoint_fingerprint(latest) == run.fingerprint("train")
         if latest is not None and not resume:
-            console.print(f"[yellow]train: config or data changed since {latest.name}; starting over[/]")
+            console.print(f"train: config or data changed since {latest.name}; starting over", style="yellow")
             shutil.rmtree(ckpt_dir)
             shutil.rmtree(run.sub("eval"), ignore_errors=True)
         elif resume:
-            console.print(f"[cyan]train: continuing from {latest}[/]")
+            console.print(f"train: continuing from {latest}", style="cyan")
     return run_train(run, resume=resume, on_eval=in_training_evaluator(run))
 
 
@@ -89,13 +91,13 @@ def run_stage(run: RunDir, stage: str, resume: bool | None = None, fresh: bool =
     if main:
         run.invalidate_from(stage)
         run.events.write(stage, "stage_start")
-        console.print(f"[bold]▶ {stage}[/]")
+        console.print(f"▶ {stage}", style="bold")
     t0 = time.time()
     summary = stage_function(stage, resume, fresh)(run) or {}
     summary = {**summary, "seconds": round(time.time() - t0, 2)}
     if main:
         run.mark_done(stage, inputs, summary)
-        console.print(f"[green]✓ {stage}[/] {summary}")
+        console.print(Text.assemble((f"✓ {stage}", "green"), f" {summary}"))
     return summary
 
 
@@ -111,6 +113,6 @@ def run_pipeline(run: RunDir, stages: tuple[str, ...] = STAGES, force: frozenset
         check_source(run.config.train.init_from)
     for stage in stages:
         if stage not in force and stage != "report" and run.is_fresh(stage, _inputs(run, stage)):
-            console.print(f"[dim]· {stage}: unchanged since it finished, skipped[/]")
+            console.print(f"· {stage}: unchanged since it finished, skipped", style="dim")
             continue
         run_stage(run, stage, fresh=stage in force)

@@ -1,4 +1,5 @@
 import pytest
+from pydantic import ValidationError
 
 from tokenmill.config import TrainConfig
 from tokenmill.train.budget import BudgetError, resolve_budget, tokens_per_step
@@ -25,7 +26,13 @@ def test_token_budget_and_warmup_in_tokens():
 
 
 @pytest.mark.parametrize("bad", [1000, 256 * 3 - 1, 100])
-def test_a_global_batch_that_does_not_divide_is_a_clear_error(bad):
+def test_a_global_batch_of_no_whole_number_of_micro_batches_is_refused_by_the_config(bad):
+    with pytest.raises(ValidationError, match="global_batch_tokens"):  # for any world size
+        TrainConfig(micro_batch=4, seq_len=64, global_batch_tokens=bad)
+
+
+@pytest.mark.parametrize("bad", [256, 256 * 4])
+def test_a_global_batch_that_does_not_divide_over_the_ranks_is_a_clear_error(bad):
     tc = TrainConfig(micro_batch=4, seq_len=64, global_batch_tokens=bad)
     with pytest.raises(BudgetError, match="global_batch_tokens"):
         resolve_budget(tc, 3)

@@ -5,11 +5,13 @@ Composed into the run config by `tokenmill.config.RunConfig`.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from tokenmill.config_base import Strict
+
+Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
 class SourceConfig(Strict):
@@ -29,8 +31,8 @@ class SourceConfig(Strict):
     bucket: str = Field(..., description="Bucket (slice of the mixture) the documents go to.")
     license: str = Field("unknown", description="License recorded on every document of this source.")
     text_field: str = Field("text", description="Field holding the text in jsonl/parquet records.")
-    max_docs: int | None = Field(None, description="Read at most this many documents (None: all).")
-    max_bytes: int | None = Field(None, description="Read at most this many raw bytes (None: all).")
+    max_docs: int | None = Field(None, ge=1, description="Read at most this many documents (None: all).")
+    max_bytes: int | None = Field(None, ge=1, description="Read at most this many raw bytes (None: all).")
     synthetic: bool = Field(False, description="Model-generated JSONL (`tokenmill synth`): every record's lineage is checked and kept on its row; a record without one counts as generation 1 of an outside teacher.")
 
     @field_validator("format")
@@ -60,56 +62,56 @@ class QualityConfig(Strict):
     language_rules: bool = Field(True, description="Measure and judge each document by its language's profile (False: English rules for all).")
     # Gopher quality rules
     gopher: bool = Field(True, description="Apply the Gopher quality rules.")
-    min_words: int = Field(50, description="Fewer words than this: rejected.")
-    max_words: int = Field(100_000, description="More words than this: rejected.")
-    min_mean_word_len: float = Field(3.0, description="Mean word length below this: rejected.")
-    max_mean_word_len: float = Field(10.0, description="Mean word length above this: rejected.")
-    max_symbol_word_ratio: float = Field(0.1, description="'#' and '...' per word above this: rejected.")
-    max_bullet_line_frac: float = Field(0.9, description="Fraction of lines starting with a bullet.")
-    max_ellipsis_line_frac: float = Field(0.3, description="Fraction of lines ending with an ellipsis.")
-    min_alpha_word_frac: float = Field(0.8, description="Fraction of words with a letter, below: rejected.")
-    min_stop_words: int = Field(2, description="Fewer English stop words than this: rejected.")
+    min_words: int = Field(50, ge=0, description="Fewer words than this: rejected.")
+    max_words: int = Field(100_000, ge=1, description="More words than this: rejected.")
+    min_mean_word_len: float = Field(3.0, ge=0.0, description="Mean word length below this: rejected.")
+    max_mean_word_len: float = Field(10.0, gt=0.0, description="Mean word length above this: rejected.")
+    max_symbol_word_ratio: float = Field(0.1, ge=0.0, description="'#' and '...' per word above this: rejected.")
+    max_bullet_line_frac: float = Field(0.9, ge=0.0, le=1.0, description="Fraction of lines starting with a bullet.")
+    max_ellipsis_line_frac: float = Field(0.3, ge=0.0, le=1.0, description="Fraction of lines ending with an ellipsis.")
+    min_alpha_word_frac: float = Field(0.8, ge=0.0, le=1.0, description="Fraction of words with a letter, below: rejected.")
+    min_stop_words: int = Field(2, ge=0, description="Fewer English stop words than this: rejected.")
     # Gopher repetition rules (Table A1)
     gopher_repetition: bool = Field(True, description="Apply the Gopher repetition rules.")
-    max_dup_line_frac: float = Field(0.30, description="Share of lines that repeat an earlier line.")
-    max_dup_para_frac: float = Field(0.30, description="Share of paragraphs that repeat an earlier paragraph.")
-    max_dup_line_char_frac: float = Field(0.20, description="Share of line characters in repeated lines.")
-    max_dup_para_char_frac: float = Field(0.20, description="Share of paragraph characters in repeated paragraphs.")
-    max_top_ngram_char_frac: dict[int, float] = Field(
+    max_dup_line_frac: float = Field(0.30, ge=0.0, le=1.0, description="Share of lines that repeat an earlier line.")
+    max_dup_para_frac: float = Field(0.30, ge=0.0, le=1.0, description="Share of paragraphs that repeat an earlier paragraph.")
+    max_dup_line_char_frac: float = Field(0.20, ge=0.0, le=1.0, description="Share of line characters in repeated lines.")
+    max_dup_para_char_frac: float = Field(0.20, ge=0.0, le=1.0, description="Share of paragraph characters in repeated paragraphs.")
+    max_top_ngram_char_frac: dict[int, Fraction] = Field(
         {2: 0.20, 3: 0.18, 4: 0.16}, description="n (2-4) -> limit on the word characters of the most frequent word n-gram.")
-    max_dup_ngram_char_frac: dict[int, float] = Field(
+    max_dup_ngram_char_frac: dict[int, Fraction] = Field(
         {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10},
         description="n (5-10) -> limit on the share of word characters inside repeated word n-grams.")
     # C4 rules
     c4: bool = Field(True, description="Apply the C4 document rules (lorem ipsum, curly bracket, minimum sentences).")
-    c4_min_sentences: int = Field(5, description="Fewer sentences in the lines C4 keeps: rejected.")
-    c4_min_words_per_line: int = Field(3, description="C4 keeps only lines with at least this many words.")
-    c4_max_word_len: int = Field(1000, description="C4 drops lines with a word longer than this.")
+    c4_min_sentences: int = Field(5, ge=0, description="Fewer sentences in the lines C4 keeps: rejected.")
+    c4_min_words_per_line: int = Field(3, ge=0, description="C4 keeps only lines with at least this many words.")
+    c4_max_word_len: int = Field(1000, ge=1, description="C4 drops lines with a word longer than this.")
     c4_curly_bracket: bool = Field(True, description="Reject documents with '{' in a line C4 keeps (off for code-rich prose).")
     c4_remove_lines: bool = Field(False, description="Also delete the lines C4's line rules drop (False: measure and filter only).")
     # FineWeb rules
     fineweb: bool = Field(True, description="Apply the FineWeb rules.")
-    min_line_punct_frac: float = Field(0.12, description="Share of lines ending in terminal punctuation, below: rejected.")
-    max_short_line_frac: float = Field(0.67, description="Share of short lines, above: rejected.")
-    short_line_chars: int = Field(30, description="A line of at most this many characters is short (FineWeb).")
-    max_char_dup_frac: float = Field(0.01, description="Share of characters in repeated lines, above: rejected (FineWeb).")
-    max_newline_word_ratio: float = Field(0.3, description="Line breaks per word, above: rejected (FineWeb list pages).")
+    min_line_punct_frac: float = Field(0.12, ge=0.0, le=1.0, description="Share of lines ending in terminal punctuation, below: rejected.")
+    max_short_line_frac: float = Field(0.67, ge=0.0, le=1.0, description="Share of short lines, above: rejected.")
+    short_line_chars: int = Field(30, ge=0, description="A line of at most this many characters is short (FineWeb).")
+    max_char_dup_frac: float = Field(0.01, ge=0.0, le=1.0, description="Share of characters in repeated lines, above: rejected (FineWeb).")
+    max_newline_word_ratio: float = Field(0.3, ge=0.0, description="Line breaks per word, above: rejected (FineWeb list pages).")
     # Code rules (StarCoder / The Stack), for the code kind
-    code_max_line_len: int = Field(1000, description="Code: a line longer than this many characters: rejected.")
-    code_max_mean_line_len: float = Field(100.0, description="Code: mean line length above this: rejected.")
-    code_min_alnum_frac: float = Field(0.25, description="Code: share of alphanumeric characters below this: rejected.")
+    code_max_line_len: int = Field(1000, ge=1, description="Code: a line longer than this many characters: rejected.")
+    code_max_mean_line_len: float = Field(100.0, gt=0.0, description="Code: mean line length above this: rejected.")
+    code_min_alnum_frac: float = Field(0.25, ge=0.0, le=1.0, description="Code: share of alphanumeric characters below this: rejected.")
     code_autogenerated: bool = Field(True, description="Code: reject files whose head says they were generated.")
 
     @field_validator("max_top_ngram_char_frac")
     @classmethod
-    def _top_ngram_sizes(cls, v: dict[int, float]) -> dict[int, float]:
+    def _top_ngram_sizes(cls, v: dict[int, Fraction]) -> dict[int, Fraction]:
         if not set(v) <= {2, 3, 4}:
             raise ValueError(f"n must be 2, 3 or 4 (the measured top n-grams), got {sorted(v)}")
         return v
 
     @field_validator("max_dup_ngram_char_frac")
     @classmethod
-    def _dup_ngram_sizes(cls, v: dict[int, float]) -> dict[int, float]:
+    def _dup_ngram_sizes(cls, v: dict[int, Fraction]) -> dict[int, Fraction]:
         if not set(v) <= set(range(5, 11)):
             raise ValueError(f"n must be 5 to 10 (the measured duplicate n-grams), got {sorted(v)}")
         return v
@@ -145,11 +147,11 @@ class LangIdConfig(Strict):
     """Offline language identification (model shipped inside its wheel)."""
 
     languages: list[str] | None = Field(None, description="ISO 639-1 codes to keep (None: keep every language).")
-    min_score: float = Field(0.65, description="Documents whose top language scores below this are removed.")
+    min_score: float = Field(0.65, ge=0.0, le=1.0, description="Documents whose top language scores below this are removed.")
     paragraph_check: bool = Field(True, description="Score paragraphs too and flag mixed-language documents.")
-    mixed_min_frac: float = Field(0.2, description="Flag a document mixed when this share of its paragraphs' text is confidently another language.")
+    mixed_min_frac: float = Field(0.2, ge=0.0, le=1.0, description="Flag a document mixed when this share of its paragraphs' text is confidently another language.")
     max_foreign_frac: float | None = Field(
-        None, description="Remove documents whose share of paragraphs in another language exceeds this (None: flag only)."
+        None, ge=0.0, le=1.0, description="Remove documents whose share of paragraphs in another language exceeds this (None: flag only)."
     )
     skip_buckets: list[str] = Field(["code"], description="Buckets language ID does not apply to.")
 
@@ -159,12 +161,12 @@ class ModelQualityConfig(Strict):
 
     reference: str | None = Field(None, description="Reference corpus (file or dir of text/jsonl) the models learn 'good' from; None: step off.")
     ngram_order: int = Field(3, ge=1, description="Order of the n-gram language model.")
-    max_perplexity: float | None = Field(None, description="Remove documents above this perplexity (None: score only).")
+    max_perplexity: float | None = Field(None, gt=0.0, description="Remove documents above this perplexity (None: score only).")
     classifier: bool = Field(True, description="Also train a reference-vs-random linear classifier.")
     labelled: str | None = Field(None, description="JSONL of {\"text\", \"label\": \"good\"|\"bad\"} the classifier learns from instead of reference vs random (DCLM); None: reference vs random.")
-    min_classifier_score: float | None = Field(None, description="Remove documents below this score (None: score only).")
+    min_classifier_score: float | None = Field(None, ge=0.0, le=1.0, description="Remove documents below this score (None: score only).")
     keep_top_percent: float | None = Field(None, gt=0, le=100, description="Keep only the documents whose classifier score is in the top this-many percent of all the documents the step scores, corpus-wide (DCLM keeps 10); exact and the same for any worker count (data/top_percent.py). None: no cut.")
-    tier_perplexities: list[float] | None = Field(None, description="Perplexity cut-points of the tiers head/middle/tail; None: the 30th and 60th percentiles of the random sample's (CCNet).")
+    tier_perplexities: list[Annotated[float, Field(gt=0.0)]] | None = Field(None, description="Perplexity cut-points of the tiers head/middle/tail; None: the 30th and 60th percentiles of the random sample's (CCNet).")
     skip_buckets: list[str] = Field(["code"], description="Buckets the step does not apply to.")
     negative_every: int = Field(10, ge=1, description="Every k-th raw record of the run's sources is a 'random' example for the classifier.")
     max_examples: int = Field(20_000, ge=10, description="At most this many training passages per class for the classifier.")
@@ -187,7 +189,7 @@ class SafetyConfig(Strict):
     """Toxicity scoring with a word list (and an optional trained classifier)."""
 
     word_list: str | None = Field(None, description="File of terms, one per line (None: the built-in list).")
-    threshold: float = Field(0.02, description="Remove documents whose toxicity score exceeds this.")
+    threshold: float = Field(0.02, ge=0.0, description="Remove documents whose toxicity score exceeds this.")
     skip_buckets: list[str] = Field(["code"], description="Buckets the step does not apply to.")
 
 
@@ -215,8 +217,8 @@ class LineDedupConfig(Strict):
     """Lines or paragraphs repeated across many documents (menus, footers) removed inside documents."""
 
     unit: Literal["line", "paragraph"] = Field("line", description="What counts as one repeated unit.")
-    min_docs: int = Field(10, description="A unit in at least this many documents is boilerplate.")
-    min_chars: int = Field(10, description="Shorter units are never removed (blank lines, '}', bullets).")
+    min_docs: int = Field(10, ge=2, description="A unit in at least this many documents is boilerplate.")
+    min_chars: int = Field(10, ge=0, description="Shorter units are never removed (blank lines, '}', bullets).")
     skip_buckets: list[str] = Field(["code"], description="Buckets whose lines are never removed (a repeated import line is code, not boilerplate).")
 
 
@@ -237,9 +239,9 @@ class DecontaminateConfig(Strict):
 
     eval_sets: list[str] = Field(default_factory=list, description="JSONL files of evaluation items (a text field each).")
     text_fields: list[str] = Field(["text", "question", "answer", "context"], description="Fields whose text forms an item.")
-    n: int = Field(13, description="n-gram length in words.")
-    max_overlap: float = Field(0.0, description="Remove documents with more than this share of an item's n-grams (0: any shared n-gram).")
-    set_max_overlap: dict[str, float] = Field(default_factory=dict, description="max_overlap of particular eval sets (keyed as listed in eval_sets), e.g. whole held-out documents whose shared boilerplate is no contamination.")
+    n: int = Field(13, ge=1, description="n-gram length in words.")
+    max_overlap: float = Field(0.0, ge=0.0, le=1.0, description="Remove documents with more than this share of an item's n-grams (0: any shared n-gram).")
+    set_max_overlap: dict[str, Fraction] = Field(default_factory=dict, description="max_overlap of particular eval sets (keyed as listed in eval_sets), e.g. whole held-out documents whose shared boilerplate is no contamination.")
 
     @model_validator(mode="after")
     def _known_sets(self) -> "DecontaminateConfig":
@@ -304,16 +306,16 @@ class CurateConfig(Strict):
     substring_dedup: SubstringDedupConfig = Field(default_factory=SubstringDedupConfig)
     decontaminate: DecontaminateConfig = Field(default_factory=DecontaminateConfig)
     bucket_rules: list[BucketRule] = Field(default_factory=list, description="Bucket assignment rules (none: the source's bucket).")
-    min_chars: int = Field(200, description="Documents shorter than this after extraction are dropped.")
-    max_doc_bytes: int = Field(2_000_000, description="Larger raw records are quarantined, not parsed.")
-    shard_docs: int = Field(5000, description="Kept documents per Parquet part.")
-    chunk_docs: int = Field(1000, description="Records per resumable chunk inside a shard.")
-    workers: int = Field(2, description="Processes for extraction and filtering.")
+    min_chars: int = Field(200, ge=0, description="Documents shorter than this after extraction are dropped.")
+    max_doc_bytes: int = Field(2_000_000, ge=1, description="Larger raw records are quarantined, not parsed.")
+    shard_docs: int = Field(5000, ge=1, description="Kept documents per Parquet part.")
+    chunk_docs: int = Field(1000, ge=1, description="Records per resumable chunk inside a shard.")
+    workers: int = Field(2, ge=1, description="Processes for extraction and filtering.")
     executor: Literal["local", "ray"] = Field("local", description="Run shards in local processes or as Ray tasks.")
     memory_per_task: int = Field(2 << 30, ge=64 << 20, description="Bytes one global dedup task may hold; sets the number of hash partitions (README: Memory).")
     dedup_partitions: int | None = Field(None, ge=1, description="Hash partitions of the global dedup shuffles (None: from memory_per_task and the row count).")
     component_edges_per_task: int | None = Field(None, ge=1, description="Near-duplicate edges one connected-components task may hold (None: from memory_per_task); more run as partitioned rounds.")
-    max_removal_share: float = Field(0.9, description="A step removing more than this share of its input stops the run.")
+    max_removal_share: float = Field(0.9, ge=0.0, le=1.0, description="A step removing more than this share of its input stops the run.")
     allow_empty_bucket: bool = Field(False, description="Let a bucket end up empty instead of stopping the run.")
     canaries: CanaryConfig = Field(default_factory=CanaryConfig, description="Memorization canaries inserted into training (off by default).")
 

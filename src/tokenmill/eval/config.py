@@ -66,10 +66,10 @@ class EvalConfig(Strict):
 
     long_context: LongContextConfig = Field(default_factory=LongContextConfig, description="Long-context evaluation (after a context extension).")
 
-    max_docs: int | None = Field(200, description="Held-out documents per bucket (None: all).")
-    batch_size: int = Field(16, description="Windows per forward pass.")
-    num_samples: int = Field(3, description="Generated samples written with every eval, in training too.")
-    sample_tokens: int = Field(64, description="New tokens per sample.")
-    temperature: float = Field(0.8, description="Sampling temperature.")
-    top_k: int = Field(50, description="Sample from the k most likely tokens.")
-    prompt_tokens: int = Field(16, description="Prompt length taken from the start of held-out documents.")
+    max_docs: int | None = Field(200, ge=1, description="Held-out documents per bucket (None: all).")
+    batch_size: int = Field(16, ge=1, description="Windows per forward pass.")
+    num_samples: int = Field(3, ge=0, description="Generated samples written with every eval, in training too.")
+    sample_tokens: int = Field(64, ge=1, description="New tokens per sample.")
+    temperature: float = Field(0.8, ge=0.0, description="Sampling temperature.")
+    top_k: int = Field(50, ge=1, description="Sample from the k most likely tokens.")
+    prompt_tokens: int = Field(16, ge=1, description="Prompt length taken from the start of held-out documents.")

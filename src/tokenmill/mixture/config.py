@@ -5,11 +5,13 @@ Composed into the run config by `tokenmill.config.RunConfig`.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
 from tokenmill.config_base import Strict
+
+Weight = Annotated[float, Field(ge=0.0)]
 
 
 class PhaseRopeConfig(Strict):
@@ -29,7 +31,7 @@ class PhaseConfig(Strict):
 
     name: str = Field(..., min_length=1, description="Phase name, shown in plans, events and checkpoints.")
     fraction: float = Field(..., gt=0.0, le=1.0, description="Share of the token budget (= of the optimizer steps).")
-    weights: dict[str, float] | None = Field(
+    weights: dict[str, Weight] | None = Field(
         None, description="Bucket weights in this phase (None: mixture.weights).")
     seq_len: int | None = Field(
         None, ge=1, description="Sequence length in this phase (None: train.seq_len); rows per micro-batch "
@@ -59,7 +61,7 @@ class ReplayConfig(Strict):
 class MixtureConfig(Strict):
     """How training batches draw from buckets: weights, curriculum phases, packing, prefetch."""
 
-    weights: dict[str, float] | None = Field(
+    weights: dict[str, Weight] | None = Field(
         None, description="Sampling weight per bucket (None: proportional to training tokens)."
     )
     phases: list[PhaseConfig] = Field(

@@ -44,7 +44,7 @@ import torch.utils.checkpoint
 import torch.nn.functional as F
 from torch import nn
 
-from tokenmill.model.config import ModelConfig
+from tokenmill.model.config import ModelConfig, shape_problem
 from tokenmill.model.rope import rope_tables, tables_for  # noqa: F401  (rope_tables: re-exported)
 from tokenmill.model import mup
 from tokenmill.model.fused_ce import IGNORE, fused_chunk, linear_cross_entropy, loss_kernel
@@ -75,21 +75,15 @@ def validate_config(cfg: ModelConfig) -> None:
     """Raise ValueError naming the field when a ModelConfig cannot build a model."""
     if cfg.vocab_size is None or cfg.vocab_size <= 0:
         raise ValueError("model.vocab_size must be set (take it from the token store) before building")
-    if cfg.d_model % cfg.n_heads:
-        raise ValueError(f"model.d_model={cfg.d_model} is not divisible by model.n_heads={cfg.n_heads}")
-    if cfg.position == "rope" and (cfg.d_model // cfg.n_heads) % 2:
-        raise ValueError(f"head dim {cfg.d_model // cfg.n_heads} must be even for RoPE")
-    n_kv = cfg.n_kv_heads or cfg.n_heads
-    if n_kv <= 0 or cfg.n_heads % n_kv:
-        raise ValueError(f"model.n_heads={cfg.n_heads} is not a multiple of model.n_kv_heads={n_kv}")
+    problem = shape_problem(cfg)
+    if problem is not None:
+        raise ValueError(problem)
     if cfg.n_layers <= 0 or cfg.max_seq_len <= 0:
         raise ValueError("model.n_layers and model.max_seq_len must be positive")
     if cfg.sliding_window is not None and cfg.sliding_window <= 0:
         raise ValueError(f"model.sliding_window={cfg.sliding_window} must be positive (or None)")
     if cfg.rope_scaling_factor <= 0:
         raise ValueError(f"model.rope_scaling_factor={cfg.rope_scaling_factor} must be positive")
-    if cfg.n_experts < 0 or (cfg.n_experts and not 1 <= cfg.top_k <= cfg.n_experts):
-        raise ValueError(f"model.top_k={cfg.top_k} must be in [1, model.n_experts={cfg.n_experts}]")
     if cfg.mup_base_width <= 0:
         raise ValueError(f"model.mup_base_width={cfg.mup_base_width} must be positive")
 

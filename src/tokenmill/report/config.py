@@ -32,4 +32,5 @@ class ReportConfig(Strict):
     tensorboard: Literal["auto", "on", "off"] = Field(
         "auto", description="Write the events as TensorBoard scalars to <run>/tensorboard: 'auto' when tensorboard is installed.")
     scaling_law: str | None = Field(None, description="`tokenmill scaling fit`'s fit.json the stopping signals compare with (None: the published Chinchilla fit, slope only).")
+    allowed_hosts: list[str] = Field(default_factory=list, description="Host names `report --serve` answers to besides 127.0.0.1, localhost, [::1] and the --host address (e.g. this machine's name with --host 0.0.0.0); any other Host header gets 421, so a DNS-rebinding page cannot read the report.")
     stop: StopConfig = Field(default_factory=StopConfig, description="Thresholds of the stopping-rule verdict.")

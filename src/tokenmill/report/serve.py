@@ -6,7 +6,10 @@ files change). The page is re-rendered only when one of the files it is built fr
 sizes and mtimes form the change token), so an open tab costs a few `stat` calls per poll.
 
 It binds 127.0.0.1 by default: the report shows paths, config and text samples of the corpus, so
-serving it to the network is something to ask for (`--host 0.0.0.0`), never a default.
+serving it to the network is something to ask for (`--host 0.0.0.0`), never a default. Binding
+loopback is not enough: a web page whose own name resolves to 127.0.0.1 (DNS rebinding) could read
+the report, so a request is answered only when its `Host` is a loopback name, the bound address or
+a name in `report.allowed_hosts`; any other gets 421 and nothing of the report.
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ import threading
 import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from tokenmill.errors import UserError
 from tokenmill.runs import RunDir
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 # What build.render reads: a change to any of these can change the page.
 WATCHED_FILES = ("events.jsonl", "config.yaml", "curated/_funnel.json", "tokenizer/audit.json", "tokens/_meta.json")
 WATCHED_DIRS = ("eval", ".stages")
@@ -114,11 +118,12 @@ class ReportServer(ThreadingHTTPServer):
     daemon_threads = False
     block_on_close = True
 
-    def __init__(self, cache: ReportCache, host: str, port: int, poll_s: float):
+    def __init__(self, cache: ReportCache, host: str, port: int, poll_s: float, hosts: Iterable[str] = ()):
         self.cache, self.poll_s = cache, poll_s
         if ":" in host:
             self.address_family = socket.AF_INET6
         super().__init__((host, port), _Handler)
+        self.allowed_hosts = allowed_hosts(host, self.server_address[1], hosts)  # the port bound, 0 resolved
 
     @property
     def url(self) -> str:
@@ -132,7 +137,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
         path = self.path.split("?", 1)[0]
-        if path in ("/", "/index.html"):
+        host = (self.headers.get("Host") or "").strip().lower()
+        if not host:
+            self._send(400, "text/plain; charset=utf-8", "a Host header is required")
+        elif host not in self.server.allowed_hosts:  # DNS rebinding, or a name nobody configured
+            self._send(421, "text/plain; charset=utf-8", f"this server does not answer to Host {host!r}; "
+                                                          f"add it to report.allowed_hosts to allow it")
+        elif path in ("/", "/index.html"):
             token, page = self.server.cache.current()
             self._send(200, "text/html; charset=utf-8", inject_live_script(page, token, self.server.poll_s))
         elif path == "/version":
@@ -143,6 +154,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
         else:
             self._send(404, "text/plain; charset=utf-8", f"not found: {path} (the report is at /)")
+
+    def end_headers(self) -> None:
+        # every answer, the stdlib's own errors (501, 400) included: a browser must not guess a type
+        self.send_header("X-Content-Type-Options", "nosniff")
+        super().end_headers()
 
     def _send(self, status: int, content_type: str, body: str) -> None:
         data = body.encode("utf-8")
@@ -160,6 +176,15 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+def allowed_hosts(host: str, port: int, extra: Iterable[str] = ()) -> frozenset[str]:
+    """The `Host` headers the server answers, lower-cased, each bare and with the port: the loopback
+    names, the bound address unless it is a wildcard (0.0.0.0, ::), and the configured names."""
+    names = set(LOOPBACK_NAMES) | {n.strip().lower() for n in extra if n.strip()}
+    if host not in ("", "0.0.0.0", "::"):
+        names.add(f"[{host.lower()}]" if ":" in host else host.lower())
+    return frozenset(names | {f"{n}:{port}" for n in names})
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -171,11 +196,12 @@ def is_loopback(host: str) -> bool:
 
 def make_server(run: RunDir, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, poll_s: float = 2.0,
                 render: Callable[[RunDir], str] | None = None) -> ReportServer:
-    """A bound, not yet serving, report server (port 0 picks a free port; see `.url`)."""
+    """A bound, not yet serving, report server (port 0 picks a free port; see `.url`) answering the
+    loopback names, the bound address and the run's report.allowed_hosts."""
     if render is None:
         from tokenmill.report.build import render
     try:
-        return ReportServer(ReportCache(run, render), host, port, poll_s)
+        return ReportServer(ReportCache(run, render), host, port, poll_s, run.config.report.allowed_hosts)
     except OSError as exc:
         raise UserError(f"cannot serve the report on {host}:{port}: {exc.strerror or exc} "
                         f"(another server on that port? --port 0 picks a free one)") from exc
@@ -187,7 +213,8 @@ def serve_report(run: RunDir, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
     to `<run>/tensorboard` every `poll_s` seconds (when TensorBoard is installed)."""
     if not is_loopback(host):
         print(f"warning: serving on {host}: anyone who can reach this machine can read the report "
-              f"(paths, config, text samples). Leave out --host to serve on {DEFAULT_HOST} only.", file=sys.stderr)
+              f"(paths, config, text samples). Leave out --host to serve on {DEFAULT_HOST} only. Requests "
+              f"naming another Host than {host} or report.allowed_hosts are refused.", file=sys.stderr)
     server = make_server(run, host, port, poll_s)
     stop = threading.Event()
     tb_thread = _start_tensorboard_tail(run, poll_s, stop, out) if tensorboard else None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from tokenmill.config_base import Strict
 
@@ -92,14 +92,14 @@ class TrainConfig(Strict):
     """The training recipe: AdamW, warmup + cosine/linear/WSD, clipping, mixed precision,
     checkpoints, the stability guard, periodic eval, data parallelism under torchrun."""
 
-    seq_len: int = Field(256, description="Tokens per training sequence.")
-    micro_batch: int = Field(16, description="Sequences per forward/backward.")
-    grad_accum: int = Field(1, description="Micro-batches per optimizer step (per rank).")
+    seq_len: int = Field(256, ge=1, description="Tokens per training sequence.")
+    micro_batch: int = Field(16, ge=1, description="Sequences per forward/backward.")
+    grad_accum: int = Field(1, ge=1, description="Micro-batches per optimizer step (per rank).")
     global_batch_tokens: int | None = Field(
-        None, description="Tokens per optimizer step over all ranks; sets grad_accum = this / "
+        None, ge=1, description="Tokens per optimizer step over all ranks; sets grad_accum = this / "
         "(micro_batch · seq_len · world size), which must divide (None: use grad_accum).")
-    max_steps: int = Field(1000, description="Optimizer steps.")
-    max_tokens: int | None = Field(None, description="Token budget; sets max_steps = ⌈max_tokens / tokens per step⌉ (None: use max_steps).")
+    max_steps: int = Field(1000, ge=1, description="Optimizer steps.")
+    max_tokens: int | None = Field(None, ge=1, description="Token budget; sets max_steps = ⌈max_tokens / tokens per step⌉ (None: use max_steps).")
     max_seconds: float | None = Field(
         None, gt=0, description="Wall-clock budget in summed step seconds: stop at the step whose end is nearest it, "
         "LR schedule on the elapsed share of it; max_steps stays the ceiling (None: stop at max_steps).")
@@ -107,19 +107,19 @@ class TrainConfig(Strict):
                                                "a second seed of the same run measures its run-to-run noise.")
     init_from: str | None = Field(None, description="Start from these weights instead of a random init: a tokenmill checkpoint (a step_<N> or checkpoints/ directory) or a local Hugging Face Llama directory; the optimizer starts fresh unless init_optimizer. None: random init.")
     init_optimizer: bool = Field(False, description="With init_from a tokenmill checkpoint, also take its AdamW moments (the LR schedule stays this run's).")
-    lr: float = Field(3e-3, description="Peak learning rate.")
+    lr: float = Field(3e-3, gt=0.0, description="Peak learning rate.")
     schedule: Literal["cosine", "linear", "wsd"] = Field(
         "cosine", description="After warmup: cosine or linear decay to min_lr_ratio·lr, or warmup-stable-decay.")
-    min_lr_ratio: float = Field(0.1, description="Final LR as a fraction of peak.")
-    warmup_steps: int = Field(50, description="Linear warmup steps.")
-    warmup_tokens: int | None = Field(None, description="Warmup length in tokens; overrides warmup_steps (None: warmup_steps).")
+    min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0, description="Final LR as a fraction of peak.")
+    warmup_steps: int = Field(50, ge=0, description="Linear warmup steps.")
+    warmup_tokens: int | None = Field(None, ge=0, description="Warmup length in tokens; overrides warmup_steps (None: warmup_steps).")
     decay_fraction: float = Field(0.2, gt=0.0, le=1.0, description="WSD: final share of the run over which the LR decays linearly.")
-    weight_decay: float = Field(0.1, description="AdamW decoupled weight decay (matrices only).")
+    weight_decay: float = Field(0.1, ge=0.0, description="AdamW decoupled weight decay (matrices only).")
     decay_embeddings: bool = Field(False, description="Also decay the embedding table (and a tied head).")
-    beta1: float = Field(0.9, description="AdamW β1.")
-    beta2: float = Field(0.95, description="AdamW β2.")
-    eps: float = Field(1e-8, description="AdamW ε.")
-    grad_clip: float = Field(1.0, description="Global gradient-norm clip (0: off).")
+    beta1: float = Field(0.9, ge=0.0, lt=1.0, description="AdamW β1.")
+    beta2: float = Field(0.95, ge=0.0, lt=1.0, description="AdamW β2.")
+    eps: float = Field(1e-8, gt=0.0, description="AdamW ε.")
+    grad_clip: float = Field(1.0, ge=0.0, description="Global gradient-norm clip (0: off).")
     device: str = Field("auto", description="'auto' (cuda if present, else cpu), 'cpu', 'cuda', 'cuda:1'.")
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="Autocast dtype (fp32 master weights); 'auto': bf16 on CUDA and on CPUs with "
@@ -129,9 +129,9 @@ class TrainConfig(Strict):
     compile: bool | Literal["auto"] = Field(
         "auto", description="torch.compile the model: true, false, or 'auto' (when at least compile_min_steps steps remain).")
     compile_min_steps: int = Field(1000, ge=0, description="'auto' compiles runs with at least this many steps left (a cold compile breaks even after ~600-1000 demo steps).")
-    threads: int | None = Field(None, description="torch CPU threads (None: torch's default).")
-    ckpt_every: int = Field(100, description="Save a checkpoint every this many steps.")
-    keep_checkpoints: int = Field(2, description="Keep this many most recent checkpoints.")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (None: torch's default).")
+    ckpt_every: int = Field(100, ge=0, description="Save a checkpoint every this many steps (0: only at the end and when stopped).")
+    keep_checkpoints: int = Field(2, ge=1, description="Keep this many most recent checkpoints.")
     keep_every: int = Field(0, ge=0, description="Also keep every checkpoint whose step is a multiple of this (0: none).")
     distributed: Literal["ddp", "fsdp"] = Field("ddp", description="Data parallelism under torchrun: DDP, or FSDP2 (fully_shard); with tp or pp > 1 the data axis is always FSDP2.")
     parallel: ParallelConfig = Field(default_factory=ParallelConfig, description="Data × tensor × pipeline layout of a torchrun job.")
@@ -148,11 +148,11 @@ class TrainConfig(Strict):
     slow_rank_patience: int = Field(3, ge=1, description="Slow intervals in a row before a rank is named in a slow_rank event (one interval is noise).")
     faults: FaultConfig = Field(default_factory=FaultConfig)
     health: HealthConfig = Field(default_factory=HealthConfig, description="Early-warning signals: activations, attention logits, loss per bucket, gradient drift, embedding collapse.")
-    eval_every: int = Field(0, description="Evaluate held-out loss every this many steps (0: only at end).")
-    eval_docs: int = Field(32, description="Held-out documents per bucket for in-training evals.")
-    log_every: int = Field(10, description="Print a progress line every this many steps.")
+    eval_every: int = Field(0, ge=0, description="Evaluate held-out loss every this many steps (0: only at end).")
+    eval_docs: int = Field(32, ge=1, description="Held-out documents per bucket for in-training evals.")
+    log_every: int = Field(10, ge=0, description="Print a progress line every this many steps (0: never).")
     peak_tflops: float | None = Field(
-        None, description="Device peak for MFU; None: the `tokenmill calibrate` entry for this device/threads/dtype, "
+        None, gt=0.0, description="Device peak for MFU; None: the `tokenmill calibrate` entry for this device/threads/dtype, "
         "else the GPU table, else a quick measured matmul peak."
     )
     objective: Literal["clm", "mlm", "span", "prefix_lm"] = Field(
@@ -165,3 +165,13 @@ class TrainConfig(Strict):
     prefix_fraction: float | None = Field(
         None, gt=0, lt=1, description="Prefix LM: prefix length as a fraction of the row (None: uniform per row)."
     )
+
+    @model_validator(mode="after")
+    def _batch_adds_up(self) -> "TrainConfig":
+        # the world size is known only at launch (train/budget.py checks it there); a global batch
+        # that is no whole number of one rank's micro-batches cannot fit any world size
+        per_micro = self.micro_batch * self.seq_len
+        if self.global_batch_tokens is not None and self.global_batch_tokens % per_micro:
+            raise ValueError(f"train.global_batch_tokens={self.global_batch_tokens} is not a multiple of "
+                             f"train.micro_batch × train.seq_len = {per_micro}")
+        return self

@@ -44,6 +44,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 from torch import nn
+from rich.markup import escape
 
 from tokenmill.config import RunConfig
 from tokenmill.model.config import ModelConfig
@@ -802,7 +803,7 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 for kind, info in slow_ranks.judge(step, per_rank) if per_rank is not None else []:
                     events.write(STAGE, kind, **info)
                     if kind == "slow_rank":
-                        console.print(f"[yellow]slow rank[/]: rank {info['rank']} ({info['host']}) spends "
+                        console.print(f"[yellow]slow rank[/]: rank {info['rank']} ({escape(str(info['host']))}) spends "
                                       f"{info['ratio']:.2f}× the median rank's time reading and in forward "
                                       f"passes ({info['cause']}) for {info['intervals']} intervals in a row")
                 if stop != NONE:
