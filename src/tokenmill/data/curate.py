@@ -146,8 +146,8 @@ def run_doc_steps(doc: Doc, names: tuple[str, ...], steps: dict[str, DocStep], m
     try:
         return _run_steps(doc, names, steps, marks, clock)
     except DocTimeout:
+        name = clock.step or names[-1]  # DocTimeout is raised only inside a step: never the fallback
         clock.stop()
-        name = clock.step or names[-1]
         marks.append(StepMark(name, text_bytes(doc.text), 0, True, TIMEOUT_RULE))
         return clock.rejection(name)
     finally:

@@ -77,7 +77,7 @@ class LocalExecutor:
         for i in pending:
             pending[i] += 1
             if pending[i] > self.MAX_RETRIES:
-                raise BrokenProcessPool(f"a worker process died {pending[i]} times while task {i} ran "
+                raise BrokenProcessPool(f"a worker process died {pending[i]} times while task {i} was running "
                                         "(killed by the OOM killer, or crashing in native code)")
 
 

