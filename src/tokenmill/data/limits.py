@@ -168,7 +168,8 @@ class DocClock:
     def __exit__(self, *exc: object) -> None:
         self.stop()
         if self.soft:
-            signal.signal(signal.SIGALRM, self._previous)  # type: ignore[arg-type]
+            # None: the previous handler was not set from Python; the default is what it was.
+            signal.signal(signal.SIGALRM, signal.SIG_DFL if self._previous is None else self._previous)  # type: ignore[arg-type]
         if self._fd is not None:
             faulthandler.unregister(signal.SIGPROF)
             os.close(self._fd)
