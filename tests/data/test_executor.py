@@ -27,6 +27,28 @@ def test_single_worker_runs_in_process():
     assert out == [(9, os.getpid())]
 
 
+def _dies(marks: Path, i: int, times: int) -> int:
+    """Task 3's first `times` attempts SIGKILL their worker (a per-document hard timer, the OOM killer)."""
+    if i == 3 and _attempt(marks, i) <= times:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return i * i
+
+
+def test_local_pool_reruns_the_tasks_of_a_dead_worker(tmp_path):
+    with LocalExecutor(2) as ex:
+        out = ex.map(_dies, [(tmp_path, i, 1) for i in range(6)])
+    assert out == [i * i for i in range(6)]
+    assert (tmp_path / "3.attempts").stat().st_size == 2
+
+
+def test_local_pool_gives_up_on_a_task_that_always_kills_its_worker(tmp_path, monkeypatch):
+    from concurrent.futures.process import BrokenProcessPool
+
+    monkeypatch.setattr(LocalExecutor, "MAX_RETRIES", 1)
+    with LocalExecutor(2) as ex, pytest.raises(BrokenProcessPool, match="died 2 times while task"):
+        ex.map(_dies, [(tmp_path, i, 99) for i in range(6)])
+
+
 def test_make_executor_rejects_unknown():
     assert isinstance(make_executor("ray", 2), RayExecutor)
     with pytest.raises(ValueError, match="unknown executor"):

@@ -129,6 +129,14 @@ class ExtractConfig(Strict):
     fallback: bool = Field(True, description="When the main extractor finds nothing, try the fallback extractor.")
 
 
+class DocLimitsConfig(Strict):
+    """Bounded work per document (README: Bounded work per document)."""
+
+    doc_seconds: float | None = Field(20.0, gt=0, description="Wall-clock seconds one document may spend in a phase's per-document steps; over it, it is quarantined with rule `timeout` (None: no limit).")
+    kill_factor: float = Field(3.0, ge=1, description="A step stuck in native code past kill_factor x doc_seconds of CPU time kills its worker; the retried task quarantines the document (workers >= 2 or Ray).")
+    max_html_depth: int | None = Field(2000, ge=1, description="HTML nested deeper than this many elements is quarantined with rule `nesting_depth` before any parser sees it (None: no check).")
+
+
 class NormalizeConfig(Strict):
     """Unicode and whitespace normalization."""
 
@@ -294,6 +302,7 @@ class CurateConfig(Strict):
     sources: list[SourceConfig] = Field(default_factory=list, description="Inputs of the run.")
     steps: list[str] | None = Field(None, description=f"Steps to run, in canonical order (None: all): {', '.join(CURATE_STEPS)}.")
     extract: ExtractConfig = Field(default_factory=ExtractConfig)
+    limits: DocLimitsConfig = Field(default_factory=DocLimitsConfig, description="Time and nesting-depth limits per document.")
     normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)
     url: UrlFilterConfig = Field(default_factory=UrlFilterConfig)
     langid: LangIdConfig = Field(default_factory=LangIdConfig)

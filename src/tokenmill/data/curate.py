@@ -56,6 +56,7 @@ from tokenmill.data.document import (DOC_SCHEMA, REJECTED_SCHEMA, Doc, RawRecord
 from tokenmill.data.readers import get_reader
 from tokenmill.data.executor import make_executor
 from tokenmill.data.funnel import Funnel, StepCounts, StepMark
+from tokenmill.data.limits import TIMEOUT_RULE, DocClock, DocTimeout
 from tokenmill.data.registry import CORPUS_STEPS, FINAL_STEPS, MAP_STEPS, build_doc_steps, selected_steps
 from tokenmill.data.shards import ShardSpec, plan_shards, read_shard
 from tokenmill.data.step import DocStep
@@ -86,6 +87,11 @@ class Job:
     steps: tuple[str, ...]  # selected steps, canonical order
     work: str
     base_dir: str
+    driver_pid: int | None = None  # the coordinating process: never killed by a per-document timer
+
+    def clock(self, task_dir: Path) -> DocClock:
+        """The per-document timers of one task (data.limits); the hard one only in a worker."""
+        return DocClock(self.cfg.limits, task_dir, hard=self.driver_pid not in (None, os.getpid()))
 
     @property
     def funnel_steps(self) -> tuple[str, ...]:
@@ -131,15 +137,39 @@ def _worker_steps(job: Job, names: tuple[str, ...]) -> dict[str, DocStep]:
     return {s.name: s for s in _STEP_CACHE[key]}
 
 
-def run_doc_steps(doc: Doc, names: tuple[str, ...], steps: dict[str, DocStep], marks: list[StepMark]) -> Rejection | None:
-    """Pass a document through the named steps; a disabled or out-of-scope step passes it."""
+def run_doc_steps(doc: Doc, names: tuple[str, ...], steps: dict[str, DocStep], marks: list[StepMark],
+                  clock: DocClock | None = None) -> Rejection | None:
+    """Pass a document through the named steps; a disabled or out-of-scope step passes it.
+    With a clock (started on this document), a step that runs out of time removes it."""
+    if clock is None:
+        return _run_steps(doc, names, steps, marks, None)
+    try:
+        return _run_steps(doc, names, steps, marks, clock)
+    except DocTimeout:
+        name = clock.step or names[-1]  # DocTimeout is raised only inside a step: never the fallback
+        clock.stop()
+        marks.append(StepMark(name, text_bytes(doc.text), 0, True, TIMEOUT_RULE))
+        return clock.rejection(name)
+    finally:
+        clock.stop()
+
+
+def _run_steps(doc: Doc, names: tuple[str, ...], steps: dict[str, DocStep], marks: list[StepMark],
+               clock: DocClock | None) -> Rejection | None:
     for name in names:
         n = text_bytes(doc.text)
         step = steps.get(name)
         if step is None or not step.applies(doc):
             marks.append(StepMark(name, n, n, False))
             continue
+        if clock is not None:
+            if (killed := clock.killed_in(name)) is not None:
+                marks.append(StepMark(name, n, 0, True, TIMEOUT_RULE))
+                return killed
+            clock.enter(name)
         rejection = step.process(doc)
+        if clock is not None:
+            clock.leave()  # before the mark: a timer firing now must not count the step twice
         if rejection is not None:
             marks.append(StepMark(name, n, 0, True, rejection.rule))
             return rejection
@@ -241,24 +271,25 @@ def map_shard(job: Job, spec: ShardSpec) -> dict[str, int]:
     id_rule = IdRule.load(_ids_dir(job))
     docs = 0
     records = read_shard(spec, job.sources, job.cfg.max_doc_bytes)
-    for k, chunk in enumerate(_batched(records, job.cfg.chunk_docs)):
-        docs += len(chunk)
-        if (sdir / f"chunk-{k:05d}.done").exists():
-            continue  # reading past it is cheap; processing it again is what resume avoids
-        _map_chunk(job, spec.index, k, chunk, names, steps, hasher, id_rule)
+    with job.clock(sdir) as clock:
+        for k, chunk in enumerate(_batched(records, job.cfg.chunk_docs)):
+            docs += len(chunk)
+            if (sdir / f"chunk-{k:05d}.done").exists():
+                continue  # reading past it is cheap; processing it again is what resume avoids
+            _map_chunk(job, spec.index, k, chunk, names, steps, hasher, id_rule, clock)
     summary = {"docs": docs}
     _mark(sdir / "DONE", summary)
     return summary
 
 
 def _map_chunk(job: Job, shard: int, k: int, chunk: list[RawRecord], names: tuple[str, ...],
-               steps: dict[str, DocStep], hasher: Any, id_rule: IdRule) -> None:
+               steps: dict[str, DocStep], hasher: Any, id_rule: IdRule, clock: DocClock) -> None:
     from tokenmill.data.dedup.exact import exact_key
 
     funnel = Funnel(job.funnel_steps)
     kept: list[Doc] = []
     rejected: list[dict[str, Any]] = []
-    for raw in chunk:
+    for i, raw in enumerate(chunk):
         doc_id, not_taken = id_rule.decide(raw)
         doc = Doc.from_raw(raw, doc_id)
         if doc_id != raw.id:  # the user's id: the hash stays in the lineage
@@ -275,7 +306,8 @@ def _map_chunk(job: Job, shard: int, k: int, chunk: list[RawRecord], names: tupl
         doc.lineage.append(("read", source_step.VERSION))
         if raw.encoding is not None:  # the decode step, named with the encoding it used
             doc.lineage.append(("decode", raw.encoding.name))
-        rejection = run_doc_steps(doc, names, steps, marks)
+        clock.start(k, i)
+        rejection = run_doc_steps(doc, names, steps, marks, clock)
         _record(funnel, bucket, marks)
         if rejection is not None:
             funnel.outcome(doc.language, marks[-1])  # kept ones are decided in the final phase
@@ -515,15 +547,16 @@ def final_shard(job: Job, spec: ShardSpec, base: int) -> None:
     frequent = _frequent(job)
     substr = SubstrState.load(job) if _substr_on(job) else None
     fdir = Path(job.work) / "finalized" / f"{spec.index:05d}"
-    for k, path, first, _ in chunk_bases(job.work, spec.index, base):
-        if (fdir / f"chunk-{k:05d}.done").exists():
-            continue
-        _final_chunk(job, spec.index, k, path, first, decisions, frequent, substr, names, steps)
+    with job.clock(fdir) as clock:
+        for k, path, first, _ in chunk_bases(job.work, spec.index, base):
+            if (fdir / f"chunk-{k:05d}.done").exists():
+                continue
+            _final_chunk(job, spec.index, k, path, first, decisions, frequent, substr, names, steps, clock)
 
 
 def _final_chunk(job: Job, shard: int, k: int, path: Path, base: int, decisions: dict[int, dict[str, Any]],
                  frequent: PartitionedSet | None, substr: "SubstrState | None", names: tuple[str, ...],
-                 steps: dict[str, DocStep]) -> None:
+                 steps: dict[str, DocStep], clock: DocClock) -> None:
     from tokenmill.data.dedup import exact as dedup_mod
 
     funnel = Funnel(job.funnel_steps)
@@ -540,7 +573,8 @@ def _final_chunk(job: Job, shard: int, k: int, path: Path, base: int, decisions:
         if rejection is None and "substring_dedup" in job.steps:
             rejection = _apply_substring(job, doc, base + i, substr, marks, rejected)
         if rejection is None:
-            rejection = run_doc_steps(doc, names, steps, marks)
+            clock.start(k, i)
+            rejection = run_doc_steps(doc, names, steps, marks, clock)
         _record(funnel, bucket0, marks)
         funnel.outcome(doc.language, marks[-1] if rejection is not None else None)
         if rejection is not None:
@@ -668,7 +702,8 @@ def curate(cfg: CurateConfig, out: Path, *, steps: list[str] | None = None, base
     selected = selected_steps(cfg, steps)
     out = Path(out)
     work = out.with_name(f".{out.name}.work")
-    job = Job(cfg=cfg, steps=selected, work=str(work.resolve()), base_dir=str((base_dir or Path.cwd()).resolve()))
+    job = Job(cfg=cfg, steps=selected, work=str(work.resolve()), base_dir=str((base_dir or Path.cwd()).resolve()),
+              driver_pid=os.getpid())
     fingerprint = sha256_json({"cfg": cfg.model_dump(mode="json", exclude=EXECUTION_KNOBS), "steps": selected,
                                "inputs": inputs_fingerprint if inputs_fingerprint is not None else curate_inputs_fingerprint(cfg)})
     emit = (lambda kind, **f: events.write(STAGE, kind, **f)) if events else (lambda kind, **f: None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Sequence
 
 ProgressFn = Callable[[int, Any], None]
@@ -18,9 +19,11 @@ ProgressFn = Callable[[int, Any], None]
 class LocalExecutor:
     """N 'spawn' worker processes, kept for the executor's lifetime (1: run in this process,
     which keeps tracebacks simple). With N > 1 every task runs in a worker, even a lone one, so
-    the coordinating process never holds a task's data (a reduce over a whole partition)."""
+    the coordinating process never holds a task's data (a reduce over a whole partition). A
+    worker that dies takes the pool with it: a new pool reruns the unfinished tasks."""
 
     name = "local"
+    MAX_RETRIES = 6  # runs of a task lost to a dead worker before the map fails (as RayExecutor)
 
     def __init__(self, workers: int):
         self.workers = max(1, int(workers))
@@ -49,14 +52,33 @@ class LocalExecutor:
                 if on_done:
                     on_done(i, results[i])
             return results
-        pool = self._workers()
-        futures = {pool.submit(fn, *args): i for i, args in enumerate(tasks)}
-        for fut in as_completed(futures):
-            i = futures[fut]
-            results[i] = fut.result()
-            if on_done:
-                on_done(i, results[i])
+        pending = dict.fromkeys(range(len(tasks)), 0)  # task -> pools that broke under it
+        while pending:
+            pool = self._workers()
+            futures = {pool.submit(fn, *tasks[i]): i for i in pending}
+            try:
+                for fut in as_completed(futures):
+                    i = futures[fut]
+                    results[i] = fut.result()
+                    del pending[i]
+                    if on_done:
+                        on_done(i, results[i])
+            except BrokenProcessPool:
+                self._restart(pending)
         return results
+
+    def _restart(self, pending: dict[int, int]) -> None:
+        """A worker died (a per-document timer killed it, or the OOM killer did): the pool is
+        lost with every task in flight. Start a new one and run the unfinished tasks again,
+        which resume from their finished work, as Ray reruns a task whose worker died."""
+        assert self._pool is not None
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool = None
+        for i in pending:
+            pending[i] += 1
+            if pending[i] > self.MAX_RETRIES:
+                raise BrokenProcessPool(f"a worker process died {pending[i]} times while task {i} was running "
+                                        "(killed by the OOM killer, or crashing in native code)")
 
 
 class RayExecutor:

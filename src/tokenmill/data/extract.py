@@ -29,6 +29,8 @@ of public docstrings (trafilatura with the v1 layout-table unwrapping: 87%), wit
 420 characters, so the v1 layout-table unwrapping is needed only on the trafilatura path,
 where it is kept. Of the 6,209 pages of web_html, resiliparse finds nothing on 6 (Sphinx
 toctree pages and a copyright page): those are what the fallback is for.
+A page nested deeper than `curate.limits.max_html_depth` never reaches either extractor
+(data.limits: resiliparse's walk is worse than quadratic in depth; trafilatura finds nothing).
 trafilatura's own `deduplicate` stays off: its cache is per process, which would make the
 output depend on which worker saw which page first.
 """
@@ -45,6 +47,7 @@ import trafilatura
 from resiliparse.extract.html2text import extract_plain_text
 
 from tokenmill.data.document import Doc, Rejection, format_value, text_bytes
+from tokenmill.data.limits import depth_rejection
 from tokenmill.data.step import DocStep
 
 VERSION = (f"2+resiliparse-{importlib.metadata.version('resiliparse')}"
@@ -174,6 +177,10 @@ class Extract(DocStep):
         return doc.format == "html"
 
     def process(self, doc: Doc) -> Rejection | None:
+        # Before any parser: resiliparse's walk is worse than quadratic in nesting depth.
+        rejection = depth_rejection(doc.text or "", self.cfg.limits.max_html_depth)
+        if rejection is not None:
+            return rejection
         text, rejection = extract(doc.text or "", self.cfg.extract.fallback)
         if rejection is None:
             doc.text = text
