@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Sequence
 
@@ -52,29 +52,38 @@ class LocalExecutor:
                 if on_done:
                     on_done(i, results[i])
             return results
-        pending = dict.fromkeys(range(len(tasks)), 0)  # task -> pools that broke under it
+        pending = dict.fromkeys(range(len(tasks)), 0)  # task -> pools that broke while it ran
         while pending:
             pool = self._workers()
             futures = {pool.submit(fn, *tasks[i]): i for i in pending}
+            running: set[int] = set()
             try:
-                for fut in as_completed(futures):
-                    i = futures[fut]
-                    results[i] = fut.result()
-                    del pending[i]
-                    if on_done:
-                        on_done(i, results[i])
+                while futures:
+                    # Which tasks were running, seen just before each wait: only they can be the
+                    # one whose worker died, so only they are charged a retry.
+                    running = {i for f, i in futures.items() if f.running()}
+                    done, _ = wait(futures, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        i = futures.pop(fut)
+                        results[i] = fut.result()
+                        del pending[i]
+                        if on_done:
+                            on_done(i, results[i])
             except BrokenProcessPool:
-                self._restart(pending)
+                self._restart(pending, running)
         return results
 
-    def _restart(self, pending: dict[int, int]) -> None:
+    def _restart(self, pending: dict[int, int], running: set[int]) -> None:
         """A worker died (a per-document timer killed it, or the OOM killer did): the pool is
         lost with every task in flight. Start a new one and run the unfinished tasks again,
-        which resume from their finished work, as Ray reruns a task whose worker died."""
+        which resume from their finished work, as Ray reruns a task whose worker died. A task
+        is charged a retry only when it was seen running, so deaths in other shards do not fail it."""
         assert self._pool is not None
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._pool = None
-        for i in pending:
+        # None seen running (it started and died between two looks): charge every unfinished
+        # task, so a task that always kills its worker still ends the map.
+        for i in (running & pending.keys()) or set(pending):
             pending[i] += 1
             if pending[i] > self.MAX_RETRIES:
                 raise BrokenProcessPool(f"a worker process died {pending[i]} times while task {i} was running "
