@@ -149,12 +149,12 @@ def test_quality_calibrate_and_curate_eval_quality_from_the_cli(tmp_path):
 
 
 def test_train_continues_another_runs_model_from_the_cli(tiny_run):
-    from tokenmill.runs import read_events
+    from tokenmill.runs import RunDir, read_events
     from tokenmill.train.trainer import run_train
 
     run_train(tiny_run, progress=False)
     cont = tiny_run.path.parent / "cont"
-    cont.mkdir()
+    RunDir.create(tiny_run.config, cont)  # tokenmill makes the run directory: a folder it did not make is refused
     (cont / "tokens").symlink_to(tiny_run.path / "tokens")
     cfg = tiny_run.path / "config.yaml"
     args = ["train", str(cfg), "--set", "name=cont", "--set", f"train.init_from={tiny_run.path / 'checkpoints'}",

@@ -141,6 +141,9 @@ def curate(
     bucket: Optional[str] = typer.Option(None, "--bucket", help="Bucket for the INPUTs (default: code for code trees, else web)."),
     set_: Optional[list[str]] = SetOpt,
     run_dir: Optional[Path] = RunDirOpt,
+    overwrite: bool = typer.Option(False, "--overwrite", help="Write into OUT even if it holds files tokenmill did "
+                                   "not write: they are kept (a name clash is refused); only tokenmill's own earlier "
+                                   "output there is replaced."),
 ) -> None:
     """Extract, normalize, filter, deduplicate and decontaminate text into curated Parquet shards.
 
@@ -150,7 +153,9 @@ def curate(
     exact_dedup, minhash_dedup, line_dedup, substring_dedup (off unless curate.substring_dedup.enabled),
     decontaminate, bucket. Writes OUT/<bucket>/part-*.parquet,
     OUT/_rejected/ (every removed document with the step, rule and measured value) and
-    OUT/_funnel.json. A killed run, started again, continues where it stopped.
+    OUT/_funnel.json. A killed run, started again, continues where it stopped. OUT must be new,
+    empty, or an earlier `tokenmill curate -o` output (a .tokenmill marker): then its earlier
+    output is replaced and any other file there is kept.
     """
     from tokenmill.pipeline import run_stage
 
@@ -175,11 +180,12 @@ def curate(
 
         run_cfg = load_config(config, overrides)
         cfg = run_cfg.curate.model_copy(update={"sources": sources_from_paths([str(p) for p in inputs], bucket)})
-        out.mkdir(parents=True, exist_ok=True)
         from tokenmill.runs import EventLog
 
+        where = out.absolute()  # `-o .` has no name to put the event log beside
         summary = curate_paths(cfg, out, base_dir=config.parent if config else Path.cwd(),
-                               events=EventLog(out.parent / f".{out.name}.events.jsonl"), seed=run_cfg.seed)
+                               events=EventLog(where.parent / f".{where.name}.events.jsonl"), seed=run_cfg.seed,
+                               overwrite=overwrite)
         _say("✓ curate", "green", summary, sep=" ")
     _guard(go, resume_hint="Run the same command again: finished shards are not redone.")
 
@@ -568,7 +574,8 @@ def export_hf_cmd(
     checkpoint: Path = typer.Argument(..., help="A step_N checkpoint, or a run's checkpoints/ directory (newest valid)."),
     out: Path = typer.Argument(..., help="Output directory (config.json, model.safetensors, tokenizer files)."),
     tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="tokenizer.json (default: <run>/tokenizer/tokenizer.json)."),
-    force: bool = typer.Option(False, "--force", help="Replace OUT if it exists and is not empty."),
+    force: bool = typer.Option(False, "--overwrite", "--force", help="Replace OUT when it holds an earlier tokenmill "
+                               "export (only the files tokenmill wrote; a directory of other files is refused)."),
 ) -> None:
     """Write a Hugging Face LlamaForCausalLM + PreTrainedTokenizerFast directory, loadable with
     `from_pretrained(OUT)` and `lm_eval --model hf --model_args pretrained=OUT`."""

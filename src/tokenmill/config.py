@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tokenmill.config_base import ConfigError, Strict, format_validation_error
 from tokenmill.data.config import (BucketRule, CURATE_STEPS, CanaryConfig, CurateConfig, DecontaminateConfig,
@@ -53,6 +53,15 @@ class RunConfig(Strict):
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
+
+    @field_validator("name")
+    @classmethod
+    def _name_stays_in_root(cls, name: str) -> str:
+        # the run directory is <root>/<name>: a separator, `..` or an absolute name would put it elsewhere
+        if not name.strip() or name in (".", "..") or "/" in name or "\\" in name or Path(name).is_absolute():
+            raise ValueError(f"{name!r} must be one folder name (no '/', '\\', '..' or absolute path): the run "
+                             "directory is <root>/<name>; use `root` to put it elsewhere")
+        return name
 
     @model_validator(mode="after")
     def _layout_fits_model(self) -> "RunConfig":

@@ -34,6 +34,20 @@ def _inputs(run: RunDir, stage: str) -> Any:
     return curate_inputs_fingerprint(run.config.curate)
 
 
+def _preflight(run: RunDir, stage: str) -> None:
+    """The stage's config checks that need no work, before config.yaml or any output is written."""
+    if stage == "curate":
+        from tokenmill.data.curate import check_config
+
+        check_config(run.config.curate)
+    elif stage == "tokenizer":
+        from tokenmill.tokenizer.stage import given_tokenizer, tokenizer_file
+
+        given = tokenizer_file(run)
+        if given is not None:
+            given_tokenizer(given, run.config.tokenizer.n_sentinels)
+
+
 def _train(run: RunDir, resume: bool | None, fresh: bool = False) -> dict[str, Any]:
     from tokenmill.eval.evaluate import in_training_evaluator
     from tokenmill.train.checkpoint import checkpoint_fingerprint, latest_checkpoint
@@ -88,7 +102,9 @@ def run_stage(run: RunDir, stage: str, resume: bool | None = None, fresh: bool =
         check_torchrun_stage(run, stage)
     main = os.environ.get("RANK", "0") == "0"  # one record of the stage per job: rank 0's
     inputs = _inputs(run, stage)
+    _preflight(run, stage)
     if main:
+        run.record_config()  # only now: a config the stage refuses never replaces the run's config.yaml
         run.invalidate_from(stage)
         run.events.write(stage, "stage_start")
         console.print(f"▶ {stage}", style="bold")

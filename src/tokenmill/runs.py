@@ -10,14 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 from tokenmill.config import RunConfig, dump_config
+# TEMPORARY and temporary_name lived here first: callers still import them from runs
+from tokenmill.ownership import TEMPORARY as TEMPORARY, claim_dir, temporary_name as temporary_name
 
 STAGES: tuple[str, ...] = ("curate", "tokenizer", "tokenize", "train", "eval", "report")
 
@@ -97,15 +97,6 @@ def sha256_json(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def temporary_name(path: Path, suffix: str = "") -> Path:
-    """A name beside `path` no other writer uses (process and a random part): two writers of the
-    same file (a task re-run while a cut-off node still runs it) never interleave in one file."""
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}{suffix}")
-
-
-TEMPORARY = re.compile(r"^\..+\.tmp-\d+-[0-9a-f]{8}(\.[a-z]+)?$")
-
-
 def remove_temporaries(directory: Path) -> int:
     """Delete the temporary files that writers killed mid-write left under a directory (their
     file was never renamed into place, so it holds nothing); how many were removed."""
@@ -171,6 +162,17 @@ def read_events(path: Path) -> Iterator[dict[str, Any]]:
                 continue
 
 
+def is_legacy_run_dir(path: Path) -> bool:
+    """A run directory of a tokenmill made before the ownership marker: it has stage records, or a
+    config.yaml beside an event log whose first line is a tokenmill event."""
+    if (path / ".stages").is_dir():
+        return True
+    if not (path / "config.yaml").is_file():
+        return False
+    first = next(iter(read_events(path / "events.jsonl")), None)
+    return first is not None and {"t", "stage", "kind"} <= set(first)
+
+
 @dataclass
 class RunDir:
     """One run: its config, its directory and its event log."""
@@ -180,10 +182,21 @@ class RunDir:
 
     @classmethod
     def create(cls, config: RunConfig, path: Path | None = None) -> "RunDir":
+        """Open the run directory: a new or empty one, or one tokenmill made (else OwnershipError,
+        before anything is written). config.yaml is written here only for a new run; a stage
+        rewrites it when it starts (record_config), after its own config checks passed."""
         run = cls(config=config, path=Path(path) if path is not None else config.run_dir)
-        run.path.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(run.path / "config.yaml", dump_config(config))
+        claim_dir(run.path, "run", run=config.name, legacy=is_legacy_run_dir,
+                  hint=" (set `name`/`root` or --run-dir to a new directory)")
+        if not (run.path / "config.yaml").exists():
+            run.record_config()
         return run
+
+    def record_config(self) -> None:
+        """Write the resolved config as config.yaml (only when it changed)."""
+        path, text = self.path / "config.yaml", dump_config(self.config)
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            atomic_write_text(path, text)
 
     @property
     def events(self) -> EventLog:

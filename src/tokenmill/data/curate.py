@@ -44,7 +44,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tokenmill.data.config import (CurateConfig, SourceConfig)
 from tokenmill.data import classifier_cut, sources as source_step
-from tokenmill.data.canaries import canary_bucket, insert_canaries
+from tokenmill.data.canaries import CANARIES_FILE, canary_bucket, insert_canaries
 from tokenmill.data.dedup.shuffle import PartitionedSet
 from tokenmill.data.dedup.minhash import PERMUTATION_SEED
 from tokenmill.data.dedup.stages import load_decisions, run_dedup, run_lines
@@ -61,6 +61,7 @@ from tokenmill.data.registry import CORPUS_STEPS, FINAL_STEPS, MAP_STEPS, build_
 from tokenmill.data.shards import ShardSpec, plan_shards, read_shard
 from tokenmill.data.step import DocStep
 from tokenmill.errors import UserError
+from tokenmill.ownership import check_clashes, claim_dir, publish_into, remove_own_temporaries, write_marker
 from tokenmill.runs import EventLog, RunDir, atomic_write_text, remove_temporaries, sha256_json, temporary_name
 
 STAGE = "curate"
@@ -687,11 +688,9 @@ def check_removal(funnel: Funnel, cfg: CurateConfig, steps: Iterable[str]) -> No
                     f"loosen those rules for this bucket.")
 
 
-def curate(cfg: CurateConfig, out: Path, *, steps: list[str] | None = None, base_dir: Path | None = None,
-           events: EventLog | None = None, progress: bool = True, inputs_fingerprint: Any = None,
-           seed: int = 0) -> dict[str, Any]:
-    """Curate `cfg.sources` into `out`; resumable: a killed call, called again, continues.
-    `seed` (the run seed) fixes the canaries' secrets, if any are configured."""
+def check_config(cfg: CurateConfig) -> None:
+    """What makes the config unusable, found before any work: no sources, a bad bucket name, a
+    missing source path."""
     if not cfg.sources:
         raise ValueError("curate.sources is empty: there is nothing to curate")
     _check_buckets(cfg)
@@ -699,9 +698,19 @@ def curate(cfg: CurateConfig, out: Path, *, steps: list[str] | None = None, base
         canary_bucket(cfg)  # an unknown bucket fails now, not after the work
     for src in cfg.sources:
         source_step.check_source(src)  # a missing path fails now, not after minutes of work
+
+
+def curate(cfg: CurateConfig, out: Path, *, steps: list[str] | None = None, base_dir: Path | None = None,
+           events: EventLog | None = None, progress: bool = True, inputs_fingerprint: Any = None,
+           seed: int = 0, overwrite: bool = False) -> dict[str, Any]:
+    """Curate `cfg.sources` into `out`; resumable: a killed call, called again, continues.
+    `seed` (the run seed) fixes the canaries' secrets, if any are configured. `out` must be new,
+    empty or tokenmill's curate output; with `overwrite` any directory, whose other files are kept."""
+    check_config(cfg)
     selected = selected_steps(cfg, steps)
-    out = Path(out)
+    out = Path(os.path.abspath(out))  # `-o .` has no name to put the work directory beside
     work = out.with_name(f".{out.name}.work")
+    owned = _claim_output(cfg, out, work, overwrite)
     job = Job(cfg=cfg, steps=selected, work=str(work.resolve()), base_dir=str((base_dir or Path.cwd()).resolve()),
               driver_pid=os.getpid())
     fingerprint = sha256_json({"cfg": cfg.model_dump(mode="json", exclude=EXECUTION_KNOBS), "steps": selected,
@@ -756,8 +765,8 @@ def curate(cfg: CurateConfig, out: Path, *, steps: list[str] | None = None, base
     if not (final / REJECTED_DIR).exists():
         _write_table([], REJECTED_SCHEMA, final / REJECTED_DIR / "part-00000-00000-a.parquet")
     summary = _summary(funnel_data, final, time.time() - started)
-    _publish(final, out)
-    shutil.rmtree(work, ignore_errors=True)
+    _publish(final, out, owned)
+    shutil.rmtree(work, ignore_errors=True)  # the work directory is tokenmill's: _claim_output checked it
     for step in job.funnel_steps:
         emit("step", step=step, **funnel_data["total"][step])
     if canaries:
@@ -795,18 +804,51 @@ def _summary(funnel_data: dict[str, Any], final: Path, seconds: float) -> dict[s
             "seconds": round(seconds, 3), "buckets": buckets}
 
 
-def _publish(final: Path, out: Path) -> None:
-    """Swap the finished output in with renames; the old output is deleted only afterwards.
-    Temporary files of writers killed mid-write (a lost node's, a killed driver's last task)
+FIXED_OUTPUTS = (REJECTED_DIR, FUNNEL_FILE, DECONTAMINATION_FILE, CANARIES_FILE)
+
+
+def _looks_curated(entry: Path) -> bool:
+    """An entry an earlier tokenmill curate wrote (before outputs were marked): one of its named
+    files, or a folder holding only part-*.parquet files."""
+    if entry.is_symlink():
+        return False
+    if entry.is_file():
+        return entry.name in FIXED_OUTPUTS
+    files = list(entry.iterdir())
+    return bool(files) and all(f.is_file() and f.name.startswith("part-") and f.name.endswith(".parquet")
+                               for f in files)
+
+
+def _claim_output(cfg: CurateConfig, out: Path, work: Path, overwrite: bool) -> set[str]:
+    """Refuse, before any work, an output or work directory tokenmill did not make, and an output
+    name taken by a file it did not write; returns the names in `out` that are tokenmill's."""
+    mark = claim_dir(out, STAGE, foreign_ok=overwrite, create=False,  # a new `out` appears only when published
+                     hint=" (or pass --overwrite to write beside its files, which are kept)")
+    if mark.get("adopted"):  # no marker yet: only entries shaped like curate output are tokenmill's
+        owned = {e.name for e in out.iterdir() if _looks_curated(e)}
+        write_marker(out, STAGE, outputs=owned)
+    else:
+        owned = set(mark["outputs"])
+    buckets = {s.bucket for s in cfg.sources} | {r.bucket for r in cfg.bucket_rules}
+    check_clashes(out, buckets | set(FIXED_OUTPUTS), owned)
+    claim_dir(work, "curate-work", legacy=lambda d: (d / "plan.json").is_file())
+    return owned
+
+
+def _publish(final: Path, out: Path, owned: set[str]) -> None:
+    """Move the finished output into `out` entry by entry, replacing only what tokenmill wrote
+    there before (the marker lists it) and keeping every other file. Temporary files of writers killed mid-write (a lost node's, a killed driver's last task)
     are not output: they are removed first."""
     remove_temporaries(final)
     fsync_tree(final)
-    old = out.with_name(f".{out.name}.old-{os.getpid()}")
-    if out.exists():
-        os.replace(out, old)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(final, out)
-    shutil.rmtree(old, ignore_errors=True)
+    if not os.path.lexists(out):  # new: the whole output appears at once
+        write_marker(final, STAGE, outputs=[e.name for e in final.iterdir()])
+        out.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(final, out)
+        return
+    remove_own_temporaries(out)
+    publish_into(final, out, STAGE, owned)
+    final.rmdir()
 
 
 def _progress(enabled: bool) -> Progress:
@@ -830,5 +872,6 @@ def curate_inputs_fingerprint(cfg: CurateConfig) -> list[dict[str, Any]]:
 
 def run_curate(run: RunDir, progress: bool = True) -> dict[str, Any]:
     """The pipeline's curate stage: `run.config.curate` into `<run>/curated/`."""
+    # curated/ lies in a run directory tokenmill owns: one an earlier version made has no marker yet
     return curate(run.config.curate, run.path / "curated", base_dir=Path.cwd(), events=run.events,
-                  progress=progress, seed=run.config.seed)
+                  progress=progress, seed=run.config.seed, overwrite=True)

@@ -38,6 +38,7 @@ import torch
 from safetensors.torch import save_file
 
 from tokenmill.model.config import ModelConfig
+from tokenmill.ownership import MARKER, publish_into, read_marker, temporary_name, write_marker
 from tokenmill.errors import UserError
 from tokenmill.model.transformer import resolve_ffn_hidden
 from tokenmill.model.rope import original_length
@@ -168,19 +169,72 @@ def tokenizer_config() -> dict[str, Any]:
     }
 
 
+EXPORT_STAGE = "export-hf"
+EXPORT_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                "tokenizer_config.json", "special_tokens_map.json")
+
+
+def _earlier_export(out: Path, overwrite: bool) -> set[str]:
+    """The files of tokenmill's earlier export in OUT (none when OUT is new or empty); refuses, before
+    any work, an OUT that holds anything else, and an earlier export unless `overwrite`."""
+    if os.path.lexists(out) and not out.is_dir():
+        raise ExportError(f"{out}: exists and is not a directory")
+    if not out.is_dir() or not any(out.iterdir()):
+        return set()
+    mark = read_marker(out)
+    if mark is not None and mark.get("stage") == EXPORT_STAGE:
+        owned = set(mark.get("outputs", []))
+    elif mark is None and _legacy_export(out):
+        owned = {n for n in EXPORT_FILES if (out / n).is_file()}
+    else:
+        raise ExportError(f"{out}: not empty and not a tokenmill export (no {MARKER} marker); tokenmill never "
+                          "replaces files it did not write: choose a new or empty directory")
+    if not overwrite:
+        raise ExportError(f"{out}: holds an earlier tokenmill export (pass --overwrite or --force to replace it)")
+    return owned
+
+
+def _legacy_export(out: Path) -> bool:
+    """An export made before exports were marked: its weights carry tokenmill's step in their metadata."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(out / "model.safetensors"), framework="pt") as fh:
+            return "tokenmill_step" in (fh.metadata() or {})
+    except Exception:  # safetensors raises its own error types on a missing or foreign file
+        return False
+
+
+def _write_export(tmp: Path, model: Any, cfg: ModelConfig, step: int, tokenizer_json: Path) -> None:
+    save_file(hf_state_dict(model, cfg.tie_embeddings), str(tmp / "model.safetensors"),
+              metadata={"format": "pt", "tokenmill_step": str(step)})
+    conf = llama_config(cfg)
+    (tmp / "config.json").write_text(json.dumps(conf, indent=2) + "\n", encoding="utf-8")
+    (tmp / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}, indent=2) + "\n",
+        encoding="utf-8")
+    shutil.copyfile(tokenizer_json, tmp / "tokenizer.json")
+    (tmp / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(), indent=2) + "\n",
+                                               encoding="utf-8")
+    (tmp / "special_tokens_map.json").write_text(json.dumps(
+        {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}, indent=2) + "\n", encoding="utf-8")
+    write_marker(tmp, EXPORT_STAGE, outputs=EXPORT_FILES)
+
+
 def export_hf(checkpoint: Path, out: Path, tokenizer_json: Path | None = None,
               overwrite: bool = False) -> Path:
     """Write OUT as an HF `LlamaForCausalLM` + `PreTrainedTokenizerFast` directory; return OUT.
 
     checkpoint: a `step_N` directory or a run's `checkpoints/` directory (newest valid one).
     tokenizer_json: default <run>/tokenizer/tokenizer.json found above the checkpoint.
-    The directory is written as OUT.tmp and renamed, so OUT is either complete or absent.
+    The directory is written under a temporary name and renamed, so a new OUT is either complete or
+    absent. OUT may exist only empty or holding tokenmill's earlier export (replaced only with
+    `overwrite`, file by file; other files there are kept).
     """
     from tokenmill.train.restore import load_model
 
     checkpoint, out = Path(checkpoint), Path(out)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise ExportError(f"{out}: exists and is not empty (pass --force to replace it)")
+    owned = _earlier_export(out, overwrite)
     if tokenizer_json is None:
         tokenizer_json = find_run_tokenizer(checkpoint)
         if tokenizer_json is None:
@@ -199,23 +253,15 @@ def export_hf(checkpoint: Path, out: Path, tokenizer_json: Path | None = None,
     assert cfg.vocab_size is not None
     _check_tokenizer(tokenizer_json, cfg.vocab_size)
 
-    tmp = out.with_name(out.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    save_file(hf_state_dict(model, cfg.tie_embeddings), str(tmp / "model.safetensors"),
-              metadata={"format": "pt", "tokenmill_step": str(step)})
-    conf = llama_config(cfg)
-    (tmp / "config.json").write_text(json.dumps(conf, indent=2) + "\n", encoding="utf-8")
-    (tmp / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}, indent=2) + "\n",
-        encoding="utf-8")
-    shutil.copyfile(tokenizer_json, tmp / "tokenizer.json")
-    (tmp / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(), indent=2) + "\n",
-                                               encoding="utf-8")
-    (tmp / "special_tokens_map.json").write_text(json.dumps(
-        {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}, indent=2) + "\n", encoding="utf-8")
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_name(out)  # a name only this process uses: an OUT.tmp of the user's is never touched
+    tmp.mkdir()
+    try:
+        _write_export(tmp, model, cfg, step, tokenizer_json)
+        if os.path.lexists(out):  # empty, or an earlier export: replace only the files tokenmill wrote
+            publish_into(tmp, out, EXPORT_STAGE, owned)
+        else:
+            os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out

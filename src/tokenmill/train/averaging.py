@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 import warnings
 from pathlib import Path
@@ -29,6 +28,7 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from tokenmill.ownership import publish_entries, temporary_name
 from tokenmill.runs import RunDir
 from tokenmill.train.checkpoint import (_STEP_DIR, DCP_KIND, FORMAT_VERSION, MODEL_ONLY, CheckpointError, _fsync_dir,
                                         _write_bytes, list_checkpoints, model_tensors, read_state, verify_checkpoint)
@@ -143,23 +143,25 @@ def _replaceable(out: Path) -> bool:
         return False
 
 
+MODEL_ONLY_FILES = ("model.safetensors", "state.json", "SHA256SUMS")
+
+
 def _write_atomically(out: Path, tensors: dict[str, torch.Tensor], state: dict[str, Any]) -> None:
     """Same protocol as save_checkpoint: a .tmp directory, every file fsynced, renamed into place."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    old = out.with_name(out.name + ".old")
-    for stale in (tmp, old):
-        shutil.rmtree(stale, ignore_errors=True)
+    tmp = temporary_name(out)  # only this process uses the name: an OUT.tmp or OUT.old of the user's is never touched
     tmp.mkdir()
     sums = {"model.safetensors": _write_bytes(tmp / "model.safetensors", st_save(tensors)),
             "state.json": _write_bytes(tmp / "state.json", json.dumps(state, indent=1, sort_keys=True).encode())}
     _write_bytes(tmp / "SHA256SUMS", "".join(f"{d}  {n}\n" for n, d in sums.items()).encode("utf-8"))
     _fsync_dir(tmp)
-    if out.exists():
-        os.replace(out, old)
-    os.replace(tmp, out)
+    if out.exists():  # empty, or an earlier average (_replaceable): replace only the files tokenmill writes
+        publish_entries(tmp, out, MODEL_ONLY_FILES)
+        tmp.rmdir()
+        _fsync_dir(out)
+    else:
+        os.replace(tmp, out)
     _fsync_dir(out.parent)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def average_last(run: RunDir, n: int, out: Path | None = None) -> Path:
