@@ -41,11 +41,16 @@ def _preflight(run: RunDir, stage: str) -> None:
 
         check_config(run.config.curate)
     elif stage == "tokenizer":
+        from tokenmill.data.curated import curated_buckets
         from tokenmill.tokenizer.stage import given_tokenizer, tokenizer_file
 
+        curated_buckets(run.sub("curated"))  # no curated data: says so
         given = tokenizer_file(run)
         if given is not None:
             given_tokenizer(given, run.config.tokenizer.n_sentinels)
+    elif stage == "tokenize" and not run.sub("tokenizer", "tokenizer.json").is_file():
+        raise FileNotFoundError(f"{run.sub('tokenizer', 'tokenizer.json')}: no tokenizer here "
+                                "(run `tokenmill tokenizer train` first)")
 
 
 def _train(run: RunDir, resume: bool | None, fresh: bool = False) -> dict[str, Any]:
