@@ -81,7 +81,8 @@ def claim_dir(directory: Path, stage: str, *, run: str | None = None,
     if not create and not os.path.lexists(d):
         return {"tool": "tokenmill", "stage": stage, "run": run, "outputs": []}
     d.mkdir(parents=True, exist_ok=True)
-    empty = not any(e.name != MARKER for e in d.iterdir())
+    # a temporary is another tokenmill process claiming the same directory (ranks of one torchrun job)
+    empty = not any(e.name != MARKER and not TEMPORARY.match(e.name) for e in d.iterdir())
     if not (empty or foreign_ok or (legacy is not None and legacy(d))):
         raise OwnershipError(f"{d}: not empty and not made by tokenmill (no {MARKER} marker); tokenmill writes "
                              f"its {stage} output only into a new, empty or tokenmill-made directory{hint}")

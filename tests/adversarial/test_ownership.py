@@ -219,3 +219,13 @@ def test_an_earlier_versions_run_dir_is_recognised(workdir: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert (legacy / "report.html").is_file()
     assert json.loads((legacy / ".tokenmill").read_text())["stage"] == "run"
+
+
+def test_quality_calibrate_never_replaces_a_users_file(workdir: Path) -> None:
+    ref = workdir / "reference.jsonl"
+    ref.write_text("".join(json.dumps({"text": PROSE.format(i=i), "language": "en"}) + "\n" for i in range(3)))
+    _foreign(workdir, {"profiles.json": '{"mine": true}\n'})
+    before = tree_snapshot(workdir)
+    res = run_cli("quality-calibrate", ref, "-o", workdir / "profiles.json", cwd=workdir)
+    assert_clean_error(res, str(workdir / "profiles.json"), "not a profile file tokenmill wrote")
+    assert_untouched(before, tree_snapshot(workdir))

@@ -40,6 +40,7 @@ installation guide are the held-out check (benchmarks/bench_quality_languages.py
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from collections import Counter
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ from pydantic import BaseModel, Field
 
 from tokenmill.data.config import QualityConfig
 from tokenmill.errors import UserError
+from tokenmill.ownership import temporary_name
 
 SHIPPED = Path(__file__).with_name("resources") / "language_profiles.json"
 ENGLISH = "en"
@@ -247,8 +249,28 @@ def calibrate_file(path: Path, stoplist_dir: Path | None = None, cfg: QualityCon
     return calibrate(texts, justext_stoplists(stoplist_dir), cfg, min_docs)
 
 
+METHOD = "threshold_L = threshold_en x median_L / median_en (ratio of medians)"
+
+
+def check_profile_target(path: Path) -> None:
+    """Refuse (before calibrating) to replace a file that is not an earlier calibration file."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        return
+    try:
+        earlier = json.loads(path.read_text(encoding="utf-8")).get("method") == METHOD
+    except (OSError, ValueError, AttributeError):
+        earlier = False
+    if not earlier or path.is_symlink():
+        raise ProfileFileError(f"{path}: exists and is not a profile file tokenmill wrote; refusing to replace it "
+                               "(choose another -o)")
+
+
 def write_profiles(profiles: Mapping[str, LanguageProfile], path: Path, source: str) -> None:
-    """The calibration file: profiles by ISO code, and the data they came from."""
-    doc = {"source": source, "method": "threshold_L = threshold_en x median_L / median_en (ratio of medians)",
-           "profiles": {k: p.model_dump() for k, p in sorted(profiles.items())}}
-    path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    """The calibration file: profiles by ISO code, and the data they came from; it replaces only an
+    earlier calibration file, by renaming a temporary into place."""
+    check_profile_target(path)
+    doc = {"source": source, "method": METHOD, "profiles": {k: p.model_dump() for k, p in sorted(profiles.items())}}
+    tmp = temporary_name(Path(path))
+    tmp.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
