@@ -48,6 +48,12 @@ def _preflight(run: RunDir, stage: str) -> None:
         given = tokenizer_file(run)
         if given is not None:
             given_tokenizer(given, run.config.tokenizer.n_sentinels)
+    elif stage == "train" and run.config.train.init_from:
+        from tokenmill.train.checkpoint import latest_checkpoint
+        from tokenmill.train.init_from import check_source
+
+        if latest_checkpoint(run.sub("checkpoints")) is None:  # a resumed run restores its own weights
+            check_source(run.config.train.init_from)
     elif stage == "tokenize" and not run.sub("tokenizer", "tokenizer.json").is_file():
         raise FileNotFoundError(f"{run.sub('tokenizer', 'tokenizer.json')}: no tokenizer here "
                                 "(run `tokenmill tokenizer train` first)")

@@ -217,8 +217,10 @@ def test_tokenmill_train_refuses_a_corrupt_init_from_in_one_line(tiny_run, tmp_p
     shards, corrupt, file, fields = CASES[case]
     hf = write_hf(tmp_path / "hf", shards)
     corrupt(hf)
+    from tokenmill.runs import RunDir
+
     cont = tiny_run.path.parent / "cont"
-    cont.mkdir()
+    RunDir.create(tiny_run.config, cont)  # tokenmill makes the run directory: a folder it did not make is refused
     (cont / "tokens").symlink_to(tiny_run.path / "tokens")
     before = tree_snapshot(tmp_path)
     result = run_cli("train", tiny_run.path / "config.yaml", "--set", "name=cont",
