@@ -174,7 +174,8 @@ def collect_ids_shard(job: Job, spec: ShardSpec, partitions: int) -> int:
     count = out.with_suffix(".json")
     if count.exists():
         return int(json.loads(count.read_text())["unusable"])
-    hashes, unusable = collect_shard(read_shard(spec, job.sources, job.cfg.max_doc_bytes))
+    hashes, unusable = collect_shard(read_shard(spec, job.sources, job.cfg.max_doc_bytes,
+                                                    source_step.read_limits(job.cfg)))
     table = pa.table({"h": hashes, "source": np.full(len(hashes), spec.source, dtype=np.int32)}, schema=IDS_SCHEMA)
     write_partitioned(out, table, hash_partition(hashes, partitions), partitions)
     atomic_write_text(count, json.dumps({"unusable": unusable}))
@@ -240,7 +241,7 @@ def map_shard(job: Job, spec: ShardSpec) -> dict[str, int]:
     hasher = _minhasher(job) if "minhash_dedup" in job.steps else None
     id_rule = IdRule.load(_ids_dir(job))
     docs = 0
-    records = read_shard(spec, job.sources, job.cfg.max_doc_bytes)
+    records = read_shard(spec, job.sources, job.cfg.max_doc_bytes, source_step.read_limits(job.cfg))
     for k, chunk in enumerate(_batched(records, job.cfg.chunk_docs)):
         docs += len(chunk)
         if (sdir / f"chunk-{k:05d}.done").exists():

@@ -26,6 +26,7 @@ from typing import Iterator
 from tokenmill.data.config import SourceConfig
 from tokenmill.data import sources as source_step
 from tokenmill.data.document import RawRecord
+from tokenmill.data.readers.base import ReadLimits
 
 DEFAULT_TARGET_BYTES = 64 << 20
 
@@ -85,12 +86,13 @@ def plan_shards(sources: list[SourceConfig], target_bytes: int = DEFAULT_TARGET_
     return shards
 
 
-def read_shard(spec: ShardSpec, sources: list[SourceConfig], max_doc_bytes: int) -> Iterator[RawRecord]:
+def read_shard(spec: ShardSpec, sources: list[SourceConfig], max_doc_bytes: int,
+               limits: ReadLimits | None = None) -> Iterator[RawRecord]:
     """The records of one shard, exactly as `read_source` yields them for those files."""
     src = sources[spec.source]
     if src.kind != "files":
-        return source_step.read_source(src, max_doc_bytes)
-    records = source_step.read_files(src, max_doc_bytes, [Path(f) for f in spec.files])
+        return source_step.read_source(src, max_doc_bytes, limits)
+    records = source_step.read_files(src, max_doc_bytes, [Path(f) for f in spec.files], limits)
     if _is_whole_source(src):  # the plan kept the source whole, so its limit applies here exactly
         return source_step.limit(records, src.max_docs, src.max_bytes)
     return records

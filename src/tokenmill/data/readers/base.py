@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
@@ -28,16 +29,30 @@ BINARY_CONTROL_SHARE = 0.10
 _CONTROL_BYTES = bytes([*range(0x00, 0x09), *range(0x0E, 0x20), 0x7F])
 
 
+DEFAULT_MAX_DECOMPRESSION_RATIO = 500.0  # gzip's own ceiling is ~1030x; text compresses 3-10x
+DEFAULT_MAX_LINES_PER_FILE = 50_000_000
+
+
 class SourceError(ValueError):
     """A source that cannot be read at all; the message names the config path."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLimits:
+    """Per-file limits past which a reader stops and quarantines the rest instead of grinding
+    (curate.max_decompression_ratio / curate.max_lines_per_file)."""
+
+    max_decompression_ratio: float = DEFAULT_MAX_DECOMPRESSION_RATIO
+    max_lines_per_file: int = DEFAULT_MAX_LINES_PER_FILE
 
 
 class RecordMaker:
     """Builds the records of one source, good or quarantined, with its shared fields."""
 
-    def __init__(self, source: str, src: SourceConfig):
+    def __init__(self, source: str, src: SourceConfig, limits: ReadLimits | None = None):
         self.source = source
         self.src = src
+        self.limits = limits or ReadLimits()
 
     def ok(self, locator: str, url: str, fmt: str, text: str, n_bytes: int,
            metadata: str | None = None, encoding: Encoding | None = None) -> RawRecord:
@@ -103,6 +118,15 @@ def binary_reason(head: bytes) -> str | None:
     if head and n_control > BINARY_CONTROL_SHARE * len(head):
         return f"binary: {n_control} of the first {len(head)} bytes are control characters"
     return None
+
+
+def line_binary_reason(line: bytes) -> str | None:
+    """binary_reason for one line of a line format: a NUL byte anywhere in it (memchr, cheap),
+    or a high share of C0 controls in its first KB."""
+    nul = line.find(b"\0")
+    if nul >= 0:
+        return f"binary: NUL byte at offset {nul} of the line"
+    return binary_reason(line)
 
 
 def is_blank(text: str) -> bool:
