@@ -54,6 +54,7 @@ from tokenmill.data.doc_ids import PLAN_FILE, SHARED_DIR, STEP as HASH_ID_STEP, 
 from tokenmill.data.document import (DOC_SCHEMA, REJECTED_SCHEMA, Doc, RawRecord, Rejection, format_value,
                                      fsync_tree, text_bytes)
 from tokenmill.data.readers import get_reader
+from tokenmill.data.readers.base import file_size
 from tokenmill.data.executor import make_executor
 from tokenmill.data.funnel import Funnel, StepCounts, StepMark
 from tokenmill.data.registry import CORPUS_STEPS, FINAL_STEPS, MAP_STEPS, build_doc_steps, selected_steps
@@ -215,7 +216,7 @@ def ids_phase(job: Job, specs: list[ShardSpec], executor: Any) -> dict[str, int]
     if plan.exists():
         partitions = int(json.loads(plan.read_text())["partitions"])
     else:
-        size = sum(Path(f).stat().st_size for s in with_ids for f in s.files)
+        size = sum(file_size(Path(f)) for s in with_ids for f in s.files)
         partitions = job.cfg.dedup_partitions or max(job.cfg.workers, -(-size // job.cfg.memory_per_task))
         atomic_write_text(plan, json.dumps({"partitions": partitions}))
     unusable = sum(executor.map(collect_ids_shard, [(job, s, partitions) for s in with_ids]))

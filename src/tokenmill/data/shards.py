@@ -26,7 +26,7 @@ from typing import Iterator
 from tokenmill.data.config import SourceConfig
 from tokenmill.data import sources as source_step
 from tokenmill.data.document import RawRecord
-from tokenmill.data.readers.base import ReadLimits
+from tokenmill.data.readers.base import ReadLimits, file_size
 
 DEFAULT_TARGET_BYTES = 64 << 20
 
@@ -77,7 +77,7 @@ def plan_shards(sources: list[SourceConfig], target_bytes: int = DEFAULT_TARGET_
             if not names:
                 continue  # an empty directory holds no record
             groups = [tuple(names)] if _is_whole_source(src) else \
-                _group([(n, f.stat().st_size) for n, f in zip(names, files)], target_bytes)
+                _group([(n, file_size(f)) for n, f in zip(names, files)], target_bytes)
         else:
             source_step.check_source(src)
             groups = [()]

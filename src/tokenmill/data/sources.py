@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator
 from tokenmill.data.config import SourceConfig
 from tokenmill.data.document import RawRecord
 from tokenmill.data.readers import RecordMaker, SourceError, detect_format, get_reader
-from tokenmill.data.readers.base import ReadLimits, relative, walk_sorted
+from tokenmill.data.readers.base import ReadLimits, file_size, relative, unreadable_reason, walk_sorted
 from tokenmill.data.readers.code import is_code_tree
 from tokenmill.data.readers.stdlib import STDLIB_READERS, stdlib_dir, system_html_files
 
@@ -51,7 +51,10 @@ def list_source_files(path: str) -> tuple[Path, list[Path]]:
     if p.is_file():
         return p.parent, [p]
     if p.is_dir():
-        return p, list(walk_sorted(p))
+        return p, list(walk_sorted(p, follow_links=True))
+    if os.path.lexists(p):  # a link that loops or leads nowhere, or a path we may not look at
+        reason = unreadable_reason(p)
+        raise SourceError(f"source path {path!r} cannot be read: {reason[1] if reason else 'not a file or folder'}")
     raise SourceError(f"source path {path!r} does not exist")
 
 
@@ -73,13 +76,30 @@ def read_files(src: SourceConfig, max_doc_bytes: int, files: Iterable[Path] | No
     if files is None:
         root, files = list_source_files(src.path)
     make = RecordMaker(src.path, src, limits)
-    records = (r for path in files
-               for r in get_reader(file_format(src, path)).read(make, path, relative(path, root), max_doc_bytes))
+    records = (r for path in files for r in _read_file(make, src, path, relative(path, root), max_doc_bytes))
     if src.synthetic:  # model output: every record leaves with its lineage (data/synthetic_lineage.py)
         from tokenmill.data.synthetic_lineage import synthetic_records
 
         records = synthetic_records(records)
     yield from records
+
+
+def _read_file(make: RecordMaker, src: SourceConfig, path: Path, rel: str, max_doc_bytes: int) -> Iterator[RawRecord]:
+    """One listed file's records; a path no reader can open (a loop of links, a broken link, a
+    FIFO, no permission) or a read that fails midway is quarantined by name, and the run goes on."""
+    fmt = file_format(src, path)
+    problem = unreadable_reason(path)
+    if problem is not None:
+        yield make.bad(rel, str(path), "text", 0, problem[0], str(path), problem[1])
+        return
+    n = 0
+    try:
+        for record in get_reader(fmt).read(make, path, rel, max_doc_bytes):
+            n += 1
+            yield record
+    except OSError as exc:  # the disk, not the data: a record for the rest, the records before kept
+        yield make.bad(f"{rel}:unreadable", str(path), "text", 0, "unreadable", n,
+                       f"read failed after {n} records: {exc.strerror or exc}; the rest was not read")
 
 
 def limit(records: Iterable[RawRecord], max_docs: int | None, max_bytes: int | None) -> Iterator[RawRecord]:
@@ -126,13 +146,21 @@ def inputs_fingerprint(src: SourceConfig) -> dict[str, Any]:
             _root, files = list_source_files(src.path or "")
         except SourceError as exc:
             return {"kind": "files", "path": src.path, "error": str(exc)}
-        return {"kind": "files", "path": src.path,
-                "files": [[str(p), st.st_size, st.st_mtime_ns] for p in files for st in [p.stat()]]}
+        return {"kind": "files", "path": src.path, "files": [_file_key(p) for p in files]}
     fp: dict[str, Any] = {"kind": "python_stdlib", "part": src.part, "python": sys.version,
                           "stdlib": str(stdlib_dir())}
     if src.part == "system_html":
         fp["files"] = [[str(p), st.st_size, st.st_mtime_ns] for p in system_html_files() for st in [p.stat()]]
     return fp
+
+
+def _file_key(path: Path) -> list[Any]:
+    """A file's path, size and mtime; -1s for one that cannot be stat'ed (a broken link)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return [str(path), -1, -1]
+    return [str(path), st.st_size, st.st_mtime_ns]
 
 
 def sources_from_paths(paths: list[str], bucket: str | None = None) -> list[SourceConfig]:

@@ -12,8 +12,10 @@ reader which files it claims, and `SourceConfig.format` accepts every registered
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator
@@ -151,10 +153,68 @@ def relative(path: Path, root: Path) -> str:
     return Path(os.path.relpath(path, root)).as_posix()
 
 
-def walk_sorted(root: Path, excluded: frozenset[str] = frozenset()) -> Iterator[Path]:
-    """Files under root in sorted order; hidden entries (.git, .DS_Store) are not content."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in excluded)
-        for name in sorted(filenames):
-            if not name.startswith("."):
-                yield Path(dirpath) / name
+def walk_sorted(root: Path, excluded: frozenset[str] = frozenset(), follow_links: bool = False) -> Iterator[Path]:
+    """Files under root in sorted order; hidden entries (.git, .DS_Store) are not content.
+
+    With follow_links, a link to a folder is walked once: a folder link that leads back to a
+    folder already on the walk (a loop) is listed as an entry itself, and so is a folder that
+    cannot be listed, so reading it quarantines it by name (unreadable_reason) instead of the
+    walk never ending or the folder vanishing. Links to files, broken ones included, are listed."""
+    seen: set[tuple[int, int]] = set()
+    errors: list[OSError] = []
+    for dirpath, dirnames, filenames in os.walk(root, onerror=errors.append, followlinks=follow_links):
+        st = os.stat(dirpath)
+        seen.add((st.st_dev, st.st_ino))
+        listed = [n for n in filenames if not n.startswith(".")]
+        walked = []
+        for d in sorted(d for d in dirnames if not d.startswith(".") and d not in excluded):
+            if follow_links and _folder_key(os.path.join(dirpath, d)) in seen:
+                listed.append(d)  # a loop: reported, not walked
+            else:
+                walked.append(d)
+        dirnames[:] = walked
+        for name in sorted(listed):
+            yield Path(dirpath) / name
+        for err in errors:  # folders os.walk could not list, as it met them
+            if err.filename:
+                yield Path(err.filename)
+        errors.clear()
+
+
+def _folder_key(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def unreadable_reason(path: Path) -> tuple[str, str] | None:
+    """(rule, reason) when a listed path is no file a reader can open: a loop of links, a broken
+    link, a folder (a link back into the walk), a FIFO or device (reading one would block), no
+    permission; None for a readable regular file."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symlink_loop", "a loop of symbolic links; not read"
+        if path.is_symlink():
+            return "unreadable", f"a broken symbolic link to {os.readlink(path)!r}; not read"
+        return "unreadable", f"cannot be read: {exc.strerror or exc}"
+    if stat.S_ISDIR(st.st_mode):
+        if not os.access(path, os.R_OK | os.X_OK):
+            return "unreadable", "a folder that cannot be listed (permission denied); not read"
+        return "symlink_loop", "a link to a folder already read (a loop of links); not read again"
+    if not stat.S_ISREG(st.st_mode):
+        return "unreadable", "not a regular file (a FIFO, socket or device); not read"
+    if not os.access(path, os.R_OK):
+        return "unreadable", "cannot be read: permission denied"
+    return None
+
+
+def file_size(path: Path) -> int:
+    """The size of a listed file, 0 when it cannot be stat'ed (its reader quarantines it)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
