@@ -69,10 +69,10 @@ def gunzip(chunks: Iterable[bytes], base: int = 0, max_ratio: float | None = Non
                 data, d = d.unused_data, None
             else:
                 data = d.unconsumed_tail
-            if out:
+            if out:  # judged after the chunk is out: the records before the bomb are kept
+                yield out
                 total_out += len(out)
                 check_ratio(total_out, consumed + len(chunk) - len(data) - base, max_ratio, "gzip member", member_start)
-                yield out
         consumed += len(chunk)
     if d is not None:
         raise StreamBreak("truncated", member_start, f"the gzip member at byte {member_start} ends at "
@@ -102,9 +102,9 @@ def unzstd(chunks: Iterable[bytes], max_ratio: float | None = None) -> Iterator[
             if d.eof:
                 d = None
             if out:
+                yield out
                 total_out += len(out)
                 check_ratio(total_out, consumed + pos, max_ratio, "zstandard frame", frame_start)
-                yield out
         consumed += len(chunk)
     if d is not None:
         raise StreamBreak("truncated", frame_start, f"the zstandard frame at byte {frame_start} ends at "
