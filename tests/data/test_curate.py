@@ -17,7 +17,7 @@ from tokenmill.config import CurateConfig, SourceConfig
 from tokenmill.data import curate as curate_mod
 from tokenmill.data.curate import CurationStopped, curate
 from tokenmill.data.document import read_parts
-from tokenmill.data.sources import SourceError
+from tokenmill.data.sources import VERSION as SOURCES_VERSION, SourceError
 
 
 def topics() -> list[str]:
@@ -253,7 +253,7 @@ def test_legacy_encodings_reach_the_rows_lineage_and_funnel(tmp_path):
     assert kept["fr.txt"]["encoding"]["name"] == "cp1252" and kept["fr.txt"]["encoding"]["method"] == "detected"
     assert kept["ja.txt"]["encoding"]["name"] == "cp932" and kept["ja.txt"]["encoding"]["confidence"] > 0.9
     assert kept["de.txt"]["encoding"] == {"name": "utf-8", "confidence": 1.0, "method": "utf-8"}
-    assert kept["fr.txt"]["lineage"][:2] == [{"step": "read", "version": "3"}, {"step": "decode", "version": "cp1252"}]
+    assert kept["fr.txt"]["lineage"][:2] == [{"step": "read", "version": SOURCES_VERSION}, {"step": "decode", "version": "cp1252"}]
     [noise] = r["_rejected"]
     assert noise["rule"] == "undecodable" and noise["step"] == "read" and noise["encoding"] is None
     assert "noise.txt" in noise["reason"] and "no encoding decodes it cleanly" in noise["reason"]

@@ -317,6 +317,8 @@ class CurateConfig(Strict):
     bucket_rules: list[BucketRule] = Field(default_factory=list, description="Bucket assignment rules (none: the source's bucket).")
     min_chars: int = Field(200, ge=0, description="Documents shorter than this after extraction are dropped.")
     max_doc_bytes: int = Field(2_000_000, ge=1, description="Larger raw records are quarantined, not parsed.")
+    max_decompression_ratio: float = Field(500.0, gt=1, description="A compressed input (.gz, .zst, .warc.gz) inflating past this many times its compressed size is a bomb: the rest of the file is quarantined (rule decompression_ratio).")
+    max_lines_per_file: int = Field(50_000_000, ge=1, description="A line-format file (JSONL) past this many lines, blank ones included: the rest is quarantined (rule too_many_lines).")
     shard_docs: int = Field(5000, ge=1, description="Kept documents per Parquet part.")
     chunk_docs: int = Field(1000, ge=1, description="Records per resumable chunk inside a shard.")
     workers: int = Field(2, ge=1, description="Processes for extraction and filtering.")

@@ -54,6 +54,7 @@ from tokenmill.data.doc_ids import PLAN_FILE, SHARED_DIR, STEP as HASH_ID_STEP, 
 from tokenmill.data.document import (DOC_SCHEMA, REJECTED_SCHEMA, Doc, RawRecord, Rejection, format_value,
                                      fsync_tree, text_bytes)
 from tokenmill.data.readers import get_reader
+from tokenmill.data.readers.base import file_size
 from tokenmill.data.executor import make_executor
 from tokenmill.data.funnel import Funnel, StepCounts, StepMark
 from tokenmill.data.limits import TIMEOUT_RULE, DocClock, DocTimeout
@@ -205,7 +206,8 @@ def collect_ids_shard(job: Job, spec: ShardSpec, partitions: int) -> int:
     count = out.with_suffix(".json")
     if count.exists():
         return int(json.loads(count.read_text())["unusable"])
-    hashes, unusable = collect_shard(read_shard(spec, job.sources, job.cfg.max_doc_bytes))
+    hashes, unusable = collect_shard(read_shard(spec, job.sources, job.cfg.max_doc_bytes,
+                                                    source_step.read_limits(job.cfg)))
     table = pa.table({"h": hashes, "source": np.full(len(hashes), spec.source, dtype=np.int32)}, schema=IDS_SCHEMA)
     write_partitioned(out, table, hash_partition(hashes, partitions), partitions)
     atomic_write_text(count, json.dumps({"unusable": unusable}))
@@ -245,7 +247,7 @@ def ids_phase(job: Job, specs: list[ShardSpec], executor: Any) -> dict[str, int]
     if plan.exists():
         partitions = int(json.loads(plan.read_text())["partitions"])
     else:
-        size = sum(Path(f).stat().st_size for s in with_ids for f in s.files)
+        size = sum(file_size(Path(f)) for s in with_ids for f in s.files)
         partitions = job.cfg.dedup_partitions or max(job.cfg.workers, -(-size // job.cfg.memory_per_task))
         atomic_write_text(plan, json.dumps({"partitions": partitions}))
     unusable = sum(executor.map(collect_ids_shard, [(job, s, partitions) for s in with_ids]))
@@ -271,7 +273,7 @@ def map_shard(job: Job, spec: ShardSpec) -> dict[str, int]:
     hasher = _minhasher(job) if "minhash_dedup" in job.steps else None
     id_rule = IdRule.load(_ids_dir(job))
     docs = 0
-    records = read_shard(spec, job.sources, job.cfg.max_doc_bytes)
+    records = read_shard(spec, job.sources, job.cfg.max_doc_bytes, source_step.read_limits(job.cfg))
     with job.clock(sdir) as clock:
         for k, chunk in enumerate(_batched(records, job.cfg.chunk_docs)):
             docs += len(chunk)

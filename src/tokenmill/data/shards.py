@@ -26,6 +26,7 @@ from typing import Iterator
 from tokenmill.data.config import SourceConfig
 from tokenmill.data import sources as source_step
 from tokenmill.data.document import RawRecord
+from tokenmill.data.readers.base import ReadLimits, file_size
 
 DEFAULT_TARGET_BYTES = 64 << 20
 
@@ -76,7 +77,7 @@ def plan_shards(sources: list[SourceConfig], target_bytes: int = DEFAULT_TARGET_
             if not names:
                 continue  # an empty directory holds no record
             groups = [tuple(names)] if _is_whole_source(src) else \
-                _group([(n, f.stat().st_size) for n, f in zip(names, files)], target_bytes)
+                _group([(n, file_size(f)) for n, f in zip(names, files)], target_bytes)
         else:
             source_step.check_source(src)
             groups = [()]
@@ -85,12 +86,13 @@ def plan_shards(sources: list[SourceConfig], target_bytes: int = DEFAULT_TARGET_
     return shards
 
 
-def read_shard(spec: ShardSpec, sources: list[SourceConfig], max_doc_bytes: int) -> Iterator[RawRecord]:
+def read_shard(spec: ShardSpec, sources: list[SourceConfig], max_doc_bytes: int,
+               limits: ReadLimits | None = None) -> Iterator[RawRecord]:
     """The records of one shard, exactly as `read_source` yields them for those files."""
     src = sources[spec.source]
     if src.kind != "files":
-        return source_step.read_source(src, max_doc_bytes)
-    records = source_step.read_files(src, max_doc_bytes, [Path(f) for f in spec.files])
+        return source_step.read_source(src, max_doc_bytes, limits)
+    records = source_step.read_files(src, max_doc_bytes, [Path(f) for f in spec.files], limits)
     if _is_whole_source(src):  # the plan kept the source whole, so its limit applies here exactly
         return source_step.limit(records, src.max_docs, src.max_bytes)
     return records

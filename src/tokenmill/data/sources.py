@@ -20,15 +20,15 @@ from typing import Any, Iterable, Iterator
 from tokenmill.data.config import SourceConfig
 from tokenmill.data.document import RawRecord
 from tokenmill.data.readers import RecordMaker, SourceError, detect_format, get_reader
-from tokenmill.data.readers.base import relative, walk_sorted
+from tokenmill.data.readers.base import ReadLimits, file_size, relative, unreadable_reason, walk_sorted
 from tokenmill.data.readers.code import is_code_tree
 from tokenmill.data.readers.stdlib import STDLIB_READERS, stdlib_dir, system_html_files
 
 __all__ = ["SourceError", "VERSION", "check_source", "detect_format", "file_format", "inputs_fingerprint",
-           "limit", "list_source_files", "read_files", "read_source", "source_name", "source_root",
+           "limit", "list_source_files", "read_files", "read_limits", "read_source", "source_name", "source_root",
            "sources_from_paths"]
 
-VERSION = "3"  # 3: bytes that are not UTF-8 are decoded (readers/decode.py), not rejected
+VERSION = "4"  # 4: binary judged per line, per-file limits, WARC resync, Parquet binary text decoded
 
 
 def source_root(path: str) -> Path:
@@ -51,7 +51,10 @@ def list_source_files(path: str) -> tuple[Path, list[Path]]:
     if p.is_file():
         return p.parent, [p]
     if p.is_dir():
-        return p, list(walk_sorted(p))
+        return p, list(walk_sorted(p, follow_links=True))
+    if os.path.lexists(p):  # a link that loops or leads nowhere, or a path we may not look at
+        reason = unreadable_reason(p)
+        raise SourceError(f"source path {path!r} cannot be read: {reason[1] if reason else 'not a file or folder'}")
     raise SourceError(f"source path {path!r} does not exist")
 
 
@@ -59,21 +62,44 @@ def file_format(src: SourceConfig, path: Path) -> str:
     return detect_format(path) if src.format == "auto" else src.format
 
 
-def read_files(src: SourceConfig, max_doc_bytes: int, files: Iterable[Path] | None = None) -> Iterator[RawRecord]:
+def read_limits(cfg: Any) -> ReadLimits:
+    """The per-file read limits of a curate config (CurateConfig)."""
+    return ReadLimits(cfg.max_decompression_ratio, cfg.max_lines_per_file)
+
+
+def read_files(src: SourceConfig, max_doc_bytes: int, files: Iterable[Path] | None = None,
+               limits: ReadLimits | None = None) -> Iterator[RawRecord]:
     """kind=files: every file of a file, directory or glob (or the given subset, as listed), in order."""
     if not src.path:
         raise SourceError(f"source for bucket {src.bucket!r}: kind 'files' needs a path")
     root = source_root(src.path)
     if files is None:
         root, files = list_source_files(src.path)
-    make = RecordMaker(src.path, src)
-    records = (r for path in files
-               for r in get_reader(file_format(src, path)).read(make, path, relative(path, root), max_doc_bytes))
+    make = RecordMaker(src.path, src, limits)
+    records = (r for path in files for r in _read_file(make, src, path, relative(path, root), max_doc_bytes))
     if src.synthetic:  # model output: every record leaves with its lineage (data/synthetic_lineage.py)
         from tokenmill.data.synthetic_lineage import synthetic_records
 
         records = synthetic_records(records)
     yield from records
+
+
+def _read_file(make: RecordMaker, src: SourceConfig, path: Path, rel: str, max_doc_bytes: int) -> Iterator[RawRecord]:
+    """One listed file's records; a path no reader can open (a loop of links, a broken link, a
+    FIFO, no permission) or a read that fails midway is quarantined by name, and the run goes on."""
+    fmt = file_format(src, path)
+    problem = unreadable_reason(path)
+    if problem is not None:
+        yield make.bad(rel, str(path), "text", 0, problem[0], str(path), problem[1])
+        return
+    n = 0
+    try:
+        for record in get_reader(fmt).read(make, path, rel, max_doc_bytes):
+            n += 1
+            yield record
+    except OSError as exc:  # the disk, not the data: a record for the rest, the records before kept
+        yield make.bad(f"{rel}:unreadable", str(path), "text", 0, "unreadable", n,
+                       f"read failed after {n} records: {exc.strerror or exc}; the rest was not read")
 
 
 def limit(records: Iterable[RawRecord], max_docs: int | None, max_bytes: int | None) -> Iterator[RawRecord]:
@@ -88,10 +114,10 @@ def limit(records: Iterable[RawRecord], max_docs: int | None, max_bytes: int | N
         yield record
 
 
-def read_source(src: SourceConfig, max_doc_bytes: int) -> Iterator[RawRecord]:
+def read_source(src: SourceConfig, max_doc_bytes: int, limits: ReadLimits | None = None) -> Iterator[RawRecord]:
     """All records of one source, in sorted order, cut to its max_docs / max_bytes."""
     if src.kind == "files":
-        records = read_files(src, max_doc_bytes)
+        records = read_files(src, max_doc_bytes, limits=limits)
     else:
         if src.part is None:
             raise SourceError(f"source for bucket {src.bucket!r}: kind 'python_stdlib' needs a part")
@@ -120,13 +146,21 @@ def inputs_fingerprint(src: SourceConfig) -> dict[str, Any]:
             _root, files = list_source_files(src.path or "")
         except SourceError as exc:
             return {"kind": "files", "path": src.path, "error": str(exc)}
-        return {"kind": "files", "path": src.path,
-                "files": [[str(p), st.st_size, st.st_mtime_ns] for p in files for st in [p.stat()]]}
+        return {"kind": "files", "path": src.path, "files": [_file_key(p) for p in files]}
     fp: dict[str, Any] = {"kind": "python_stdlib", "part": src.part, "python": sys.version,
                           "stdlib": str(stdlib_dir())}
     if src.part == "system_html":
         fp["files"] = [[str(p), st.st_size, st.st_mtime_ns] for p in system_html_files() for st in [p.stat()]]
     return fp
+
+
+def _file_key(path: Path) -> list[Any]:
+    """A file's path, size and mtime; -1s for one that cannot be stat'ed (a broken link)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return [str(path), -1, -1]
+    return [str(path), st.st_size, st.st_mtime_ns]
 
 
 def sources_from_paths(paths: list[str], bucket: str | None = None) -> list[SourceConfig]:

@@ -12,8 +12,11 @@ reader which files it claims, and `SourceConfig.format` accepts every registered
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
@@ -28,16 +31,30 @@ BINARY_CONTROL_SHARE = 0.10
 _CONTROL_BYTES = bytes([*range(0x00, 0x09), *range(0x0E, 0x20), 0x7F])
 
 
+DEFAULT_MAX_DECOMPRESSION_RATIO = 500.0  # gzip's own ceiling is ~1030x; text compresses 3-10x
+DEFAULT_MAX_LINES_PER_FILE = 50_000_000
+
+
 class SourceError(ValueError):
     """A source that cannot be read at all; the message names the config path."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLimits:
+    """Per-file limits past which a reader stops and quarantines the rest instead of grinding
+    (curate.max_decompression_ratio / curate.max_lines_per_file)."""
+
+    max_decompression_ratio: float = DEFAULT_MAX_DECOMPRESSION_RATIO
+    max_lines_per_file: int = DEFAULT_MAX_LINES_PER_FILE
 
 
 class RecordMaker:
     """Builds the records of one source, good or quarantined, with its shared fields."""
 
-    def __init__(self, source: str, src: SourceConfig):
+    def __init__(self, source: str, src: SourceConfig, limits: ReadLimits | None = None):
         self.source = source
         self.src = src
+        self.limits = limits or ReadLimits()
 
     def ok(self, locator: str, url: str, fmt: str, text: str, n_bytes: int,
            metadata: str | None = None, encoding: Encoding | None = None) -> RawRecord:
@@ -105,6 +122,15 @@ def binary_reason(head: bytes) -> str | None:
     return None
 
 
+def line_binary_reason(line: bytes) -> str | None:
+    """binary_reason for one line of a line format: a NUL byte anywhere in it (memchr, cheap),
+    or a high share of C0 controls in its first KB."""
+    nul = line.find(b"\0")
+    if nul >= 0:
+        return f"binary: NUL byte at offset {nul} of the line"
+    return binary_reason(line)
+
+
 def is_blank(text: str) -> bool:
     return not text or text.isspace()  # isspace: no copy, unlike strip()
 
@@ -127,10 +153,68 @@ def relative(path: Path, root: Path) -> str:
     return Path(os.path.relpath(path, root)).as_posix()
 
 
-def walk_sorted(root: Path, excluded: frozenset[str] = frozenset()) -> Iterator[Path]:
-    """Files under root in sorted order; hidden entries (.git, .DS_Store) are not content."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in excluded)
-        for name in sorted(filenames):
-            if not name.startswith("."):
-                yield Path(dirpath) / name
+def walk_sorted(root: Path, excluded: frozenset[str] = frozenset(), follow_links: bool = False) -> Iterator[Path]:
+    """Files under root in sorted order; hidden entries (.git, .DS_Store) are not content.
+
+    With follow_links, a link to a folder is walked once: a folder link that leads back to a
+    folder already on the walk (a loop) is listed as an entry itself, and so is a folder that
+    cannot be listed, so reading it quarantines it by name (unreadable_reason) instead of the
+    walk never ending or the folder vanishing. Links to files, broken ones included, are listed."""
+    seen: set[tuple[int, int]] = set()
+    errors: list[OSError] = []
+    for dirpath, dirnames, filenames in os.walk(root, onerror=errors.append, followlinks=follow_links):
+        st = os.stat(dirpath)
+        seen.add((st.st_dev, st.st_ino))
+        listed = [n for n in filenames if not n.startswith(".")]
+        walked = []
+        for d in sorted(d for d in dirnames if not d.startswith(".") and d not in excluded):
+            if follow_links and _folder_key(os.path.join(dirpath, d)) in seen:
+                listed.append(d)  # a loop: reported, not walked
+            else:
+                walked.append(d)
+        dirnames[:] = walked
+        for name in sorted(listed):
+            yield Path(dirpath) / name
+        for err in errors:  # folders os.walk could not list, as it met them
+            if err.filename:
+                yield Path(err.filename)
+        errors.clear()
+
+
+def _folder_key(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def unreadable_reason(path: Path) -> tuple[str, str] | None:
+    """(rule, reason) when a listed path is no file a reader can open: a loop of links, a broken
+    link, a folder (a link back into the walk), a FIFO or device (reading one would block), no
+    permission; None for a readable regular file."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symlink_loop", "a loop of symbolic links; not read"
+        if path.is_symlink():
+            return "unreadable", f"a broken symbolic link to {os.readlink(path)!r}; not read"
+        return "unreadable", f"cannot be read: {exc.strerror or exc}"
+    if stat.S_ISDIR(st.st_mode):
+        if not os.access(path, os.R_OK | os.X_OK):
+            return "unreadable", "a folder that cannot be listed (permission denied); not read"
+        return "symlink_loop", "a link to a folder already read (a loop of links); not read again"
+    if not stat.S_ISREG(st.st_mode):
+        return "unreadable", "not a regular file (a FIFO, socket or device); not read"
+    if not os.access(path, os.R_OK):
+        return "unreadable", "cannot be read: permission denied"
+    return None
+
+
+def file_size(path: Path) -> int:
+    """The size of a listed file, 0 when it cannot be stat'ed (its reader quarantines it)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

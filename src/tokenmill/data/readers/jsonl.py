@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 from tokenmill.data.document import Encoding, RawRecord
-from tokenmill.data.readers.base import Reader, RecordMaker, binary_reason, register
+from tokenmill.data.readers.base import Reader, RecordMaker, binary_reason, line_binary_reason, register
 from tokenmill.data.readers.decode import UTF8, decode_utf8
 from tokenmill.data.readers.records import fields_record, record_fields
 from tokenmill.data.readers.streams import Lines, StreamBreak, content_chunks
@@ -21,42 +21,76 @@ from tokenmill.data.readers.streams import Lines, StreamBreak, content_chunks
 JSONL_EXTS = frozenset({".jsonl", ".json", ".ndjson"})
 
 
+BINARY_FILE_LINES = 16  # bad lines, with no good one yet, after which a binary-looking file is binary
+
+
+def _line_record(make: RecordMaker, rel: str, path: Path, lineno: int, line: bytes | None, n: int,
+                 max_doc_bytes: int) -> RawRecord:
+    """The record of one non-blank line: its object, or its quarantine naming file and line."""
+    locator, where = f"{rel}:{lineno}", f"{path}:{lineno}"
+    if line is None:
+        return make.too_large(locator, where, "text", n, max_doc_bytes, f"line {lineno}")
+    binary = line_binary_reason(line)
+    if binary is not None:  # this line alone: the lines around it are read as usual
+        return make.bad(locator, where, "text", n, "binary", lineno, f"line {lineno}: {binary}")
+    raw, problem = decode_utf8(line)
+    if raw is None:
+        return make.bad(locator, where, "text", n, "undecodable", lineno, f"line {lineno}: {problem}")
+    try:
+        obj = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return make.bad(locator, where, "text", n, "bad_json", lineno,
+                        f"line {lineno}: invalid JSON: {exc.msg} (column {exc.colno})")
+    return fields_record(make, rel, f":{lineno}", where, f"line {lineno}", n,
+                         record_fields(obj, make.src.text_field), lineno, UTF8)
+
+
+def _break_record(make: RecordMaker, path: Path, rel: str, compression: str, brk: StreamBreak,
+                  lines: Lines | None) -> RawRecord:
+    """The quarantine of the rest of a file whose stream broke or passed a limit."""
+    lineno, offset = (lines.lineno, lines.offset) if lines is not None else (1, 0)
+    if brk.rule == "too_many_lines":
+        lineno = make.limits.max_lines_per_file + 1
+        what = brk.detail
+    elif brk.rule == "decompression_ratio":
+        what = f"{compression} stream inflates too far: {brk.detail}"
+    else:
+        what = f"{compression} stream {brk.rule}: {brk.detail}"
+    return make.bad(f"{rel}:{lineno}", f"{path}:{lineno}", "text", 0, brk.rule, brk.offset,
+                    f"{what}; line {lineno} (uncompressed byte {offset}) onward was not read")
+
+
 def read_jsonl(make: RecordMaker, path: Path, rel: str, max_doc_bytes: int) -> Iterator[RawRecord]:
-    field = make.src.text_field
+    """Every non-blank line as a record. Binary content is judged per line, so one NUL line is
+    quarantined alone; only a file whose head looks binary and whose first BINARY_FILE_LINES
+    lines are all bad (an image named .jsonl) becomes one `binary` record instead of one per
+    garbage "line"."""
     with open(path, "rb") as fh:
-        compression, chunks = content_chunks(fh)
+        compression, chunks = content_chunks(fh, make.limits.max_decompression_ratio)
         lines: Lines | None = None
+        held: list[RawRecord] | None = None  # bad lines held back while the file may prove binary
         try:
             head = next(chunks, b"")
-            binary = binary_reason(head)
-            if binary is not None:  # one record for the file, not one per garbage "line"
-                yield make.bad(rel, str(path), "text", path.stat().st_size, "binary", 0, binary)
-                return
-            lines = Lines(chain([head], chunks), max_doc_bytes)
+            held = [] if binary_reason(head) is not None else None  # None: no verdict to wait for
+            lines = Lines(chain([head], chunks), max_doc_bytes, make.limits.max_lines_per_file)
             for lineno, _offset, line, n in lines:
-                locator, where = f"{rel}:{lineno}", f"{path}:{lineno}"
-                if line is None:
-                    yield make.too_large(locator, where, "text", n, max_doc_bytes, f"line {lineno}")
-                    continue
-                if not line or line.isspace():
-                    continue  # blank lines separate nothing in JSONL; they are not records
-                raw, problem = decode_utf8(line)
-                if raw is None:
-                    yield make.bad(locator, where, "text", n, "undecodable", lineno, f"line {lineno}: {problem}")
-                    continue
-                try:
-                    obj = json.loads(raw)
-                except json.JSONDecodeError as exc:
-                    yield make.bad(locator, where, "text", n, "bad_json", lineno,
-                                   f"line {lineno}: invalid JSON: {exc.msg} (column {exc.colno})")
-                    continue
-                yield fields_record(make, rel, f":{lineno}", where, f"line {lineno}", n,
-                                    record_fields(obj, field), lineno, UTF8)
+                record = _line_record(make, rel, path, lineno, line, n, max_doc_bytes)
+                if held is None:
+                    yield record
+                elif record.problem is None:
+                    yield from held
+                    yield record
+                    held = None
+                else:
+                    held.append(record)
+                    if len(held) >= BINARY_FILE_LINES:
+                        break
+            if held:  # a binary file: one record for it, not one per garbage "line"
+                yield make.bad(rel, str(path), "text", path.stat().st_size, "binary", 0,
+                               f"{binary_reason(head)}; no line of its first {len(held)} is a record")
         except StreamBreak as brk:
-            lineno, offset = (lines.lineno, lines.offset) if lines is not None else (1, 0)
-            yield make.bad(f"{rel}:{lineno}", f"{path}:{lineno}", "text", 0, brk.rule, brk.offset,
-                           f"{compression} stream {brk.rule}: {brk.detail}; line {lineno} "
-                           f"(uncompressed byte {offset}) onward was not read")
+            yield from held or []
+            yield _break_record(make, path, rel, compression, brk, lines)
 
 
 def read_json_array(make: RecordMaker, path: Path, rel: str, max_doc_bytes: int) -> Iterator[RawRecord]:

@@ -5,8 +5,12 @@ with its WARC-Target-URI as url. request, metadata, warcinfo, revisit and contin
 hold no document and are skipped, counted nowhere.
 
 A truncated file keeps every record before the cut, and one record stands for the cut (value:
-its byte offset); broken framing in the middle is quarantined as `corrupt` and reading resumes
-leniently after it. A record can also be quarantined for a non-2xx HTTP status (http_status), a
+its byte offset). One bad record loses only itself: a record whose Content-Length cannot be right
+(more than the file holds, or more than max_decompression_ratio times the compressed bytes left;
+or a length a few bytes off, so the block runs into the next record or stops short) is
+quarantined as `bad_length` / `decompression_ratio`, bytes in the middle that are no record as
+`corrupt`, each with its byte offset, and reading resumes at the next record the bytes show
+(readers/warc_sync.py; a .warc.gz in one gzip member: fastwarc's lenient mode). A record can also be quarantined for a non-2xx HTTP status (http_status), a
 malformed HTTP head (bad_http), a payload that is not a text document (unsupported_content_type)
 or a Content-Encoding that fails (bad_encoding).
 """
@@ -18,12 +22,13 @@ import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Generator, Iterable, Iterator
 
 from tokenmill.data.document import RawRecord
 from tokenmill.data.readers.base import Reader, RecordMaker, json_meta, register
 from tokenmill.data.readers.decode import binary_problem, content_type_charset, decode
 from tokenmill.data.readers.streams import GZIP_MAGIC, StreamBreak, file_chunks, gunzip
+from tokenmill.data.readers.warc_sync import framing_problem, is_member_start, next_record, record_end
 
 WARC_SUFFIXES = (".warc", ".warc.gz", ".wet", ".wet.gz")
 ARC_SUFFIXES = (".arc", ".arc.gz")
@@ -268,78 +273,176 @@ def _tail_after(stream: Iterable[bytes], base: int, gz: bool) -> _TailProblem | 
     return None
 
 
-def _read_warc(make: RecordMaker, path: Path, rel: str, max_doc_bytes: int) -> Iterator[RawRecord]:
-    """WARC/WET with fastwarc, strictly first. Where the framing breaks, the records after it are
-    read in a lenient pass (fastwarc's quirks mode resynchronises at the next record) and one
-    `corrupt` record stands for the break; a break with nothing after it is the file's end and is
-    judged by the tail check. A record is held back until the next one is read, so a cut last
-    record is replaced by its quarantine.
+class _WarcWalk:
+    """One WARC file read in segments: fastwarc strictly from a start offset until a record cannot
+    be trusted, then on from the next record the bytes show (readers/warc_sync.py). A record is
+    held back until the next one is read, so a record that proves untrusted (its framing broken
+    after it) or cut (the file's end) is replaced by its quarantine.
 
     Locators are `rel@offset` (the record's start, a gzip member's start in a .warc.gz); where
     offsets do not grow (a whole file in one gzip member) the record's ordinal is added."""
-    if path.name.lower().endswith(ARC_SUFFIXES):
-        yield from _read_arc(make, path, rel, max_doc_bytes)
-        return
-    from fastwarc.warc import ArchiveIterator
 
-    held: tuple[int, str, RawRecord] | None = None  # (offset, locator, record)
-    pending: RawRecord | None = None  # the strict break, out once a later record proves it no cut
-    last_pos, seq, strict_seen = -1, 0, -1
-    for lenient in (False, True):
-        broken: OSError | None = None
+    def __init__(self, make: RecordMaker, path: Path, rel: str, max_doc_bytes: int):
+        self.make, self.path, self.rel, self.max_doc_bytes = make, path, rel, max_doc_bytes
+        self.size = path.stat().st_size
         with open(path, "rb") as fh:
+            self.gz = is_member_start(fh, 0)
+        self.held: tuple[int, str, RawRecord] | None = None  # (offset, locator, record)
+        self.pending: RawRecord | None = None  # a break, out once a later record proves it no cut
+        self.last_pos, self.seq, self.strict_seen = -1, 0, -1
+        self.finished = False  # the file ended inside a record: no tail check
+
+    def read(self) -> Iterator[RawRecord]:
+        start: tuple[int, bool, int] | None = (0, False, 0)
+        with open(self.path, "rb") as self.probe:  # a second handle: fastwarc's must not move
+            while start is not None and not self.finished:
+                start = yield from self._segment(*start)
+        if not self.finished:
+            yield from self._end()
+
+    def _segment(self, start: int, lenient: bool, skip: int) -> Generator[RawRecord, None, tuple[int, bool, int] | None]:
+        """Records from byte `start` (the first `skip` of them already read); returns where to go on."""
+        from fastwarc.warc import ArchiveIterator
+
+        with open(self.path, "rb") as fh:
+            fh.seek(start)
             it = iter(ArchiveIterator(fh, parse_http=False, auto_decode="none", quirks_mode=lenient))
             k = 0
             while True:
                 try:
                     rec = next(it)
                 except StopIteration:
-                    break
+                    return None
                 except OSError as exc:
-                    broken = exc
-                    break
+                    return (yield from self._broken(start, lenient, k, exc))
                 k += 1
-                if k <= strict_seen:  # read before the break (both modes agree there)
+                if k <= skip:  # read before the break (both modes agree there)
                     continue
-                if pending is not None:
-                    yield pending
-                    pending = None
-                pos = rec.stream_pos
-                locator = f"{rel}@{pos}" if pos > last_pos else f"{rel}@{pos}+{seq}"
-                last_pos, seq = max(pos, last_pos), seq + 1
-                item, cut = _warc_item(make, path, locator, rec, max_doc_bytes)
-                if item is None:
-                    continue
-                if held is not None:
-                    yield held[2]
-                held = (pos, locator, item)
-                if cut:
-                    yield item
-                    return
-        if broken is None:
-            break
-        if held is not None:
+                if self.pending is not None:
+                    yield self.pending
+                    self.pending = None
+                resume = yield from self._record(rec)
+                if resume is not None or self.finished:
+                    return resume
+
+    def _record(self, rec: Any) -> Generator[RawRecord, None, tuple[int, bool, int] | None]:
+        pos, expected = rec.stream_pos, rec.content_length
+        locator = f"{self.rel}@{pos}" if pos > self.last_pos else f"{self.rel}@{pos}+{self.seq}"
+        self.last_pos, self.seq = max(pos, self.last_pos), self.seq + 1
+        left = self.size - pos
+        ratio = self.make.limits.max_decompression_ratio
+        if self._seekable(pos) and expected > (left * ratio if self.gz else left):  # not read: it cannot be what it says
+            rule = "decompression_ratio" if self.gz else "bad_length"
+            why = (f"Content-Length {expected} would inflate from the {left} compressed bytes left past "
+                   f"max_decompression_ratio {ratio:g}" if self.gz else
+                   f"Content-Length {expected} is more than the {left} bytes left in the file")
+            return (yield from self._untrusted(pos, locator, rule, why, None))
+        item, cut = _warc_item(self.make, self.path, locator, rec, self.max_doc_bytes)
+        if cut:
+            why = f"its block is shorter than its Content-Length {expected}"
+            return (yield from self._untrusted(pos, locator, "bad_length", why, item))
+        if item is not None:
+            yield from self._flush()
+            self.held = (pos, locator, item)
+        return None
+
+    def _untrusted(self, pos: int, locator: str, rule: str, why: str,
+                   cut: RawRecord | None) -> Generator[RawRecord, None, tuple[int, bool, int] | None]:
+        """A record whose length cannot be right: skipped to the next record when one follows;
+        else the file ends inside it (a cut, as before)."""
+        yield from self._flush()
+        nxt = next_record(self.path, pos, self.gz) if self._seekable(pos) else None
+        if nxt is None:
+            yield cut or _warc_cut(self.make, self.path, locator, pos, why)
+            self.finished = True
+            return None
+        yield self.make.bad(locator, f"{self.path}@{pos}", "html", 0, rule, pos,
+                            f"record at byte {pos} of {self.path}: {why}; skipped to the next record at byte {nxt}")
+        return nxt, False, 0
+
+    def _broken(self, start: int, lenient: bool, k: int, exc: OSError) -> Generator[RawRecord, None, tuple[int, bool, int] | None]:
+        """fastwarc found no record where the last one said the next would be: either that record's
+        length is wrong, or bytes that are no record follow it. Both are quarantined by offset."""
+        read_one = self.last_pos >= start  # a record was read in this segment before the break
+        at = self.last_pos if read_one else start
+        # strictly after `at`: fastwarc failed at `start` itself when no record was read from it
+        nxt = next_record(self.path, at, self.gz) if not lenient and self._seekable(at) else None
+        target = (yield from self._skip_break(at, read_one, nxt, exc)) if nxt is not None else None
+        if target is not None:
+            return target, False, 0
+        yield from self._flush()
+        at = max(self.last_pos, 0)
+        if lenient:  # the lenient pass broke too: nothing more can be read
+            if self.seq > self.strict_seen:
+                yield _warc_cut(self.make, self.path, f"{self.rel}@{at}:corrupt-{self.seq}", at,
+                                f"WARC framing broken after it ({exc})", "corrupt")
+            self.finished = True
+            return None
+        self.pending = self.make.bad(f"{self.rel}@{at}:corrupt", f"{self.path}@{at}", "html", 0, "corrupt", at,
+                                     f"WARC framing broken after the record at byte {at} ({exc}); "
+                                     f"the records after it were read leniently")
+        self.strict_seen = self.seq
+        return start, True, k  # no record start to seek to: fastwarc's quirks mode resynchronises
+
+    def _skip_break(self, at: int, read_one: bool, nxt: int, exc: OSError) -> Generator[RawRecord, None, int | None]:
+        """Quarantine what fastwarc broke on, return where to read on (None: nowhere, the file's end).
+        The record at `at` may have a wrong length; else the record at `nxt` right after it is
+        unreadable; else bytes between the two are no record."""
+        why = framing_problem(self.path, at, self.gz) if read_one else None
+        if why is not None:  # the last record read is itself untrusted: it goes, not kept
+            locator = self.held[1] if self.held is not None and self.held[0] == at else f"{self.rel}@{at}"
+            if self.held is not None and self.held[0] == at:
+                self.held = None
+            yield from self._flush()
+            yield self.make.bad(locator, f"{self.path}@{at}", "html", 0, "bad_length", at,
+                                f"record at byte {at} of {self.path}: {why}; skipped to the next record at byte {nxt}")
+            return nxt
+        yield from self._flush()
+        end = record_end(self.path, at, self.gz) if read_one else None
+        if end is not None and nxt <= end:  # nothing between: the record at nxt is what failed
+            after = next_record(self.path, nxt, self.gz)
+            if after is not None:
+                yield self.make.bad(f"{self.rel}@{nxt}", f"{self.path}@{nxt}", "html", 0, "corrupt", nxt,
+                                    f"no readable WARC record at byte {nxt} of {self.path} ({exc}); "
+                                    f"skipped to the next record at byte {after}")
+            return after
+        what = f"after the record at byte {at}" if read_one else f"from byte {at}"
+        yield self.make.bad(f"{self.rel}@{at}:corrupt", f"{self.path}@{at}", "html", 0, "corrupt", at,
+                            f"bytes {what} up to byte {nxt} of {self.path} are not a WARC record ({exc}); "
+                            f"skipped to the next record")
+        return nxt
+
+    def _seekable(self, pos: int) -> bool:
+        """Whether `pos` is where a record starts, so reading can restart at a boundary after it:
+        always in a plain file; in a .warc.gz only with a gzip member per record (in one member for
+        the whole file, fastwarc's positions are where its compressed reads stand)."""
+        return not self.gz or is_member_start(self.probe, pos)
+
+    def _flush(self) -> Iterator[RawRecord]:
+        if self.held is not None:
+            yield self.held[2]
+            self.held = None
+
+    def _end(self) -> Iterator[RawRecord]:
+        """The tail check: a last record cut short, or bytes after it that are no record."""
+        problem = _warc_tail_problem(self.path, max(self.last_pos, 0)) if self.size else None
+        if self.pending is not None and problem is None:
+            yield self.pending
+        held = self.held
+        replaced = held is not None and problem is not None and problem.offset == held[0]
+        if held is not None and not replaced:
             yield held[2]
-            held = None
-        at = max(last_pos, 0)
-        if lenient:
-            if seq > strict_seen:
-                yield _warc_cut(make, path, f"{rel}@{at}:corrupt-{seq}", at,
-                                f"WARC framing broken after it ({broken})", "corrupt")
-            return
-        pending = make.bad(f"{rel}@{at}:corrupt", f"{path}@{at}", "html", 0, "corrupt", at,
-                           f"WARC framing broken after the record at byte {at} ({broken}); "
-                           f"the records after it were read leniently")
-        strict_seen = seq
-    problem = _warc_tail_problem(path, max(last_pos, 0)) if path.stat().st_size else None
-    if pending is not None and problem is None:
-        yield pending
-    replaced = held is not None and problem is not None and problem.offset == held[0]
-    if held is not None and not replaced:
-        yield held[2]
-    if problem is not None:
-        locator = held[1] if replaced and held else f"{rel}@{problem.offset}"
-        yield _warc_cut(make, path, locator, problem.offset, problem.detail, problem.rule)
+        if problem is not None:
+            locator = held[1] if replaced and held else f"{self.rel}@{problem.offset}"
+            yield _warc_cut(self.make, self.path, locator, problem.offset, problem.detail, problem.rule)
+
+
+def _read_warc(make: RecordMaker, path: Path, rel: str, max_doc_bytes: int) -> Iterator[RawRecord]:
+    """WARC/WET with fastwarc, resynchronising after a record it cannot trust (_WarcWalk); ARC with warcio."""
+    if path.name.lower().endswith(ARC_SUFFIXES):
+        yield from _read_arc(make, path, rel, max_doc_bytes)
+        return
+    yield from _WarcWalk(make, path, rel, max_doc_bytes).read()
 
 
 def _read_arc(make: RecordMaker, path: Path, rel: str, max_doc_bytes: int) -> Iterator[RawRecord]:
