@@ -101,16 +101,46 @@ def run_case(build: Any, src: Path, timeout: float, memory_gb: float) -> dict[st
                 "refused_expected": case.refused, "tree_changes": _changed(before, tree_snapshot(root), case.created)}
 
 
-def peak_rss(build: Any, src: Path, timeout: float, memory_gb: float) -> dict[str, Any]:
+def run_in_child(build: Any, src: Path, timeout: float, memory_gb: float, normal: Path | None) -> dict[str, Any]:
     """run_case in a fresh child of its own, so RUSAGE_CHILDREN's maximum is this case's alone."""
-    code = ("import json,sys; sys.path.insert(0, sys.argv[1]); import bench_hostile_inputs as b; "
+    code = ("import json,sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); import bench_hostile_inputs as b; "
             "from tests.adversarial import hostile_inputs as h; "
-            "print(json.dumps(b.run_case(getattr(h, sys.argv[2]), __import__('pathlib').Path(sys.argv[3]), "
-            "float(sys.argv[4]), float(sys.argv[5]))))")
+            "build = b.normal_case(Path(sys.argv[6]), int(sys.argv[7])) if sys.argv[2] == 'normal_html' "
+            "else getattr(h, sys.argv[2]); "
+            "print(json.dumps(b.run_case(build, Path(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]))))")
     res = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), build.__name__, str(src),
-                          str(timeout), str(memory_gb)], capture_output=True, text=True, cwd=REPO, check=True)
+                          str(timeout), str(memory_gb), str(normal or ""), str(NORMAL_FILES[0])],
+                         capture_output=True, text=True, cwd=REPO, check=True)
     rec = json.loads(res.stdout.strip().splitlines()[-1])
     rec["peak_rss_mb"] = rec.pop("peak_rss_mb_max_so_far")
+    return rec
+
+
+NORMAL_FILES = [300]  # --normal-files, for the child that rebuilds the normal case
+
+
+def normal_case(corpus: Path, files: int) -> Any:
+    """Not hostile: the first `files` pages of a real HTML corpus through every default step, so the
+    table also shows what the bounds cost on ordinary data."""
+    pages = sorted(corpus.rglob("*.html"))[:files]
+
+    def normal_html(root: Path) -> Case:
+        src = root / "in"
+        src.mkdir()
+        for i, page in enumerate(pages):
+            (src / f"{i:05d}.html").symlink_to(page)
+        return Case("normal_html", "normal", f"{len(pages)} real HTML pages ({corpus.name}), every default step",
+                    root, ["curate", "in", "-o", "out"], good=None, out=root / "out",
+                    created=("out", ".out.events.jsonl"))
+    return normal_html
+
+
+def _measure(build: Any, label: str, src: Path, runs: int, args: argparse.Namespace) -> dict[str, Any]:
+    recs = [run_in_child(build, src, args.timeout, args.memory_gb, args.normal) for _ in range(runs)]
+    rec = {**recs[-1], "source": label, "repeats": len(recs), "seconds_all": [r["seconds"] for r in recs],
+           "seconds": statistics.median(r["seconds"] for r in recs), "peak_rss_mb": max(r["peak_rss_mb"] for r in recs)}
+    print(f"{rec['case']:28s} {label:9s} {rec['seconds']:8.2f} s {rec['peak_rss_mb']:8.0f} MB exit {rec['exit']} "
+          f"kept {rec['kept']}/{rec['good']} changes {rec['tree_changes']} tb {rec['traceback']}", file=sys.stderr)
     return rec
 
 
@@ -120,25 +150,32 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="runs per case and source (the median is reported)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds before a run is killed")
     ap.add_argument("--memory-gb", type=float, default=8.0, help="address-space cap per run")
+    ap.add_argument("--normal", type=Path, help="a real HTML corpus: time ordinary pages too (normal_html)")
+    ap.add_argument("--normal-files", type=int, default=300, help="pages of --normal to curate")
     ap.add_argument("--only", nargs="*", help="case names")
     args = ap.parse_args()
+    NORMAL_FILES[0] = args.normal_files
     sources = {"tokenmill": REPO / "src", **({"baseline": args.baseline_src} if args.baseline_src else {})}
+    builds = list(CASES) + ([normal_case(args.normal, args.normal_files)] if args.normal else [])
     records = []
-    for build in CASES:
+    for build in builds:
         if args.only and build.__name__ not in args.only:
             continue
-        for label, src in sources.items():
-            runs = []
-            for _ in range(args.repeats if label == "tokenmill" else 1):  # the baseline's unbounded cases take minutes
-                runs.append(peak_rss(build, src, args.timeout, args.memory_gb))
-            rec = {**runs[-1], "source": label, "repeats": len(runs),
-                   "seconds": statistics.median(r["seconds"] for r in runs),
-                   "peak_rss_mb": max(r["peak_rss_mb"] for r in runs)}
-            print(f"{rec['case']:28s} {label:9s} {rec['seconds']:8.2f} s {rec['peak_rss_mb']:8.0f} MB exit {rec['exit']} "
-                  f"kept {rec['kept']}/{rec['good']} changes {rec['tree_changes']} tb {rec['traceback']}", file=sys.stderr)
-            records.append(rec)
+        if build.__name__ == "normal_html":  # the cost on ordinary data: A/B interleaved, medians
+            runs: dict[str, list[dict[str, Any]]] = {label: [] for label in sources}
+            for _ in range(args.repeats):
+                for label, src in sources.items():
+                    runs[label].append(_measure(build, label, src, 1, args))
+            for label, recs in runs.items():
+                secs = [r["seconds"] for r in recs]
+                records.append({**recs[-1], "repeats": len(recs), "seconds_all": secs, "seconds": statistics.median(secs),
+                                "peak_rss_mb": max(r["peak_rss_mb"] for r in recs)})
+            continue
+        for label, src in sources.items():  # the baseline's unbounded cases run to the limit: once
+            records.append(_measure(build, label, src, args.repeats if label == "tokenmill" else 1, args))
     print(json.dumps({"timeout_s": args.timeout, "memory_gb": args.memory_gb, "cores": os.cpu_count(),
-                      "baseline_src": str(args.baseline_src) if args.baseline_src else None, "records": records}))
+                      "baseline_src": str(args.baseline_src) if args.baseline_src else None,
+                      "normal_corpus": str(args.normal) if args.normal else None, "records": records}))
 
 
 if __name__ == "__main__":

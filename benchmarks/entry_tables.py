@@ -729,7 +729,9 @@ def _hostile_outcome(rec: dict[str, Any]) -> str:
     parts = []
     if rec["traceback"]:
         parts.append("**traceback**")
-    if rec["good"] is not None:
+    if rec["group"] == "normal":
+        parts.append(f"kept {rec['kept']}, quarantined {sum((rec.get('rejected') or {}).values())} (exit {rec['exit']})")
+    elif rec["good"] is not None:
         rules = ", ".join(f"{k} {v}" for k, v in sorted((rec.get("rejected") or {}).items()))
         parts.append(f"kept {rec['kept']}/{rec['good']} good" + (f"; quarantined: {rules}" if rules else ""))
         if rec["exit"] != 0:
@@ -760,4 +762,10 @@ def hostile_inputs(r: dict[str, Any]) -> list[str]:
             cells += ([f"{rec['seconds']:.2f} s", f"{rec['peak_rss_mb']:.0f} MB", _hostile_outcome(rec)]
                       if rec else ["—", "—", "—"])
         lines.append("| " + " | ".join(cells) + " |")
+    normal = by_case.get("normal_html", {})
+    if "tokenmill" in normal and "baseline" in normal:
+        new, old = normal["tokenmill"], normal["baseline"]
+        lines += ["", f"Ordinary pages (normal_html, {new['repeats']} interleaved runs each, medians): "
+                  f"{new['seconds']:.2f} s against {old['seconds']:.2f} s before, "
+                  f"{new['seconds'] / old['seconds']:.3f}× the time (runs: {new['seconds_all']} vs {old['seconds_all']})."]
     return lines

@@ -32,8 +32,9 @@ app.add_typer(tokenizer_app, name="tokenizer")
 console = Console(stderr=True, soft_wrap=True, markup=False, highlight=False)
 out = Console(markup=False)  # tables on stdout: their cells are data too
 
-ConfigArg = typer.Argument(..., help="Run config (YAML). See examples/ and `tokenmill demo`.",
-                           exists=False, dir_okay=False)
+# No click-side path checks: the config loader names a missing file or a directory in one line,
+# where click would print a usage box.
+ConfigArg = typer.Argument(..., help="Run config (YAML). See examples/ and `tokenmill demo`.", exists=False)
 SetOpt = typer.Option(None, "--set", "-s", help="Override a config key: section.key=value (repeatable).")
 RunDirOpt = typer.Option(None, "--run-dir", help="Run directory (default: <root>/<name> from the config).")
 

@@ -138,6 +138,14 @@ def test_a_user_path_that_is_a_directory_is_one_line(workdir: Path):
     _no_resume_hint(result)
 
 
+def test_a_config_that_is_a_directory_is_one_line(workdir: Path):
+    folder = workdir / "[red]configs"
+    folder.mkdir()
+    for command in (["tokenize"], ["tokenizer", "train"], ["run"]):
+        result = run_cli(*command, folder, cwd=workdir)
+        assert_clean_error(result, f"config error: {folder}: is a directory", max_lines=1)
+
+
 def test_the_resume_hint_only_where_the_work_resumes(capsys: pytest.CaptureFixture[str], tmp_path: Path):
     """_guard after Ctrl-C: the trainer's interrupt (a checkpoint saved) gets the command's
     checkpoint hint; a bare Ctrl-C gets the resume hint only from a command that resumes."""
