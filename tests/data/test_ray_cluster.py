@@ -183,9 +183,9 @@ def _curate_on_the_cluster(parts: list[str], out: str, work: str) -> ChunkStats:
     at_publish: ChunkStats = {}
     real_publish = curate_mod._publish
 
-    def publish(final, output):
+    def publish(final, output, *rest):
         at_publish.update(done_chunks(Path(work)))
-        return real_publish(final, output)
+        return real_publish(final, output, *rest)
 
     curate_mod._publish = publish
     curate(cluster_config([Path(p) for p in parts], executor="ray", workers=2), Path(out), progress=False)

@@ -44,7 +44,9 @@ def test_position_bpb_equals_the_log_softmax_of_each_window(tmp_path):
         nll = -logp[:, b["from"]:b["to"]].sum()
         nbytes = pieces[np.stack(rows)[:, 1 + b["from"]: 1 + b["to"]]].sum()
         assert b["tokens"] == 6 * (b["to"] - b["from"]) and b["bytes"] == nbytes
-        assert b["bpb"] == pytest.approx(nll / (math.log(2) * nbytes), rel=1e-5)
+        # fp32 logits from batches of 4 (position_bpb) vs one batch of 6 here: the kernels block the
+        # sums differently, so the two agree to fp32 rounding (~1e-5 seen on an AVX2 EPYC), not bitwise
+        assert b["bpb"] == pytest.approx(nll / (math.log(2) * nbytes), rel=1e-4)
 
 
 class _Words:

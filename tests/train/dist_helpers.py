@@ -43,7 +43,9 @@ def reconfigure(run: RunDir, **train: Any) -> RunDir:
     """The same run directory with some train fields changed (e.g. distributed: ddp -> fsdp)."""
     data = run.config.model_dump()
     data["train"].update(train)
-    return RunDir.create(RunConfig.model_validate(data), run.path)
+    changed = RunDir.create(RunConfig.model_validate(data), run.path)
+    changed.record_config()  # as a stage does when it starts: the CLI ranks read config.yaml
+    return changed
 
 
 def copy_run(run: RunDir, dest: Path, keep_steps: int | None = None) -> RunDir:

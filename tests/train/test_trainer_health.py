@@ -27,9 +27,9 @@ def events(run: RunDir, kind: str) -> list[dict]:
 def variant(run: RunDir, name: str, health: dict, **train) -> RunDir:
     data = run.config.model_dump()
     data["train"].update(train, health=health)
-    dest = run.path.parent / name
-    shutil.copytree(run.path / "tokens", dest / "tokens")
-    return RunDir.create(RunConfig.model_validate(data), dest)
+    made = RunDir.create(RunConfig.model_validate(data), run.path.parent / name)  # tokenmill's run dir first
+    shutil.copytree(run.path / "tokens", made.path / "tokens")
+    return made
 
 
 def tensors(path) -> dict[str, torch.Tensor]:

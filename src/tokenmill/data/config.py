@@ -12,6 +12,8 @@ from pydantic import Field, field_validator, model_validator
 from tokenmill.config_base import Strict
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+# An upper limit on a share: 1 or more never removes anything, which is how a rule is turned off alone.
+ShareLimit = Annotated[float, Field(ge=0.0)]
 
 
 class SourceConfig(Strict):
@@ -67,19 +69,19 @@ class QualityConfig(Strict):
     min_mean_word_len: float = Field(3.0, ge=0.0, description="Mean word length below this: rejected.")
     max_mean_word_len: float = Field(10.0, gt=0.0, description="Mean word length above this: rejected.")
     max_symbol_word_ratio: float = Field(0.1, ge=0.0, description="'#' and '...' per word above this: rejected.")
-    max_bullet_line_frac: float = Field(0.9, ge=0.0, le=1.0, description="Fraction of lines starting with a bullet.")
-    max_ellipsis_line_frac: float = Field(0.3, ge=0.0, le=1.0, description="Fraction of lines ending with an ellipsis.")
+    max_bullet_line_frac: float = Field(0.9, ge=0.0, description="Fraction of lines starting with a bullet.")
+    max_ellipsis_line_frac: float = Field(0.3, ge=0.0, description="Fraction of lines ending with an ellipsis.")
     min_alpha_word_frac: float = Field(0.8, ge=0.0, le=1.0, description="Fraction of words with a letter, below: rejected.")
     min_stop_words: int = Field(2, ge=0, description="Fewer English stop words than this: rejected.")
-    # Gopher repetition rules (Table A1)
+    # Gopher repetition rules (Table A1); a max_* share limit of 1 or more turns that rule off
     gopher_repetition: bool = Field(True, description="Apply the Gopher repetition rules.")
-    max_dup_line_frac: float = Field(0.30, ge=0.0, le=1.0, description="Share of lines that repeat an earlier line.")
-    max_dup_para_frac: float = Field(0.30, ge=0.0, le=1.0, description="Share of paragraphs that repeat an earlier paragraph.")
-    max_dup_line_char_frac: float = Field(0.20, ge=0.0, le=1.0, description="Share of line characters in repeated lines.")
-    max_dup_para_char_frac: float = Field(0.20, ge=0.0, le=1.0, description="Share of paragraph characters in repeated paragraphs.")
-    max_top_ngram_char_frac: dict[int, Fraction] = Field(
+    max_dup_line_frac: float = Field(0.30, ge=0.0, description="Share of lines that repeat an earlier line.")
+    max_dup_para_frac: float = Field(0.30, ge=0.0, description="Share of paragraphs that repeat an earlier paragraph.")
+    max_dup_line_char_frac: float = Field(0.20, ge=0.0, description="Share of line characters in repeated lines.")
+    max_dup_para_char_frac: float = Field(0.20, ge=0.0, description="Share of paragraph characters in repeated paragraphs.")
+    max_top_ngram_char_frac: dict[int, ShareLimit] = Field(
         {2: 0.20, 3: 0.18, 4: 0.16}, description="n (2-4) -> limit on the word characters of the most frequent word n-gram.")
-    max_dup_ngram_char_frac: dict[int, Fraction] = Field(
+    max_dup_ngram_char_frac: dict[int, ShareLimit] = Field(
         {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10},
         description="n (5-10) -> limit on the share of word characters inside repeated word n-grams.")
     # C4 rules
@@ -92,9 +94,9 @@ class QualityConfig(Strict):
     # FineWeb rules
     fineweb: bool = Field(True, description="Apply the FineWeb rules.")
     min_line_punct_frac: float = Field(0.12, ge=0.0, le=1.0, description="Share of lines ending in terminal punctuation, below: rejected.")
-    max_short_line_frac: float = Field(0.67, ge=0.0, le=1.0, description="Share of short lines, above: rejected.")
+    max_short_line_frac: float = Field(0.67, ge=0.0, description="Share of short lines, above: rejected.")
     short_line_chars: int = Field(30, ge=0, description="A line of at most this many characters is short (FineWeb).")
-    max_char_dup_frac: float = Field(0.01, ge=0.0, le=1.0, description="Share of characters in repeated lines, above: rejected (FineWeb).")
+    max_char_dup_frac: float = Field(0.01, ge=0.0, description="Share of characters in repeated lines, above: rejected (FineWeb).")
     max_newline_word_ratio: float = Field(0.3, ge=0.0, description="Line breaks per word, above: rejected (FineWeb list pages).")
     # Code rules (StarCoder / The Stack), for the code kind
     code_max_line_len: int = Field(1000, ge=1, description="Code: a line longer than this many characters: rejected.")

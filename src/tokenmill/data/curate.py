@@ -839,8 +839,9 @@ def _claim_output(cfg: CurateConfig, out: Path, work: Path, overwrite: bool) -> 
 
 def _publish(final: Path, out: Path, owned: set[str]) -> None:
     """Move the finished output into `out` entry by entry, replacing only what tokenmill wrote
-    there before (the marker lists it) and keeping every other file. Temporary files of writers killed mid-write (a lost node's, a killed driver's last task)
-    are not output: they are removed first."""
+    there before (the marker lists it) and keeping every other file. Temporary files of writers
+    killed mid-write (a lost node's, a killed driver's last task) are not output: they are
+    removed first."""
     remove_temporaries(final)
     fsync_tree(final)
     if not os.path.lexists(out):  # new: the whole output appears at once
