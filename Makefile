@@ -44,10 +44,10 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/record.py benchmarks/results/loader_demo.json -- benchmarks/bench_loader.py --run runs/demo
 	$(BIN)/python benchmarks/record.py benchmarks/results/health_overhead.json -- benchmarks/bench_health_overhead.py --run runs/demo --threads 1 --repeats 15
 	$(BIN)/python benchmarks/record.py benchmarks/results/demo_wallclock.json -- benchmarks/bench_demo.py
+	test -d $(REAL_CORPORA) || bash ../shared/corpora/fetch_real_corpora.sh $(REAL_CORPORA)
 	git worktree add --detach /tmp/tm-hostile-base 3011eff 2>/dev/null || true
 	$(BIN)/python benchmarks/record.py benchmarks/results/hostile_inputs.json -- benchmarks/bench_hostile_inputs.py \
-		--baseline-src /tmp/tm-hostile-base/src  # about 10 minutes: the baseline's unbounded cases run to the limit
-	test -d $(REAL_CORPORA) || bash ../shared/corpora/fetch_real_corpora.sh $(REAL_CORPORA)
+		--baseline-src /tmp/tm-hostile-base/src --normal $(REAL_CORPORA)/web_html/python3.11-doc --normal-files 444  # ~15 min
 	$(BIN)/python benchmarks/record.py benchmarks/results/curate_vs_datatrove.json --result /tmp/tokenmill_curate.json -- benchmarks/bench_curate_vs_datatrove.py --corpus $(REAL_CORPORA)/web_html/python3.11-doc --json /tmp/tokenmill_curate.json
 	TOKENMILL_REAL_CORPORA=$(REAL_CORPORA) $(BIN)/python benchmarks/record.py benchmarks/results/minhash.json -- benchmarks/bench_minhash.py
 	TOKENMILL_REAL_CORPORA=$(REAL_CORPORA) $(BIN)/python benchmarks/bench_substring_dedup.py
