@@ -64,11 +64,12 @@ def _rejected_rules(case: Case) -> dict[str, int] | None:
     return rules
 
 
-def _changed(before: dict[str, str], after: dict[str, str], created: tuple[str, ...]) -> int:
-    """Paths deleted or changed, plus paths made outside what the case allows tokenmill to create."""
+def _changed(before: dict[str, str], after: dict[str, str], created: tuple[str, ...]) -> tuple[int, int]:
+    """(paths that were there before and are now deleted or changed, paths made outside what the
+    case allows tokenmill to create)."""
     lost = sum(1 for p in before if before[p] != after.get(p))
     stray = sum(1 for p in after if p not in before and not any(p == c or p.startswith(c + "/") for c in created))
-    return lost + stray
+    return lost, stray
 
 
 def run_case(build: Any, src: Path, timeout: float, memory_gb: float) -> dict[str, Any]:
@@ -93,12 +94,14 @@ def run_case(build: Any, src: Path, timeout: float, memory_gb: float) -> dict[st
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # max over every child waited for so far
         text = (out + err).decode(errors="replace")
         lines = [ln for ln in err.decode(errors="replace").splitlines() if ln.strip()]
-        return {"case": case.name, "group": case.group, "what": case.what, "seconds": round(seconds, 3),
+        rec = {"case": case.name, "group": case.group, "what": case.what, "seconds": round(seconds, 3),
                 "peak_rss_mb_max_so_far": round(usage.ru_maxrss / 1024, 1), "killed_at_timeout": killed,
                 "exit": proc.returncode, "traceback": "Traceback" in text, "stderr_lines": len(lines),
                 "last_line": lines[-1][:300] if lines else "", "good": case.good, "kept": _kept(case),
                 "rejected": _rejected_rules(case),
-                "refused_expected": case.refused, "tree_changes": _changed(before, tree_snapshot(root), case.created)}
+                "refused_expected": case.refused}
+        rec["paths_lost"], rec["paths_stray"] = _changed(before, tree_snapshot(root), case.created)
+        return rec
 
 
 def run_in_child(build: Any, src: Path, timeout: float, memory_gb: float, normal: Path | None) -> dict[str, Any]:
@@ -140,7 +143,7 @@ def _measure(build: Any, label: str, src: Path, runs: int, args: argparse.Namesp
     rec = {**recs[-1], "source": label, "repeats": len(recs), "seconds_all": [r["seconds"] for r in recs],
            "seconds": statistics.median(r["seconds"] for r in recs), "peak_rss_mb": max(r["peak_rss_mb"] for r in recs)}
     print(f"{rec['case']:28s} {label:9s} {rec['seconds']:8.2f} s {rec['peak_rss_mb']:8.0f} MB exit {rec['exit']} "
-          f"kept {rec['kept']}/{rec['good']} changes {rec['tree_changes']} tb {rec['traceback']}", file=sys.stderr)
+          f"kept {rec['kept']}/{rec['good']} lost {rec['paths_lost']} stray {rec['paths_stray']} tb {rec['traceback']}", file=sys.stderr)
     return rec
 
 

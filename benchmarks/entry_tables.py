@@ -740,8 +740,10 @@ def _hostile_outcome(rec: dict[str, Any]) -> str:
         parts.append("**accepted (exit 0)**")
     else:
         parts.append(f"refused (exit {rec['exit']}, {rec['stderr_lines']} line{'s' if rec['stderr_lines'] != 1 else ''})")
-    if rec["tree_changes"]:
-        parts.append(f"**{rec['tree_changes']} paths deleted, changed or written outside its output**")
+    if rec["paths_lost"]:
+        parts.append(f"**{rec['paths_lost']} of the user's paths deleted or changed**")
+    if rec["paths_stray"]:
+        parts.append(f"{rec['paths_stray']} paths written outside its output")
     return "; ".join(parts)
 
 

@@ -48,6 +48,11 @@ def warc_record(uri: str, payload: bytes, content_length: int | None = None) -> 
     return head + http + b"\r\n\r\n"
 
 
+# What `curate ... -o out` may create beside its input: the output, its event log and its
+# resumable work folder (kept after a failed run so that the same command continues).
+CURATE_OUT = ("out", ".out.events.jsonl", ".out.work")
+
+
 @dataclass
 class Case:
     """One hostile case, built: the tokenmill arguments a user would run (`tokenmill ARGS`), where,
@@ -77,7 +82,7 @@ def jsonl_nul_line(root: Path) -> Case:
     (root / "pages.jsonl").write_bytes(b"".join(lines))
     return Case("jsonl_nul_line", "record", "JSONL: one raw NUL byte in the first kilobyte, 40 good lines around it",
                 root, ["curate", "pages.jsonl", "-o", "out", "--steps", "normalize"], bad=1, good=40, out=root / "out",
-                created=("out", ".out.events.jsonl"))
+                created=CURATE_OUT)
 
 
 def warc_absurd_length(root: Path) -> Case:
@@ -88,7 +93,7 @@ def warc_absurd_length(root: Path) -> Case:
     (root / "crawl.warc").write_bytes(b"".join(recs))
     return Case("warc_absurd_length", "record", "WARC: a record claiming a 1 PB Content-Length between 5 and 5 good ones",
                 root, ["curate", "crawl.warc", "-o", "out", "--steps", "extract,normalize"], bad=1, good=10,
-                out=root / "out", created=("out", ".out.events.jsonl"), steps="extract,normalize")
+                out=root / "out", created=CURATE_OUT, steps="extract,normalize")
 
 
 def parquet_binary_text(root: Path) -> Case:
@@ -96,7 +101,7 @@ def parquet_binary_text(root: Path) -> Case:
     pq.write_table(pa.table({"text": pa.array([t.encode() for t in texts], pa.binary())}), root / "docs.parquet")
     return Case("parquet_binary_text", "record", "Parquet: a `binary` text column of valid UTF-8, 30 documents",
                 root, ["curate", "docs.parquet", "-o", "out", "--steps", "normalize"], good=30, out=root / "out",
-                created=("out", ".out.events.jsonl"))
+                created=CURATE_OUT)
 
 
 def jsonl_gz_newline_bomb(root: Path) -> Case:
@@ -105,7 +110,7 @@ def jsonl_gz_newline_bomb(root: Path) -> Case:
     (root / "in" / "good.jsonl").write_bytes(b"".join(jsonl_lines(good_texts(20))))
     return Case("jsonl_gz_newline_bomb", "record", "a 34 KB .jsonl.gz of 35 M newlines beside 20 good lines",
                 root, ["curate", "in", "-o", "out", "--steps", "normalize"], bad=1, good=20, out=root / "out",
-                created=("out", ".out.events.jsonl"))
+                created=CURATE_OUT)
 
 
 def symlink_loop(root: Path) -> Case:
@@ -117,7 +122,7 @@ def symlink_loop(root: Path) -> Case:
     os.symlink(".", src / "self")
     return Case("symlink_loop", "record", "a source folder with a loop of links (a→b→a) and a link to itself",
                 root, ["curate", "in", "-o", "out", "--steps", "normalize"], good=20, out=root / "out",
-                created=("out", ".out.events.jsonl"))
+                created=CURATE_OUT)
 
 
 # -- bounded work per document ------------------------------------------------------------------
@@ -131,7 +136,7 @@ def html_deep_nesting(root: Path) -> Case:
     (src / "deep.html").write_bytes(b"<html><body>" + b"<div>" * depth + b"deep" + b"</div>" * depth + b"</body></html>")
     return Case("html_deep_nesting", "document", "HTML nested 100,000 <div>s deep beside 10 good pages",
                 root, ["curate", "in", "-o", "out", "--steps", "extract,normalize"], bad=1, good=10, out=root / "out",
-                created=("out", ".out.events.jsonl"), steps="extract,normalize")
+                created=CURATE_OUT, steps="extract,normalize")
 
 
 # -- ownership of output ------------------------------------------------------------------------
