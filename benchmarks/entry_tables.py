@@ -743,7 +743,7 @@ def _hostile_outcome(rec: dict[str, Any]) -> str:
     if rec["paths_lost"]:
         parts.append(f"**{rec['paths_lost']} of the user's paths deleted or changed**")
     if rec["paths_stray"]:
-        parts.append(f"{rec['paths_stray']} paths written outside its output")
+        parts.append(f"{rec['paths_stray']} path{'s' if rec['paths_stray'] != 1 else ''} written outside its output")
     return "; ".join(parts)
 
 
@@ -764,6 +764,17 @@ def hostile_inputs(r: dict[str, Any]) -> list[str]:
             cells += ([f"{rec['seconds']:.2f} s", f"{rec['peak_rss_mb']:.0f} MB", _hostile_outcome(rec)]
                       if rec else ["—", "—", "—"])
         lines.append("| " + " | ".join(cells) + " |")
+    for src in ("tokenmill", "baseline") if base else ("tokenmill",):
+        recs = [c[src] for c in by_case.values() if src in c and c[src]["group"] != "normal"]
+        lost = [r for r in recs if r["good"] is not None and r["kept"] != r["good"]]
+        lines += ["", f"{src}: of {len(recs)} hostile cases, {sum(r['killed_at_timeout'] for r in recs)} killed at the "
+                  f"{res['timeout_s']:.0f} s limit, {sum(r['traceback'] for r in recs)} ended in a traceback, "
+                  f"{len(lost)} lost good documents ({sum(r['good'] - (r['kept'] or 0) for r in lost)} of "
+                  f"{sum(r['good'] for r in recs if r['good'] is not None)}), "
+                  f"{sum(1 for r in recs if r['paths_lost'])} deleted or changed the user's files, "
+                  f"{sum(1 for r in recs if r['refused_expected'] and r['exit'] == 0)} accepted what it must refuse; "
+                  f"slowest {max(r['seconds'] for r in recs):.2f} s, largest peak RSS {max(r['peak_rss_mb'] for r in recs):.0f} MB "
+                  f"(address space capped at {res['memory_gb']:.0f} GB)."]
     normal = by_case.get("normal_html", {})
     if "tokenmill" in normal and "baseline" in normal:
         new, old = normal["tokenmill"], normal["baseline"]
