@@ -181,11 +181,13 @@ def curate(
 
         run_cfg = load_config(config, overrides)
         cfg = run_cfg.curate.model_copy(update={"sources": sources_from_paths([str(p) for p in inputs], bucket)})
-        from tokenmill.runs import EventLog
+        from tokenmill.runs import EventLog, check_event_log
 
         where = out.absolute()  # `-o .` has no name to put the event log beside
-        summary = curate_paths(cfg, out, base_dir=config.parent if config else Path.cwd(),
-                               events=EventLog(where.parent / f".{where.name}.events.jsonl"), seed=run_cfg.seed,
+        log = where.parent / f".{where.name}.events.jsonl"
+        check_event_log(log)
+        summary = curate_paths(cfg, out, base_dir=config.parent if config else Path.cwd(), events=EventLog(log),
+                               seed=run_cfg.seed,
                                overwrite=overwrite)
         _say("✓ curate", "green", summary, sep=" ")
     _guard(go, resume_hint="Run the same command again: finished shards are not redone.")

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from tokenmill.config import RunConfig, dump_config
 # TEMPORARY and temporary_name lived here first: callers still import them from runs
-from tokenmill.ownership import TEMPORARY as TEMPORARY, claim_dir, temporary_name as temporary_name
+from tokenmill.ownership import TEMPORARY as TEMPORARY, OwnershipError, claim_dir, temporary_name as temporary_name
 
 STAGES: tuple[str, ...] = ("curate", "tokenizer", "tokenize", "train", "eval", "report")
 
@@ -162,15 +162,25 @@ def read_events(path: Path) -> Iterator[dict[str, Any]]:
                 continue
 
 
+def is_event_log(path: Path) -> bool:
+    """The file's first line is a tokenmill event ({"t", "stage", "kind", ...})."""
+    first = next(iter(read_events(path)), None)
+    return first is not None and {"t", "stage", "kind"} <= set(first)
+
+
+def check_event_log(path: Path) -> None:
+    """Refuse to append events to a file someone else wrote (an empty or absent one is fine)."""
+    if os.path.lexists(path) and (not path.is_file() or (path.stat().st_size and not is_event_log(path))):
+        raise OwnershipError(f"{path}: exists and is not a tokenmill event log; refusing to append to it "
+                             "(move it away or choose another output name)")
+
+
 def is_legacy_run_dir(path: Path) -> bool:
     """A run directory of a tokenmill made before the ownership marker: it has stage records, or a
     config.yaml beside an event log whose first line is a tokenmill event."""
     if (path / ".stages").is_dir():
         return True
-    if not (path / "config.yaml").is_file():
-        return False
-    first = next(iter(read_events(path / "events.jsonl")), None)
-    return first is not None and {"t", "stage", "kind"} <= set(first)
+    return (path / "config.yaml").is_file() and is_event_log(path / "events.jsonl")
 
 
 @dataclass

@@ -50,6 +50,18 @@ def test_curate_into_a_folder_of_other_files_is_refused(workdir: Path) -> None:
     assert_untouched(before, tree_snapshot(workdir))
 
 
+def test_curate_never_appends_to_a_users_file_named_like_its_event_log(workdir: Path) -> None:
+    good = _inputs(workdir)
+    _foreign(workdir, {".out.events.jsonl": "my notes, not events\n"})
+    before = tree_snapshot(workdir)
+    res = _curate(good, "-o", workdir / "out", cwd=workdir)
+    assert_clean_error(res, str(workdir / ".out.events.jsonl"), "not a tokenmill event log")
+    assert_untouched(before, tree_snapshot(workdir))
+    (workdir / ".out.events.jsonl").unlink()  # without it, the same command works and its log is tokenmill's
+    assert _curate(good, "-o", workdir / "out", cwd=workdir).returncode == 0
+    assert _curate(good, "-o", workdir / "out", cwd=workdir).returncode == 0
+
+
 @pytest.mark.parametrize("out", ["pwd", "."])
 def test_curate_into_the_folder_holding_its_input_is_refused(workdir: Path, out: str) -> None:
     good = _inputs(workdir)
