@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from tokenmill.config_base import ConfigError, Strict, format_validation_error
+from tokenmill.ownership import FolderName
 from tokenmill.data.config import (BucketRule, CURATE_STEPS, CanaryConfig, CurateConfig, DecontaminateConfig,
                                    ExtractConfig, LangIdConfig, LineDedupConfig, MinHashConfig, ModelQualityConfig,
                                    NormalizeConfig, PiiConfig, QualityConfig, SafetyConfig, SourceConfig,
@@ -42,7 +43,7 @@ __all__ = ['BucketRule', 'CURATE_STEPS', 'CanaryConfig', 'ConfigError', 'CurateC
 class RunConfig(Strict):
     """A whole run: every stage's config plus where the run directory lives."""
 
-    name: str = Field("run", description="Run name; the run directory is <root>/<name>.")
+    name: FolderName = Field("run", description="Run name; the run directory is <root>/<name>.")
     root: str = Field("runs", description="Directory holding run directories.")
     seed: int = Field(1234, description="Seed every stage's generators derive from.")
     curate: CurateConfig = Field(default_factory=CurateConfig)
@@ -53,15 +54,6 @@ class RunConfig(Strict):
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
-
-    @field_validator("name")
-    @classmethod
-    def _name_stays_in_root(cls, name: str) -> str:
-        # the run directory is <root>/<name>: a separator, `..` or an absolute name would put it elsewhere
-        if not name.strip() or name in (".", "..") or "/" in name or "\\" in name or Path(name).is_absolute():
-            raise ValueError(f"{name!r} must be one folder name (no '/', '\\', '..' or absolute path): the run "
-                             "directory is <root>/<name>; use `root` to put it elsewhere")
-        return name
 
     @model_validator(mode="after")
     def _layout_fits_model(self) -> "RunConfig":

@@ -45,6 +45,14 @@ def field_problem(e: Any) -> str:
     return msg if not e["loc"] or f"{key}." in msg else f"{key}: {msg}"
 
 
+def config_problem(exc: Exception, origin: str) -> str:
+    """One line for a config file that cannot be read or validated: each pydantic problem with its
+    dotted field, a YAML or OS error with its whitespace folded."""
+    if isinstance(exc, ValidationError):
+        return format_validation_error(exc, origin)
+    return f"{origin}: " + " ".join(str(exc).split())
+
+
 def format_validation_error(err: ValidationError, origin: str) -> str:
     """Every problem of a config on one line, each naming its dotted field: the CLI prints it as is."""
     problems = [field_problem(e) for e in err.errors()]

@@ -17,7 +17,9 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Annotated, Any, Callable, Iterable
+
+from pydantic import AfterValidator
 
 from tokenmill.errors import UserError
 
@@ -27,6 +29,18 @@ TEMPORARY = re.compile(r"^\..+\.tmp-\d+-[0-9a-f]{8}(\.[a-z]+)?$")
 
 class OwnershipError(UserError, ValueError):
     """An output path holds something tokenmill did not write; nothing was written or deleted."""
+
+
+def one_folder_name(name: str) -> str:
+    """A config's `name` becomes <root>/<name>: a separator, `..` or an absolute name would put
+    the directory outside `root`."""
+    if not name.strip() or name in (".", "..") or "/" in name or "\\" in name or Path(name).is_absolute():
+        raise ValueError(f"{name!r} must be one folder name (no '/', '\\', '..' or absolute path): the "
+                         "directory is <root>/<name>; use `root` to put it elsewhere")
+    return name
+
+
+FolderName = Annotated[str, AfterValidator(one_folder_name)]
 
 
 def temporary_name(path: Path, suffix: str = "") -> Path:
@@ -141,3 +155,16 @@ def remove_own_temporaries(directory: Path) -> None:
     for entry in Path(directory).iterdir():
         if TEMPORARY.match(entry.name):
             _remove(entry)
+
+
+def claim_experiment_dir(directory: Path, stage: str, name: str, config_file: str) -> None:
+    """The directory of an experiment of several runs (a sweep, an ablation, a mixture or source
+    study): new, empty, tokenmill's, or an earlier version's (its `config_file`, or the `data/`
+    run directory its runs share). Refused in one line before any run starts."""
+    from tokenmill.runs import is_legacy_run_dir  # runs imports this module
+
+    def earlier(d: Path) -> bool:
+        return (d / config_file).is_file() or ((d / "data").is_dir() and (read_marker(d / "data") is not None
+                                                                          or is_legacy_run_dir(d / "data")))
+    claim_dir(directory, stage, run=name, legacy=earlier,
+              hint=" (set `name`/`root` in the experiment's file to a new directory)")

@@ -241,3 +241,30 @@ def test_quality_calibrate_never_replaces_a_users_file(workdir: Path) -> None:
     res = run_cli("quality-calibrate", ref, "-o", workdir / "profiles.json", cwd=workdir)
     assert_clean_error(res, str(workdir / "profiles.json"), "not a profile file tokenmill wrote")
     assert_untouched(before, tree_snapshot(workdir))
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("name", ["mine", "../mine"])
+def test_an_experiment_directory_of_other_files_or_outside_root_is_refused(workdir: Path, name: str) -> None:
+    """`scaling sweep` (like ablate, mixture optimize, source-value, lr-transfer) claims <root>/<name>
+    before any run: a folder of the user's is refused, and so is a name that leaves root."""
+    _foreign(workdir, {"mine/results.csv": "budget,loss\n1,2\n"})
+    (workdir / "runs").mkdir()
+    sweep = workdir / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({"name": name, "root": str(workdir if name == "mine" else workdir / "runs"),
+                                     "base": str(REPO / "examples" / "scaling" / "base.yaml"), "budgets": [1e12],
+                                     "shapes": [{"d_model": 32, "n_layers": 2}, {"d_model": 48, "n_layers": 2}]}),
+                     encoding="utf-8")
+    before = tree_snapshot(workdir)
+    res = run_cli("scaling", "sweep", sweep, cwd=workdir)
+    assert_clean_error(res, "not made by tokenmill" if name == "mine" else "must be one folder name")
+    assert_untouched(before, tree_snapshot(workdir))
+
+
+def test_an_invalid_experiment_file_is_one_line_naming_the_field(workdir: Path) -> None:
+    sweep = workdir / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({"base": "base.yaml", "budgets": [1e12], "shapes": [{"d_model": 32}]}))
+    res = run_cli("scaling", "sweep", sweep, cwd=workdir)
+    assert_clean_error(res, f"{sweep}: invalid sweep config: shapes", max_lines=1)

@@ -46,6 +46,7 @@ from tokenmill.errors import UserError
 from tokenmill.eval.config import ProbeConfig
 from tokenmill.runs import RunDir, atomic_write_text, sha256_json
 from tokenmill.scaling.sweep import DATA_STAGES, link_data
+from tokenmill.ownership import claim_experiment_dir
 
 RESULT_FILE = "ablate.json"
 EXPERIMENT_LINK = "experiment.json"  # in every run of the ablation: the report links the page
@@ -197,7 +198,7 @@ def run_ablate(path: Path, progress: Callable[[str], None] = lambda s: None) -> 
     cfg = load_ablate_config(path)
     base = load_config(cfg.base, cfg.set)
     out = Path(cfg.root) / cfg.name
-    out.mkdir(parents=True, exist_ok=True)
+    claim_experiment_dir(out, "ablate", cfg.name, "ablate.yaml")
     atomic_write_text(out / "ablate.yaml", yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     set_dir, manifest = eval_set(cfg, base, out, progress)
     data = prepare_arms(cfg, base, out, set_dir, progress)

@@ -16,12 +16,13 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tokenmill.config import RunConfig, apply_overrides, parse_override
-from tokenmill.config_base import Strict
+from tokenmill.config_base import Strict, config_problem
 from tokenmill.data.config import CURATE_STEPS
 from tokenmill.decisions.optimize import ExperimentConfig
 from tokenmill.errors import UserError
 from tokenmill.runs import sha256_json
 from tokenmill.scaling.sweep import resolve_base
+from tokenmill.ownership import FolderName
 
 # what an arm may not touch: the experiment fixes it for every arm
 NOT_CURATION = ("name", "root", "seed", "tokenizer", "tokenize", "mixture", "model", "train", "eval", "report",
@@ -77,7 +78,7 @@ class AblateEvalConfig(Strict):
 class AblateConfig(ExperimentConfig):
     """Arms of curation, sizes, seeds and the shared evaluation set of one ablation."""
 
-    name: str = Field("ablate", description="Experiment name; the directory is <root>/<name>.")
+    name: FolderName = Field("ablate", description="Experiment name; the directory is <root>/<name>.")
     arms: dict[str, ArmConfig] = Field(..., min_length=2, description="Named curation variants.")
     reference: str = Field("full", description="The arm every other is compared with (usually the full pipeline).")
     baseline: str | None = Field(None, description="The arm whose data-efficiency multiplier is headlined (None: 'raw' when there is one).")
@@ -158,7 +159,7 @@ def load_ablate_config(path: Path) -> AblateConfig:
     try:
         cfg = AblateConfig.model_validate(data)
     except ValidationError as exc:
-        raise AblateError(f"{path}: invalid ablation config:\n{exc}") from exc
+        raise AblateError(config_problem(exc, f"{path}: invalid ablation config")) from exc
     if cfg.data is not None:
         raise AblateError(f"{path}: `data:` reuses one token store, but every arm curates its own; remove it")
     files = {k: str((Path(path).parent / v).resolve()) for k, v in cfg.eval.files.items()}

@@ -40,6 +40,8 @@ from tokenmill.mixture.curriculum import resolve_weights
 from tokenmill.mixture.errors import MixtureError
 from tokenmill.runs import RunDir, atomic_write_text, sha256_json
 from tokenmill.scaling.sweep import link_data, prepare_data, resolve_base
+from tokenmill.ownership import FolderName, claim_experiment_dir
+from tokenmill.config_base import config_problem
 
 Method = Literal["doremi", "regmix"]
 Candidate = Literal["uniform", "proportional", "doremi", "regmix"]
@@ -97,7 +99,7 @@ class CompareConfig(Strict):
 class ExperimentConfig(Strict):
     """Where an experiment of several runs lives, and the run config they all derive from."""
 
-    name: str = Field("experiment", description="Experiment name; the directory is <root>/<name>.")
+    name: FolderName = Field("experiment", description="Experiment name; the directory is <root>/<name>.")
     root: str = Field("runs", description="Directory holding the experiment directory.")
     base: str = Field(..., description="Run config giving the data stages and the recipe (relative to this file).")
     data: str | None = Field(None, description="An existing run directory whose tokens to use, relative to the working directory (None: <dir>/data).")
@@ -107,7 +109,7 @@ class ExperimentConfig(Strict):
 class MixtureOptimizeConfig(ExperimentConfig):
     """Which data, which methods, at which proxy size, and the optional measured comparison."""
 
-    name: str = Field("mixture-opt", description="Experiment name; the directory is <root>/<name>.")
+    name: FolderName = Field("mixture-opt", description="Experiment name; the directory is <root>/<name>.")
     buckets: list[str] | None = Field(None, description="Buckets to weigh (None: every bucket of the token store).")
     methods: list[Method] = Field(["doremi", "regmix"], min_length=1, description="Methods to run.")
     seed: int = Field(0, description="Seed of the proxy models and of the sampled mixtures.")
@@ -128,7 +130,7 @@ def load_optimize_config(path: Path) -> MixtureOptimizeConfig:
     try:
         cfg = MixtureOptimizeConfig.model_validate(yaml.safe_load(Path(path).read_text()) or {})
     except (OSError, yaml.YAMLError, ValidationError) as exc:
-        raise MixtureOptimizeError(f"{path}: invalid mixture-optimization config:\n{exc}") from exc
+        raise MixtureOptimizeError(config_problem(exc, f"{path}: invalid mixture-optimization config")) from exc
     if cfg.compare is not None:
         missing = sorted(set(cfg.compare.mixtures) & {"doremi", "regmix"} - set(cfg.methods))
         if missing:
@@ -369,7 +371,7 @@ def run_optimize(path: Path, progress: Callable[[str], None] = lambda s: None) -
     cfg = load_optimize_config(path)
     base = load_config(cfg.base, cfg.set)
     out = Path(cfg.root) / cfg.name
-    out.mkdir(parents=True, exist_ok=True)
+    claim_experiment_dir(out, "mixture-optimize", cfg.name, "optimize.json")
     data = prepare_data(out, base, cfg.data)
     store = TokenStore(data.sub("tokens"))
     buckets = cfg.buckets or list(store.buckets)

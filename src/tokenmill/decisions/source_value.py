@@ -31,6 +31,8 @@ from tokenmill.config import RunConfig, load_config
 from tokenmill.decisions.optimize import ExperimentConfig, MixtureOptimizeError, train_and_score
 from tokenmill.runs import RunDir, atomic_write_text
 from tokenmill.scaling.sweep import prepare_data, resolve_base
+from tokenmill.ownership import FolderName, claim_experiment_dir
+from tokenmill.config_base import config_problem
 
 Test = Literal["paired", "anneal"]
 
@@ -38,7 +40,7 @@ Test = Literal["paired", "anneal"]
 class SourceValueConfig(ExperimentConfig):
     """Which source, against which data and recipe, how many seeds."""
 
-    name: str = Field("source-value", description="Experiment name; the directory is <root>/<name>.")
+    name: FolderName = Field("source-value", description="Experiment name; the directory is <root>/<name>.")
     source: str | None = Field(None, description="The new source: a bucket of the token store, or a file/directory to curate into a new bucket (the CLI's --source overrides it).")
     source_bucket: str | None = Field(None, description="Bucket name for a source given as a path (None: 'new-' + its file name).")
     tests: list[Test] = Field(["paired", "anneal"], min_length=1, description="Which experiments to run.")
@@ -53,7 +55,7 @@ def load_source_value_config(path: Path, source: str | None = None) -> SourceVal
     try:
         cfg = SourceValueConfig.model_validate(yaml.safe_load(Path(path).read_text()) or {})
     except (OSError, yaml.YAMLError, ValidationError) as exc:
-        raise MixtureOptimizeError(f"{path}: invalid source-value config:\n{exc}") from exc
+        raise MixtureOptimizeError(config_problem(exc, f"{path}: invalid source-value config")) from exc
     cfg = cfg.model_copy(update={"base": resolve_base(path, cfg.base), "source": source or cfg.source})
     if not cfg.source:
         raise MixtureOptimizeError(f"{path}: no source given (set `source:` or pass --source BUCKET)")
@@ -131,7 +133,7 @@ def run_source_value(path: Path, source: str | None = None,
     base, bucket = resolve_source(cfg, load_config(cfg.base, cfg.set), path)
     cfg = cfg.model_copy(update={"source": bucket})
     out = Path(cfg.root) / cfg.name
-    out.mkdir(parents=True, exist_ok=True)
+    claim_experiment_dir(out, "source-value", cfg.name, "source_value.json")
     data = prepare_data(out, base, cfg.data)
     store = TokenStore(data.sub("tokens"))
     assert cfg.source is not None

@@ -26,6 +26,8 @@ from tokenmill.config_base import Strict
 from tokenmill.runs import RunDir, atomic_write_text
 from tokenmill.scaling.sweep import SweepError, final_loss, link_data, prepare_data, resolve_base
 from tokenmill.train.trainer import TrainingDiverged
+from tokenmill.ownership import FolderName, claim_experiment_dir
+from tokenmill.config_base import config_problem
 
 Param = Literal["mup", "sp"]
 
@@ -33,7 +35,7 @@ Param = Literal["mup", "sp"]
 class LrTransferConfig(Strict):
     """A learning-rate grid trained at several widths, under μP and under SP."""
 
-    name: str = Field("lr-transfer", description="Sweep name; the directory is <root>/<name>.")
+    name: FolderName = Field("lr-transfer", description="Sweep name; the directory is <root>/<name>.")
     root: str = Field("runs", description="Directory holding the sweep directory.")
     base: str = Field(..., description="Run config giving the data stages and the recipe (relative to this file).")
     data: str | None = Field(None, description="An existing run directory whose tokens to use, relative to the working directory (None: <sweep>/data).")
@@ -50,7 +52,7 @@ def load_lr_transfer(path: Path) -> LrTransferConfig:
     try:
         cfg = LrTransferConfig.model_validate(yaml.safe_load(Path(path).read_text()) or {})
     except (OSError, yaml.YAMLError, ValidationError) as exc:
-        raise SweepError(f"{path}: invalid learning-rate transfer config:\n{exc}") from exc
+        raise SweepError(config_problem(exc, f"{path}: invalid learning-rate transfer config")) from exc
     return cfg.model_copy(update={"base": resolve_base(path, cfg.base)})
 
 
@@ -109,7 +111,7 @@ def run_lr_transfer(path: Path) -> dict[str, Any]:
     cfg = load_lr_transfer(path)
     base = load_config(cfg.base, cfg.set)
     sweep_dir = Path(cfg.root) / cfg.name
-    sweep_dir.mkdir(parents=True, exist_ok=True)
+    claim_experiment_dir(sweep_dir, "lr-transfer", cfg.name, "results.json")
     data = prepare_data(sweep_dir, base, cfg.data)
     results = []
     for param in cfg.parameterizations:

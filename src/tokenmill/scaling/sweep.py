@@ -41,13 +41,14 @@ import yaml
 from pydantic import Field, ValidationError
 
 from tokenmill.config import RunConfig, load_config
-from tokenmill.config_base import Strict
+from tokenmill.config_base import Strict, config_problem
 from tokenmill.model.config import ModelConfig
 from tokenmill.errors import UserError
 from tokenmill.runs import RunDir, atomic_write_text
 from tokenmill.scaling.flops import flops_per_token, param_count
 from tokenmill.train.budget import resolve_budget, tokens_per_step
 from tokenmill.train.trainer import TrainingDiverged
+from tokenmill.ownership import FolderName, claim_experiment_dir
 
 DATA_STAGES = ("curate", "tokenizer", "tokenize")
 DATA_DIRS = ("curated", "tokenizer", "tokens")
@@ -84,7 +85,7 @@ class RepeatConfig(Strict):
 class SweepConfig(Strict):
     """An IsoFLOP grid of small runs plus held-out runs, all with the real trainer."""
 
-    name: str = Field("sweep", description="Sweep name; the sweep directory is <root>/<name>.")
+    name: FolderName = Field("sweep", description="Sweep name; the sweep directory is <root>/<name>.")
     root: str = Field("runs", description="Directory holding the sweep directory.")
     base: str = Field(..., description="Run config (YAML) giving the data stages and the training recipe; "
                                         "relative paths are relative to the sweep file.")
@@ -152,7 +153,7 @@ def load_sweep(path: Path) -> SweepConfig:
     try:
         cfg = SweepConfig.model_validate(data)
     except ValidationError as exc:
-        raise SweepError(f"{path}: invalid sweep config:\n{exc}") from exc
+        raise SweepError(config_problem(exc, f"{path}: invalid sweep config")) from exc
     return cfg.model_copy(update={"base": resolve_base(path, cfg.base)})
 
 
@@ -304,7 +305,7 @@ def run_sweep(path: Path, only: list[str] | None = None, dry_run: bool = False, 
     cfg = load_sweep(path)
     base = base_config(cfg)
     sweep_dir = Path(cfg.root) / cfg.name
-    sweep_dir.mkdir(parents=True, exist_ok=True)
+    claim_experiment_dir(sweep_dir, "sweep", cfg.name, "sweep.yaml")
     atomic_write_text(sweep_dir / "sweep.yaml", yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     data = prepare_data(sweep_dir, base, cfg.data)
     vocab, train_tokens = store_tokens(data)

@@ -26,7 +26,7 @@ import yaml
 from pydantic import Field, ValidationError
 
 from tokenmill.config import apply_overrides, load_config
-from tokenmill.config_base import ConfigError, Strict
+from tokenmill.config_base import ConfigError, Strict, config_problem
 from tokenmill.errors import UserError
 from tokenmill.runs import RunDir, atomic_write_text
 from tokenmill.synth import collapse
@@ -88,7 +88,7 @@ def load_synth_config(path: Path, overrides: list[str] | None = None) -> SynthCo
     try:
         return SynthConfig.model_validate(apply_overrides(data, overrides or []))
     except ValidationError as exc:
-        raise SynthError(f"{path}: invalid synthesis config:\n{exc}") from exc
+        raise SynthError(config_problem(exc, f"{path}: invalid synthesis config")) from exc
 
 
 # --------------------------------------------------------------------------- the source model
