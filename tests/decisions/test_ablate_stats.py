@@ -4,6 +4,7 @@ the gap's trend with size and the ranking of steps — each against an independe
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 
@@ -77,3 +78,40 @@ def test_summary_pairs_by_seed_and_ranks_the_steps():
     assert out["lines"]["full"]["b"] < 0 and out["headline"] is None
     partial = summarize([r for r in runs if r["size"] == "s"], arms, [{"name": "s"}, {"name": "l"}], "full", "no-dedup", 0.95)
     assert list(partial["flops"]) == ["s"] and partial["headline"]["size"] == "s"
+
+
+def test_the_detectable_difference_is_the_paired_t_power_formula():
+    from scipy import stats
+
+    from tokenmill.decisions.ablate_stats import detectable_delta
+
+    # independent: the noncentral t of the paired test reaches 80% power at the stated effect (≈)
+    sd, n = 0.02, 3
+    mde = detectable_delta(sd, n, 0.95)
+    assert mde == pytest.approx((stats.t.ppf(0.975, 2) + stats.t.ppf(0.8, 2)) * sd / 3 ** 0.5)
+    crit = stats.t.ppf(0.975, n - 1)
+    power = 1 - stats.nct.cdf(crit, n - 1, mde / (sd / n ** 0.5))
+    assert 0.75 < power < 0.9  # the t-quantile approximation of the exact power, as power tables use
+    assert detectable_delta(sd, 1, 0.95) is None and detectable_delta(sd, 12, 0.95) < mde / 3
+
+
+def test_a_difference_inside_the_noise_gets_no_multiplier_and_no_rank():
+    seeds = [1, 2, 3]
+    noise = {1: 0.03, 2: -0.04, 3: 0.02}
+    runs = []
+    for size, flops, base in (("s", 1e12, 2.0), ("l", 1e13, 1.8)):
+        for seed in seeds:
+            runs.append(_run("full", size, seed, base, flops))
+            runs.append(_run("no-dedup", size, seed, base + 0.05, flops))  # resolved: the same +0.05 every seed
+            runs.append(_run("no-pii", size, seed, base + 0.005 + noise[seed], flops))  # inside its noise
+    arms = {"full": {"without": [], "train_tokens": 800}, "no-dedup": {"without": ["minhash_dedup"], "train_tokens": 1000},
+            "no-pii": {"without": ["pii"], "train_tokens": 800}}
+    out = summarize(runs, arms, [{"name": "s"}, {"name": "l"}], "full", None, 0.95)
+    noisy = out["deltas"]["no-pii"]
+    assert noisy["delta"][ALL]["l"]["verdict"] == "within noise"
+    assert noisy["multiplier"]["value"] is None and noisy["multiplier"]["why"] == "not resolved at this size"
+    assert [(r["arm"], r["verdict"]) for r in out["ranking"]] == [("no-dedup", "helps"),
+                                                                  ("no-pii", "not resolved at this size")]
+    # the design's power: no-pii's spread (no-dedup's is 0) gives the median with 2 arms
+    sd = statistics.stdev([0.005 + noise[s] for s in seeds])
+    assert out["power"]["l"]["seeds"] == 3 and out["power"]["l"]["paired_sd"] == pytest.approx(sd / 2)

@@ -40,7 +40,7 @@ def test_page_and_tables_carry_the_measured_figures():
     for t in terminal_tables(result):
         console.print(t)
     out = console.export_text()
-    assert fmt_ci(raw_l) in out and "minhash_dedup" in out and "within noise" in out
+    assert fmt_ci(raw_l) in out and "minhash_dedup" in out and "not resolved at this size" in out
 
 
 def test_a_page_before_any_comparison_says_so():

@@ -12,6 +12,12 @@ data-efficiency multiplier of an arm is C*/C, where the arm's line reaches the r
 at the largest size at C*: how much more compute the arm needs for the reference's quality
 (the same multiple of tokens when the sizes keep tokens per parameter fixed). It is marked
 extrapolated when C* lies outside the measured compute range.
+
+Power. With n paired seeds whose differences spread by sd, the smallest true Δ the design finds
+(two-sided, at the confidence level, with probability `POWER`) is (t_{(1+c)/2} + t_{power}) · sd/√n
+on n − 1 degrees of freedom; it is stated per size from the measured paired spread. A multiplier
+or a ranking place is a claim about a difference, so it is given only where the paired interval
+at the largest size excludes zero; elsewhere the arm is "not resolved at this size".
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from typing import Any
 from scipy import stats as scistats
 
 ALL = "all"  # the byte-weighted slice over every evaluation slice
+POWER = 0.8  # the chance of finding a true difference of the stated detectable size
+UNRESOLVED = "not resolved at this size"
 
 
 def overall(slices: dict[str, dict[str, float]]) -> float:
@@ -37,8 +45,33 @@ def paired_ci(deltas: list[float], confidence: float) -> dict[str, Any]:
     mean = statistics.fmean(deltas) if deltas else math.nan
     if n < 2:
         return {"mean": mean, "low": None, "high": None, "n": n, "per_seed": deltas}
-    half = scistats.t.ppf(0.5 + confidence / 2, n - 1) * statistics.stdev(deltas) / math.sqrt(n)
-    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n, "per_seed": deltas}
+    sd = statistics.stdev(deltas)
+    half = scistats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
+    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n, "per_seed": deltas, "sd": sd,
+            "detectable": detectable_delta(sd, n, confidence)}
+
+
+def detectable_delta(sd: float, n: int, confidence: float, power: float = POWER) -> float | None:
+    """The smallest true paired difference that n seeds with this spread detect with `power`
+    (two-sided at 1 − confidence): (t_{(1+c)/2} + t_{power}) · sd / √n, n − 1 degrees of freedom."""
+    if n < 2:
+        return None
+    return (scistats.t.ppf(0.5 + confidence / 2, n - 1) + scistats.t.ppf(power, n - 1)) * sd / math.sqrt(n)
+
+
+def design_power(deltas: dict[str, Any], sizes: list[str], confidence: float) -> dict[str, Any]:
+    """Per size, what the design could see: seeds, the median paired spread over the arms (bpb
+    over all slices) and the smallest Δ it detects with that spread."""
+    out = {}
+    for size in sizes:
+        cis = [d["delta"][ALL][size] for d in deltas.values() if size in d["delta"].get(ALL, {})]
+        sds = [ci["sd"] for ci in cis if ci.get("sd") is not None]
+        if sds:
+            n = min(ci["n"] for ci in cis)
+            sd = statistics.median(sds)
+            out[size] = {"seeds": n, "paired_sd": sd, "detectable_bpb": detectable_delta(sd, n, confidence),
+                         "power": POWER}
+    return out
 
 
 def verdict(ci: dict[str, Any], better: str = "lower") -> str:
@@ -138,10 +171,15 @@ def summarize(runs: list[dict[str, Any]], arms: dict[str, dict[str, Any]], sizes
                 gap = trend(per_size, size_names, confidence)
         mult = (multiplier(lines[arm], target, flops[largest], lo, hi) if target is not None
                 else {"value": None, "extrapolated": None, "why": "the reference has no run at the largest size"})
+        at_largest = per_metric.get(ALL, {}).get(largest)
+        if mult["value"] is not None and (at_largest is None or at_largest["verdict"] == "within noise"):
+            # the point estimate sits inside the noise: kept for the record, not printed as a result
+            mult = {"value": None, "extrapolated": None, "why": UNRESOLVED, "point": mult["value"]}
         deltas[arm] = {"delta": per_metric, "trend": gap, "multiplier": mult,
                        "slope": lines[arm]["b"] if lines[arm] else None}
     return {"slices": slices, "tasks": tasks, "metrics": metrics, "flops": flops, "means": means, "lines": lines,
-            "deltas": deltas, "ranking": rank(arms, deltas, reference, largest),
+            "deltas": deltas, "power": design_power(deltas, size_names, confidence),
+            "ranking": rank(arms, deltas, reference, largest),
             "headline": headline(deltas, baseline, largest)}
 
 
@@ -156,9 +194,10 @@ def rank(arms: dict[str, dict[str, Any]], deltas: dict[str, Any], reference: str
             continue
         ci = deltas[arm]["delta"][ALL][largest]
         rows.append({"arm": arm, "steps": info["without"], "contribution_bpb": ci["mean"], "low": ci["low"],
-                     "high": ci["high"], "verdict": {"worse": "helps", "better": "hurts"}.get(ci["verdict"], "within noise"),
+                     "high": ci["high"], "verdict": {"worse": "helps", "better": "hurts"}.get(ci["verdict"], UNRESOLVED),
                      "tokens_removed_share": 1 - ref_tokens / info["train_tokens"] if info["train_tokens"] else None})
-    return sorted(rows, key=lambda r: -r["contribution_bpb"])
+    # a place in the ranking is a claim: resolved steps first, by what they buy; the rest after, unranked
+    return sorted(rows, key=lambda r: (r["verdict"] == UNRESOLVED, -r["contribution_bpb"]))
 
 
 def headline(deltas: dict[str, Any], baseline: str | None, largest: str) -> dict[str, Any] | None:

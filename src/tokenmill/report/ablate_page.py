@@ -109,6 +109,27 @@ def section_ranking(result: dict[str, Any]) -> str:
             + table(["step(s)", "arm", "Δ bpb without it", "verdict", "tokens it removes"], rows))
 
 
+def power_rows(result: dict[str, Any]) -> list[list[str]]:
+    """Per size: seeds, the median paired spread and the smallest Δ bpb the design detects."""
+    return [[size, str(p["seeds"]), f"{p['paired_sd']:.4f}",
+             "—" if p["detectable_bpb"] is None else f"{p['detectable_bpb']:.4f}"]
+            for size, p in (result.get("power") or {}).items()]
+
+
+POWER_COLUMNS = ["size", "seeds", "paired sd of Δ bpb", "smallest Δ bpb it detects"]
+
+
+def section_power(result: dict[str, Any]) -> str:
+    rows = power_rows(result)
+    if not rows:
+        return ""
+    p = next(iter(result["power"].values()))["power"]
+    return ("<h2>What this design can see</h2><p>From the measured spread of the paired differences over "
+            f"seeds: a true Δ bpb at least this large is found with probability {p:.0%} at the "
+            f"{result['confidence']:.0%} level. A multiplier or a ranking place is given only where the "
+            "interval at the largest size excludes zero.</p>" + table(POWER_COLUMNS, rows))
+
+
 def section_arms(result: dict[str, Any]) -> str:
     sizes = [s["name"] for s in result["sizes"]]
     rows = [[arm, a["note"], ", ".join(a["steps"]), "; ".join(a["set"]), f"{a['train_tokens']:,}",
@@ -132,7 +153,7 @@ def render_ablate_page(result: dict[str, Any]) -> str:
     if "deltas" in result:
         text = headline_text(result)
         body += ([f"<p><b>{html.escape(text)}</b></p>"] if text else []) + [
-            section_deltas(result), section_ranking(result), section_lines(result)]
+            section_deltas(result), section_power(result), section_ranking(result), section_lines(result)]
     else:
         body.append("<p class=muted>No comparison yet: the reference and at least one other arm need finished runs.</p>")
     body.append(section_arms(result))
@@ -167,6 +188,13 @@ def terminal_tables(result: dict[str, Any]) -> list[Table]:
             r.add_row(", ".join(row["steps"]), fmt_ci({"mean": row["contribution_bpb"], "low": row["low"], "high": row["high"]}),
                       row["verdict"], "—" if row["tokens_removed_share"] is None else f"{row['tokens_removed_share']:.1%}")
         tables.append(r)
+    if power_rows(result):
+        p = Table(title="what this design can see (80% power; multiplier and ranking only where resolved)")
+        for col in POWER_COLUMNS:
+            p.add_column(col, justify="left" if col == "size" else "right")
+        for row in power_rows(result):
+            p.add_row(*row)
+        tables.append(p)
     return tables
 
 
