@@ -93,3 +93,17 @@ def test_the_example_ablation_loads():
     assert len(cfg.arms) == 6 and len(cfg.sizes) == 2 and cfg.seeds == [1, 2, 3] and cfg.baseline_arm == "raw"
     base = load_config(example / "base.yaml")
     assert base.curate.model_quality.min_classifier_score == 0.002 and len(base.curate.sources) == 13
+
+
+def test_the_design_states_what_it_can_see_before_any_run(tmp_path):
+    from tokenmill.decisions.ablate import planned_power
+    from tokenmill.decisions.ablate_stats import detectable_delta
+
+    cfg = load_ablate_config(_write(tmp_path, {"full": {}, "raw": {"without": ["quality"]}}, seeds=[1, 2, 3, 4],
+                                    expected_paired_sd=0.03))
+    planned = planned_power(cfg)
+    assert planned["seeds"] == 4 and planned["detectable_bpb"] == pytest.approx(detectable_delta(0.03, 4, 0.95))
+    more = load_ablate_config(_write(tmp_path, {"full": {}, "raw": {"without": ["quality"]}}, seeds=list(range(1, 13)),
+                                     expected_paired_sd=0.03))
+    assert planned_power(more)["detectable_bpb"] < planned["detectable_bpb"] / 2  # more seeds see smaller effects
+    assert planned_power(load_ablate_config(_write(tmp_path, {"full": {}, "raw": {}}))) is None

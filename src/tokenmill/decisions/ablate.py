@@ -41,7 +41,7 @@ from tokenmill.config import RunConfig, load_config
 from tokenmill.decisions.ablate_config import (AblateConfig, AblateError, ArmConfig, arm_curate, arm_steps,
                                                check_distinct, load_ablate_config)
 from tokenmill.decisions.ablate_eval import SET_FILE, build_eval_set
-from tokenmill.decisions.ablate_stats import summarize
+from tokenmill.decisions.ablate_stats import POWER, detectable_delta, summarize
 from tokenmill.errors import UserError
 from tokenmill.eval.config import ProbeConfig
 from tokenmill.runs import RunDir, atomic_write_text, sha256_json
@@ -204,6 +204,10 @@ def run_ablate(path: Path, progress: Callable[[str], None] = lambda s: None) -> 
     data = prepare_arms(cfg, base, out, set_dir, progress)
     arms = arm_info(cfg, base, data)
     page = out / "ablate.html"
+    planned = planned_power(cfg)
+    if planned is not None:
+        progress(f"this design ({planned['seeds']} seeds, expected paired sd {planned['paired_sd']:.4f}) detects "
+                 f"a Δ bpb of {planned['detectable_bpb']:.4f} or more with {planned['power']:.0%} power")
     plan = [(seed, size, arm) for size in range(len(cfg.sizes)) for seed in cfg.seeds for arm in arm_order(cfg)]
     records: list[dict[str, Any]] = []
     train_start = time.time()
@@ -218,13 +222,22 @@ def run_ablate(path: Path, progress: Callable[[str], None] = lambda s: None) -> 
     return _write(out, cfg, manifest, arms, records, t0)
 
 
+def planned_power(cfg: AblateConfig) -> dict[str, Any] | None:
+    """The smallest Δ bpb the design detects, from the spread the user expects (before any run)."""
+    if cfg.expected_paired_sd is None:
+        return None
+    n = len(cfg.seeds)
+    return {"seeds": n, "paired_sd": cfg.expected_paired_sd, "power": POWER,
+            "detectable_bpb": detectable_delta(cfg.expected_paired_sd, n, cfg.confidence)}
+
+
 def _write(out: Path, cfg: AblateConfig, manifest: dict[str, Any], arms: dict[str, Any],
            records: list[dict[str, Any]], t0: float) -> dict[str, Any]:
     ran = {r["arm"] for r in records}
     result = {"dir": str(out), "name": cfg.name, "reference": cfg.reference, "baseline": cfg.baseline_arm,
               "tokenizer_from": cfg.tokenizer_from or cfg.reference, "confidence": cfg.confidence,
               "sizes": [s.model_dump() for s in cfg.sizes], "seeds": cfg.seeds, "eval_set": manifest, "arms": arms,
-              "runs": records, "wall_seconds": time.time() - t0,
+              "runs": records, "planned_power": planned_power(cfg), "wall_seconds": time.time() - t0,
               "train_seconds": sum(r["seconds"] or 0 for r in records),
               "data_seconds": sum(a["data_seconds"] for a in arms.values()) + manifest.get("source_seconds", 0)}
     if cfg.reference in ran and len(ran) > 1:

@@ -87,6 +87,7 @@ class AblateConfig(ExperimentConfig):
     seeds: list[int] = Field([1, 2, 3], min_length=2, description="train.seed of each repeat (at least 2: the paired confidence intervals).")
     confidence: float = Field(0.95, gt=0.5, lt=1, description="Level of the paired t confidence intervals over seeds.")
     warmup_fraction: float = Field(0.05, ge=0, lt=1, description="Warmup as a share of each run's tokens.")
+    expected_paired_sd: float | None = Field(None, gt=0, description="Spread over seeds of the paired Δ bpb you expect (an earlier ablation's `power.paired_sd`): the smallest Δ this design detects is stated before any run (None: only after, from the measured spread).")
     eval: AblateEvalConfig = Field(default_factory=AblateEvalConfig)
 
     @field_validator("seeds")
