@@ -33,7 +33,7 @@ Junk kinds (must be removed):
                      "Add to cart", shipping and returns lines); only its slots change.
   link_list          40-150 anchor texts of real HTML links, one per line, as bullets or
                      "A | B | C" rows.
-  tag_cloud          60-200 real words and link texts as tags, separated by spaces, commas or
+  tag_cloud          50-190 real words and link texts as tags, separated by spaces, commas or
                      " · ", some with counts ("debian (12)").
   encoded_blob       base64 of real bytes (zlib-compressed real source files) in 76-column
                      lines, sometimes behind a "data:...;base64," prefix.
@@ -191,15 +191,19 @@ def clean_rows(m: Material, rng: random.Random, n: int) -> Iterator[tuple[str, s
         yield "clean_prose", text, "books", text
     made = 0
     for page in rng.sample(m.doc_pages, len(m.doc_pages)):
+        if made == n:
+            break
         text = _main_text(page)
-        if len(text) >= 500 and made < n:
+        if len(text) >= 500:
             made += 1
             yield "clean_docs", text, _rel(page), text
     made = 0
     for page in rng.sample(m.moji_pages, len(m.moji_pages)):
+        if made == n:
+            break
         text = _main_text(page)
         garbled = _mojibake(text) if len(text) >= 500 else None
-        if garbled and made < n:
+        if garbled:
             made += 1
             yield "mojibake", garbled, _rel(page), text
 
