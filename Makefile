@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/record.py benchmarks/results/health_overhead.json -- benchmarks/bench_health_overhead.py --run runs/demo --threads 1 --repeats 15
 	$(BIN)/python benchmarks/record.py benchmarks/results/demo_wallclock.json -- benchmarks/bench_demo.py
 	test -d $(REAL_CORPORA) || bash ../shared/corpora/fetch_real_corpora.sh $(REAL_CORPORA)
+	$(BIN)/python benchmarks/record.py benchmarks/results/dirty_web.json -- benchmarks/bench_dirty_web.py --corpora $(REAL_CORPORA)  # ~1 min; needs datatrove==0.10.1 spacy
 	git worktree add --detach /tmp/tm-hostile-base 3011eff 2>/dev/null || true
 	$(BIN)/python benchmarks/record.py benchmarks/results/hostile_inputs.json -- benchmarks/bench_hostile_inputs.py \
 		--baseline-src /tmp/tm-hostile-base/src --normal $(REAL_CORPORA)/web_html/python3.11-doc --normal-files 444  # ~15 min

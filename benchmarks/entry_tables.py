@@ -782,3 +782,35 @@ def hostile_inputs(r: dict[str, Any]) -> list[str]:
                   f"{new['seconds']:.2f} s against {old['seconds']:.2f} s before, "
                   f"{new['seconds'] / old['seconds']:.3f}× the time (runs: {new['seconds_all']} vs {old['seconds_all']})."]
     return lines
+
+
+def _by(pairs: list[list[Any]], top: int = 2) -> str:
+    """The top removers as `step:rule k`, or — when nothing removed the kind."""
+    return ", ".join(f"{name} {k}" for name, k in pairs[:top]) or "—"
+
+
+def dirty_web(r: dict[str, Any]) -> list[str]:
+    """bench_dirty_web.py: per labelled kind, the share tokenmill's defaults and datatrove's
+    four filters remove and what removed it; then clean kept and mojibake repaired, vs targets."""
+    res = _result(r)
+    t = res["targets"]
+    lines = ["| kind | n | should be | tokenmill removed | by (step:rule, top 2) | datatrove removed | by (filter:reason, top 2) |",
+             "|---|---|---|---|---|---|---|"]
+    for kind, v in res["kinds"].items():
+        want = "kept" if v["clean"] else "removed"
+        lines.append(f"| {kind} | {v['n']} | {want} | {100 * v['tokenmill_removed']:.1f}% | {_by(v['tokenmill_by'])} "
+                     f"| {100 * v['datatrove_removed']:.1f}% | {_by(v['datatrove_by'])} |")
+    verdicts = res["verdicts"]
+    for name in ("tokenmill", "datatrove"):
+        v = verdicts[name]
+        per = ", ".join(f"{k} {100 * s:.1f}%" for k, s in v["clean_kept_by_kind"].items())
+        lines += ["", f"{name}: clean kept {100 * v['clean_kept']:.1f}% (target ≥ {100 * t['clean_kept']:.0f}%: "
+                  f"{'met' if v['clean_kept_met'] else 'missed'}; {per}); junk kinds ≥ {100 * t['junk_removed']:.0f}% removed: "
+                  f"{len(v['junk_kinds_met'])} of {len(v['junk_kinds_met']) + len(v['junk_kinds_missed'])}"
+                  + (f" (missed: {', '.join(v['junk_kinds_missed'])})" if v["junk_kinds_missed"] else "") + "."]
+    m = res["mojibake"]
+    lines += ["", f"Mojibake: {m['repaired_and_kept']} of {m['n']} repaired and kept ({100 * m['share']:.1f}%, target ≥ "
+              f"{100 * t['mojibake_repaired_kept']:.0f}%: {'met' if verdicts['tokenmill']['mojibake_met'] else 'missed'}); "
+              f"{m['identical_to_original']} of them identical to the original page (≥ 0.99 similar), the rest edited "
+              f"by other default steps; {m['n'] - m['kept']} not kept. datatrove's filters repair nothing."]
+    return lines
