@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator
 from tokenmill.data.config import SourceConfig
 from tokenmill.data.document import RawRecord
 from tokenmill.data.readers import RecordMaker, SourceError, detect_format, get_reader
-from tokenmill.data.readers.base import ReadLimits, file_size, relative, unreadable_reason, walk_sorted
+from tokenmill.data.readers.base import ReadLimits, relative, unreadable_reason, walk_sorted
 from tokenmill.data.readers.code import is_code_tree
 from tokenmill.data.readers.stdlib import STDLIB_READERS, stdlib_dir, system_html_files
 

@@ -33,9 +33,7 @@ import math
 import os
 import random
 import shutil
-import signal
 import sys
-import threading
 import time
 import traceback
 from pathlib import Path
