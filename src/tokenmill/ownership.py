@@ -156,15 +156,3 @@ def remove_own_temporaries(directory: Path) -> None:
         if TEMPORARY.match(entry.name):
             _remove(entry)
 
-
-def claim_experiment_dir(directory: Path, stage: str, name: str, config_file: str) -> None:
-    """The directory of an experiment of several runs (a sweep, an ablation, a mixture or source
-    study): new, empty, tokenmill's, or an earlier version's (its `config_file`, or the `data/`
-    run directory its runs share). Refused in one line before any run starts."""
-    from tokenmill.runs import is_legacy_run_dir  # runs imports this module
-
-    def earlier(d: Path) -> bool:
-        return (d / config_file).is_file() or ((d / "data").is_dir() and (read_marker(d / "data") is not None
-                                                                          or is_legacy_run_dir(d / "data")))
-    claim_dir(directory, stage, run=name, legacy=earlier,
-              hint=" (set `name`/`root` in the experiment's file to a new directory)")

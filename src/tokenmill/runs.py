@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from tokenmill.config import RunConfig, dump_config
 # TEMPORARY and temporary_name lived here first: callers still import them from runs
-from tokenmill.ownership import TEMPORARY as TEMPORARY, OwnershipError, claim_dir, temporary_name as temporary_name
+from tokenmill.ownership import TEMPORARY as TEMPORARY, OwnershipError, claim_dir, read_marker, temporary_name as temporary_name
 
 STAGES: tuple[str, ...] = ("curate", "tokenizer", "tokenize", "train", "eval", "report")
 
@@ -163,9 +163,14 @@ def read_events(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def is_event_log(path: Path) -> bool:
-    """The file's first line is a tokenmill event ({"t", "stage", "kind", ...})."""
-    first = next(iter(read_events(path)), None)
-    return first is not None and {"t", "stage", "kind"} <= set(first)
+    """The file's first line is a tokenmill event ({"t", "stage", "kind", ...}). Only that line is
+    read (at most 64 KB of it): a user's big file is not scanned for a line that happens to parse."""
+    try:
+        with open(path, "rb") as fh:
+            first = json.loads(fh.readline(1 << 16))
+    except (OSError, ValueError):
+        return False
+    return isinstance(first, dict) and {"t", "stage", "kind"} <= set(first)
 
 
 def check_event_log(path: Path) -> None:
@@ -181,6 +186,17 @@ def is_legacy_run_dir(path: Path) -> bool:
     if (path / ".stages").is_dir():
         return True
     return (path / "config.yaml").is_file() and is_event_log(path / "events.jsonl")
+
+
+def claim_experiment_dir(directory: Path, stage: str, name: str, config_file: str) -> None:
+    """The directory of an experiment of several runs (a sweep, an ablation, a mixture or source
+    study): new, empty, tokenmill's, or an earlier version's (its `config_file`, or the `data/`
+    run directory its runs share). Refused in one line before any run starts."""
+    def earlier(d: Path) -> bool:
+        return (d / config_file).is_file() or ((d / "data").is_dir() and (read_marker(d / "data") is not None
+                                                                          or is_legacy_run_dir(d / "data")))
+    claim_dir(directory, stage, run=name, legacy=earlier,
+              hint=" (set `name`/`root` in the experiment's file to a new directory)")
 
 
 @dataclass

@@ -106,14 +106,14 @@ class QualityConfig(Strict):
 
     @field_validator("max_top_ngram_char_frac")
     @classmethod
-    def _top_ngram_sizes(cls, v: dict[int, Fraction]) -> dict[int, Fraction]:
+    def _top_ngram_sizes(cls, v: dict[int, float]) -> dict[int, float]:
         if not set(v) <= {2, 3, 4}:
             raise ValueError(f"n must be 2, 3 or 4 (the measured top n-grams), got {sorted(v)}")
         return v
 
     @field_validator("max_dup_ngram_char_frac")
     @classmethod
-    def _dup_ngram_sizes(cls, v: dict[int, Fraction]) -> dict[int, Fraction]:
+    def _dup_ngram_sizes(cls, v: dict[int, float]) -> dict[int, float]:
         if not set(v) <= set(range(5, 11)):
             raise ValueError(f"n must be 5 to 10 (the measured duplicate n-grams), got {sorted(v)}")
         return v

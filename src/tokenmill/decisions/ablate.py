@@ -46,7 +46,7 @@ from tokenmill.errors import UserError
 from tokenmill.eval.config import ProbeConfig
 from tokenmill.runs import RunDir, atomic_write_text, sha256_json
 from tokenmill.scaling.sweep import DATA_STAGES, link_data
-from tokenmill.ownership import claim_experiment_dir
+from tokenmill.runs import claim_experiment_dir
 
 RESULT_FILE = "ablate.json"
 EXPERIMENT_LINK = "experiment.json"  # in every run of the ablation: the report links the page

@@ -40,7 +40,8 @@ from tokenmill.mixture.curriculum import resolve_weights
 from tokenmill.mixture.errors import MixtureError
 from tokenmill.runs import RunDir, atomic_write_text, sha256_json
 from tokenmill.scaling.sweep import link_data, prepare_data, resolve_base
-from tokenmill.ownership import FolderName, claim_experiment_dir
+from tokenmill.ownership import FolderName
+from tokenmill.runs import claim_experiment_dir
 from tokenmill.config_base import config_problem
 
 Method = Literal["doremi", "regmix"]

@@ -31,7 +31,8 @@ from tokenmill.config import RunConfig, load_config
 from tokenmill.decisions.optimize import ExperimentConfig, MixtureOptimizeError, train_and_score
 from tokenmill.runs import atomic_write_text
 from tokenmill.scaling.sweep import prepare_data, resolve_base
-from tokenmill.ownership import FolderName, claim_experiment_dir
+from tokenmill.ownership import FolderName
+from tokenmill.runs import claim_experiment_dir
 from tokenmill.config_base import config_problem
 
 Test = Literal["paired", "anneal"]

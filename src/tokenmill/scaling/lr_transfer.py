@@ -26,7 +26,8 @@ from tokenmill.config_base import Strict
 from tokenmill.runs import RunDir, atomic_write_text
 from tokenmill.scaling.sweep import SweepError, final_loss, link_data, prepare_data, resolve_base
 from tokenmill.train.trainer import TrainingDiverged
-from tokenmill.ownership import FolderName, claim_experiment_dir
+from tokenmill.ownership import FolderName
+from tokenmill.runs import claim_experiment_dir
 from tokenmill.config_base import config_problem
 
 Param = Literal["mup", "sp"]

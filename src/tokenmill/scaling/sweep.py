@@ -48,7 +48,8 @@ from tokenmill.runs import RunDir, atomic_write_text
 from tokenmill.scaling.flops import flops_per_token, param_count
 from tokenmill.train.budget import resolve_budget, tokens_per_step
 from tokenmill.train.trainer import TrainingDiverged
-from tokenmill.ownership import FolderName, claim_experiment_dir
+from tokenmill.ownership import FolderName
+from tokenmill.runs import claim_experiment_dir
 
 DATA_STAGES = ("curate", "tokenizer", "tokenize")
 DATA_DIRS = ("curated", "tokenizer", "tokens")
