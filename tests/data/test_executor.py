@@ -1,4 +1,5 @@
 import os
+import time
 import signal
 from pathlib import Path
 
@@ -47,6 +48,26 @@ def test_local_pool_gives_up_on_a_task_that_always_kills_its_worker(tmp_path, mo
     monkeypatch.setattr(LocalExecutor, "MAX_RETRIES", 1)
     with LocalExecutor(2) as ex, pytest.raises(BrokenProcessPool, match="died 2 times while task"):
         ex.map(_dies, [(tmp_path, i, 99) for i in range(6)])
+
+
+def _each_dies_once(marks: Path, i: int) -> int:
+    """Every task's first attempt SIGKILLs its worker after a moment's work (as a per-document
+    timer does), the second returns at once: many deaths, each in another task."""
+    if _attempt(marks, i) == 1:
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return i + 1
+
+
+def test_deaths_in_other_tasks_do_not_use_up_a_tasks_retries(tmp_path, monkeypatch):
+    """14 tasks, each killing its worker once: about seven broken pools, more than MAX_RETRIES (4
+    here). The map still finishes, since a death is charged only to the few tasks the pool had
+    started or queued to its workers; charging every unfinished task for every death fails it."""
+    monkeypatch.setattr(LocalExecutor, "MAX_RETRIES", 4)
+    with LocalExecutor(2) as ex:
+        out = ex.map(_each_dies_once, [(tmp_path, i) for i in range(14)])
+    assert out == [i + 1 for i in range(14)]
+    assert all((tmp_path / f"{i}.attempts").stat().st_size == 2 for i in range(14))
 
 
 def test_make_executor_rejects_unknown():

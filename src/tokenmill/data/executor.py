@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Sequence
 
@@ -56,19 +57,22 @@ class LocalExecutor:
         while pending:
             pool = self._workers()
             futures = {pool.submit(fn, *tasks[i]): i for i in pending}
+            order = deque(futures)  # submission order, which is the order the pool starts them in
             running: set[int] = set()
             try:
-                while futures:
+                finished = as_completed(futures)
+                while True:
                     # Which tasks were running, seen just before each wait: only they can be the
                     # one whose worker died, so only they are charged a retry.
-                    running = {i for f, i in futures.items() if f.running()}
-                    done, _ = wait(futures, return_when=FIRST_COMPLETED)
-                    for fut in done:
-                        i = futures.pop(fut)
-                        results[i] = fut.result()
-                        del pending[i]
-                        if on_done:
-                            on_done(i, results[i])
+                    running = {futures[f] for f in _started(order)}
+                    fut = next(finished, None)
+                    if fut is None:
+                        break
+                    i = futures[fut]
+                    results[i] = fut.result()
+                    del pending[i]
+                    if on_done:
+                        on_done(i, results[i])
             except BrokenProcessPool:
                 self._restart(pending, running)
         return results
@@ -88,6 +92,22 @@ class LocalExecutor:
             if pending[i] > self.MAX_RETRIES:
                 raise BrokenProcessPool(f"a worker process died {pending[i]} times while task {i} was running "
                                         "(killed by the OOM killer, or crashing in native code)")
+
+
+def _started(order: deque[Future]) -> list[Future]:
+    """The futures running now: the pool starts them in submission order, so they are the first
+    ones not yet done. Done futures are dropped from the front, so each look costs about the
+    number of workers, not the number of tasks (a scan of every future per completion would be
+    quadratic in the shard count)."""
+    while order and order[0].done():
+        order.popleft()
+    started = []
+    for f in order:
+        if f.running():
+            started.append(f)
+        elif not f.done():
+            break
+    return started
 
 
 class RayExecutor:
