@@ -5,8 +5,9 @@ The corpus is built by benchmarks/dirty_web.py from the real corpora (no downloa
 prose, clean documentation, mojibake'd documentation (clean: must be repaired and kept) and
 ten kinds of web junk, every document labelled. Then:
 
-  tokenmill  `python -m tokenmill curate CORPUS.jsonl -o OUT`, a real process, no kind declared,
-             no --steps. Kept rows (OUT/<bucket>/part-*.parquet) and rejected rows
+  tokenmill  `python -m tokenmill curate CORPUS.jsonl -o OUT --reference REF`, a real process, no
+             kind declared, no --steps; REF is the corpus's reference (dirty_web.write_reference:
+             other files of the same kinds of clean text, disjoint from the corpus by file). Kept rows (OUT/<bucket>/part-*.parquet) and rejected rows
              (OUT/_rejected/*.parquet, with step and rule) are joined back to the labels by id
              (the record's own id, or `metadata.id`). A mojibake row counts as repaired when its
              kept text holds no more mojibake pairs ("Ã©", "Â ", "â€") than the original page.
@@ -47,10 +48,10 @@ import dirty_web  # noqa: E402
 TARGETS = {"junk_removed": 0.95, "clean_kept": 0.97, "mojibake_repaired_kept": 0.95}
 
 
-def run_curate(corpus: Path, out: Path) -> float:
-    """`tokenmill curate CORPUS -o OUT` at its defaults, as a user runs it; its seconds."""
+def run_curate(corpus: Path, out: Path, reference: Path) -> float:
+    """`tokenmill curate CORPUS -o OUT --reference REF` at its defaults, as a user runs it; its seconds."""
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "tokenmill", "curate", str(corpus), "-o", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "tokenmill", "curate", str(corpus), "-o", str(out), "--reference", str(reference)],
                           capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
     if proc.returncode != 0:
         raise RuntimeError(f"tokenmill curate exited {proc.returncode}: {proc.stderr[-2000:]}")
@@ -183,12 +184,14 @@ def main() -> int:
         print(f"{args.corpora}: not a real-corpora root (shared/corpora/fetch_real_corpora.sh)", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    rows = dirty_web.build(args.corpora, args.per_kind, args.seed)
+    rows, _ = dirty_web.build(args.corpora, args.per_kind, args.seed)
     build_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory(prefix="dirty-web-") as tmp:
         corpus = Path(tmp) / "dirty_web.jsonl"
         dirty_web.write_jsonl(rows, corpus)
-        curate_s = run_curate(corpus, Path(tmp) / "out")
+        reference = Path(tmp) / "reference"
+        dirty_web.write_reference(args.corpora, reference)
+        curate_s = run_curate(corpus, Path(tmp) / "out", reference)
         kept, rejected = read_curated(Path(tmp) / "out")
     t0 = time.perf_counter()
     dt = run_datatrove(rows)

@@ -9,12 +9,13 @@ drop clean text as a copy of junk).
 
 Clean kinds (must be kept):
   clean_prose        book passages of ~2,500-4,000 characters cut at paragraph boundaries
-                     (books/austen, books/spurgeon-treasury-of-david).
+                     (books/austen but Northanger Abbey and Persuasion, books/spurgeon-treasury-
+                     of-david).
   clean_docs         the main text of real English documentation pages (resiliparse
                      extract_plain_text(html, main_content=True); python3.11-doc without its
-                     genindex pages, linux-doc without translations/, maint-guide, developers-
-                     reference, debian-reference, installation-guide-amd64), cut at a paragraph
-                     boundary to at most ~8,000 characters.
+                     genindex pages, developers-reference, debian-reference,
+                     installation-guide-amd64), cut at a paragraph boundary to at most ~8,000
+                     characters.
   mojibake           the main text of other real documentation pages (debian-handbook and
                      installation-guide-i386 in de/es/fr/it/pt(-br), which hold accented
                      letters, and English pages with typographic quotes) encoded as UTF-8 and
@@ -45,6 +46,17 @@ Junk kinds (must be removed):
                      well-formed sentences of word salad.
   tiny_fragment      1-12 consecutive words of a real sentence or heading.
 
+No two clean documents are near-copies (a page shares under half its word 5-grams with every
+earlier one): an oracle of distinct documents, so near-duplicate removal of a clean page is a
+loss, not a dedup doing its job.
+
+Held out (`heldout.jsonl`, never in the corpus): more clean_prose passages and clean_docs pages
+from the same pools, the text a model trained on any arm is scored on. The reference
+(`reference/`, for the perplexity gate and the classifier: "good text" a user would name) comes
+from other files of the same kinds, disjoint from both by file: Northanger Abbey and Persuasion;
+the maint-guide (en, de) and debian-reference (de, fr) text sources; linux-doc's English .rst
+sources. Its de/fr files cover two of the mojibake kind's five languages.
+
 Junk raw material: books/bible-en-web and the English debian-history text (sentences and
 paragraphs), reference/wordlists/american-english (words), the real HTML (chrome, link texts),
 code/ (bytes to encode, JavaScript to minify).
@@ -72,8 +84,10 @@ JUNK_KINDS = ("boilerplate_only", "keyword_stuffed", "shop_template", "link_list
               "encoded_blob", "minified_code", "repeated_paragraph", "shuffled_words", "tiny_fragment")
 KINDS = CLEAN_KINDS + JUNK_KINDS
 
-CLEAN_DOC_SITES = ("python3.11-doc", "linux-doc", "maint-guide/en", "developers-reference/en",
-                   "debian-reference/en", "installation-guide-amd64/en")
+CLEAN_DOC_SITES = ("python3.11-doc", "developers-reference/en", "debian-reference/en", "installation-guide-amd64/en")
+REFERENCE_BOOKS = ("northanger-abbey.txt", "persuasion.txt")  # austen novels kept out of the corpus
+REFERENCE_SOURCES = ("maint-guide-txt/en.txt", "maint-guide-txt/de.txt", "debian-reference-txt/de.txt",
+                     "debian-reference-txt/fr.txt")
 MOJIBAKE_SITES = tuple(f"debian-handbook/{lang}" for lang in ("de", "es", "fr", "it", "pt-br")) + \
     tuple(f"installation-guide-i386/{lang}" for lang in ("de", "es", "fr", "it", "pt")) + \
     ("debian-handbook/en", "debian-history/en")
@@ -153,7 +167,8 @@ class Material:
 
     def __init__(self, corpora: Path) -> None:
         books = corpora / "books"
-        prose = [p for f in sorted((books / "austen").glob("*.txt")) + sorted((books / "spurgeon-treasury-of-david").glob("*.txt"))
+        austen = [f for f in sorted((books / "austen").glob("*.txt")) if f.name not in REFERENCE_BOOKS]
+        prose = [p for f in austen + sorted((books / "spurgeon-treasury-of-david").glob("*.txt"))
                  for p in _paragraphs(f.read_text(encoding="utf-8", errors="replace"))]
         self.prose = list(_cut(prose, 2500, 4000))
         self.doc_pages = _html_pages(corpora, CLEAN_DOC_SITES)
@@ -185,27 +200,87 @@ def _mojibake(text: str) -> str | None:
     return garbled if ftfy.fix_text(garbled) == text else None
 
 
-def clean_rows(m: Material, rng: random.Random, n: int) -> Iterator[tuple[str, str, str, str]]:
-    """(kind, text, source, original text) for the three clean kinds, n each, without repeats."""
-    for text in rng.sample(m.prose, min(n, len(m.prose))):
-        yield "clean_prose", text, "books", text
+class Distinct:
+    """Admits a text only when it shares under `max_share` of its word 5-grams with every text
+    admitted before (an inverted index of 5-gram hashes: linear in the words)."""
+
+    def __init__(self, max_share: float = 0.5) -> None:
+        self.max_share = max_share
+        self.index: dict[int, list[int]] = {}
+        self.n = 0
+
+    def admit(self, text: str) -> bool:
+        words = text.split()
+        grams = {hash(tuple(words[i:i + 5])) for i in range(max(0, len(words) - 4))}
+        shared: dict[int, int] = {}
+        for g in grams:
+            for j in self.index.get(g, ()):
+                shared[j] = shared.get(j, 0) + 1
+        if grams and shared and max(shared.values()) >= self.max_share * len(grams):
+            return False
+        for g in grams:
+            self.index.setdefault(g, []).append(self.n)
+        self.n += 1
+        return True
+
+
+def _take(pool: Iterator[tuple[str, str]], n: int, distinct: Distinct) -> list[tuple[str, str]]:
+    """The first n (source, text) of the pool whose text is no near-copy of one taken before."""
+    out: list[tuple[str, str]] = []
+    for source, text in pool:
+        if len(out) == n:
+            break
+        if distinct.admit(text):
+            out.append((source, text))
+    return out
+
+
+def clean_rows(m: Material, rng: random.Random, n: int, heldout: int = 0
+               ) -> tuple[list[tuple[str, str, str, str]], list[dict[str, str]]]:
+    """(kind, text, source, original text) for the three clean kinds, n each, all distinct; and
+    `heldout` more clean_prose passages and clean_docs pages each, for evaluation only (drawn
+    after the corpus's from the same shuffled pools, so disjoint from them)."""
+    distinct = Distinct()
+    prose = (("books", t) for t in rng.sample(m.prose, len(m.prose)))
+    pages = ((_rel(p), _main_text(p)) for p in rng.sample(m.doc_pages, len(m.doc_pages)))
+    pages = ((src, t) for src, t in pages if len(t) >= 500)
+    moji = ((_rel(p), _main_text(p)) for p in rng.sample(m.moji_pages, len(m.moji_pages)))
+    rows = [("clean_prose", t, src, t) for src, t in _take(prose, n, distinct)]
+    rows += [("clean_docs", t, src, t) for src, t in _take(pages, n, distinct)]
     made = 0
-    for page in rng.sample(m.doc_pages, len(m.doc_pages)):
+    for src, text in moji:
         if made == n:
             break
-        text = _main_text(page)
-        if len(text) >= 500:
+        bad = _mojibake(text) if len(text) >= 500 else None
+        if bad and distinct.admit(text):
             made += 1
-            yield "clean_docs", text, _rel(page), text
-    made = 0
-    for page in rng.sample(m.moji_pages, len(m.moji_pages)):
-        if made == n:
-            break
-        text = _main_text(page)
-        garbled = _mojibake(text) if len(text) >= 500 else None
-        if garbled:
-            made += 1
-            yield "mojibake", garbled, _rel(page), text
+            rows.append(("mojibake", bad, src, text))
+    held = [{"id": f"heldout-prose-{i:04d}", "text": t, "kind": "clean_prose"}
+            for i, (_, t) in enumerate(_take(prose, heldout, distinct))]
+    held += [{"id": f"heldout-docs-{i:04d}", "text": t, "kind": "clean_docs"}
+             for i, (_, t) in enumerate(_take(pages, heldout, distinct))]
+    return rows, held
+
+
+def write_reference(corpora: Path, out: Path) -> list[Path]:
+    """Copy the reference files (disjoint from the corpus and the held-out text by file) into
+    `out`; linux-doc's English .rst sources go in as one file per source file."""
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    for name in REFERENCE_BOOKS:
+        written.append(out / f"austen-{name}")
+        written[-1].write_bytes((corpora / "books" / "austen" / name).read_bytes())
+    for rel in REFERENCE_SOURCES:
+        written.append(out / rel.replace("/", "-"))
+        written[-1].write_bytes((corpora / "reference" / "doc-sources" / rel).read_bytes())
+    rst_root = corpora / "reference" / "doc-sources" / "linux-doc-rst"
+    for f in sorted(rst_root.rglob("*.rst")):
+        rel = f.relative_to(rst_root)
+        if rel.parts[0] == "translations":
+            continue
+        written.append(out / ("linux-doc-" + "-".join(rel.parts)[:-4] + ".txt"))
+        written[-1].write_bytes(f.read_bytes())
+    return written
 
 
 # --------------------------------------------------------------------------- junk kinds
@@ -327,9 +402,10 @@ JUNK: dict[str, Callable[[Material, random.Random], str]] = {
 
 
 # --------------------------------------------------------------------------- the corpus
-def build(corpora: Path, per_kind: int = 300, seed: int = 41) -> list[dict]:
-    """The labelled rows, in a seeded shuffled order; ids are `dw-<kind>-<n>`. `_original` holds
-    a clean row's text before any garbling (the oracle for repair); write_jsonl leaves it out."""
+def build(corpora: Path, per_kind: int = 300, seed: int = 41, heldout: int = 0) -> tuple[list[dict], list[dict]]:
+    """The labelled rows, in a seeded shuffled order (ids `dw-<kind>-<n>`; `_original` holds a
+    clean row's text before any garbling, the oracle for repair; write_jsonl leaves it out), and
+    the held-out clean rows (ids `heldout-<prose|docs>-<n>`)."""
     m = Material(corpora)
     rng = random.Random(seed)
     rows: list[dict] = []
@@ -340,13 +416,14 @@ def build(corpora: Path, per_kind: int = 300, seed: int = 41) -> list[dict]:
         rows.append({"id": f"dw-{kind}-{counts[kind]:04d}", "text": text, "kind": kind,
                      "clean": kind in CLEAN_KINDS, "source": source, "_original": original})
 
-    for kind, text, source, original in clean_rows(m, rng, per_kind):
+    clean, held = clean_rows(m, rng, per_kind, heldout)
+    for kind, text, source, original in clean:
         add(kind, text, source, original)
     for kind, make in JUNK.items():
         for _ in range(per_kind):
             add(kind, make(m, rng), "synthetic:" + kind, None)
     rng.shuffle(rows)
-    return rows
+    return rows, held
 
 
 def write_jsonl(rows: list[dict], path: Path) -> None:
@@ -361,13 +438,20 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True, help="JSONL file to write.")
     ap.add_argument("--per-kind", type=int, default=300, help="Documents per kind.")
     ap.add_argument("--seed", type=int, default=41, help="Seed of every random choice.")
+    ap.add_argument("--heldout", type=int, default=0, help="Held-out clean passages and pages (each) to write beside OUT.")
+    ap.add_argument("--reference", type=Path, default=None, help="Directory to copy the reference files into.")
     args = ap.parse_args()
     if not (args.corpora / "books").is_dir():
         print(f"{args.corpora}: not a real-corpora root (shared/corpora/fetch_real_corpora.sh)", file=sys.stderr)
         return 2
-    rows = build(args.corpora, args.per_kind, args.seed)
+    rows, held = build(args.corpora, args.per_kind, args.seed, args.heldout)
     write_jsonl(rows, args.out)
     print(f"{len(rows)} documents, {len(KINDS)} kinds -> {args.out}")
+    if held:
+        write_jsonl(held, args.out.with_name("heldout.jsonl"))
+        print(f"{len(held)} held-out clean documents -> {args.out.with_name('heldout.jsonl')}")
+    if args.reference:
+        print(f"{len(write_reference(args.corpora, args.reference))} reference files -> {args.reference}")
     return 0
 
 

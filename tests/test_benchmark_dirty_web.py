@@ -21,7 +21,7 @@ import dirty_web  # noqa: E402
 def rows() -> list[dict]:
     if not (CORPORA / "books").is_dir():
         pytest.skip(f"{CORPORA} is absent (shared/corpora/fetch_real_corpora.sh builds it)")
-    return dirty_web.build(CORPORA, per_kind=4, seed=7)
+    return dirty_web.build(CORPORA, per_kind=4, seed=7)[0]
 
 
 def test_every_kind_present_labelled_and_ids_unique(rows):
@@ -33,9 +33,9 @@ def test_every_kind_present_labelled_and_ids_unique(rows):
 
 
 def test_build_is_deterministic_and_seeded(rows, tmp_path):
-    again = dirty_web.build(CORPORA, per_kind=4, seed=7)
+    again = dirty_web.build(CORPORA, per_kind=4, seed=7)[0]
     assert again == rows
-    assert [r["text"] for r in dirty_web.build(CORPORA, per_kind=4, seed=8)] != [r["text"] for r in rows]
+    assert [r["text"] for r in dirty_web.build(CORPORA, per_kind=4, seed=8)[0]] != [r["text"] for r in rows]
     dirty_web.write_jsonl(rows, tmp_path / "c.jsonl")
     written = [json.loads(line) for line in (tmp_path / "c.jsonl").read_text().splitlines()]
     assert set(written[0]) == {"id", "text", "kind", "clean", "source"}  # the oracle text stays out
@@ -45,3 +45,25 @@ def test_mojibake_is_garbled_and_repairable(rows):
     moji = [r for r in rows if r["kind"] == "mojibake"]
     assert moji and all(r["text"] != r["_original"] and ftfy.fix_text(r["text"]) == r["_original"] for r in moji)
     assert all("Ã" in r["text"] or "â€" in r["text"] or "Â" in r["text"] for r in moji)
+
+
+def test_clean_documents_are_distinct_and_heldout_is_disjoint():
+    if not (CORPORA / "books").is_dir():
+        pytest.skip(f"{CORPORA} is absent")
+    rows, held = dirty_web.build(CORPORA, per_kind=6, seed=7, heldout=5)
+    assert len(held) == 10 and {h["kind"] for h in held} == {"clean_prose", "clean_docs"}
+    clean = [r.get("_original") or r["text"] for r in rows if r["clean"]]
+    check = dirty_web.Distinct()  # an independent pass over the same texts finds no near-copy
+    assert all(check.admit(t) for t in clean + [h["text"] for h in held])
+    assert not {h["text"] for h in held} & {r["text"] for r in rows}
+
+
+def test_reference_is_disjoint_by_file(tmp_path):
+    if not (CORPORA / "books").is_dir():
+        pytest.skip(f"{CORPORA} is absent")
+    files = dirty_web.write_reference(CORPORA, tmp_path / "ref")
+    assert len(files) > 10 and all(f.stat().st_size > 0 for f in files)
+    m = dirty_web.Material(CORPORA)
+    reference_text = (CORPORA / "books/austen/persuasion.txt").read_text(encoding="utf-8", errors="replace")
+    assert not any(p[:200] in reference_text for p in m.prose[:200])  # corpus prose is not from the reference novels
+    assert not any("maint-guide" in str(p) or "linux-doc" in str(p) for p in m.doc_pages)

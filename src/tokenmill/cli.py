@@ -6,6 +6,7 @@ Every command takes a YAML config and `--set section.key=value` overrides; the r
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from importlib import resources
@@ -140,6 +141,9 @@ def curate(
     workers: Optional[int] = typer.Option(None, "--workers", "-w", help="Worker processes (or Ray CPUs)."),
     executor: Optional[str] = typer.Option(None, "--executor", help="local (processes) or ray (RAY_ADDRESS, else a local Ray)."),
     bucket: Optional[str] = typer.Option(None, "--bucket", help="Bucket for the INPUTs (default: code for code trees, else web)."),
+    reference: Optional[Path] = typer.Option(
+        None, "--reference", help="Text that reads like what you want (a file or directory): the model-based quality "
+        "step learns from it and removes what reads least like it (curate.model_quality.reference)."),
     set_: Optional[list[str]] = SetOpt,
     run_dir: Optional[Path] = RunDirOpt,
     overwrite: bool = typer.Option(False, "--overwrite", help="Write into OUT even if it holds files tokenmill did "
@@ -167,6 +171,8 @@ def curate(
         overrides.append(f"curate.workers={workers}")
     if executor is not None:
         overrides.append(f"curate.executor={executor}")
+    if reference is not None:  # a JSON string is YAML: any path survives the override parser
+        overrides.append(f"curate.model_quality.reference={json.dumps(str(reference.absolute()))}")
 
     def go() -> None:
         if not inputs:

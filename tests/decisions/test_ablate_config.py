@@ -107,3 +107,17 @@ def test_the_design_states_what_it_can_see_before_any_run(tmp_path):
                                      expected_paired_sd=0.03))
     assert planned_power(more)["detectable_bpb"] < planned["detectable_bpb"] / 2  # more seeds see smaller effects
     assert planned_power(load_ablate_config(_write(tmp_path, {"full": {}, "raw": {}}))) is None
+
+
+def test_an_arm_may_select_records_and_evaluation_may_come_from_files_only(tmp_path):
+    """An oracle or a peer's filter is an id list fed to the select step (curation, same sources);
+    fraction 0 scores only the named files, and needs them."""
+    (tmp_path / "held.jsonl").write_text('{"text": "held out"}\n')
+    arms = {"full": {}, "oracle": {"steps": ["select", "extract", "normalize"], "set": ["select.ids=ids.txt"]}}
+    cfg = load_ablate_config(_write(tmp_path, arms, eval={"fraction": 0, "files": {"held": "held.jsonl"}}))
+    base = RunConfig.model_validate({})
+    oracle = arm_curate(base, "oracle", cfg.arms["oracle"], tmp_path / "set.jsonl", 0.5)
+    assert oracle["steps"] == ["select", "extract", "normalize", "decontaminate", "bucket"]
+    assert oracle["select"]["ids"] == "ids.txt" and cfg.eval.fraction == 0
+    with pytest.raises(AblateError, match="fraction 0 takes no slice"):
+        load_ablate_config(_write(tmp_path, arms, eval={"fraction": 0}))

@@ -120,9 +120,15 @@ class QualityConfig(Strict):
 
 
 CURATE_STEPS: tuple[str, ...] = (
-    "extract", "normalize", "url", "langid", "quality", "model_quality", "safety", "pii",
+    "select", "extract", "normalize", "url", "langid", "quality", "model_quality", "safety", "pii",
     "exact_dedup", "minhash_dedup", "line_dedup", "substring_dedup", "decontaminate", "bucket",
 )
+
+
+class SelectConfig(Strict):
+    """Curate only the records a list names (data/select.py): labels or a peer's filter decided elsewhere."""
+
+    ids: str | None = Field(None, description="File of record ids, one per line (or JSONL with \"id\"); other records are removed (rule not_selected). None: step off.")
 
 
 class ExtractConfig(Strict):
@@ -303,6 +309,7 @@ class CurateConfig(Strict):
 
     sources: list[SourceConfig] = Field(default_factory=list, description="Inputs of the run.")
     steps: list[str] | None = Field(None, description=f"Steps to run, in canonical order (None: all): {', '.join(CURATE_STEPS)}.")
+    select: SelectConfig = Field(default_factory=SelectConfig, description="Curate only the records a list names.")
     extract: ExtractConfig = Field(default_factory=ExtractConfig)
     limits: DocLimitsConfig = Field(default_factory=DocLimitsConfig, description="Time and nesting-depth limits per document.")
     normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)

@@ -672,7 +672,7 @@ def check_removal(funnel: Funnel, cfg: CurateConfig, steps: Iterable[str]) -> No
     total = funnel.total()
     for step in steps:
         c = total[step]
-        if step == classifier_cut.STEP:  # keep_top_percent states the share it removes
+        if step in (classifier_cut.STEP, "select"):  # keep_top_percent and an id list state what they keep
             continue
         if c.docs_in and c.docs_rejected / c.docs_in > cfg.max_removal_share:
             rules = ", ".join(f"{r}: {v['docs']}" for r, v in sorted(c.rejected.items()))

@@ -13,6 +13,7 @@ from tokenmill.data.config import (CURATE_STEPS, CurateConfig)
 from tokenmill.data.step import DocStep
 
 DOC_STEP_CLASSES: dict[str, tuple[str, str]] = {
+    "select": ("tokenmill.data.select", "Select"),
     "extract": ("tokenmill.data.extract", "Extract"),
     "normalize": ("tokenmill.data.normalize", "Normalize"),
     "url": ("tokenmill.data.urlfilter", "UrlFilter"),

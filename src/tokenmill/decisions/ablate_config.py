@@ -68,11 +68,17 @@ class SizeConfig(Strict):
 class AblateEvalConfig(Strict):
     """The evaluation set shared by every arm: held-out documents no arm's filtering touched."""
 
-    fraction: float = Field(0.05, gt=0, lt=0.5, description="Share of the extracted and normalized documents (chosen by a hash of their id) that may enter the evaluation set.")
+    fraction: float = Field(0.05, ge=0, lt=0.5, description="Share of the extracted and normalized documents (chosen by a hash of their id) that may enter the evaluation set (0: only `files`, e.g. when the sources hold junk that no slice should score).")
     max_docs: int = Field(100, gt=0, description="At most this many documents per slice (bucket): the lowest hash scores.")
     seed: int = Field(7919, description="Salt of the hash that picks the evaluation documents (not the run seed, so it is not the tokenize split).")
     max_overlap: float = Field(0.5, ge=0, lt=1, description="Every arm removes training documents holding more than this share of an evaluation document's 13-grams (its copies and near-copies; a shared footer is no copy).")
     files: dict[str, str] = Field(default_factory=dict, description="Extra slices: name -> JSONL with a `text` field (relative to this file), e.g. a clean held-out reference set; decontaminated like the rest.")
+
+    @model_validator(mode="after")
+    def _something_to_score(self) -> "AblateEvalConfig":
+        if self.fraction == 0 and not self.files:
+            raise ValueError("fraction 0 takes no slice from the sources: name the evaluation text in `files`")
+        return self
 
 
 class AblateConfig(ExperimentConfig):

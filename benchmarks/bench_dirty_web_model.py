@@ -1,0 +1,146 @@
+"""Curation that shows in the model: raw vs tokenmill's defaults vs datatrove's filters vs the
+oracle, trained at two sizes with three seeds and scored on held-out clean text (issue 41).
+
+The data is the dirty-web corpus of benchmarks/dirty_web.py (real clean prose and documentation,
+mojibake'd documentation, ten kinds of web junk, every document labelled), its held-out clean
+text (more passages and pages from the same pools, in no arm's sources) and its reference (other
+files of the same kinds, for the perplexity gate and the classifier). One `tokenmill ablate`
+experiment, so every arm has the same sources, tokenizer, model sizes, token budgets and seeds:
+
+  raw        extract + normalize (mojibake repaired, nothing removed)
+  default    `tokenmill curate`'s default steps with the reference given (what a newcomer runs)
+  datatrove  the records datatrove 0.10.1's Gopher repetition, Gopher quality, C4 and FineWeb
+             filters keep at their defaults (benchmarks/bench_dirty_web.py `run_datatrove`; its
+             C4 line edits are not applied), then extract + normalize — an id list fed to
+             `curate.select`, so the arm curates the same sources
+  oracle     the records labelled clean, then extract + normalize
+
+Evaluation: only the held-out clean text (`eval.fraction: 0`, `eval.files`), decontaminated out
+of every arm. The headline is the share of the raw -> oracle gap the default pipeline recovers,
+(raw - default) / (raw - oracle) in bits per byte, per seed, with its Student-t interval over
+the seeds; and default - datatrove, paired by seed.
+
+    .venv/bin/python benchmarks/record.py benchmarks/results/dirty_web_model.json --result /tmp/dwm.json -- \\
+        benchmarks/bench_dirty_web_model.py --corpora ../real_corpora --work /tmp/dwm --json /tmp/dwm.json
+Needs `pip install datatrove==0.10.1 orjson spacy` (benchmark-only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_dirty_web  # noqa: E402
+import dirty_web  # noqa: E402
+
+from tokenmill.decisions.ablate_stats import overall, paired_ci  # noqa: E402
+
+ARMS = ("default", "raw", "datatrove", "oracle")
+
+
+def write_data(args: argparse.Namespace) -> dict[str, Any]:
+    """The corpus, held-out text, reference and the two id lists under args.work; their counts."""
+    rows, held = dirty_web.build(args.corpora, args.per_kind, args.seed, args.heldout)
+    dirty_web.write_jsonl(rows, args.work / "dirty.jsonl")
+    dirty_web.write_jsonl(held, args.work / "heldout.jsonl")
+    ref = dirty_web.write_reference(args.corpora, args.work / "reference")
+    oracle = [r["id"] for r in rows if r["clean"]]
+    (args.work / "oracle_ids.txt").write_text("\n".join(oracle) + "\n")
+    dt = bench_dirty_web.run_datatrove(rows)
+    kept = [r["id"] for r in rows if dt[r["id"]] == "kept"]
+    (args.work / "datatrove_ids.txt").write_text("\n".join(kept) + "\n")
+    junk_kept = sum(1 for r in rows if dt[r["id"]] == "kept" and not r["clean"])
+    return {"docs": len(rows), "heldout_docs": len(held), "heldout_bytes": sum(len(h["text"].encode()) for h in held),
+            "reference_files": len(ref), "oracle_docs": len(oracle), "datatrove_kept": len(kept),
+            "datatrove_junk_kept": junk_kept}
+
+
+def base_config(args: argparse.Namespace) -> dict[str, Any]:
+    w = str(args.work.resolve())
+    return {
+        "name": "dirty-web-base", "root": "out", "seed": 1234,
+        "curate": {"sources": [{"kind": "files", "path": f"{w}/dirty.jsonl", "bucket": "web"}],
+                   "workers": args.threads, "model_quality": {"reference": f"{w}/reference"}},
+        "tokenizer": {"vocab_size": args.vocab},
+        "tokenize": {"val_fraction": 0.02, "min_val_docs": 2},
+        "model": {"d_model": 64, "n_layers": 2, "n_heads": 2, "max_seq_len": 256},
+        "train": {"seq_len": 256, "micro_batch": 16, "global_batch_tokens": 4096, "lr": args.lr, "device": "cpu",
+                  "dtype": "float32", "threads": args.threads, "eval_docs": 4, "ckpt_every": 100, "log_every": 0},
+        "eval": {"num_samples": 0, "memorization_docs": 0},
+    }
+
+
+def ablate_config(args: argparse.Namespace) -> dict[str, Any]:
+    w = str(args.work.resolve())
+    select = lambda f: {"steps": ["select", "extract", "normalize"], "set": [f"select.ids={w}/{f}"]}  # noqa: E731
+    return {
+        "name": "dirty-web", "root": "out", "base": "base.yaml", "reference": "default", "baseline": "raw",
+        "arms": {"default": {"note": "tokenmill curate's defaults, the reference given"},
+                 "raw": {"steps": ["extract", "normalize"], "note": "extract + normalize only"},
+                 "datatrove": {**select("datatrove_ids.txt"), "note": "datatrove's Gopher, C4, FineWeb filters"},
+                 "oracle": {**select("oracle_ids.txt"), "note": "the documents labelled clean"}},
+        "sizes": [{"name": "small", "d_model": 64, "n_layers": 2, "n_heads": 2, "tokens": args.small_tokens},
+                  {"name": "large", "d_model": 128, "n_layers": 3, "n_heads": 4, "tokens": args.large_tokens}],
+        "seeds": args.seeds,
+        "eval": {"fraction": 0, "files": {"heldout": f"{w}/heldout.jsonl"}},
+    }
+
+
+def gap_recovered(runs: list[dict[str, Any]], sizes: list[str], seeds: list[int], confidence: float) -> dict[str, Any]:
+    """Per size: bpb of each arm per seed, the share of the raw -> oracle gap each arm recovers
+    ((raw - arm) / (raw - oracle), per seed, then its t interval), and default - datatrove."""
+    bpb = {(r["arm"], r["size"], r["seed"]): overall(r["slices"]) for r in runs}
+    out: dict[str, Any] = {}
+    for size in sizes:
+        per = {a: [bpb[(a, size, s)] for s in seeds] for a in ARMS}
+        gap = [r - o for r, o in zip(per["raw"], per["oracle"])]
+        out[size] = {"bpb": per, "raw_minus_oracle": paired_ci(gap, confidence),
+                     "default_minus_datatrove": paired_ci([d - t for d, t in zip(per["default"], per["datatrove"])], confidence),
+                     "recovered": {a: paired_ci([(r - x) / g for r, x, g in zip(per["raw"], per[a], gap)], confidence)
+                                   for a in ("default", "datatrove")}}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpora", type=Path, required=True)
+    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--json", type=Path, required=True)
+    ap.add_argument("--per-kind", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=41, help="Seed of the corpus build.")
+    ap.add_argument("--heldout", type=int, default=100, help="Held-out clean passages and pages, each.")
+    ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--lr", type=float, default=0.003)
+    ap.add_argument("--small-tokens", type=int, default=600_000)
+    ap.add_argument("--large-tokens", type=int, default=1_200_000)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    data = write_data(args)
+    (args.work / "base.yaml").write_text(yaml.safe_dump(base_config(args)))
+    (args.work / "ablate.yaml").write_text(yaml.safe_dump(ablate_config(args)))
+    subprocess.run([sys.executable, "-m", "tokenmill", "ablate", "ablate.yaml"], cwd=args.work, check=True)
+    result = json.loads((args.work / "out" / "dirty-web" / "ablate.json").read_text())
+    sizes = [s["name"] for s in result["sizes"]]
+    out = {"benchmark": "dirty_web_model", "wall_seconds": round(time.time() - t0, 1), "threads": args.threads,
+           "corpus": {"per_kind": args.per_kind, "seed": args.seed, **data},
+           "configs": {"base": base_config(args), "ablate": ablate_config(args)},
+           "gap": gap_recovered(result["runs"], sizes, result["seeds"], result["confidence"]),
+           "ablate": result}
+    args.json.write_text(json.dumps(out, indent=1))
+    print(json.dumps(out["gap"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
