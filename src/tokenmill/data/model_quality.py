@@ -24,8 +24,25 @@ discounts, percentiles, held-out AUC; no timings, so it is reproducible too). Th
 fingerprint hashes the reference files' bytes and the config that shapes it; the random side's
 adds the sources' paths / sizes / mtimes and the sampling knobs. `prepare` retrains only a part
 whose fingerprint changed, so a resumed run does not retrain. Training is deterministic (fixed
-seed, sums in a fixed order). Removal is opt-in: rule "perplexity" above `max_perplexity`, rule
-"classifier_score" below `min_classifier_score`; the signals are stored on every document.
+seed, sums in a fixed order). Rule "classifier_score" removes below `min_classifier_score` (opt-in);
+rule "perplexity" removes above a numeric `max_perplexity`, or with "auto" (the default) by the
+context ratio below; None only scores. The signals are stored on every document.
+
+The auto perplexity gate. Raw perplexity measures topic as much as quality: clean documentation
+whose words the reference rarely uses scores as high as word salad (on the dirty-web corpus, a
+cut at the held-out reference passages' maximum perplexity removed 51% of clean docs and 74% of
+clean prose). The gate's statistic is the context ratio: over the positions where a word and the
+word before it are both among the LM's FREQUENT_WORDS most probable words (mostly function
+words, whose order is grammar, not topic), exp(mean(log p_unigram(w) - log p_bigram(w | v))) of
+the same LM: below 1 when the previous word predicts the next (natural text, any topic), 1 or
+more for shuffled words; None with fewer than MIN_PAIRS such pairs (such a document is not
+judged). Chosen over perplexity and perplexity / unigram perplexity by separation
+(benchmarks/bench_perplexity_gate.py). Calibration uses held-out reference passages only: every
+HOLDOUT_EVERY-th passage of the reference is kept out of the LM's training, identified by the
+langid step's model, and per language with at least `min_held_out` ratios the cut is their
+`perplexity_quantile` (manifest "calibration": held-out count, quantile, threshold per language).
+A document is judged in its langid language (identified here when langid did not run); in a
+language without a cut it is scored and kept, with `perplexity_judged: false`.
 
 With `model_quality.labelled` (a JSONL file of {"text": ..., "label": "good" | "bad"}, also
 true/false or 1/0), the classifier learns from those labels instead of reference vs random, as
