@@ -64,6 +64,7 @@ PII_FIELDS: tuple[str, ...] = ("email", "phone", "ip", "card", "iban", "national
 # Model-based quality (data.model_quality): n-gram LM perplexity, classifier score, tier.
 MODEL_QUALITY_FIELDS: dict[str, pa.DataType] = {
     "perplexity": pa.float64(), "classifier_score": pa.float64(), "tier": pa.string(),
+    "context_ratio": pa.float64(), "perplexity_judged": pa.bool_(),
 }
 # Safety (data.safety): toxicity score in [0, 1] and how many listed terms matched.
 SAFETY_FIELDS: dict[str, pa.DataType] = {"toxicity": pa.float64(), "matched_terms": pa.int64()}

@@ -24,8 +24,25 @@ discounts, percentiles, held-out AUC; no timings, so it is reproducible too). Th
 fingerprint hashes the reference files' bytes and the config that shapes it; the random side's
 adds the sources' paths / sizes / mtimes and the sampling knobs. `prepare` retrains only a part
 whose fingerprint changed, so a resumed run does not retrain. Training is deterministic (fixed
-seed, sums in a fixed order). Removal is opt-in: rule "perplexity" above `max_perplexity`, rule
-"classifier_score" below `min_classifier_score`; the signals are stored on every document.
+seed, sums in a fixed order). Rule "classifier_score" removes below `min_classifier_score` (opt-in);
+rule "perplexity" removes above a numeric `max_perplexity`, or with "auto" (the default) by the
+context ratio below; None only scores. The signals are stored on every document.
+
+The auto perplexity gate. Raw perplexity measures topic as much as quality: clean documentation
+whose words the reference rarely uses scores as high as word salad (on the dirty-web corpus, a
+cut at the held-out reference passages' maximum perplexity removed 51% of clean docs and 74% of
+clean prose). The gate's statistic is the context ratio: over the positions where a word and the
+word before it are both among the LM's FREQUENT_WORDS most probable words (mostly function
+words, whose order is grammar, not topic), exp(mean(log p_unigram(w) - log p_bigram(w | v))) of
+the same LM: below 1 when the previous word predicts the next (natural text, any topic), 1 or
+more for shuffled words; None with fewer than MIN_PAIRS such pairs (such a document is not
+judged). Chosen over perplexity and perplexity / unigram perplexity by separation
+(benchmarks/bench_perplexity_gate.py). Calibration uses held-out reference passages only: every
+HOLDOUT_EVERY-th passage of the reference is kept out of the LM's training, identified by the
+langid step's model, and per language with at least `min_held_out` ratios the cut is their
+`perplexity_quantile` (manifest "calibration": held-out count, quantile, threshold per language).
+A document is judged in its langid language (identified here when langid did not run); in a
+language without a cut it is scored and kept, with `perplexity_judged: false`.
 
 With `model_quality.labelled` (a JSONL file of {"text": ..., "label": "good" | "bad"}, also
 true/false or 1/0), the classifier learns from those labels instead of reference vs random, as
@@ -54,17 +71,20 @@ from tokenmill.data import sources as source_step
 from tokenmill.data.document import Doc, Rejection, format_value
 from tokenmill.data.extract import Extract
 from tokenmill.data.jsonl import json_objects
+from tokenmill.data.langid import UNDETERMINED, Identifier
 from tokenmill.data.normalize import Normalize, normalize_text
 from tokenmill.errors import UserError
 from tokenmill.data.step import DocStep
 
-VERSION = f"1+lm-{ngram_lm.VERSION}+clf-{lc.VERSION}"
+VERSION = f"2+lm-{ngram_lm.VERSION}+clf-{lc.VERSION}"
 SUBDIR = "model_quality"
 LM_FILE, CLF_FILE, MANIFEST = "lm.npz", "classifier.npz", "manifest.json"
 TIERS = ("head", "middle", "tail")
 SEED = 0  # the classifier's batch order; fixed so that a rerun trains the same bytes
 PASSAGE_CHARS = 3000  # classifier examples are passages of about a web page's extracted length
-HOLDOUT_EVERY = 10  # every 10th passage of each class is held out to measure the classifier
+HOLDOUT_EVERY = 10  # every 10th passage of each class is held out (classifier AUC, perplexity gate)
+FREQUENT_WORDS = 300  # the context ratio looks at pairs of the LM's 300 most probable words
+MIN_PAIRS = 5  # fewer such pairs than this: no context ratio (too few to say anything)
 CCNET_PERCENTILES = (30, 60)  # CCNet's head / tail cut-points (cc_net PerplexityBucket defaults)
 PERCENTILES = (10, 30, 60, 90)  # of the random sample's perplexity, recorded in the manifest
 REFERENCE_MAX_BYTES = 1 << 40  # reference files are read whole, whatever curate.max_doc_bytes says
@@ -163,6 +183,10 @@ class ModelQuality(DocStep):
         self.lm: ngram_lm.NgramLM | None = None
         self.classifier: lc.LinearClassifier | None = None
         self.cuts: list[float] = []  # tier cut-points: configured, or the random sample's percentiles
+        self.frequent = np.zeros(0, bool)  # the LM's FREQUENT_WORDS, by word id (context ratio)
+        self.calibration: dict[str, Any] = {}  # the manifest's calibration of the auto perplexity gate
+        self.auto_cuts: dict[str, float] = {}  # language -> context-ratio cut (auto gate)
+        self._ident: Identifier | None = None
         # Reference and random text are cleaned by the same steps as the documents they judge.
         self._cleaners: tuple[DocStep, ...] = (Extract(cfg, base_dir), Normalize(cfg, base_dir))
         self.timings: dict[str, float] = {}  # seconds of the last prepare's phases (not saved)
@@ -265,17 +289,23 @@ class ModelQuality(DocStep):
         t0 = time.perf_counter()
         lm_fp = self._lm_fingerprint()
         rnd_fp = self._random_fingerprint(lm_fp) if self._needs_random() else None
+        cal_fp = _hash_json({"lm": lm_fp, "quantile": self.mq.perplexity_quantile,
+                             "min_held_out": self.mq.min_held_out})
         lm_ok = old.get("lm", {}).get("fingerprint") == lm_fp and (out / LM_FILE).is_file()
         rnd_ok = rnd_fp is None or (old.get("random", {}).get("fingerprint") == rnd_fp
                                     and (not self.mq.classifier or (out / CLF_FILE).is_file()))
+        cal_ok = lm_ok and old.get("calibration", {}).get("fingerprint") == cal_fp
         self.timings = {"fingerprint_s": time.perf_counter() - t0}
-        if lm_ok and rnd_ok:
+        if lm_ok and rnd_ok and cal_ok:
             return
         # No manifest while model files change: a run killed half-way retrains all next time,
         # instead of trusting an old manifest over a newer file.
         manifest_path.unlink(missing_ok=True)
         t = time.perf_counter()
         reference, left_out = self.reference_texts()
+        # Every HOLDOUT_EVERY-th passage of the reference is kept out of the LM: the perplexity
+        # gate is calibrated on how the LM scores reference text it has not seen.
+        ref_passages = [p for text in reference for p in passages(text)]
         self.timings["read_reference_s"] = time.perf_counter() - t
         manifest: dict[str, Any] = {"version": VERSION}
         if lm_ok:
@@ -283,11 +313,13 @@ class ModelQuality(DocStep):
             manifest["lm"] = old["lm"]
         else:
             t = time.perf_counter()
-            lm = ngram_lm.train((ngram_lm.tokenize(text) for text in reference), self.mq.ngram_order)
+            lm = ngram_lm.train((ngram_lm.tokenize(p) for p in _split(ref_passages, False)), self.mq.ngram_order)
             self.timings["train_lm_s"] = time.perf_counter() - t
             write_npz(out / LM_FILE, lm.to_arrays())
             manifest["lm"] = {"fingerprint": lm_fp, "documents": len(reference), "left_out": left_out,
-                              **lm.stats()}
+                              "passages": len(ref_passages), **lm.stats()}
+        manifest["calibration"] = (old["calibration"] if cal_ok else
+                                   {"fingerprint": cal_fp, **self._calibrate(_split(ref_passages, True), lm)})
         if rnd_fp is not None:
             manifest["random"] = (old["random"] if rnd_ok else
                                   {"fingerprint": rnd_fp, **self._fit_random(reference, lm, out)})
@@ -295,6 +327,24 @@ class ModelQuality(DocStep):
         tmp = manifest_path.with_name(MANIFEST + ".tmp")
         tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
         os.replace(tmp, manifest_path)
+
+    def _calibrate(self, held_out: list[str], lm: ngram_lm.NgramLM) -> dict[str, Any]:
+        """Per language of the held-out passages (langid's lid.176, as the langid step): how many
+        have a context ratio, and the perplexity_quantile of their ratios, the auto gate's cut.
+        A language with fewer than min_held_out such passages gets no cut (its documents are
+        scored, never removed by the auto gate)."""
+        ident, frequent = Identifier(), lm.frequent_words(FREQUENT_WORDS)
+        by_lang: dict[str, list[float]] = {}
+        for p in held_out:
+            ratio = lm.bigram_ratio(ngram_lm.tokenize(p), frequent, MIN_PAIRS)
+            if ratio is not None:
+                by_lang.setdefault(ident.identify(p)[0], []).append(ratio)
+        q = self.mq.perplexity_quantile
+        languages = {lang: {"held_out": len(v), "threshold": round(float(np.quantile(v, q)), 6)
+                            if len(v) >= self.mq.min_held_out else None}
+                     for lang, v in sorted(by_lang.items())}
+        return {"statistic": "context_ratio", "quantile": q, "min_held_out": self.mq.min_held_out,
+                "held_out": len(held_out), "languages": languages}
 
     def _fit_random(self, reference: list[str], lm: ngram_lm.NgramLM, out: Path) -> dict[str, Any]:
         """Sample the random side; record its perplexity percentiles; fit and save the classifier."""
@@ -341,6 +391,10 @@ class ModelQuality(DocStep):
             raise FileNotFoundError(f"{out / MANIFEST}: no trained models; ModelQuality.prepare must run first")
         manifest = json.loads((out / MANIFEST).read_text())
         self.lm = ngram_lm.NgramLM.from_arrays(read_npz(out / LM_FILE))
+        self.frequent = self.lm.frequent_words(FREQUENT_WORDS)
+        self.calibration = manifest["calibration"]
+        self.auto_cuts = {lang: c["threshold"] for lang, c in self.calibration["languages"].items()
+                          if c["threshold"] is not None}
         if self.mq.classifier:
             self.classifier = lc.LinearClassifier.from_arrays(read_npz(out / CLF_FILE))
         if self.mq.tier_perplexities is not None:
@@ -349,16 +403,48 @@ class ModelQuality(DocStep):
             pp = manifest["random"]["perplexity"]
             self.cuts = [pp[f"p{CCNET_PERCENTILES[0]}"], pp[f"p{CCNET_PERCENTILES[1]}"]]
 
+    def _language(self, doc: Doc) -> str:
+        """The langid step's label; the same model's when that step did not run on the document."""
+        if doc.language is not None:
+            return doc.language
+        if self._ident is None:
+            self._ident = Identifier()
+        return self._ident.identify(doc.text or "")[0]
+
+    def _perplexity_gate(self, doc: Doc, pp: float | None, ratio: float | None) -> Rejection | None:
+        """Rule "perplexity": a configured max_perplexity cuts the perplexity; "auto" cuts the
+        context ratio at its language's calibrated threshold (perplexity_judged records whether
+        the document was compared with a cut at all)."""
+        limit, mq = self.mq.max_perplexity, doc.model_quality
+        assert mq is not None
+        if limit is None:
+            return None
+        if limit != "auto":
+            mq["perplexity_judged"] = pp is not None
+            if pp is not None and pp > limit:
+                return Rejection(self.name, "perplexity", format_value(pp),
+                                 f"perplexity {format_value(pp)} > max_perplexity {limit}")
+            return None
+        lang = self._language(doc)
+        cut = self.auto_cuts.get(lang) if lang != UNDETERMINED else None
+        mq["perplexity_judged"] = cut is not None and ratio is not None
+        if cut is not None and ratio is not None and ratio > cut:
+            n = self.calibration["languages"][lang]["held_out"]
+            return Rejection(self.name, "perplexity", format_value(ratio),
+                             f"context ratio {format_value(ratio)} > {format_value(cut)}, the "
+                             f"{self.calibration['quantile']} quantile of {n} held-out {lang} reference passages")
+        return None
+
     def process(self, doc: Doc) -> Rejection | None:
         assert self.lm is not None, "setup() loads the models before any document"
         tokens = ngram_lm.tokenize(doc.text or "")
         pp = self.lm.perplexity(tokens)
         score = self.classifier.score(tokens) if self.classifier is not None else None
-        doc.model_quality = {"perplexity": pp, "classifier_score": score,
-                             "tier": tier_of(pp, self.cuts)}
-        if pp is not None and self.mq.max_perplexity is not None and pp > self.mq.max_perplexity:
-            return Rejection(self.name, "perplexity", format_value(pp),
-                             f"perplexity {format_value(pp)} > max_perplexity {self.mq.max_perplexity}")
+        ratio = self.lm.bigram_ratio(tokens, self.frequent, MIN_PAIRS)
+        doc.model_quality = {"perplexity": pp, "classifier_score": score, "tier": tier_of(pp, self.cuts),
+                             "context_ratio": ratio, "perplexity_judged": None}
+        if (rejection := self._perplexity_gate(doc, pp, ratio)) is not None:
+            return rejection
         if score is not None and self.mq.min_classifier_score is not None and score < self.mq.min_classifier_score:
             return Rejection(self.name, "classifier_score", format_value(score),
                              f"classifier score {format_value(score)} < min_classifier_score "

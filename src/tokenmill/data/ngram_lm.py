@@ -227,20 +227,22 @@ class NgramLM:
         get = self._ids.get
         return np.fromiter((get(t, UNK_ID) for t in tokens), dtype=np.int64, count=len(tokens))
 
-    def token_logprobs(self, seq: np.ndarray, pos: np.ndarray) -> np.ndarray:
-        """log p of every position of a framed sequence (positions of <s> hold LOG_ZERO).
+    def token_logprobs(self, seq: np.ndarray, pos: np.ndarray, max_order: int | None = None) -> np.ndarray:
+        """log p of every position of a framed sequence (positions of <s> hold LOG_ZERO); with
+        max_order, of the model cut to that order (as in ARPA, the lower orders alone are a model).
 
         ARPA back-off, vectorised: start from the unigram; at order k, a k-gram that was seen
         replaces the estimate with its interpolated log p; one that was not adds its context's
         log gamma (every lower-order suffix of a seen n-gram is seen, so once an order misses,
         every higher order misses too and keeps adding its gamma).
         """
+        top = min(self.order, max_order or self.order)
         lp = self.uni_logp[seq].astype(np.float64)
-        if self.order == 1 or seq.size == 0:
+        if top == 1 or seq.size == 0:
             return lp
-        keys = ngram_keys(seq, self.order)
+        keys = ngram_keys(seq, top)
         ctx_bo = self.uni_backoff[seq].astype(np.float64)  # order-1 contexts: dense by id
-        for k in range(2, self.order + 1):
+        for k in range(2, top + 1):
             valid = np.flatnonzero(pos >= k - 1)
             slot, hit = lookup(self.tables[k - 2], keys[k - 1][valid])
             found = np.zeros(seq.size, bool)
@@ -267,6 +269,28 @@ class NgramLM:
         """exp(-mean log p) over the predicted tokens, pooled over lines (CCNet); None: no tokens."""
         total, n = self.score(tokens)
         return float(np.exp(-total / n)) if n else None
+
+    def frequent_words(self, k: int) -> np.ndarray:
+        """bool [V]: the k words of highest unigram probability (no <s>, </s>, <unk>); ties by id."""
+        logp = self.uni_logp.astype(np.float64).copy()
+        logp[[UNK_ID, BOS_ID, EOS_ID]] = -np.inf
+        mask = np.zeros(len(self.vocab), bool)
+        mask[np.argsort(-logp, kind="stable")[:min(k, len(self.vocab) - 3)]] = True
+        return mask
+
+    def bigram_ratio(self, tokens: list[str], frequent: np.ndarray, min_pairs: int) -> float | None:
+        """exp(mean(log p_uni(w) - log p_bigram(w | v))) over the positions where v and w are both
+        `frequent` words (None: fewer than min_pairs such positions). Below 1: the word before
+        predicts the word (natural word order); 1 or more: it does not (word salad)."""
+        seq, pos = frame(self.encode(tokens))
+        if seq.size < 2:
+            return None
+        pairs = np.flatnonzero(frequent[seq[1:]] & frequent[seq[:-1]]) + 1
+        if pairs.size < min_pairs:
+            return None
+        uni = self.uni_logp[seq[pairs]].astype(np.float64)
+        big = self.token_logprobs(seq, pos, max_order=2)[pairs]
+        return float(np.exp(np.mean(uni - big)))
 
     def next_logprobs(self, context: list[str]) -> np.ndarray:
         """log p(w | context) for every id w (a line starts just before the context): for tests."""
