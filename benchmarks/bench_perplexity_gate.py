@@ -2,8 +2,7 @@
 
 For each corpus seed: build the corpus, run `tokenmill curate` on it (a real process) with the
 benchmark's reference (two Austen novels, maint-guide en/de, linux-doc's English .rst files,
-debian-reference de/fr: disjoint by file/site from the corpus's clean text once the corpus drops
-them), and report
+debian-reference de/fr: disjoint by file/site from the corpus's clean text), and report
   pipeline    per kind: the share of all rows the gate (rule model_quality:perplexity) removed;
   candidates  per candidate statistic, over the documents that reached the gate: per-kind
               quantiles and the share removed at a cut calibrated like the step's (per language,
@@ -21,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,7 +32,7 @@ import pyarrow.parquet as pq
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from bench_dirty_web import _row_id  # noqa: E402
-from dirty_web import CLEAN_KINDS, build, write_jsonl  # noqa: E402
+from dirty_web import CLEAN_KINDS, build, write_jsonl, write_reference  # noqa: E402
 
 from tokenmill.config import CurateConfig  # noqa: E402
 from tokenmill.data import model_quality as mq, ngram_lm  # noqa: E402
@@ -45,23 +43,9 @@ MIN_HELD_OUT = 20
 
 
 def make_reference(corpora: Path, dest: Path) -> Path:
-    """The benchmark's reference, copied into one folder."""
-    dest.mkdir(parents=True, exist_ok=True)
-    docs = corpora / "reference/doc-sources"
-    files = {"northanger-abbey.txt": corpora / "books/austen/northanger-abbey.txt",
-             "persuasion.txt": corpora / "books/austen/persuasion.txt",
-             "maint-guide-en.txt": docs / "maint-guide-txt/en.txt", "maint-guide-de.txt": docs / "maint-guide-txt/de.txt",
-             "debian-reference-de.txt": docs / "debian-reference-txt/de.txt",
-             "debian-reference-fr.txt": docs / "debian-reference-txt/fr.txt"}
-    for name, src in files.items():
-        shutil.copyfile(src, dest / name)
-    for rst in sorted((docs / "linux-doc-rst").rglob("*.rst")):
-        rel = rst.relative_to(docs / "linux-doc-rst")
-        if rel.parts[0] != "translations":
-            (dest / "linux-doc" / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(rst, dest / "linux-doc" / rel)
+    """The benchmark's reference (dirty_web.write_reference), copied into one folder."""
+    write_reference(corpora, dest)
     return dest
-
 
 def statistics(step: mq.ModelQuality) -> dict[str, Callable[[str], float | None]]:
     lm = step.lm
@@ -121,7 +105,7 @@ def candidates(step: mq.ModelQuality, rows: list[dict], kinds: dict[str, str]) -
 
 
 def run_seed(corpora: Path, seed: int, work: Path) -> dict[str, Any]:
-    rows = build(corpora, seed=seed)
+    rows, _ = build(corpora, seed=seed)
     corpus = work / f"dirty-{seed}.jsonl"
     write_jsonl(rows, corpus)
     reference = make_reference(corpora, work / "reference")

@@ -814,3 +814,36 @@ def dirty_web(r: dict[str, Any]) -> list[str]:
               f"{m['identical_to_original']} of them identical to the original page (≥ 0.99 similar), the rest edited "
               f"by other default steps; {m['n'] - m['kept']} not kept. datatrove's filters repair nothing."]
     return lines
+
+
+def _share_ci(c: dict[str, Any]) -> str:
+    """A share of a gap in percent, with its interval."""
+    if c.get("low") is None:
+        return f"{100 * c['mean']:.0f}%"
+    return f"{100 * c['mean']:.0f}% [{100 * c['low']:.0f}%, {100 * c['high']:.0f}%]"
+
+
+def dirty_web_model(r: dict[str, Any]) -> list[str]:
+    """bench_dirty_web_model.py: per size, each arm's held-out bpb over seeds, its training data,
+    the share of the raw -> oracle gap the default pipeline and datatrove's filters recover, and
+    default − datatrove (paired 95% t intervals over seeds)."""
+    res = _result(r)
+    a, gap = res["ablate"], res["gap"]
+    sizes = [s["name"] for s in a["sizes"]]
+    shape = {s["name"]: f"d{s['d_model']}×{s['n_layers']}, {s['tokens']:,} tokens" for s in a["sizes"]}
+    lines = ["| arm | training tokens (epochs at " + " / ".join(sizes) + ") | "
+             + " | ".join(f"held-out bpb, {s} ({shape[s]})" for s in sizes) + " | "
+             + " | ".join(f"share of raw → oracle gap recovered, {s}" for s in sizes) + " |",
+             "|---|---|" + "---|" * (2 * len(sizes))]
+    for arm in ("raw", "default", "datatrove", "oracle"):
+        info = a["arms"][arm]
+        epochs = " / ".join(f"{info['epochs'][s]:.2f}" for s in sizes)
+        bpb = " | ".join(_mean_spread(gap[s]["bpb"][arm], 4) for s in sizes)
+        rec = " | ".join("0% (by definition)" if arm == "raw" else "100% (by definition)" if arm == "oracle"
+                         else _share_ci(gap[s]["recovered"][arm]) for s in sizes)
+        lines.append(f"| {arm} ({info['note']}) | {info['train_tokens']:,} ({epochs}) | {bpb} | {rec} |")
+    lines += ["", "Paired over seeds (95% t interval): raw − oracle "
+              + "; ".join(f"{s} {_ci(gap[s]['raw_minus_oracle'])}" for s in sizes)
+              + " bpb; default − datatrove " + "; ".join(f"{s} {_ci(gap[s]['default_minus_datatrove'])}" for s in sizes)
+              + " bpb (negative: the default pipeline's model is better)."]
+    return lines
