@@ -814,3 +814,22 @@ def dirty_web(r: dict[str, Any]) -> list[str]:
               f"{m['identical_to_original']} of them identical to the original page (≥ 0.99 similar), the rest edited "
               f"by other default steps; {m['n'] - m['kept']} not kept. datatrove's filters repair nothing."]
     return lines
+
+
+def kind_detect(r: dict[str, Any]) -> list[str]:
+    """bench_kind_detect.py: the confusion matrix of the kind detector on the held-out half of
+    the labelled real documents, per-kind accuracy, and accuracy counting the cheap confusions."""
+    res = _result(r)
+    kinds = list(res["confusion"])
+    lines = [f"| labelled \\ detected | {' | '.join(kinds)} | n | accuracy | with cheap confusions |",
+             "|---|" + "---|" * (len(kinds) + 3)]
+    for k in kinds:
+        row = res["confusion"][k]
+        pk = res["per_kind"][k]
+        lines.append(f"| {k} | " + " | ".join(str(row.get(p, 0)) for p in kinds)
+                     + f" | {pk['n']} | {100 * pk['accuracy']:.1f}% | {100 * pk['acceptable']:.1f}% |")
+    cheap = "; ".join(f"{k}: {why}" for k, why in res["acceptable_confusions"].items())
+    lines += ["", f"Half measured: {res['half']} ({res['docs']} documents; thresholds were set on the other half). "
+              f"Cheap confusions: {cheap}. Detection: {res['detect_ms']['mean']:.2f} ms per document on average, "
+              f"{res['detect_ms']['max']:.1f} ms at most."]
+    return lines
