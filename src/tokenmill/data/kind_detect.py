@@ -7,32 +7,42 @@ a link list or a shop page too (so C4's and FineWeb's rules see it), a novel as 
 Cheap, explainable signals of the first WINDOW characters (a 10 MB one-line document costs
 the same as a 128 KB one), over its non-blank lines:
 
-  short_line_frac   lines under 30 characters (FineWeb's short line)
+  short_line_frac   lines under 30 characters (FineWeb's short line); short_char_frac: the
+                    share of characters in them (a heading or two do not make a menu)
   long_line_frac    lines over 200 characters: a paragraph per line (scraped prose)
+  ended_char_frac   share of characters in lines that end a sentence (. ! ? : ; or a closing
+                    quote), or go on into the next line's sentence (a hard-wrapped line, or the
+                    next line starts with a small letter): a menu, a link list, a tag cloud or a
+                    shop page ends almost none of its lines
   sentence_rate     sentence ends (. ! ? then a space or the line's end) per 100 words
   wrapped_frac      of the lines followed by another line of their paragraph, those 60-100% as
                     wide as the text's wrap width (50-100 characters, the 90th percentile of line
                     lengths) that were broken because the next word would not fit: hard-wrapped
   code_line_frac    lines that read as code: a keyword first (def, return, #include, ...), or
-                    ending in ; { } or starting indented with ( ) { } = in them
+                    ending in { } or ");", or indented with ( ) { } = in them
   symbol_rate       ( ) { } [ ] = ; < > per 100 characters
-  heading_frac      numbered ("2.3 Title"), Markdown (#), reStructuredText (=== under a line)
-                    or chapter headings ("CHAPTER IV", "Psalm 12", "ACT I")
-  command_rate      shell prompts ("$ cmd"), options (--flag), `inline code`, "::" per 100 lines
-  web_line_frac     lines holding separators ( | · » › ), or menu / footer words (Home, Login,
-                    Cookies, Privacy, Copyright, ©, Next, Previous, Share, Add to cart, ...)
+  heading_frac      numbered ("2.3 Title", no end mark), Markdown (#) or reStructuredText
+                    (==== under a line) headings
+  command_rate      lines with a shell prompt ("$ cmd", ">>> "), an option (--flag), `inline
+                    code` or a "::" per 100 lines
+  web_line_frac     short lines holding separators ( | · » › ) or menu / footer words (Home,
+                    Login, Cookies, Privacy, Copyright, ©, Next, Previous, Share, Add to cart, ...)
+  chapters          chapter headings ("CHAPTER IV", "Psalm 12", "ACT I")
 
 The decision, in order (thresholds set on half of the labelled documents of
-benchmarks/bench_kind_detect.py, measured on the other half, BENCHMARKS.md):
+benchmarks/bench_kind_detect.py, accuracy measured on the other half, BENCHMARKS.md); a
+manual is command_rate >= REF_COMMANDS, or headings (heading_frac >= REF_HEADINGS) with code
+lines among the prose (code_line_frac >= REF_CODE):
 
-  code       code_line_frac >= CODE_LINES and symbol_rate >= CODE_SYMBOLS
-  web        no sentences to speak of (sentence_rate < WEB_SENTENCES), or mostly short lines
-             (short_line_frac >= WEB_SHORT) without the headings or commands of a manual, or
-             web_line_frac >= WEB_LINES: lists, tag clouds, menus, shop pages
-  reference  command_rate >= REF_COMMANDS, or headings (heading_frac >= REF_HEADINGS) with
-             code lines among the prose (code_line_frac >= REF_CODE)
-  books      long (>= BOOK_CHARS characters), or hard-wrapped (wrapped_frac >= BOOK_WRAPPED),
-             or chapter headings
+  code       code_line_frac >= CODE_ALONE, or >= CODE_LINES with symbol_rate >= CODE_SYMBOLS
+             (html / warc input: web instead, a page is not a source file)
+  web        not a manual and ended_char_frac < WEB_ENDED; or sentence_rate < WEB_SENTENCES
+             with ended_char_frac < PROSE_ENDED; or web_line_frac >= WEB_LINES; or not a
+             manual and short_char_frac >= WEB_SHORT
+  books      n_chars >= BOOK_CHARS (Gopher's max_words would remove it as anything else)
+  reference  a manual
+  books      wrapped_frac >= BOOK_WRAPPED, or 2+ chapter headings
+  web        ended_char_frac < PROSE_ENDED: headings, lists and captions among the paragraphs
   prose      the rest: paragraphs of sentences
 
 Junk is not a kind: text without sentences is `web` so that the web rule families judge it.
