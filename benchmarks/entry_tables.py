@@ -846,4 +846,20 @@ def dirty_web_model(r: dict[str, Any]) -> list[str]:
               + "; ".join(f"{s} {_ci(gap[s]['raw_minus_oracle'])}" for s in sizes)
               + " bpb; default − datatrove " + "; ".join(f"{s} {_ci(gap[s]['default_minus_datatrove'])}" for s in sizes)
               + " bpb (negative: the default pipeline's model is better)."]
+def kind_detect(r: dict[str, Any]) -> list[str]:
+    """bench_kind_detect.py: the confusion matrix of the kind detector on the held-out half of
+    the labelled real documents, per-kind accuracy, and accuracy counting the cheap confusions."""
+    res = _result(r)
+    kinds = list(res["confusion"])
+    lines = [f"| labelled \\ detected | {' | '.join(kinds)} | n | accuracy | with cheap confusions |",
+             "|---|" + "---|" * (len(kinds) + 3)]
+    for k in kinds:
+        row = res["confusion"][k]
+        pk = res["per_kind"][k]
+        lines.append(f"| {k} | " + " | ".join(str(row.get(p, 0)) for p in kinds)
+                     + f" | {pk['n']} | {100 * pk['accuracy']:.1f}% | {100 * pk['acceptable']:.1f}% |")
+    cheap = "; ".join(f"{k}: {why}" for k, why in res["acceptable_confusions"].items())
+    lines += ["", f"Half measured: {res['half']} ({res['docs']} documents; thresholds were set on the other half). "
+              f"Cheap confusions: {cheap}. Detection: {res['detect_ms']['mean']:.2f} ms per document on average, "
+              f"{res['detect_ms']['max']:.1f} ms at most."]
     return lines

@@ -98,6 +98,7 @@ SECTIONS = (
     _table("hostile_inputs", ("hostile_inputs.json",), entry_tables.hostile_inputs),
     _table("dirty_web", ("dirty_web.json",), entry_tables.dirty_web),
     _table("dirty_web_model", ("dirty_web_model.json",), entry_tables.dirty_web_model),
+    _table("kind_detect", ("kind_detect.json",), entry_tables.kind_detect),
     _table("context_extension_positions", ("context_extension_h100.json",), entry_tables.context_extension_positions),
     _table("context_extension_passkey", ("context_extension_h100.json",), entry_tables.context_extension_passkey),
     _table("curate_vs_datatrove", ("curate_vs_datatrove.json",), entry_tables.curate_vs_datatrove),

@@ -25,7 +25,10 @@ def _cfg(ref: Path, workers: int, pct: float | None) -> CurateConfig:
         "sources": [{"path": str(ref.parent / "web.jsonl"), "bucket": "web"},
                     {"kind": "python_stdlib", "part": "code", "bucket": "code", "max_docs": 8}],
         "workers": workers, "shard_docs": 40, "chunk_docs": 15,
-        "quality": {"gopher_repetition": False, "c4": False, "fineweb": False},
+        # kinds declared as before issue 41 (these pydoc topics would be detected as reference or,
+        # hard-wrapped, as books and unwrapped): this tests the cut, not the kinds
+        "quality": {"gopher_repetition": False, "c4": False, "fineweb": False,
+                    "kinds": {"web": "prose", "code": "code"}},
         "model_quality": {"reference": str(ref), "keep_top_percent": pct}})
 
 

@@ -170,12 +170,13 @@ def test_verse_indented_and_long_lines_are_left_alone():
     assert unwrap_paragraphs(long) == long
 
 
-def test_normalize_unwraps_only_plain_text_declared_books():
-    books = CurateConfig(quality={"kinds": {"books": "books"}})
-    doc = Doc(id="x", text=WRAPPED, source="s", url="u", bucket="books", license="l", format="text")
-    Normalize(books).process(doc)
-    assert doc.text == unwrap_paragraphs(WRAPPED)
-    for bucket, fmt, cfg in (("web", "text", books), ("books", "html", books),
+def test_normalize_unwraps_only_books_declared_or_detected():
+    books = CurateConfig(quality={"kinds": {"books": "books", "docs": "reference"}})
+    for bucket, fmt in (("books", "text"), ("books", "jsonl"), ("web", "text")):  # web: detected (issue 41)
+        doc = Doc(id="x", text=WRAPPED, source="s", url="u", bucket=bucket, license="l", format=fmt)
+        Normalize(books).process(doc)
+        assert doc.text == unwrap_paragraphs(WRAPPED) and doc.kind == "books", (bucket, fmt)
+    for bucket, fmt, cfg in (("docs", "text", books), ("books", "code", books),
                              ("books", "text", CurateConfig(quality={"kinds": {"books": "books"}},
                                                             normalize={"unwrap_books": False}))):
         doc = Doc(id="x", text=WRAPPED, source="s", url="u", bucket=bucket, license="l", format=fmt)

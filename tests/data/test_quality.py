@@ -47,8 +47,9 @@ def _sentence(k: int, n_words: int = 9) -> str:
 
 
 def _only(family: str, **overrides) -> QualityConfig:
-    """A config where only `family` is on (the others cannot mask or pre-empt its rules)."""
-    return QualityConfig(**{f: f == family for f in FAMILIES}, **overrides)
+    """A config where only `family` is on (the others cannot mask or pre-empt its rules); kinds
+    follow the input format, not the text (these test the rules, not data/kind_detect.py)."""
+    return QualityConfig(**{f: f == family for f in FAMILIES}, **{"detect_kinds": False, **overrides})
 
 
 # --------------------------------------------------------------------------- independent references
@@ -443,8 +444,12 @@ def test_books_have_no_word_cap_and_their_repetition_is_judged_per_chapter():
     assert len(book.split()) > 100_000
     cfg = CurateConfig(min_chars=10, quality=QualityConfig(kinds={"books": "books"}, c4=False, fineweb=False))
     assert Quality(cfg).process(_doc(book, bucket="books", fmt="text")) is None
-    prose = Quality(CurateConfig(min_chars=10)).process(_doc(book, bucket="books", fmt="text"))
+    as_prose = CurateConfig(min_chars=10, quality=QualityConfig(kinds={"books": "prose"}))
+    prose = Quality(as_prose).process(_doc(book, bucket="books", fmt="text"))
     assert prose is not None and prose.rule == "max_words"
+    undeclared = _doc(book, bucket="any", fmt="text")  # detected as books by its length (issue 41)
+    assert Quality(CurateConfig(min_chars=10, quality=QualityConfig(c4=False, fineweb=False))).process(undeclared) is None
+    assert undeclared.kind == "books"
 
 
 def test_book_units_cut_at_paragraphs_into_chapter_sized_pieces():

@@ -117,7 +117,7 @@ def record_in_funnel(funnel: Funnel, docs: list[Doc]) -> None:
         funnel.source_in(SOURCE, doc.bucket, n)
         for k, step in enumerate(funnel.steps):
             funnel.record(doc.bucket, StepMark(step, n, n, applied=k == 0))
-        funnel.outcome(doc.language, None)
+        funnel.outcome(doc.language, None, doc.kind)
         funnel.source_out(SOURCE, n, doc.bucket)
 
 

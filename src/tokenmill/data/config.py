@@ -58,7 +58,8 @@ class QualityConfig(Strict):
     skip_buckets: list[str] = Field([], description="Buckets no rule applies to (signals and the length floor still do).")
     kinds: dict[str, QualityKind] = Field(
         {"code": "code"}, description="Bucket -> kind of text, whose rule families apply (data/text_kinds.py); "
-                                      "a bucket not listed: web for html/warc input, code for code, prose otherwise.")
+                                      "a bucket not listed: code for code input, else each document's kind is detected from its text.")
+    detect_kinds: bool = Field(True, description="Detect the kind of each document of an undeclared bucket from its text (data/kind_detect.py); False: web for html/warc input, prose otherwise.")
     language_profiles: str | None = Field(
         None, description="JSON of per-language profiles (`tokenmill quality-calibrate`); None: the shipped ones.")
     language_rules: bool = Field(True, description="Measure and judge each document by its language's profile (False: English rules for all).")

@@ -302,7 +302,7 @@ def _map_chunk(job: Job, shard: int, k: int, chunk: list[RawRecord], names: tupl
         funnel.source_in(doc.source, bucket, raw.n_bytes, raw.encoding.name if raw.encoding else None, id_kind)
         if raw.problem is not None:
             funnel.record(bucket, mark := StepMark("read", raw.n_bytes, 0, True, raw.problem.rule))
-            funnel.outcome(doc.language, mark)
+            funnel.outcome(doc.language, mark, doc.kind)
             rejected.append(doc.rejected_row(raw.problem))
             continue
         marks = [StepMark("read", raw.n_bytes, text_bytes(doc.text), True)]
@@ -313,7 +313,7 @@ def _map_chunk(job: Job, shard: int, k: int, chunk: list[RawRecord], names: tupl
         rejection = run_doc_steps(doc, names, steps, marks, clock)
         _record(funnel, bucket, marks)
         if rejection is not None:
-            funnel.outcome(doc.language, marks[-1])  # kept ones are decided in the final phase
+            funnel.outcome(doc.language, marks[-1], doc.kind)  # kept ones are decided in the final phase
             rejected.append(doc.rejected_row(rejection))
         else:
             kept.append(doc)
@@ -579,7 +579,7 @@ def _final_chunk(job: Job, shard: int, k: int, path: Path, base: int, decisions:
             clock.start(k, i)
             rejection = run_doc_steps(doc, names, steps, marks, clock)
         _record(funnel, bucket0, marks)
-        funnel.outcome(doc.language, marks[-1] if rejection is not None else None)
+        funnel.outcome(doc.language, marks[-1] if rejection is not None else None, doc.kind)
         if rejection is not None:
             rejected.append(doc.rejected_row(rejection))
             continue

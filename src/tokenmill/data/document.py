@@ -96,6 +96,7 @@ DOC_SCHEMA = pa.schema([
     pa.field("language", pa.string()),
     pa.field("language_score", pa.float64()),
     pa.field("language_mixed", pa.bool_()),
+    pa.field("kind", pa.string()),  # the kind of text it was judged as (data/text_kinds.py); null in shards before it
     pa.field("license", pa.string()),
     pa.field("metadata", pa.string()),  # JSON of the input record's own metadata, when it had any
     pa.field("encoding", ENCODING_TYPE),  # how the bytes were decoded (null: the text came as strings)
@@ -192,6 +193,7 @@ class Doc:
     language: str | None = None
     language_score: float | None = None
     language_mixed: bool | None = None
+    kind: str | None = None  # web / reference / prose / books / code, decided once (data/text_kinds.py)
     metadata: str | None = None
     encoding: dict[str, Any] | None = None
     quality: dict[str, Any] | None = None
@@ -215,7 +217,7 @@ class Doc:
         return {
             "id": self.id, "text": self.text, "source": self.source, "url": self.url,
             "domain": self.domain, "bucket": self.bucket, "language": self.language,
-            "language_score": self.language_score, "language_mixed": self.language_mixed,
+            "language_score": self.language_score, "language_mixed": self.language_mixed, "kind": self.kind,
             "license": self.license, "metadata": self.metadata, "encoding": self.encoding, "quality": self.quality,
             "model_quality": self.model_quality, "safety": self.safety, "pii": self.pii,
             "dup_cluster": self.dup_cluster, "dup_cluster_size": self.dup_cluster_size,

@@ -102,7 +102,8 @@ UNDETERMINED = "und"  # ISO 639-2 for "undetermined": removed before langid ran,
 
 @dataclass
 class LanguageCounts:
-    """The fate of the documents of one language: kept, or removed by which step's which rule.
+    """The fate of the documents of one language (or of one kind of text): kept, or removed by
+    which step's which rule.
     A rule that removes one language's documents far more often than another's is a bias of the
     filter, not of the data (seed 002 §2.4): this is where it shows."""
 
@@ -165,6 +166,8 @@ class Funnel:
         self.buckets: dict[str, dict[str, StepCounts]] = {}
         self.sources: dict[str, SourceCounts] = {}
         self.languages: dict[str, LanguageCounts] = {}
+        # the same fates by kind of text (data/text_kinds.py); "und": removed before it was decided
+        self.kinds: dict[str, LanguageCounts] = {}
         # False once a funnel written before languages were counted is merged in (a curation
         # resumed across versions): its documents' fates are unknown, so none are claimed
         self.languages_complete = True
@@ -186,6 +189,8 @@ class Funnel:
                 mine_src.ids[kind] = mine_src.ids.get(kind, 0) + n
         for lang, lc in other.languages.items():
             self.languages.setdefault(lang, LanguageCounts()).merge(lc)
+        for kind, kc in other.kinds.items():
+            self.kinds.setdefault(kind, LanguageCounts()).merge(kc)
         self.languages_complete = self.languages_complete and other.languages_complete
 
     @classmethod
@@ -198,6 +203,8 @@ class Funnel:
             f.sources[name] = SourceCounts(**c)
         for lang, c in data.get("languages", {}).items():
             f.languages[lang] = LanguageCounts(c["docs"], c["kept"], dict(c["rejected"]))
+        for kind, c in data.get("kinds", {}).items():
+            f.kinds[kind] = LanguageCounts(c["docs"], c["kept"], dict(c["rejected"]))
         f.languages_complete = "languages" in data
         return f
 
@@ -211,15 +218,17 @@ class Funnel:
             raise KeyError(f"unknown step {mark.step!r}; the funnel's steps are {self.steps}")
         self._bucket(bucket)[mark.step].add(mark)
 
-    def outcome(self, language: str | None, removed_by: StepMark | None) -> None:
-        """A document's final fate, once: kept (None) or removed by the step and rule of `removed_by`."""
-        counts = self.languages.setdefault(language or UNDETERMINED, LanguageCounts())
-        counts.docs += 1
-        if removed_by is None:
-            counts.kept += 1
-        else:
-            key = f"{removed_by.step}/{removed_by.rule}"
-            counts.rejected[key] = counts.rejected.get(key, 0) + 1
+    def outcome(self, language: str | None, removed_by: StepMark | None, kind: str | None = None) -> None:
+        """A document's final fate, once: kept (None) or removed by the step and rule of
+        `removed_by`; counted under its language and under its kind of text."""
+        for table, key in ((self.languages, language), (self.kinds, kind)):
+            counts = table.setdefault(key or UNDETERMINED, LanguageCounts())
+            counts.docs += 1
+            if removed_by is None:
+                counts.kept += 1
+            else:
+                rule = f"{removed_by.step}/{removed_by.rule}"
+                counts.rejected[rule] = counts.rejected.get(rule, 0) + 1
 
     def source_in(self, source: str, bucket: str, n_bytes: int, encoding: str | None = None,
                   id_kind: str | None = None) -> None:
@@ -265,6 +274,12 @@ class Funnel:
                 problems.append(f"languages: {kept} kept != {total[self.steps[-1]].docs_out} out of the last step")
         return problems
 
+    def kinds_complete(self) -> bool:
+        """Every decided fate also counted by kind (not so when a funnel written before kinds
+        were counted was merged in: then no kind counts are claimed)."""
+        return bool(self.kinds) and self.languages_complete and \
+            sum(c.docs for c in self.kinds.values()) == sum(c.docs for c in self.languages.values())
+
     def to_dict(self) -> dict[str, Any]:
         total = self.total()
         return {
@@ -275,6 +290,8 @@ class Funnel:
             "sources": {name: c.to_dict() for name, c in self.sources.items()},
             **({"languages": {lang: c.to_dict() for lang, c in sorted(self.languages.items(), key=lambda kv: -kv[1].docs)}}
                if self.languages_complete else {}),
+            **({"kinds": {kind: c.to_dict() for kind, c in sorted(self.kinds.items(), key=lambda kv: -kv[1].docs)}}
+               if self.kinds_complete() else {}),
             "d_eff": {"total": d_eff_inputs(total),
                       "buckets": {b: d_eff_inputs(per) for b, per in sorted(self.buckets.items())}},
         }

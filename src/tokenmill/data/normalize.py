@@ -19,7 +19,8 @@ In order:
 4. whitespace: trailing spaces go, runs of 4+ newlines become 3; prose also collapses runs of
    horizontal whitespace inside a line (HTML extraction leaves column padding behind). Code
    keeps its indentation and inner spacing byte for byte.
-5. books (plain text of the `books` kind, data/text_kinds.py; `NormalizeConfig.unwrap_books`):
+5. books (text of the `books` kind, declared or detected before unwrapping, data/text_kinds.py;
+   `NormalizeConfig.unwrap_books`):
    hard-wrapped paragraphs become one line each. Project Gutenberg wraps prose at ~70
    characters, so a line is not a paragraph: every line-based rule (FineWeb's punctuation per
    line, C4's line rules) and the tokens a model sees would treat each wrap as a break. A
@@ -39,7 +40,7 @@ import ftfy
 
 from tokenmill.data.document import Doc, Rejection
 from tokenmill.data.step import DocStep
-from tokenmill.data.text_kinds import kind_of
+from tokenmill.data.text_kinds import assign_kind
 
 VERSION = f"3+ftfy-{ftfy.__version__}"
 
@@ -159,7 +160,8 @@ class Normalize(DocStep):
         if doc.text is not None:
             doc.text = normalize_text(doc.text, code=doc.format == "code",
                                       mojibake=self.cfg.normalize.fix_mojibake)
-            if (self.cfg.normalize.unwrap_books and doc.format == "text"
-                    and kind_of(doc.bucket, doc.format, self.cfg.quality) == "books"):
+            # the kind of the text as written: a book is known by its hard-wrapped lines
+            kind = assign_kind(doc, self.cfg.quality)
+            if self.cfg.normalize.unwrap_books and doc.format != "code" and kind == "books":
                 doc.text = unwrap_paragraphs(doc.text)
         return None

@@ -75,7 +75,7 @@ from tokenmill.data.config import QualityConfig, QualityKind
 from tokenmill.data.document import QUALITY_FIELDS, Doc, Rejection, format_value
 from tokenmill.data.language_profiles import GOPHER_STOP_WORDS, LanguageRules, load_profiles, rules_for
 from tokenmill.data.step import DocStep
-from tokenmill.data.text_kinds import families, kind_of
+from tokenmill.data.text_kinds import assign_kind, families
 
 VERSION = "3+" + "+".join(f"{k}-{v}" for k, v in segment.segmenter_versions().items())
 
@@ -526,7 +526,7 @@ class Quality(DocStep):
     def process(self, doc: Doc) -> Rejection | None:
         qcfg = self.cfg.quality
         text = doc.text or ""
-        judge = self.judge(doc.language, kind_of(doc.bucket, doc.format, qcfg))
+        judge = self.judge(doc.language, assign_kind(doc, qcfg))  # normalize's, or decided here
         doc.quality, c4 = measure(text, rules=judge.rules, book=judge.book)
         min_chars = judge.rules.min_chars(self.cfg.min_chars)
         rejection = check_min_chars(len(text), min_chars)
