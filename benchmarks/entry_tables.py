@@ -862,4 +862,11 @@ def kind_detect(r: dict[str, Any]) -> list[str]:
     lines += ["", f"Half measured: {res['half']} ({res['docs']} documents; thresholds were set on the other half). "
               f"Cheap confusions: {cheap}. Detection: {res['detect_ms']['mean']:.2f} ms per document on average, "
               f"{res['detect_ms']['max']:.1f} ms at most."]
+    if "manual_rules" in res:
+        m = res["manual_rules"]
+        lines += ["", f"| the {m['docs']:,} documents labelled reference, judged as | removed | the rules they break (share of documents) |",
+                  "|---|---|---|"]
+        for kind in ("web", "reference", "prose"):
+            rules = ", ".join(f"{r} {100 * v:.1f}%" for r, v in m[kind]["rules"].items())
+            lines.append(f"| {kind} | {100 * m[kind]['removed']:.1f}% | {rules} |")
     return lines

@@ -42,12 +42,16 @@ lines among the prose (code_line_frac >= REF_CODE):
   books      n_chars >= BOOK_CHARS (Gopher's max_words would remove it as anything else)
   reference  a manual
   books      wrapped_frac >= BOOK_WRAPPED, or 2+ chapter headings
-  web        ended_char_frac < PROSE_ENDED: headings, lists and captions among the paragraphs
+  reference  ended_char_frac < PROSE_ENDED: headings, lists and captions among the paragraphs
+             (documentation's shape; a page without sentences was web above)
+  reference  symbol_rate >= REF_SYMBOLS: technical prose, calls and options among the sentences
   prose      the rest: paragraphs of sentences
 
 Junk is not a kind: text without sentences is `web` so that the web rule families judge it.
-Clean documentation that comes out `web` instead of `reference` loses only C4's curly-bracket
-exemption; prose that comes out `books` keeps Gopher's rules but for max_words.
+The costly confusions are between web and reference (a manual judged by FineWeb's rules loses
+most pages; a page judged as a manual escapes them); prose that comes out `reference` only gains
+C4's five-sentence floor and loses the duplicated 5-10-gram rules, and prose that comes out
+`books` keeps Gopher's rules but for max_words.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ WEB_ENDED, WEB_SENTENCES, WEB_SHORT, WEB_LINES = 0.5, 1.5, 0.5, 0.3
 REF_COMMANDS, REF_HEADINGS, REF_CODE = 3.0, 0.03, 0.03
 BOOK_CHARS, BOOK_WRAPPED = 100_000, 0.6
 PROSE_ENDED = 0.8
+REF_SYMBOLS = 0.6  # technical prose: calls, options, brackets among the sentences
 
 _SENTENCE_END = re.compile(r"[.!?][\"'”’)\]]*(?=\s|$)")
 _ENDED = re.compile(r"(?:[.!?:;][\"'”’)\]]*|[\"”’])$")
@@ -190,7 +195,9 @@ def decide(s: Signals) -> tuple[str, tuple[str, ...]]:
     if s.chapters >= 2:
         return "books", ("chapters",)
     if s.ended_char_frac < PROSE_ENDED:
-        return "web", ("ended_char_frac",)
+        return "reference", ("ended_char_frac",)
+    if s.symbol_rate >= REF_SYMBOLS:
+        return "reference", ("symbol_rate",)
     return "prose", ("ended_char_frac", "sentence_rate")
 
 

@@ -419,8 +419,12 @@ def check_min_chars(n_chars: int, min_chars: int) -> Rejection | None:
 
 def check_gopher(s: dict[str, float | int], cfg: QualityConfig) -> Rejection | None:
     """The first Gopher quality rule the signals break, in the paper's order."""
+    return _first(*gopher_checks(s, cfg))
+
+
+def gopher_checks(s: dict[str, float | int], cfg: QualityConfig) -> list[Rejection | None]:
     g = "gopher"
-    return _first(
+    return [
         _below(s, "n_words", cfg.min_words, g, "min_words"),
         _above(s, "n_words", cfg.max_words, g, "max_words"),
         _below(s, "mean_word_len", cfg.min_mean_word_len, g),
@@ -430,40 +434,52 @@ def check_gopher(s: dict[str, float | int], cfg: QualityConfig) -> Rejection | N
         _above(s, "ellipsis_line_frac", cfg.max_ellipsis_line_frac, g),
         _below(s, "alpha_word_frac", cfg.min_alpha_word_frac, g),
         _below(s, "n_stop_words", cfg.min_stop_words, g, "min_stop_words"),
-    )
+    ]
 
 
 def check_repetition(s: dict[str, float | int], cfg: QualityConfig) -> Rejection | None:
     """The first Gopher repetition rule broken, in Table A1's order."""
+    return _first(*repetition_checks(s, cfg))
+
+
+def repetition_checks(s: dict[str, float | int], cfg: QualityConfig) -> list[Rejection | None]:
     g = "gopher_repetition"
-    return _first(
+    return [
         _above(s, "dup_line_frac", cfg.max_dup_line_frac, g),
         _above(s, "dup_para_frac", cfg.max_dup_para_frac, g),
         _above(s, "dup_line_char_frac", cfg.max_dup_line_char_frac, g),
         _above(s, "dup_para_char_frac", cfg.max_dup_para_char_frac, g),
         *(_above(s, f"top_{n}gram_char_frac", lim, g) for n, lim in sorted(cfg.max_top_ngram_char_frac.items())),
         *(_above(s, f"dup_{n}gram_char_frac", lim, g) for n, lim in sorted(cfg.max_dup_ngram_char_frac.items())),
-    )
+    ]
 
 
 def check_c4(s: dict[str, float | int], cfg: QualityConfig) -> Rejection | None:
     """C4's document rules: lorem ipsum, curly bracket, too few sentences in the kept lines."""
+    return _first(*c4_checks(s, cfg))
+
+
+def c4_checks(s: dict[str, float | int], cfg: QualityConfig) -> list[Rejection | None]:
     g = "c4"
-    return _first(
+    return [
         _above(s, "c4_lorem_ipsum_lines", 0, g, "c4_lorem_ipsum"),
         _above(s, "c4_curly_bracket_lines", 0, g, "c4_curly_bracket") if cfg.c4_curly_bracket else None,
         _below(s, "c4_sentences", cfg.c4_min_sentences, g, "c4_min_sentences"),
-    )
+    ]
 
 
 def check_fineweb(s: dict[str, float | int], cfg: QualityConfig) -> Rejection | None:
+    return _first(*fineweb_checks(s, cfg))
+
+
+def fineweb_checks(s: dict[str, float | int], cfg: QualityConfig) -> list[Rejection | None]:
     g = "fineweb"
-    return _first(
+    return [
         _below(s, "line_punct_frac", cfg.min_line_punct_frac, g),
         _above(s, "short_line_frac", cfg.max_short_line_frac, g),
         _above(s, "char_dup_frac", cfg.max_char_dup_frac, g),
         _above(s, "newline_word_ratio", cfg.max_newline_word_ratio, g),
-    )
+    ]
 
 
 def check_code_rules(s: dict[str, float | int], cfg: QualityConfig) -> Rejection | None:
@@ -483,6 +499,13 @@ def check_rules(s: dict[str, float | int], cfg: QualityConfig, apply: frozenset[
         if name in apply and (rejection := check(s, cfg)) is not None:
             return rejection
     return None
+
+
+def failed_rules(s: dict[str, float | int], cfg: QualityConfig, apply: frozenset[str]) -> list[str]:
+    """Every rule of the prose families in `apply` the signals break (not just the first): what
+    a relaxed or tightened family would change, measured (benchmarks/bench_kind_detect.py)."""
+    lists = {"gopher": gopher_checks, "gopher_repetition": repetition_checks, "c4": c4_checks, "fineweb": fineweb_checks}
+    return [r.rule for name, checks in lists.items() if name in apply for r in checks(s, cfg) if r is not None]
 
 
 # --------------------------------------------------------------------------- the step
@@ -518,8 +541,12 @@ class Quality(DocStep):
                 # Austen's 0.005 (benchmarks/bench_quality_languages.py); duplicate lines and
                 # paragraphs and the top n-grams still catch a book pasted twice or padded.
                 cfg = cfg.model_copy(update={"max_words": 2**62, "max_dup_ngram_char_frac": {}})
-            if kind == "reference":  # manuals show code
-                cfg = cfg.model_copy(update={"c4_curly_bracket": False})
+            if kind == "reference":
+                # Manuals show code (C4's curly bracket) and repeat their own labels, commands
+                # and phrasing ("Return the ...", a signature per method): of 1,054 real manual
+                # pages and sections, FineWeb's duplicated-line rule breaks 51% and Gopher's
+                # duplicated 5-gram rule 19% (benchmarks/bench_kind_detect.py, `manual_rules`).
+                cfg = cfg.model_copy(update={"c4_curly_bracket": False, "max_dup_ngram_char_frac": {}})
             self._judges[key] = Judge(rules, cfg, families(kind, qcfg), kind == "books")
         return self._judges[key]
 
