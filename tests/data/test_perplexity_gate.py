@@ -5,6 +5,7 @@ of a paragraph of a third novel, the paragraph itself, Spanish text the referenc
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 from pathlib import Path
@@ -68,23 +69,38 @@ def _paragraph() -> str:
     return max(text.split("\n\n")[200:260], key=len)
 
 
-def test_auto_cut_is_the_quantile_of_the_held_out_passages(trained):
+def _quantile(values: list[float], q: float) -> float:
+    """numpy's default quantile (linear interpolation between order statistics), by hand."""
+    values = sorted(values)
+    pos = q * (len(values) - 1)
+    lo = int(pos)
+    return values[lo] + (values[min(lo + 1, len(values) - 1)] - values[lo]) * (pos - lo)
+
+
+def test_auto_cut_lies_between_held_out_passages_and_their_shuffles(trained):
     step, work = trained
     reference, _ = step.reference_texts()
     every = [p for text in reference for p in mq.passages(text)]
     held = every[mq.HOLDOUT_EVERY - 1::mq.HOLDOUT_EVERY]  # every 10th passage, counted from 1
-    values = sorted(v for p in held if (v := step.lm.bigram_ratio(mq.ngram_lm.tokenize(p), step.frequent, mq.MIN_PAIRS)))
-    # quantile q with linear interpolation between order statistics (numpy's default), by hand
+    clean, salad = [], []
+    for i, p in enumerate(held):
+        tokens = mq.ngram_lm.tokenize(p)
+        if (v := step.lm.bigram_ratio(tokens, step.frequent, mq.MIN_PAIRS)) is None:
+            continue
+        clean.append(v)
+        random.Random(i).shuffle(tokens)  # the same salad the step makes: seeded by position
+        if (w := step.lm.bigram_ratio(tokens, step.frequent, mq.MIN_PAIRS)) is not None:
+            salad.append(w)
     q = step.mq.perplexity_quantile
-    pos = q * (len(values) - 1)
-    lo = int(pos)
-    expected = values[lo] + (values[min(lo + 1, len(values) - 1)] - values[lo]) * (pos - lo)
+    hi, mid = _quantile(clean, q), _quantile(salad, 0.5)
     manifest = json.loads((work / mq.SUBDIR / mq.MANIFEST).read_text())
     cal = manifest["calibration"]
-    assert cal["quantile"] == q == 1.0 and cal["held_out"] == len(held) and cal["statistic"] == "context_ratio"
-    assert cal["languages"]["en"]["held_out"] == len(values) >= step.mq.min_held_out
-    assert cal["languages"]["en"]["threshold"] == pytest.approx(expected, abs=1e-6)
-    assert step.auto_cuts["en"] == cal["languages"]["en"]["threshold"]
+    assert cal["quantile"] == q == 0.99 and cal["held_out"] == len(held) and cal["statistic"] == "context_ratio"
+    en = cal["languages"]["en"]
+    assert en["held_out"] == len(clean) >= step.mq.min_held_out
+    assert en["clean_quantile"] == pytest.approx(hi, abs=1e-6) and en["salad_median"] == pytest.approx(mid, abs=1e-6)
+    assert hi < en["threshold"] < mid and en["threshold"] == pytest.approx(math.sqrt(hi * mid), abs=1e-6)
+    assert step.auto_cuts["en"] == en["threshold"]
     assert manifest["lm"]["passages"] == len(every)
 
 

@@ -178,8 +178,8 @@ class ModelQualityConfig(Strict):
 
     reference: str | None = Field(None, description="Reference corpus (file or dir of text/jsonl) the models learn 'good' from; None: step off.")
     ngram_order: int = Field(3, ge=1, description="Order of the n-gram language model.")
-    max_perplexity: Annotated[float, Field(gt=0.0)] | Literal["auto"] | None = Field("auto", description="Remove documents above this perplexity; \"auto\": above the perplexity_quantile of held-out reference passages' context ratio, per language; None: score only.")
-    perplexity_quantile: float = Field(1.0, gt=0.0, le=1.0, description="With max_perplexity \"auto\": the cut is this quantile of the held-out reference passages' context ratios (1.0: their maximum).")
+    max_perplexity: Annotated[float, Field(gt=0.0)] | Literal["auto"] | None = Field("auto", description="Remove documents above this perplexity; \"auto\": above a context-ratio cut calibrated per language on held-out reference passages and the same passages shuffled; None: score only.")
+    perplexity_quantile: float = Field(0.99, gt=0.5, le=1.0, description="With max_perplexity \"auto\": the cut is the geometric midpoint between this quantile of the held-out passages' context ratios and the median of the same passages shuffled.")
     min_held_out: int = Field(20, ge=1, description="With max_perplexity \"auto\": a language needs this many held-out reference passages to be judged; documents in others are scored, not removed.")
     classifier: bool = Field(True, description="Also train a reference-vs-random linear classifier.")
     labelled: str | None = Field(None, description="JSONL of {\"text\", \"label\": \"good\"|\"bad\"} the classifier learns from instead of reference vs random (DCLM); None: reference vs random.")
