@@ -789,9 +789,10 @@ def _by(pairs: list[list[Any]], top: int = 2) -> str:
     return ", ".join(f"{name} {k}" for name, k in pairs[:top]) or "—"
 
 
-def dirty_web(r: dict[str, Any]) -> list[str]:
+def dirty_web(r: dict[str, Any], confirm: dict[str, Any] | None = None) -> list[str]:
     """bench_dirty_web.py: per labelled kind, the share tokenmill's defaults and datatrove's
-    four filters remove and what removed it; then clean kept and mojibake repaired, vs targets."""
+    four filters remove and what removed it; then clean kept and mojibake repaired, vs targets;
+    with `confirm`, the same verdicts on a corpus built with another seed."""
     res = _result(r)
     t = res["targets"]
     lines = ["| kind | n | should be | tokenmill removed | by (step:rule, top 2) | datatrove removed | by (filter:reason, top 2) |",
@@ -813,6 +814,17 @@ def dirty_web(r: dict[str, Any]) -> list[str]:
               f"{100 * t['mojibake_repaired_kept']:.0f}%: {'met' if verdicts['tokenmill']['mojibake_met'] else 'missed'}); "
               f"{m['identical_to_original']} of them identical to the original page (≥ 0.99 similar), the rest edited "
               f"by other default steps; {m['n'] - m['kept']} not kept. datatrove's filters repair nothing."]
+    if confirm is not None:
+        c = _result(confirm)
+        lines += ["", f"Confirmation on a corpus built with seed {c['seed']} (other pages, passages and junk; "
+                  "every choice above was made on seed " + f"{res['seed']}):"]
+        for name in ("tokenmill", "datatrove"):
+            v = c["verdicts"][name]
+            lines.append(f"- {name} clean kept {100 * v['clean_kept']:.1f}%, junk kinds ≥ {100 * t['junk_removed']:.0f}% removed "
+                         f"{len(v['junk_kinds_met'])} of {len(v['junk_kinds_met']) + len(v['junk_kinds_missed'])}"
+                         + (f" (missed: {', '.join(v['junk_kinds_missed'])})" if v["junk_kinds_missed"] else "")
+                         + (f", mojibake repaired and kept {100 * v['mojibake_repaired_kept']:.1f}%" if name == "tokenmill" else "")
+                         + ".")
     return lines
 
 
@@ -869,4 +881,31 @@ def kind_detect(r: dict[str, Any]) -> list[str]:
         for kind in ("web", "reference", "prose"):
             rules = ", ".join(f"{r} {100 * v:.1f}%" for r, v in m[kind]["rules"].items())
             lines.append(f"| {kind} | {100 * m[kind]['removed']:.1f}% | {rules} |")
+    return lines
+
+
+def perplexity_gate(r: dict[str, Any]) -> list[str]:
+    """bench_perplexity_gate.py: per corpus seed, the auto cut per language and what the gate
+    removed of each kind in the pipeline; then each candidate statistic at a cut set on the
+    held-out passages alone (their maximum), over the documents that reached the gate."""
+    res = _result(r)
+    seeds = list(res)
+    lines = ["| | " + " | ".join(seeds) + " |", "|---|" + "---|" * len(seeds)]
+    cuts = lambda s: ", ".join(f"{lang} {v['threshold']:.3f} (held-out {v['clean_quantile']:.3f}, salad median "  # noqa: E731
+                               f"{v['salad_median']:.3f})" for lang, v in res[s]["calibration"]["languages"].items()
+                               if v.get("threshold") is not None)
+    lines.append("| auto cut per language (context ratio) | " + " | ".join(cuts(s) for s in seeds) + " |")
+    kinds = [k for k in res[seeds[0]]["pipeline"] if not k.startswith("_")]
+    for k in kinds:
+        cells = [res[s]["pipeline"][k] for s in seeds]
+        if any(c["removed_by_gate"] for c in cells) or k in ("clean_prose", "clean_docs", "mojibake"):
+            lines.append(f"| {k}: removed by the gate | " + " | ".join(
+                f"{c['removed_by_gate']} of {c['rows']} ({c['reached_gate']} reached it)" for c in cells) + " |")
+    lines += ["", "| statistic, cut at the held-out passages' maximum | " + " | ".join(
+        f"{k} removed ({s})" for s in seeds for k in ("shuffled_words", "clean_docs", "clean_prose", "mojibake")) + " |",
+              "|---|" + "---|" * (4 * len(seeds))]
+    for name in res[seeds[0]]["candidates"]:
+        lines.append(f"| {name} | " + " | ".join(
+            f"{100 * res[s]['candidates'][name]['kinds'][k]['removed_at_q1.0']:.1f}%" for s in seeds
+            for k in ("shuffled_words", "clean_docs", "clean_prose", "mojibake")) + " |")
     return lines
