@@ -858,6 +858,9 @@ def dirty_web_model(r: dict[str, Any]) -> list[str]:
               + "; ".join(f"{s} {_ci(gap[s]['raw_minus_oracle'])}" for s in sizes)
               + " bpb; default − datatrove " + "; ".join(f"{s} {_ci(gap[s]['default_minus_datatrove'])}" for s in sizes)
               + " bpb (negative: the default pipeline's model is better)."]
+    return lines
+
+
 def kind_detect(r: dict[str, Any]) -> list[str]:
     """bench_kind_detect.py: the confusion matrix of the kind detector on the held-out half of
     the labelled real documents, per-kind accuracy, and accuracy counting the cheap confusions."""

@@ -142,7 +142,9 @@ def e2e_run(root: Path):
     src.write_text("".join(json.dumps({"text": x}) + "\n" for x in texts))
     cfg = RunConfig.model_validate({
         "name": "e2e", "root": str(root), "seed": 4,
+        # the kind declared, as before kinds were detected: hard-wrapped pydoc text stays as written
         "curate": {"sources": [{"path": str(src), "bucket": "prose"}], "steps": ["normalize"], "workers": 1,
+                   "quality": {"kinds": {"prose": "prose"}},
                    "canaries": {"counts": [1, 8, 48], "per_count": 2, "secret_digits": 6, "candidates": 200}},
         "tokenizer": {"vocab_size": 300}, "tokenize": {"val_fraction": 0.0, "min_val_docs": 0},
         "model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 64},
