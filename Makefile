@@ -46,6 +46,11 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/record.py benchmarks/results/demo_wallclock.json -- benchmarks/bench_demo.py
 	test -d $(REAL_CORPORA) || bash ../shared/corpora/fetch_real_corpora.sh $(REAL_CORPORA)
 	$(BIN)/python benchmarks/record.py benchmarks/results/dirty_web.json -- benchmarks/bench_dirty_web.py --corpora $(REAL_CORPORA)  # ~1 min; needs datatrove==0.10.1 spacy
+	$(BIN)/python benchmarks/record.py benchmarks/results/dirty_web_confirm.json -- benchmarks/bench_dirty_web.py --corpora $(REAL_CORPORA) --seed 7
+	$(BIN)/python benchmarks/record.py benchmarks/results/kind_detect.json -- benchmarks/bench_kind_detect.py --corpora $(REAL_CORPORA)  # ~1 min
+	$(BIN)/python benchmarks/record.py benchmarks/results/perplexity_gate.json -- benchmarks/bench_perplexity_gate.py --corpora $(REAL_CORPORA) --seeds 41 7  # ~3 min
+	$(BIN)/python benchmarks/record.py benchmarks/results/dirty_web_model.json --result /tmp/dwm.json -- benchmarks/bench_dirty_web_model.py \
+		--corpora $(REAL_CORPORA) --work /tmp/dwm --json /tmp/dwm.json --small-tokens 600000 --large-tokens 1200000 --lr 0.002  # ~25 min
 	git worktree add --detach /tmp/tm-hostile-base 3011eff 2>/dev/null || true
 	$(BIN)/python benchmarks/record.py benchmarks/results/hostile_inputs.json -- benchmarks/bench_hostile_inputs.py \
 		--baseline-src /tmp/tm-hostile-base/src --normal $(REAL_CORPORA)/web_html/python3.11-doc --normal-files 444  # ~15 min
