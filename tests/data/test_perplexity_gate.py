@@ -21,7 +21,7 @@ from tokenmill.data.document import Doc
 from tests.adversarial.conftest import run_cli
 
 BOOKS = Path("/work/real_corpora/books")
-pytestmark = pytest.mark.skipif(not BOOKS.is_dir(), reason="real corpora not installed (shared/corpora/fetch_real_corpora.sh)")
+needs_corpora = pytest.mark.skipif(not BOOKS.is_dir(), reason="real corpora not installed (shared/corpora/fetch_real_corpora.sh)")
 
 
 def _cfg(root: Path, **mq_fields) -> CurateConfig:
@@ -77,6 +77,7 @@ def _quantile(values: list[float], q: float) -> float:
     return values[lo] + (values[min(lo + 1, len(values) - 1)] - values[lo]) * (pos - lo)
 
 
+@needs_corpora
 def test_auto_cut_lies_between_held_out_passages_and_their_shuffles(trained):
     step, work = trained
     reference, _ = step.reference_texts()
@@ -104,6 +105,7 @@ def test_auto_cut_lies_between_held_out_passages_and_their_shuffles(trained):
     assert manifest["lm"]["passages"] == len(every)
 
 
+@needs_corpora
 def test_shuffled_paragraph_is_removed_and_the_paragraph_kept(trained):
     step, _ = trained
     paragraph = _paragraph()
@@ -117,6 +119,7 @@ def test_shuffled_paragraph_is_removed_and_the_paragraph_kept(trained):
     assert "held-out en reference passages" in rejection.reason and salad.model_quality["perplexity"] > 0
 
 
+@needs_corpora
 def test_none_only_scores(austen, trained):
     _, work = trained
     step = mq.ModelQuality(_cfg(austen, max_perplexity=None))
@@ -126,6 +129,7 @@ def test_none_only_scores(austen, trained):
     assert salad.model_quality["perplexity_judged"] is None and salad.model_quality["context_ratio"] > step.auto_cuts["en"]
 
 
+@needs_corpora
 def test_a_language_the_reference_lacks_is_scored_not_judged(trained):
     step, _ = trained
     verses = (BOOKS / "bible-es-rv1909" / "01-Genesis.txt").read_text(encoding="utf-8")[2000:6000]
@@ -136,6 +140,7 @@ def test_a_language_the_reference_lacks_is_scored_not_judged(trained):
     assert "es" not in step.auto_cuts
 
 
+@needs_corpora
 def test_an_old_config_with_a_number_still_cuts_the_perplexity(austen, tmp_path):
     """A config written before "auto" (max_perplexity: a number) runs through the real CLI."""
     inputs = tmp_path / "in.jsonl"
@@ -151,3 +156,26 @@ def test_an_old_config_with_a_number_still_cuts_the_perplexity(austen, tmp_path)
     assert len(rejected) == 1 and rejected[0]["rule"] == "perplexity" and "max_perplexity 600.0" in rejected[0]["reason"]
     assert np.isclose(float(rejected[0]["value"]), rejected[0]["model_quality"]["perplexity"], rtol=1e-3)
     assert rejected[0]["model_quality"]["perplexity_judged"] is True and rejected[0]["text"] != paragraph
+
+
+def test_the_gate_works_on_text_every_python_ships(tmp_path):
+    """Without the real corpora too (CI): Python's own reference topics as the reference, a topic
+    kept out of it as clean text; its shuffled words are removed, the topic is kept."""
+    import pydoc_data.topics as topics
+
+    keys = sorted(topics.topics)
+    (tmp_path / "reference").mkdir()
+    (tmp_path / "web").mkdir()
+    for i, key in enumerate(keys):
+        if i % 8:
+            (tmp_path / "reference" / f"{key}.txt").write_text(topics.topics[key], encoding="utf-8")
+    held = [topics.topics[k] for i, k in enumerate(keys) if i % 8 == 0]
+    paragraph = max((p for text in held for p in text.split("\n\n")), key=lambda p: p.count(". "))  # the most prose
+    step = mq.ModelQuality(_cfg(tmp_path, min_held_out=10))
+    step.prepare(tmp_path / "work")
+    step.setup(tmp_path / "work")
+    assert step.auto_cuts.get("en") is not None
+    assert step.process(_doc(paragraph, "en")) is None
+    salad = _doc(_shuffled(paragraph), "en")
+    rejection = step.process(salad)
+    assert rejection is not None and rejection.rule == "perplexity", (salad.model_quality, step.auto_cuts)
