@@ -1,6 +1,6 @@
 """SIGINT and SIGTERM as stop requests: a preemption is recorded with its time, outranks a Ctrl-C,
 and a second Ctrl-C aborts. The real-process tests (a SIGTERM to one trainer and to a 2-rank
-torchrun job) are in tests/train/test_preemption.py."""
+torchrun job) are the two slow tests at the end of this file."""
 
 from __future__ import annotations
 

@@ -205,7 +205,7 @@ class ModelQualityConfig(Strict):
 
 
 class SafetyConfig(Strict):
-    """Toxicity scoring with a word list (and an optional trained classifier)."""
+    """Toxicity scoring with a word list (the share of a document's words that are listed terms); no trained classifier."""
 
     word_list: str | None = Field(None, description="File of terms, one per line (None: the built-in list).")
     threshold: float = Field(0.02, ge=0.0, description="Remove documents whose toxicity score exceeds this.")

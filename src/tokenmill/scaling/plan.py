@@ -460,7 +460,8 @@ def fewest_devices(cfg: ModelConfig, device: DeviceSpec, devices: int, base: Lay
 def _trainer_memory(cfg: ModelConfig, layout: Layout, device: DeviceSpec, run_cfg: Any) -> dict[str, Any]:
     """Bytes per rank of tokenmill's trainer running `run_cfg` under `layout` (its busiest pipeline
     stage), in the dtype the trainer would pick on that device (this machine: its own rule; a GPU
-    preset: bf16), FSDP2 over dp when tp or pp > 1 (as the trainer composes them)."""
+    preset: bf16), composed over dp as the trainer composes it: FSDP2 over dp when tp > 1 (or ZeRO-3),
+    each pipeline stage replicated over dp when pp > 1."""
     import torch
 
     from tokenmill.scaling.rank_memory import estimate_rank_memory
@@ -475,8 +476,7 @@ def _trainer_memory(cfg: ModelConfig, layout: Layout, device: DeviceSpec, run_cf
     est = estimate_rank_memory(cfg, tc, dtype, dp=dp, tp=layout.tp, pp=layout.pp,
                                doc_masking=run_cfg.mixture.doc_masking, device="cpu" if on_cpu else "cuda",
                                schedule=run_cfg.train.parallel.pp_schedule)
-    runs = not (layout.dp > 1 and layout.pp > 1)
-    return {"dtype": str(dtype).replace("torch.", ""), "runs_here": runs, **est}
+    return {"dtype": str(dtype).replace("torch.", ""), **est}
 
 
 def _roofline(cfg: ModelConfig, layout: Layout, device: DeviceSpec) -> dict[str, Any] | None:

@@ -69,10 +69,9 @@ def layout_rows(plan: Plan) -> list[tuple[str, str]]:
     rows.append(("memory per device", f"{mem['total'] / GB:.2f} GB of {plan.device['memory_bytes'] / GB:.0f} GB"))
     tm = plan.trainer_memory
     if tm is not None:
-        where = "" if tm["runs_here"] else "; tokenmill's trainer does not run dp × pp yet"
         rows.append(("tokenmill trainer per rank", f"{tm['peak'] / GB:.3f} GB peak on pipeline stage {tm['stage']} "
                                                    f"({tm['dtype']}, fp32 master weights and Adam, measured within "
-                                                   f"1.2× on CPU: scaling/rank_memory.py){where}"))
+                                                   f"1.2× on CPU: scaling/rank_memory.py)"))
     rows.append(("step-time model (ranks layouts)", f"{step['total']:.3g} s: compute {step['compute']:.3g}, bubble "
                                                     f"{step['bubble']:.3g}, TP {step['tp_comm']:.3g}, PP "
                                                     f"{step['pp_comm']:.3g}, DP {step['dp_exposed']:.3g} exposed"))

@@ -133,7 +133,7 @@ class TrainConfig(Strict):
     ckpt_every: int = Field(100, ge=0, description="Save a checkpoint every this many steps (0: only at the end and when stopped).")
     keep_checkpoints: int = Field(2, ge=1, description="Keep this many most recent checkpoints.")
     keep_every: int = Field(0, ge=0, description="Also keep every checkpoint whose step is a multiple of this (0: none).")
-    distributed: Literal["ddp", "fsdp"] = Field("ddp", description="Data parallelism under torchrun: DDP, or FSDP2 (fully_shard); with tp or pp > 1 the data axis is always FSDP2.")
+    distributed: Literal["ddp", "fsdp"] = Field("ddp", description="Data parallelism under torchrun: DDP, or FSDP2 (fully_shard); with tp > 1 the data axis is always FSDP2; with pp > 1 each stage is replicated over it and its gradients summed after the schedule.")
     parallel: ParallelConfig = Field(default_factory=ParallelConfig, description="Data × tensor × pipeline layout of a torchrun job.")
     checksum_every: int = Field(50, ge=0, description="Compare a gradient checksum across ranks every this many steps (0: off).")
     metrics_every: int = Field(1, ge=0, description="Log per-layer-group gradient norms and the update/parameter ratio every this many steps (0: never); each costs a pass over the gradients or a copy of the parameters.")
