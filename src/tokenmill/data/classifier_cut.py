@@ -26,7 +26,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tokenmill.data import top_percent as tp
-from tokenmill.data.document import REJECTED_SCHEMA, Rejection, format_value, text_bytes
+from tokenmill.data.dedup.workspace import final_dir, map_dir
+from tokenmill.data.document import (REJECTED_DIR, REJECTED_SCHEMA, Doc, Rejection, format_value, text_bytes,
+                                     write_table_atomic)
 from tokenmill.data.funnel import Funnel, StepMark
 from tokenmill.data.registry import MAP_STEPS
 from tokenmill.runs import atomic_write_text
@@ -51,8 +53,6 @@ def funnel_steps(steps: tuple[str, ...], on: bool) -> tuple[str, ...]:
 
 
 def _chunks(work: str, shard: int) -> list[Path]:
-    from tokenmill.data.dedup.workspace import map_dir
-
     return sorted(map_dir(work, shard).glob("chunk-*[0-9].parquet"))
 
 
@@ -126,8 +126,6 @@ def _swap(pending: Path, path: Path) -> None:
 
 
 def _apply_chunk(job: Any, shard: int, path: Path, pending: Path, done: Path, record: dict[str, Any]) -> int:
-    from tokenmill.data.curate import REJECTED_DIR, _doc_from_row, _final_dir, _mark, _write_table
-
     table = pq.read_table(path)
     scored, scores, hi, lo = chunk_keys(path)
     cut = tuple(record["threshold"]) if record["threshold"] else None
@@ -144,15 +142,15 @@ def _apply_chunk(job: Any, shard: int, path: Path, pending: Path, done: Path, re
         funnel.outcome(row["language"], mark, row.get("kind"))
         fmt = row.pop("_format")
         row.pop("_exact"), row.pop("_sig")
-        doc = _doc_from_row(row, fmt)
+        doc = Doc.from_row(row, fmt)
         rejected.append(doc.rejected_row(Rejection(
             STEP, RULE, format_value(float(scores[i])),
             f"classifier score {scores[i]:.4g} is below the top {record['percent']:g}% of the {record['scored']:,} "
             f"documents scored (the {record['kept']:,}th score is {record['threshold_score']:.4g})")))
-    _write_table(rejected, REJECTED_SCHEMA, _final_dir(job) / REJECTED_DIR / f"part-{shard:05d}-{path.stem[6:]}-c.parquet")
+    write_table_atomic(rejected, REJECTED_SCHEMA, final_dir(job.work) / REJECTED_DIR / f"part-{shard:05d}-{path.stem[6:]}-c.parquet")
     pq.write_table(table.filter(keep), pending, compression="zstd")
     atomic_write_text(done.with_name(f"{path.stem}.funnel.json"), json.dumps(funnel.to_dict()))
-    _mark(done)
+    atomic_write_text(done, "{}")
     return len(rejected)
 
 

@@ -48,11 +48,11 @@ from tokenmill.data.canaries import CANARIES_FILE, canary_bucket, insert_canarie
 from tokenmill.data.dedup.shuffle import PartitionedSet
 from tokenmill.data.dedup.minhash import PERMUTATION_SEED
 from tokenmill.data.dedup.stages import load_decisions, run_dedup, run_lines
-from tokenmill.data.dedup.workspace import DedupJob, chunk_bases, dedup_partitions, map_dir, shard_rows
+from tokenmill.data.dedup.workspace import DedupJob, chunk_bases, dedup_partitions, final_dir, map_dir, shard_rows
 from tokenmill.data.dedup.shuffle import files as shuffle_files, hash_partition, read_partition, write_partitioned
 from tokenmill.data.doc_ids import PLAN_FILE, SHARED_DIR, STEP as HASH_ID_STEP, IdRule, collect_shard, merge_partition
-from tokenmill.data.document import (DOC_SCHEMA, REJECTED_SCHEMA, Doc, RawRecord, Rejection, format_value,
-                                     fsync_tree, text_bytes)
+from tokenmill.data.document import (DOC_SCHEMA, REJECTED_DIR, REJECTED_SCHEMA, Doc, RawRecord, Rejection,
+                                     format_value, fsync_tree, text_bytes, write_table_atomic)
 from tokenmill.data.readers import get_reader
 from tokenmill.data.readers.base import file_size
 from tokenmill.data.executor import make_executor
@@ -66,7 +66,6 @@ from tokenmill.ownership import check_clashes, claim_dir, publish_into, remove_o
 from tokenmill.runs import EventLog, RunDir, atomic_write_text, remove_temporaries, sha256_json, temporary_name
 
 STAGE = "curate"
-REJECTED_DIR = "_rejected"
 FUNNEL_FILE = "_funnel.json"
 DECONTAMINATION_FILE = "_decontamination.json"
 MAP_SCHEMA = pa.schema([*DOC_SCHEMA, pa.field("_format", pa.string()), pa.field("_exact", pa.binary()),
@@ -109,16 +108,6 @@ def _batched(items: Iterable[Any], n: int) -> Iterator[list[Any]]:
     it = iter(items)
     while batch := list(islice(it, n)):
         yield batch
-
-
-def _write_table(rows: list[dict[str, Any]], schema: pa.Schema, path: Path) -> None:
-    """Write a whole Parquet file under a temporary name, fsync, rename: never half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temporary_name(path)
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp, compression="zstd")
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def _mark(path: Path, data: dict[str, Any] | None = None) -> None:
@@ -324,8 +313,8 @@ def _map_chunk(job: Job, shard: int, k: int, chunk: list[RawRecord], names: tupl
                      "_exact": exact_key(doc.text) if "exact_dedup" in job.steps else None,
                      "_sig": sigs[i].tobytes() if sigs is not None else None})
     sdir = _map_dir(job, shard)
-    _write_table(rows, MAP_SCHEMA, sdir / f"chunk-{k:05d}.parquet")
-    _write_table(rejected, REJECTED_SCHEMA, _final_dir(job) / REJECTED_DIR / f"part-{shard:05d}-{k:05d}-a.parquet")
+    write_table_atomic(rows, MAP_SCHEMA, sdir / f"chunk-{k:05d}.parquet")
+    write_table_atomic(rejected, REJECTED_SCHEMA, final_dir(job.work) / REJECTED_DIR / f"part-{shard:05d}-{k:05d}-a.parquet")
     atomic_write_text(sdir / f"chunk-{k:05d}.funnel.json", json.dumps(funnel.to_dict()))
     _mark(sdir / f"chunk-{k:05d}.done")
 
@@ -397,7 +386,7 @@ def substr_units_shard(job: Job, spec: ShardSpec, base: int) -> None:
         for i, row in enumerate(pq.read_table(path).to_pylist()):
             fmt = row.pop("_format")
             row.pop("_exact"), row.pop("_sig")
-            doc = _doc_from_row(row, fmt)
+            doc = Doc.from_row(row, fmt)
             if _apply_corpus_steps(job, doc, decisions.get(first + i) or {}, frequent, [], dedup_mod.VERSION) is not None:
                 continue
             if doc.bucket in cfg.skip_buckets:
@@ -538,10 +527,6 @@ def _apply_substring(job: Job, doc: Doc, row: int, substr: SubstrState | None, m
 
 
 # --------------------------------------------------------------------------- final phase
-def _final_dir(job: Job) -> Path:
-    return Path(job.work) / "final"
-
-
 def final_shard(job: Job, spec: ShardSpec, base: int) -> None:
     """Apply dedup decisions and line removal, then decontaminate and bucket; write the output."""
     names = tuple(s for s in job.steps if s in FINAL_STEPS)
@@ -568,7 +553,7 @@ def _final_chunk(job: Job, shard: int, k: int, path: Path, base: int, decisions:
     for i, row in enumerate(pq.read_table(path).to_pylist()):
         fmt = row.pop("_format")
         row.pop("_exact"), row.pop("_sig")
-        doc = _doc_from_row(row, fmt)
+        doc = Doc.from_row(row, fmt)
         bucket0 = doc.bucket
         decision = decisions.get(base + i) or {}
         marks: list[StepMark] = []
@@ -585,10 +570,10 @@ def _final_chunk(job: Job, shard: int, k: int, path: Path, base: int, decisions:
             continue
         funnel.source_out(doc.source, text_bytes(doc.text), bucket0)
         by_bucket.setdefault(doc.bucket, []).append(doc.row())
-    out = _final_dir(job)
+    out = final_dir(job.work)
     for bucket, rows in by_bucket.items():
-        _write_table(rows, DOC_SCHEMA, out / bucket / f"part-{shard:05d}-{k:05d}.parquet")
-    _write_table(rejected, REJECTED_SCHEMA, out / REJECTED_DIR / f"part-{shard:05d}-{k:05d}-b.parquet")
+        write_table_atomic(rows, DOC_SCHEMA, out / bucket / f"part-{shard:05d}-{k:05d}.parquet")
+    write_table_atomic(rejected, REJECTED_SCHEMA, out / REJECTED_DIR / f"part-{shard:05d}-{k:05d}-b.parquet")
     fdir = Path(job.work) / "finalized" / f"{shard:05d}"
     if "decontaminate" in steps:  # this chunk's tallies, saved with it so a resume keeps them
         atomic_write_text(fdir / f"chunk-{k:05d}.decontamination.json", json.dumps(steps["decontaminate"].take_stats()))
@@ -627,11 +612,6 @@ def _apply_corpus_steps(job: Job, doc: Doc, decision: dict[str, Any], frequent: 
         marks.append(StepMark("line_dedup", n, text_bytes(text), True))
         doc.lineage.append(("line_dedup", LINE_VERSION))
     return None
-
-
-def _doc_from_row(row: dict[str, Any], fmt: str) -> Doc:
-    lineage = [(x["step"], x["version"]) for x in row.pop("lineage") or []]
-    return Doc(**row, format=fmt, lineage=lineage)
 
 
 # --------------------------------------------------------------------------- orchestration
@@ -760,12 +740,12 @@ def curate(cfg: CurateConfig, out: Path, *, steps: list[str] | None = None, base
     if problems:
         raise RuntimeError("curate funnel does not add up (a bug):\n" + "\n".join(problems[:20]))
     check_removal(funnel, cfg, job.funnel_steps)
-    final = _final_dir(job)
+    final = final_dir(job.work)
     canaries = insert_canaries(cfg, seed, final, funnel)  # after the removal check: canaries never hide an empty bucket
     funnel_data = funnel.write(final / FUNNEL_FILE)
     _write_decontamination(job, final)
     if not (final / REJECTED_DIR).exists():
-        _write_table([], REJECTED_SCHEMA, final / REJECTED_DIR / "part-00000-00000-a.parquet")
+        write_table_atomic([], REJECTED_SCHEMA, final / REJECTED_DIR / "part-00000-00000-a.parquet")
     summary = _summary(funnel_data, final, time.time() - started)
     _publish(final, out, owned)
     shutil.rmtree(work, ignore_errors=True)  # the work directory is tokenmill's: _claim_output checked it

@@ -17,6 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
+from tokenmill.ownership import temporary_name
+
 # Every quality signal a curated row carries (computed by data.quality for every bucket, even
 # those the rules skip, so the report can compare buckets). The schema is the contract; the
 # quality module must produce exactly these keys.
@@ -117,6 +119,7 @@ REJECTED_SCHEMA = pa.schema([
     pa.field("value", pa.string()),
     pa.field("reason", pa.string()),
 ])
+REJECTED_DIR = "_rejected"  # under curation's final/: every removed document's row, REJECTED_SCHEMA
 
 
 def doc_id(source: str, locator: str) -> str:
@@ -212,6 +215,12 @@ class Doc:
                    license=raw.license, format=raw.format, metadata=raw.metadata,
                    encoding=raw.encoding.row() if raw.encoding is not None else None)
 
+    @classmethod
+    def from_row(cls, row: dict[str, Any], fmt: str) -> "Doc":
+        """The document a map-phase row holds (its `lineage` column popped from `row`), read as `fmt`."""
+        lineage = [(x["step"], x["version"]) for x in row.pop("lineage") or []]
+        return cls(**row, format=fmt, lineage=lineage)
+
     def row(self) -> dict[str, Any]:
         """The curated row (DOC_SCHEMA)."""
         return {
@@ -270,6 +279,16 @@ class PartWriter:
         if self._buffer or (write_empty and not self.parts):
             self._flush()
         return self.parts
+
+
+def write_table_atomic(rows: list[dict[str, Any]], schema: pa.Schema, path: Path) -> None:
+    """Write a whole Parquet file under a temporary name, fsync, rename: never half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_name(path)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp, compression="zstd")
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
 
 
 def read_parts(directory: Path) -> pa.Table:

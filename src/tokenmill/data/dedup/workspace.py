@@ -59,6 +59,11 @@ class DedupJob:
         return Path(self.work) / "dedup"
 
 
+def final_dir(work: Path | str) -> Path:
+    """Where the final phase writes the kept rows (one directory per bucket) and the rejected ones."""
+    return Path(work) / "final"
+
+
 def map_dir(work: Path | str, shard: int) -> Path:
     return Path(work) / "map" / f"{shard:05d}"
 
