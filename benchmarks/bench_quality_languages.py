@@ -44,7 +44,8 @@ from tokenmill.data.config import CurateConfig
 from tokenmill.data.curate_eval import eval_quality
 from tokenmill.data.extract import extract
 from tokenmill.data.langid import Identifier
-from tokenmill.data.language_profiles import SHIPPED, calibrate, justext_stoplists, write_profiles
+from tokenmill.data.language_calibration import calibrate, justext_stoplists, write_profiles
+from tokenmill.data.language_profiles import SHIPPED
 from tokenmill.data.normalize import normalize_text, unwrap_paragraphs
 from tokenmill.data.quality import Quality, check_min_chars, check_rules, measure
 

@@ -7,9 +7,10 @@ import json
 import pytest
 
 from tokenmill.data.config import QualityConfig
+from tokenmill.data.language_calibration import (calibrate, calibrate_file, justext_stoplists, stop_words,
+                                                 write_profiles)
 from tokenmill.data.language_profiles import (GOPHER_STOP_WORDS, SCALES, SHIPPED, LanguageProfile, ProfileFileError,
-                                              calibrate, calibrate_file, justext_stoplists, load_profiles, rules_for,
-                                              stop_words, write_profiles)
+                                              load_profiles, rules_for)
 
 CFG = QualityConfig()
 
