@@ -33,8 +33,18 @@ def _arm_row(label: str, arm: dict[str, Any], docs: int, cores: int) -> str:
             f"{arm.get('near_recall', float('nan')):.4f} | {arm.get('precision', float('nan')):.4f} |")
 
 
+def _merged(run: dict[str, Any]) -> str:
+    """A note when the run's arms came from several invocations (a results file merged by hand):
+    the command and commit above it are then the last invocation's, not every arm's."""
+    commits = sorted({arm["commit"][:7] for arm in run.values() if isinstance(arm, dict) and arm.get("commit")})
+    if len(commits) < 2:
+        return ""
+    return (f" **This file merges runs at {len(commits)} commits ({', '.join(commits)})**: the command and commit "
+            "above are one invocation's, the load averages below one run's; each arm's commit is in its row.")
+
+
 def section(results: list[dict[str, Any]]) -> str:
-    lines = [BEGIN, "", "## Global dedup at scale: coordinator memory, per-phase speed and identical output vs the previous implementation, locally and on a two-node Ray cluster, 200k to 5M documents (2026-11-25/26)", ""]
+    lines = [BEGIN, "", "## Global dedup at scale: coordinator memory, per-phase speed and identical output vs the previous implementation, locally and on a two-node Ray cluster of one machine, 200k to 5M documents (2026-11-25/26)", ""]
     for res in results:
         m = res["machine"]
         for run in res["runs"]:
@@ -44,7 +54,7 @@ def section(results: list[dict[str, Any]]) -> str:
                 continue
             lines += [f"`{run.get('command', res['command'])}`", "",
                       f"Commit `{run.get('commit', res['commit'])[:10]}`; {m['cpus']} cores, {m['memory_gb']} GB, Python {m['python']}, "
-                      f"pyarrow {m['pyarrow']}.", "",
+                      f"pyarrow {m['pyarrow']}." + _merged(run), "",
                       f"**{n:,} documents** ({run['bytes'] / 1e6:,.0f} MB of JSONL; planted: {run['planted_exact']:,} exact "
                       f"copies, {run['planted_near']:,} near copies of which "
                       f"{run['tokenmill'].get('planted_near_at_threshold', 0):,} at Jaccard ≥ 0.8). Steps exact_dedup, "
@@ -56,7 +66,7 @@ def section(results: list[dict[str, Any]]) -> str:
                       _arm_row("tokenmill (shuffle stages), local", run["tokenmill"], n, cores)]
             if "baseline" in run:
                 lines.append(_arm_row("previous implementation", run["baseline"], n, cores))
-            for key, label in (("ray_cluster", "tokenmill on a 2-node Ray cluster"),
+            for key, label in (("ray_cluster", "tokenmill on a 2-node Ray cluster (both nodes on this machine)"),
                                ("ray_cluster_node_lost", "… second node SIGKILLed mid-run"),
                                ("partitioned_components", "tokenmill, components in partitioned rounds"),
                                ("substring", "tokenmill + substring_dedup (word units, k = 50)")):
@@ -64,7 +74,7 @@ def section(results: list[dict[str, Any]]) -> str:
                     lines.append(_arm_row(label, run[key], n, cores))
             if "datatrove" in run:
                 d = run["datatrove"]
-                lines.append(f"| datatrove 0.10.1 MinHash (4 stages, its defaults: 14 × 8) | {d['seconds']:.0f} | – | – | – | – | – | "
+                lines.append(f"| datatrove 0.10.1 MinHash (4 stages, its defaults: 14 × 8; xxhash through a Python shim) | {d['seconds']:.0f} | – | – | – | – | – | "
                              f"{d['coordinator_peak_mb']:.0f} | {d['worker_peak_mb']:.0f} | {d['near_recall']:.4f} | {d['precision']:.4f} |")
             lines.append("")
             notes = []

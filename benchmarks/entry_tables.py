@@ -549,6 +549,23 @@ def _ci(c: dict[str, Any] | None) -> str:
     return fmt_ci(c)
 
 
+def _multiplier(mult: dict[str, Any], at_largest: dict[str, Any] | None) -> str:
+    """The data-efficiency multiplier, shown only where it is a result: its own interval excludes
+    1, or (a file without one) the arm's Δ interval at the largest size excludes 0; otherwise the
+    words `tokenmill ablate` prints (a point estimate inside the noise is not a multiplier)."""
+    from tokenmill.decisions.ablate_stats import UNRESOLVED  # the words the ablate page uses
+
+    if mult.get("value") is None:
+        return mult.get("why") or "–"
+    if "low" in mult and "high" in mult:
+        resolved = mult["low"] > 1 or mult["high"] < 1
+    else:
+        resolved = at_largest is not None and (at_largest["low"] > 0 or at_largest["high"] < 0)
+    if not resolved:
+        return UNRESOLVED
+    return f"{mult['value']:.2f}×" + (" (extrapolated)" if mult.get("extrapolated") else "")
+
+
 def ablate_deltas(r: dict[str, Any]) -> list[str]:
     """bench_ablate.py: every arm against the full pipeline — Δ bpb over all slices at each size
     (paired 95% t interval over seeds), per slice at the largest, gap trend, multiplier."""
@@ -572,8 +589,7 @@ def ablate_deltas(r: dict[str, Any]) -> list[str]:
     for arm, d in a["deltas"].items():
         info = a["arms"][arm]
         same = f" (= {info['same_data_as']}'s data)" if info.get("same_data_as") else ""
-        mult = d["multiplier"]
-        m = "–" if mult.get("value") is None else f"{mult['value']:.2f}×" + (" (extrapolated)" if mult["extrapolated"] else "")
+        m = _multiplier(d["multiplier"], d["delta"]["all"].get(largest))
         trend = d["trend"]
         lines.append(f"| {arm}{same} | {tokens(arm)} | "
                      + " | ".join(_ci(d["delta"]["all"].get(s)) for s in sizes) + " | "
