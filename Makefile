@@ -18,6 +18,7 @@ demo: $(STAMP)
 	$(BIN)/tokenmill demo
 
 test: $(STAMP)
+	$(BIN)/ruff check src
 	$(BIN)/python -m pytest -q
 
 # Side-by-side benchmarks (results in BENCHMARKS.md); needs the demo's run directory. record.py writes a

@@ -96,7 +96,8 @@ CCNET_PERCENTILES = (30, 60)  # CCNet's head / tail cut-points (cc_net Perplexit
 PERCENTILES = (10, 30, 60, 90)  # of the random sample's perplexity, recorded in the manifest
 REFERENCE_MAX_BYTES = 1 << 40  # reference files are read whole, whatever curate.max_doc_bytes says
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # zip's earliest date: no wall-clock time in the files
-LABELS: dict[object, bool] = {"good": True, "bad": False, True: True, False: False, 1: True, 0: False}
+# 1 and 0 are found too: they hash and compare equal to True and False
+LABELS: dict[object, bool] = {"good": True, "bad": False, True: True, False: False}
 
 
 class LabelledFileError(UserError, ValueError):

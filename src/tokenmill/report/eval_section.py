@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from tokenmill.report.charts import bar_chart, line_chart
+from tokenmill.report.charts import line_chart
 from tokenmill.report.page import table
 
 
