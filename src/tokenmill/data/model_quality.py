@@ -30,8 +30,8 @@ context ratio below; None only scores. The signals are stored on every document.
 
 The auto perplexity gate. Raw perplexity measures topic as much as quality: clean documentation
 whose words the reference rarely uses scores as high as word salad (on the dirty-web corpus, a
-cut at the held-out reference passages' maximum perplexity removed 51% of clean docs and 74% of
-clean prose). The gate's statistic is the context ratio: over the positions where a word and the
+cut at the held-out reference passages' maximum perplexity removed 55-56% of the clean docs and
+73-76% of the clean prose reaching it, seeds 41 and 7; benchmarks/results/perplexity_gate.json). The gate's statistic is the context ratio: over the positions where a word and the
 word before it are both among the LM's FREQUENT_WORDS most probable words (mostly function
 words, whose order is grammar, not topic), exp(mean(log p_unigram(w) - log p_bigram(w | v))) of
 the same LM: below 1 when the previous word predicts the next (natural text, any topic), 1 or

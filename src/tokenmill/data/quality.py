@@ -77,7 +77,7 @@ from tokenmill.data.language_profiles import GOPHER_STOP_WORDS, LanguageRules, l
 from tokenmill.data.step import DocStep
 from tokenmill.data.text_kinds import assign_kind, families
 
-VERSION = "3+" + "+".join(f"{k}-{v}" for k, v in segment.segmenter_versions().items())
+VERSION = "4+" + "+".join(f"{k}-{v}" for k, v in segment.segmenter_versions().items())  # 4: per-document kinds, the reference family
 
 STOP_WORDS: frozenset[str] = frozenset(GOPHER_STOP_WORDS)
 BULLETS: tuple[str, ...] = ("•", "●", "○", "◦", "▪", "‣", "⁃", "-", "*")
