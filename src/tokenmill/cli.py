@@ -24,7 +24,9 @@ from tokenmill.runs import STAGES, RunDir
 
 app = typer.Typer(
     help="tokenmill: raw text to a trained, evaluated base language model, auditable and resumable.",
-    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
 )
 tokenizer_app = typer.Typer(help="Train and audit the byte-level BPE tokenizer.", no_args_is_help=True)
 app.add_typer(tokenizer_app, name="tokenizer")
@@ -128,27 +130,38 @@ def _one_stage(stage: str, config: Path, overrides: list[str] | None, run_dir: P
     def go() -> None:
         run = _open(config, overrides, run_dir)
         run_stage(run, stage)
+
     _guard(go)
 
 
 @app.command()
 def curate(
     inputs: Optional[list[Path]] = typer.Argument(
-        None, help="Files or directories: WARC/WET, HTML, JSONL(.gz/.zst), Parquet, text, code trees."),
+        None, help="Files or directories: WARC/WET, HTML, JSONL(.gz/.zst), Parquet, text, code trees."
+    ),
     out: Optional[Path] = typer.Option(None, "-o", "--out", help="Output directory (required with INPUTs)."),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="Run config (YAML); its `curate` section is used."),
     steps: Optional[str] = typer.Option(None, "--steps", help="Comma-separated subset of the steps, run in canonical order."),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", help="Worker processes (or Ray CPUs)."),
     executor: Optional[str] = typer.Option(None, "--executor", help="local (processes) or ray (RAY_ADDRESS, else a local Ray)."),
-    bucket: Optional[str] = typer.Option(None, "--bucket", help="Bucket for the INPUTs (default: code for code trees, else web)."),
+    bucket: Optional[str] = typer.Option(
+        None, "--bucket", help="Bucket for the INPUTs (default: code for code trees, else web)."
+    ),
     reference: Optional[Path] = typer.Option(
-        None, "--reference", help="Text that reads like what you want (a file or directory): the model-based quality "
-        "step learns from it and removes what reads least like it (curate.model_quality.reference)."),
+        None,
+        "--reference",
+        help="Text that reads like what you want (a file or directory): the model-based quality "
+        "step learns from it and removes what reads least like it (curate.model_quality.reference).",
+    ),
     set_: Optional[list[str]] = SetOpt,
     run_dir: Optional[Path] = RunDirOpt,
-    overwrite: bool = typer.Option(False, "--overwrite", help="Write into OUT even if it holds files tokenmill did "
-                                   "not write: they are kept (a name clash is refused); only tokenmill's own earlier "
-                                   "output there is replaced."),
+    overwrite: bool = typer.Option(
+        False,
+        "--overwrite",
+        help="Write into OUT even if it holds files tokenmill did "
+        "not write: they are kept (a name clash is refused); only tokenmill's own earlier "
+        "output there is replaced.",
+    ),
 ) -> None:
     """Extract, normalize, filter, deduplicate and decontaminate text into curated Parquet shards.
 
@@ -192,10 +205,16 @@ def curate(
         where = out.absolute()  # `-o .` has no name to put the event log beside
         log = where.parent / f".{where.name}.events.jsonl"
         check_event_log(log)
-        summary = curate_paths(cfg, out, base_dir=config.parent if config else Path.cwd(), events=EventLog(log),
-                               seed=run_cfg.seed,
-                               overwrite=overwrite)
+        summary = curate_paths(
+            cfg,
+            out,
+            base_dir=config.parent if config else Path.cwd(),
+            events=EventLog(log),
+            seed=run_cfg.seed,
+            overwrite=overwrite,
+        )
         _say("✓ curate", "green", summary, sep=" ")
+
     _guard(go, resume_hint="Run the same command again: finished shards are not redone.")
 
 
@@ -224,18 +243,22 @@ def curate_eval(
         else:
             raise ConfigError(f"curate-eval: unknown target {what!r}: pii, safety or quality")
         typer.echo(_json.dumps(result, indent=1))
+
     _guard(go)
 
 
 @app.command("quality-calibrate")
 def quality_calibrate(
-    reference: Path = typer.Argument(..., help="JSONL of reference documents: {\"text\": ..., \"language\": ISO code}, English included."),
+    reference: Path = typer.Argument(
+        ..., help='JSONL of reference documents: {"text": ..., "language": ISO code}, English included.'
+    ),
     out: Path = typer.Option(..., "--out", "-o", help="Profile file to write (set curate.quality.language_profiles to it)."),
     stoplists: Optional[Path] = typer.Option(None, help="Directory of jusText-named stop lists (default: jusText's own)."),
     min_docs: int = typer.Option(10, help="Languages with fewer reference documents keep the fallback."),
 ) -> None:
     """Per-language quality thresholds from reference text (FineWeb-2's method): each signal's
     median in the language over its median in English scales English's thresholds."""
+
     def go() -> None:
         from tokenmill.data.language_calibration import calibrate_file, check_profile_target, write_profiles
 
@@ -245,12 +268,12 @@ def quality_calibrate(
         for lang, p in profiles.items():
             typer.echo(f"{lang}: {p.documents} documents, scale {p.scale}, stop words {p.stop_words}")
         _say("✓", "green", f"{len(profiles)} profiles → {out}", sep=" ")
+
     _guard(go)
 
 
 @tokenizer_app.command("train")
-def tokenizer_train(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt,
-                    run_dir: Optional[Path] = RunDirOpt) -> None:
+def tokenizer_train(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt) -> None:
     """Train a byte-level BPE on a seeded sample of the curated training text.
 
     Writes tokenizer/tokenizer.json (HF tokenizers format) and tokenizer/audit.json
@@ -270,14 +293,28 @@ def tokenize(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_d
 
 
 @app.command()
-def train(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt,
-          resume: bool = typer.Option(False, "--resume", help="Continue from the latest valid checkpoint."),
-          restarts: int = typer.Option(0, "--restarts", min=0, help="Restart training from the latest checkpoint "
-                                       "after a crash, a killed or a hung rank, up to N times (one process: a "
-                                       "supervising parent; with --nproc: torchrun --max-restarts)."),
-          nproc: int = typer.Option(1, "--nproc", min=1, help="Train on K processes of this machine (torchrun "
-                                    "--standalone) laid out as train.parallel (dp × tp × pp = K), checked against "
-                                    "the model before any process starts; the data stages run first, here.")) -> None:
+def train(
+    config: Path = ConfigArg,
+    set_: Optional[list[str]] = SetOpt,
+    run_dir: Optional[Path] = RunDirOpt,
+    resume: bool = typer.Option(False, "--resume", help="Continue from the latest valid checkpoint."),
+    restarts: int = typer.Option(
+        0,
+        "--restarts",
+        min=0,
+        help="Restart training from the latest checkpoint "
+        "after a crash, a killed or a hung rank, up to N times (one process: a "
+        "supervising parent; with --nproc: torchrun --max-restarts).",
+    ),
+    nproc: int = typer.Option(
+        1,
+        "--nproc",
+        min=1,
+        help="Train on K processes of this machine (torchrun "
+        "--standalone) laid out as train.parallel (dp × tp × pp = K), checked against "
+        "the model before any process starts; the data stages run first, here.",
+    ),
+) -> None:
     """Train the model on the token store: AdamW, warmup + cosine, clipping, atomic checkpoints.
 
     One `train_step` event per optimizer step goes to events.jsonl. Ctrl-C, and SIGTERM (a
@@ -300,9 +337,11 @@ def train(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir:
             raise typer.Exit(rc)
         return
     if restarts > 0:
+
         def go() -> int:
             run = _open(config, set_, run_dir)
             return supervise(train_command(config, list(set_ or []), run.path), run.path, restarts, resume).returncode
+
         rc = _guard(go)
         if rc != 0:
             raise typer.Exit(shell_exit_code(rc))
@@ -322,6 +361,7 @@ def _train_here(config: Path, overrides: list[str] | None, run_dir: Optional[Pat
     def go() -> None:
         opened.append(_open(config, overrides, run_dir))
         run_stage(opened[0], "train", resume=resume)
+
     try:
         _guard(go, checkpoint_hint=RESUME_TRAIN)
     except typer.Exit:
@@ -331,14 +371,18 @@ def _train_here(config: Path, overrides: list[str] | None, run_dir: Optional[Pat
 
         traceback.print_exc()
         latest = latest_checkpoint(opened[0].sub("checkpoints")) if opened else None
-        how = (f"`tokenmill train --resume` continues from {latest}, `--restarts N` does so automatically"
-               if latest is not None else "no checkpoint was saved: training starts over when run again")
+        how = (
+            f"`tokenmill train --resume` continues from {latest}, `--restarts N` does so automatically"
+            if latest is not None
+            else "no checkpoint was saved: training starts over when run again"
+        )
         _say("training crashed", "red", f"(exit code {CRASH_EXIT}); {how}", sep=" ")
         raise typer.Exit(CRASH_EXIT)
 
 
-def _launch_ranks(config: Path, overrides: list[str], run_dir: Optional[Path], nproc: int, resume: bool,
-                  restarts: int = 0) -> int:
+def _launch_ranks(
+    config: Path, overrides: list[str], run_dir: Optional[Path], nproc: int, resume: bool, restarts: int = 0
+) -> int:
     """`tokenmill train --nproc K`: refuse a layout that cannot work, finish the data stages in this
     process, then run K ranks under torchrun (which restarts the group up to `restarts` times
     after a rank fails); returns the exit code for the shell.
@@ -362,17 +406,32 @@ def _launch_ranks(config: Path, overrides: list[str], run_dir: Optional[Path], n
         run_pipeline(run, stages=("curate", "tokenizer", "tokenize"))
     _say("▶ train", "bold", f"on {nproc} ranks: {sizes.describe()}", sep=" ")
     grace = max(1, math.ceil(run.config.train.preempt_grace_s))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           f"--max-restarts={restarts}", f"--shutdown-timeout={grace}",
-           "-m", "tokenmill", "train", str(config), "--run-dir", str(run.path.resolve())]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        f"--max-restarts={restarts}",
+        f"--shutdown-timeout={grace}",
+        "-m",
+        "tokenmill",
+        "train",
+        str(config),
+        "--run-dir",
+        str(run.path.resolve()),
+    ]
     for o in overrides:
         cmd += ["--set", o]
     # restarts are torchrun's (one agent for the job); should this process die, torchrun gets SIGTERM
     # and stops its ranks the preemption way (checkpoint, exit) instead of leaving them orphaned
     done = supervise(cmd, run.path, restarts=0, resume=resume, death_signal=signal.SIGTERM)
     if done.interrupted and done.returncode != 0:
-        ends = [e["kind"] for e in read_events(run.path / "events.jsonl")
-                if e.get("stage") == "train" and e.get("kind") in ("preempted", "interrupted", "child_started")]
+        ends = [
+            e["kind"]
+            for e in read_events(run.path / "events.jsonl")
+            if e.get("stage") == "train" and e.get("kind") in ("preempted", "interrupted", "child_started")
+        ]
         if ends and ends[-1] == "preempted":
             return PREEMPTED_EXIT
         if ends and ends[-1] == "interrupted":
@@ -381,8 +440,12 @@ def _launch_ranks(config: Path, overrides: list[str], run_dir: Optional[Path], n
 
 
 @app.command("eval")
-def eval_(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt,
-          checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory (default: latest).")) -> None:
+def eval_(
+    config: Path = ConfigArg,
+    set_: Optional[list[str]] = SetOpt,
+    run_dir: Optional[Path] = RunDirOpt,
+    checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory (default: latest)."),
+) -> None:
     """Held-out loss, perplexity and bits-per-byte per bucket, beside a unigram baseline; samples.
 
     Writes eval/<step>.json and an `eval` event.
@@ -393,9 +456,11 @@ def eval_(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir:
         run = _open(config, set_, run_dir)
         if checkpoint is None:
             from tokenmill.pipeline import run_stage
+
             run_stage(run, "eval")
         else:
             console.print(run_eval(run, checkpoint))
+
     _guard(go)
 
 
@@ -404,10 +469,18 @@ def report(
     config: Path = ConfigArg,
     set_: Optional[list[str]] = SetOpt,
     run_dir: Optional[Path] = RunDirOpt,
-    serve: bool = typer.Option(False, "--serve", help="Serve the report on http://HOST:PORT/ and reload it as the run writes (Ctrl-C stops)."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Anything but a loopback address exposes the report to the network (a warning is printed)."),
+    serve: bool = typer.Option(
+        False, "--serve", help="Serve the report on http://HOST:PORT/ and reload it as the run writes (Ctrl-C stops)."
+    ),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Anything but a loopback address exposes the report to the network (a warning is printed)."
+    ),
     port: int = typer.Option(8765, "--port", min=0, max=65535, help="Port to serve on; 0 picks a free one."),
-    tensorboard: bool = typer.Option(False, "--tensorboard", help="Write the events as TensorBoard scalars to <run>/tensorboard even when report.tensorboard is off (live with --serve)."),
+    tensorboard: bool = typer.Option(
+        False,
+        "--tensorboard",
+        help="Write the events as TensorBoard scalars to <run>/tensorboard even when report.tensorboard is off (live with --serve).",
+    ),
 ) -> None:
     """Build the self-contained report.html: data (funnel, removals, duplicates, distributions,
     effective tokens, tokenizer, planned vs delivered), run timeline with event markers, model
@@ -430,14 +503,17 @@ def report(
         if summary.get("tensorboard"):
             console.print(f"TensorBoard scalars: {summary['tensorboard']} (tensorboard --logdir {summary['tensorboard']})")
         return r.sub("report.html").resolve()
+
     typer.echo(str(_guard(go)))
 
 
 @app.command()
-def replay(run_path: Path = typer.Argument(..., metavar="RUN", help="Run directory (holds config.yaml)."),
-           step: int = typer.Option(..., "--step", help="Optimizer step whose global batch to replay."),
-           as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-           no_loss: bool = typer.Option(False, "--no-loss", help="Only list the documents.")) -> None:
+def replay(
+    run_path: Path = typer.Argument(..., metavar="RUN", help="Run directory (holds config.yaml)."),
+    step: int = typer.Option(..., "--step", help="Optimizer step whose global batch to replay."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    no_loss: bool = typer.Option(False, "--no-loss", help="Only list the documents."),
+) -> None:
     """List the documents in the global batch of step N (curated id, source, url, bucket, token span)
     and recompute that batch's loss from the checkpoint before N (seed 002 §5.5).
     """
@@ -461,21 +537,37 @@ def replay(run_path: Path = typer.Argument(..., metavar="RUN", help="Run directo
         for col in ("micro", "row", "bucket", "doc_id", "source", "url", "tokens"):
             table.add_column(col, overflow="fold")
         for d in docs:  # the whole id, as the curated row and the rejected log have it (a user's own id too)
-            table.add_row(str(d["micro"]), str(d["row"]), d["bucket"], d["doc_id"], str(d["source"]),
-                          str(d["url"]), f"{d['token_start']}:{d['token_end']}")
+            table.add_row(
+                str(d["micro"]),
+                str(d["row"]),
+                d["bucket"],
+                d["doc_id"],
+                str(d["source"]),
+                str(d["url"]),
+                f"{d['token_start']}:{d['token_end']}",
+            )
         out.print(table)
         if loss is not None:
-            console.print(f"loss recomputed from {loss['from_checkpoint'] or 'the initial weights'} "
-                          f"(+{loss['rolled_forward_steps']} steps): {loss['loss']:.6f}; logged: {loss['logged_loss']}; "
-                          f"identical: {loss['matches_log']}")
+            console.print(
+                f"loss recomputed from {loss['from_checkpoint'] or 'the initial weights'} "
+                f"(+{loss['rolled_forward_steps']} steps): {loss['loss']:.6f}; logged: {loss['logged_loss']}; "
+                f"identical: {loss['matches_log']}"
+            )
+
     _guard(go)
 
 
 @app.command("stop-signals")
-def stop_signals_(run_path: Path = typer.Argument(..., metavar="RUN", help="Run directory (holds config.yaml)."),
-                  law: Optional[Path] = typer.Option(None, "--law", help="A `tokenmill scaling fit` fit.json to compare "
-                                                     "with (default: report.scaling_law, else the published Chinchilla fit)."),
-                  as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables.")) -> None:
+def stop_signals_(
+    run_path: Path = typer.Argument(..., metavar="RUN", help="Run directory (holds config.yaml)."),
+    law: Optional[Path] = typer.Option(
+        None,
+        "--law",
+        help="A `tokenmill scaling fit` fit.json to compare "
+        "with (default: report.scaling_law, else the published Chinchilla fit).",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+) -> None:
     """Should this run keep training (seed 002 §5.11)? The held-out loss slope per decade of tokens
     against the scaling law's, the gap to the law, the held-out − train gap, tokens per parameter
     against the compute-optimal ratio, epochs per bucket, and the verdict with the numbers behind it."""
@@ -492,13 +584,16 @@ def stop_signals_(run_path: Path = typer.Argument(..., metavar="RUN", help="Run 
             raise FileNotFoundError(f"{cfg_file}: not a run directory")
         r = RunDir(config=load_config(cfg_file), path=run_path)
         return stop_signals(r, resolve_law(r, law))
+
     s = _guard(go)
     if as_json:
         typer.echo(_json.dumps(s.to_dict(), indent=1))
         return
     if s.verdict != TOO_FEW:
-        for title, header, rows in (("stopping signals", SIGNAL_HEADER, signals_rows(s)),
-                                    ("per bucket", BUCKET_HEADER, bucket_rows(s))):
+        for title, header, rows in (
+            ("stopping signals", SIGNAL_HEADER, signals_rows(s)),
+            ("per bucket", BUCKET_HEADER, bucket_rows(s)),
+        ):
             t = Table(title=title)
             for col in header:
                 t.add_column(col)
@@ -511,8 +606,12 @@ def stop_signals_(run_path: Path = typer.Argument(..., metavar="RUN", help="Run 
 
 
 @app.command()
-def run(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt,
-        force: Optional[list[str]] = typer.Option(None, "--force", help=f"Rerun this stage even if unchanged ({', '.join(STAGES)}).")) -> None:
+def run(
+    config: Path = ConfigArg,
+    set_: Optional[list[str]] = SetOpt,
+    run_dir: Optional[Path] = RunDirOpt,
+    force: Optional[list[str]] = typer.Option(None, "--force", help=f"Rerun this stage even if unchanged ({', '.join(STAGES)})."),
+) -> None:
     """Run every stage in order, skipping stages whose config and inputs are unchanged since they finished.
 
     Training continues from its last checkpoint when it was interrupted; the report is rebuilt.
@@ -527,6 +626,7 @@ def run(config: Path = ConfigArg, set_: Optional[list[str]] = SetOpt, run_dir: O
         run_pipeline(r, force=frozenset(force or []))
         _print_eval(r)
         return r.sub("report.html").resolve()
+
     typer.echo(str(_guard(go, checkpoint_hint=RERUN_CONTINUES)))
 
 
@@ -545,6 +645,7 @@ def demo(set_: Optional[list[str]] = SetOpt, run_dir: Optional[Path] = RunDirOpt
         run_pipeline(r)
         _print_eval(r)
         return r.sub("report.html").resolve()
+
     path = _guard(go, checkpoint_hint=RERUN_CONTINUES)
     console.print("report:", style="bold green")
     typer.echo(str(path))
@@ -571,11 +672,11 @@ def checkpoint_average(
 
     def go() -> Path:
         return average_last(_open(config, set_, run_dir), last, out)
+
     typer.echo(str(_guard(go)))
 
 
-export_app = typer.Typer(help="Export a checkpoint to other tools (hf: transformers LlamaForCausalLM).",
-                         no_args_is_help=True)
+export_app = typer.Typer(help="Export a checkpoint to other tools (hf: transformers LlamaForCausalLM).", no_args_is_help=True)
 app.add_typer(export_app, name="export")
 
 
@@ -583,9 +684,16 @@ app.add_typer(export_app, name="export")
 def export_hf_cmd(
     checkpoint: Path = typer.Argument(..., help="A step_N checkpoint, or a run's checkpoints/ directory (newest valid)."),
     out: Path = typer.Argument(..., help="Output directory (config.json, model.safetensors, tokenizer files)."),
-    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="tokenizer.json (default: <run>/tokenizer/tokenizer.json)."),
-    force: bool = typer.Option(False, "--overwrite", "--force", help="Replace OUT when it holds an earlier tokenmill "
-                               "export (only the files tokenmill wrote; a directory of other files is refused)."),
+    tokenizer: Optional[Path] = typer.Option(
+        None, "--tokenizer", help="tokenizer.json (default: <run>/tokenizer/tokenizer.json)."
+    ),
+    force: bool = typer.Option(
+        False,
+        "--overwrite",
+        "--force",
+        help="Replace OUT when it holds an earlier tokenmill "
+        "export (only the files tokenmill wrote; a directory of other files is refused).",
+    ),
 ) -> None:
     """Write a Hugging Face LlamaForCausalLM + PreTrainedTokenizerFast directory, loadable with
     `from_pretrained(OUT)` and `lm_eval --model hf --model_args pretrained=OUT`."""
@@ -593,6 +701,7 @@ def export_hf_cmd(
 
     def go() -> Path:
         return export_hf(checkpoint, out, tokenizer, overwrite=force)
+
     typer.echo(str(_guard(go)))
 
 
@@ -600,7 +709,9 @@ def export_hf_cmd(
 def verify_resume_cmd(
     config: Path = ConfigArg,
     kills: int = typer.Option(2, "--kills", "-k", min=1, help="SIGKILLs at random steps in the killed run."),
-    steps: Optional[int] = typer.Option(None, "--steps", help="Compare only the first S steps (train.max_steps=S for both runs)."),
+    steps: Optional[int] = typer.Option(
+        None, "--steps", help="Compare only the first S steps (train.max_steps=S for both runs)."
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed that draws the kill steps."),
     keep_scratch: bool = typer.Option(False, "--keep-scratch", help="Keep <run>/verify_resume/ even when identical."),
     set_: Optional[list[str]] = SetOpt,
@@ -615,8 +726,15 @@ def verify_resume_cmd(
     from tokenmill.verify_resume import render, verify_resume
 
     def go() -> dict[str, Any]:
-        return verify_resume(_open(config, set_, run_dir), kills=kills, steps=steps, seed=seed,
-                             keep_scratch=keep_scratch, say=lambda m: console.print(m))
+        return verify_resume(
+            _open(config, set_, run_dir),
+            kills=kills,
+            steps=steps,
+            seed=seed,
+            keep_scratch=keep_scratch,
+            say=lambda m: console.print(m),
+        )
+
     result = _guard(go)
     console.print(render(result))
     for m in result["mismatches"][:5]:
@@ -648,6 +766,7 @@ def calibrate(
     def go() -> tuple[list[dict[str, Any]], Path]:
         entries = run_calibration(device, threads=threads, seconds=seconds)
         return entries, write_calibration(entries)
+
     entries, path = _guard(go)
     table = Table(title=f"matmul peak: {entries[0]['device']}, {entries[0]['threads']} threads, torch {entries[0]['torch']}")
     table.add_column("dtype")
@@ -662,28 +781,54 @@ def calibrate(
 
 @app.command()
 def plan(
-    params: Optional[float] = typer.Option(None, "--params", help="Parameters N (e.g. 7e9); the shape is derived with d_model = 128 × layers."),
+    params: Optional[float] = typer.Option(
+        None, "--params", help="Parameters N (e.g. 7e9); the shape is derived with d_model = 128 × layers."
+    ),
     tokens: Optional[float] = typer.Option(None, "--tokens", help="Training tokens D (default: the config's budget, else 20·N)."),
-    flops: Optional[float] = typer.Option(None, "--flops", help="Compute budget C alone: size N = √(C/120), D = 20·N (Chinchilla)."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Run config: its model, seq_len, micro-batch, global batch and token budget."),
+    flops: Optional[float] = typer.Option(
+        None, "--flops", help="Compute budget C alone: size N = √(C/120), D = 20·N (Chinchilla)."
+    ),
+    config: Optional[Path] = typer.Option(
+        None, "--config", "-c", help="Run config: its model, seq_len, micro-batch, global batch and token budget."
+    ),
     arch: Optional[str] = typer.Option(None, "--arch", help="A known shape: llama2-7b, llama2-13b, llama2-70b."),
     devices: int = typer.Option(8, "--devices", "-n", min=1, help="Devices (GPUs) in the run."),
-    device: str = typer.Option("h100", "--device", help="a100-40gb, a100-80gb, h100, h200, or this (from `tokenmill calibrate`)."),
+    device: str = typer.Option(
+        "h100", "--device", help="a100-40gb, a100-80gb, h100, h200, or this (from `tokenmill calibrate`)."
+    ),
     mfu: float = typer.Option(0.38, "--mfu", help="Model FLOP utilization assumed for the wall-clock (seed 002: 0.38)."),
     price: Optional[float] = typer.Option(None, "--price", help="USD per device-hour (default: the preset's rough cloud price)."),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Tokens per sequence (default: the config's, else 4096)."),
-    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Sequences per micro-batch (default: the config's, else 1)."),
-    global_batch: Optional[int] = typer.Option(None, "--global-batch-tokens", help="Tokens per optimizer step (default: the config's, else 4Mi)."),
+    micro_batch: Optional[int] = typer.Option(
+        None, "--micro-batch", help="Sequences per micro-batch (default: the config's, else 1)."
+    ),
+    global_batch: Optional[int] = typer.Option(
+        None, "--global-batch-tokens", help="Tokens per optimizer step (default: the config's, else 4Mi)."
+    ),
     tp: Optional[int] = typer.Option(None, "--tp", help="Fix tensor parallelism (default: searched)."),
     pp: Optional[int] = typer.Option(None, "--pp", help="Fix pipeline stages (default: searched)."),
     dp: Optional[int] = typer.Option(None, "--dp", help="Fix data parallelism (default: searched)."),
     zero: Optional[int] = typer.Option(None, "--zero", min=0, max=3, help="Fix the ZeRO stage (3 = FSDP; default: searched)."),
-    checkpointing: Optional[bool] = typer.Option(None, "--checkpointing/--no-checkpointing", help="Fix activation checkpointing (default: searched)."),
-    sequence_parallel: bool = typer.Option(True, "--sequence-parallel/--no-sequence-parallel", help="Shard the norm/dropout activations over TP ranks too (Korthikanti et al.)."),
-    no_master: bool = typer.Option(False, "--no-master-weights", help="No fp32 master copy (Adam 8 B/param, as seed 004 counts)."),
+    checkpointing: Optional[bool] = typer.Option(
+        None, "--checkpointing/--no-checkpointing", help="Fix activation checkpointing (default: searched)."
+    ),
+    sequence_parallel: bool = typer.Option(
+        True,
+        "--sequence-parallel/--no-sequence-parallel",
+        help="Shard the norm/dropout activations over TP ranks too (Korthikanti et al.).",
+    ),
+    no_master: bool = typer.Option(
+        False, "--no-master-weights", help="No fp32 master copy (Adam 8 B/param, as seed 004 counts)."
+    ),
     reserve_gb: float = typer.Option(5.0, "--reserve-gb", min=0, help="GB per device kept for NCCL buffers and scratch."),
-    inference_tokens: float = typer.Option(0.0, "--inference-tokens", help="Tokens the model will serve: adds the inference-aware size (Sardana et al.)."),
-    noise_from: Optional[Path] = typer.Option(None, "--noise-from", help="A run directory whose measured gradient noise scale judges the batch (default: the --config run's own, when it has one)."),
+    inference_tokens: float = typer.Option(
+        0.0, "--inference-tokens", help="Tokens the model will serve: adds the inference-aware size (Sardana et al.)."
+    ),
+    noise_from: Optional[Path] = typer.Option(
+        None,
+        "--noise-from",
+        help="A run directory whose measured gradient noise scale judges the batch (default: the --config run's own, when it has one).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the same figures as JSON."),
     set_: Optional[list[str]] = SetOpt,
 ) -> None:
@@ -707,13 +852,31 @@ def plan(
         noise_dir = noise_from or (Path(run_cfg.root) / run_cfg.name if run_cfg is not None else None)
         noise = run_noise(noise_dir) if noise_dir is not None else None
         if noise_from is not None and noise is None:
-            raise UserError(f"--noise-from {noise_from}: no measured noise scale in its events.jsonl (train with "
-                            f"train.grad_accum >= 2 and train.noise_scale_every > 0)")
-        return make_plan(inputs.cfg, inputs.tokens, devices, spec, mfu, inputs.n_params, inputs.seq_len,
-                         inputs.micro_batch, inputs.global_batch_tokens,
-                         {"tp": tp, "pp": pp, "dp": dp, "zero": zero, "checkpointing": checkpointing},
-                         inference_tokens, not no_master, reserve_gb * 1e9, sequence_parallel, inputs.notes,
-                         run_cfg=inputs.run_cfg, noise=noise, noise_source=str(noise_dir))
+            raise UserError(
+                f"--noise-from {noise_from}: no measured noise scale in its events.jsonl (train with "
+                f"train.grad_accum >= 2 and train.noise_scale_every > 0)"
+            )
+        return make_plan(
+            inputs.cfg,
+            inputs.tokens,
+            devices,
+            spec,
+            mfu,
+            inputs.n_params,
+            inputs.seq_len,
+            inputs.micro_batch,
+            inputs.global_batch_tokens,
+            {"tp": tp, "pp": pp, "dp": dp, "zero": zero, "checkpointing": checkpointing},
+            inference_tokens,
+            not no_master,
+            reserve_gb * 1e9,
+            sequence_parallel,
+            inputs.notes,
+            run_cfg=inputs.run_cfg,
+            noise=noise,
+            noise_source=str(noise_dir),
+        )
+
     result = _guard(go)
     if as_json:
         typer.echo(_json.dumps(result.as_dict(), indent=1))
@@ -724,14 +887,17 @@ def plan(
         raise typer.Exit(1)  # planned everything but the layout: a script must not take it for a full plan
 
 
-mixture_app = typer.Typer(help="Mixture weights by experiment: DoReMi and a data-mixing-law regression on proxy models.",
-                          no_args_is_help=True)
+mixture_app = typer.Typer(
+    help="Mixture weights by experiment: DoReMi and a data-mixing-law regression on proxy models.", no_args_is_help=True
+)
 app.add_typer(mixture_app, name="mixture")
 
 
 @mixture_app.command("optimize")
 def mixture_optimize(
-    config: Path = typer.Argument(..., help="Mixture-optimization config (YAML): base run config, methods, proxy size, comparison."),
+    config: Path = typer.Argument(
+        ..., help="Mixture-optimization config (YAML): base run config, methods, proxy size, comparison."
+    ),
 ) -> None:
     """Find bucket weights with small proxy models trained on your token store (DoReMi; a data
     mixing law fitted over sampled mixtures), optionally measure them against uniform and
@@ -750,13 +916,18 @@ def mixture_optimize(
         table.add_column(col, justify="left" if col == "method" else "right")
     compare = result.get("compare", {})
     total = sum(result["available_tokens"].values())
-    rows = {"uniform": {b: 1 / len(buckets) for b in buckets},
-            "proportional": {b: result["available_tokens"][b] / total for b in buckets}}
+    rows = {
+        "uniform": {b: 1 / len(buckets) for b in buckets},
+        "proportional": {b: result["available_tokens"][b] / total for b in buckets},
+    }
     rows.update({m: result[m]["weights"] for m in ("doremi", "regmix") if m in result})
     for name, w in rows.items():
         c = compare.get(name)
-        measured = "" if c is None else f"{c['mean_bpb']:.4f}" + (f" ± {c['std_bpb']:.4f}" if c["std_bpb"] else "") \
-            + f" ({len(c['runs'])})"
+        measured = (
+            ""
+            if c is None
+            else f"{c['mean_bpb']:.4f}" + (f" ± {c['std_bpb']:.4f}" if c["std_bpb"] else "") + f" ({len(c['runs'])})"
+        )
         table.add_row(name + (" ✓" if name == result["chosen"] else ""), *(f"{w[b]:.3f}" for b in buckets), measured)
     out.print(table)
     typer.echo(f"weights of {result['chosen']}: {result['optimized']}; page: {page}")
@@ -765,7 +936,11 @@ def mixture_optimize(
 @app.command("source-value")
 def source_value(
     config: Path = typer.Argument(..., help="Source-value config (YAML): base run config, seeds, shares."),
-    source: Optional[str] = typer.Option(None, "--source", help="The new source: a bucket of the token store, or a file or directory of new data to curate into a new bucket (overrides the config's)."),
+    source: Optional[str] = typer.Option(
+        None,
+        "--source",
+        help="The new source: a bucket of the token store, or a file or directory of new data to curate into a new bucket (overrides the config's).",
+    ),
 ) -> None:
     """Is a new source worth adding? Paired runs with and without it at equal tokens, and an
     annealing test (the LR decayed to 0 on a mix holding it), per seed; prints Δ bits-per-byte per
@@ -779,7 +954,9 @@ def source_value(
     result = _guard(lambda: run_source_value(config, source, progress=_progress), resume_hint=RERUN_REUSES)
     page = write_source_value_page(Path(result["dir"]), result)
     for name, t in result["tests"].items():
-        table = Table(title=f"{name}: {t['verdict']} (Δ other slices {t['delta_other_slices']:+.4f}, band ±{t['noise_band']:.4f})")
+        table = Table(
+            title=f"{name}: {t['verdict']} (Δ other slices {t['delta_other_slices']:+.4f}, band ±{t['noise_band']:.4f})"
+        )
         table.add_column("slice")
         table.add_column("Δ bpb (with − without)", justify="right")
         for s, d in t["delta_bpb"].items():
@@ -790,7 +967,9 @@ def source_value(
 
 @app.command()
 def ablate(
-    config: Path = typer.Argument(..., help="Ablation config (YAML): base run config, arms (curation variants), sizes, seeds, evaluation set."),
+    config: Path = typer.Argument(
+        ..., help="Ablation config (YAML): base run config, arms (curation variants), sizes, seeds, evaluation set."
+    ),
 ) -> None:
     """What each curation step buys in model quality: every arm (a variation of the curate config:
     a step off, a threshold moved, a classifier cut) is curated from the same raw sources,
@@ -811,7 +990,9 @@ def ablate(
 @app.command()
 def synth(
     config: Path = typer.Argument(..., help="Synthesis config (YAML): the run to sample, sampling, prompts, figures."),
-    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override a key of the synthesis config: key=value, e.g. docs=50 (repeatable)."),
+    set_: Optional[list[str]] = typer.Option(
+        None, "--set", "-s", help="Override a key of the synthesis config: key=value, e.g. docs=50 (repeatable)."
+    ),
 ) -> None:
     """Sample documents from a run's checkpoint (temperature, top-p, top-k; document i seeded by
     (seed, i)) and write <run>/synthetic/<name>/samples.jsonl, every record carrying its lineage
@@ -825,8 +1006,10 @@ def synth(
 
     result = _guard(lambda: run_synth(config, list(set_ or [])))
     m = result["metrics"]
-    table = Table(title=f"generation {result['lineage']['generation']} samples vs real text "
-                        f"({m['samples']['tokens']:,} tokens each; tail = rarest ids holding {m['tail']:.0%} of real tokens)")
+    table = Table(
+        title=f"generation {result['lineage']['generation']} samples vs real text "
+        f"({m['samples']['tokens']:,} tokens each; tail = rarest ids holding {m['tail']:.0%} of real tokens)"
+    )
     for col in ("figure", "samples", "real", "samples / real"):
         table.add_column(col, justify="left" if col == "figure" else "right")
     for key, v in m["samples"].items():
@@ -837,22 +1020,29 @@ def synth(
     for b, bpb in m.get("real_bpb", {}).items():
         table.add_row(f"held-out bpb, {b}", f"{bpb:.4f}", "", "")
     out.print(table)
-    typer.echo(f"{result['docs']} documents ({result['empty']} empty left out, {result['new_tokens']:,} new tokens, "
-               f"{result['seconds']:.1f} s): {result['samples']}")
+    typer.echo(
+        f"{result['docs']} documents ({result['empty']} empty left out, {result['new_tokens']:,} new tokens, "
+        f"{result['seconds']:.1f} s): {result['samples']}"
+    )
 
 
-scaling_app = typer.Typer(help="Scaling laws: IsoFLOP sweeps with the real trainer, and the fitted laws.",
-                          no_args_is_help=True)
+scaling_app = typer.Typer(help="Scaling laws: IsoFLOP sweeps with the real trainer, and the fitted laws.", no_args_is_help=True)
 app.add_typer(scaling_app, name="scaling")
 
 
 @scaling_app.command("sweep")
 def scaling_sweep(
     sweep: Path = typer.Argument(..., help="Sweep config (YAML): base run config, budgets, shapes, held-out runs."),
-    only: Optional[list[str]] = typer.Option(None, "--only", help="Train only this run (repeatable); finished runs are still collected."),
+    only: Optional[list[str]] = typer.Option(
+        None, "--only", help="Train only this run (repeatable); finished runs are still collected."
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the planned runs (steps, tokens, FLOPs) and train nothing."),
-    no_holdout: bool = typer.Option(False, "--no-holdout", help="Train the sweep (and repeat) runs only: fit and "
-                                    "`scaling fit --register` the held-out predictions before their runs exist."),
+    no_holdout: bool = typer.Option(
+        False,
+        "--no-holdout",
+        help="Train the sweep (and repeat) runs only: fit and "
+        "`scaling fit --register` the held-out predictions before their runs exist.",
+    ),
 ) -> None:
     """Train every run of an IsoFLOP sweep (each a normal run directory under <root>/<name>/runs/)
     and write <root>/<name>/results.json. Running it again continues: finished runs are skipped and
@@ -861,15 +1051,22 @@ def scaling_sweep(
 
     from tokenmill.scaling.sweep import run_sweep
 
-    result = _guard(lambda: run_sweep(sweep, only=only, dry_run=dry_run, holdout=not no_holdout),
-                    resume_hint=RERUN_REUSES)
+    result = _guard(lambda: run_sweep(sweep, only=only, dry_run=dry_run, holdout=not no_holdout), resume_hint=RERUN_REUSES)
     if dry_run:
         table = Table(title=f"{len(result['runs'])} runs; {result['train_tokens']:,} training tokens in the store")
         for col in ("run", "role", "N (non-emb.)", "steps", "tokens", "FLOPs", "D/N", "lr"):
             table.add_column(col, justify="left" if col in ("run", "role") else "right", no_wrap=col == "run")
         for r in result["runs"]:
-            table.add_row(r["name"], r["role"], f"{r['params']:,}", f"{r['steps']:,}", f"{r['tokens']:,}",
-                          f"{r['flops']:.2e}", f"{r['tokens'] / r['params']:.1f}", f"{r['lr']:.2e}")
+            table.add_row(
+                r["name"],
+                r["role"],
+                f"{r['params']:,}",
+                f"{r['steps']:,}",
+                f"{r['tokens']:,}",
+                f"{r['flops']:.2e}",
+                f"{r['tokens'] / r['params']:.1f}",
+                f"{r['lr']:.2e}",
+            )
         out.print(table)
     for s in result["skipped"]:
         console.print(f"left out {s['name']}: {s['why']}", style="dim")
@@ -900,8 +1097,14 @@ def scaling_lr_transfer(
             if o["lr"] is None:
                 table.add_row(param, width, "every run diverged", "", "", shift)
                 continue
-            table.add_row(param, width, f"{o['lr']:.2e}" + (" (edge)" if o["edge"] else ""), f"{o['grid_lr']:.2e}",
-                          f"{o['loss']:.4f}", shift)
+            table.add_row(
+                param,
+                width,
+                f"{o['lr']:.2e}" + (" (edge)" if o["edge"] else ""),
+                f"{o['grid_lr']:.2e}",
+                f"{o['loss']:.4f}",
+                shift,
+            )
     out.print(table)
 
 
@@ -910,8 +1113,12 @@ def scaling_fit(
     sweep_dir: Path = typer.Argument(..., help="A sweep directory (holds results.json), e.g. runs/mixed-sweep."),
     bootstrap: int = typer.Option(200, "--bootstrap", min=0, help="Bootstrap resamples for the intervals (0: none)."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole analysis as JSON."),
-    register: bool = typer.Option(False, "--register", help="Write the predictions of held-out runs not finished yet to "
-                                  "<sweep>/predictions.json (pre-registration; a registered prediction is never overwritten)."),
+    register: bool = typer.Option(
+        False,
+        "--register",
+        help="Write the predictions of held-out runs not finished yet to "
+        "<sweep>/predictions.json (pre-registration; a registered prediction is never overwritten).",
+    ),
 ) -> None:
     """Fit L(N, D) = E + A/N^α + B/D^β (Chinchilla approach 3, Huber on log loss), the IsoFLOP
     minima and Kaplan-style power laws to the sweep runs, with bootstrap intervals, and predict each
@@ -932,32 +1139,42 @@ def scaling_fit(
         atomic_write_text(sweep_dir / "fit.json", json.dumps({**a.to_dict(), **extra}, indent=1))
         atomic_write_text(sweep_dir / "scaling.html", render_scaling(a, f"scaling: {sweep_dir.name}", **extra))
         return a, new, extra
+
     a, new, extra = _guard(go)
     if as_json:
         typer.echo(json.dumps({**a.to_dict(), **extra}, indent=1))
         return
     f = a.chinchilla.fit
-    console.print(f"L(N, D) = {f.E:.4g} + {f.A:.4g}/N^{f.alpha:.4g} + {f.B:.4g}/D^{f.beta:.4g}  "
-                  f"(a = {f.a:.3f}, b = {f.b:.3f}; {f.runs} runs)")
+    console.print(
+        f"L(N, D) = {f.E:.4g} + {f.A:.4g}/N^{f.alpha:.4g} + {f.B:.4g}/D^{f.beta:.4g}  "
+        f"(a = {f.a:.3f}, b = {f.b:.3f}; {f.runs} runs)"
+    )
     for h in a.holdout:
         iv = f" [{h.interval.low:.4f}, {h.interval.high:.4f}]" if h.interval else ""
-        console.print(f"held-out {h.name}: predicted {h.predicted:.4f}{iv}, actual {h.actual:.4f}, "
-                      f"error {h.relative_error:+.2%}")
+        console.print(f"held-out {h.name}: predicted {h.predicted:.4f}{iv}, actual {h.actual:.4f}, error {h.relative_error:+.2%}")
     for p in extra["pending"]:
         iv = f" [{p['interval'][0]:.4f}, {p['interval'][1]:.4f}]" if p["interval"] else ""
-        console.print(f"pending held-out {p['name']}: predicted {p['predicted']:.4f}{iv}"
-                      + (" (registered now)" if any(x["name"] == p["name"] for x in new) else ""))
+        console.print(
+            f"pending held-out {p['name']}: predicted {p['predicted']:.4f}{iv}"
+            + (" (registered now)" if any(x["name"] == p["name"] for x in new) else "")
+        )
     for p in extra["registered"]:
         if p["actual"] is not None:
-            console.print(f"registered {p['registered_at']} for {p['name']}: predicted {p['predicted']:.4f}, "
-                          f"actual {p['actual']:.4f}, error {p['relative_error']:+.2%}")
+            console.print(
+                f"registered {p['registered_at']} for {p['name']}: predicted {p['predicted']:.4f}, "
+                f"actual {p['actual']:.4f}, error {p['relative_error']:+.2%}"
+            )
     if a.backtest is not None:
         b = a.backtest
-        console.print(f"backtest: the law fitted without budget {b.budget:.3g} predicts its {len(b.names)} runs with "
-                      f"errors {', '.join(f'{e:+.2%}' for e in b.errors)} (max {b.max_abs_error:.2%})")
+        console.print(
+            f"backtest: the law fitted without budget {b.budget:.3g} predicts its {len(b.names)} runs with "
+            f"errors {', '.join(f'{e:+.2%}' for e in b.errors)} (max {b.max_abs_error:.2%})"
+        )
     for n in a.noise:
-        console.print(f"run-to-run noise at N {n.params:,}, D {n.tokens:,}: {len(n.losses)} seeds, std {n.std:.4f} "
-                      f"({n.relative_std:.2%} of the loss), range {n.relative_range:.2%}")
+        console.print(
+            f"run-to-run noise at N {n.params:,}, D {n.tokens:,}: {len(n.losses)} seeds, std {n.std:.4f} "
+            f"({n.relative_std:.2%} of the loss), range {n.relative_range:.2%}"
+        )
     for n in a.notes:
         console.print(n, style="dim")
     typer.echo(str(sweep_dir / "scaling.html"))

@@ -19,25 +19,70 @@ from pydantic import Field, ValidationError, model_validator
 
 from tokenmill.config_base import ConfigError, Strict, format_validation_error
 from tokenmill.ownership import FolderName
-from tokenmill.data.config import (BucketRule, CURATE_STEPS, CanaryConfig, CurateConfig, DecontaminateConfig,
-                                   ExtractConfig, LangIdConfig, LineDedupConfig, MinHashConfig, ModelQualityConfig,
-                                   NormalizeConfig, PiiConfig, QualityConfig, SafetyConfig, SourceConfig,
-                                   SubstringDedupConfig, UrlFilterConfig)
+from tokenmill.data.config import (
+    BucketRule,
+    CURATE_STEPS,
+    CanaryConfig,
+    CurateConfig,
+    DecontaminateConfig,
+    ExtractConfig,
+    LangIdConfig,
+    LineDedupConfig,
+    MinHashConfig,
+    ModelQualityConfig,
+    NormalizeConfig,
+    PiiConfig,
+    QualityConfig,
+    SafetyConfig,
+    SourceConfig,
+    SubstringDedupConfig,
+    UrlFilterConfig,
+)
 from tokenmill.tokenizer.config import TokenizerConfig
 from tokenmill.tokens.config import TokenizeConfig
 from tokenmill.mixture.config import MixtureConfig, PhaseConfig, SyntheticLimitsConfig
 from tokenmill.model.config import ModelConfig
-from tokenmill.train.config import (FaultConfig, GuardConfig, ParallelConfig, TrainConfig)
-from tokenmill.eval.config import (EvalConfig, ProbeConfig, SemanticContaminationConfig, TaskConfig)
-from tokenmill.report.config import (ReportConfig, StopConfig)
+from tokenmill.train.config import FaultConfig, GuardConfig, ParallelConfig, TrainConfig
+from tokenmill.eval.config import EvalConfig, ProbeConfig, SemanticContaminationConfig, TaskConfig
+from tokenmill.report.config import ReportConfig, StopConfig
 
-__all__ = ['BucketRule', 'CURATE_STEPS', 'CanaryConfig', 'ConfigError', 'CurateConfig', 'DecontaminateConfig',
-           'EvalConfig', 'ExtractConfig', 'FaultConfig', 'GuardConfig', 'LangIdConfig', 'LineDedupConfig',
-           'MinHashConfig', 'MixtureConfig', 'ModelConfig', 'ModelQualityConfig', 'NormalizeConfig', 'ParallelConfig',
-           'PhaseConfig', 'PiiConfig', 'ProbeConfig', 'QualityConfig', 'ReportConfig', 'SafetyConfig',
-           'SemanticContaminationConfig', 'SourceConfig', 'StopConfig', 'Strict', 'SubstringDedupConfig',
-           'SyntheticLimitsConfig',
-           'TaskConfig', 'TokenizeConfig', 'TokenizerConfig', 'TrainConfig', 'UrlFilterConfig']
+__all__ = [
+    "BucketRule",
+    "CURATE_STEPS",
+    "CanaryConfig",
+    "ConfigError",
+    "CurateConfig",
+    "DecontaminateConfig",
+    "EvalConfig",
+    "ExtractConfig",
+    "FaultConfig",
+    "GuardConfig",
+    "LangIdConfig",
+    "LineDedupConfig",
+    "MinHashConfig",
+    "MixtureConfig",
+    "ModelConfig",
+    "ModelQualityConfig",
+    "NormalizeConfig",
+    "ParallelConfig",
+    "PhaseConfig",
+    "PiiConfig",
+    "ProbeConfig",
+    "QualityConfig",
+    "ReportConfig",
+    "SafetyConfig",
+    "SemanticContaminationConfig",
+    "SourceConfig",
+    "StopConfig",
+    "Strict",
+    "SubstringDedupConfig",
+    "SyntheticLimitsConfig",
+    "TaskConfig",
+    "TokenizeConfig",
+    "TokenizerConfig",
+    "TrainConfig",
+    "UrlFilterConfig",
+]
 
 
 class RunConfig(Strict):
@@ -68,8 +113,10 @@ class RunConfig(Strict):
     def _sequence_fits_model(self) -> "RunConfig":
         # caught here, before any stage runs, instead of when training builds the model
         if self.train.seq_len > self.model.max_seq_len:
-            raise ValueError(f"train.seq_len={self.train.seq_len} exceeds model.max_seq_len={self.model.max_seq_len}; "
-                             f"raise model.max_seq_len or lower train.seq_len")
+            raise ValueError(
+                f"train.seq_len={self.train.seq_len} exceeds model.max_seq_len={self.model.max_seq_len}; "
+                f"raise model.max_seq_len or lower train.seq_len"
+            )
         return self
 
     @property

@@ -20,8 +20,12 @@ class Strict(BaseModel):
 
 
 # pydantic's range errors, said as the bound the field must keep
-_BOUNDS = {"greater_than": ("gt", ">"), "greater_than_equal": ("ge", "≥"),
-           "less_than": ("lt", "<"), "less_than_equal": ("le", "≤")}
+_BOUNDS = {
+    "greater_than": ("gt", ">"),
+    "greater_than_equal": ("ge", "≥"),
+    "less_than": ("lt", "<"),
+    "less_than_equal": ("le", "≤"),
+}
 
 
 def _short(value: Any) -> str:

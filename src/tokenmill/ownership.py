@@ -35,8 +35,10 @@ def one_folder_name(name: str) -> str:
     """A config's `name` becomes <root>/<name>: a separator, `..` or an absolute name would put
     the directory outside `root`."""
     if not name.strip() or name in (".", "..") or "/" in name or "\\" in name or Path(name).is_absolute():
-        raise ValueError(f"{name!r} must be one folder name (no '/', '\\', '..' or absolute path): the "
-                         "directory is <root>/<name>; use `root` to put it elsewhere")
+        raise ValueError(
+            f"{name!r} must be one folder name (no '/', '\\', '..' or absolute path): the "
+            "directory is <root>/<name>; use `root` to put it elsewhere"
+        )
     return name
 
 
@@ -58,13 +60,17 @@ def read_marker(directory: Path) -> dict[str, Any] | None:
     return record if isinstance(record, dict) and record.get("tool") == "tokenmill" else None
 
 
-def write_marker(directory: Path, stage: str, run: str | None = None,
-                 outputs: Iterable[str] | None = None) -> dict[str, Any]:
+def write_marker(directory: Path, stage: str, run: str | None = None, outputs: Iterable[str] | None = None) -> dict[str, Any]:
     """Record (atomically) that tokenmill's `stage` owns `directory` and wrote `outputs` there."""
     previous = read_marker(directory) or {}
-    record = {"tool": "tokenmill", "stage": stage, "run": run if run is not None else previous.get("run"),
-              "created_at": previous.get("created_at", round(time.time(), 3)), "updated_at": round(time.time(), 3),
-              "outputs": sorted(set(outputs if outputs is not None else previous.get("outputs", [])) - {MARKER})}
+    record = {
+        "tool": "tokenmill",
+        "stage": stage,
+        "run": run if run is not None else previous.get("run"),
+        "created_at": previous.get("created_at", round(time.time(), 3)),
+        "updated_at": round(time.time(), 3),
+        "outputs": sorted(set(outputs if outputs is not None else previous.get("outputs", [])) - {MARKER}),
+    }
     path = Path(directory) / MARKER
     tmp = temporary_name(path)
     tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
@@ -72,9 +78,16 @@ def write_marker(directory: Path, stage: str, run: str | None = None,
     return record
 
 
-def claim_dir(directory: Path, stage: str, *, run: str | None = None,
-              legacy: Callable[[Path], bool] | None = None, foreign_ok: bool = False,
-              hint: str = "", create: bool = True) -> dict[str, Any]:
+def claim_dir(
+    directory: Path,
+    stage: str,
+    *,
+    run: str | None = None,
+    legacy: Callable[[Path], bool] | None = None,
+    foreign_ok: bool = False,
+    hint: str = "",
+    create: bool = True,
+) -> dict[str, Any]:
     """Make `directory` the output of `stage`, or refuse (before any work) with one line.
 
     Accepted: a new path (created), an empty directory, one whose marker names `stage`, one that
@@ -84,13 +97,16 @@ def claim_dir(directory: Path, stage: str, *, run: str | None = None,
     for the caller to create whole (the returned marker is then not written)."""
     d = Path(directory)
     if os.path.lexists(d) and not d.is_dir():
-        raise OwnershipError(f"{d}: exists and is not a directory; tokenmill writes its {stage} output only "
-                             "into a new, empty or tokenmill-made directory")
+        raise OwnershipError(
+            f"{d}: exists and is not a directory; tokenmill writes its {stage} output only "
+            "into a new, empty or tokenmill-made directory"
+        )
     mark = read_marker(d) if d.is_dir() else None
     if mark is not None:
         if mark.get("stage") != stage:
-            raise OwnershipError(f"{d}: holds tokenmill's {mark.get('stage')} output ({MARKER}), not {stage} "
-                                 "output; choose another directory")
+            raise OwnershipError(
+                f"{d}: holds tokenmill's {mark.get('stage')} output ({MARKER}), not {stage} output; choose another directory"
+            )
         return mark
     if not create and not os.path.lexists(d):
         return {"tool": "tokenmill", "stage": stage, "run": run, "outputs": []}
@@ -98,8 +114,10 @@ def claim_dir(directory: Path, stage: str, *, run: str | None = None,
     # a temporary is another tokenmill process claiming the same directory (ranks of one torchrun job)
     empty = not any(e.name != MARKER and not TEMPORARY.match(e.name) for e in d.iterdir())
     if not (empty or foreign_ok or (legacy is not None and legacy(d))):
-        raise OwnershipError(f"{d}: not empty and not made by tokenmill (no {MARKER} marker); tokenmill writes "
-                             f"its {stage} output only into a new, empty or tokenmill-made directory{hint}")
+        raise OwnershipError(
+            f"{d}: not empty and not made by tokenmill (no {MARKER} marker); tokenmill writes "
+            f"its {stage} output only into a new, empty or tokenmill-made directory{hint}"
+        )
     return {**write_marker(d, stage, run, outputs=[]), "adopted": not empty}
 
 
@@ -115,8 +133,10 @@ def check_clashes(out: Path, names: Iterable[str], owned: Iterable[str]) -> None
     owned = set(owned)
     for name in sorted(set(names)):
         if name not in owned and os.path.lexists(Path(out) / name):
-            raise OwnershipError(f"{Path(out) / name}: exists and was not written by tokenmill; "
-                                 "refusing to replace it (move it away or choose another directory)")
+            raise OwnershipError(
+                f"{Path(out) / name}: exists and was not written by tokenmill; "
+                "refusing to replace it (move it away or choose another directory)"
+            )
 
 
 def publish_entries(staged: Path, out: Path, owned: Iterable[str]) -> list[str]:
@@ -155,4 +175,3 @@ def remove_own_temporaries(directory: Path) -> None:
     for entry in Path(directory).iterdir():
         if TEMPORARY.match(entry.name):
             _remove(entry)
-

@@ -55,8 +55,9 @@ def _preflight(run: RunDir, stage: str) -> None:
         if latest_checkpoint(run.sub("checkpoints")) is None:  # a resumed run restores its own weights
             check_source(run.config.train.init_from)
     elif stage == "tokenize" and not run.sub("tokenizer", "tokenizer.json").is_file():
-        raise FileNotFoundError(f"{run.sub('tokenizer', 'tokenizer.json')}: no tokenizer here "
-                                "(run `tokenmill tokenizer train` first)")
+        raise FileNotFoundError(
+            f"{run.sub('tokenizer', 'tokenizer.json')}: no tokenizer here (run `tokenmill tokenizer train` first)"
+        )
 
 
 def _train(run: RunDir, resume: bool | None, fresh: bool = False) -> dict[str, Any]:
@@ -84,20 +85,25 @@ def _train(run: RunDir, resume: bool | None, fresh: bool = False) -> dict[str, A
 def stage_function(stage: str, resume: bool | None = None, fresh: bool = False) -> Callable[[RunDir], dict[str, Any]]:
     if stage == "curate":
         from tokenmill.data.curate import run_curate
+
         return run_curate
     if stage == "tokenizer":
         from tokenmill.tokenizer.stage import run_tokenizer
+
         return run_tokenizer
     if stage == "tokenize":
         from tokenmill.tokens.tokenize import run_tokenize
+
         return run_tokenize
     if stage == "train":
         return lambda run: _train(run, resume, fresh)
     if stage == "eval":
         from tokenmill.eval.evaluate import run_eval
+
         return run_eval
     if stage == "report":
         from tokenmill.report.build import run_report
+
         return run_report
     raise ValueError(f"unknown stage {stage!r}; stages are {', '.join(STAGES)}")
 

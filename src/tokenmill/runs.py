@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from tokenmill.config import RunConfig, dump_config
+
 # TEMPORARY and temporary_name lived here first: callers still import them from runs
 from tokenmill.ownership import TEMPORARY as TEMPORARY, OwnershipError, claim_dir, read_marker, temporary_name as temporary_name
 
@@ -34,11 +35,34 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
 # Knobs that change how a stage reports or how often it saves, never what it computes: changing
 # them must not restart a run (training resumes bit-exactly across them).
 NOT_FINGERPRINTED: dict[str, frozenset[str]] = {
-    "train": frozenset({"log_every", "ckpt_every", "keep_checkpoints", "keep_every", "eval_every", "eval_docs",
-                        "peak_tflops", "distributed", "checksum_every", "spectrum_every", "metrics_every",
-                        "activation_checkpointing", "threads", "compile", "compile_min_steps", "parallel",
-                        "noise_scale_every", "noise_scale_ema", "preempt_grace_s", "hang_timeout_s",
-                        "rank_stats_every", "slow_rank_margin", "slow_rank_patience", "health"}),
+    "train": frozenset(
+        {
+            "log_every",
+            "ckpt_every",
+            "keep_checkpoints",
+            "keep_every",
+            "eval_every",
+            "eval_docs",
+            "peak_tflops",
+            "distributed",
+            "checksum_every",
+            "spectrum_every",
+            "metrics_every",
+            "activation_checkpointing",
+            "threads",
+            "compile",
+            "compile_min_steps",
+            "parallel",
+            "noise_scale_every",
+            "noise_scale_ema",
+            "preempt_grace_s",
+            "hang_timeout_s",
+            "rank_stats_every",
+            "slow_rank_margin",
+            "slow_rank_patience",
+            "health",
+        }
+    ),
     "eval": frozenset({"batch_size"}),
     "tokenize": frozenset({"workers"}),
     "tokenizer": frozenset({"audit_docs", "key_terms"}),
@@ -61,13 +85,22 @@ LATER_PHASE_DEFAULTS: dict[str, Any] = {"rope": None}
 LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
     "model": {("rope_original_max_seq_len",): None},
     "mixture": {("replay",): None},
-    "eval": {("long_context",): {"enabled": False, "seq_len": None, "position_buckets": 4, "max_docs": 64,
-                                 "passkey_trials": 40}},
+    "eval": {("long_context",): {"enabled": False, "seq_len": None, "position_buckets": 4, "max_docs": 64, "passkey_trials": 40}},
     "tokenizer": {("file",): None},
-    "train": {("init_from",): None, ("init_optimizer",): False, ("faults", "kill"): None, ("faults", "hang"): None,
-              ("faults", "slow"): None, ("guard", "severe_factor"): 2.0, ("guard", "keep_spike_states"): 2,
-              ("guard", "rollback_rewind"): True, ("faults", "poison_bucket"): None, ("faults", "poison_steps"): None,
-              ("faults", "collapse_embedding"): None, ("faults", "collapse_rate"): 0.95},
+    "train": {
+        ("init_from",): None,
+        ("init_optimizer",): False,
+        ("faults", "kill"): None,
+        ("faults", "hang"): None,
+        ("faults", "slow"): None,
+        ("guard", "severe_factor"): 2.0,
+        ("guard", "keep_spike_states"): 2,
+        ("guard", "rollback_rewind"): True,
+        ("faults", "poison_bucket"): None,
+        ("faults", "poison_steps"): None,
+        ("faults", "collapse_embedding"): None,
+        ("faults", "collapse_rate"): 0.95,
+    },
     "curate": {("decontaminate", "set_max_overlap"): {}, ("model_quality", "keep_top_percent"): None},
 }
 
@@ -176,8 +209,10 @@ def is_event_log(path: Path) -> bool:
 def check_event_log(path: Path) -> None:
     """Refuse to append events to a file someone else wrote (an empty or absent one is fine)."""
     if os.path.lexists(path) and (not path.is_file() or (path.stat().st_size and not is_event_log(path))):
-        raise OwnershipError(f"{path}: exists and is not a tokenmill event log; refusing to append to it "
-                             "(move it away or choose another output name)")
+        raise OwnershipError(
+            f"{path}: exists and is not a tokenmill event log; refusing to append to it "
+            "(move it away or choose another output name)"
+        )
 
 
 def is_legacy_run_dir(path: Path) -> bool:
@@ -192,11 +227,13 @@ def claim_experiment_dir(directory: Path, stage: str, name: str, config_file: st
     """The directory of an experiment of several runs (a sweep, an ablation, a mixture or source
     study): new, empty, tokenmill's, or an earlier version's (its `config_file`, or the `data/`
     run directory its runs share). Refused in one line before any run starts."""
+
     def earlier(d: Path) -> bool:
-        return (d / config_file).is_file() or ((d / "data").is_dir() and (read_marker(d / "data") is not None
-                                                                          or is_legacy_run_dir(d / "data")))
-    claim_dir(directory, stage, run=name, legacy=earlier,
-              hint=" (set `name`/`root` in the experiment's file to a new directory)")
+        return (d / config_file).is_file() or (
+            (d / "data").is_dir() and (read_marker(d / "data") is not None or is_legacy_run_dir(d / "data"))
+        )
+
+    claim_dir(directory, stage, run=name, legacy=earlier, hint=" (set `name`/`root` in the experiment's file to a new directory)")
 
 
 @dataclass
@@ -212,8 +249,13 @@ class RunDir:
         before anything is written). config.yaml is written here only for a new run; a stage
         rewrites it when it starts (record_config), after its own config checks passed."""
         run = cls(config=config, path=Path(path) if path is not None else config.run_dir)
-        claim_dir(run.path, "run", run=config.name, legacy=is_legacy_run_dir,
-                  hint=" (set `name`/`root` or --run-dir to a new directory)")
+        claim_dir(
+            run.path,
+            "run",
+            run=config.name,
+            legacy=is_legacy_run_dir,
+            hint=" (set `name`/`root` or --run-dir to a new directory)",
+        )
         if not (run.path / "config.yaml").exists():
             run.record_config()
         return run
@@ -247,25 +289,32 @@ class RunDir:
     def fingerprint(self, stage: str, inputs: Any = None) -> str:
         """Hash of the stage's config sections, the previous stage's fingerprint and its inputs."""
         idx = STAGES.index(stage)
-        sections = {s: _without_disabled(s, getattr(self.config, s).model_dump(
-            mode="json", exclude=set(NOT_FINGERPRINTED.get(s, ())))) for s in STAGE_SECTIONS[stage]}
+        sections = {
+            s: _without_disabled(s, getattr(self.config, s).model_dump(mode="json", exclude=set(NOT_FINGERPRINTED.get(s, ()))))
+            for s in STAGE_SECTIONS[stage]
+        }
         # Raw-input changes reach later stages through invalidation: a stage that reruns
         # forgets every later stage (see pipeline.run_stage).
         upstream = self.fingerprint(STAGES[idx - 1]) if idx > 0 else None
-        return sha256_json({"stage": stage, "seed": self.config.seed, "sections": sections,
-                            "upstream": upstream, "inputs": inputs})
+        return sha256_json(
+            {"stage": stage, "seed": self.config.seed, "sections": sections, "upstream": upstream, "inputs": inputs}
+        )
 
     def is_fresh(self, stage: str, inputs: Any = None) -> bool:
         done = self.finished(stage)
         return done is not None and done.get("fingerprint") == self.fingerprint(stage, inputs)
 
     def mark_done(self, stage: str, inputs: Any = None, summary: dict[str, Any] | None = None) -> None:
-        record = {"stage": stage, "fingerprint": self.fingerprint(stage, inputs),
-                  "finished_at": time.time(), "summary": summary or {}}
+        record = {
+            "stage": stage,
+            "fingerprint": self.fingerprint(stage, inputs),
+            "finished_at": time.time(),
+            "summary": summary or {},
+        }
         atomic_write_text(self._marker(stage), json.dumps(record, indent=1, default=_json_default))
         self.events.write(stage, "stage_done", **(summary or {}))
 
     def invalidate_from(self, stage: str) -> None:
         """Forget that this stage and every later one finished (their outputs are now stale)."""
-        for s in STAGES[STAGES.index(stage):]:
+        for s in STAGES[STAGES.index(stage) :]:
             self._marker(s).unlink(missing_ok=True)

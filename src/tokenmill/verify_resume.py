@@ -83,8 +83,9 @@ def choose_kill_steps(seed: int, kills: int, steps: int, ckpt_every: int) -> lis
     late = list(range(ckpt_every + 1, steps)) if ckpt_every > 0 else []
     candidates = late if len(late) >= kills else list(range(1, steps))
     if len(candidates) < kills:
-        raise VerifyResumeError(f"{kills} kills need at least {kills + 1} training steps, the run has {steps}; "
-                                f"raise --steps or lower --kills")
+        raise VerifyResumeError(
+            f"{kills} kills need at least {kills + 1} training steps, the run has {steps}; raise --steps or lower --kills"
+        )
     return sorted(random.Random(seed).sample(candidates, kills))
 
 
@@ -109,12 +110,12 @@ class Killer:
         for event in self._new_events():
             if event.get("kind") == "child_started":
                 self.live_attempt = event.get("attempt")
-            elif (event.get("kind") == "train_step" and self.live_attempt == attempt
-                  and int(event["step"]) >= self.pending[0]):
+            elif event.get("kind") == "train_step" and self.live_attempt == attempt and int(event["step"]) >= self.pending[0]:
                 proc.send_signal(signal.SIGKILL)
                 self.killed_attempts.add(attempt)
-                self.sent.append({"chosen_step": self.pending.pop(0), "seen_step": int(event["step"]),
-                                  "attempt": attempt, "pid": proc.pid})
+                self.sent.append(
+                    {"chosen_step": self.pending.pop(0), "seen_step": int(event["step"]), "attempt": attempt, "pid": proc.pid}
+                )
                 return
 
     def _new_events(self) -> list[dict[str, Any]]:
@@ -141,8 +142,11 @@ def _bits(x: float) -> bytes:
 
 
 def _train_steps(events_path: Path) -> list[tuple[int, float]]:
-    return [(int(e["step"]), float(e["loss"])) for e in read_events(events_path)
-            if e.get("kind") == "train_step" and e.get("loss") is not None]
+    return [
+        (int(e["step"]), float(e["loss"]))
+        for e in read_events(events_path)
+        if e.get("kind") == "train_step" and e.get("loss") is not None
+    ]
 
 
 def compare_losses(reference: list[tuple[int, float]], resumed: list[tuple[int, float]]) -> dict[str, Any]:
@@ -170,9 +174,14 @@ def compare_losses(reference: list[tuple[int, float]], resumed: list[tuple[int, 
         max_diff = max(max_diff, diff)
         mismatches.append({"step": step, "resumed": loss, "reference": values[0] if len(values) == 1 else values})
     missing = sorted(set(ref) - seen)
-    return {"steps_compared": len(ref), "events_compared": len(resumed),
-            "replayed_events": len(resumed) - len(seen), "missing_steps": missing,
-            "mismatches": mismatches, "max_abs_diff": max_diff}
+    return {
+        "steps_compared": len(ref),
+        "events_compared": len(resumed),
+        "replayed_events": len(resumed) - len(seen),
+        "missing_steps": missing,
+        "mismatches": mismatches,
+        "max_abs_diff": max_diff,
+    }
 
 
 def kill_records(events_path: Path) -> list[dict[str, Any]]:
@@ -186,9 +195,15 @@ def kill_records(events_path: Path) -> list[dict[str, Any]]:
         if kind == "train_step":
             last_step = int(e["step"])
         elif kind == "restart":
-            current = {"attempt": e.get("attempt"), "signal": e.get("signal"), "exit_code": e.get("exit_code"),
-                       "last_logged_step": last_step, "resume_checkpoint": e.get("resume_from"),
-                       "resume_step": e.get("resume_step"), "resumed_event_step": None}
+            current = {
+                "attempt": e.get("attempt"),
+                "signal": e.get("signal"),
+                "exit_code": e.get("exit_code"),
+                "last_logged_step": last_step,
+                "resume_checkpoint": e.get("resume_from"),
+                "resume_step": e.get("resume_step"),
+                "resumed_event_step": None,
+            }
             records.append(current)
         elif kind == "resumed" and current is not None and current["resumed_event_step"] is None:
             current["resumed_event_step"] = int(e["step"])
@@ -206,8 +221,17 @@ def _train(scratch: RunDir, restarts: int, watch: Callable[..., None] | None, la
     log_path = scratch.sub("train.log")
     cmd = train_command(scratch.sub("config.yaml"), [], scratch.path)
     with open(log_path, "ab") as log:
-        result = supervise(cmd, scratch.path, restarts, resume=False, watch=watch, poll_s=0.01,
-                           stdout=log, stderr=subprocess.STDOUT, log=lambda msg: None)
+        result = supervise(
+            cmd,
+            scratch.path,
+            restarts,
+            resume=False,
+            watch=watch,
+            poll_s=0.01,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            log=lambda msg: None,
+        )
     if result.interrupted:
         raise KeyboardInterrupt(f"verify-resume interrupted during the {label} run")
     if result.returncode != 0:
@@ -218,8 +242,14 @@ def _train(scratch: RunDir, restarts: int, watch: Callable[..., None] | None, la
     return result
 
 
-def verify_resume(run: RunDir, kills: int = 2, steps: int | None = None, seed: int = 0,
-                  keep_scratch: bool = False, say: Callable[[str], None] = lambda msg: None) -> dict[str, Any]:
+def verify_resume(
+    run: RunDir,
+    kills: int = 2,
+    steps: int | None = None,
+    seed: int = 0,
+    keep_scratch: bool = False,
+    say: Callable[[str], None] = lambda msg: None,
+) -> dict[str, Any]:
     """Carry out the proof (module docstring); return the result written to verify_resume.json."""
     from tokenmill.pipeline import run_pipeline
 
@@ -236,8 +266,10 @@ def verify_resume(run: RunDir, kills: int = 2, steps: int | None = None, seed: i
     total = max((s for s, _ in reference), default=0)
     kill_steps = choose_kill_steps(seed, kills, total, cfg.train.ckpt_every)
     if cfg.train.ckpt_every <= 0 or kill_steps[0] <= cfg.train.ckpt_every:
-        say(f"warning: train.ckpt_every={cfg.train.ckpt_every} leaves no checkpoint before the kills at "
-            f"{kill_steps}: restarts begin at step 0; lower it with --set train.ckpt_every=N")
+        say(
+            f"warning: train.ckpt_every={cfg.train.ckpt_every} leaves no checkpoint before the kills at "
+            f"{kill_steps}: restarts begin at step 0; lower it with --set train.ckpt_every=N"
+        )
 
     say(f"(b) killed run in {killed.path}: SIGKILL after steps {kill_steps}")
     killer = Killer(killed.sub("events.jsonl"), list(kill_steps))
@@ -254,17 +286,32 @@ def verify_resume(run: RunDir, kills: int = 2, steps: int | None = None, seed: i
     else:
         verdict = "identical"
     result = {
-        "config_fingerprint": full.fingerprint("train"), "steps": total, "seed": seed, "kills_requested": kills,
-        "kill_steps": kill_steps, "kills_performed": len(records), "kills": records,
+        "config_fingerprint": full.fingerprint("train"),
+        "steps": total,
+        "seed": seed,
+        "kills_requested": kills,
+        "kill_steps": kill_steps,
+        "kills_performed": len(records),
+        "kills": records,
         "resumed_from": [r["resume_step"] for r in records],
-        **{k: v for k, v in cmp.items() if k != "mismatches"}, "mismatches": cmp["mismatches"][:20],
-        "mismatch_count": len(cmp["mismatches"]), "final_weights_identical": weights_equal,
-        "verdict": verdict, "seconds": round(time.time() - t0, 2),
+        **{k: v for k, v in cmp.items() if k != "mismatches"},
+        "mismatches": cmp["mismatches"][:20],
+        "mismatch_count": len(cmp["mismatches"]),
+        "final_weights_identical": weights_equal,
+        "verdict": verdict,
+        "seconds": round(time.time() - t0, 2),
         "scratch": str(root) if (keep_scratch or verdict != "identical") else None,
     }
     atomic_write_text(run.sub("verify_resume.json"), json.dumps(result, indent=1, allow_nan=True))
-    run.events.write("train", "verify_resume", verdict=verdict, steps=total, kills=len(records),
-                     resumed_from=result["resumed_from"], max_abs_diff=cmp["max_abs_diff"])
+    run.events.write(
+        "train",
+        "verify_resume",
+        verdict=verdict,
+        steps=total,
+        kills=len(records),
+        resumed_from=result["resumed_from"],
+        max_abs_diff=cmp["max_abs_diff"],
+    )
     if verdict == "identical" and not keep_scratch:
         shutil.rmtree(root, ignore_errors=True)
     return result
@@ -274,15 +321,23 @@ def render(result: dict[str, Any]) -> Any:
     """A rich Table of the kills and the comparison, for the CLI."""
     from rich.table import Table
 
-    table = Table(title=f"verify-resume: {result['steps']} steps, {result['kills_performed']}/"
-                        f"{result['kills_requested']} SIGKILLs")
+    table = Table(
+        title=f"verify-resume: {result['steps']} steps, {result['kills_performed']}/{result['kills_requested']} SIGKILLs"
+    )
     for col in ("kill", "signal", "last step logged", "resumed from", "steps run again"):
         table.add_column(col, justify="right")
     for i, r in enumerate(result["kills"], 1):
         again = r["last_logged_step"] - (r["resume_step"] or 0)
-        table.add_row(str(i), str(r["signal"]), str(r["last_logged_step"]),
-                      f"step_{r['resume_step']}" if r["resume_step"] else "start", str(max(again, 0)))
-    table.caption = (f"steps compared {result['steps_compared']}, train_step events compared "
-                     f"{result['events_compared']} ({result['replayed_events']} replayed), max |diff| "
-                     f"{result['max_abs_diff']:.3g}, final weights identical: {result['final_weights_identical']}")
+        table.add_row(
+            str(i),
+            str(r["signal"]),
+            str(r["last_logged_step"]),
+            f"step_{r['resume_step']}" if r["resume_step"] else "start",
+            str(max(again, 0)),
+        )
+    table.caption = (
+        f"steps compared {result['steps_compared']}, train_step events compared "
+        f"{result['events_compared']} ({result['replayed_events']} replayed), max |diff| "
+        f"{result['max_abs_diff']:.3g}, final weights identical: {result['final_weights_identical']}"
+    )
     return table

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenmill.data.config import (BucketRule, CurateConfig)
+from tokenmill.data.config import BucketRule, CurateConfig
 from tokenmill.data.document import Doc, Rejection
 from tokenmill.data.step import DocStep
 from tokenmill.data.urlfilter import domain_of
@@ -43,8 +43,14 @@ class CompiledRule:
     def of(cls, rule: BucketRule) -> "CompiledRule":
         def glob(p: str | None, lower: bool = False) -> re.Pattern[str] | None:
             return None if p is None else re.compile(fnmatch.translate(p.lower() if lower else p))
-        return cls(rule.bucket, glob(rule.source), glob(rule.domain, lower=True),
-                   rule.language.lower() if rule.language else None, rule.tier)
+
+        return cls(
+            rule.bucket,
+            glob(rule.source),
+            glob(rule.domain, lower=True),
+            rule.language.lower() if rule.language else None,
+            rule.tier,
+        )
 
     def matches(self, source: str, domain: str | None, language: str | None, tier: str | None) -> bool:
         if self.source is not None and not self.source.match(source):

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from tokenmill.data.config import (CanaryConfig, CurateConfig)
+from tokenmill.data.config import CanaryConfig, CurateConfig
 from tokenmill.data.document import DOC_SCHEMA, Doc, text_bytes
 from tokenmill.data.funnel import Funnel, StepMark
 from tokenmill.errors import UserError
@@ -68,10 +68,9 @@ def is_canary_id(doc_id: str) -> bool:
 def random_secrets(rng: np.random.Generator, n: int, digits: int, exclude: Iterable[str] = ()) -> list[str]:
     """`n` distinct uniform digit strings of length `digits`, none in `exclude`."""
     seen = set(exclude)
-    space = 10 ** digits
+    space = 10**digits
     if n > space - len(seen):
-        raise CanaryError(f"canaries: {n} distinct secrets of {digits} digits asked for, only "
-                          f"{space - len(seen)} are left")
+        raise CanaryError(f"canaries: {n} distinct secrets of {digits} digits asked for, only {space - len(seen)} are left")
     out: list[str] = []
     while len(out) < n:
         secret = "".join(str(d) for d in rng.integers(0, 10, size=digits))
@@ -86,8 +85,10 @@ def canary_bucket(cfg: CurateConfig) -> str:
     known = [s.bucket for s in cfg.sources] + [r.bucket for r in cfg.bucket_rules]
     bucket = cfg.canaries.bucket or (known[0] if known else "")
     if bucket not in known:
-        raise CanaryError(f"curate.canaries.bucket={bucket!r} is not a bucket of the curated data "
-                          f"(buckets: {', '.join(sorted(set(known))) or 'none'})")
+        raise CanaryError(
+            f"curate.canaries.bucket={bucket!r} is not a bucket of the curated data "
+            f"(buckets: {', '.join(sorted(set(known))) or 'none'})"
+        )
     return bucket
 
 
@@ -106,8 +107,19 @@ def make_canaries(cfg: CanaryConfig, seed: int, bucket: str) -> list[Canary]:
 
 def canary_docs(canary: Canary) -> list[Doc]:
     """One curated document per repetition."""
-    return [Doc(id=i, text=canary.text, source=SOURCE, url="", bucket=canary.bucket, license="n/a",
-                format="text", lineage=[(SOURCE, VERSION)]) for i in canary.doc_ids]
+    return [
+        Doc(
+            id=i,
+            text=canary.text,
+            source=SOURCE,
+            url="",
+            bucket=canary.bucket,
+            license="n/a",
+            format="text",
+            lineage=[(SOURCE, VERSION)],
+        )
+        for i in canary.doc_ids
+    ]
 
 
 def record_in_funnel(funnel: Funnel, docs: list[Doc]) -> None:
@@ -138,9 +150,13 @@ def insert_canaries(cfg: CurateConfig, seed: int, out_dir: Path, funnel: Funnel)
 
 def canaries_record(cfg: CanaryConfig, canaries: list[Canary]) -> dict[str, Any]:
     """The content of `_canaries.json`."""
-    return {"version": VERSION, "template": cfg.template, "secret_digits": cfg.secret_digits,
-            "candidates": cfg.candidates,
-            "canaries": [{**asdict(c), "doc_ids": list(c.doc_ids)} for c in canaries]}
+    return {
+        "version": VERSION,
+        "template": cfg.template,
+        "secret_digits": cfg.secret_digits,
+        "candidates": cfg.candidates,
+        "canaries": [{**asdict(c), "doc_ids": list(c.doc_ids)} for c in canaries],
+    }
 
 
 def load_canaries(curated_dir: Path) -> dict[str, Any] | None:

@@ -27,8 +27,7 @@ import pyarrow.parquet as pq
 
 from tokenmill.data import top_percent as tp
 from tokenmill.data.dedup.workspace import final_dir, map_dir
-from tokenmill.data.document import (REJECTED_DIR, REJECTED_SCHEMA, Doc, Rejection, format_value, text_bytes,
-                                     write_table_atomic)
+from tokenmill.data.document import REJECTED_DIR, REJECTED_SCHEMA, Doc, Rejection, format_value, text_bytes, write_table_atomic
 from tokenmill.data.funnel import Funnel, StepMark
 from tokenmill.data.registry import MAP_STEPS
 from tokenmill.runs import atomic_write_text
@@ -49,7 +48,7 @@ def funnel_steps(steps: tuple[str, ...], on: bool) -> tuple[str, ...]:
     if not on:
         return names
     last = max(i for i, s in enumerate(names) if s == "read" or s in MAP_STEPS)
-    return (*names[: last + 1], STEP, *names[last + 1:])
+    return (*names[: last + 1], STEP, *names[last + 1 :])
 
 
 def _chunks(work: str, shard: int) -> list[Path]:
@@ -95,8 +94,14 @@ def select_threshold(job: Any, specs: list[Any], executor: Any) -> dict[str, Any
         return counts
 
     cut, k, passes = tp.select(pass_counts, n, percent)
-    record = {"percent": percent, "scored": n, "kept": k, "passes": passes, "threshold": list(cut) if cut else None,
-              "threshold_score": _score_of(cut[0]) if cut else None}
+    record = {
+        "percent": percent,
+        "scored": n,
+        "kept": k,
+        "passes": passes,
+        "threshold": list(cut) if cut else None,
+        "threshold_score": _score_of(cut[0]) if cut else None,
+    }
     atomic_write_text(path, json.dumps(record))
     return record
 
@@ -143,11 +148,20 @@ def _apply_chunk(job: Any, shard: int, path: Path, pending: Path, done: Path, re
         fmt = row.pop("_format")
         row.pop("_exact"), row.pop("_sig")
         doc = Doc.from_row(row, fmt)
-        rejected.append(doc.rejected_row(Rejection(
-            STEP, RULE, format_value(float(scores[i])),
-            f"classifier score {scores[i]:.4g} is below the top {record['percent']:g}% of the {record['scored']:,} "
-            f"documents scored (the {record['kept']:,}th score is {record['threshold_score']:.4g})")))
-    write_table_atomic(rejected, REJECTED_SCHEMA, final_dir(job.work) / REJECTED_DIR / f"part-{shard:05d}-{path.stem[6:]}-c.parquet")
+        rejected.append(
+            doc.rejected_row(
+                Rejection(
+                    STEP,
+                    RULE,
+                    format_value(float(scores[i])),
+                    f"classifier score {scores[i]:.4g} is below the top {record['percent']:g}% of the {record['scored']:,} "
+                    f"documents scored (the {record['kept']:,}th score is {record['threshold_score']:.4g})",
+                )
+            )
+        )
+    write_table_atomic(
+        rejected, REJECTED_SCHEMA, final_dir(job.work) / REJECTED_DIR / f"part-{shard:05d}-{path.stem[6:]}-c.parquet"
+    )
     pq.write_table(table.filter(keep), pending, compression="zstd")
     atomic_write_text(done.with_name(f"{path.stem}.funnel.json"), json.dumps(funnel.to_dict()))
     atomic_write_text(done, "{}")

@@ -27,15 +27,19 @@ class SourceConfig(Strict):
         None, description="Which part of the Python installation to read (kind=python_stdlib)."
     )
     format: str = Field(
-        "auto", description="How to read each file: a reader's name (html, text, code, jsonl, parquet, warc; "
-                            "data/readers/) or 'auto', which decides by file extension."
+        "auto",
+        description="How to read each file: a reader's name (html, text, code, jsonl, parquet, warc; "
+        "data/readers/) or 'auto', which decides by file extension.",
     )
     bucket: str = Field(..., description="Bucket (slice of the mixture) the documents go to.")
     license: str = Field("unknown", description="License recorded on every document of this source.")
     text_field: str = Field("text", description="Field holding the text in jsonl/parquet records.")
     max_docs: int | None = Field(None, ge=1, description="Read at most this many documents (None: all).")
     max_bytes: int | None = Field(None, ge=1, description="Read at most this many raw bytes (None: all).")
-    synthetic: bool = Field(False, description="Model-generated JSONL (`tokenmill synth`): every record's lineage is checked and kept on its row; a record without one counts as generation 1 of an outside teacher.")
+    synthetic: bool = Field(
+        False,
+        description="Model-generated JSONL (`tokenmill synth`): every record's lineage is checked and kept on its row; a record without one counts as generation 1 of an outside teacher.",
+    )
 
     @field_validator("format")
     @classmethod
@@ -57,12 +61,20 @@ class QualityConfig(Strict):
 
     skip_buckets: list[str] = Field([], description="Buckets no rule applies to (signals and the length floor still do).")
     kinds: dict[str, QualityKind] = Field(
-        {"code": "code"}, description="Bucket -> kind of text, whose rule families apply (data/text_kinds.py); "
-                                      "a bucket not listed: code for code input, else each document's kind is detected from its text.")
-    detect_kinds: bool = Field(True, description="Detect the kind of each document of an undeclared bucket from its text (data/kind_detect.py); False: web for html/warc input, prose otherwise.")
+        {"code": "code"},
+        description="Bucket -> kind of text, whose rule families apply (data/text_kinds.py); "
+        "a bucket not listed: code for code input, else each document's kind is detected from its text.",
+    )
+    detect_kinds: bool = Field(
+        True,
+        description="Detect the kind of each document of an undeclared bucket from its text (data/kind_detect.py); False: web for html/warc input, prose otherwise.",
+    )
     language_profiles: str | None = Field(
-        None, description="JSON of per-language profiles (`tokenmill quality-calibrate`); None: the shipped ones.")
-    language_rules: bool = Field(True, description="Measure and judge each document by its language's profile (False: English rules for all).")
+        None, description="JSON of per-language profiles (`tokenmill quality-calibrate`); None: the shipped ones."
+    )
+    language_rules: bool = Field(
+        True, description="Measure and judge each document by its language's profile (False: English rules for all)."
+    )
     # Gopher quality rules
     gopher: bool = Field(True, description="Apply the Gopher quality rules.")
     min_words: int = Field(50, ge=0, description="Fewer words than this: rejected.")
@@ -81,28 +93,38 @@ class QualityConfig(Strict):
     max_dup_line_char_frac: float = Field(0.20, ge=0.0, description="Share of line characters in repeated lines.")
     max_dup_para_char_frac: float = Field(0.20, ge=0.0, description="Share of paragraph characters in repeated paragraphs.")
     max_top_ngram_char_frac: dict[int, ShareLimit] = Field(
-        {2: 0.20, 3: 0.18, 4: 0.16}, description="n (2-4) -> limit on the word characters of the most frequent word n-gram.")
+        {2: 0.20, 3: 0.18, 4: 0.16}, description="n (2-4) -> limit on the word characters of the most frequent word n-gram."
+    )
     max_dup_ngram_char_frac: dict[int, ShareLimit] = Field(
         {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10},
-        description="n (5-10) -> limit on the share of word characters inside repeated word n-grams.")
+        description="n (5-10) -> limit on the share of word characters inside repeated word n-grams.",
+    )
     # C4 rules
     c4: bool = Field(True, description="Apply the C4 document rules (lorem ipsum, curly bracket, minimum sentences).")
     c4_min_sentences: int = Field(5, ge=0, description="Fewer sentences in the lines C4 keeps: rejected.")
     c4_min_words_per_line: int = Field(3, ge=0, description="C4 keeps only lines with at least this many words.")
     c4_max_word_len: int = Field(1000, ge=1, description="C4 drops lines with a word longer than this.")
     c4_curly_bracket: bool = Field(True, description="Reject documents with '{' in a line C4 keeps (off for code-rich prose).")
-    c4_remove_lines: bool = Field(False, description="Also delete the lines C4's line rules drop (False: measure and filter only).")
+    c4_remove_lines: bool = Field(
+        False, description="Also delete the lines C4's line rules drop (False: measure and filter only)."
+    )
     # FineWeb rules
     fineweb: bool = Field(True, description="Apply the FineWeb rules.")
-    min_line_punct_frac: float = Field(0.12, ge=0.0, le=1.0, description="Share of lines ending in terminal punctuation, below: rejected.")
+    min_line_punct_frac: float = Field(
+        0.12, ge=0.0, le=1.0, description="Share of lines ending in terminal punctuation, below: rejected."
+    )
     max_short_line_frac: float = Field(0.67, ge=0.0, description="Share of short lines, above: rejected.")
     short_line_chars: int = Field(30, ge=0, description="A line of at most this many characters is short (FineWeb).")
-    max_char_dup_frac: float = Field(0.01, ge=0.0, description="Share of characters in repeated lines, above: rejected (FineWeb).")
+    max_char_dup_frac: float = Field(
+        0.01, ge=0.0, description="Share of characters in repeated lines, above: rejected (FineWeb)."
+    )
     max_newline_word_ratio: float = Field(0.3, ge=0.0, description="Line breaks per word, above: rejected (FineWeb list pages).")
     # Code rules (StarCoder / The Stack), for the code kind
     code_max_line_len: int = Field(1000, ge=1, description="Code: a line longer than this many characters: rejected.")
     code_max_mean_line_len: float = Field(100.0, gt=0.0, description="Code: mean line length above this: rejected.")
-    code_min_alnum_frac: float = Field(0.25, ge=0.0, le=1.0, description="Code: share of alphanumeric characters below this: rejected.")
+    code_min_alnum_frac: float = Field(
+        0.25, ge=0.0, le=1.0, description="Code: share of alphanumeric characters below this: rejected."
+    )
     code_autogenerated: bool = Field(True, description="Code: reject files whose head says they were generated.")
 
     @field_validator("max_top_ngram_char_frac")
@@ -121,15 +143,31 @@ class QualityConfig(Strict):
 
 
 CURATE_STEPS: tuple[str, ...] = (
-    "select", "extract", "normalize", "url", "langid", "quality", "model_quality", "safety", "pii",
-    "exact_dedup", "minhash_dedup", "line_dedup", "substring_dedup", "decontaminate", "bucket",
+    "select",
+    "extract",
+    "normalize",
+    "url",
+    "langid",
+    "quality",
+    "model_quality",
+    "safety",
+    "pii",
+    "exact_dedup",
+    "minhash_dedup",
+    "line_dedup",
+    "substring_dedup",
+    "decontaminate",
+    "bucket",
 )
 
 
 class SelectConfig(Strict):
     """Curate only the records a list names (data/select.py): labels or a peer's filter decided elsewhere."""
 
-    ids: str | None = Field(None, description="File of record ids, one per line (or JSONL with \"id\"); other records are removed (rule not_selected). None: step off.")
+    ids: str | None = Field(
+        None,
+        description='File of record ids, one per line (or JSONL with "id"); other records are removed (rule not_selected). None: step off.',
+    )
 
 
 class ExtractConfig(Strict):
@@ -141,16 +179,30 @@ class ExtractConfig(Strict):
 class DocLimitsConfig(Strict):
     """Bounded work per document (README: Bounded work per document)."""
 
-    doc_seconds: float | None = Field(20.0, gt=0, description="Wall-clock seconds one document may spend in a phase's per-document steps; over it, it is quarantined with rule `timeout` (None: no limit).")
-    kill_factor: float = Field(3.0, ge=1, description="A step stuck in native code past kill_factor x doc_seconds of CPU time kills its worker; the retried task quarantines the document (workers >= 2 or Ray).")
-    max_html_depth: int | None = Field(2000, ge=1, description="HTML nested deeper than this many elements is quarantined with rule `nesting_depth` before any parser sees it (None: no check).")
+    doc_seconds: float | None = Field(
+        20.0,
+        gt=0,
+        description="Wall-clock seconds one document may spend in a phase's per-document steps; over it, it is quarantined with rule `timeout` (None: no limit).",
+    )
+    kill_factor: float = Field(
+        3.0,
+        ge=1,
+        description="A step stuck in native code past kill_factor x doc_seconds of CPU time kills its worker; the retried task quarantines the document (workers >= 2 or Ray).",
+    )
+    max_html_depth: int | None = Field(
+        2000,
+        ge=1,
+        description="HTML nested deeper than this many elements is quarantined with rule `nesting_depth` before any parser sees it (None: no check).",
+    )
 
 
 class NormalizeConfig(Strict):
     """Unicode and whitespace normalization."""
 
     fix_mojibake: bool = Field(True, description="Repair UTF-8 decoded as Latin-1/cp1252 (ftfy).")
-    unwrap_books: bool = Field(True, description="Join hard-wrapped paragraphs of plain-text books (the books kind) into one line each.")
+    unwrap_books: bool = Field(
+        True, description="Join hard-wrapped paragraphs of plain-text books (the books kind) into one line each."
+    )
 
 
 class UrlFilterConfig(Strict):
@@ -166,9 +218,17 @@ class LangIdConfig(Strict):
     languages: list[str] | None = Field(None, description="ISO 639-1 codes to keep (None: keep every language).")
     min_score: float = Field(0.65, ge=0.0, le=1.0, description="Documents whose top language scores below this are removed.")
     paragraph_check: bool = Field(True, description="Score paragraphs too and flag mixed-language documents.")
-    mixed_min_frac: float = Field(0.2, ge=0.0, le=1.0, description="Flag a document mixed when this share of its paragraphs' text is confidently another language.")
+    mixed_min_frac: float = Field(
+        0.2,
+        ge=0.0,
+        le=1.0,
+        description="Flag a document mixed when this share of its paragraphs' text is confidently another language.",
+    )
     max_foreign_frac: float | None = Field(
-        None, ge=0.0, le=1.0, description="Remove documents whose share of paragraphs in another language exceeds this (None: flag only)."
+        None,
+        ge=0.0,
+        le=1.0,
+        description="Remove documents whose share of paragraphs in another language exceeds this (None: flag only).",
     )
     skip_buckets: list[str] = Field(["code"], description="Buckets language ID does not apply to.")
 
@@ -176,18 +236,47 @@ class LangIdConfig(Strict):
 class ModelQualityConfig(Strict):
     """Model-based quality: an n-gram LM perplexity (CCNet) and a linear classifier, both trained here."""
 
-    reference: str | None = Field(None, description="Reference corpus (file or dir of text/jsonl) the models learn 'good' from; None: step off.")
+    reference: str | None = Field(
+        None, description="Reference corpus (file or dir of text/jsonl) the models learn 'good' from; None: step off."
+    )
     ngram_order: int = Field(3, ge=1, description="Order of the n-gram language model.")
-    max_perplexity: Annotated[float, Field(gt=0.0)] | Literal["auto"] | None = Field("auto", description="Remove documents above this perplexity; \"auto\": above a context-ratio cut calibrated per language on held-out reference passages and the same passages shuffled; None: score only.")
-    perplexity_quantile: float = Field(0.99, gt=0.5, le=1.0, description="With max_perplexity \"auto\": the cut is the geometric midpoint between this quantile of the held-out passages' context ratios and the median of the same passages shuffled.")
-    min_held_out: int = Field(20, ge=1, description="With max_perplexity \"auto\": a language needs this many held-out reference passages to be judged; documents in others are scored, not removed.")
+    max_perplexity: Annotated[float, Field(gt=0.0)] | Literal["auto"] | None = Field(
+        "auto",
+        description='Remove documents above this perplexity; "auto": above a context-ratio cut calibrated per language on held-out reference passages and the same passages shuffled; None: score only.',
+    )
+    perplexity_quantile: float = Field(
+        0.99,
+        gt=0.5,
+        le=1.0,
+        description='With max_perplexity "auto": the cut is the geometric midpoint between this quantile of the held-out passages\' context ratios and the median of the same passages shuffled.',
+    )
+    min_held_out: int = Field(
+        20,
+        ge=1,
+        description='With max_perplexity "auto": a language needs this many held-out reference passages to be judged; documents in others are scored, not removed.',
+    )
     classifier: bool = Field(True, description="Also train a reference-vs-random linear classifier.")
-    labelled: str | None = Field(None, description="JSONL of {\"text\", \"label\": \"good\"|\"bad\"} the classifier learns from instead of reference vs random (DCLM); None: reference vs random.")
-    min_classifier_score: float | None = Field(None, ge=0.0, le=1.0, description="Remove documents below this score (None: score only).")
-    keep_top_percent: float | None = Field(None, gt=0, le=100, description="Keep only the documents whose classifier score is in the top this-many percent of all the documents the step scores, corpus-wide (DCLM keeps 10); exact and the same for any worker count (data/top_percent.py). None: no cut.")
-    tier_perplexities: list[Annotated[float, Field(gt=0.0)]] | None = Field(None, description="Perplexity cut-points of the tiers head/middle/tail; None: the 30th and 60th percentiles of the random sample's (CCNet).")
+    labelled: str | None = Field(
+        None,
+        description='JSONL of {"text", "label": "good"|"bad"} the classifier learns from instead of reference vs random (DCLM); None: reference vs random.',
+    )
+    min_classifier_score: float | None = Field(
+        None, ge=0.0, le=1.0, description="Remove documents below this score (None: score only)."
+    )
+    keep_top_percent: float | None = Field(
+        None,
+        gt=0,
+        le=100,
+        description="Keep only the documents whose classifier score is in the top this-many percent of all the documents the step scores, corpus-wide (DCLM keeps 10); exact and the same for any worker count (data/top_percent.py). None: no cut.",
+    )
+    tier_perplexities: list[Annotated[float, Field(gt=0.0)]] | None = Field(
+        None,
+        description="Perplexity cut-points of the tiers head/middle/tail; None: the 30th and 60th percentiles of the random sample's (CCNet).",
+    )
     skip_buckets: list[str] = Field(["code"], description="Buckets the step does not apply to.")
-    negative_every: int = Field(10, ge=1, description="Every k-th raw record of the run's sources is a 'random' example for the classifier.")
+    negative_every: int = Field(
+        10, ge=1, description="Every k-th raw record of the run's sources is a 'random' example for the classifier."
+    )
     max_examples: int = Field(20_000, ge=10, description="At most this many training passages per class for the classifier.")
 
     @field_validator("tier_perplexities")
@@ -228,8 +317,14 @@ class MinHashConfig(Strict):
     bands: int = Field(25, ge=1, description="LSH bands b (candidate probability 1-(1-J^r)^b: 0.99995 at J=0.8 with r=5).")
     rows: int = Field(5, ge=1, description="Rows per band r; permutations R = b × r.")
     threshold: float = Field(0.8, ge=0.0, le=1.0, description="Verified Jaccard at or above which two documents are duplicates.")
-    verify: bool = Field(True, description="Check candidate pairs with their exact shingle Jaccard (False: with the MinHash estimate).")
-    bucket_window: int = Field(64, ge=1, description="In an LSH bucket each document is paired with the next this-many members (all pairs in smaller buckets).")
+    verify: bool = Field(
+        True, description="Check candidate pairs with their exact shingle Jaccard (False: with the MinHash estimate)."
+    )
+    bucket_window: int = Field(
+        64,
+        ge=1,
+        description="In an LSH bucket each document is paired with the next this-many members (all pairs in smaller buckets).",
+    )
 
 
 class LineDedupConfig(Strict):
@@ -238,7 +333,9 @@ class LineDedupConfig(Strict):
     unit: Literal["line", "paragraph"] = Field("line", description="What counts as one repeated unit.")
     min_docs: int = Field(10, ge=2, description="A unit in at least this many documents is boilerplate.")
     min_chars: int = Field(10, ge=0, description="Shorter units are never removed (blank lines, '}', bullets).")
-    skip_buckets: list[str] = Field(["code"], description="Buckets whose lines are never removed (a repeated import line is code, not boilerplate).")
+    skip_buckets: list[str] = Field(
+        ["code"], description="Buckets whose lines are never removed (a repeated import line is code, not boilerplate)."
+    )
 
 
 class SubstringDedupConfig(Strict):
@@ -246,10 +343,25 @@ class SubstringDedupConfig(Strict):
 
     enabled: bool = Field(False, description="Run the step (off by default: it builds suffix arrays over all kept text).")
     k: int = Field(50, ge=1, description="Shortest repeated span that counts, in units (Lee et al.: 50 tokens).")
-    unit: Literal["word", "byte"] = Field("word", description="One unit: a word or one punctuation mark (about one BPE token; whitespace ignored), or one UTF-8 byte (the reference tool's unit).")
-    mode: Literal["spans", "documents"] = Field("spans", description="spans: cut later copies of repeated spans out of the text (the first copy stays); documents: drop a document whose later-copy share exceeds max_dup_share.")
-    max_dup_share: float = Field(0.5, ge=0.0, le=1.0, description="documents mode: a document with more than this share of its characters in later copies is removed.")
-    shard_tokens: int = Field(50_000_000, ge=1, description="Units per suffix-array shard (whole documents); building one holds about 80 bytes per unit, so curation caps it at memory_per_task / 80.")
+    unit: Literal["word", "byte"] = Field(
+        "word",
+        description="One unit: a word or one punctuation mark (about one BPE token; whitespace ignored), or one UTF-8 byte (the reference tool's unit).",
+    )
+    mode: Literal["spans", "documents"] = Field(
+        "spans",
+        description="spans: cut later copies of repeated spans out of the text (the first copy stays); documents: drop a document whose later-copy share exceeds max_dup_share.",
+    )
+    max_dup_share: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="documents mode: a document with more than this share of its characters in later copies is removed.",
+    )
+    shard_tokens: int = Field(
+        50_000_000,
+        ge=1,
+        description="Units per suffix-array shard (whole documents); building one holds about 80 bytes per unit, so curation caps it at memory_per_task / 80.",
+    )
     skip_buckets: list[str] = Field(default_factory=list, description="Buckets whose documents neither take part nor lose spans.")
 
 
@@ -259,8 +371,13 @@ class DecontaminateConfig(Strict):
     eval_sets: list[str] = Field(default_factory=list, description="JSONL files of evaluation items (a text field each).")
     text_fields: list[str] = Field(["text", "question", "answer", "context"], description="Fields whose text forms an item.")
     n: int = Field(13, ge=1, description="n-gram length in words.")
-    max_overlap: float = Field(0.0, ge=0.0, le=1.0, description="Remove documents with more than this share of an item's n-grams (0: any shared n-gram).")
-    set_max_overlap: dict[str, Fraction] = Field(default_factory=dict, description="max_overlap of particular eval sets (keyed as listed in eval_sets), e.g. whole held-out documents whose shared boilerplate is no contamination.")
+    max_overlap: float = Field(
+        0.0, ge=0.0, le=1.0, description="Remove documents with more than this share of an item's n-grams (0: any shared n-gram)."
+    )
+    set_max_overlap: dict[str, Fraction] = Field(
+        default_factory=dict,
+        description="max_overlap of particular eval sets (keyed as listed in eval_sets), e.g. whole held-out documents whose shared boilerplate is no contamination.",
+    )
 
     @model_validator(mode="after")
     def _known_sets(self) -> "DecontaminateConfig":
@@ -285,11 +402,19 @@ class CanaryConfig(Strict):
     digit secret, inserted into the training data a chosen number of times during curation; the
     eval stage measures each canary's exposure. The secrets derive from the run seed."""
 
-    counts: list[int] = Field(default_factory=list, description="Repetition counts, one group of canaries each (e.g. [1, 8, 64]); empty: no canaries.")
+    counts: list[int] = Field(
+        default_factory=list, description="Repetition counts, one group of canaries each (e.g. [1, 8, 64]); empty: no canaries."
+    )
     per_count: int = Field(1, ge=1, description="Distinct canaries (secrets) per repetition count.")
-    secret_digits: int = Field(9, ge=1, le=30, description="Length of the random digit secret; |R| = 10**secret_digits candidate secrets.")
-    template: str = Field("my secret code is {secret}", description="Canary text with one '{secret}' (the digits, space-separated).")
-    bucket: str = Field("", description="Bucket the canary documents go to; must be a bucket of the sources (empty: the first source's).")
+    secret_digits: int = Field(
+        9, ge=1, le=30, description="Length of the random digit secret; |R| = 10**secret_digits candidate secrets."
+    )
+    template: str = Field(
+        "my secret code is {secret}", description="Canary text with one '{secret}' (the digits, space-separated)."
+    )
+    bucket: str = Field(
+        "", description="Bucket the canary documents go to; must be a bucket of the sources (empty: the first source's)."
+    )
     candidates: int = Field(1000, ge=10, description="Random reference secrets the exposure estimate ranks each canary against.")
 
     @field_validator("counts")
@@ -326,21 +451,45 @@ class CurateConfig(Strict):
     line_dedup: LineDedupConfig = Field(default_factory=LineDedupConfig)
     substring_dedup: SubstringDedupConfig = Field(default_factory=SubstringDedupConfig)
     decontaminate: DecontaminateConfig = Field(default_factory=DecontaminateConfig)
-    bucket_rules: list[BucketRule] = Field(default_factory=list, description="Bucket assignment rules (none: the source's bucket).")
+    bucket_rules: list[BucketRule] = Field(
+        default_factory=list, description="Bucket assignment rules (none: the source's bucket)."
+    )
     min_chars: int = Field(200, ge=0, description="Documents shorter than this after extraction are dropped.")
     max_doc_bytes: int = Field(2_000_000, ge=1, description="Larger raw records are quarantined, not parsed.")
-    max_decompression_ratio: float = Field(500.0, gt=1, description="A compressed input (.gz, .zst, .warc.gz) inflating past this many times its compressed size is a bomb: the rest of the file is quarantined (rule decompression_ratio).")
-    max_lines_per_file: int = Field(50_000_000, ge=1, description="A line-format file (JSONL) past this many lines, blank ones included: the rest is quarantined (rule too_many_lines).")
+    max_decompression_ratio: float = Field(
+        500.0,
+        gt=1,
+        description="A compressed input (.gz, .zst, .warc.gz) inflating past this many times its compressed size is a bomb: the rest of the file is quarantined (rule decompression_ratio).",
+    )
+    max_lines_per_file: int = Field(
+        50_000_000,
+        ge=1,
+        description="A line-format file (JSONL) past this many lines, blank ones included: the rest is quarantined (rule too_many_lines).",
+    )
     shard_docs: int = Field(5000, ge=1, description="Kept documents per Parquet part.")
     chunk_docs: int = Field(1000, ge=1, description="Records per resumable chunk inside a shard.")
     workers: int = Field(2, ge=1, description="Processes for extraction and filtering.")
     executor: Literal["local", "ray"] = Field("local", description="Run shards in local processes or as Ray tasks.")
-    memory_per_task: int = Field(2 << 30, ge=64 << 20, description="Bytes one global dedup task may hold; sets the number of hash partitions (README: Memory).")
-    dedup_partitions: int | None = Field(None, ge=1, description="Hash partitions of the global dedup shuffles (None: from memory_per_task and the row count).")
-    component_edges_per_task: int | None = Field(None, ge=1, description="Near-duplicate edges one connected-components task may hold (None: from memory_per_task); more run as partitioned rounds.")
-    max_removal_share: float = Field(0.9, ge=0.0, le=1.0, description="A step removing more than this share of its input stops the run.")
+    memory_per_task: int = Field(
+        2 << 30,
+        ge=64 << 20,
+        description="Bytes one global dedup task may hold; sets the number of hash partitions (README: Memory).",
+    )
+    dedup_partitions: int | None = Field(
+        None, ge=1, description="Hash partitions of the global dedup shuffles (None: from memory_per_task and the row count)."
+    )
+    component_edges_per_task: int | None = Field(
+        None,
+        ge=1,
+        description="Near-duplicate edges one connected-components task may hold (None: from memory_per_task); more run as partitioned rounds.",
+    )
+    max_removal_share: float = Field(
+        0.9, ge=0.0, le=1.0, description="A step removing more than this share of its input stops the run."
+    )
     allow_empty_bucket: bool = Field(False, description="Let a bucket end up empty instead of stopping the run.")
-    canaries: CanaryConfig = Field(default_factory=CanaryConfig, description="Memorization canaries inserted into training (off by default).")
+    canaries: CanaryConfig = Field(
+        default_factory=CanaryConfig, description="Memorization canaries inserted into training (off by default)."
+    )
 
     @field_validator("steps")
     @classmethod

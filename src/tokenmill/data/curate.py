@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tokenmill.data.config import (CurateConfig, SourceConfig)
+from tokenmill.data.config import CurateConfig, SourceConfig
 from tokenmill.data import classifier_cut, sources as source_step
 from tokenmill.data.canaries import CANARIES_FILE, canary_bucket, insert_canaries
 from tokenmill.data.dedup.shuffle import PartitionedSet
@@ -51,8 +51,18 @@ from tokenmill.data.dedup.stages import load_decisions, run_dedup, run_lines
 from tokenmill.data.dedup.workspace import DedupJob, chunk_bases, dedup_partitions, final_dir, map_dir, shard_rows
 from tokenmill.data.dedup.shuffle import files as shuffle_files, hash_partition, read_partition, write_partitioned
 from tokenmill.data.doc_ids import PLAN_FILE, SHARED_DIR, STEP as HASH_ID_STEP, IdRule, collect_shard, merge_partition
-from tokenmill.data.document import (DOC_SCHEMA, REJECTED_DIR, REJECTED_SCHEMA, Doc, RawRecord, Rejection,
-                                     format_value, fsync_tree, text_bytes, write_table_atomic)
+from tokenmill.data.document import (
+    DOC_SCHEMA,
+    REJECTED_DIR,
+    REJECTED_SCHEMA,
+    Doc,
+    RawRecord,
+    Rejection,
+    format_value,
+    fsync_tree,
+    text_bytes,
+    write_table_atomic,
+)
 from tokenmill.data.readers import get_reader
 from tokenmill.data.readers.base import file_size
 from tokenmill.data.executor import make_executor
@@ -68,11 +78,19 @@ from tokenmill.runs import EventLog, RunDir, atomic_write_text, remove_temporari
 STAGE = "curate"
 FUNNEL_FILE = "_funnel.json"
 DECONTAMINATION_FILE = "_decontamination.json"
-MAP_SCHEMA = pa.schema([*DOC_SCHEMA, pa.field("_format", pa.string()), pa.field("_exact", pa.binary()),
-                        pa.field("_sig", pa.binary())])
+MAP_SCHEMA = pa.schema(
+    [*DOC_SCHEMA, pa.field("_format", pa.string()), pa.field("_exact", pa.binary()), pa.field("_sig", pa.binary())]
+)
 # Settings that change how the work runs, never what it produces: a resumed run may change them.
-EXECUTION_KNOBS = {"workers", "executor", "max_removal_share", "allow_empty_bucket", "memory_per_task", "dedup_partitions",
-                   "component_edges_per_task"}
+EXECUTION_KNOBS = {
+    "workers",
+    "executor",
+    "max_removal_share",
+    "allow_empty_bucket",
+    "memory_per_task",
+    "dedup_partitions",
+    "component_edges_per_task",
+}
 MINHASH_SEED = PERMUTATION_SEED
 
 
@@ -128,8 +146,9 @@ def _worker_steps(job: Job, names: tuple[str, ...]) -> dict[str, DocStep]:
     return {s.name: s for s in _STEP_CACHE[key]}
 
 
-def run_doc_steps(doc: Doc, names: tuple[str, ...], steps: dict[str, DocStep], marks: list[StepMark],
-                  clock: DocClock | None = None) -> Rejection | None:
+def run_doc_steps(
+    doc: Doc, names: tuple[str, ...], steps: dict[str, DocStep], marks: list[StepMark], clock: DocClock | None = None
+) -> Rejection | None:
     """Pass a document through the named steps; a disabled or out-of-scope step passes it.
     With a clock (started on this document), a step that runs out of time removes it."""
     if clock is None:
@@ -145,8 +164,9 @@ def run_doc_steps(doc: Doc, names: tuple[str, ...], steps: dict[str, DocStep], m
         clock.stop()
 
 
-def _run_steps(doc: Doc, names: tuple[str, ...], steps: dict[str, DocStep], marks: list[StepMark],
-               clock: DocClock | None) -> Rejection | None:
+def _run_steps(
+    doc: Doc, names: tuple[str, ...], steps: dict[str, DocStep], marks: list[StepMark], clock: DocClock | None
+) -> Rejection | None:
     for name in names:
         n = text_bytes(doc.text)
         step = steps.get(name)
@@ -181,8 +201,7 @@ def _ids_dir(job: Job) -> Path:
 
 def _carries_ids(job: Job, spec: ShardSpec) -> bool:
     src = job.sources[spec.source]
-    return src.kind == "files" and any(get_reader(source_step.file_format(src, Path(f))).carries_ids
-                                       for f in spec.files)
+    return src.kind == "files" and any(get_reader(source_step.file_format(src, Path(f))).carries_ids for f in spec.files)
 
 
 IDS_SCHEMA = pa.schema([("h", pa.uint64()), ("source", pa.int32())])
@@ -195,8 +214,7 @@ def collect_ids_shard(job: Job, spec: ShardSpec, partitions: int) -> int:
     count = out.with_suffix(".json")
     if count.exists():
         return int(json.loads(count.read_text())["unusable"])
-    hashes, unusable = collect_shard(read_shard(spec, job.sources, job.cfg.max_doc_bytes,
-                                                    source_step.read_limits(job.cfg)))
+    hashes, unusable = collect_shard(read_shard(spec, job.sources, job.cfg.max_doc_bytes, source_step.read_limits(job.cfg)))
     table = pa.table({"h": hashes, "source": np.full(len(hashes), spec.source, dtype=np.int32)}, schema=IDS_SCHEMA)
     write_partitioned(out, table, hash_partition(hashes, partitions), partitions)
     atomic_write_text(count, json.dumps({"unusable": unusable}))
@@ -274,8 +292,17 @@ def map_shard(job: Job, spec: ShardSpec) -> dict[str, int]:
     return summary
 
 
-def _map_chunk(job: Job, shard: int, k: int, chunk: list[RawRecord], names: tuple[str, ...],
-               steps: dict[str, DocStep], hasher: Any, id_rule: IdRule, clock: DocClock) -> None:
+def _map_chunk(
+    job: Job,
+    shard: int,
+    k: int,
+    chunk: list[RawRecord],
+    names: tuple[str, ...],
+    steps: dict[str, DocStep],
+    hasher: Any,
+    id_rule: IdRule,
+    clock: DocClock,
+) -> None:
     from tokenmill.data.dedup.exact import exact_key
 
     funnel = Funnel(job.funnel_steps)
@@ -309,9 +336,14 @@ def _map_chunk(job: Job, shard: int, k: int, chunk: list[RawRecord], names: tupl
     sigs = hasher.signatures([d.text for d in kept]) if hasher is not None and kept else None
     rows = []
     for i, doc in enumerate(kept):
-        rows.append({**doc.row(), "_format": doc.format,
-                     "_exact": exact_key(doc.text) if "exact_dedup" in job.steps else None,
-                     "_sig": sigs[i].tobytes() if sigs is not None else None})
+        rows.append(
+            {
+                **doc.row(),
+                "_format": doc.format,
+                "_exact": exact_key(doc.text) if "exact_dedup" in job.steps else None,
+                "_sig": sigs[i].tobytes() if sigs is not None else None,
+            }
+        )
     sdir = _map_dir(job, shard)
     write_table_atomic(rows, MAP_SCHEMA, sdir / f"chunk-{k:05d}.parquet")
     write_table_atomic(rejected, REJECTED_SCHEMA, final_dir(job.work) / REJECTED_DIR / f"part-{shard:05d}-{k:05d}-a.parquet")
@@ -396,9 +428,13 @@ def substr_units_shard(job: Job, spec: ShardSpec, base: int) -> None:
             ids.append(doc.id)
         sdir.mkdir(parents=True, exist_ok=True)
         tmp = temporary_name(out, ".npz")
-        np.savez(tmp, units=np.concatenate(units) if units else np.zeros(0, np.uint64),
-                 lens=np.array([len(u) for u in units], dtype=np.int64), rows=np.array(rows, dtype=np.int64),
-                 ids=np.array(ids, dtype=str))
+        np.savez(
+            tmp,
+            units=np.concatenate(units) if units else np.zeros(0, np.uint64),
+            lens=np.array([len(u) for u in units], dtype=np.int64),
+            rows=np.array(rows, dtype=np.int64),
+            ids=np.array(ids, dtype=str),
+        )
         os.replace(tmp, out)
 
 
@@ -421,7 +457,7 @@ def substr_store(job: Job) -> None:
     at = 0
     for p, n in zip(parts, counts.tolist()):
         saved = np.load(p)
-        lens[at:at + n], rows[at:at + n] = saved["lens"], saved["rows"]
+        lens[at : at + n], rows[at : at + n] = saved["lens"], saved["rows"]
         at += n
     write_store_parts(index, lens, (np.load(p)["units"] for p in parts))
     atomic_write_text(index / "parts.json", json.dumps([str(p.relative_to(sdir)) for p in parts]))
@@ -467,8 +503,14 @@ class SubstrState:
         sdir = _substr_dir(job)
         index = sdir / "index"
         parts = [sdir / p for p in json.loads((index / "parts.json").read_text())]
-        return cls(np.load(index / "first.npy", mmap_mode="r"), np.load(index / "bases.npy", mmap_mode="r"),
-                   np.load(index / "rows.npy", mmap_mode="r"), np.load(index / "part_docs.npy"), parts, {})
+        return cls(
+            np.load(index / "first.npy", mmap_mode="r"),
+            np.load(index / "bases.npy", mmap_mode="r"),
+            np.load(index / "rows.npy", mmap_mode="r"),
+            np.load(index / "part_docs.npy"),
+            parts,
+            {},
+        )
 
     def doc_of(self, row: int) -> int | None:
         """Index of a global row among the indexed documents (None: it did not take part)."""
@@ -485,8 +527,9 @@ class SubstrState:
         return str(self._ids[p][d - int(self.part_docs[p])])
 
 
-def _apply_substring(job: Job, doc: Doc, row: int, substr: SubstrState | None, marks: list[StepMark],
-                     rejected: list[dict[str, Any]]) -> Rejection | None:
+def _apply_substring(
+    job: Job, doc: Doc, row: int, substr: SubstrState | None, marks: list[StepMark], rejected: list[dict[str, Any]]
+) -> Rejection | None:
     """substring_dedup for one document: cut its later copies of repeated spans (each one a
     `_rejected` row) or drop it when mostly repeated; disabled or skipped: passed through."""
     from tokenmill.data.dedup import substring as sd
@@ -519,7 +562,7 @@ def _apply_substring(job: Job, doc: Doc, row: int, substr: SubstrState | None, m
             return sd.too_short_rejection(len(text.strip()), job.cfg.min_chars, len(spans))
         for sp in spans:
             row_out = doc.rejected_row(sd.span_rejection(sp, *other(sp), cfg))
-            rejected.append({**row_out, "text": doc.text[sp.char_start:sp.char_end]})
+            rejected.append({**row_out, "text": doc.text[sp.char_start : sp.char_end]})
         doc.text = text
     marks.append(StepMark(sd.STEP, n, text_bytes(doc.text), True))
     doc.lineage.append((sd.STEP, sd.VERSION))
@@ -542,9 +585,19 @@ def final_shard(job: Job, spec: ShardSpec, base: int) -> None:
             _final_chunk(job, spec.index, k, path, first, decisions, frequent, substr, names, steps, clock)
 
 
-def _final_chunk(job: Job, shard: int, k: int, path: Path, base: int, decisions: dict[int, dict[str, Any]],
-                 frequent: PartitionedSet | None, substr: "SubstrState | None", names: tuple[str, ...],
-                 steps: dict[str, DocStep], clock: DocClock) -> None:
+def _final_chunk(
+    job: Job,
+    shard: int,
+    k: int,
+    path: Path,
+    base: int,
+    decisions: dict[int, dict[str, Any]],
+    frequent: PartitionedSet | None,
+    substr: "SubstrState | None",
+    names: tuple[str, ...],
+    steps: dict[str, DocStep],
+    clock: DocClock,
+) -> None:
     from tokenmill.data.dedup import exact as dedup_mod
 
     funnel = Funnel(job.funnel_steps)
@@ -581,8 +634,9 @@ def _final_chunk(job: Job, shard: int, k: int, path: Path, base: int, decisions:
     _mark(fdir / f"chunk-{k:05d}.done")
 
 
-def _apply_corpus_steps(job: Job, doc: Doc, decision: dict[str, Any], frequent: PartitionedSet | None,
-                        marks: list[StepMark], version: str) -> Rejection | None:
+def _apply_corpus_steps(
+    job: Job, doc: Doc, decision: dict[str, Any], frequent: PartitionedSet | None, marks: list[StepMark], version: str
+) -> Rejection | None:
     """exact_dedup, minhash_dedup and line_dedup for one document, from the phase results."""
     doc.dup_cluster = decision.get("dup_cluster")
     doc.dup_cluster_size = decision.get("dup_cluster_size")
@@ -605,9 +659,12 @@ def _apply_corpus_steps(job: Job, doc: Doc, decision: dict[str, Any], frequent: 
         text, removed = remove_units(doc.text, frequent, job.cfg.line_dedup)
         if removed and len(text.strip()) < job.cfg.min_chars:
             marks.append(StepMark("line_dedup", n, 0, True, "too_short_after_line_dedup"))
-            return Rejection("line_dedup", "too_short_after_line_dedup", format_value(len(text.strip())),
-                             f"{removed} boilerplate units removed, {len(text.strip())} characters left "
-                             f"< min_chars {job.cfg.min_chars}")
+            return Rejection(
+                "line_dedup",
+                "too_short_after_line_dedup",
+                format_value(len(text.strip())),
+                f"{removed} boilerplate units removed, {len(text.strip())} characters left < min_chars {job.cfg.min_chars}",
+            )
         doc.text = text
         marks.append(StepMark("line_dedup", n, text_bytes(text), True))
         doc.lineage.append(("line_dedup", LINE_VERSION))
@@ -626,7 +683,9 @@ def _plan(job: Job, fingerprint: str) -> list[ShardSpec]:
         return [ShardSpec(**{**s, "files": tuple(s["files"])}) for s in json.loads(plan_file.read_text())["shards"]]
     specs = plan_shards(job.sources)
     work.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(plan_file, json.dumps({"fingerprint": fingerprint, "shards": [vars(s) | {"files": list(s.files)} for s in specs]}))
+    atomic_write_text(
+        plan_file, json.dumps({"fingerprint": fingerprint, "shards": [vars(s) | {"files": list(s.files)} for s in specs]})
+    )
     return specs
 
 
@@ -659,7 +718,8 @@ def check_removal(funnel: Funnel, cfg: CurateConfig, steps: Iterable[str]) -> No
             raise CurationStopped(
                 f"curation stopped: step '{step}' removed {c.docs_rejected} of {c.docs_in} documents "
                 f"({c.docs_rejected / c.docs_in:.1%}; {rules}), more than curate.max_removal_share="
-                f"{cfg.max_removal_share}. Check the step's config, or raise the limit to accept it.")
+                f"{cfg.max_removal_share}. Check the step's config, or raise the limit to accept it."
+            )
     if not cfg.allow_empty_bucket:
         last = steps[-1] if steps else None
         for bucket, per_step in funnel.buckets.items():
@@ -667,7 +727,8 @@ def check_removal(funnel: Funnel, cfg: CurateConfig, steps: Iterable[str]) -> No
                 raise CurationStopped(
                     f"curation stopped: bucket '{bucket}' has no documents left of {per_step['read'].docs_in} read: "
                     f"{emptied_by(per_step, steps)}. Set curate.allow_empty_bucket=true to accept it, or "
-                    f"loosen those rules for this bucket.")
+                    f"loosen those rules for this bucket."
+                )
 
 
 def check_config(cfg: CurateConfig) -> None:
@@ -682,9 +743,18 @@ def check_config(cfg: CurateConfig) -> None:
         source_step.check_source(src)  # a missing path fails now, not after minutes of work
 
 
-def curate(cfg: CurateConfig, out: Path, *, steps: list[str] | None = None, base_dir: Path | None = None,
-           events: EventLog | None = None, progress: bool = True, inputs_fingerprint: Any = None,
-           seed: int = 0, overwrite: bool = False) -> dict[str, Any]:
+def curate(
+    cfg: CurateConfig,
+    out: Path,
+    *,
+    steps: list[str] | None = None,
+    base_dir: Path | None = None,
+    events: EventLog | None = None,
+    progress: bool = True,
+    inputs_fingerprint: Any = None,
+    seed: int = 0,
+    overwrite: bool = False,
+) -> dict[str, Any]:
     """Curate `cfg.sources` into `out`; resumable: a killed call, called again, continues.
     `seed` (the run seed) fixes the canaries' secrets, if any are configured. `out` must be new,
     empty or tokenmill's curate output; with `overwrite` any directory, whose other files are kept."""
@@ -693,10 +763,20 @@ def curate(cfg: CurateConfig, out: Path, *, steps: list[str] | None = None, base
     out = Path(os.path.abspath(out))  # `-o .` has no name to put the work directory beside
     work = out.with_name(f".{out.name}.work")
     owned = _claim_output(cfg, out, work, overwrite)
-    job = Job(cfg=cfg, steps=selected, work=str(work.resolve()), base_dir=str((base_dir or Path.cwd()).resolve()),
-              driver_pid=os.getpid())
-    fingerprint = sha256_json({"cfg": cfg.model_dump(mode="json", exclude=EXECUTION_KNOBS), "steps": selected,
-                               "inputs": inputs_fingerprint if inputs_fingerprint is not None else curate_inputs_fingerprint(cfg)})
+    job = Job(
+        cfg=cfg,
+        steps=selected,
+        work=str(work.resolve()),
+        base_dir=str((base_dir or Path.cwd()).resolve()),
+        driver_pid=os.getpid(),
+    )
+    fingerprint = sha256_json(
+        {
+            "cfg": cfg.model_dump(mode="json", exclude=EXECUTION_KNOBS),
+            "steps": selected,
+            "inputs": inputs_fingerprint if inputs_fingerprint is not None else curate_inputs_fingerprint(cfg),
+        }
+    )
     emit = (lambda kind, **f: events.write(STAGE, kind, **f)) if events else (lambda kind, **f: None)
     started = time.time()
     specs = _plan(job, fingerprint)
@@ -730,8 +810,7 @@ def curate(cfg: CurateConfig, out: Path, *, steps: list[str] | None = None, base
             stats = substr_phase(job, specs, executor, dj)
             emit("phase", phase="substring", seconds=round(time.time() - started, 3), **stats)
         task = bar.add_task("final", total=len(specs))
-        executor.map(final_shard, [(job, s, dj.shard_bases[s.index]) for s in specs],
-                     on_done=lambda i, r: bar.advance(task))
+        executor.map(final_shard, [(job, s, dj.shard_bases[s.index]) for s in specs], on_done=lambda i, r: bar.advance(task))
 
     funnel = _merged_funnel(job, "map")
     funnel.merge(_merged_funnel(job, classifier_cut.CUT_DIR))
@@ -752,8 +831,13 @@ def curate(cfg: CurateConfig, out: Path, *, steps: list[str] | None = None, base
     for step in job.funnel_steps:
         emit("step", step=step, **funnel_data["total"][step])
     if canaries:
-        emit("canaries_inserted", bucket=canaries[0].bucket, canaries=len(canaries),
-             docs=sum(c.count for c in canaries), counts=sorted({c.count for c in canaries}))
+        emit(
+            "canaries_inserted",
+            bucket=canaries[0].bucket,
+            canaries=len(canaries),
+            docs=sum(c.count for c in canaries),
+            counts=sorted({c.count for c in canaries}),
+        )
     emit("funnel", steps=list(job.funnel_steps), d_eff=funnel_data["d_eff"])
     emit("done", **summary)
     return summary
@@ -767,8 +851,12 @@ def _write_decontamination(job: Job, final: Path) -> None:
         from tokenmill.data.decontaminate import overlap_report
 
         parts = [json.loads(p.read_text()) for p in sorted((Path(job.work) / "finalized").glob("*/chunk-*.decontamination.json"))]
-        report = overlap_report(parts, Path(job.work) / "prepared", job.cfg.decontaminate.max_overlap,
-                                set_max_overlap=job.cfg.decontaminate.set_max_overlap)
+        report = overlap_report(
+            parts,
+            Path(job.work) / "prepared",
+            job.cfg.decontaminate.max_overlap,
+            set_max_overlap=job.cfg.decontaminate.set_max_overlap,
+        )
     atomic_write_text(final / DECONTAMINATION_FILE, json.dumps(report, indent=1))
 
 
@@ -780,10 +868,15 @@ def _summary(funnel_data: dict[str, Any], final: Path, seconds: float) -> dict[s
         parts = sorted(bucket_dir.glob("part-*.parquet"))
         rows = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
         buckets[bucket_dir.name] = {"docs_out": rows, "parts": len(parts)}
-    return {"docs_in": total["read"]["docs_in"], "bytes_in": total["read"]["bytes_in"],
-            "docs_out": total[steps[-1]]["docs_out"], "bytes_out": total[steps[-1]]["bytes_out"],
-            "docs_rejected": sum(total[s]["docs_rejected"] for s in steps),
-            "seconds": round(seconds, 3), "buckets": buckets}
+    return {
+        "docs_in": total["read"]["docs_in"],
+        "bytes_in": total["read"]["bytes_in"],
+        "docs_out": total[steps[-1]]["docs_out"],
+        "bytes_out": total[steps[-1]]["bytes_out"],
+        "docs_rejected": sum(total[s]["docs_rejected"] for s in steps),
+        "seconds": round(seconds, 3),
+        "buckets": buckets,
+    }
 
 
 FIXED_OUTPUTS = (REJECTED_DIR, FUNNEL_FILE, DECONTAMINATION_FILE, CANARIES_FILE)
@@ -797,15 +890,19 @@ def _looks_curated(entry: Path) -> bool:
     if entry.is_file():
         return entry.name in FIXED_OUTPUTS
     files = list(entry.iterdir())
-    return bool(files) and all(f.is_file() and f.name.startswith("part-") and f.name.endswith(".parquet")
-                               for f in files)
+    return bool(files) and all(f.is_file() and f.name.startswith("part-") and f.name.endswith(".parquet") for f in files)
 
 
 def _claim_output(cfg: CurateConfig, out: Path, work: Path, overwrite: bool) -> set[str]:
     """Refuse, before any work, an output or work directory tokenmill did not make, and an output
     name taken by a file it did not write; returns the names in `out` that are tokenmill's."""
-    mark = claim_dir(out, STAGE, foreign_ok=overwrite, create=False,  # a new `out` appears only when published
-                     hint=" (or pass --overwrite to write beside its files, which are kept)")
+    mark = claim_dir(
+        out,
+        STAGE,
+        foreign_ok=overwrite,
+        create=False,  # a new `out` appears only when published
+        hint=" (or pass --overwrite to write beside its files, which are kept)",
+    )
     if mark.get("adopted"):  # no marker yet: only entries shaped like curate output are tokenmill's
         owned = {e.name for e in out.iterdir() if _looks_curated(e)}
         write_marker(out, STAGE, outputs=owned)
@@ -835,16 +932,21 @@ def _publish(final: Path, out: Path, owned: set[str]) -> None:
 
 
 def _progress(enabled: bool) -> Progress:
-    return Progress(TextColumn("[bold]curate[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("shards"), TimeElapsedColumn(), disable=not enabled)
+    return Progress(
+        TextColumn("[bold]curate[/] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("shards"),
+        TimeElapsedColumn(),
+        disable=not enabled,
+    )
 
 
 def _check_buckets(cfg: CurateConfig) -> None:
     names = [src.bucket for src in cfg.sources] + [r.bucket for r in cfg.bucket_rules]
     for b in names:
         if not b or b.startswith(("_", ".")) or "/" in b or "\\" in b or b != b.strip():
-            raise ValueError(f"curate: bucket {b!r} is not a valid directory name "
-                             "(no '/', must not start with '_' or '.')")
+            raise ValueError(f"curate: bucket {b!r} is not a valid directory name (no '/', must not start with '_' or '.')")
 
 
 # --------------------------------------------------------------------------- the run stage
@@ -856,5 +958,12 @@ def curate_inputs_fingerprint(cfg: CurateConfig) -> list[dict[str, Any]]:
 def run_curate(run: RunDir, progress: bool = True) -> dict[str, Any]:
     """The pipeline's curate stage: `run.config.curate` into `<run>/curated/`."""
     # curated/ lies in a run directory tokenmill owns: one an earlier version made has no marker yet
-    return curate(run.config.curate, run.path / "curated", base_dir=Path.cwd(), events=run.events,
-                  progress=progress, seed=run.config.seed, overwrite=True)
+    return curate(
+        run.config.curate,
+        run.path / "curated",
+        base_dir=Path.cwd(),
+        events=run.events,
+        progress=progress,
+        seed=run.config.seed,
+        overwrite=True,
+    )

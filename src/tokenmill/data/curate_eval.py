@@ -93,7 +93,7 @@ def _masks(n: int, spans: list[Span], kinds: tuple[str, ...]) -> np.ndarray:
     """Per character: 0 outside every span, else 1 + the index of the span's kind."""
     out = np.zeros(n, dtype=np.int8)
     for s in spans:
-        out[s.start:s.end] = kinds.index(s.kind) + 1
+        out[s.start : s.end] = kinds.index(s.kind) + 1
     return out
 
 
@@ -101,8 +101,9 @@ def eval_pii(labelled: Path, cfg: CurateConfig) -> dict[str, Any]:
     """Recall per kind and per bucket, over-removal per bucket, of the PII step on a labelled file."""
     kinds = tuple(PII_FIELDS)
     per_kind = {k: {"gold": 0, "recalled": 0, "typed": 0, "predicted": 0, "false_spans": 0} for k in kinds}
-    per_bucket: dict[str, dict[str, int]] = defaultdict(lambda: {
-        "docs": 0, "chars": 0, "pii_chars": 0, "gold": 0, "recalled": 0, "masked_chars": 0, "over_removed_chars": 0})
+    per_bucket: dict[str, dict[str, int]] = defaultdict(
+        lambda: {"docs": 0, "chars": 0, "pii_chars": 0, "gold": 0, "recalled": 0, "masked_chars": 0, "over_removed_chars": 0}
+    )
     for lineno, rec in _records(labelled, {"text": str}):
         text = rec["text"]
         gold = _gold_spans(labelled, lineno, rec)
@@ -115,7 +116,7 @@ def eval_pii(labelled: Path, cfg: CurateConfig) -> dict[str, Any]:
         b["masked_chars"] += int(np.count_nonzero(p))
         b["over_removed_chars"] += int(np.count_nonzero((p != 0) & (g == 0)))
         for s in gold:
-            covered = p[s.start:s.end]
+            covered = p[s.start : s.end]
             recalled = bool(covered.all())
             b["gold"] += 1
             b["recalled"] += recalled
@@ -124,20 +125,30 @@ def eval_pii(labelled: Path, cfg: CurateConfig) -> dict[str, Any]:
             per_kind[s.kind]["typed"] += bool((covered == kinds.index(s.kind) + 1).all())
         for s in pred:
             per_kind[s.kind]["predicted"] += 1
-            per_kind[s.kind]["false_spans"] += not g[s.start:s.end].any()
-    buckets = {name: {**b, "recall": _ratio(b["recalled"], b["gold"]),
-                      "over_removal": _ratio(b["over_removed_chars"], b["chars"] - b["pii_chars"])}
-               for name, b in sorted(per_bucket.items())}
+            per_kind[s.kind]["false_spans"] += not g[s.start : s.end].any()
+    buckets = {
+        name: {
+            **b,
+            "recall": _ratio(b["recalled"], b["gold"]),
+            "over_removal": _ratio(b["over_removed_chars"], b["chars"] - b["pii_chars"]),
+        }
+        for name, b in sorted(per_bucket.items())
+    }
     total: dict[str, Any] = {
         key: sum(b[key] for b in per_bucket.values())
-        for key in ("docs", "chars", "pii_chars", "gold", "recalled", "masked_chars", "over_removed_chars")}
+        for key in ("docs", "chars", "pii_chars", "gold", "recalled", "masked_chars", "over_removed_chars")
+    }
     total["recall"] = _ratio(total["recalled"], total["gold"])
     total["over_removal"] = _ratio(total["over_removed_chars"], total["chars"] - total["pii_chars"])
     return {
-        "file": str(labelled), "kinds_enabled": list(cfg.pii.kinds),
-        "by_kind": {k: {**v, "recall": _ratio(v["recalled"], v["gold"]), "typed_recall": _ratio(v["typed"], v["gold"])}
-                    for k, v in per_kind.items()},
-        "by_bucket": buckets, "total": total,
+        "file": str(labelled),
+        "kinds_enabled": list(cfg.pii.kinds),
+        "by_kind": {
+            k: {**v, "recall": _ratio(v["recalled"], v["gold"]), "typed_recall": _ratio(v["typed"], v["gold"])}
+            for k, v in per_kind.items()
+        },
+        "by_bucket": buckets,
+        "total": total,
     }
 
 
@@ -145,8 +156,9 @@ def eval_safety(labelled: Path, cfg: CurateConfig, base_dir: Path | None = None)
     """False-positive rate and recall per slice of the toxicity score at the configured threshold."""
     step = Safety(cfg, base_dir)
     step.setup(Path("."))
-    per_slice: dict[str, dict[str, Any]] = defaultdict(lambda: {
-        "docs": 0, "toxic": 0, "flagged": 0, "true_positives": 0, "false_positives": 0, "false_positive_lines": []})
+    per_slice: dict[str, dict[str, Any]] = defaultdict(
+        lambda: {"docs": 0, "toxic": 0, "flagged": 0, "true_positives": 0, "false_positives": 0, "false_positive_lines": []}
+    )
     for lineno, rec in _records(labelled, {"text": str, "slice": str, "toxic": bool}):
         flagged = step.score(rec["text"])["toxicity"] > cfg.safety.threshold
         s = per_slice[rec["slice"]]
@@ -160,17 +172,20 @@ def eval_safety(labelled: Path, cfg: CurateConfig, base_dir: Path | None = None)
                 s["false_positive_lines"].append(lineno)
 
     def rates(s: dict[str, Any]) -> dict[str, Any]:
-        return {**s, "false_positive_rate": _ratio(s["false_positives"], s["docs"] - s["toxic"]),
-                "recall": _ratio(s["true_positives"], s["toxic"])}
+        return {
+            **s,
+            "false_positive_rate": _ratio(s["false_positives"], s["docs"] - s["toxic"]),
+            "recall": _ratio(s["true_positives"], s["toxic"]),
+        }
 
-    total = {k: sum(s[k] for s in per_slice.values())
-             for k in ("docs", "toxic", "flagged", "true_positives", "false_positives")}
-    total = {key: value for key, value in rates({**total, "false_positive_lines": []}).items()
-             if key != "false_positive_lines"}
+    total = {k: sum(s[k] for s in per_slice.values()) for k in ("docs", "toxic", "flagged", "true_positives", "false_positives")}
+    total = {key: value for key, value in rates({**total, "false_positive_lines": []}).items() if key != "false_positive_lines"}
     return {
-        "file": str(labelled), "threshold": cfg.safety.threshold,
+        "file": str(labelled),
+        "threshold": cfg.safety.threshold,
         "word_list": cfg.safety.word_list or "built-in",
-        "by_slice": {name: rates(s) for name, s in sorted(per_slice.items())}, "total": total,
+        "by_slice": {name: rates(s) for name, s in sorted(per_slice.items())},
+        "total": total,
     }
 
 
@@ -185,9 +200,18 @@ def eval_quality(labelled: Path, cfg: CurateConfig, min_docs: int = MIN_DOCS) ->
 
     step = Quality(cfg)
     step.setup(None)
-    per_lang: dict[str, dict[str, Any]] = defaultdict(lambda: {
-        "docs": 0, "kept": 0, "rules": defaultdict(int), "low_quality": 0, "low_quality_removed": 0,
-        "good": 0, "good_kept": 0, "profile": ""})
+    per_lang: dict[str, dict[str, Any]] = defaultdict(
+        lambda: {
+            "docs": 0,
+            "kept": 0,
+            "rules": defaultdict(int),
+            "low_quality": 0,
+            "low_quality_removed": 0,
+            "good": 0,
+            "good_kept": 0,
+            "profile": "",
+        }
+    )
     groups: dict[str, dict[str, bool]] = defaultdict(dict)
     for lineno, rec in _records(labelled, {"text": str, "language": str}):
         kind = rec.get("kind") or "web"
@@ -195,8 +219,9 @@ def eval_quality(labelled: Path, cfg: CurateConfig, min_docs: int = MIN_DOCS) ->
             raise LabelledFileError(f"{labelled}:{lineno}: kind {kind!r} is not one of {', '.join(FAMILIES)}")
         judge = step.judge(rec["language"], kind)
         signals, _ = measure(rec["text"], rules=judge.rules, book=judge.book)
-        rejection = (check_min_chars(len(rec["text"]), judge.rules.min_chars(cfg.min_chars))
-                     or check_rules(signals, judge.cfg, judge.apply))
+        rejection = check_min_chars(len(rec["text"]), judge.rules.min_chars(cfg.min_chars)) or check_rules(
+            signals, judge.cfg, judge.apply
+        )
         kept = rejection is None
         s = per_lang[rec["language"]]
         s["docs"] += 1
@@ -217,26 +242,45 @@ def eval_quality(labelled: Path, cfg: CurateConfig, min_docs: int = MIN_DOCS) ->
         rate = _ratio(s["kept"], s["docs"])
         gap, shared = _gap_to_english(lang, per_lang, groups)
         by_language[lang] = {
-            "docs": s["docs"], "kept": s["kept"], "keep_rate": rate, "profile": s["profile"],
-            "gap_to_english": gap, "shared_with_english": shared,
+            "docs": s["docs"],
+            "kept": s["kept"],
+            "keep_rate": rate,
+            "profile": s["profile"],
+            "gap_to_english": gap,
+            "shared_with_english": shared,
             "top_rules": dict(sorted(s["rules"].items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_RULES]),
-            **({"low_quality_removed": _ratio(s["low_quality_removed"], s["low_quality"]),
-                "good_kept": _ratio(s["good_kept"], s["good"])} if s["low_quality"] + s["good"] else {})}
+            **(
+                {
+                    "low_quality_removed": _ratio(s["low_quality_removed"], s["low_quality"]),
+                    "good_kept": _ratio(s["good_kept"], s["good"]),
+                }
+                if s["low_quality"] + s["good"]
+                else {}
+            ),
+        }
     rates = [v["keep_rate"] for v in by_language.values() if v["docs"] >= min_docs and v["keep_rate"] is not None]
     multi = [g for g in groups.values() if len(g) >= 2]
     return {
-        "file": str(labelled), "min_docs": min_docs, "by_language": by_language,
+        "file": str(labelled),
+        "min_docs": min_docs,
+        "by_language": by_language,
         "spread": max(rates) - min(rates) if rates else None,
-        "max_gap_to_english": max((abs(v["gap_to_english"]) for v in by_language.values()
-                                   if v["shared_with_english"] >= min_docs and v["gap_to_english"] is not None),
-                                  default=None),
+        "max_gap_to_english": max(
+            (
+                abs(v["gap_to_english"])
+                for v in by_language.values()
+                if v["shared_with_english"] >= min_docs and v["gap_to_english"] is not None
+            ),
+            default=None,
+        ),
         "agreement": _ratio(sum(len(set(g.values())) == 1 for g in multi), len(multi)),
         "groups": len(multi),
     }
 
 
-def _gap_to_english(lang: str, per_lang: dict[str, dict[str, Any]],
-                    groups: dict[str, dict[str, bool]]) -> tuple[float | None, int]:
+def _gap_to_english(
+    lang: str, per_lang: dict[str, dict[str, Any]], groups: dict[str, dict[str, bool]]
+) -> tuple[float | None, int]:
     """(keep rate minus English's in points, documents compared): on the same pages where the
     file has groups in both languages (translations left out of one language do not move it),
     otherwise over every document of each."""

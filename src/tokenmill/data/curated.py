@@ -46,5 +46,4 @@ def part_id_batches(part: Path, batch_rows: int = ID_BATCH) -> Iterator[list[str
 
 
 def document_ids(curated_dir: Path, bucket: str) -> list[str]:
-    return [i for part in bucket_parts(curated_dir, bucket)
-            for i in pq.read_table(part, columns=["id"]).column("id").to_pylist()]
+    return [i for part in bucket_parts(curated_dir, bucket) for i in pq.read_table(part, columns=["id"]).column("id").to_pylist()]

@@ -107,13 +107,12 @@ def build_index(paths: list[Path], names: list[str], fields: list[str], n: int, 
             item = len(item_ids)
             item_ids.append(item_id)
             item_set.append(s)
-            mine = sorted_unique(g[offsets[i]: offsets[i + 1]].copy())
+            mine = sorted_unique(g[offsets[i] : offsets[i + 1]].copy())
             totals.append(len(mine))
             if len(mine):
                 grams.append(mine)
                 owners.append(np.full(len(mine), item, dtype=np.int32))
-        sets.append({"name": name, "path": str(path), "items": len(items),
-                     "too_short": int(np.count_nonzero(counts == 0))})
+        sets.append({"name": name, "path": str(path), "items": len(items), "too_short": int(np.count_nonzero(counts == 0))})
     all_grams = np.concatenate(grams) if grams else np.empty(0, dtype=np.uint64)
     all_owners = np.concatenate(owners) if owners else np.empty(0, dtype=np.int32)
     order = np.lexsort((all_owners, all_grams))
@@ -218,9 +217,12 @@ class Decontaminate(DocStep):
             return None
         n = self.dcfg.n
         return Rejection(
-            self.name, RULE, format_value(top),
+            self.name,
+            RULE,
+            format_value(top),
             f"contains {shared[best]} of the {self.item_ngrams[item]} {n}-grams ({top:.1%}) of item "
-            f"{self.meta['item_ids'][item]!r} of {eval_set}; the limit is {self.item_limit[item]:.1%}")
+            f"{self.meta['item_ids'][item]!r} of {eval_set}; the limit is {self.item_limit[item]:.1%}",
+        )
 
     # ----------------------------------------------------------------- report tallies
     def _tally(self, items: np.ndarray, share: np.ndarray, best_set: int, removed: bool) -> None:
@@ -234,10 +236,14 @@ class Decontaminate(DocStep):
 
     def take_stats(self) -> dict[str, Any]:
         """The tallies since the last call (then reset), picklable and mergeable."""
-        stats = {self.set_names[s]: {"docs_removed": st["docs_removed"],
-                                     "docs_with_overlap": st["docs_with_overlap"],
-                                     "contaminated_items": sorted(st["items"])}
-                 for s, st in sorted(self._stats.items())}
+        stats = {
+            self.set_names[s]: {
+                "docs_removed": st["docs_removed"],
+                "docs_with_overlap": st["docs_with_overlap"],
+                "contaminated_items": sorted(st["items"]),
+            }
+            for s, st in sorted(self._stats.items())
+        }
         self._stats = {}
         return stats
 
@@ -251,12 +257,16 @@ def merge_overlap_stats(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
             m["docs_removed"] += st["docs_removed"]
             m["docs_with_overlap"] += st["docs_with_overlap"]
             m["contaminated_items"].update(st["contaminated_items"])
-    return {name: {**m, "contaminated_items": sorted(m["contaminated_items"])}
-            for name, m in sorted(merged.items())}
+    return {name: {**m, "contaminated_items": sorted(m["contaminated_items"])} for name, m in sorted(merged.items())}
 
 
-def overlap_report(parts: Iterable[dict[str, Any]], work_dir: Path, max_overlap: float,
-                   list_items: int = 100, set_max_overlap: dict[str, float] | None = None) -> dict[str, Any]:
+def overlap_report(
+    parts: Iterable[dict[str, Any]],
+    work_dir: Path,
+    max_overlap: float,
+    list_items: int = 100,
+    set_max_overlap: dict[str, float] | None = None,
+) -> dict[str, Any]:
     """The per-eval-set report (OUT/_decontamination.json) from the stats of every shard."""
     meta = json.loads((work_dir / INDEX_DIR / _META).read_text())
     merged = merge_overlap_stats(parts)

@@ -101,8 +101,9 @@ class IdRule:
     or the partitioned set the shuffle wrote)."""
 
     def __init__(self, shared: "np.ndarray | PartitionedSet"):
-        self.shared = shared if isinstance(shared, PartitionedSet) else \
-            PartitionedSet([np.sort(np.asarray(shared, dtype=np.uint64))])
+        self.shared = (
+            shared if isinstance(shared, PartitionedSet) else PartitionedSet([np.sort(np.asarray(shared, dtype=np.uint64))])
+        )
 
     @classmethod
     def load(cls, directory: Path) -> "IdRule":

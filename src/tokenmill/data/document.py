@@ -65,14 +65,19 @@ PII_FIELDS: tuple[str, ...] = ("email", "phone", "ip", "card", "iban", "national
 
 # Model-based quality (data.model_quality): n-gram LM perplexity, classifier score, tier.
 MODEL_QUALITY_FIELDS: dict[str, pa.DataType] = {
-    "perplexity": pa.float64(), "classifier_score": pa.float64(), "tier": pa.string(),
-    "context_ratio": pa.float64(), "perplexity_judged": pa.bool_(),
+    "perplexity": pa.float64(),
+    "classifier_score": pa.float64(),
+    "tier": pa.string(),
+    "context_ratio": pa.float64(),
+    "perplexity_judged": pa.bool_(),
 }
 # Safety (data.safety): toxicity score in [0, 1] and how many listed terms matched.
 SAFETY_FIELDS: dict[str, pa.DataType] = {"toxicity": pa.float64(), "matched_terms": pa.int64()}
 # Decontamination (data.decontaminate): the largest share of one eval item's n-grams found here.
 CONTAMINATION_FIELDS: dict[str, pa.DataType] = {
-    "max_overlap": pa.float64(), "eval_set": pa.string(), "shared_ngrams": pa.int64(),
+    "max_overlap": pa.float64(),
+    "eval_set": pa.string(),
+    "shared_ngrams": pa.int64(),
 }
 
 QUALITY_TYPE = pa.struct([pa.field(k, t) for k, t in QUALITY_FIELDS.items()])
@@ -84,41 +89,44 @@ CONTAMINATION_TYPE = pa.struct([pa.field(k, t) for k, t in CONTAMINATION_FIELDS.
 # (1.0 for a byte-order mark, valid UTF-8 or a declared charset; charset-normalizer's 1 - mess
 # ratio for a detected one) and the method ("bom", "utf-8", "declared", "detected"). Null for
 # text that came as Unicode strings (Parquet columns, the pydoc pages rendered in-process).
-ENCODING_TYPE = pa.struct([pa.field("name", pa.string()), pa.field("confidence", pa.float64()),
-                           pa.field("method", pa.string())])
+ENCODING_TYPE = pa.struct([pa.field("name", pa.string()), pa.field("confidence", pa.float64()), pa.field("method", pa.string())])
 LINEAGE_TYPE = pa.list_(pa.struct([pa.field("step", pa.string()), pa.field("version", pa.string())]))
 
-DOC_SCHEMA = pa.schema([
-    pa.field("id", pa.string(), nullable=False),
-    pa.field("text", pa.string()),
-    pa.field("source", pa.string(), nullable=False),
-    pa.field("url", pa.string()),
-    pa.field("domain", pa.string()),
-    pa.field("bucket", pa.string(), nullable=False),
-    pa.field("language", pa.string()),
-    pa.field("language_score", pa.float64()),
-    pa.field("language_mixed", pa.bool_()),
-    pa.field("kind", pa.string()),  # the kind of text it was judged as (data/text_kinds.py); null in shards before it
-    pa.field("license", pa.string()),
-    pa.field("metadata", pa.string()),  # JSON of the input record's own metadata, when it had any
-    pa.field("encoding", ENCODING_TYPE),  # how the bytes were decoded (null: the text came as strings)
-    pa.field("quality", QUALITY_TYPE),
-    pa.field("model_quality", MODEL_QUALITY_TYPE),
-    pa.field("safety", SAFETY_TYPE),
-    pa.field("pii", PII_TYPE),
-    pa.field("dup_cluster", pa.string()),
-    pa.field("dup_cluster_size", pa.int64()),
-    pa.field("contamination", CONTAMINATION_TYPE),
-    pa.field("lineage", LINEAGE_TYPE),
-])
+DOC_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("text", pa.string()),
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("url", pa.string()),
+        pa.field("domain", pa.string()),
+        pa.field("bucket", pa.string(), nullable=False),
+        pa.field("language", pa.string()),
+        pa.field("language_score", pa.float64()),
+        pa.field("language_mixed", pa.bool_()),
+        pa.field("kind", pa.string()),  # the kind of text it was judged as (data/text_kinds.py); null in shards before it
+        pa.field("license", pa.string()),
+        pa.field("metadata", pa.string()),  # JSON of the input record's own metadata, when it had any
+        pa.field("encoding", ENCODING_TYPE),  # how the bytes were decoded (null: the text came as strings)
+        pa.field("quality", QUALITY_TYPE),
+        pa.field("model_quality", MODEL_QUALITY_TYPE),
+        pa.field("safety", SAFETY_TYPE),
+        pa.field("pii", PII_TYPE),
+        pa.field("dup_cluster", pa.string()),
+        pa.field("dup_cluster_size", pa.int64()),
+        pa.field("contamination", CONTAMINATION_TYPE),
+        pa.field("lineage", LINEAGE_TYPE),
+    ]
+)
 
-REJECTED_SCHEMA = pa.schema([
-    *DOC_SCHEMA,
-    pa.field("step", pa.string(), nullable=False),
-    pa.field("rule", pa.string(), nullable=False),
-    pa.field("value", pa.string()),
-    pa.field("reason", pa.string()),
-])
+REJECTED_SCHEMA = pa.schema(
+    [
+        *DOC_SCHEMA,
+        pa.field("step", pa.string(), nullable=False),
+        pa.field("rule", pa.string(), nullable=False),
+        pa.field("value", pa.string()),
+        pa.field("reason", pa.string()),
+    ]
+)
 REJECTED_DIR = "_rejected"  # under curation's final/: every removed document's row, REJECTED_SCHEMA
 
 
@@ -211,9 +219,17 @@ class Doc:
     @classmethod
     def from_raw(cls, raw: RawRecord, doc_id: str | None = None) -> "Doc":
         """The record as a document; its id is `doc_id` when given (data/doc_ids.py), else raw.id."""
-        return cls(id=doc_id or raw.id, text=raw.text, source=raw.source, url=raw.url, bucket=raw.bucket,
-                   license=raw.license, format=raw.format, metadata=raw.metadata,
-                   encoding=raw.encoding.row() if raw.encoding is not None else None)
+        return cls(
+            id=doc_id or raw.id,
+            text=raw.text,
+            source=raw.source,
+            url=raw.url,
+            bucket=raw.bucket,
+            license=raw.license,
+            format=raw.format,
+            metadata=raw.metadata,
+            encoding=raw.encoding.row() if raw.encoding is not None else None,
+        )
 
     @classmethod
     def from_row(cls, row: dict[str, Any], fmt: str) -> "Doc":
@@ -224,20 +240,38 @@ class Doc:
     def row(self) -> dict[str, Any]:
         """The curated row (DOC_SCHEMA)."""
         return {
-            "id": self.id, "text": self.text, "source": self.source, "url": self.url,
-            "domain": self.domain, "bucket": self.bucket, "language": self.language,
-            "language_score": self.language_score, "language_mixed": self.language_mixed, "kind": self.kind,
-            "license": self.license, "metadata": self.metadata, "encoding": self.encoding, "quality": self.quality,
-            "model_quality": self.model_quality, "safety": self.safety, "pii": self.pii,
-            "dup_cluster": self.dup_cluster, "dup_cluster_size": self.dup_cluster_size,
+            "id": self.id,
+            "text": self.text,
+            "source": self.source,
+            "url": self.url,
+            "domain": self.domain,
+            "bucket": self.bucket,
+            "language": self.language,
+            "language_score": self.language_score,
+            "language_mixed": self.language_mixed,
+            "kind": self.kind,
+            "license": self.license,
+            "metadata": self.metadata,
+            "encoding": self.encoding,
+            "quality": self.quality,
+            "model_quality": self.model_quality,
+            "safety": self.safety,
+            "pii": self.pii,
+            "dup_cluster": self.dup_cluster,
+            "dup_cluster_size": self.dup_cluster_size,
             "contamination": self.contamination,
             "lineage": [{"step": s, "version": v} for s, v in self.lineage],
         }
 
     def rejected_row(self, rejection: Rejection) -> dict[str, Any]:
         """The rejected row (REJECTED_SCHEMA): the document as it was when it was removed."""
-        return {**self.row(), "step": rejection.step, "rule": rejection.rule,
-                "value": rejection.value, "reason": rejection.reason}
+        return {
+            **self.row(),
+            "step": rejection.step,
+            "rule": rejection.rule,
+            "value": rejection.value,
+            "reason": rejection.reason,
+        }
 
 
 def text_bytes(text: str | None) -> int:

@@ -90,8 +90,10 @@ class LocalExecutor:
         for i in (running & pending.keys()) or set(pending):
             pending[i] += 1
             if pending[i] > self.MAX_RETRIES:
-                raise BrokenProcessPool(f"a worker process died {pending[i]} times while task {i} was running "
-                                        "(killed by the OOM killer, or crashing in native code)")
+                raise BrokenProcessPool(
+                    f"a worker process died {pending[i]} times while task {i} was running "
+                    "(killed by the OOM killer, or crashing in native code)"
+                )
 
 
 def _started(order: deque[Future]) -> list[Future]:
@@ -141,8 +143,7 @@ class RayExecutor:
             raise RuntimeError("executor 'ray' needs the ray package: pip install 'ray>=2.9'") from exc
         if not ray.is_initialized():
             address = os.environ.get("RAY_ADDRESS")
-            kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False,
-                                      "include_dashboard": False}
+            kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False, "include_dashboard": False}
             if address:
                 ray.init(address=address, **kwargs)
             else:
@@ -160,8 +161,9 @@ class RayExecutor:
     def map(self, fn: Callable[..., Any], tasks: Sequence[tuple], on_done: ProgressFn | None = None) -> list[Any]:
         import ray
 
-        remote = ray.remote(fn).options(max_retries=self.MAX_RETRIES, retry_exceptions=list(self.RETRY_EXCEPTIONS),
-                                        scheduling_strategy="SPREAD")
+        remote = ray.remote(fn).options(
+            max_retries=self.MAX_RETRIES, retry_exceptions=list(self.RETRY_EXCEPTIONS), scheduling_strategy="SPREAD"
+        )
         shared = _put_shared(tasks)
         # A few tasks queued per CPU hide the driver's round trip when tasks are short (10k
         # no-op tasks on 2 CPUs: 14 s with 2 per CPU, 10 s with 16); refs are tiny either way.

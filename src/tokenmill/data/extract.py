@@ -50,16 +50,20 @@ from tokenmill.data.document import Doc, Rejection, format_value, text_bytes
 from tokenmill.data.limits import depth_rejection
 from tokenmill.data.step import DocStep
 
-VERSION = (f"2+resiliparse-{importlib.metadata.version('resiliparse')}"
-           f"+trafilatura-{trafilatura.__version__}")
+VERSION = f"2+resiliparse-{importlib.metadata.version('resiliparse')}+trafilatura-{trafilatura.__version__}"
 
 # Page chrome of the documentation generators the corpora are made of, skipped by the primary
 # extractor: pydoc's header bar; DocBook's tables of contents and prev/up/next bars; Sphinx's
 # sidebar, breadcrumb bars, footer and the "¶" permalinks after every heading.
 SKIP_SELECTORS: tuple[str, ...] = (
     "table.heading",
-    "div.toc", "div.navheader", "div.navfooter",
-    "div.sphinxsidebar", "div.related", "div.footer", "a.headerlink",
+    "div.toc",
+    "div.navheader",
+    "div.navfooter",
+    "div.sphinxsidebar",
+    "div.related",
+    "div.footer",
+    "a.headerlink",
 )
 _SKIP = [", ".join(SKIP_SELECTORS)]  # one selector list: one DOM match pass instead of eight
 
@@ -86,9 +90,16 @@ def extract_primary(html: str) -> str:
         # comments=True: with False, resiliparse drops every element whose class or id says
         # "comment", which on these corpora removed documentation *about* comments (10 of 833
         # pages: Python's "Comments" lexical section, the whole of linux-doc's kernel-doc.html).
-        text = extract_plain_text(html, main_content=True, alt_texts=False, links=False,
-                                  form_fields=False, noscript=False, comments=True,
-                                  skip_elements=_SKIP)
+        text = extract_plain_text(
+            html,
+            main_content=True,
+            alt_texts=False,
+            links=False,
+            form_fields=False,
+            noscript=False,
+            comments=True,
+            skip_elements=_SKIP,
+        )
     except Exception:  # noqa: BLE001 - a parser error on one page means "nothing usable"
         return ""
     # &nbsp; is a rendering hint (pydoc writes every docstring space as one); text wants spaces.
@@ -134,8 +145,14 @@ def extract_fallback(html: str) -> str:
     unwrap_layout_tables(tree)
     try:
         text = trafilatura.extract(
-            tree, favor_recall=True, include_tables=True, include_comments=False,
-            include_links=False, include_images=False, deduplicate=False, with_metadata=False,
+            tree,
+            favor_recall=True,
+            include_tables=True,
+            include_comments=False,
+            include_links=False,
+            include_images=False,
+            deduplicate=False,
+            with_metadata=False,
         )
     except Exception:  # noqa: BLE001 - the fallback failing is "nothing found", not a crash
         return ""
@@ -162,8 +179,7 @@ def extract(html: str, fallback: bool = True) -> tuple[str | None, Rejection | N
     if text is None:
         n = text_bytes(html)
         tried = "resiliparse and trafilatura" if fallback else "resiliparse"
-        return None, Rejection("extract", "no_content", format_value(n),
-                               f"no main content found in {n} bytes of HTML ({tried})")
+        return None, Rejection("extract", "no_content", format_value(n), f"no main content found in {n} bytes of HTML ({tried})")
     return text, None
 
 

@@ -62,18 +62,29 @@ class StepCounts:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "StepCounts":
-        return cls(d["docs_in"], d["bytes_in"], d["docs_out"], d["bytes_out"], d["docs_skipped"],
-                   {rule: dict(v) for rule, v in d["rejected"].items()})
+        return cls(
+            d["docs_in"],
+            d["bytes_in"],
+            d["docs_out"],
+            d["bytes_out"],
+            d["docs_skipped"],
+            {rule: dict(v) for rule, v in d["rejected"].items()},
+        )
 
     @property
     def docs_rejected(self) -> int:
         return sum(r["docs"] for r in self.rejected.values())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"docs_in": self.docs_in, "bytes_in": self.bytes_in, "docs_out": self.docs_out,
-                "bytes_out": self.bytes_out, "docs_skipped": self.docs_skipped,
-                "docs_rejected": self.docs_rejected,
-                "rejected": {rule: dict(v) for rule, v in sorted(self.rejected.items())}}
+        return {
+            "docs_in": self.docs_in,
+            "bytes_in": self.bytes_in,
+            "docs_out": self.docs_out,
+            "bytes_out": self.bytes_out,
+            "docs_skipped": self.docs_skipped,
+            "docs_rejected": self.docs_rejected,
+            "rejected": {rule: dict(v) for rule, v in sorted(self.rejected.items())},
+        }
 
 
 @dataclass
@@ -118,8 +129,12 @@ class LanguageCounts:
             self.rejected[rule] = self.rejected.get(rule, 0) + n
 
     def to_dict(self) -> dict[str, Any]:
-        return {"docs": self.docs, "kept": self.kept, "keep_rate": _ratio(self.kept, self.docs),
-                "rejected": dict(sorted(self.rejected.items(), key=lambda kv: (-kv[1], kv[0])))}
+        return {
+            "docs": self.docs,
+            "kept": self.kept,
+            "keep_rate": _ratio(self.kept, self.docs),
+            "rejected": dict(sorted(self.rejected.items(), key=lambda kv: (-kv[1], kv[0]))),
+        }
 
 
 def _ratio(num: int, den: int) -> float | None:
@@ -230,8 +245,7 @@ class Funnel:
                 rule = f"{removed_by.step}/{removed_by.rule}"
                 counts.rejected[rule] = counts.rejected.get(rule, 0) + 1
 
-    def source_in(self, source: str, bucket: str, n_bytes: int, encoding: str | None = None,
-                  id_kind: str | None = None) -> None:
+    def source_in(self, source: str, bucket: str, n_bytes: int, encoding: str | None = None, id_kind: str | None = None) -> None:
         counts = self.sources.setdefault(source, SourceCounts(bucket))
         counts.docs_in += 1
         counts.bytes_in += n_bytes
@@ -277,8 +291,11 @@ class Funnel:
     def kinds_complete(self) -> bool:
         """Every decided fate also counted by kind (not so when a funnel written before kinds
         were counted was merged in: then no kind counts are claimed)."""
-        return bool(self.kinds) and self.languages_complete and \
-            sum(c.docs for c in self.kinds.values()) == sum(c.docs for c in self.languages.values())
+        return (
+            bool(self.kinds)
+            and self.languages_complete
+            and sum(c.docs for c in self.kinds.values()) == sum(c.docs for c in self.languages.values())
+        )
 
     def to_dict(self) -> dict[str, Any]:
         total = self.total()
@@ -288,12 +305,17 @@ class Funnel:
             "total": {s: c.to_dict() for s, c in total.items()},
             "buckets": {b: {s: c.to_dict() for s, c in per.items()} for b, per in sorted(self.buckets.items())},
             "sources": {name: c.to_dict() for name, c in self.sources.items()},
-            **({"languages": {lang: c.to_dict() for lang, c in sorted(self.languages.items(), key=lambda kv: -kv[1].docs)}}
-               if self.languages_complete else {}),
-            **({"kinds": {kind: c.to_dict() for kind, c in sorted(self.kinds.items(), key=lambda kv: -kv[1].docs)}}
-               if self.kinds_complete() else {}),
-            "d_eff": {"total": d_eff_inputs(total),
-                      "buckets": {b: d_eff_inputs(per) for b, per in sorted(self.buckets.items())}},
+            **(
+                {"languages": {lang: c.to_dict() for lang, c in sorted(self.languages.items(), key=lambda kv: -kv[1].docs)}}
+                if self.languages_complete
+                else {}
+            ),
+            **(
+                {"kinds": {kind: c.to_dict() for kind, c in sorted(self.kinds.items(), key=lambda kv: -kv[1].docs)}}
+                if self.kinds_complete()
+                else {}
+            ),
+            "d_eff": {"total": d_eff_inputs(total), "buckets": {b: d_eff_inputs(per) for b, per in sorted(self.buckets.items())}},
         }
 
     def write(self, path: Path) -> dict[str, Any]:

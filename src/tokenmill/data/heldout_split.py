@@ -94,8 +94,9 @@ class CutCounter:
         return HeldoutCut(*self.lowest[n], self.seed)  # min_docs lifted n: below the (n+1)-th lowest
 
 
-def bucket_cuts(curated_dir: Path, fraction: float, min_docs: int, seed: int,
-                batch_rows: int | None = None) -> dict[str, HeldoutCut]:
+def bucket_cuts(
+    curated_dir: Path, fraction: float, min_docs: int, seed: int, batch_rows: int | None = None
+) -> dict[str, HeldoutCut]:
     """Every bucket's cut, from one pass over the id column of its parts, `batch_rows` ids
     (default ID_BATCH) at a time."""
     batch_rows = batch_rows or ID_BATCH

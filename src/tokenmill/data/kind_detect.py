@@ -78,17 +78,19 @@ _CODE_START = re.compile(
     r"\s*(?:def|class|import|from \S+ import|return|elif|else:|try:|except\b|raise|yield|async def|"
     r"function|var|let|const|export|require\(|module\.exports|#include|#define|#if|#endif|"
     r"typedef|struct|static|void|int|char|unsigned|public|private|protected|namespace|"
-    r"sub|my|our|use strict|package|foreach|interface|enum|switch|case .*:|break;|continue;)(?!\w)")
+    r"sub|my|our|use strict|package|foreach|interface|enum|switch|case .*:|break;|continue;)(?!\w)"
+)
 _CODE_END = re.compile(r"(?:[{}]|\);)\s*$|^\s*[})\]];?,?$")
 _INDENTED_CODE = re.compile(r"^(?: {2,}|\t).*[(){}=]")
-_HEADING = re.compile(
-    r"^(?:\d+(?:\.\d+)*\.?\s+\S.{0,60}(?<![.,;:!?])|#{1,6}\s+\S.*|[=\-~^\"'*+#]{4,})$")
+_HEADING = re.compile(r"^(?:\d+(?:\.\d+)*\.?\s+\S.{0,60}(?<![.,;:!?])|#{1,6}\s+\S.*|[=\-~^\"'*+#]{4,})$")
 _CHAPTER = re.compile(r"^\W*(?:CHAPTER|Chapter|BOOK|ACT|SCENE|Psalm|PSALM|VOLUME)\s+[\dIVXLC]+\b", re.M)
 _COMMAND = re.compile(r"^\s*(?:\$|#|>>>|%) \S|(?:^|\s)--[a-z][\w-]+|`[^`\n]{1,60}`|::$|^\s*\.\. \w+::")
 _WEB_LINE = re.compile(
     r" [|·»›] |^[|·»›]|\b(?:Home|Login|Log in|Sign in|Sign up|Register|Subscribe|Cookies?|Privacy|"
     r"Terms of (?:Use|Service)|All rights reserved|Copyright|Contact us|About us|Share|Tweet|"
-    r"Add to (?:cart|wishlist|basket)|Read more|Next|Previous|Menu|Search)\b|©", re.I)
+    r"Add to (?:cart|wishlist|basket)|Read more|Next|Previous|Menu|Search)\b|©",
+    re.I,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +117,7 @@ def _window(text: str) -> str:
     if len(text) <= WINDOW:
         return text
     cut = text.rfind("\n", WINDOW // 2, WINDOW)  # whole lines when the start has any
-    return text[:cut if cut > 0 else WINDOW]
+    return text[: cut if cut > 0 else WINDOW]
 
 
 def _wrapped(lines: list[str]) -> list[bool]:
@@ -152,15 +154,15 @@ def measure(text: str) -> Signals:
     wrapped = _wrapped(lines)
     words = max(len(_WORD.findall(window)), 1)
     return Signals(
-        n_chars=len(text), lines=len(lines),
+        n_chars=len(text),
+        lines=len(lines),
         short_line_frac=sum(k < 30 for k in lengths) / n,
         short_char_frac=sum(k for k in lengths if k < 30) / max(sum(lengths), 1),
         long_line_frac=sum(k > 200 for k in lengths) / n,
         ended_char_frac=_ended(lines, wrapped) / max(sum(lengths), 1),
         sentence_rate=100 * len(_SENTENCE_END.findall(window)) / words,
         wrapped_frac=sum(wrapped) / max(inner, 1),
-        code_line_frac=sum(bool(_CODE_START.match(x) or _CODE_END.search(x) or _INDENTED_CODE.match(x))
-                           for x in lines) / n,
+        code_line_frac=sum(bool(_CODE_START.match(x) or _CODE_END.search(x) or _INDENTED_CODE.match(x)) for x in lines) / n,
         symbol_rate=100 * len(_SYMBOL.findall(window)) / max(len(window), 1),
         heading_frac=sum(bool(_HEADING.match(x)) for x in lines) / n,
         command_rate=100 * sum(bool(_COMMAND.search(x)) for x in lines) / n,
@@ -203,7 +205,7 @@ def decide(s: Signals) -> tuple[str, tuple[str, ...]]:
 
 def detect_kind(text: str, fmt: str) -> tuple[str, str]:
     """(kind, evidence) of a document from its own text; code input (`fmt` "code") stays code.
-    The evidence names the deciding signals and their values: "short_line_frac=0.81, ...". """
+    The evidence names the deciding signals and their values: "short_line_frac=0.81, ..."."""
     if fmt == "code":
         return "code", "format=code"
     s = measure(text)

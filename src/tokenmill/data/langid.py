@@ -128,12 +128,21 @@ class LangId(DocStep):
         share = foreign_share(self._ident, doc.text, lang, cfg.min_score) if cfg.paragraph_check else 0.0
         doc.language_mixed = share >= cfg.mixed_min_frac if cfg.paragraph_check else None
         if cfg.languages is not None and lang not in cfg.languages:
-            return Rejection(self.name, "language_not_kept", lang,
-                             f"language {lang} (score {score:.3f}) not in {', '.join(cfg.languages)}")
+            return Rejection(
+                self.name, "language_not_kept", lang, f"language {lang} (score {score:.3f}) not in {', '.join(cfg.languages)}"
+            )
         if score < cfg.min_score:
-            return Rejection(self.name, "low_language_score", format_value(score),
-                             f"top language {lang} scores {score:.3f} < min_score {cfg.min_score}")
+            return Rejection(
+                self.name,
+                "low_language_score",
+                format_value(score),
+                f"top language {lang} scores {score:.3f} < min_score {cfg.min_score}",
+            )
         if cfg.max_foreign_frac is not None and share > cfg.max_foreign_frac:
-            return Rejection(self.name, "mixed_language", format_value(share),
-                             f"{share:.1%} of paragraphs' text is not {lang} > max_foreign_frac {cfg.max_foreign_frac}")
+            return Rejection(
+                self.name,
+                "mixed_language",
+                format_value(share),
+                f"{share:.1%} of paragraphs' text is not {lang} > max_foreign_frac {cfg.max_foreign_frac}",
+            )
         return None

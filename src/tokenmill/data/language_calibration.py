@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from tokenmill.data.config import QualityConfig
-from tokenmill.data.language_profiles import (ENGLISH, GOPHER_STOP_WORDS, N_STOP_WORDS, SCALES, LanguageProfile,
-                                              ProfileFileError)
+from tokenmill.data.language_profiles import ENGLISH, GOPHER_STOP_WORDS, N_STOP_WORDS, SCALES, LanguageProfile, ProfileFileError
 from tokenmill.data.quality import measure, stop_word_key
 from tokenmill.data.segment import words as segment
 from tokenmill.ownership import temporary_name
@@ -55,8 +54,9 @@ def stop_words(docs_words: Iterable[set[str]], stoplist: set[str] | None, latin:
 MIN_DOCS = 10  # a language with fewer calibration documents keeps the fallback
 
 
-def calibrate(texts: Mapping[str, list[str]], stoplists: Mapping[str, set[str]],
-              cfg: QualityConfig | None = None, min_docs: int = MIN_DOCS) -> dict[str, LanguageProfile]:
+def calibrate(
+    texts: Mapping[str, list[str]], stoplists: Mapping[str, set[str]], cfg: QualityConfig | None = None, min_docs: int = MIN_DOCS
+) -> dict[str, LanguageProfile]:
     """Profiles for every language of `texts` (ISO code -> calibration documents) with at least
     min_docs documents, English included (the reference: scale 1, Gopher's stop words).
     `stoplists`: ISO code -> stop words."""
@@ -81,24 +81,104 @@ def calibrate(texts: Mapping[str, list[str]], stoplists: Mapping[str, set[str]],
 
 
 # Languages written in the Latin script (their own-script words include ASCII ones).
-LATIN_SCRIPT: frozenset[str] = frozenset({
-    "ca", "cs", "da", "de", "en", "es", "et", "fi", "fr", "hr", "hu", "id", "it", "lt", "lv", "ms",
-    "nb", "nl", "nn", "no", "pl", "pt", "ro", "sk", "sl", "sq", "sv", "tl", "tr", "vi"})
+LATIN_SCRIPT: frozenset[str] = frozenset(
+    {
+        "ca",
+        "cs",
+        "da",
+        "de",
+        "en",
+        "es",
+        "et",
+        "fi",
+        "fr",
+        "hr",
+        "hu",
+        "id",
+        "it",
+        "lt",
+        "lv",
+        "ms",
+        "nb",
+        "nl",
+        "nn",
+        "no",
+        "pl",
+        "pt",
+        "ro",
+        "sk",
+        "sl",
+        "sq",
+        "sv",
+        "tl",
+        "tr",
+        "vi",
+    }
+)
 
 
 # ISO 639-1 (as lid.176 names languages) -> the jusText stop list's file name.
 JUSTEXT_NAMES: dict[str, str] = {
-    "af": "Afrikaans", "ar": "Arabic", "bg": "Bulgarian", "bn": "Bengali", "ca": "Catalan", "cs": "Czech",
-    "cy": "Welsh", "da": "Danish", "de": "German", "el": "Greek", "en": "English", "eo": "Esperanto",
-    "es": "Spanish", "et": "Estonian", "eu": "Basque", "fa": "Persian", "fi": "Finnish", "fr": "French",
-    "ga": "Irish", "gl": "Galician", "he": "Hebrew", "hi": "Hindi", "hr": "Croatian", "hu": "Hungarian",
-    "hy": "Armenian", "id": "Indonesian", "is": "Icelandic", "it": "Italian", "ka": "Georgian", "kk": "Kazakh",
-    "ko": "Korean", "la": "Latin", "lt": "Lithuanian", "lv": "Latvian", "mk": "Macedonian", "ml": "Malayalam",
-    "mr": "Marathi", "ms": "Malay", "nl": "Dutch", "no": "Norwegian_Bokmal", "nb": "Norwegian_Bokmal",
-    "nn": "Norwegian_Nynorsk", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian",
-    "sk": "Slovak", "sl": "Slovenian", "sq": "Albanian", "sr": "Serbian", "sv": "Swedish", "sw": "Swahili",
-    "ta": "Tamil", "te": "Telugu", "tl": "Tagalog", "tr": "Turkish", "uk": "Ukrainian", "ur": "Urdu",
-    "uz": "Uzbek", "vi": "Vietnamese",
+    "af": "Afrikaans",
+    "ar": "Arabic",
+    "bg": "Bulgarian",
+    "bn": "Bengali",
+    "ca": "Catalan",
+    "cs": "Czech",
+    "cy": "Welsh",
+    "da": "Danish",
+    "de": "German",
+    "el": "Greek",
+    "en": "English",
+    "eo": "Esperanto",
+    "es": "Spanish",
+    "et": "Estonian",
+    "eu": "Basque",
+    "fa": "Persian",
+    "fi": "Finnish",
+    "fr": "French",
+    "ga": "Irish",
+    "gl": "Galician",
+    "he": "Hebrew",
+    "hi": "Hindi",
+    "hr": "Croatian",
+    "hu": "Hungarian",
+    "hy": "Armenian",
+    "id": "Indonesian",
+    "is": "Icelandic",
+    "it": "Italian",
+    "ka": "Georgian",
+    "kk": "Kazakh",
+    "ko": "Korean",
+    "la": "Latin",
+    "lt": "Lithuanian",
+    "lv": "Latvian",
+    "mk": "Macedonian",
+    "ml": "Malayalam",
+    "mr": "Marathi",
+    "ms": "Malay",
+    "nl": "Dutch",
+    "no": "Norwegian_Bokmal",
+    "nb": "Norwegian_Bokmal",
+    "nn": "Norwegian_Nynorsk",
+    "pl": "Polish",
+    "pt": "Portuguese",
+    "ro": "Romanian",
+    "ru": "Russian",
+    "sk": "Slovak",
+    "sl": "Slovenian",
+    "sq": "Albanian",
+    "sr": "Serbian",
+    "sv": "Swedish",
+    "sw": "Swahili",
+    "ta": "Tamil",
+    "te": "Telugu",
+    "tl": "Tagalog",
+    "tr": "Turkish",
+    "uk": "Ukrainian",
+    "ur": "Urdu",
+    "uz": "Uzbek",
+    "vi": "Vietnamese",
 }
 
 
@@ -120,8 +200,9 @@ def justext_stoplists(directory: Path | None = None) -> dict[str, set[str]]:
     return out
 
 
-def calibrate_file(path: Path, stoplist_dir: Path | None = None, cfg: QualityConfig | None = None,
-                   min_docs: int = MIN_DOCS) -> dict[str, LanguageProfile]:
+def calibrate_file(
+    path: Path, stoplist_dir: Path | None = None, cfg: QualityConfig | None = None, min_docs: int = MIN_DOCS
+) -> dict[str, LanguageProfile]:
     """Profiles from a JSONL file of {"text": ..., "language": ISO code} reference documents
     (languages with fewer than min_docs documents are left to the fallback)."""
     from tokenmill.data.jsonl import json_objects
@@ -150,8 +231,9 @@ def check_profile_target(path: Path) -> None:
     except (OSError, ValueError, AttributeError):
         earlier = False
     if not earlier or path.is_symlink():
-        raise ProfileFileError(f"{path}: exists and is not a profile file tokenmill wrote; refusing to replace it "
-                               "(choose another -o)")
+        raise ProfileFileError(
+            f"{path}: exists and is not a profile file tokenmill wrote; refusing to replace it (choose another -o)"
+        )
 
 
 def write_profiles(profiles: Mapping[str, LanguageProfile], path: Path, source: str) -> None:

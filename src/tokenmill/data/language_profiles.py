@@ -100,15 +100,17 @@ class LanguageRules:
 
 def _scaled(cfg: QualityConfig, scale: Mapping[str, float]) -> QualityConfig:
     w, wl = scale["words"], scale["word_len"]
-    return cfg.model_copy(update={
-        "min_words": max(1, round(cfg.min_words * w)),
-        "max_words": round(cfg.max_words * w),
-        "c4_min_words_per_line": max(1, round(cfg.c4_min_words_per_line * w)),
-        "min_mean_word_len": cfg.min_mean_word_len * wl,
-        "max_mean_word_len": cfg.max_mean_word_len * wl,
-        "short_line_chars": max(1, round(cfg.short_line_chars * scale["line_chars"])),
-        "max_newline_word_ratio": cfg.max_newline_word_ratio * scale["newline_word"],
-    })
+    return cfg.model_copy(
+        update={
+            "min_words": max(1, round(cfg.min_words * w)),
+            "max_words": round(cfg.max_words * w),
+            "c4_min_words_per_line": max(1, round(cfg.c4_min_words_per_line * w)),
+            "min_mean_word_len": cfg.min_mean_word_len * wl,
+            "max_mean_word_len": cfg.max_mean_word_len * wl,
+            "short_line_chars": max(1, round(cfg.short_line_chars * scale["line_chars"])),
+            "max_newline_word_ratio": cfg.max_newline_word_ratio * scale["newline_word"],
+        }
+    )
 
 
 def rules_for(language: str | None, cfg: QualityConfig, profiles: Mapping[str, LanguageProfile]) -> LanguageRules:
@@ -118,14 +120,12 @@ def rules_for(language: str | None, cfg: QualityConfig, profiles: Mapping[str, L
         return LanguageRules(None, cfg, frozenset(GOPHER_STOP_WORDS), True, "english")
     profile = profiles.get(language)
     if profile is None:
-        loose = cfg.model_copy(update={"min_stop_words": 0, "min_mean_word_len": 0.0,
-                                       "max_mean_word_len": float("inf")})
+        loose = cfg.model_copy(update={"min_stop_words": 0, "min_mean_word_len": 0.0, "max_mean_word_len": float("inf")})
         return LanguageRules(language, loose, frozenset(), False, "fallback")
     scaled = _scaled(cfg, profile.scale)
     if not profile.stop_words:
         scaled = scaled.model_copy(update={"min_stop_words": 0})
-    return LanguageRules(language, scaled, frozenset(profile.stop_words or ()), False, "calibrated",
-                         profile.scale["chars"])
+    return LanguageRules(language, scaled, frozenset(profile.stop_words or ()), False, "calibrated", profile.scale["chars"])
 
 
 # --------------------------------------------------------------------------- calibration

@@ -52,14 +52,18 @@ HEADER_BYTES = 256  # the marker line's fixed size; faulthandler writes after it
 # same kind closes them: <p><p> are siblings). Their start and end tags are not counted, so the
 # count is a lower bound of the DOM depth within a small factor: a deep list still counts its
 # <ul>s, a deep table its <table>s.
-_FLAT = ("area base br col embed hr img input link meta param source track wbr basefont bgsound frame keygen "
-         "image isindex nextid spacer p li dt dd option optgroup tr td th thead tbody tfoot colgroup caption "
-         "rb rt rtc rp html head body").split()
+_FLAT = (
+    "area base br col embed hr img input link meta param source track wbr basefont bgsound frame keygen "
+    "image isindex nextid spacer p li dt dd option optgroup tr td th thead tbody tfoot colgroup caption "
+    "rb rt rtc rp html head body"
+).split()
 # SVG / MathML leaves written self-closed (<path .../>) inside inline SVG: not counted. Any other
 # "<name/>" opens an element, as an HTML parser reads it.
-_FOREIGN_LEAVES = ("path rect circle ellipse line polyline polygon use stop animate animatetransform set mpath "
-                   "feblend fecolormatrix fecomposite feflood fegaussianblur feoffset femergenode fefunca fefuncr "
-                   "fefuncg fefuncb mi mo mn ms mspace mglyph malignmark").split()
+_FOREIGN_LEAVES = (
+    "path rect circle ellipse line polyline polygon use stop animate animatetransform set mpath "
+    "feblend fecolormatrix fecomposite feflood fegaussianblur feoffset femergenode fefunca fefuncr "
+    "fefuncg fefuncb mi mo mn ms mspace mglyph malignmark"
+).split()
 # Raw text (and comments) holds no tags: a '<div>' inside a script string is not an element.
 _RAW = ("script", "style", "textarea", "title", "xmp", "noscript", "iframe", "noembed", "noframes")
 _END = r"(?=[\s/>])"
@@ -78,8 +82,12 @@ def _alternation(words: list[str]) -> str:
 _RAW_RE = re.compile(r"<(?:!--.*?(?:-->|\Z)|(%s)%s[^>]*>.*?(?:</\1\s*>|\Z))" % ("|".join(_RAW), _END), re.S | re.I)
 # One match per counted tag; the group is '/' for an end tag, '' for a start tag.
 # The cheap name check first: the self-closing check scans the whole tag (1.6x slower first).
-_TAG_RE = re.compile(r"<(?:(/)(?!{flat}{end})|(?!{flat}{end})(?!{leaf}{end}[^>]*/>))[A-Za-z][^>]*>".format(
-    flat=_alternation(_FLAT), leaf=_alternation(_FOREIGN_LEAVES), end=_END), re.I)
+_TAG_RE = re.compile(
+    r"<(?:(/)(?!{flat}{end})|(?!{flat}{end})(?!{leaf}{end}[^>]*/>))[A-Za-z][^>]*>".format(
+        flat=_alternation(_FLAT), leaf=_alternation(_FOREIGN_LEAVES), end=_END
+    ),
+    re.I,
+)
 
 
 def html_depth(html: str, limit: int | None = None) -> int:
@@ -103,9 +111,13 @@ def depth_rejection(html: str, limit: int | None) -> Rejection | None:
     depth = html_depth(html, limit)
     if depth <= limit:
         return None
-    return Rejection("extract", DEPTH_RULE, format_value(depth),
-                     f"HTML nested {depth} elements deep > curate.limits.max_html_depth {limit}: not parsed "
-                     "(extraction time grows faster than quadratically with depth)")
+    return Rejection(
+        "extract",
+        DEPTH_RULE,
+        format_value(depth),
+        f"HTML nested {depth} elements deep > curate.limits.max_html_depth {limit}: not parsed "
+        "(extraction time grows faster than quadratically with depth)",
+    )
 
 
 # --------------------------------------------------------------------------- time
@@ -117,11 +129,11 @@ class DocTimeout(BaseException):
 class DocClock:
     """One task's timers over its documents (see the module docstring). Use:
 
-        clock = DocClock(cfg.limits, task_dir, hard=...)   # reads what an earlier attempt left
-        with clock:                                         # per task: handlers installed
-            clock.start(chunk, index)                       # per document
-            clock.enter(step)  ... clock.leave()            # per step
-            clock.stop()
+    clock = DocClock(cfg.limits, task_dir, hard=...)   # reads what an earlier attempt left
+    with clock:                                         # per task: handlers installed
+        clock.start(chunk, index)                       # per document
+        clock.enter(step)  ... clock.leave()            # per step
+        clock.stop()
     """
 
     def __init__(self, cfg: DocLimitsConfig, task_dir: Path, hard: bool):
@@ -199,9 +211,13 @@ class DocClock:
         hit = self.killed.get(self._where)
         if hit is None or hit[0] != step:
             return None
-        return Rejection(step, TIMEOUT_RULE, format_value(hit[1]),
-                         f"worker killed after {hit[1]:g} s of CPU in step '{step}' (stuck in native code; "
-                         f"curate.limits.doc_seconds={self.seconds:g})")
+        return Rejection(
+            step,
+            TIMEOUT_RULE,
+            format_value(hit[1]),
+            f"worker killed after {hit[1]:g} s of CPU in step '{step}' (stuck in native code; "
+            f"curate.limits.doc_seconds={self.seconds:g})",
+        )
 
     def enter(self, step: str) -> None:
         if self._fd is not None:
@@ -218,8 +234,12 @@ class DocClock:
     def rejection(self, step: str) -> Rejection:
         """The `timeout` rejection of the document whose soft timer fired in `step`."""
         elapsed = time.perf_counter() - self._started
-        return Rejection(step, TIMEOUT_RULE, format_value(round(elapsed, 3)),
-                         f"{elapsed:.3g} s in the per-document steps > curate.limits.doc_seconds={self.seconds:g}")
+        return Rejection(
+            step,
+            TIMEOUT_RULE,
+            format_value(round(elapsed, 3)),
+            f"{elapsed:.3g} s in the per-document steps > curate.limits.doc_seconds={self.seconds:g}",
+        )
 
     def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
         self.expired = True

@@ -101,21 +101,27 @@ class LinearClassifier:
         return self.score_features(*features(tokens, self.dim_bits))
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"weights": self.weights, "bias": np.array(self.bias, np.float64),
-                "dim_bits": np.array(self.dim_bits, np.int64)}
+        return {"weights": self.weights, "bias": np.array(self.bias, np.float64), "dim_bits": np.array(self.dim_bits, np.int64)}
 
     @classmethod
     def from_arrays(cls, a: dict[str, np.ndarray] | np.lib.npyio.NpzFile) -> "LinearClassifier":
         return cls(a["weights"], float(a["bias"]), int(a["dim_bits"]))
 
 
-def fit(positives: Sequence[tuple[np.ndarray, np.ndarray]], negatives: Sequence[tuple[np.ndarray, np.ndarray]],
-        *, dim_bits: int = DIM_BITS, seed: int = 0, epochs: int = EPOCHS, batch: int = BATCH,
-        lr: float = LEARNING_RATE, l2: float = L2) -> LinearClassifier:
+def fit(
+    positives: Sequence[tuple[np.ndarray, np.ndarray]],
+    negatives: Sequence[tuple[np.ndarray, np.ndarray]],
+    *,
+    dim_bits: int = DIM_BITS,
+    seed: int = 0,
+    epochs: int = EPOCHS,
+    batch: int = BATCH,
+    lr: float = LEARNING_RATE,
+    l2: float = L2,
+) -> LinearClassifier:
     """Logistic regression of positives (label 1) against negatives (label 0), `features` each."""
     if not positives or not negatives:
-        raise ValueError(f"a classifier needs both classes: {len(positives)} positive, "
-                         f"{len(negatives)} negative examples")
+        raise ValueError(f"a classifier needs both classes: {len(positives)} positive, {len(negatives)} negative examples")
     data = _Csr.build([*positives, *negatives])
     n_pos, n = len(positives), len(positives) + len(negatives)
     y = np.r_[np.ones(n_pos), np.zeros(n - n_pos)]
@@ -128,7 +134,7 @@ def fit(positives: Sequence[tuple[np.ndarray, np.ndarray]], negatives: Sequence[
     for _ in range(epochs):
         order = rng.permutation(n)
         for start in range(0, n, batch):
-            sel = order[start:start + batch]
+            sel = order[start : start + batch]
             row, col, val = data.rows(sel)
             z = np.bincount(row, weights=w[col] * val, minlength=sel.size) + b
             err = (_sigmoid(z) - y[sel]) * weight[sel] / sel.size  # d loss / d z, per example
@@ -142,8 +148,11 @@ def fit(positives: Sequence[tuple[np.ndarray, np.ndarray]], negatives: Sequence[
     return LinearClassifier(w.astype(np.float32), b, dim_bits)
 
 
-def evaluate(model: LinearClassifier, positives: Sequence[tuple[np.ndarray, np.ndarray]],
-             negatives: Sequence[tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
+def evaluate(
+    model: LinearClassifier,
+    positives: Sequence[tuple[np.ndarray, np.ndarray]],
+    negatives: Sequence[tuple[np.ndarray, np.ndarray]],
+) -> dict[str, float]:
     """Balanced accuracy at 0.5 and ROC AUC (rank statistic) on held-out examples."""
     sp = np.array([model.score_features(*x) for x in positives])
     sn = np.array([model.score_features(*x) for x in negatives])

@@ -71,7 +71,7 @@ from typing import Any, Iterator
 import numpy as np
 import xxhash
 
-from tokenmill.data.config import (CurateConfig, SourceConfig)
+from tokenmill.data.config import CurateConfig, SourceConfig
 from tokenmill.data import linear_classifier as lc
 from tokenmill.data import ngram_lm
 from tokenmill.data import sources as source_step
@@ -189,8 +189,7 @@ def _cut(clean: list[float], salad: list[float], q: float, min_held_out: int) ->
     hi = float(np.quantile(clean, q))
     mid = float(np.median(salad)) if salad else hi
     cut = math.sqrt(hi * mid) if mid > hi else hi  # salad overlapping clean text: cut at the clean side
-    return {"held_out": len(clean), "clean_quantile": round(hi, 6), "salad_median": round(mid, 6),
-            "threshold": round(cut, 6)}
+    return {"held_out": len(clean), "clean_quantile": round(hi, 6), "salad_median": round(mid, 6), "threshold": round(cut, 6)}
 
 
 class ModelQuality(DocStep):
@@ -242,8 +241,10 @@ class ModelQuality(DocStep):
             else:
                 left_out += 1
         if not texts:
-            raise ValueError(f"model_quality.reference {self.mq.reference!r}: no readable text in it "
-                             f"({left_out} records unreadable or shorter than min_chars)")
+            raise ValueError(
+                f"model_quality.reference {self.mq.reference!r}: no readable text in it "
+                f"({left_out} records unreadable or shorter than min_chars)"
+            )
         return texts, left_out
 
     def labelled_texts(self) -> tuple[list[str], list[str]]:
@@ -258,14 +259,17 @@ class ModelQuality(DocStep):
             for lineno, rec in json_objects(fh, path, LabelledFileError):
                 label = LABELS.get(rec.get("label")) if isinstance(rec.get("label"), (str, bool, int)) else None
                 if not isinstance(rec.get("text"), str) or label is None:
-                    raise LabelledFileError(f"{path}:{lineno}: needs a string 'text' and a 'label' of "
-                                            f"good/bad, true/false or 1/0, got label {rec.get('label')!r}")
+                    raise LabelledFileError(
+                        f"{path}:{lineno}: needs a string 'text' and a 'label' of "
+                        f"good/bad, true/false or 1/0, got label {rec.get('label')!r}"
+                    )
                 text = normalize_text(rec["text"], mojibake=self.cfg.normalize.fix_mojibake)
                 if len(text) >= self.cfg.min_chars:
                     (good if label else bad).append(text)
         if not good or not bad:
-            raise LabelledFileError(f"{path}: needs both good and bad texts of at least min_chars "
-                                    f"({len(good)} good, {len(bad)} bad)")
+            raise LabelledFileError(
+                f"{path}: needs both good and bad texts of at least min_chars ({len(good)} good, {len(bad)} bad)"
+            )
         return good, bad
 
     def random_texts(self) -> Iterator[str]:
@@ -284,18 +288,32 @@ class ModelQuality(DocStep):
     # ------------------------------------------------------------------ fingerprints
     def _lm_fingerprint(self) -> str:
         assert self.mq.reference is not None
-        return _hash_json({"version": VERSION, "order": self.mq.ngram_order, "min_chars": self.cfg.min_chars,
-                           "extract": self.cfg.extract.model_dump(),
-                           "normalize": self.cfg.normalize.model_dump(),
-                           "reference": _files_digest(str(self.resolve(self.mq.reference)))})
+        return _hash_json(
+            {
+                "version": VERSION,
+                "order": self.mq.ngram_order,
+                "min_chars": self.cfg.min_chars,
+                "extract": self.cfg.extract.model_dump(),
+                "normalize": self.cfg.normalize.model_dump(),
+                "reference": _files_digest(str(self.resolve(self.mq.reference))),
+            }
+        )
 
     def _random_fingerprint(self, lm_fp: str) -> str:
         labelled = _files_digest(str(self.resolve(self.mq.labelled))) if self.mq.labelled else None
-        return _hash_json({"lm": lm_fp, "classifier": self.mq.classifier, "labelled": labelled,
-                           "max_doc_bytes": self.cfg.max_doc_bytes,
-                           "negative_every": self.mq.negative_every,
-                           "max_examples": self.mq.max_examples, "skip_buckets": self.mq.skip_buckets,
-                           "seed": SEED, "sources": [source_step.inputs_fingerprint(s) for s in self.cfg.sources]})
+        return _hash_json(
+            {
+                "lm": lm_fp,
+                "classifier": self.mq.classifier,
+                "labelled": labelled,
+                "max_doc_bytes": self.cfg.max_doc_bytes,
+                "negative_every": self.mq.negative_every,
+                "max_examples": self.mq.max_examples,
+                "skip_buckets": self.mq.skip_buckets,
+                "seed": SEED,
+                "sources": [source_step.inputs_fingerprint(s) for s in self.cfg.sources],
+            }
+        )
 
     def _needs_random(self) -> bool:
         """The random sample trains the classifier and gives the CCNet percentile cut-points."""
@@ -311,11 +329,18 @@ class ModelQuality(DocStep):
         t0 = time.perf_counter()
         lm_fp = self._lm_fingerprint()
         rnd_fp = self._random_fingerprint(lm_fp) if self._needs_random() else None
-        cal_fp = _hash_json({"lm": lm_fp, "quantile": self.mq.perplexity_quantile, "method": "salad-median-midpoint",
-                             "min_held_out": self.mq.min_held_out})
+        cal_fp = _hash_json(
+            {
+                "lm": lm_fp,
+                "quantile": self.mq.perplexity_quantile,
+                "method": "salad-median-midpoint",
+                "min_held_out": self.mq.min_held_out,
+            }
+        )
         lm_ok = old.get("lm", {}).get("fingerprint") == lm_fp and (out / LM_FILE).is_file()
-        rnd_ok = rnd_fp is None or (old.get("random", {}).get("fingerprint") == rnd_fp
-                                    and (not self.mq.classifier or (out / CLF_FILE).is_file()))
+        rnd_ok = rnd_fp is None or (
+            old.get("random", {}).get("fingerprint") == rnd_fp and (not self.mq.classifier or (out / CLF_FILE).is_file())
+        )
         cal_ok = lm_ok and old.get("calibration", {}).get("fingerprint") == cal_fp
         self.timings = {"fingerprint_s": time.perf_counter() - t0}
         if lm_ok and rnd_ok and cal_ok:
@@ -338,13 +363,18 @@ class ModelQuality(DocStep):
             lm = ngram_lm.train((ngram_lm.tokenize(p) for p in _split(ref_passages, False)), self.mq.ngram_order)
             self.timings["train_lm_s"] = time.perf_counter() - t
             write_npz(out / LM_FILE, lm.to_arrays())
-            manifest["lm"] = {"fingerprint": lm_fp, "documents": len(reference), "left_out": left_out,
-                              "passages": len(ref_passages), **lm.stats()}
-        manifest["calibration"] = (old["calibration"] if cal_ok else
-                                   {"fingerprint": cal_fp, **self._calibrate(_split(ref_passages, True), lm)})
+            manifest["lm"] = {
+                "fingerprint": lm_fp,
+                "documents": len(reference),
+                "left_out": left_out,
+                "passages": len(ref_passages),
+                **lm.stats(),
+            }
+        manifest["calibration"] = (
+            old["calibration"] if cal_ok else {"fingerprint": cal_fp, **self._calibrate(_split(ref_passages, True), lm)}
+        )
         if rnd_fp is not None:
-            manifest["random"] = (old["random"] if rnd_ok else
-                                  {"fingerprint": rnd_fp, **self._fit_random(reference, lm, out)})
+            manifest["random"] = old["random"] if rnd_ok else {"fingerprint": rnd_fp, **self._fit_random(reference, lm, out)}
         # The manifest goes last: a run killed before this line retrains next time.
         tmp = manifest_path.with_name(MANIFEST + ".tmp")
         tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
@@ -373,9 +403,16 @@ class ModelQuality(DocStep):
             if salad is not None:
                 salad_v.append(salad)
         q = self.mq.perplexity_quantile
-        languages = {lang: _cut(clean_v, salad_v, q, self.mq.min_held_out) for lang, (clean_v, salad_v) in sorted(by_lang.items())}
-        return {"statistic": "context_ratio", "quantile": q, "min_held_out": self.mq.min_held_out,
-                "held_out": len(held_out), "languages": languages}
+        languages = {
+            lang: _cut(clean_v, salad_v, q, self.mq.min_held_out) for lang, (clean_v, salad_v) in sorted(by_lang.items())
+        }
+        return {
+            "statistic": "context_ratio",
+            "quantile": q,
+            "min_held_out": self.mq.min_held_out,
+            "held_out": len(held_out),
+            "languages": languages,
+        }
 
     def _fit_random(self, reference: list[str], lm: ngram_lm.NgramLM, out: Path) -> dict[str, Any]:
         """Sample the random side; record its perplexity percentiles; fit and save the classifier."""
@@ -391,11 +428,15 @@ class ModelQuality(DocStep):
                 break
         self.timings["read_random_s"] = time.perf_counter() - t
         if not neg_text:
-            raise ValueError("model_quality: the run's sources gave no 'random' text to compare the reference "
-                             "with (set model_quality.classifier: false and tier_perplexities to score without it)")
+            raise ValueError(
+                "model_quality: the run's sources gave no 'random' text to compare the reference "
+                "with (set model_quality.classifier: false and tier_perplexities to score without it)"
+            )
         # CCNet cuts its tiers at the 30th and 60th percentiles of the crawl's perplexity.
-        result: dict[str, Any] = {"documents": len(perplexities), "perplexity": {
-            f"p{q}": round(float(np.percentile(perplexities, q)), 3) for q in PERCENTILES}}
+        result: dict[str, Any] = {
+            "documents": len(perplexities),
+            "perplexity": {f"p{q}": round(float(np.percentile(perplexities, q)), 3) for q in PERCENTILES},
+        }
         if self.mq.classifier:
             t = time.perf_counter()
             if self.mq.labelled:
@@ -410,9 +451,12 @@ class ModelQuality(DocStep):
             model = lc.fit(_split(pos, False), _split(neg, False), seed=SEED)
             self.timings["train_classifier_s"] = time.perf_counter() - t
             write_npz(out / CLF_FILE, model.to_arrays())
-            result["classifier"] = {"trained_on": "labelled" if self.mq.labelled else "reference vs random",
-                                    "positives": len(pos), "negatives": len(neg),
-                                    "held_out": lc.evaluate(model, _split(pos, True), _split(neg, True))}
+            result["classifier"] = {
+                "trained_on": "labelled" if self.mq.labelled else "reference vs random",
+                "positives": len(pos),
+                "negatives": len(neg),
+                "held_out": lc.evaluate(model, _split(pos, True), _split(neg, True)),
+            }
         return result
 
     # ------------------------------------------------------------------ scoring
@@ -424,8 +468,7 @@ class ModelQuality(DocStep):
         self.lm = ngram_lm.NgramLM.from_arrays(read_npz(out / LM_FILE))
         self.frequent = self.lm.frequent_words(FREQUENT_WORDS)
         self.calibration = manifest["calibration"]
-        self.auto_cuts = {lang: c["threshold"] for lang, c in self.calibration["languages"].items()
-                          if c["threshold"] is not None}
+        self.auto_cuts = {lang: c["threshold"] for lang, c in self.calibration["languages"].items() if c["threshold"] is not None}
         if self.mq.classifier:
             self.classifier = lc.LinearClassifier.from_arrays(read_npz(out / CLF_FILE))
         if self.mq.tier_perplexities is not None:
@@ -453,17 +496,22 @@ class ModelQuality(DocStep):
         if limit != "auto":
             mq["perplexity_judged"] = pp is not None
             if pp is not None and pp > limit:
-                return Rejection(self.name, "perplexity", format_value(pp),
-                                 f"perplexity {format_value(pp)} > max_perplexity {limit}")
+                return Rejection(
+                    self.name, "perplexity", format_value(pp), f"perplexity {format_value(pp)} > max_perplexity {limit}"
+                )
             return None
         lang = self._language(doc)
         cut = self.auto_cuts.get(lang) if lang != UNDETERMINED else None
         mq["perplexity_judged"] = cut is not None and ratio is not None
         if cut is not None and ratio is not None and ratio > cut:
             n = self.calibration["languages"][lang]["held_out"]
-            return Rejection(self.name, "perplexity", format_value(ratio),
-                             f"context ratio {format_value(ratio)} > {format_value(cut)}, between {n} held-out "
-                             f"{lang} reference passages and the same passages' words shuffled")
+            return Rejection(
+                self.name,
+                "perplexity",
+                format_value(ratio),
+                f"context ratio {format_value(ratio)} > {format_value(cut)}, between {n} held-out "
+                f"{lang} reference passages and the same passages' words shuffled",
+            )
         return None
 
     def process(self, doc: Doc) -> Rejection | None:
@@ -472,12 +520,20 @@ class ModelQuality(DocStep):
         pp = self.lm.perplexity(tokens)
         score = self.classifier.score(tokens) if self.classifier is not None else None
         ratio = self.lm.bigram_ratio(tokens, self.frequent, MIN_PAIRS)
-        doc.model_quality = {"perplexity": pp, "classifier_score": score, "tier": tier_of(pp, self.cuts),
-                             "context_ratio": ratio, "perplexity_judged": None}
+        doc.model_quality = {
+            "perplexity": pp,
+            "classifier_score": score,
+            "tier": tier_of(pp, self.cuts),
+            "context_ratio": ratio,
+            "perplexity_judged": None,
+        }
         if (rejection := self._perplexity_gate(doc, pp, ratio)) is not None:
             return rejection
         if score is not None and self.mq.min_classifier_score is not None and score < self.mq.min_classifier_score:
-            return Rejection(self.name, "classifier_score", format_value(score),
-                             f"classifier score {format_value(score)} < min_classifier_score "
-                             f"{self.mq.min_classifier_score}")
+            return Rejection(
+                self.name,
+                "classifier_score",
+                format_value(score),
+                f"classifier score {format_value(score)} < min_classifier_score {self.mq.min_classifier_score}",
+            )
         return None

@@ -62,13 +62,44 @@ FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)
 CHUNK_TOKENS = 4_000_000  # tokens counted at once while training: bounds the working memory
 
 # CCNet's UNICODE_PUNCT table: full-width and typographic punctuation to its ASCII form.
-_PUNCT = str.maketrans({
-    "，": ",", "。": ".", "、": ",", "„": '"', "”": '"', "“": '"', "«": '"', "»": '"',
-    "」": '"', "「": '"', "《": '"', "》": '"', "´": "'", "∶": ":", "：": ":", "？": "?",
-    "！": "!", "（": "(", "）": ")", "；": ";", "–": "-", "—": "-", "．": ".", "～": "~",
-    "’": "'", "‘": "'", "…": "...", "━": "-", "〈": "<", "〉": ">", "【": "[", "】": "]",
-    "％": "%", "►": "-",
-})
+_PUNCT = str.maketrans(
+    {
+        "，": ",",
+        "。": ".",
+        "、": ",",
+        "„": '"',
+        "”": '"',
+        "“": '"',
+        "«": '"',
+        "»": '"',
+        "」": '"',
+        "「": '"',
+        "《": '"',
+        "》": '"',
+        "´": "'",
+        "∶": ":",
+        "：": ":",
+        "？": "?",
+        "！": "!",
+        "（": "(",
+        "）": ")",
+        "；": ";",
+        "–": "-",
+        "—": "-",
+        "．": ".",
+        "～": "~",
+        "’": "'",
+        "‘": "'",
+        "…": "...",
+        "━": "-",
+        "〈": "<",
+        "〉": ">",
+        "【": "[",
+        "】": "]",
+        "％": "%",
+        "►": "-",
+    }
+)
 # Combining marks left by NFD (the Unicode blocks of combining diacritics): accents.
 _COMBINING = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
 _DIGIT = re.compile(r"\d")
@@ -275,7 +306,7 @@ class NgramLM:
         logp = self.uni_logp.astype(np.float64).copy()
         logp[[UNK_ID, BOS_ID, EOS_ID]] = -np.inf
         mask = np.zeros(len(self.vocab), bool)
-        mask[np.argsort(-logp, kind="stable")[:min(k, len(self.vocab) - 3)]] = True
+        mask[np.argsort(-logp, kind="stable")[: min(k, len(self.vocab) - 3)]] = True
         return mask
 
     def bigram_ratio(self, tokens: list[str], frequent: np.ndarray, min_pairs: int) -> float | None:
@@ -308,7 +339,8 @@ class NgramLM:
         arrays = {
             "order": np.array(self.order, np.int64),
             "vocab_utf8": np.frombuffer("\n".join(self.vocab).encode("utf-8"), np.uint8),
-            "uni_logp": self.uni_logp, "uni_backoff": self.uni_backoff,
+            "uni_logp": self.uni_logp,
+            "uni_backoff": self.uni_backoff,
             "discounts": np.array(self.discounts, np.float64),
         }
         for k in range(2, self.order + 1):
@@ -322,14 +354,24 @@ class NgramLM:
         order = int(a["order"])
         vocab = bytes(a["vocab_utf8"]).decode("utf-8").split("\n")
         rng = range(2, order + 1)
-        return cls(order, vocab, a["uni_logp"], a["uni_backoff"], [a[f"table{k}"] for k in rng],
-                   [a[f"logp{k}"] for k in rng], [a[f"backoff{k}"] for k in rng],
-                   [tuple(map(float, d)) for d in a["discounts"]])
+        return cls(
+            order,
+            vocab,
+            a["uni_logp"],
+            a["uni_backoff"],
+            [a[f"table{k}"] for k in rng],
+            [a[f"logp{k}"] for k in rng],
+            [a[f"backoff{k}"] for k in rng],
+            [tuple(map(float, d)) for d in a["discounts"]],
+        )
 
     def stats(self) -> dict[str, object]:
-        return {"order": self.order, "vocab": len(self.vocab),
-                "ngrams": [len(self.vocab) - 1] + [int(np.count_nonzero(t)) for t in self.tables],
-                "discounts": [[round(d, 6) for d in ds] for ds in self.discounts]}
+        return {
+            "order": self.order,
+            "vocab": len(self.vocab),
+            "ngrams": [len(self.vocab) - 1] + [int(np.count_nonzero(t)) for t in self.tables],
+            "discounts": [[round(d, 6) for d in ds] for ds in self.discounts],
+        }
 
 
 # --------------------------------------------------------------------------- training
@@ -391,8 +433,9 @@ def _discounted(a: np.ndarray, d: tuple[float, float, float]) -> np.ndarray:
     return a - np.asarray(d)[np.minimum(a, 3).astype(np.int64) - 1]
 
 
-def _group_gamma(ctx: np.ndarray, a: np.ndarray, d: tuple[float, float, float]
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _group_gamma(
+    ctx: np.ndarray, a: np.ndarray, d: tuple[float, float, float]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(distinct contexts, context number of each n-gram, A(h) and gamma(h) per context)."""
     uctx, inv = np.unique(ctx, return_inverse=True)
     total = np.bincount(inv, weights=a)
@@ -459,8 +502,7 @@ def _estimate(order: int, words: list[str], uni_counts: np.ndarray, levels: list
     seen = a1 > 0
     d1 = discounts(a1[seen])
     alpha1 = np.where(seen, _discounted(np.where(seen, a1, 1.0), d1), 0.0) / a1.sum()
-    gamma1 = float(sum(di * np.count_nonzero(sel) for di, sel in
-                       zip(d1, (a1 == 1, a1 == 2, a1 >= 3))) / a1.sum())
+    gamma1 = float(sum(di * np.count_nonzero(sel) for di, sel in zip(d1, (a1 == 1, a1 == 2, a1 >= 3))) / a1.sum())
     p1 = alpha1 + gamma1 / (v - 1)  # uniform over V' = every id except <s>
     p1[BOS_ID] = 0.0
     uni_logp = np.where(p1 > 0, np.log(np.maximum(p1, 1e-300)), LOG_ZERO).astype(np.float32)

@@ -64,16 +64,24 @@ WRAP_MAX = 100  # a hard-wrapped line is at most this long (Gutenberg wraps at ~
 # shown as C1 controls, cp1252 punctuation and symbols, or Latin-1 signs. Only lines holding
 # such a run go to ftfy (~3 MB/s of per-line Python work; this search runs at > 100 MB/s), so
 # French "é\u00a0:" or Italian "à»" — a lead without its continuations — never do.
-_CONT = ("[\u0080-\u00bf\u0152\u0153\u0160\u0161\u0178\u017d\u017e\u0192\u02c6\u02dc"
-         "\u2013\u2014\u2018-\u201a\u201c-\u201e\u2020-\u2022\u2026\u2030\u2039\u203a\u20ac\u2122"
-         "\ufffd]")  # U+FFFD: a byte cp1252 leaves undefined (0x81, 0x8D, ...) decoded with "replace"
+_CONT = (
+    "[\u0080-\u00bf\u0152\u0153\u0160\u0161\u0178\u017d\u017e\u0192\u02c6\u02dc"
+    "\u2013\u2014\u2018-\u201a\u201c-\u201e\u2020-\u2022\u2026\u2030\u2039\u203a\u20ac\u2122"
+    "\ufffd]"
+)  # U+FFFD: a byte cp1252 leaves undefined (0x81, 0x8D, ...) decoded with "replace"
 _MOJIBAKE_HINT = re.compile(f"[\u00c2-\u00df]{_CONT}|[\u00e0-\u00ef]{_CONT}{{2}}|[\u00f0-\u00f4]{_CONT}{{3}}")
 _MAX_PASSES = 3
 # ftfy's encoding repairs only; every other decision stays with the rules of this module.
 _FTFY = ftfy.TextFixerConfig(
-    unescape_html=False, remove_terminal_escapes=False, fix_latin_ligatures=False,
-    fix_character_width=False, uncurl_quotes=False, fix_line_breaks=False,
-    remove_control_chars=False, normalization=None, explain=False,
+    unescape_html=False,
+    remove_terminal_escapes=False,
+    fix_latin_ligatures=False,
+    fix_character_width=False,
+    uncurl_quotes=False,
+    fix_line_breaks=False,
+    remove_control_chars=False,
+    normalization=None,
+    explain=False,
 )
 
 
@@ -136,8 +144,7 @@ def _hard_wrapped(lines: list[str]) -> bool:
         return False
     if len(lines) >= 3 and 4 * sum(line[:1].isupper() for line in lines) >= 3 * len(lines):
         return False
-    return all(len(line) >= 0.6 * widest or len(line) + 1 + len(nxt.split()[0]) > widest
-               for line, nxt in zip(lines, lines[1:]))
+    return all(len(line) >= 0.6 * widest or len(line) + 1 + len(nxt.split()[0]) > widest for line, nxt in zip(lines, lines[1:]))
 
 
 def unwrap_paragraphs(text: str) -> str:
@@ -158,8 +165,7 @@ class Normalize(DocStep):
 
     def process(self, doc: Doc) -> Rejection | None:
         if doc.text is not None:
-            doc.text = normalize_text(doc.text, code=doc.format == "code",
-                                      mojibake=self.cfg.normalize.fix_mojibake)
+            doc.text = normalize_text(doc.text, code=doc.format == "code", mojibake=self.cfg.normalize.fix_mojibake)
             # the kind of the text as written: a book is known by its hard-wrapped lines
             kind = assign_kind(doc, self.cfg.quality)
             if self.cfg.normalize.unwrap_books and doc.format != "code" and kind == "books":

@@ -51,8 +51,12 @@ from tokenmill.data.step import DocStep
 VERSION = "1"
 
 PLACEHOLDERS: dict[str, str] = {
-    "email": "<EMAIL>", "ip": "<IP>", "iban": "<IBAN>", "card": "<CARD>",
-    "national_id": "<ID>", "phone": "<PHONE>",
+    "email": "<EMAIL>",
+    "ip": "<IP>",
+    "iban": "<IBAN>",
+    "card": "<CARD>",
+    "national_id": "<ID>",
+    "phone": "<PHONE>",
 }
 PRIORITY: tuple[str, ...] = ("email", "ip", "iban", "card", "national_id", "phone")
 assert set(PRIORITY) == set(PII_FIELDS) == set(PLACEHOLDERS)
@@ -92,28 +96,105 @@ def iban_valid(iban: str) -> bool:
 
 # IBAN length per country (SWIFT IBAN registry).
 IBAN_LENGTHS: dict[str, int] = {
-    "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22, "BH": 22,
-    "BR": 29, "BY": 28, "CH": 21, "CR": 22, "CY": 28, "CZ": 24, "DE": 22, "DK": 18, "DO": 28,
-    "EE": 20, "EG": 29, "ES": 24, "FI": 18, "FO": 18, "FR": 27, "GB": 22, "GE": 22, "GI": 23,
-    "GL": 18, "GR": 27, "GT": 28, "HR": 21, "HU": 28, "IE": 22, "IL": 23, "IQ": 23, "IS": 26,
-    "IT": 27, "JO": 30, "KW": 30, "KZ": 20, "LB": 28, "LC": 32, "LI": 21, "LT": 20, "LU": 20,
-    "LV": 21, "MC": 27, "MD": 24, "ME": 22, "MK": 19, "MR": 27, "MT": 31, "MU": 30, "NL": 18,
-    "NO": 15, "PK": 24, "PL": 28, "PS": 29, "PT": 25, "QA": 29, "RO": 24, "RS": 22, "SA": 24,
-    "SC": 31, "SE": 24, "SI": 19, "SK": 24, "SM": 27, "ST": 25, "SV": 28, "TL": 23, "TN": 24,
-    "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20,
+    "AD": 24,
+    "AE": 23,
+    "AL": 28,
+    "AT": 20,
+    "AZ": 28,
+    "BA": 20,
+    "BE": 16,
+    "BG": 22,
+    "BH": 22,
+    "BR": 29,
+    "BY": 28,
+    "CH": 21,
+    "CR": 22,
+    "CY": 28,
+    "CZ": 24,
+    "DE": 22,
+    "DK": 18,
+    "DO": 28,
+    "EE": 20,
+    "EG": 29,
+    "ES": 24,
+    "FI": 18,
+    "FO": 18,
+    "FR": 27,
+    "GB": 22,
+    "GE": 22,
+    "GI": 23,
+    "GL": 18,
+    "GR": 27,
+    "GT": 28,
+    "HR": 21,
+    "HU": 28,
+    "IE": 22,
+    "IL": 23,
+    "IQ": 23,
+    "IS": 26,
+    "IT": 27,
+    "JO": 30,
+    "KW": 30,
+    "KZ": 20,
+    "LB": 28,
+    "LC": 32,
+    "LI": 21,
+    "LT": 20,
+    "LU": 20,
+    "LV": 21,
+    "MC": 27,
+    "MD": 24,
+    "ME": 22,
+    "MK": 19,
+    "MR": 27,
+    "MT": 31,
+    "MU": 30,
+    "NL": 18,
+    "NO": 15,
+    "PK": 24,
+    "PL": 28,
+    "PS": 29,
+    "PT": 25,
+    "QA": 29,
+    "RO": 24,
+    "RS": 22,
+    "SA": 24,
+    "SC": 31,
+    "SE": 24,
+    "SI": 19,
+    "SK": 24,
+    "SM": 27,
+    "ST": 25,
+    "SV": 28,
+    "TL": 23,
+    "TN": 24,
+    "TR": 26,
+    "UA": 29,
+    "VA": 22,
+    "VG": 24,
+    "XK": 20,
 }
 
 # Issuer identification prefixes (first digits) of the card networks.
 _CARD_IIN = re.compile(
-    r"4"                                                     # Visa
-    r"|5[1-5]|2(?:22[1-9]|2[3-9]\d|[3-6]\d\d|7[01]\d|720)"      # Mastercard 51-55, 2221-2720
-    r"|3[47]|3(?:0[0-5]|[689])|35(?:2[89]|[3-8]\d)"            # Amex, Diners, JCB 3528-3589
-    r"|6(?:011|4[4-9]|5|2)"                                  # Discover, UnionPay
+    r"4"  # Visa
+    r"|5[1-5]|2(?:22[1-9]|2[3-9]\d|[3-6]\d\d|7[01]\d|720)"  # Mastercard 51-55, 2221-2720
+    r"|3[47]|3(?:0[0-5]|[689])|35(?:2[89]|[3-8]\d)"  # Amex, Diners, JCB 3528-3589
+    r"|6(?:011|4[4-9]|5|2)"  # Discover, UnionPay
 )
-_CARD_GROUPS: frozenset[tuple[int, ...]] = frozenset({
-    (4, 4, 4, 1), (4, 4, 4, 2), (4, 4, 4, 3), (4, 4, 4, 4), (4, 4, 4, 4, 1), (4, 4, 4, 4, 2),
-    (4, 4, 4, 4, 3), (4, 6, 5), (4, 6, 4),
-})
+_CARD_GROUPS: frozenset[tuple[int, ...]] = frozenset(
+    {
+        (4, 4, 4, 1),
+        (4, 4, 4, 2),
+        (4, 4, 4, 3),
+        (4, 4, 4, 4),
+        (4, 4, 4, 4, 1),
+        (4, 4, 4, 4, 2),
+        (4, 4, 4, 4, 3),
+        (4, 6, 5),
+        (4, 6, 4),
+    }
+)
 
 # --------------------------------------------------------------------------- patterns
 # Every pattern starts with a character class and puts its "not inside a longer token" test in
@@ -123,19 +204,23 @@ _CARD_GROUPS: frozenset[tuple[int, ...]] = frozenset({
 # An e-mail is found from its "@" (a literal the engine finds with a fast search): the domain
 # is matched forward, the local part backward on the reversed text before it.
 # The TLD is lower, upper or capitalised case: Perl POD writes "E<lt>kane@cpan.orgE<gt>".
-_EMAIL_DOMAIN = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+(?:[A-Za-z][a-z]{1,23}|[A-Z]{2,24})"
-                           r"(?:(?![\w-]|\.[A-Za-z0-9])|(?=E<))")
+_EMAIL_DOMAIN = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+(?:[A-Za-z][a-z]{1,23}|[A-Z]{2,24})"
+    r"(?:(?![\w-]|\.[A-Za-z0-9])|(?=E<))"
+)
 _EMAIL_LOCAL_REVERSED = re.compile(r"[A-Za-z0-9._%+-]{0,63}[A-Za-z0-9](?![\w.%+-])")
 _IPV4 = re.compile(r"\d(?<![\w.]\d)\d{0,2}\.\d{1,3}\.\d{1,3}\.\d{1,3}(?!\w|\.\d)")
 _IPV6 = re.compile(r"[0-9A-Fa-f:](?<![\w:.][0-9A-Fa-f:])[0-9A-Fa-f]{0,3}(?::[0-9A-Fa-f]{0,4}){2,7}(?![\w:])")
 # Dotted quads after these words are versions or standard section numbers ("IEEE 802.11
 # 7.3.2.2", "section 9.4.2.251"), not addresses.
 _VERSION_CONTEXT = re.compile(
-    r"(?:version|release|\bv(?:er)?|section|sect?\.|§|clause|chapter|\d{3}\.\d+[a-z]*)[\s:=\"'(]*$",
-    re.IGNORECASE)
+    r"(?:version|release|\bv(?:er)?|section|sect?\.|§|clause|chapter|\d{3}\.\d+[a-z]*)[\s:=\"'(]*$", re.IGNORECASE
+)
 # Not inside a run of numbers either: "542F 5430 5431 5432 5433 5440" is a table, not a card.
-_CARD = re.compile(r"\d(?<![\w.,/-]\d)(?<![0-9A-Fa-f]{4}[\s-]\d)(?:[ -]?\d){12,18}"
-                   r"(?!\w|[.,/-]\d|\s[0-9A-Fa-f]{4,6}(?![0-9A-Za-z]))")
+_CARD = re.compile(
+    r"\d(?<![\w.,/-]\d)(?<![0-9A-Fa-f]{4}[\s-]\d)(?:[ -]?\d){12,18}"
+    r"(?!\w|[.,/-]\d|\s[0-9A-Fa-f]{4,6}(?![0-9A-Za-z]))"
+)
 _IBAN = re.compile(r"[A-Z](?<![\w-][A-Z])[A-Z]\d\d(?: ?[A-Z0-9]){11,30}(?![\w-])")
 _SSN = re.compile(r"\d(?<![\w-]\d)\d\d-\d\d-\d{4}(?!\w|-\d)")
 _NINO = re.compile(r"[A-CEGHJ-PR-TW-Z](?<![\w-][A-Z])[A-CEGHJ-NPR-TW-Z] ?\d\d ?\d\d ?\d\d ?[A-D](?!\w)")
@@ -146,8 +231,8 @@ _HEX_PAIRS = r"[0-9A-Fa-f]{2} [0-9A-Fa-f]{2}"
 _PHONE = re.compile(
     r"(?:"
     rf"\+{_NOT_IN_TOKEN}\+)\d{{1,3}}(?:[ .-]?\(\d{{1,4}}\))?(?:[ .-]?\d{{1,5}}){{2,6}}"  # +cc ...
-    rf"|\({_NOT_IN_TOKEN}\()\d{{2,5}}\)[ .-]?\d{{2,5}}(?:[ .-]?\d{{2,5}}){{0,3}}"       # (area) rest
-    rf"|\d{_NOT_IN_TOKEN}\d)\d\d([.-])\d{{3}}\1\d{{4}}"                                # 555-123-4567
+    rf"|\({_NOT_IN_TOKEN}\()\d{{2,5}}\)[ .-]?\d{{2,5}}(?:[ .-]?\d{{2,5}}){{0,3}}"  # (area) rest
+    rf"|\d{_NOT_IN_TOKEN}\d)\d\d([.-])\d{{3}}\1\d{{4}}"  # 555-123-4567
     rf"|0{_NOT_IN_TOKEN}0)(?<!{_HEX_PAIRS} 0)[1-9]\d{{0,3}}(?:[ /-]\d{{2,8}}){{1,4}}(?! {_HEX_PAIRS})"  # 030 1234567
     r")(?!\w|[.,/-]\d)"
 )
@@ -165,7 +250,7 @@ def _emails(text: str) -> Iterator[tuple[int, int]]:
     while at != -1:
         m = _EMAIL_DOMAIN.match(text, at + 1)
         if m:
-            local = _EMAIL_LOCAL_REVERSED.match(text[max(0, at - 64):at][::-1])
+            local = _EMAIL_LOCAL_REVERSED.match(text[max(0, at - 64) : at][::-1])
             if local:
                 yield at - local.end(), m.end()
         at = text.find("@", at + 1)
@@ -274,8 +359,12 @@ def _phones(text: str) -> Iterator[tuple[int, int]]:
 
 
 DETECTORS: dict[str, Callable[[str], Iterable[tuple[int, int]]]] = {
-    "email": _emails, "ip": _ips, "iban": _ibans, "card": _cards,
-    "national_id": _national_ids, "phone": _phones,
+    "email": _emails,
+    "ip": _ips,
+    "iban": _ibans,
+    "card": _cards,
+    "national_id": _national_ids,
+    "phone": _phones,
 }
 
 
@@ -305,7 +394,7 @@ def mask(text: str, spans: list[Span]) -> str:
     parts: list[str] = []
     pos = 0
     for s in spans:
-        parts.append(text[pos:s.start])
+        parts.append(text[pos : s.start])
         parts.append(PLACEHOLDERS[s.kind])
         pos = s.end
     parts.append(text[pos:])

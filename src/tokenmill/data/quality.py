@@ -77,7 +77,9 @@ from tokenmill.data.language_profiles import GOPHER_STOP_WORDS, LanguageRules, l
 from tokenmill.data.step import DocStep
 from tokenmill.data.text_kinds import assign_kind, families
 
-VERSION = "4+" + "+".join(f"{k}-{v}" for k, v in segment.segmenter_versions().items())  # 4: per-document kinds, the reference family
+VERSION = "4+" + "+".join(
+    f"{k}-{v}" for k, v in segment.segmenter_versions().items()
+)  # 4: per-document kinds, the reference family
 
 STOP_WORDS: frozenset[str] = frozenset(GOPHER_STOP_WORDS)
 BULLETS: tuple[str, ...] = ("•", "●", "○", "◦", "▪", "‣", "⁃", "-", "*")
@@ -104,8 +106,7 @@ C4_CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]")
 # A line can pass the end-mark rule only if it ends with a mark or a citation's "]".
 _C4_SCREEN: tuple[str, ...] = (*C4_END_MARKS, "]")
 _C4_SCREEN_ANY: tuple[str, ...] = (*C4_END_MARKS_ANY, "]")
-C4_POLICY: tuple[str, ...] = ("terms of use", "privacy policy", "cookie policy", "uses cookies",
-                              "use of cookies", "use cookies")
+C4_POLICY: tuple[str, ...] = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
 # Inside a line, a sentence ends at terminal punctuation (maybe closed by quotes or brackets)
 # followed by a space or tab.
 _SENTENCE_END = re.compile(r"[.!?]+[\"'”’)\]]*(?=[^\S\n])")
@@ -145,8 +146,7 @@ def split_text(text: str, language: str | None = None) -> Parts:
     # Interned once (C-level dict and map): per-word work below runs on distinct words only.
     index = dict(zip(dict.fromkeys(words), itertools.count()))
     ids = np.fromiter(map(index.__getitem__, words), dtype=np.int64, count=len(words))
-    return Parts(text, words, lines, paras, list(index), index, ids, np.bincount(ids, minlength=len(index)),
-                 line_words)
+    return Parts(text, words, lines, paras, list(index), index, ids, np.bincount(ids, minlength=len(index)), line_words)
 
 
 def stop_word_key(word: str) -> str:
@@ -225,8 +225,12 @@ def repetition_signals(p: Parts) -> dict[str, float]:
     """The Gopher repetition measurements (see the module docstring for the definitions)."""
     dup_line, dup_line_chars = _dup_fracs(p.lines)
     dup_para, dup_para_chars = _dup_fracs(p.paragraphs)
-    out: dict[str, float] = {"dup_line_frac": dup_line, "dup_para_frac": dup_para,
-                             "dup_line_char_frac": dup_line_chars, "dup_para_char_frac": dup_para_chars}
+    out: dict[str, float] = {
+        "dup_line_frac": dup_line,
+        "dup_para_frac": dup_para,
+        "dup_line_char_frac": dup_line_chars,
+        "dup_para_char_frac": dup_para_chars,
+    }
     words = p.words
     lens = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
     total = int(lens.sum())
@@ -302,8 +306,9 @@ class C4Lines:
     policy: int
 
 
-def c4_lines(lines: list[str], min_words: int, max_word_len: int, english: bool = True,
-             line_words: dict[str, int] | None = None) -> C4Lines:
+def c4_lines(
+    lines: list[str], min_words: int, max_word_len: int, english: bool = True, line_words: dict[str, int] | None = None
+) -> C4Lines:
     """C4's line rules on stripped non-empty lines. The three that only drop a line (long
     word, end mark, word count) are tested cheapest first; the counted ones in reference order.
     `english=False`: every script's sentence terminals end a line and a sentence; `line_words`:
@@ -365,8 +370,13 @@ def fineweb_signals(p: Parts, short_line_chars: int) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------- all signals
-def measure(text: str, cfg: QualityConfig | None = None, language: str | None = None,
-            rules: LanguageRules | None = None, book: bool = False) -> tuple[dict[str, float | int], C4Lines]:
+def measure(
+    text: str,
+    cfg: QualityConfig | None = None,
+    language: str | None = None,
+    rules: LanguageRules | None = None,
+    book: bool = False,
+) -> tuple[dict[str, float | int], C4Lines]:
     """Every signal of QUALITY_FIELDS, and C4's line decisions (for `c4_remove_lines`). With
     `rules` (data/language_profiles.py) the text is measured the way its language needs: words
     segmented, that language's stop words and line lengths, every script's sentence ends;
@@ -380,9 +390,13 @@ def measure(text: str, cfg: QualityConfig | None = None, language: str | None = 
     c4 = c4_lines(parts.lines, cfg.c4_min_words_per_line, cfg.c4_max_word_len, english, parts.line_words)
     stop = rules.stop_words if rules is not None else STOP_WORDS
     repetition = book_repetition_signals(text, language, parts) if book else repetition_signals(parts)
-    signals = {**gopher_signals(parts, stop), **repetition,
-               **c4_signals(c4, len(parts.lines)), **fineweb_signals(parts, cfg.short_line_chars),
-               **code_signals(text)}
+    signals = {
+        **gopher_signals(parts, stop),
+        **repetition,
+        **c4_signals(c4, len(parts.lines)),
+        **fineweb_signals(parts, cfg.short_line_chars),
+        **code_signals(text),
+    }
     assert signals.keys() == QUALITY_FIELDS.keys()  # the Parquet schema is the contract
     return signals, c4
 
@@ -483,12 +497,16 @@ def fineweb_checks(s: dict[str, float | int], cfg: QualityConfig) -> list[Reject
 
 
 def check_code_rules(s: dict[str, float | int], cfg: QualityConfig) -> Rejection | None:
-    return check_code(s, cfg.code_max_line_len, cfg.code_max_mean_line_len, cfg.code_min_alnum_frac,
-                      cfg.code_autogenerated)
+    return check_code(s, cfg.code_max_line_len, cfg.code_max_mean_line_len, cfg.code_min_alnum_frac, cfg.code_autogenerated)
 
 
-CHECKS = (("gopher", check_gopher), ("gopher_repetition", check_repetition), ("c4", check_c4),
-          ("fineweb", check_fineweb), ("code", check_code_rules))
+CHECKS = (
+    ("gopher", check_gopher),
+    ("gopher_repetition", check_repetition),
+    ("c4", check_c4),
+    ("fineweb", check_fineweb),
+    ("code", check_code_rules),
+)
 
 
 def check_rules(s: dict[str, float | int], cfg: QualityConfig, apply: frozenset[str] | None = None) -> Rejection | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from tokenmill.data.config import (CURATE_STEPS, CurateConfig)
+from tokenmill.data.config import CURATE_STEPS, CurateConfig
 from tokenmill.data.step import DocStep
 
 DOC_STEP_CLASSES: dict[str, tuple[str, str]] = {
@@ -28,7 +28,7 @@ DOC_STEP_CLASSES: dict[str, tuple[str, str]] = {
 CORPUS_STEPS: tuple[str, ...] = ("exact_dedup", "minhash_dedup", "line_dedup", "substring_dedup")
 # Per-document steps before the corpus-wide ones, and after them.
 MAP_STEPS: tuple[str, ...] = CURATE_STEPS[: CURATE_STEPS.index("exact_dedup")]
-FINAL_STEPS: tuple[str, ...] = CURATE_STEPS[CURATE_STEPS.index("substring_dedup") + 1:]
+FINAL_STEPS: tuple[str, ...] = CURATE_STEPS[CURATE_STEPS.index("substring_dedup") + 1 :]
 
 
 def selected_steps(cfg: CurateConfig, override: list[str] | None = None) -> tuple[str, ...]:

@@ -72,6 +72,10 @@ class Safety(DocStep):
         doc.safety = self.score(doc.text)
         score, limit = doc.safety["toxicity"], self.cfg.safety.threshold
         if score > limit:
-            return Rejection(self.name, "toxicity", format_value(score),
-                             f"{doc.safety['matched_terms']} listed words, toxicity {score:.4f} > threshold {limit}")
+            return Rejection(
+                self.name,
+                "toxicity",
+                format_value(score),
+                f"{doc.safety['matched_terms']} listed words, toxicity {score:.4f} > threshold {limit}",
+            )
         return None

@@ -88,7 +88,7 @@ def words(text: str, language: str | None = None) -> list[str]:
     out: list[str] = []
     for line in text.split("\n"):
         if line.strip():  # one line's tokens are glued among themselves, never onto the line before
-            out += glue_punctuation([t for i in range(0, len(line), CHUNK) for t in seg(line[i:i + CHUNK])])
+            out += glue_punctuation([t for i in range(0, len(line), CHUNK) for t in seg(line[i : i + CHUNK])])
     return out
 
 

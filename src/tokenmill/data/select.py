@@ -53,7 +53,7 @@ def read_id_list(path: Path) -> list[str]:
                 raise SelectError(f"{path}:{n}: not JSON ({exc.msg})") from exc
             rid = obj.get("id") if isinstance(obj, dict) else None
             if not isinstance(rid, (str, int)) or isinstance(rid, bool):
-                raise SelectError(f"{path}:{n}: needs an \"id\" (a string or an integer)")
+                raise SelectError(f'{path}:{n}: needs an "id" (a string or an integer)')
             ids.append(str(rid))
     return ids
 

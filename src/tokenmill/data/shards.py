@@ -76,8 +76,11 @@ def plan_shards(sources: list[SourceConfig], target_bytes: int = DEFAULT_TARGET_
             names = [str(f) for f in files]
             if not names:
                 continue  # an empty directory holds no record
-            groups = [tuple(names)] if _is_whole_source(src) else \
-                _group([(n, file_size(f)) for n, f in zip(names, files)], target_bytes)
+            groups = (
+                [tuple(names)]
+                if _is_whole_source(src)
+                else _group([(n, file_size(f)) for n, f in zip(names, files)], target_bytes)
+            )
         else:
             source_step.check_source(src)
             groups = [()]
@@ -86,8 +89,9 @@ def plan_shards(sources: list[SourceConfig], target_bytes: int = DEFAULT_TARGET_
     return shards
 
 
-def read_shard(spec: ShardSpec, sources: list[SourceConfig], max_doc_bytes: int,
-               limits: ReadLimits | None = None) -> Iterator[RawRecord]:
+def read_shard(
+    spec: ShardSpec, sources: list[SourceConfig], max_doc_bytes: int, limits: ReadLimits | None = None
+) -> Iterator[RawRecord]:
     """The records of one shard, exactly as `read_source` yields them for those files."""
     src = sources[spec.source]
     if src.kind != "files":

@@ -24,9 +24,22 @@ from tokenmill.data.readers.base import ReadLimits, relative, unreadable_reason,
 from tokenmill.data.readers.code import is_code_tree
 from tokenmill.data.readers.stdlib import STDLIB_READERS, stdlib_dir, system_html_files
 
-__all__ = ["SourceError", "VERSION", "check_source", "detect_format", "file_format", "inputs_fingerprint",
-           "limit", "list_source_files", "read_files", "read_limits", "read_source", "source_name", "source_root",
-           "sources_from_paths"]
+__all__ = [
+    "SourceError",
+    "VERSION",
+    "check_source",
+    "detect_format",
+    "file_format",
+    "inputs_fingerprint",
+    "limit",
+    "list_source_files",
+    "read_files",
+    "read_limits",
+    "read_source",
+    "source_name",
+    "source_root",
+    "sources_from_paths",
+]
 
 VERSION = "4"  # 4: binary judged per line, per-file limits, WARC resync, Parquet binary text decoded
 
@@ -67,8 +80,9 @@ def read_limits(cfg: Any) -> ReadLimits:
     return ReadLimits(cfg.max_decompression_ratio, cfg.max_lines_per_file)
 
 
-def read_files(src: SourceConfig, max_doc_bytes: int, files: Iterable[Path] | None = None,
-               limits: ReadLimits | None = None) -> Iterator[RawRecord]:
+def read_files(
+    src: SourceConfig, max_doc_bytes: int, files: Iterable[Path] | None = None, limits: ReadLimits | None = None
+) -> Iterator[RawRecord]:
     """kind=files: every file of a file, directory or glob (or the given subset, as listed), in order."""
     if not src.path:
         raise SourceError(f"source for bucket {src.bucket!r}: kind 'files' needs a path")
@@ -98,8 +112,15 @@ def _read_file(make: RecordMaker, src: SourceConfig, path: Path, rel: str, max_d
             n += 1
             yield record
     except OSError as exc:  # the disk, not the data: a record for the rest, the records before kept
-        yield make.bad(f"{rel}:unreadable", str(path), "text", 0, "unreadable", n,
-                       f"read failed after {n} records: {exc.strerror or exc}; the rest was not read")
+        yield make.bad(
+            f"{rel}:unreadable",
+            str(path),
+            "text",
+            0,
+            "unreadable",
+            n,
+            f"read failed after {n} records: {exc.strerror or exc}; the rest was not read",
+        )
 
 
 def limit(records: Iterable[RawRecord], max_docs: int | None, max_bytes: int | None) -> Iterator[RawRecord]:
@@ -147,8 +168,7 @@ def inputs_fingerprint(src: SourceConfig) -> dict[str, Any]:
         except SourceError as exc:
             return {"kind": "files", "path": src.path, "error": str(exc)}
         return {"kind": "files", "path": src.path, "files": [_file_key(p) for p in files]}
-    fp: dict[str, Any] = {"kind": "python_stdlib", "part": src.part, "python": sys.version,
-                          "stdlib": str(stdlib_dir())}
+    fp: dict[str, Any] = {"kind": "python_stdlib", "part": src.part, "python": sys.version, "stdlib": str(stdlib_dir())}
     if src.part == "system_html":
         fp["files"] = [[str(p), st.st_size, st.st_mtime_ns] for p in system_html_files() for st in [p.stat()]]
     return fp
@@ -172,5 +192,6 @@ def sources_from_paths(paths: list[str], bucket: str | None = None) -> list[Sour
     if not paths:
         raise SourceError("no input path given")
     listed = [(p, list_source_files(p)[1]) for p in paths]
-    return [SourceConfig(kind="files", path=p, bucket=bucket or ("code" if is_code_tree(files) else "web"))
-            for p, files in listed]
+    return [
+        SourceConfig(kind="files", path=p, bucket=bucket or ("code" if is_code_tree(files) else "web")) for p, files in listed
+    ]

@@ -61,8 +61,7 @@ def _with_lineage(record: RawRecord) -> RawRecord:
         problem = lineage_problem(inner[KEY])
         if problem is None:
             return record
-        rejection = Rejection("read", "bad_lineage", format_value(json.dumps(inner[KEY])[:200]),
-                              f"{record.url}: {problem}")
+        rejection = Rejection("read", "bad_lineage", format_value(json.dumps(inner[KEY])[:200]), f"{record.url}: {problem}")
         return dataclasses.replace(record, text=None, problem=rejection)
     # an outside teacher's record: its own metadata stays, beside the lineage it lacks
     if inner is None:

@@ -119,9 +119,7 @@ class UrlFilter(DocStep):
             return None
         blocked = match(doc.domain, self._block)
         if blocked is not None:
-            return Rejection(self.name, "blocked_domain", blocked,
-                             f"domain {doc.domain} is blocked by the list entry {blocked}")
+            return Rejection(self.name, "blocked_domain", blocked, f"domain {doc.domain} is blocked by the list entry {blocked}")
         if self._allow_on and match(doc.domain, self._allow) is None:
-            return Rejection(self.name, "not_allowed", doc.domain,
-                             f"domain {doc.domain} is not on the allow lists")
+            return Rejection(self.name, "not_allowed", doc.domain, f"domain {doc.domain} is not on the allow lists")
         return None

@@ -38,8 +38,15 @@ from typing import Any, Callable
 import yaml
 
 from tokenmill.config import RunConfig, load_config
-from tokenmill.decisions.ablate_config import (AblateConfig, AblateError, ArmConfig, arm_curate, arm_steps,
-                                               check_distinct, load_ablate_config)
+from tokenmill.decisions.ablate_config import (
+    AblateConfig,
+    AblateError,
+    ArmConfig,
+    arm_curate,
+    arm_steps,
+    check_distinct,
+    load_ablate_config,
+)
 from tokenmill.decisions.ablate_eval import SET_FILE, build_eval_set
 from tokenmill.decisions.ablate_stats import POWER, detectable_delta, summarize
 from tokenmill.errors import UserError
@@ -84,8 +91,9 @@ def arm_order(cfg: AblateConfig) -> list[str]:
     return [first, *(a for a in cfg.arms if a != first)]
 
 
-def prepare_arms(cfg: AblateConfig, base: RunConfig, out: Path, set_dir: Path,
-                 progress: Callable[[str], None]) -> dict[str, RunDir]:
+def prepare_arms(
+    cfg: AblateConfig, base: RunConfig, out: Path, set_dir: Path, progress: Callable[[str], None]
+) -> dict[str, RunDir]:
     """Each arm's curated data and token store; one tokenizer for all."""
     from tokenmill.pipeline import run_pipeline
 
@@ -117,12 +125,25 @@ def run_config(cfg: AblateConfig, data: RunDir, arm: str, size: int, seed: int, 
     base = data.config
     tps = tokens_per_step(resolve_budget(base.train))
     steps = max(1, math.ceil(s.tokens / tps))
-    train = base.train.model_copy(update={"max_tokens": steps * tps, "max_steps": steps, "seed": seed,
-                                          "warmup_tokens": int(cfg.warmup_fraction * steps * tps), "eval_every": 0})
+    train = base.train.model_copy(
+        update={
+            "max_tokens": steps * tps,
+            "max_steps": steps,
+            "seed": seed,
+            "warmup_tokens": int(cfg.warmup_fraction * steps * tps),
+            "eval_every": 0,
+        }
+    )
     model = base.model.model_copy(update={"d_model": s.d_model, "n_layers": s.n_layers, "n_heads": s.n_heads})
     ev = base.eval.model_copy(update={"probes": [ProbeConfig(name=k, path=v["file"]) for k, v in slices.items()]})
-    return _with(base, name=f"{s.name}-s{seed}", root=str(data.path.parent / "runs"), model=model.model_dump(mode="json"),
-                 train=train.model_dump(mode="json"), eval=ev.model_dump(mode="json"))
+    return _with(
+        base,
+        name=f"{s.name}-s{seed}",
+        root=str(data.path.parent / "runs"),
+        model=model.model_dump(mode="json"),
+        train=train.model_dump(mode="json"),
+        eval=ev.model_dump(mode="json"),
+    )
 
 
 def train_run(rc: RunConfig, data: RunDir, page: Path) -> RunDir:
@@ -131,8 +152,10 @@ def train_run(rc: RunConfig, data: RunDir, page: Path) -> RunDir:
 
     run = RunDir.create(rc, Path(rc.root) / rc.name)
     link_data(data, run)
-    atomic_write_text(run.sub(EXPERIMENT_LINK), json.dumps(
-        {"kind": "ablate", "page": os.path.relpath(page, run.path), "name": page.parent.name}))
+    atomic_write_text(
+        run.sub(EXPERIMENT_LINK),
+        json.dumps({"kind": "ablate", "page": os.path.relpath(page, run.path), "name": page.parent.name}),
+    )
     run_pipeline(run, ("train",))
     return run
 
@@ -147,11 +170,18 @@ def run_record(run: RunDir, arm: str, size: str, seed: int) -> dict[str, Any]:
     final = json.loads(run.sub("eval", f"{done['steps']}.json").read_text())
     rc = run.config
     model = resolve_model_config(rc.model, TokenStore(run.sub("tokens")), rc.train.seq_len)
-    return {"arm": arm, "size": size, "seed": seed, "run": str(run.path), "steps": done["steps"],
-            "tokens": done["tokens"], "flops": flops_per_token(model, rc.train.seq_len) * done["tokens"],
-            "seconds": done.get("seconds"),
-            "slices": {k: {m: v[m] for m in ("bpb", "loss", "bytes", "tokens", "docs")} for k, v in final["probes"].items()},
-            "tasks": {t["name"]: t["acc"] for t in final.get("tasks", [])}}
+    return {
+        "arm": arm,
+        "size": size,
+        "seed": seed,
+        "run": str(run.path),
+        "steps": done["steps"],
+        "tokens": done["tokens"],
+        "flops": flops_per_token(model, rc.train.seq_len) * done["tokens"],
+        "seconds": done.get("seconds"),
+        "slices": {k: {m: v[m] for m in ("bpb", "loss", "bytes", "tokens", "docs")} for k, v in final["probes"].items()},
+        "tasks": {t["name"]: t["acc"] for t in final.get("tasks", [])},
+    }
 
 
 def tokens_digest(tokens: Path) -> str:
@@ -174,11 +204,17 @@ def arm_info(cfg: AblateConfig, base: RunConfig, data: dict[str, RunDir]) -> dic
         store = TokenStore(d.sub("tokens"))
         tokens = sum(store.n_tokens(b, "train") for b in store.buckets)
         arm = cfg.arms[a]
-        out[a] = {"steps": arm_steps(base, arm), "without": arm.without, "set": arm.set, "note": arm.note,
-                  "train_tokens": tokens, "buckets": {b: store.n_tokens(b, "train") for b in store.buckets},
-                  "epochs": {s.name: s.tokens / tokens if tokens else None for s in cfg.sizes},
-                  "data_seconds": sum((d.finished(st) or {}).get("summary", {}).get("seconds", 0) for st in DATA_STAGES),
-                  "data": str(d.path)}
+        out[a] = {
+            "steps": arm_steps(base, arm),
+            "without": arm.without,
+            "set": arm.set,
+            "note": arm.note,
+            "train_tokens": tokens,
+            "buckets": {b: store.n_tokens(b, "train") for b in store.buckets},
+            "epochs": {s.name: s.tokens / tokens if tokens else None for s in cfg.sizes},
+            "data_seconds": sum((d.finished(st) or {}).get("summary", {}).get("seconds", 0) for st in DATA_STAGES),
+            "data": str(d.path),
+        }
     same = same_data({a: tokens_digest(d.sub("tokens")) for a, d in data.items()})
     for a in out:
         out[a]["same_data_as"] = same[a]
@@ -206,8 +242,10 @@ def run_ablate(path: Path, progress: Callable[[str], None] = lambda s: None) -> 
     page = out / "ablate.html"
     planned = planned_power(cfg)
     if planned is not None:
-        progress(f"this design ({planned['seeds']} seeds, expected paired sd {planned['paired_sd']:.4f}) detects "
-                 f"a Δ bpb of {planned['detectable_bpb']:.4f} or more with {planned['power']:.0%} power")
+        progress(
+            f"this design ({planned['seeds']} seeds, expected paired sd {planned['paired_sd']:.4f}) detects "
+            f"a Δ bpb of {planned['detectable_bpb']:.4f} or more with {planned['power']:.0%} power"
+        )
     plan = [(seed, size, arm) for size in range(len(cfg.sizes)) for seed in cfg.seeds for arm in arm_order(cfg)]
     records: list[dict[str, Any]] = []
     train_start = time.time()
@@ -227,21 +265,45 @@ def planned_power(cfg: AblateConfig) -> dict[str, Any] | None:
     if cfg.expected_paired_sd is None:
         return None
     n = len(cfg.seeds)
-    return {"seeds": n, "paired_sd": cfg.expected_paired_sd, "power": POWER,
-            "detectable_bpb": detectable_delta(cfg.expected_paired_sd, n, cfg.confidence)}
+    return {
+        "seeds": n,
+        "paired_sd": cfg.expected_paired_sd,
+        "power": POWER,
+        "detectable_bpb": detectable_delta(cfg.expected_paired_sd, n, cfg.confidence),
+    }
 
 
-def _write(out: Path, cfg: AblateConfig, manifest: dict[str, Any], arms: dict[str, Any],
-           records: list[dict[str, Any]], t0: float) -> dict[str, Any]:
+def _write(
+    out: Path, cfg: AblateConfig, manifest: dict[str, Any], arms: dict[str, Any], records: list[dict[str, Any]], t0: float
+) -> dict[str, Any]:
     ran = {r["arm"] for r in records}
-    result = {"dir": str(out), "name": cfg.name, "reference": cfg.reference, "baseline": cfg.baseline_arm,
-              "tokenizer_from": cfg.tokenizer_from or cfg.reference, "confidence": cfg.confidence,
-              "sizes": [s.model_dump() for s in cfg.sizes], "seeds": cfg.seeds, "eval_set": manifest, "arms": arms,
-              "runs": records, "planned_power": planned_power(cfg), "wall_seconds": time.time() - t0,
-              "train_seconds": sum(r["seconds"] or 0 for r in records),
-              "data_seconds": sum(a["data_seconds"] for a in arms.values()) + manifest.get("source_seconds", 0)}
+    result = {
+        "dir": str(out),
+        "name": cfg.name,
+        "reference": cfg.reference,
+        "baseline": cfg.baseline_arm,
+        "tokenizer_from": cfg.tokenizer_from or cfg.reference,
+        "confidence": cfg.confidence,
+        "sizes": [s.model_dump() for s in cfg.sizes],
+        "seeds": cfg.seeds,
+        "eval_set": manifest,
+        "arms": arms,
+        "runs": records,
+        "planned_power": planned_power(cfg),
+        "wall_seconds": time.time() - t0,
+        "train_seconds": sum(r["seconds"] or 0 for r in records),
+        "data_seconds": sum(a["data_seconds"] for a in arms.values()) + manifest.get("source_seconds", 0),
+    }
     if cfg.reference in ran and len(ran) > 1:
-        result.update(summarize(records, {a: v for a, v in arms.items() if a in ran},
-                                [s.model_dump() for s in cfg.sizes], cfg.reference, cfg.baseline_arm, cfg.confidence))
+        result.update(
+            summarize(
+                records,
+                {a: v for a, v in arms.items() if a in ran},
+                [s.model_dump() for s in cfg.sizes],
+                cfg.reference,
+                cfg.baseline_arm,
+                cfg.confidence,
+            )
+        )
     atomic_write_text(out / RESULT_FILE, json.dumps(result, indent=1))
     return result

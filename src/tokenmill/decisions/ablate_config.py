@@ -25,8 +25,23 @@ from tokenmill.scaling.sweep import resolve_base
 from tokenmill.ownership import FolderName
 
 # what an arm may not touch: the experiment fixes it for every arm
-NOT_CURATION = ("name", "root", "seed", "tokenizer", "tokenize", "mixture", "model", "train", "eval", "report",
-                "tokens", "sizes", "seeds", "shape", "lr")
+NOT_CURATION = (
+    "name",
+    "root",
+    "seed",
+    "tokenizer",
+    "tokenize",
+    "mixture",
+    "model",
+    "train",
+    "eval",
+    "report",
+    "tokens",
+    "sizes",
+    "seeds",
+    "shape",
+    "lr",
+)
 # Steps every arm runs even when its list leaves them out (`steps: [extract, normalize]` is the
 # usual baseline): decontamination keeps the shared evaluation set out of every arm's training
 # data, and bucket assignment is no filter (it decides the slices). Turning them off is refused.
@@ -42,8 +57,14 @@ class ArmConfig(Strict):
     """One curation variant: the base config's curate section, changed only as stated here."""
 
     steps: list[str] | None = Field(None, description="The arm's curate steps, in canonical order (None: the base config's).")
-    without: list[str] = Field(default_factory=list, description="Steps turned off (removed from the base config's steps). Not `off:`, which YAML reads as false.")
-    set: list[str] = Field(default_factory=list, description="Overrides inside `curate`, e.g. `quality.min_words=20` or `model_quality.keep_top_percent=10`.")
+    without: list[str] = Field(
+        default_factory=list,
+        description="Steps turned off (removed from the base config's steps). Not `off:`, which YAML reads as false.",
+    )
+    set: list[str] = Field(
+        default_factory=list,
+        description="Overrides inside `curate`, e.g. `quality.min_words=20` or `model_quality.keep_top_percent=10`.",
+    )
     note: str = Field("", description="What the arm tests, shown in the tables.")
 
     @field_validator("steps", "without")
@@ -68,11 +89,27 @@ class SizeConfig(Strict):
 class AblateEvalConfig(Strict):
     """The evaluation set shared by every arm: held-out documents no arm's filtering touched."""
 
-    fraction: float = Field(0.05, ge=0, lt=0.5, description="Share of the extracted and normalized documents (chosen by a hash of their id) that may enter the evaluation set (0: only `files`, e.g. when the sources hold junk that no slice should score).")
+    fraction: float = Field(
+        0.05,
+        ge=0,
+        lt=0.5,
+        description="Share of the extracted and normalized documents (chosen by a hash of their id) that may enter the evaluation set (0: only `files`, e.g. when the sources hold junk that no slice should score).",
+    )
     max_docs: int = Field(100, gt=0, description="At most this many documents per slice (bucket): the lowest hash scores.")
-    seed: int = Field(7919, description="Salt of the hash that picks the evaluation documents (not the run seed, so it is not the tokenize split).")
-    max_overlap: float = Field(0.5, ge=0, lt=1, description="Every arm removes training documents holding more than this share of an evaluation document's 13-grams (its copies and near-copies; a shared footer is no copy).")
-    files: dict[str, str] = Field(default_factory=dict, description="Extra slices: name -> JSONL with a `text` field (relative to this file), e.g. a clean held-out reference set; decontaminated like the rest.")
+    seed: int = Field(
+        7919,
+        description="Salt of the hash that picks the evaluation documents (not the run seed, so it is not the tokenize split).",
+    )
+    max_overlap: float = Field(
+        0.5,
+        ge=0,
+        lt=1,
+        description="Every arm removes training documents holding more than this share of an evaluation document's 13-grams (its copies and near-copies; a shared footer is no copy).",
+    )
+    files: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra slices: name -> JSONL with a `text` field (relative to this file), e.g. a clean held-out reference set; decontaminated like the rest.",
+    )
 
     @model_validator(mode="after")
     def _something_to_score(self) -> "AblateEvalConfig":
@@ -87,13 +124,23 @@ class AblateConfig(ExperimentConfig):
     name: FolderName = Field("ablate", description="Experiment name; the directory is <root>/<name>.")
     arms: dict[str, ArmConfig] = Field(..., min_length=2, description="Named curation variants.")
     reference: str = Field("full", description="The arm every other is compared with (usually the full pipeline).")
-    baseline: str | None = Field(None, description="The arm whose data-efficiency multiplier is headlined (None: 'raw' when there is one).")
-    tokenizer_from: str | None = Field(None, description="The arm whose curated data trains the one shared tokenizer (None: the reference).")
+    baseline: str | None = Field(
+        None, description="The arm whose data-efficiency multiplier is headlined (None: 'raw' when there is one)."
+    )
+    tokenizer_from: str | None = Field(
+        None, description="The arm whose curated data trains the one shared tokenizer (None: the reference)."
+    )
     sizes: list[SizeConfig] = Field(..., min_length=2, description="Model sizes (at least 2: the loss-vs-compute lines).")
-    seeds: list[int] = Field([1, 2, 3], min_length=2, description="train.seed of each repeat (at least 2: the paired confidence intervals).")
+    seeds: list[int] = Field(
+        [1, 2, 3], min_length=2, description="train.seed of each repeat (at least 2: the paired confidence intervals)."
+    )
     confidence: float = Field(0.95, gt=0.5, lt=1, description="Level of the paired t confidence intervals over seeds.")
     warmup_fraction: float = Field(0.05, ge=0, lt=1, description="Warmup as a share of each run's tokens.")
-    expected_paired_sd: float | None = Field(None, gt=0, description="Spread over seeds of the paired Δ bpb you expect (an earlier ablation's `power.paired_sd`): the smallest Δ this design detects is stated before any run (None: only after, from the measured spread).")
+    expected_paired_sd: float | None = Field(
+        None,
+        gt=0,
+        description="Spread over seeds of the paired Δ bpb you expect (an earlier ablation's `power.paired_sd`): the smallest Δ this design detects is stated before any run (None: only after, from the measured spread).",
+    )
     eval: AblateEvalConfig = Field(default_factory=AblateEvalConfig)
 
     @field_validator("seeds")
@@ -136,8 +183,10 @@ def _refuse_non_curation(path: Path, data: dict[str, Any]) -> None:
         if not isinstance(arm, dict):
             continue
         if any(isinstance(k, bool) for k in arm):
-            raise AblateError(f"{path}: arm {name!r} has a key YAML reads as true/false (`off:`, `on:`, `no:`); "
-                              "turn steps off with `without: [step, ...]`")
+            raise AblateError(
+                f"{path}: arm {name!r} has a key YAML reads as true/false (`off:`, `on:`, `no:`); "
+                "turn steps off with `without: [step, ...]`"
+            )
         bad = [k for k in arm if k in NOT_CURATION]
         for text in arm.get("set") or []:
             if not isinstance(text, str):
@@ -152,7 +201,8 @@ def _refuse_non_curation(path: Path, data: dict[str, Any]) -> None:
             raise AblateError(
                 f"{path}: arm {name!r} changes {', '.join(bad)}: arms may differ only in curation — the sources, "
                 "tokenizer, model sizes, training tokens and seeds are the experiment's (`base`, `sizes`, `seeds`), "
-                "the same for every arm, so that a difference in loss is the curation's")
+                "the same for every arm, so that a difference in loss is the curation's"
+            )
 
 
 def load_ablate_config(path: Path) -> AblateConfig:
@@ -173,8 +223,7 @@ def load_ablate_config(path: Path) -> AblateConfig:
     for k, f in files.items():
         if not Path(f).is_file():
             raise AblateError(f"{path}: eval.files {k}: {f} not found")
-    return cfg.model_copy(update={"base": resolve_base(path, cfg.base),
-                                  "eval": cfg.eval.model_copy(update={"files": files})})
+    return cfg.model_copy(update={"base": resolve_base(path, cfg.base), "eval": cfg.eval.model_copy(update={"files": files})})
 
 
 def arm_steps(base: RunConfig, arm: ArmConfig) -> list[str]:
@@ -197,9 +246,11 @@ def arm_curate(base: RunConfig, name: str, arm: ArmConfig, eval_set: Path | None
     steps = arm_steps(base, arm)
     refused = [s for s in ALWAYS_STEPS if s in arm.without] + (["extract"] if "extract" not in steps else [])
     if refused:
-        raise AblateError(f"arm {name!r} turns off {', '.join(refused)}: every arm runs extract (documents from raw "
-                          "records), decontaminate (the shared evaluation set kept out of its training data) and "
-                          "bucket (the slices)")
+        raise AblateError(
+            f"arm {name!r} turns off {', '.join(refused)}: every arm runs extract (documents from raw "
+            "records), decontaminate (the shared evaluation set kept out of its training data) and "
+            "bucket (the slices)"
+        )
     curate["steps"] = [s for s in CURATE_STEPS if s in steps or s in ALWAYS_STEPS]
     curate["canaries"] = {**curate.get("canaries", {}), "counts": []}  # planted text is no curation choice
     if eval_set is not None:
@@ -215,5 +266,7 @@ def check_distinct(curates: dict[str, dict[str, Any]]) -> None:
     for arm, curate in curates.items():
         other = seen.setdefault(sha256_json(curate), arm)
         if other != arm:
-            raise AblateError(f"arms {other!r} and {arm!r} curate identically (same steps and settings): "
-                              "one of them measures nothing; change or remove it")
+            raise AblateError(
+                f"arms {other!r} and {arm!r} curate identically (same steps and settings): "
+                "one of them measures nothing; change or remove it"
+            )

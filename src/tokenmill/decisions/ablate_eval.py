@@ -27,8 +27,7 @@ SET_FILE = "eval_set.jsonl"
 MANIFEST = "manifest.json"
 
 
-def pick_slice(docs: Iterable[tuple[str, str]], fraction: float, max_docs: int, seed: int
-               ) -> list[tuple[float, str, str]]:
+def pick_slice(docs: Iterable[tuple[str, str]], fraction: float, max_docs: int, seed: int) -> list[tuple[float, str, str]]:
     """(score, id, text) of the `max_docs` documents with the lowest scores under `fraction`,
     in (score, id) order; `nsmallest` holds `max_docs` entries, never the corpus."""
     scored = ((split_score(i, seed), i, t) for i, t in docs)
@@ -62,9 +61,12 @@ def build_eval_set(curated: Path, cfg: AblateEvalConfig, out: Path) -> dict[str,
         text = "".join(json.dumps(it, ensure_ascii=False) + "\n" for it in items)
         atomic_write_text(out / f"{name}.jsonl", text)
         lines.append("".join(json.dumps({**it, "slice": name}, ensure_ascii=False) + "\n" for it in items))
-        record["slices"][name] = {"docs": len(items), "bytes": sum(len(it["text"].encode()) for it in items),
-                                  "file": str(out / f"{name}.jsonl"),
-                                  "from": "file " + cfg.files[name] if name in cfg.files else "bucket " + name}
+        record["slices"][name] = {
+            "docs": len(items),
+            "bytes": sum(len(it["text"].encode()) for it in items),
+            "file": str(out / f"{name}.jsonl"),
+            "from": "file " + cfg.files[name] if name in cfg.files else "bucket " + name,
+        }
     whole = "".join(lines)
     atomic_write_text(out / SET_FILE, whole)
     record["sha256"] = hashlib.sha256(whole.encode()).hexdigest()

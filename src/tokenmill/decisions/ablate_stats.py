@@ -47,8 +47,15 @@ def paired_ci(deltas: list[float], confidence: float) -> dict[str, Any]:
         return {"mean": mean, "low": None, "high": None, "n": n, "per_seed": deltas}
     sd = statistics.stdev(deltas)
     half = scistats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
-    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n, "per_seed": deltas, "sd": sd,
-            "detectable": detectable_delta(sd, n, confidence)}
+    return {
+        "mean": mean,
+        "low": mean - half,
+        "high": mean + half,
+        "n": n,
+        "per_seed": deltas,
+        "sd": sd,
+        "detectable": detectable_delta(sd, n, confidence),
+    }
 
 
 def detectable_delta(sd: float, n: int, confidence: float, power: float = POWER) -> float | None:
@@ -69,8 +76,7 @@ def design_power(deltas: dict[str, Any], sizes: list[str], confidence: float) ->
         if sds:
             n = min(ci["n"] for ci in cis)
             sd = statistics.median(sds)
-            out[size] = {"seeds": n, "paired_sd": sd, "detectable_bpb": detectable_delta(sd, n, confidence),
-                         "power": POWER}
+            out[size] = {"seeds": n, "paired_sd": sd, "detectable_bpb": detectable_delta(sd, n, confidence), "power": POWER}
     return out
 
 
@@ -135,8 +141,14 @@ def trend(per_size: dict[str, list[float]], sizes: list[str], confidence: float)
     return {"change": change, "trend": word}
 
 
-def summarize(runs: list[dict[str, Any]], arms: dict[str, dict[str, Any]], sizes: list[dict[str, Any]],
-              reference: str, baseline: str | None, confidence: float) -> dict[str, Any]:
+def summarize(
+    runs: list[dict[str, Any]],
+    arms: dict[str, dict[str, Any]],
+    sizes: list[dict[str, Any]],
+    reference: str,
+    baseline: str | None,
+    confidence: float,
+) -> dict[str, Any]:
     """Everything ablate.json reports, from the finished runs (arm, size, seed, slices, tasks,
     flops) and each arm's training tokens and steps."""
     size_names = [s["name"] for s in sizes if any(r["size"] == s["name"] for r in runs)]  # sizes run so far
@@ -148,12 +160,15 @@ def summarize(runs: list[dict[str, Any]], arms: dict[str, dict[str, Any]], sizes
         means[arm] = {}
         for size in size_names:
             mine = [r for r in runs if r["arm"] == arm and r["size"] == size]
-            means[arm][size] = {m: statistics.fmean(v for r in mine if (v := metric_of(r, m)) is not None)
-                                for m in metrics if any(metric_of(r, m) is not None for r in mine)}
-    flops = {s: statistics.fmean(r["flops"] for r in runs if r["size"] == s) for s in size_names
-             if any(r["size"] == s for r in runs)}
-    lines = {arm: fit_line([(flops[s], means[arm][s][ALL]) for s in size_names if ALL in means[arm].get(s, {})])
-             for arm in arms}
+            means[arm][size] = {
+                m: statistics.fmean(v for r in mine if (v := metric_of(r, m)) is not None)
+                for m in metrics
+                if any(metric_of(r, m) is not None for r in mine)
+            }
+    flops = {
+        s: statistics.fmean(r["flops"] for r in runs if r["size"] == s) for s in size_names if any(r["size"] == s for r in runs)
+    }
+    lines = {arm: fit_line([(flops[s], means[arm][s][ALL]) for s in size_names if ALL in means[arm].get(s, {})]) for arm in arms}
     lo, hi = min(flops.values()), max(flops.values())
     largest = size_names[-1]
     target = means[reference].get(largest, {}).get(ALL)
@@ -164,23 +179,35 @@ def summarize(runs: list[dict[str, Any]], arms: dict[str, dict[str, Any]], sizes
         per_metric, gap = {}, None
         for m in metrics:
             per_size = {s: paired(runs, arm, reference, s, m) for s in size_names}
-            per_metric[m] = {s: {**(ci := paired_ci(v, confidence)),
-                                 "verdict": verdict(ci, "higher" if m.startswith("task:") else "lower")}
-                             for s, v in per_size.items() if v}
+            per_metric[m] = {
+                s: {**(ci := paired_ci(v, confidence)), "verdict": verdict(ci, "higher" if m.startswith("task:") else "lower")}
+                for s, v in per_size.items()
+                if v
+            }
             if m == ALL and all(per_size[s] for s in (size_names[0], largest)):
                 gap = trend(per_size, size_names, confidence)
-        mult = (multiplier(lines[arm], target, flops[largest], lo, hi) if target is not None
-                else {"value": None, "extrapolated": None, "why": "the reference has no run at the largest size"})
+        mult = (
+            multiplier(lines[arm], target, flops[largest], lo, hi)
+            if target is not None
+            else {"value": None, "extrapolated": None, "why": "the reference has no run at the largest size"}
+        )
         at_largest = per_metric.get(ALL, {}).get(largest)
         if mult["value"] is not None and (at_largest is None or at_largest["verdict"] == "within noise"):
             # the point estimate sits inside the noise: kept for the record, not printed as a result
             mult = {"value": None, "extrapolated": None, "why": UNRESOLVED, "point": mult["value"]}
-        deltas[arm] = {"delta": per_metric, "trend": gap, "multiplier": mult,
-                       "slope": lines[arm]["b"] if lines[arm] else None}
-    return {"slices": slices, "tasks": tasks, "metrics": metrics, "flops": flops, "means": means, "lines": lines,
-            "deltas": deltas, "power": design_power(deltas, size_names, confidence),
-            "ranking": rank(arms, deltas, reference, largest),
-            "headline": headline(deltas, baseline, largest)}
+        deltas[arm] = {"delta": per_metric, "trend": gap, "multiplier": mult, "slope": lines[arm]["b"] if lines[arm] else None}
+    return {
+        "slices": slices,
+        "tasks": tasks,
+        "metrics": metrics,
+        "flops": flops,
+        "means": means,
+        "lines": lines,
+        "deltas": deltas,
+        "power": design_power(deltas, size_names, confidence),
+        "ranking": rank(arms, deltas, reference, largest),
+        "headline": headline(deltas, baseline, largest),
+    }
 
 
 def rank(arms: dict[str, dict[str, Any]], deltas: dict[str, Any], reference: str, largest: str) -> list[dict[str, Any]]:
@@ -193,9 +220,17 @@ def rank(arms: dict[str, dict[str, Any]], deltas: dict[str, Any], reference: str
         if arm == reference or not info["without"] or largest not in deltas[arm]["delta"][ALL]:
             continue
         ci = deltas[arm]["delta"][ALL][largest]
-        rows.append({"arm": arm, "steps": info["without"], "contribution_bpb": ci["mean"], "low": ci["low"],
-                     "high": ci["high"], "verdict": {"worse": "helps", "better": "hurts"}.get(ci["verdict"], UNRESOLVED),
-                     "tokens_removed_share": 1 - ref_tokens / info["train_tokens"] if info["train_tokens"] else None})
+        rows.append(
+            {
+                "arm": arm,
+                "steps": info["without"],
+                "contribution_bpb": ci["mean"],
+                "low": ci["low"],
+                "high": ci["high"],
+                "verdict": {"worse": "helps", "better": "hurts"}.get(ci["verdict"], UNRESOLVED),
+                "tokens_removed_share": 1 - ref_tokens / info["train_tokens"] if info["train_tokens"] else None,
+            }
+        )
     # a place in the ranking is a claim: resolved steps first, by what they buy; the rest after, unranked
     return sorted(rows, key=lambda r: (r["verdict"] == UNRESOLVED, -r["contribution_bpb"]))
 
@@ -205,5 +240,11 @@ def headline(deltas: dict[str, Any], baseline: str | None, largest: str) -> dict
     if baseline is None or baseline not in deltas:
         return None
     d = deltas[baseline]
-    return {"arm": baseline, "size": largest, "delta_all": d["delta"][ALL].get(largest),
-            "per_size": d["delta"][ALL], "trend": d["trend"], "multiplier": d["multiplier"]}
+    return {
+        "arm": baseline,
+        "size": largest,
+        "delta_all": d["delta"][ALL].get(largest),
+        "per_size": d["delta"][ALL],
+        "trend": d["trend"],
+        "multiplier": d["multiplier"],
+    }

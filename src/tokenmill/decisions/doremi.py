@@ -58,8 +58,7 @@ class ProxyHistory:
     weights: list[list[float]] = field(default_factory=list)  # α_t (DoReMi proxy) or the fixed mixture
 
     def as_dict(self) -> dict:
-        return {"buckets": self.buckets, "steps": self.steps, "loss": self.loss, "excess": self.excess,
-                "weights": self.weights}
+        return {"buckets": self.buckets, "steps": self.steps, "loss": self.loss, "excess": self.excess, "weights": self.weights}
 
 
 class BucketBatches:
@@ -70,8 +69,10 @@ class BucketBatches:
 
     def __init__(self, store: TokenStore, buckets: list[str], seq_len: int, rows: int, steps: int, seed: int):
         self.buckets = buckets
-        self.loaders = {b: Loader(store, MixtureConfig(weights={b: 1.0}, shuffle="epoch", prefetch=0), seq_len, rows,
-                                  1, steps, seed) for b in buckets}
+        self.loaders = {
+            b: Loader(store, MixtureConfig(weights={b: 1.0}, shuffle="epoch", prefetch=0), seq_len, rows, 1, steps, seed)
+            for b in buckets
+        }
 
     def batches(self, step: int):
         return [(b, self.loaders[b].batch(step, 0)) for b in self.buckets]
@@ -79,8 +80,15 @@ class BucketBatches:
 
 def proxy_train_config(tc: TrainConfig, steps: int) -> TrainConfig:
     """The recipe of `tc` (lr, schedule, betas, decay, clip) over `steps` steps, warmup 5% of them."""
-    return tc.model_copy(update={"max_steps": steps, "warmup_steps": max(1, round(0.05 * steps)),
-                                 "max_tokens": None, "warmup_tokens": None, "grad_accum": 1})
+    return tc.model_copy(
+        update={
+            "max_steps": steps,
+            "warmup_steps": max(1, round(0.05 * steps)),
+            "max_tokens": None,
+            "warmup_tokens": None,
+            "grad_accum": 1,
+        }
+    )
 
 
 def _bucket_nll(model: torch.nn.Module, batch, device: torch.device, dtype: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,10 +99,18 @@ def _bucket_nll(model: torch.nn.Module, batch, device: torch.device, dtype: str)
     return nll, batch.loss_mask
 
 
-def train_proxy(mcfg: ModelConfig, tc: TrainConfig, data: BucketBatches, steps: int, seed: int,
-                device: torch.device, weights: Callable[[int, np.ndarray], np.ndarray],
-                reference: torch.nn.Module | None = None, log_every: int = 10,
-                on_step: Callable[[int], None] | None = None) -> tuple[torch.nn.Module, ProxyHistory]:
+def train_proxy(
+    mcfg: ModelConfig,
+    tc: TrainConfig,
+    data: BucketBatches,
+    steps: int,
+    seed: int,
+    device: torch.device,
+    weights: Callable[[int, np.ndarray], np.ndarray],
+    reference: torch.nn.Module | None = None,
+    log_every: int = 10,
+    on_step: Callable[[int], None] | None = None,
+) -> tuple[torch.nn.Module, ProxyHistory]:
     """Train a fresh model for `steps` steps on Σ_i w_i · L_i, one micro-batch of every bucket per
     step. `weights(step, excess)` gives w for the step from the step's per-bucket excess loss over
     `reference` (zeros without one): a constant for the reference model, DoReMi's update for the
@@ -143,20 +159,45 @@ class DoReMiResult:
     proxy: ProxyHistory
 
     def as_dict(self) -> dict:
-        return {"weights": self.weights, "reference_weights": self.reference_weights,
-                "reference": self.reference.as_dict(), "proxy": self.proxy.as_dict()}
+        return {
+            "weights": self.weights,
+            "reference_weights": self.reference_weights,
+            "reference": self.reference.as_dict(),
+            "proxy": self.proxy.as_dict(),
+        }
 
 
-def run_doremi(store: TokenStore, buckets: list[str], mcfg: ModelConfig, tc: TrainConfig, steps: int, rows: int,
-               seq_len: int, seed: int, reference_weights: dict[str, float], step_size: float, smoothing: float,
-               device: torch.device, log_every: int = 10,
-               on_step: Callable[[str, int], None] | None = None) -> DoReMiResult:
+def run_doremi(
+    store: TokenStore,
+    buckets: list[str],
+    mcfg: ModelConfig,
+    tc: TrainConfig,
+    steps: int,
+    rows: int,
+    seq_len: int,
+    seed: int,
+    reference_weights: dict[str, float],
+    step_size: float,
+    smoothing: float,
+    device: torch.device,
+    log_every: int = 10,
+    on_step: Callable[[str, int], None] | None = None,
+) -> DoReMiResult:
     """Train the reference model on `reference_weights`, then the DRO proxy; return ᾱ."""
     data = BucketBatches(store, buckets, seq_len, rows, steps, seed)
     ref_w = np.asarray([reference_weights[b] for b in buckets], dtype=np.float64)
     ref_w /= ref_w.sum()
-    ref_model, ref_hist = train_proxy(mcfg, tc, data, steps, seed, device, lambda s, lam: ref_w,
-                                      log_every=log_every, on_step=(lambda s: on_step("reference", s)) if on_step else None)
+    ref_model, ref_hist = train_proxy(
+        mcfg,
+        tc,
+        data,
+        steps,
+        seed,
+        device,
+        lambda s, lam: ref_w,
+        log_every=log_every,
+        on_step=(lambda s: on_step("reference", s)) if on_step else None,
+    )
     for p in ref_model.parameters():
         p.requires_grad_(False)
     state = {"alpha": np.full(len(buckets), 1.0 / len(buckets)), "sum": np.zeros(len(buckets)), "n": 0}
@@ -167,11 +208,24 @@ def run_doremi(store: TokenStore, buckets: list[str], mcfg: ModelConfig, tc: Tra
         state["n"] += 1
         return state["alpha"]
 
-    _, proxy_hist = train_proxy(mcfg, tc, data, steps, seed + 1, device, dro, reference=ref_model,
-                                log_every=log_every, on_step=(lambda s: on_step("proxy", s)) if on_step else None)
+    _, proxy_hist = train_proxy(
+        mcfg,
+        tc,
+        data,
+        steps,
+        seed + 1,
+        device,
+        dro,
+        reference=ref_model,
+        log_every=log_every,
+        on_step=(lambda s: on_step("proxy", s)) if on_step else None,
+    )
     avg = state["sum"] / max(state["n"], 1)
     if not all(math.isfinite(x) for x in avg):
         raise ValueError(f"DoReMi weights are not finite: {avg}")
-    return DoReMiResult(weights={b: float(a) for b, a in zip(buckets, avg)},
-                        reference_weights={b: float(a) for b, a in zip(buckets, ref_w)},
-                        reference=ref_hist, proxy=proxy_hist)
+    return DoReMiResult(
+        weights={b: float(a) for b, a in zip(buckets, avg)},
+        reference_weights={b: float(a) for b, a in zip(buckets, ref_w)},
+        reference=ref_hist,
+        proxy=proxy_hist,
+    )

@@ -65,7 +65,8 @@ class DoReMiConfig(Strict):
     """DoReMi's knobs (Xie et al. 2023, their defaults)."""
 
     reference: Literal["uniform", "proportional"] | dict[str, float] = Field(
-        "uniform", description="Mixture the reference model trains on: uniform, token-proportional, or explicit weights.")
+        "uniform", description="Mixture the reference model trains on: uniform, token-proportional, or explicit weights."
+    )
     step_size: float = Field(1.0, gt=0, description="η of the exponentiated-gradient update of the domain weights.")
     smoothing: float = Field(1e-3, ge=0, lt=1, description="c: the weights are mixed with uniform by this share each step.")
     rows_per_bucket: int = Field(8, gt=0, description="Sequences of every bucket in each step's batch.")
@@ -76,17 +77,27 @@ class RegMixConfig(Strict):
 
     mixtures: int = Field(10, ge=4, description="Proxy runs, on uniform, token-proportional and random mixtures.")
     min_weight: float = Field(0.02, ge=0, lt=0.5, description="Least share of any bucket, sampled and optimized.")
-    candidates: int = Field(200_000, gt=0, description="Random mixtures the fitted law is evaluated on before SLSQP polishes the best.")
-    max_epochs: float = Field(4.0, gt=0, description="No bucket may be repeated more than this many epochs in a run of the base config's budget (seed 004).")
+    candidates: int = Field(
+        200_000, gt=0, description="Random mixtures the fitted law is evaluated on before SLSQP polishes the best."
+    )
+    max_epochs: float = Field(
+        4.0,
+        gt=0,
+        description="No bucket may be repeated more than this many epochs in a run of the base config's budget (seed 004).",
+    )
 
 
 class CompareConfig(Strict):
     """Train the candidate mixtures at the base config's size and measure them."""
 
-    mixtures: list[Candidate] = Field(["uniform", "proportional", "doremi", "regmix"], min_length=2,
-                                      description="Candidate mixtures to train.")
+    mixtures: list[Candidate] = Field(
+        ["uniform", "proportional", "doremi", "regmix"], min_length=2, description="Candidate mixtures to train."
+    )
     seeds: list[int] = Field([1, 2], min_length=1, description="train.seed of each repeat (noise: their spread).")
-    confirm_seeds: list[int] = Field(default_factory=list, description="Fresh train.seed values on which the chosen mixture and the baselines are trained again, after the choice: the paired gain on data the choice did not see (empty: no confirmation).")
+    confirm_seeds: list[int] = Field(
+        default_factory=list,
+        description="Fresh train.seed values on which the chosen mixture and the baselines are trained again, after the choice: the paired gain on data the choice did not see (empty: no confirmation).",
+    )
     eval_docs: int = Field(64, gt=0, description="Held-out documents per bucket scored at the end of each run.")
 
     @model_validator(mode="after")
@@ -103,7 +114,9 @@ class ExperimentConfig(Strict):
     name: FolderName = Field("experiment", description="Experiment name; the directory is <root>/<name>.")
     root: str = Field("runs", description="Directory holding the experiment directory.")
     base: str = Field(..., description="Run config giving the data stages and the recipe (relative to this file).")
-    data: str | None = Field(None, description="An existing run directory whose tokens to use, relative to the working directory (None: <dir>/data).")
+    data: str | None = Field(
+        None, description="An existing run directory whose tokens to use, relative to the working directory (None: <dir>/data)."
+    )
     set: list[str] = Field(default_factory=list, description="Overrides applied to the base config.")
 
 
@@ -161,18 +174,35 @@ def baseline_weights(kind: str, available: dict[str, int]) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------- runs
-def child_config(base: RunConfig, name: str, root: Path, weights: dict[str, float], *,
-                 model: dict[str, Any] | None = None, tokens: int | None = None, seed: int | None = None,
-                 eval_docs: int | None = None) -> RunConfig:
+def child_config(
+    base: RunConfig,
+    name: str,
+    root: Path,
+    weights: dict[str, float],
+    *,
+    model: dict[str, Any] | None = None,
+    tokens: int | None = None,
+    seed: int | None = None,
+    eval_docs: int | None = None,
+) -> RunConfig:
     """The base config trained on `weights` (and, for proxies, a smaller model and budget)."""
-    train = base.train.model_copy(update={k: v for k, v in {
-        "max_tokens": tokens, "seed": seed, "eval_docs": eval_docs, "eval_every": 0,
-        "warmup_tokens": int(0.05 * tokens) if tokens else None}.items() if v is not None})
+    train = base.train.model_copy(
+        update={
+            k: v
+            for k, v in {
+                "max_tokens": tokens,
+                "seed": seed,
+                "eval_docs": eval_docs,
+                "eval_every": 0,
+                "warmup_tokens": int(0.05 * tokens) if tokens else None,
+            }.items()
+            if v is not None
+        }
+    )
     mcfg = base.model.model_copy(update=model or {})
     mixture = base.mixture.model_copy(update={"weights": weights, "phases": []})
     data = base.model_dump()
-    data.update(name=name, root=str(root), model=mcfg.model_dump(), train=train.model_dump(),
-                mixture=mixture.model_dump())
+    data.update(name=name, root=str(root), model=mcfg.model_dump(), train=train.model_dump(), mixture=mixture.model_dump())
     return RunConfig.model_validate(data)
 
 
@@ -187,9 +217,13 @@ def train_and_score(rc: RunConfig, data: RunDir, runs_dir: Path, buckets: list[s
     steps = run.finished("train")["summary"]["steps"]
     weighed = buckets
     buckets = json.loads(run.sub("eval", f"{steps}.json").read_text())["buckets"]
-    return {"run": str(run.path), "steps": steps,
-            "bpb": {b: m["bpb"] for b, m in buckets.items()}, "loss": {b: m["loss"] for b, m in buckets.items()},
-            "mean_bpb": statistics.fmean(buckets[b]["bpb"] for b in (weighed or buckets))}
+    return {
+        "run": str(run.path),
+        "steps": steps,
+        "bpb": {b: m["bpb"] for b, m in buckets.items()},
+        "loss": {b: m["loss"] for b, m in buckets.items()},
+        "mean_bpb": statistics.fmean(buckets[b]["bpb"] for b in (weighed or buckets)),
+    }
 
 
 def budget_tokens(base: RunConfig) -> int:
@@ -218,15 +252,28 @@ def _doremi_bar(steps: int) -> Iterator[Callable[[str, int], None]]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     console = Console(stderr=True)
-    with Progress(TextColumn("[bold]doremi[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TimeRemainingColumn(), console=console,
-                  disable=not console.is_terminal) as bar:
+    with Progress(
+        TextColumn("[bold]doremi[/] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not console.is_terminal,
+    ) as bar:
         tasks = {kind: bar.add_task(kind, total=steps) for kind in ("reference", "proxy")}
         yield lambda kind, step: bar.update(tasks[kind], completed=step)
 
 
-def doremi_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, buckets: list[str],
-                available: dict[str, int], out: Path, progress: Callable[[str], None]) -> dict[str, Any]:
+def doremi_step(
+    cfg: MixtureOptimizeConfig,
+    base: RunConfig,
+    data: RunDir,
+    buckets: list[str],
+    available: dict[str, int],
+    out: Path,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
     from tokenmill.decisions.doremi import run_doremi
     from tokenmill.tokens.store import TokenStore
     from tokenmill.train.device import resolve_device
@@ -234,18 +281,23 @@ def doremi_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, bucke
 
     path = out / "doremi.json"
     # what the weights depend on: a record made with other settings is stale, not reused
-    settings = {"doremi": cfg.doremi.model_dump(mode="json"), "proxy": cfg.proxy.model_dump(), "seed": cfg.seed,
-                "buckets": buckets, "store": data.finished("tokenize")["fingerprint"],
-                "train": base.train.model_dump(mode="json", include={"seq_len", "lr", "schedule", "weight_decay",
-                                                                      "beta1", "beta2", "grad_clip", "dtype"})}
+    settings = {
+        "doremi": cfg.doremi.model_dump(mode="json"),
+        "proxy": cfg.proxy.model_dump(),
+        "seed": cfg.seed,
+        "buckets": buckets,
+        "store": data.finished("tokenize")["fingerprint"],
+        "train": base.train.model_dump(
+            mode="json", include={"seq_len", "lr", "schedule", "weight_decay", "beta1", "beta2", "grad_clip", "dtype"}
+        ),
+    }
     if path.exists():
         record = json.loads(path.read_text())
         if record.get("settings") == settings:
             return record
         progress("DoReMi: settings changed since doremi.json was written; training again")
     ref = cfg.doremi.reference
-    ref_w = (check_weights(ref, available, "doremi.reference") if isinstance(ref, dict)
-             else baseline_weights(ref, available))
+    ref_w = check_weights(ref, available, "doremi.reference") if isinstance(ref, dict) else baseline_weights(ref, available)
     store = TokenStore(data.sub("tokens"))
     tc = base.train
     rows, seq = cfg.doremi.rows_per_bucket, tc.seq_len
@@ -257,20 +309,39 @@ def doremi_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, bucke
         if tc.threads:
             torch.set_num_threads(tc.threads)
         with _doremi_bar(steps) as advance:
-            res = run_doremi(store, buckets, mcfg, tc, steps, rows, seq, cfg.seed, ref_w, cfg.doremi.step_size,
-                             cfg.doremi.smoothing, resolve_device(tc.device), log_every=max(1, steps // 50),
-                             on_step=advance)
+            res = run_doremi(
+                store,
+                buckets,
+                mcfg,
+                tc,
+                steps,
+                rows,
+                seq,
+                cfg.seed,
+                ref_w,
+                cfg.doremi.step_size,
+                cfg.doremi.smoothing,
+                resolve_device(tc.device),
+                log_every=max(1, steps // 50),
+                on_step=advance,
+            )
     finally:
         torch.set_num_threads(prev_threads)
-    record = {"settings": settings, "steps": steps, "tokens_per_model": steps * rows * seq * len(buckets),
-              **res.as_dict()}
+    record = {"settings": settings, "steps": steps, "tokens_per_model": steps * rows * seq * len(buckets), **res.as_dict()}
     atomic_write_text(path, json.dumps(record, indent=1))
     progress(f"DoReMi weights: {_fmt(res.weights)}")
     return record
 
 
-def regmix_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, buckets: list[str],
-                available: dict[str, int], out: Path, progress: Callable[[str], None]) -> dict[str, Any]:
+def regmix_step(
+    cfg: MixtureOptimizeConfig,
+    base: RunConfig,
+    data: RunDir,
+    buckets: list[str],
+    available: dict[str, int],
+    out: Path,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
     from tokenmill.decisions.regmix import best_mixture, fit_law, sample_mixtures
 
     rc = cfg.regmix
@@ -283,8 +354,9 @@ def regmix_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, bucke
         w = {b: float(x) for b, x in zip(buckets, r)}
         name = f"regmix-{i:02d}"
         progress(f"RegMix proxy {i + 1}/{len(mixtures)} ({name}): {_fmt(w)}")
-        rcfg = child_config(base, name, out / "runs", w, model=cfg.proxy.model_dump(exclude={"tokens"}),
-                            tokens=cfg.proxy.tokens, seed=cfg.seed)
+        rcfg = child_config(
+            base, name, out / "runs", w, model=cfg.proxy.model_dump(exclude={"tokens"}), tokens=cfg.proxy.tokens, seed=cfg.seed
+        )
         runs.append({"name": name, "weights": w, **train_and_score(rcfg, data, out / "runs", buckets)})
     y = np.asarray([[run["bpb"][b] for b in buckets] for run in runs])
     fits = [fit_law(mixtures, y[:, j]) for j in range(len(buckets))]
@@ -295,39 +367,73 @@ def regmix_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, bucke
     except ValueError as exc:
         raise MixtureOptimizeError(f"regmix: {exc} (max_epochs {rc.max_epochs} over {target:,} training tokens)") from exc
     observed = [run["mean_bpb"] for run in runs]
-    record = {"weights": {b: float(x) for b, x in zip(buckets, r_best)}, "predicted_mean_bpb": predicted,
-              "upper": {b: float(u) for b, u in zip(buckets, upper)}, "target_tokens": target,
-              "best_sampled": runs[int(np.argmin(observed))]["name"], "best_sampled_mean_bpb": float(min(observed)),
-              "fits": {b: {"c": float(f.params[0]), "k": float(math.exp(f.params[1])),
-                           "t": {bj: float(t) for bj, t in zip(buckets, f.params[2:])},
-                           "rmse": f.rmse, "loo_errors": f.loo_errors} for b, f in zip(buckets, fits)},
-              "runs": runs}
+    record = {
+        "weights": {b: float(x) for b, x in zip(buckets, r_best)},
+        "predicted_mean_bpb": predicted,
+        "upper": {b: float(u) for b, u in zip(buckets, upper)},
+        "target_tokens": target,
+        "best_sampled": runs[int(np.argmin(observed))]["name"],
+        "best_sampled_mean_bpb": float(min(observed)),
+        "fits": {
+            b: {
+                "c": float(f.params[0]),
+                "k": float(math.exp(f.params[1])),
+                "t": {bj: float(t) for bj, t in zip(buckets, f.params[2:])},
+                "rmse": f.rmse,
+                "loo_errors": f.loo_errors,
+            }
+            for b, f in zip(buckets, fits)
+        },
+        "runs": runs,
+    }
     atomic_write_text(out / "regmix.json", json.dumps(record, indent=1))
     progress(f"RegMix weights: {_fmt(record['weights'])} (predicted mean bpb {predicted:.4f})")
     return record
 
 
-def compare_step(cfg: MixtureOptimizeConfig, base: RunConfig, data: RunDir, candidates: dict[str, dict[str, float]],
-                 available: dict[str, int], out: Path, progress: Callable[[str], None]) -> dict[str, Any]:
+def compare_step(
+    cfg: MixtureOptimizeConfig,
+    base: RunConfig,
+    data: RunDir,
+    candidates: dict[str, dict[str, float]],
+    available: dict[str, int],
+    out: Path,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
     assert cfg.compare is not None
     results: dict[str, Any] = {}
     for name in cfg.compare.mixtures:
         w = candidates[name]
         rows = _seed_runs(name, w, cfg.compare.seeds, cfg.compare.eval_docs, base, data, out, progress)
         means = [r["mean_bpb"] for r in rows]
-        results[name] = {"weights": w, "epochs": epochs(w, available, budget_tokens(base)), "runs": rows,
-                         "mean_bpb": statistics.fmean(means),
-                         "std_bpb": statistics.stdev(means) if len(means) > 1 else None}
+        results[name] = {
+            "weights": w,
+            "epochs": epochs(w, available, budget_tokens(base)),
+            "runs": rows,
+            "mean_bpb": statistics.fmean(means),
+            "std_bpb": statistics.stdev(means) if len(means) > 1 else None,
+        }
         atomic_write_text(out / "compare.json", json.dumps(results, indent=1))
     for name, r in results.items():
-        r["paired"] = {other: paired_delta(r["runs"], results[other]["runs"])
-                       for other in ("uniform", "proportional") if other in results and other != name}
+        r["paired"] = {
+            other: paired_delta(r["runs"], results[other]["runs"])
+            for other in ("uniform", "proportional")
+            if other in results and other != name
+        }
     atomic_write_text(out / "compare.json", json.dumps(results, indent=1))
     return results
 
 
-def _seed_runs(name: str, w: dict[str, float], seeds: list[int], eval_docs: int, base: RunConfig, data: RunDir,
-               out: Path, progress: Callable[[str], None]) -> list[dict[str, Any]]:
+def _seed_runs(
+    name: str,
+    w: dict[str, float],
+    seeds: list[int],
+    eval_docs: int,
+    base: RunConfig,
+    data: RunDir,
+    out: Path,
+    progress: Callable[[str], None],
+) -> list[dict[str, Any]]:
     """One base-size run of weights `w` per seed, scored (finished runs are reused)."""
     rows = []
     tag = sha256_json({b: round(x, 6) for b, x in w.items()})[:6]  # other weights, another run
@@ -339,18 +445,31 @@ def _seed_runs(name: str, w: dict[str, float], seeds: list[int], eval_docs: int,
     return rows
 
 
-def confirm_step(cfg: MixtureOptimizeConfig, chosen: str, base: RunConfig, data: RunDir,
-                 candidates: dict[str, dict[str, float]], out: Path, progress: Callable[[str], None]) -> dict[str, Any]:
+def confirm_step(
+    cfg: MixtureOptimizeConfig,
+    chosen: str,
+    base: RunConfig,
+    data: RunDir,
+    candidates: dict[str, dict[str, float]],
+    out: Path,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
     """The chosen mixture and the baselines again, on `compare.confirm_seeds` only: the chosen
     one's paired gain on seeds its choice did not see (the comparison's own gain is selected on
     its seeds, so it is biased toward the winner)."""
     assert cfg.compare is not None
     names = [chosen] + [b for b in ("uniform", "proportional") if b in cfg.compare.mixtures and b != chosen]
-    runs = {n: _seed_runs(n, candidates[n], cfg.compare.confirm_seeds, cfg.compare.eval_docs, base, data, out, progress)
-            for n in names}
-    record = {"chosen": chosen, "seeds": cfg.compare.confirm_seeds,
-              "mean_bpb": {n: statistics.fmean(r["mean_bpb"] for r in rows) for n, rows in runs.items()},
-              "paired": {b: paired_delta(runs[chosen], runs[b]) for b in names[1:]}, "runs": runs}
+    runs = {
+        n: _seed_runs(n, candidates[n], cfg.compare.confirm_seeds, cfg.compare.eval_docs, base, data, out, progress)
+        for n in names
+    }
+    record = {
+        "chosen": chosen,
+        "seeds": cfg.compare.confirm_seeds,
+        "mean_bpb": {n: statistics.fmean(r["mean_bpb"] for r in rows) for n, rows in runs.items()},
+        "paired": {b: paired_delta(runs[chosen], runs[b]) for b in names[1:]},
+        "runs": runs,
+    }
     atomic_write_text(out / "confirm.json", json.dumps(record, indent=1))
     return record
 
@@ -360,8 +479,11 @@ def paired_delta(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> di
     seed moves both runs alike (same init and data order), so the pairs see through its noise."""
     by_seed = {r["seed"]: r["mean_bpb"] for r in theirs}
     deltas = [r["mean_bpb"] - by_seed[r["seed"]] for r in ours if r["seed"] in by_seed]
-    return {"per_seed": deltas, "mean": statistics.fmean(deltas) if deltas else None,
-            "std": statistics.stdev(deltas) if len(deltas) > 1 else None}
+    return {
+        "per_seed": deltas,
+        "mean": statistics.fmean(deltas) if deltas else None,
+        "std": statistics.stdev(deltas) if len(deltas) > 1 else None,
+    }
 
 
 # --------------------------------------------------------------------------- entry point
@@ -378,8 +500,9 @@ def run_optimize(path: Path, progress: Callable[[str], None] = lambda s: None) -
     buckets = cfg.buckets or list(store.buckets)
     unknown = sorted(set(buckets) - set(store.buckets))
     if unknown:
-        raise MixtureOptimizeError(f"{path}: buckets {unknown} are not in the token store {store.root} "
-                                   f"(buckets: {list(store.buckets)})")
+        raise MixtureOptimizeError(
+            f"{path}: buckets {unknown} are not in the token store {store.root} (buckets: {list(store.buckets)})"
+        )
     if len(buckets) < 2:
         raise MixtureOptimizeError(f"{path}: a mixture needs at least 2 buckets, got {buckets}")
     available = {b: store.n_tokens(b, "train") for b in buckets}
@@ -413,8 +536,10 @@ def choose(cfg: MixtureOptimizeConfig, result: dict[str, Any]) -> str:
 
 def write_optimized(out: Path, result: dict[str, Any], weights: dict[str, float], chosen: str) -> Path:
     """mixture/optimized.yaml: a `mixture:` section to paste or merge, and where it came from."""
-    lines = [f"# tokenmill mixture optimize: weights of {chosen} over buckets {', '.join(result['buckets'])}",
-             f"# experiment: {out}; details in doremi.json, regmix.json, compare.json, mixture.html"]
+    lines = [
+        f"# tokenmill mixture optimize: weights of {chosen} over buckets {', '.join(result['buckets'])}",
+        f"# experiment: {out}; details in doremi.json, regmix.json, compare.json, mixture.html",
+    ]
     if "compare" in result:
         for name, c in result["compare"].items():
             std = f" ± {c['std_bpb']:.4f}" if c["std_bpb"] is not None else ""
@@ -423,10 +548,11 @@ def write_optimized(out: Path, result: dict[str, Any], weights: dict[str, float]
         conf = result["confirm"]
         for other, d in conf["paired"].items():
             std = f" ± {d['std']:.4f}" if d["std"] is not None else ""
-            lines.append(f"# confirmed on fresh seeds {conf['seeds']}: paired Δ bpb {conf['chosen']} − {other} "
-                         f"{d['mean']:+.4f}{std} (negative: {conf['chosen']} better)")
-    body = yaml.safe_dump({"mixture": {"weights": {b: round(float(w), 6) for b, w in weights.items()}}},
-                          sort_keys=False)
+            lines.append(
+                f"# confirmed on fresh seeds {conf['seeds']}: paired Δ bpb {conf['chosen']} − {other} "
+                f"{d['mean']:+.4f}{std} (negative: {conf['chosen']} better)"
+            )
+    body = yaml.safe_dump({"mixture": {"weights": {b: round(float(w), 6) for b, w in weights.items()}}}, sort_keys=False)
     path = out / "mixture" / "optimized.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, "\n".join(lines) + "\n" + body)

@@ -57,8 +57,7 @@ def _fit_once(r: np.ndarray, y: np.ndarray) -> np.ndarray:
     best, best_cost = None, math.inf
     for c0 in (0.5 * lo, 0.9 * lo, 0.99 * lo):
         x0 = np.concatenate([[c0, math.log(max(float(y.mean()) - c0, 1e-3))], np.zeros(k)])
-        res = least_squares(lambda p: law(p, r) - y, x0, bounds=([0.0, -20.0] + [-50.0] * k,
-                                                                 [lo, 20.0] + [50.0] * k))
+        res = least_squares(lambda p: law(p, r) - y, x0, bounds=([0.0, -20.0] + [-50.0] * k, [lo, 20.0] + [50.0] * k))
         if res.cost < best_cost:
             best, best_cost = res.x, res.cost
     assert best is not None
@@ -76,18 +75,21 @@ def fit_law(r: np.ndarray, y: np.ndarray) -> LawFit:
             loo.append(float("nan"))
             continue
         p = _fit_once(r[keep], y[keep])
-        loo.append(float(law(p, r[i:i + 1])[0] - y[i]))
+        loo.append(float(law(p, r[i : i + 1])[0] - y[i]))
     return LawFit(params, rmse, loo)
 
 
-def best_mixture(fits: list[LawFit], k: int, seed: int, candidates: int, min_weight: float,
-                 upper: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+def best_mixture(
+    fits: list[LawFit], k: int, seed: int, candidates: int, min_weight: float, upper: np.ndarray | None = None
+) -> tuple[np.ndarray, float]:
     """The mixture minimising the mean predicted loss over buckets, within min_weight ≤ r_i ≤ upper_i
     (upper: e.g. the share at which a bucket would be repeated more than a few epochs)."""
     hi = np.ones(k) if upper is None else np.minimum(np.asarray(upper, dtype=np.float64), 1.0)
     if hi.sum() < 1.0 or (hi < min_weight).any():
-        raise ValueError(f"no mixture fits the bounds: at most {np.round(hi, 4).tolist()} per bucket "
-                         f"(sum {hi.sum():.3f} < 1, or below min_weight {min_weight})")
+        raise ValueError(
+            f"no mixture fits the bounds: at most {np.round(hi, 4).tolist()} per bucket "
+            f"(sum {hi.sum():.3f} < 1, or below min_weight {min_weight})"
+        )
 
     def objective(r: np.ndarray) -> np.ndarray:
         return np.mean([f.predict(r) for f in fits], axis=0)
@@ -96,11 +98,17 @@ def best_mixture(fits: list[LawFit], k: int, seed: int, candidates: int, min_wei
     pool = min_weight + (1 - k * min_weight) * rng.dirichlet(np.ones(k), size=candidates)
     pool = pool[(pool <= hi + 1e-12).all(axis=1)]
     if len(pool) == 0:
-        raise ValueError(f"none of {candidates} random mixtures lies under the bounds {np.round(hi, 4).tolist()}; "
-                         "raise regmix.candidates")
+        raise ValueError(
+            f"none of {candidates} random mixtures lies under the bounds {np.round(hi, 4).tolist()}; raise regmix.candidates"
+        )
     start = pool[int(np.argmin(objective(pool)))]
-    res = minimize(lambda r: float(objective(r)[0]), start, method="SLSQP",
-                   bounds=list(zip([min_weight] * k, hi)), constraints=[{"type": "eq", "fun": lambda r: np.sum(r) - 1.0}])
+    res = minimize(
+        lambda r: float(objective(r)[0]),
+        start,
+        method="SLSQP",
+        bounds=list(zip([min_weight] * k, hi)),
+        constraints=[{"type": "eq", "fun": lambda r: np.sum(r) - 1.0}],
+    )
     ok = res.success and abs(res.x.sum() - 1) < 1e-6 and (res.x <= hi + 1e-9).all() and (res.x >= min_weight - 1e-9).all()
     r = res.x if ok and float(objective(res.x)[0]) <= float(objective(start)[0]) else start
     r = np.clip(r, min_weight, hi)

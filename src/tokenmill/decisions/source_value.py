@@ -42,8 +42,13 @@ class SourceValueConfig(ExperimentConfig):
     """Which source, against which data and recipe, how many seeds."""
 
     name: FolderName = Field("source-value", description="Experiment name; the directory is <root>/<name>.")
-    source: str | None = Field(None, description="The new source: a bucket of the token store, or a file/directory to curate into a new bucket (the CLI's --source overrides it).")
-    source_bucket: str | None = Field(None, description="Bucket name for a source given as a path (None: 'new-' + its file name).")
+    source: str | None = Field(
+        None,
+        description="The new source: a bucket of the token store, or a file/directory to curate into a new bucket (the CLI's --source overrides it).",
+    )
+    source_bucket: str | None = Field(
+        None, description="Bucket name for a source given as a path (None: 'new-' + its file name)."
+    )
     tests: list[Test] = Field(["paired", "anneal"], min_length=1, description="Which experiments to run.")
     share: float = Field(0.2, gt=0, lt=1, description="The source's share of the mixture in the paired 'with' runs.")
     anneal_fraction: float = Field(0.2, gt=0, lt=1, description="Share of the steps in the annealing phase.")
@@ -71,8 +76,10 @@ def resolve_source(cfg: SourceValueConfig, base: RunConfig, path: Path) -> tuple
     where = Path(cfg.source).expanduser()
     if where.exists():
         if cfg.data is not None:
-            raise MixtureOptimizeError(f"{path}: source {cfg.source} is a path, so the experiment curates it with the "
-                                       "base config's sources into its own token store; remove `data:`")
+            raise MixtureOptimizeError(
+                f"{path}: source {cfg.source} is a path, so the experiment curates it with the "
+                "base config's sources into its own token store; remove `data:`"
+            )
         bucket = cfg.source_bucket or "new-" + re.sub(r"[^A-Za-z0-9_-]+", "-", where.stem or where.name).strip("-")
         data = base.model_dump()
         data["curate"]["sources"].append({"kind": "files", "path": str(where.resolve()), "bucket": bucket})
@@ -99,18 +106,23 @@ def arm_config(base: RunConfig, name: str, root: Path, seed: int, phases: list[d
     return RunConfig.model_validate(data)
 
 
-def test_phases(test: Test, cfg: SourceValueConfig, without: dict[str, float],
-                with_source: dict[str, float]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def test_phases(
+    test: Test, cfg: SourceValueConfig, without: dict[str, float], with_source: dict[str, float]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The phases of the (without, with) arms of a test."""
     if test == "paired":
-        return ([{"name": "main", "fraction": 1.0, "weights": without}],
-                [{"name": "main", "fraction": 1.0, "weights": with_source}])
+        return (
+            [{"name": "main", "fraction": 1.0, "weights": without}],
+            [{"name": "main", "fraction": 1.0, "weights": with_source}],
+        )
     f = cfg.anneal_fraction
     assert cfg.source is not None
     annealed = {b: (1 - cfg.anneal_share) * w for b, w in without.items()} | {cfg.source: cfg.anneal_share}
     main = {"name": "main", "fraction": 1 - f, "weights": without}
-    return ([main, {"name": "anneal", "fraction": f, "weights": without, "anneal": True}],
-            [main, {"name": "anneal", "fraction": f, "weights": annealed, "anneal": True}])
+    return (
+        [main, {"name": "anneal", "fraction": f, "weights": without, "anneal": True}],
+        [main, {"name": "anneal", "fraction": f, "weights": annealed, "anneal": True}],
+    )
 
 
 def verdict(deltas: list[dict[str, float]], source: str, sigmas: float) -> dict[str, Any]:
@@ -121,12 +133,17 @@ def verdict(deltas: list[dict[str, float]], source: str, sigmas: float) -> dict[
     per_seed = [statistics.fmean(d[s] for s in others) for d in deltas]
     mean, band = statistics.fmean(per_seed), sigmas * statistics.stdev(per_seed)
     word = "within noise" if abs(mean) <= band else ("helps" if mean < 0 else "hurts")
-    return {"delta_bpb": per_slice, "delta_other_slices": mean, "per_seed": per_seed, "noise_band": band,
-            "source_slice": per_slice.get(source), "verdict": word}
+    return {
+        "delta_bpb": per_slice,
+        "delta_other_slices": mean,
+        "per_seed": per_seed,
+        "noise_band": band,
+        "source_slice": per_slice.get(source),
+        "verdict": word,
+    }
 
 
-def run_source_value(path: Path, source: str | None = None,
-                     progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+def run_source_value(path: Path, source: str | None = None, progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """Train every arm of every test not finished yet; write source_value.json."""
     from tokenmill.tokens.store import TokenStore
 
@@ -139,16 +156,16 @@ def run_source_value(path: Path, source: str | None = None,
     store = TokenStore(data.sub("tokens"))
     assert cfg.source is not None
     if cfg.source not in store.buckets:
-        raise MixtureOptimizeError(f"{path}: source {cfg.source!r} is not a bucket of the token store {store.root} "
-                                   f"(buckets: {list(store.buckets)})")
+        raise MixtureOptimizeError(
+            f"{path}: source {cfg.source!r} is not a bucket of the token store {store.root} (buckets: {list(store.buckets)})"
+        )
     available = {b: store.n_tokens(b, "train") for b in store.buckets}
     weights = base.mixture.weights or {b: float(n) for b, n in available.items()}
     others = {b: float(w) for b, w in weights.items() if b != cfg.source and w > 0}
     if not others:
         raise MixtureOptimizeError(f"{path}: the mixture has no bucket besides {cfg.source!r} to compare against")
     without, with_source = arm_mixtures(others, cfg.source, cfg.share)
-    result: dict[str, Any] = {"dir": str(out), "source": cfg.source, "without": without, "with": with_source,
-                              "tests": {}}
+    result: dict[str, Any] = {"dir": str(out), "source": cfg.source, "without": without, "with": with_source, "tests": {}}
     for test in cfg.tests:
         arms = dict(zip(("without", "with"), test_phases(test, cfg, without, with_source)))
         runs: dict[str, list[dict[str, Any]]] = {"without": [], "with": []}

@@ -39,9 +39,11 @@ from tokenmill.train.device import autocast
 
 # Stream of the run seed the reference secrets come from (the canaries' own is another one).
 CANDIDATE_STREAM = xxhash.xxh64_intdigest(b"canary-candidates")
-METHOD = ("exposure_empirical: mid-rank among M uniform candidate secrets (capped at log2(M+1)); "
-          "exposure_extrapolated: -log2 CDF of a normal fitted to the candidates' log-perplexity "
-          "(Carlini et al. 2019), capped at log2|R|")
+METHOD = (
+    "exposure_empirical: mid-rank among M uniform candidate secrets (capped at log2(M+1)); "
+    "exposure_extrapolated: -log2 CDF of a normal fitted to the candidates' log-perplexity "
+    "(Carlini et al. 2019), capped at log2|R|"
+)
 
 
 def candidate_secrets(seed: int, count: int, digits: int, exclude: set[str]) -> list[str]:
@@ -56,15 +58,16 @@ def encode_texts(tokenizer: Any, texts: list[str], eos_id: int) -> list[list[int
 
 
 @torch.no_grad()
-def log_perplexities(model: torch.nn.Module, sequences: list[list[int]], device: torch.device,
-                     batch_size: int, pad_id: int, dtype: str = "auto") -> np.ndarray:
+def log_perplexities(
+    model: torch.nn.Module, sequences: list[list[int]], device: torch.device, batch_size: int, pad_id: int, dtype: str = "auto"
+) -> np.ndarray:
     """Px of each sequence in bits: -log2 of the probability of its tokens after the first."""
     out = np.zeros(len(sequences), dtype=np.float64)
     was_training = model.training
     model.eval()
     try:
         for start in range(0, len(sequences), batch_size):
-            batch = sequences[start: start + batch_size]
+            batch = sequences[start : start + batch_size]
             width = max(len(s) for s in batch)
             tokens = torch.full((len(batch), width), pad_id, dtype=torch.long)
             for row, s in enumerate(batch):
@@ -96,9 +99,18 @@ def extrapolated_exposure(canary: float, candidates: np.ndarray, max_exposure: f
     return min(max_exposure, max(0.0, -cdf_bits))
 
 
-def canary_exposure(model: torch.nn.Module, tokenizer: Any, canaries: dict[str, Any], device: torch.device,
-                    batch_size: int = 32, *, seed: int, eos_id: int, pad_id: int,
-                    dtype: str = "auto") -> dict[str, Any]:
+def canary_exposure(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    canaries: dict[str, Any],
+    device: torch.device,
+    batch_size: int = 32,
+    *,
+    seed: int,
+    eos_id: int,
+    pad_id: int,
+    dtype: str = "auto",
+) -> dict[str, Any]:
     """Exposure of every canary of a `_canaries.json` record (data.canaries.load_canaries), and
     the mean per repetition count."""
     items: list[Canary] = canaries["canaries"]
@@ -107,18 +119,29 @@ def canary_exposure(model: torch.nn.Module, tokenizer: Any, canaries: dict[str, 
     secrets = candidate_secrets(seed, int(canaries["candidates"]), digits, {c.secret for c in items})
     texts = [c.text for c in items] + [canary_text(template, s) for s in secrets]
     scores = log_perplexities(model, encode_texts(tokenizer, texts, eos_id), device, batch_size, pad_id, dtype)
-    own, reference = scores[: len(items)], scores[len(items):]
+    own, reference = scores[: len(items)], scores[len(items) :]
     rows = [_canary_row(c, float(px), reference, max_exposure, digits) for c, px in zip(items, own)]
-    return {"method": METHOD, "max_exposure": max_exposure, "candidates": len(secrets),
-            "candidate_log_ppl": {"mean": float(reference.mean()), "std": float(reference.std(ddof=1))},
-            "canaries": rows, "by_count": by_count(rows)}
+    return {
+        "method": METHOD,
+        "max_exposure": max_exposure,
+        "candidates": len(secrets),
+        "candidate_log_ppl": {"mean": float(reference.mean()), "std": float(reference.std(ddof=1))},
+        "canaries": rows,
+        "by_count": by_count(rows),
+    }
 
 
 def _canary_row(c: Canary, px: float, reference: np.ndarray, max_exposure: float, digits: int) -> dict[str, Any]:
     q = empirical_fraction(px, reference)
-    return {"count": c.count, "index": c.index, "secret": c.secret, "log_ppl": px,
-            "rank_estimate": q * 10.0 ** digits, "exposure_empirical": -math.log2(q),
-            "exposure_extrapolated": extrapolated_exposure(px, reference, max_exposure)}
+    return {
+        "count": c.count,
+        "index": c.index,
+        "secret": c.secret,
+        "log_ppl": px,
+        "rank_estimate": q * 10.0**digits,
+        "exposure_empirical": -math.log2(q),
+        "exposure_extrapolated": extrapolated_exposure(px, reference, max_exposure),
+    }
 
 
 def by_count(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -126,7 +149,11 @@ def by_count(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for count in sorted({r["count"] for r in rows}):
         group = [r for r in rows if r["count"] == count]
-        out[str(count)] = {"canaries": len(group),
-                           **{f"mean_{k}": float(np.mean([r[k] for r in group]))
-                              for k in ("exposure_empirical", "exposure_extrapolated", "log_ppl")}}
+        out[str(count)] = {
+            "canaries": len(group),
+            **{
+                f"mean_{k}": float(np.mean([r[k] for r in group]))
+                for k in ("exposure_empirical", "exposure_extrapolated", "log_ppl")
+            },
+        }
     return out

@@ -16,10 +16,18 @@ class TaskConfig(Strict):
     """A downstream task read from a local JSONL file in a public layout."""
 
     name: str = Field(..., min_length=1, description="Task name shown in eval results and the report.")
-    path: str = Field(..., description="JSONL file of the task's items ('package:tasks/NAME.jsonl': a file shipped with tokenmill).")
+    path: str = Field(
+        ..., description="JSONL file of the task's items ('package:tasks/NAME.jsonl': a file shipped with tokenmill)."
+    )
     format: Literal["hellaswag", "arc", "piqa", "winogrande", "lambada"] = Field(
-        ..., description="Item layout: multiple choice by log-likelihood (hellaswag, arc, piqa, winogrande) or cloze last word (lambada).")
-    shots: int = Field(0, ge=0, description="Solved examples prepended to each prompt (taken deterministically from the file, never the item itself).")
+        ...,
+        description="Item layout: multiple choice by log-likelihood (hellaswag, arc, piqa, winogrande) or cloze last word (lambada).",
+    )
+    shots: int = Field(
+        0,
+        ge=0,
+        description="Solved examples prepended to each prompt (taken deterministically from the file, never the item itself).",
+    )
     limit: int | None = Field(None, ge=1, description="Score at most this many items (None: all).")
 
 
@@ -27,24 +35,36 @@ class ProbeConfig(Strict):
     """A small fixed text set scored at every evaluation (seed 002 §5.8)."""
 
     name: str = Field(..., min_length=1, description="Probe set name shown on the timeline and in the report.")
-    path: str = Field(..., description="JSONL with a 'text' field per line, or plain text with probes separated by blank lines "
-                                       "('package:probes/NAME.txt': a file shipped with tokenmill).")
+    path: str = Field(
+        ...,
+        description="JSONL with a 'text' field per line, or plain text with probes separated by blank lines "
+        "('package:probes/NAME.txt': a file shipped with tokenmill).",
+    )
 
 
 class SemanticContaminationConfig(Strict):
     """The embedding back-check beside the 13-gram rule: items whose meaning is in the training text."""
 
     enabled: bool = Field(False, description="Run the semantic back-check of every task against the training documents.")
-    threshold: float = Field(0.7, gt=0.0, le=1.0, description="Cosine similarity at which an item counts as found in a training window (BENCHMARKS.md: the best mean F1 over paraphrases and verbatim copies on a tuning half of planted BIG-bench items, confirmed on the other half; 0.75 trades recall for precision).")
+    threshold: float = Field(
+        0.7,
+        gt=0.0,
+        le=1.0,
+        description="Cosine similarity at which an item counts as found in a training window (BENCHMARKS.md: the best mean F1 over paraphrases and verbatim copies on a tuning half of planted BIG-bench items, confirmed on the other half; 0.75 trades recall for precision).",
+    )
     dim: int = Field(128, gt=1, description="Dimensions of the word vectors tokenmill trains (PPMI + SVD) on the training text.")
-    max_train_words: int = Field(5_000_000, gt=0, description="Words of training text the embedder is trained on (every document is still scanned).")
+    max_train_words: int = Field(
+        5_000_000, gt=0, description="Words of training text the embedder is trained on (every document is still scanned)."
+    )
 
 
 class LongContextConfig(Strict):
     """Whether a lengthened context is used (eval/long_context.py): loss by position, passkey probe."""
 
     enabled: bool = Field(False, description="Score bpb by position and the passkey probe in `tokenmill eval`.")
-    seq_len: int | None = Field(None, ge=8, description="Length scored (None: the checkpoint's model.max_seq_len, the longest phase).")
+    seq_len: int | None = Field(
+        None, ge=8, description="Length scored (None: the checkpoint's model.max_seq_len, the longest phase)."
+    )
     position_buckets: int = Field(4, ge=1, description="Equal-width position buckets (the trained length is added as an edge).")
     max_docs: int = Field(64, ge=1, description="Held-out documents of at least seq_len tokens scored by position.")
     passkey_trials: int = Field(40, ge=0, description="Passkey trials, keys at depths spread over the filler (0: off).")
@@ -54,17 +74,30 @@ class EvalConfig(Strict):
     """Held-out loss / perplexity / bits-per-byte per bucket, unigram baseline, samples, tasks,
     contamination and memorization audits."""
 
-    tasks: list[TaskConfig] = Field(default_factory=list, description="Downstream tasks scored by `tokenmill eval` (and in training, see tasks_in_training).")
-    tasks_in_training: bool = Field(True, description="Also score the tasks at every in-training evaluation, so their curves share the loss timeline.")
+    tasks: list[TaskConfig] = Field(
+        default_factory=list, description="Downstream tasks scored by `tokenmill eval` (and in training, see tasks_in_training)."
+    )
+    tasks_in_training: bool = Field(
+        True, description="Also score the tasks at every in-training evaluation, so their curves share the loss timeline."
+    )
     probes: list[ProbeConfig] = Field(default_factory=list, description="Probe sets scored at every evaluation, in training too.")
     contamination_n: int = Field(13, ge=1, description="Token n-gram length of the contamination check.")
-    contamination_threshold: float = Field(0.01, ge=0.0, le=1.0, description="An eval set with more than this share of its n-grams in the training tokens is flagged.")
+    contamination_threshold: float = Field(
+        0.01,
+        ge=0.0,
+        le=1.0,
+        description="An eval set with more than this share of its n-grams in the training tokens is flagged.",
+    )
     semantic_contamination: SemanticContaminationConfig = Field(default_factory=SemanticContaminationConfig)
-    memorization_docs: int = Field(32, ge=0, description="Training and held-out documents per bucket whose prefixes are continued greedily (0: off).")
+    memorization_docs: int = Field(
+        32, ge=0, description="Training and held-out documents per bucket whose prefixes are continued greedily (0: off)."
+    )
     memorization_prefix: int = Field(32, ge=1, description="Prefix tokens given to the model.")
     memorization_suffix: int = Field(32, ge=1, description="Continuation tokens that must match exactly.")
 
-    long_context: LongContextConfig = Field(default_factory=LongContextConfig, description="Long-context evaluation (after a context extension).")
+    long_context: LongContextConfig = Field(
+        default_factory=LongContextConfig, description="Long-context evaluation (after a context extension)."
+    )
 
     max_docs: int | None = Field(200, ge=1, description="Held-out documents per bucket (None: all).")
     batch_size: int = Field(16, ge=1, description="Windows per forward pass.")

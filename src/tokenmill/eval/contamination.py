@@ -46,7 +46,7 @@ def ngram_hashes(tokens: np.ndarray, n: int) -> np.ndarray:
     with np.errstate(over="ignore"):
         for j in range(n):
             h *= _BASE
-            h += a[j: j + count]
+            h += a[j : j + count]
     return h
 
 
@@ -72,8 +72,7 @@ def _eval_ngrams(items: list[list[int]], n: int) -> tuple[np.ndarray, np.ndarray
     return np.concatenate(hashes), np.concatenate(windows)
 
 
-def _training_hits(store: TokenStore, keys: np.ndarray, reps: np.ndarray, n: int,
-                   chunk: int = _CHUNK) -> np.ndarray:
+def _training_hits(store: TokenStore, keys: np.ndarray, reps: np.ndarray, n: int, chunk: int = _CHUNK) -> np.ndarray:
     """Boolean mask over `keys` (sorted unique eval hashes): the eval n-gram with that hash occurs,
     token for token, in some training document."""
     found = np.zeros(keys.size, dtype=bool)
@@ -85,7 +84,7 @@ def _training_hits(store: TokenStore, keys: np.ndarray, reps: np.ndarray, n: int
             offsets = shard.offsets
             for start in range(0, max(total - n + 1, 0), chunk):
                 stop = min(start + chunk, total - n + 1)  # window starts [start, stop)
-                toks = np.asarray(shard.tokens[start: stop + n - 1])
+                toks = np.asarray(shard.tokens[start : stop + n - 1])
                 h = ngram_hashes(toks, n)
                 pos = np.arange(start, stop, dtype=np.int64)
                 # the window must end inside the document it starts in

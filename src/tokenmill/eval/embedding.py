@@ -84,13 +84,16 @@ class Embedder:
         self.weight = SIF_A / (SIF_A + self.prob)
 
     @classmethod
-    def train(cls, texts: Iterable[str], dim: int = 128, window: int = 5, min_count: int = 3,
-              max_vocab: int = 30_000, seed: int = 0) -> "Embedder":
+    def train(
+        cls, texts: Iterable[str], dim: int = 128, window: int = 5, min_count: int = 3, max_vocab: int = 30_000, seed: int = 0
+    ) -> "Embedder":
         tokenized = [words(t) for t in texts]
         vocab, counts = _vocabulary(tokenized, min_count, max_vocab)
         if len(vocab) <= dim:
-            raise ValueError(f"{len(vocab)} words seen at least {min_count} times: too few for {dim}-dimensional "
-                             "vectors; give more text or lower dim / min_count")
+            raise ValueError(
+                f"{len(vocab)} words seen at least {min_count} times: too few for {dim}-dimensional "
+                "vectors; give more text or lower dim / min_count"
+            )
         index = {w: i for i, w in enumerate(vocab)}
         ids = [np.asarray([index.get(w, -1) for w in t], dtype=np.int64) for t in tokenized]
         ppmi = _ppmi(_cooccurrence(ids, len(vocab), window))
@@ -144,5 +147,4 @@ class Embedder:
     @classmethod
     def load(cls, path: Path) -> "Embedder":
         arrays = load_file(str(path / "embedder.safetensors"))
-        return cls(json.loads((path / "vocab.json").read_text()), arrays["vectors"], arrays["prob"],
-                   arrays.get("common"))
+        return cls(json.loads((path / "vocab.json").read_text()), arrays["vectors"], arrays["prob"], arrays.get("common"))

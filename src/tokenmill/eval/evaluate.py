@@ -61,8 +61,7 @@ class Evaluator:
         try:
             with autocast(device, dtype):
                 for bucket, windows in self.windows.items():
-                    s = Score(tokens=self.counts[bucket].tokens, bytes=self.counts[bucket].bytes,
-                              docs=self.counts[bucket].docs)
+                    s = Score(tokens=self.counts[bucket].tokens, bytes=self.counts[bucket].bytes, docs=self.counts[bucket].docs)
                     s.nll = windows_nll(model, windows, self.batch_size, device, self.store.pad_id)
                     base = self.baseline[bucket].metrics()
                     out[bucket] = {**s.metrics(), "unigram_loss": base["loss"], "unigram_bpb": base["bpb"]}
@@ -97,14 +96,24 @@ def sample_texts(run: RunDir, model: torch.nn.Module, store: TokenStore, device:
             ks = [k for k, (_, p) in enumerate(prompts) if len(p) == length]
             gens = [torch.Generator().manual_seed(run.config.seed * 1_000_003 + k) for k in ks]
             with autocast(device, run.config.train.dtype):
-                out = generate_batch(model, [prompts[k][1] for k in ks], cfg.sample_tokens,
-                                     max_context=run.config.train.seq_len, temperature=cfg.temperature,
-                                     top_k=cfg.top_k, stop_id=store.eos_id, generators=gens, device=device)
+                out = generate_batch(
+                    model,
+                    [prompts[k][1] for k in ks],
+                    cfg.sample_tokens,
+                    max_context=run.config.train.seq_len,
+                    temperature=cfg.temperature,
+                    top_k=cfg.top_k,
+                    stop_id=store.eos_id,
+                    generators=gens,
+                    device=device,
+                )
             news.update(zip(ks, out))
     finally:
         model.train(was_training)
-    return [{"bucket": bucket, "prompt": tok.decode(p[1:]), "completion": tok.decode(news[k])}
-            for k, (bucket, p) in enumerate(prompts)]
+    return [
+        {"bucket": bucket, "prompt": tok.decode(p[1:]), "completion": tok.decode(news[k])}
+        for k, (bucket, p) in enumerate(prompts)
+    ]
 
 
 def _probe_sets(run: RunDir, store: TokenStore) -> list[ProbeSet]:
@@ -131,8 +140,7 @@ class TaskScorer:
             cfg = self.run.config.eval
             sets = contamination(self.store, task_eval_sets(cfg.tasks, self.tok), n=cfg.contamination_n)
             flagged = set(flag(sets, cfg.contamination_threshold))
-            self._contamination = {name: {**v, "flagged": name in flagged, "n": cfg.contamination_n}
-                                   for name, v in sets.items()}
+            self._contamination = {name: {**v, "flagged": name in flagged, "n": cfg.contamination_n} for name, v in sets.items()}
             if cfg.semantic_contamination.enabled:
                 for name, v in self.semantic().items():
                     self._contamination.setdefault(name, {})["semantic"] = v
@@ -154,8 +162,10 @@ class TaskScorer:
             return {}
         cfg, rc = self.run.config.eval, self.run.config
         max_len = min(rc.train.seq_len, model.config.max_seq_len)
-        tasks = [score_task(model, self.tok, t, device, cfg.batch_size, max_len, eos_id=self.store.eos_id,
-                            pad_id=self.store.pad_id) for t in cfg.tasks]
+        tasks = [
+            score_task(model, self.tok, t, device, cfg.batch_size, max_len, eos_id=self.store.eos_id, pad_id=self.store.pad_id)
+            for t in cfg.tasks
+        ]
         return {"tasks": tasks, "contamination": self.contamination()}
 
 
@@ -179,8 +189,9 @@ def in_training_evaluator(run: RunDir) -> Callable[[int, torch.nn.Module], None]
             extra.update(tasks.score(model, device))
         if samples:
             extra["samples"] = sample_texts(run, model, store, device)
-        write_eval(run, step, ev.score(model, device, run.config.train.dtype),
-                   docs_per_bucket=run.config.train.eval_docs, **extra)
+        write_eval(
+            run, step, ev.score(model, device, run.config.train.dtype), docs_per_bucket=run.config.train.eval_docs, **extra
+        )
 
     return on_eval
 
@@ -200,10 +211,12 @@ def run_eval(run: RunDir, checkpoint: Path | None = None) -> dict[str, Any]:
     buckets = ev.score(model, device, run.config.train.dtype)
     samples = sample_texts(run, model, store, device)
     extra = audits(run, model, store, device)
-    write_eval(run, step, buckets, samples=samples, checkpoint=str(ckpt),
-               docs_per_bucket=run.config.eval.max_docs, **extra)
-    summary = {"step": step, "bpb": {b: round(m["bpb"], 4) for b, m in buckets.items()},
-               "unigram_bpb": {b: round(m["unigram_bpb"], 4) for b, m in buckets.items()}}
+    write_eval(run, step, buckets, samples=samples, checkpoint=str(ckpt), docs_per_bucket=run.config.eval.max_docs, **extra)
+    summary = {
+        "step": step,
+        "bpb": {b: round(m["bpb"], 4) for b, m in buckets.items()},
+        "unigram_bpb": {b: round(m["unigram_bpb"], 4) for b, m in buckets.items()},
+    }
     if extra.get("tasks"):
         summary["tasks"] = {t["name"]: round(t["acc"], 4) for t in extra["tasks"]}
     if extra.get("long_context"):
@@ -228,28 +241,57 @@ def audits(run: RunDir, model: torch.nn.Module, store: TokenStore, device: torch
     if cfg.tasks:
         out.update(TaskScorer(run, store).score(model, device))
     if cfg.memorization_docs > 0:
-        mem = memorization(model, store, device, cfg.memorization_docs, cfg.memorization_prefix,
-                           cfg.memorization_suffix, max_context=run.config.train.seq_len,
-                           batch_size=cfg.batch_size, dtype=run.config.train.dtype)
-        out["memorization"] = {scope: _mem_rates(v) for scope, v in
-                               [("overall", mem["overall"]), *sorted(mem["buckets"].items())]}
+        mem = memorization(
+            model,
+            store,
+            device,
+            cfg.memorization_docs,
+            cfg.memorization_prefix,
+            cfg.memorization_suffix,
+            max_context=run.config.train.seq_len,
+            batch_size=cfg.batch_size,
+            dtype=run.config.train.dtype,
+        )
+        out["memorization"] = {
+            scope: _mem_rates(v) for scope, v in [("overall", mem["overall"]), *sorted(mem["buckets"].items())]
+        }
         out["memorization"]["settings"] = {"prefix": mem["prefix"], "suffix": mem["suffix"]}
     if cfg.long_context.enabled:  # after a context extension: is the longer context used?
         from tokenmill.eval.long_context import evaluate_long_context
 
         tok = load_tokenizer(run.sub("tokenizer", "tokenizer.json"))
-        out["long_context"] = evaluate_long_context(model, store, tok, cfg.long_context, run.config.train.seq_len,
-                                                    cfg.batch_size, device, run.config.train.dtype, run.config.seed)
+        out["long_context"] = evaluate_long_context(
+            model,
+            store,
+            tok,
+            cfg.long_context,
+            run.config.train.seq_len,
+            cfg.batch_size,
+            device,
+            run.config.train.dtype,
+            run.config.seed,
+        )
     canaries = load_canaries(run.sub("curated"))
     if canaries and canaries["canaries"]:  # curate.canaries was on: their exposure (eval.canaries)
         tok = load_tokenizer(run.sub("tokenizer", "tokenizer.json"))
-        out["canaries"] = canary_exposure(model, tok, canaries, device, cfg.batch_size, seed=run.config.seed,
-                                          eos_id=store.eos_id, pad_id=store.pad_id, dtype=run.config.train.dtype)
+        out["canaries"] = canary_exposure(
+            model,
+            tok,
+            canaries,
+            device,
+            cfg.batch_size,
+            seed=run.config.seed,
+            eos_id=store.eos_id,
+            pad_id=store.pad_id,
+            dtype=run.config.train.dtype,
+        )
     return out
 
 
 def _mem_rates(v: dict[str, Any]) -> dict[str, Any]:
     """{"train"|"heldout": {"n", "exact", "token_match"}, "gap"} from memorization()'s layout."""
+
     def side(d: dict[str, Any]) -> dict[str, Any]:
         return {"n": d.get("docs"), "exact": d.get("exact_match"), "token_match": d.get("token_match")}
+
     return {"train": side(v["train"]), "heldout": side(v["heldout"]), "gap": v.get("gap")}

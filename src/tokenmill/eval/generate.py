@@ -29,8 +29,9 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
-def _pick(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
-          generator: torch.Generator | None) -> int:
+def _pick(
+    logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None, generator: torch.Generator | None
+) -> int:
     if temperature <= 0:
         return int(torch.argmax(logits))
     probs = torch.softmax(_filter(logits[None], temperature, top_k, top_p)[0], -1)
@@ -52,8 +53,11 @@ class _CachedDecoder:
         from tokenmill.model.transformer import Attention, Block, Transformer
 
         cfg = getattr(model, "config", None)
-        return (isinstance(model, Transformer) and getattr(cfg, "sliding_window", None) is None
-                and all(type(layer) is Block and type(layer.self_attn) is Attention for layer in model.layers))
+        return (
+            isinstance(model, Transformer)
+            and getattr(cfg, "sliding_window", None) is None
+            and all(type(layer) is Block and type(layer.self_attn) is Attention for layer in model.layers)
+        )
 
     def _attend(self, i: int, attn: torch.nn.Module, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
@@ -64,6 +68,7 @@ class _CachedDecoder:
             q, k = attn.q_norm(q), attn.k_norm(k)
         if self.m.embed_positions is None:
             from tokenmill.model.transformer import apply_rope
+
             cos, sin = self.m.rope_cos[pos], self.m.rope_sin[pos]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if self.k[i] is not None:
@@ -101,10 +106,20 @@ class _CachedDecoder:
 
 
 @torch.no_grad()
-def generate(model: torch.nn.Module, prompt: list[int], max_new_tokens: int, *, max_context: int,
-             temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-             stop_id: int | None = None, generator: torch.Generator | None = None,
-             device: torch.device | None = None, kv_cache: bool = True) -> list[int]:
+def generate(
+    model: torch.nn.Module,
+    prompt: list[int],
+    max_new_tokens: int,
+    *,
+    max_context: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    stop_id: int | None = None,
+    generator: torch.Generator | None = None,
+    device: torch.device | None = None,
+    kv_cache: bool = True,
+) -> list[int]:
     """Continue `prompt` by up to max_new_tokens tokens; stops early at `stop_id`.
 
     temperature <= 0 is greedy; otherwise top-k then top-p filter the tempered distribution and
@@ -126,7 +141,7 @@ def generate(model: torch.nn.Module, prompt: list[int], max_new_tokens: int, *, 
         ids.append(nxt)
         if stop_id is not None and nxt == stop_id:
             break
-    return ids[len(prompt):]
+    return ids[len(prompt) :]
 
 
 def _cache_matches(model: torch.nn.Module, ids: torch.Tensor) -> bool:
@@ -142,8 +157,9 @@ def _cache_matches(model: torch.nn.Module, ids: torch.Tensor) -> bool:
     return torch.allclose(cached.float(), full.float(), rtol=1e-4, atol=1e-4)
 
 
-def _start_cache(model: torch.nn.Module, ids: list[int], max_context: int,
-                 device: torch.device) -> tuple[_CachedDecoder, torch.Tensor] | None:
+def _start_cache(
+    model: torch.nn.Module, ids: list[int], max_context: int, device: torch.device
+) -> tuple[_CachedDecoder, torch.Tensor] | None:
     """(decoder, last-position logits) after prefilling the prompt window, or None where the
     cache is unsupported or does not compute what the model's own forward does."""
     if not ids:
@@ -164,8 +180,9 @@ def _filter(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: 
     return logits
 
 
-def _pick_rows(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
-               generators: list[torch.Generator]) -> list[int]:
+def _pick_rows(
+    logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None, generators: list[torch.Generator]
+) -> list[int]:
     """One token per row by inverse-CDF sampling: row i draws one uniform from generators[i]
     only, so what a row samples does not depend on which other rows share its batch (one
     torch.multinomial call per row cost 6x the model's forward at batch 128, vocabulary 4096)."""
@@ -179,11 +196,20 @@ def _pick_rows(logits: torch.Tensor, temperature: float, top_k: int | None, top_
 
 
 @torch.no_grad()
-def generate_batch(model: torch.nn.Module, prompts: list[list[int]], max_new_tokens: int, *, max_context: int,
-                   temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-                   stop_id: int | None = None, min_new_tokens: int = 0,
-                   generators: list[torch.Generator] | None = None,
-                   device: torch.device | None = None) -> list[list[int]]:
+def generate_batch(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    *,
+    max_context: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    stop_id: int | None = None,
+    min_new_tokens: int = 0,
+    generators: list[torch.Generator] | None = None,
+    device: torch.device | None = None,
+) -> list[list[int]]:
     """Several prompts of one length continued at once: one forward per new token for the whole
     batch, through the KV cache while the sequences fit max_context. The same filters as
     `generate` (temperature, top-k, top-p); row i draws only from generators[i], so a row samples
@@ -223,8 +249,7 @@ def generate_batch(model: torch.nn.Module, prompts: list[list[int]], max_new_tok
     return out
 
 
-def _start_cache_batch(model: torch.nn.Module, ids: torch.Tensor,
-                       max_context: int) -> tuple[_CachedDecoder, torch.Tensor] | None:
+def _start_cache_batch(model: torch.nn.Module, ids: torch.Tensor, max_context: int) -> tuple[_CachedDecoder, torch.Tensor] | None:
     """`_start_cache` for a batch [B, T] of prompts: (decoder, last-position logits [B, V])."""
     if ids.shape[1] > max_context or not _CachedDecoder.supports(model) or not _cache_matches(model, ids):
         return None

@@ -27,8 +27,10 @@ from tokenmill.tokens.store import TokenStore
 from tokenmill.train.device import autocast
 
 FILLER = " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
-INTRO = ("There is an important piece of information hidden inside a lot of irrelevant text. Find it and "
-         "remember it. I will ask you about it.")
+INTRO = (
+    "There is an important piece of information hidden inside a lot of irrelevant text. Find it and "
+    "remember it. I will ask you about it."
+)
 KEY = " The pass key is {key}. Remember it. {key} is the pass key."
 QUESTION = " What is the pass key? The pass key is"
 
@@ -42,8 +44,12 @@ def bucket_edges(seq_len: int, buckets: int, trained: int | None = None) -> list
     return sorted(edges)
 
 
-def long_documents(store: TokenStore, seq_len: int, max_docs: int, data_buckets: list[str] | None = None,
-                   ) -> list[np.ndarray]:
+def long_documents(
+    store: TokenStore,
+    seq_len: int,
+    max_docs: int,
+    data_buckets: list[str] | None = None,
+) -> list[np.ndarray]:
     """Up to max_docs held-out windows of [EOS] + the first seq_len document tokens, taken in
     store order from every bucket in turn (documents shorter than seq_len are skipped)."""
     names = data_buckets or list(store.buckets)
@@ -64,21 +70,29 @@ def long_documents(store: TokenStore, seq_len: int, max_docs: int, data_buckets:
 
 
 @torch.no_grad()
-def _nll_rows(model: torch.nn.Module, rows: list[np.ndarray], batch_size: int, device: torch.device,
-              dtype: str) -> np.ndarray:
+def _nll_rows(model: torch.nn.Module, rows: list[np.ndarray], batch_size: int, device: torch.device, dtype: str) -> np.ndarray:
     """Per-target NLL [N, T] of equal-length rows of T + 1 tokens."""
     out = []
     with autocast(device, dtype):
         for start in range(0, len(rows), batch_size):
-            tokens = torch.from_numpy(np.stack(rows[start: start + batch_size])).to(device)
+            tokens = torch.from_numpy(np.stack(rows[start : start + batch_size])).to(device)
             mask = torch.ones((tokens.shape[0], tokens.shape[1] - 1), dtype=torch.bool, device=device)
             out.append(token_nll_batch(model, _Windows(tokens, mask)).float().cpu().numpy())
     return np.concatenate(out) if out else np.zeros((0, 0))
 
 
-def position_bpb(model: torch.nn.Module, store: TokenStore, piece_bytes: np.ndarray, seq_len: int,
-                 edges: list[int], max_docs: int, batch_size: int, device: torch.device, dtype: str = "auto",
-                 data_buckets: list[str] | None = None) -> dict[str, Any]:
+def position_bpb(
+    model: torch.nn.Module,
+    store: TokenStore,
+    piece_bytes: np.ndarray,
+    seq_len: int,
+    edges: list[int],
+    max_docs: int,
+    batch_size: int,
+    device: torch.device,
+    dtype: str = "auto",
+    data_buckets: list[str] | None = None,
+) -> dict[str, Any]:
     """{"seq_len", "docs", "buckets": [{"from", "to", "tokens", "bytes", "loss", "bpb"}]}: position p is
     the p-th predicted token of a document (0: predicted from EOS alone)."""
     rows = long_documents(store, seq_len, max_docs, data_buckets)
@@ -93,8 +107,16 @@ def position_bpb(model: torch.nn.Module, store: TokenStore, piece_bytes: np.ndar
     for lo, hi in zip(edges[:-1], edges[1:]):
         n, b = float(nll[:, lo:hi].astype(np.float64).sum()), int(nbytes[:, lo:hi].sum())
         tokens = int(nll[:, lo:hi].size)
-        out.append({"from": lo, "to": hi, "tokens": tokens, "bytes": b, "loss": n / max(tokens, 1),
-                    "bpb": n / (math.log(2) * b) if b else float("nan")})
+        out.append(
+            {
+                "from": lo,
+                "to": hi,
+                "tokens": tokens,
+                "bytes": b,
+                "loss": n / max(tokens, 1),
+                "bpb": n / (math.log(2) * b) if b else float("nan"),
+            }
+        )
     return {"seq_len": seq_len, "docs": len(rows), "buckets": out}
 
 
@@ -107,8 +129,7 @@ def passkey_trial(encode: Any, eos_id: int, seq_len: int, depth: float, key: str
     question, answer = encode(QUESTION), encode(" " + key)
     room = seq_len + 1 - 1 - len(intro) - len(needle) - len(question) - len(answer)  # +1 target, -1 EOS
     if room < len(filler):
-        raise ValueError(f"passkey: {seq_len} tokens leave no room for filler (the fixed text takes "
-                         f"{seq_len - room} tokens)")
+        raise ValueError(f"passkey: {seq_len} tokens leave no room for filler (the fixed text takes {seq_len - room} tokens)")
     total = room // len(filler)
     before = round(total * depth)
     head = [eos_id, *intro, *filler * before]
@@ -132,8 +153,17 @@ def answer_logits(model: torch.nn.Module, x: torch.Tensor, start: int) -> torch.
 
 
 @torch.no_grad()
-def passkey(model: torch.nn.Module, encode: Any, eos_id: int, seq_len: int, trials: int, edges: list[int],
-            device: torch.device, dtype: str = "auto", seed: int = 0) -> dict[str, Any]:
+def passkey(
+    model: torch.nn.Module,
+    encode: Any,
+    eos_id: int,
+    seq_len: int,
+    trials: int,
+    edges: list[int],
+    device: torch.device,
+    dtype: str = "auto",
+    seed: int = 0,
+) -> dict[str, Any]:
     """Passkey accuracy at seq_len tokens over `trials` keys at depths spread over the filler,
     overall and by key-to-question distance bucket (`edges`), with the key's mean log-probability."""
     rng = random.Random(seed)
@@ -150,39 +180,65 @@ def passkey(model: torch.nn.Module, encode: Any, eos_id: int, seq_len: int, tria
                 logits = answer_logits(model, x, at - 1).float()  # predictions of the answer's tokens
                 want = torch.tensor(ids[at:], device=device)
                 logp = logits.log_softmax(-1).gather(1, want[:, None]).sum().item()
-                results.append({"distance": distance, "correct": bool((logits.argmax(-1) == want).all()),
-                                "logprob": logp})
+                results.append({"distance": distance, "correct": bool((logits.argmax(-1) == want).all()), "logprob": logp})
     finally:
         model.train(was)
     by = []
     for lo, hi in zip(edges[:-1], edges[1:]):
         inside = [r for r in results if lo <= r["distance"] < hi]
         if inside:
-            by.append({"from": lo, "to": hi, "trials": len(inside),
-                       "accuracy": sum(r["correct"] for r in inside) / len(inside),
-                       "logprob": sum(r["logprob"] for r in inside) / len(inside)})
-    return {"seq_len": seq_len, "trials": trials,
-            "accuracy": sum(r["correct"] for r in results) / max(len(results), 1),
-            "logprob": sum(r["logprob"] for r in results) / max(len(results), 1), "by_distance": by}
+            by.append(
+                {
+                    "from": lo,
+                    "to": hi,
+                    "trials": len(inside),
+                    "accuracy": sum(r["correct"] for r in inside) / len(inside),
+                    "logprob": sum(r["logprob"] for r in inside) / len(inside),
+                }
+            )
+    return {
+        "seq_len": seq_len,
+        "trials": trials,
+        "accuracy": sum(r["correct"] for r in results) / max(len(results), 1),
+        "logprob": sum(r["logprob"] for r in results) / max(len(results), 1),
+        "by_distance": by,
+    }
 
 
-def evaluate_long_context(model: torch.nn.Module, store: TokenStore, tokenizer: Any, cfg: Any, trained: int,
-                          batch_size: int, device: torch.device, dtype: str = "auto", seed: int = 0) -> dict[str, Any]:
+def evaluate_long_context(
+    model: torch.nn.Module,
+    store: TokenStore,
+    tokenizer: Any,
+    cfg: Any,
+    trained: int,
+    batch_size: int,
+    device: torch.device,
+    dtype: str = "auto",
+    seed: int = 0,
+) -> dict[str, Any]:
     """Both measures at cfg.seq_len (None: the model's max_seq_len) for `tokenmill eval`; `trained` is
     the run's base sequence length, an edge of the buckets. cfg: eval.long_context."""
     from tokenmill.tokenizer.bpe import token_bytes
 
     seq_len = cfg.seq_len or model.config.max_seq_len
     if seq_len > model.config.max_seq_len:
-        raise ValueError(f"eval.long_context.seq_len={seq_len} exceeds the checkpoint's model.max_seq_len="
-                         f"{model.config.max_seq_len}")
+        raise ValueError(
+            f"eval.long_context.seq_len={seq_len} exceeds the checkpoint's model.max_seq_len={model.config.max_seq_len}"
+        )
     edges = bucket_edges(seq_len, cfg.position_buckets, trained)
     pieces = np.array([len(b) for b in token_bytes(tokenizer)], dtype=np.int64)
-    out: dict[str, Any] = {"trained_seq_len": trained, "rope": {k: getattr(model.config, k) for k in (
-        "rope_theta", "rope_scaling", "rope_scaling_factor", "rope_original_max_seq_len")},
-        "positions": position_bpb(model, store, pieces, seq_len, edges, cfg.max_docs, batch_size, device, dtype)}
+    out: dict[str, Any] = {
+        "trained_seq_len": trained,
+        "rope": {
+            k: getattr(model.config, k)
+            for k in ("rope_theta", "rope_scaling", "rope_scaling_factor", "rope_original_max_seq_len")
+        },
+        "positions": position_bpb(model, store, pieces, seq_len, edges, cfg.max_docs, batch_size, device, dtype),
+    }
     if cfg.passkey_trials:
+
         def encode(text: str) -> list[int]:
             return tokenizer.encode(text, add_special_tokens=False).ids
+
         out["passkey"] = passkey(model, encode, store.eos_id, seq_len, cfg.passkey_trials, edges, device, dtype, seed)
     return out

@@ -43,33 +43,43 @@ def select_docs(store: TokenStore, bucket: str, split: str, count: int, min_toke
 
 
 @torch.no_grad()
-def greedy_continue(model: torch.nn.Module, prompts: torch.Tensor, steps: int, max_context: int,
-                    batch_size: int = 16) -> torch.Tensor:
+def greedy_continue(
+    model: torch.nn.Module, prompts: torch.Tensor, steps: int, max_context: int, batch_size: int = 16
+) -> torch.Tensor:
     """Greedy continuations [N, steps] of equal-length prompts [N, P] (long, on the model's device):
     `batch_size` rows at a time through the KV cache (one position's forward per new token, not
     the whole window again), recomputing the window only where the cache cannot follow the model."""
     outs = []
     for b in range(0, prompts.shape[0], batch_size):
-        rows = prompts[b: b + batch_size]
-        new = generate_batch(model, rows.tolist(), steps, max_context=max_context, temperature=0.0,
-                             device=rows.device)
+        rows = prompts[b : b + batch_size]
+        new = generate_batch(model, rows.tolist(), steps, max_context=max_context, temperature=0.0, device=rows.device)
         outs.append(torch.tensor(new, dtype=torch.long, device=rows.device))
     return torch.cat(outs) if outs else prompts.new_zeros((0, steps))
 
 
 def _rates(exact: int, token: float, docs: int) -> dict[str, Any]:
-    return {"docs": docs, "exact_match": exact / docs if docs else None,
-            "token_match": token / docs if docs else None}
+    return {"docs": docs, "exact_match": exact / docs if docs else None, "token_match": token / docs if docs else None}
 
 
 def _gap(train: dict, heldout: dict) -> dict[str, Any]:
-    return {k: (train[k] - heldout[k] if train[k] is not None and heldout[k] is not None else None)
-            for k in ("exact_match", "token_match")}
+    return {
+        k: (train[k] - heldout[k] if train[k] is not None and heldout[k] is not None else None)
+        for k in ("exact_match", "token_match")
+    }
 
 
-def memorization(model: torch.nn.Module, store: TokenStore, device: torch.device, docs_per_bucket: int,
-                 prefix: int, suffix: int, *, max_context: int | None = None, batch_size: int = 16,
-                 dtype: str = "auto") -> dict[str, Any]:
+def memorization(
+    model: torch.nn.Module,
+    store: TokenStore,
+    device: torch.device,
+    docs_per_bucket: int,
+    prefix: int,
+    suffix: int,
+    *,
+    max_context: int | None = None,
+    batch_size: int = 16,
+    dtype: str = "auto",
+) -> dict[str, Any]:
     """{"prefix", "suffix", "buckets": {bucket: {"train", "heldout", "gap"}}, "overall": {...}};
     "train"/"heldout" are {"docs", "exact_match", "token_match"} (rates None with no documents),
     "gap" is train - heldout of both rates."""
@@ -94,7 +104,7 @@ def memorization(model: torch.nn.Module, store: TokenStore, device: torch.device
                     seqs_t = torch.as_tensor(seqs, dtype=torch.long, device=device)
                     with autocast(device, dtype):
                         gen = greedy_continue(model, seqs_t[:, : prefix + 1], suffix, max_context, batch_size)
-                    match = (gen == seqs_t[:, prefix + 1:]).cpu()
+                    match = (gen == seqs_t[:, prefix + 1 :]).cpu()
                     exact = int(match.all(dim=1).sum())
                     token = float(match.float().mean(dim=1).sum())
                 entry[name] = _rates(exact, token, len(docs))

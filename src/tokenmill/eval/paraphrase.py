@@ -14,10 +14,49 @@ import random
 import re
 from pathlib import Path
 
-FUNCTION_SWAPS = {"the": "a", "a": "the", "can": "may", "must": "has to", "big": "large",
-                  "small": "little", "use": "employ", "gives": "returns", "shows": "displays"}
-STOP = {"the", "a", "an", "of", "to", "in", "and", "or", "is", "are", "was", "be", "it", "that", "this", "for",
-        "on", "with", "as", "by", "at", "from", "which", "what", "who", "not", "no", "do", "does", "if"}
+FUNCTION_SWAPS = {
+    "the": "a",
+    "a": "the",
+    "can": "may",
+    "must": "has to",
+    "big": "large",
+    "small": "little",
+    "use": "employ",
+    "gives": "returns",
+    "shows": "displays",
+}
+STOP = {
+    "the",
+    "a",
+    "an",
+    "of",
+    "to",
+    "in",
+    "and",
+    "or",
+    "is",
+    "are",
+    "was",
+    "be",
+    "it",
+    "that",
+    "this",
+    "for",
+    "on",
+    "with",
+    "as",
+    "by",
+    "at",
+    "from",
+    "which",
+    "what",
+    "who",
+    "not",
+    "no",
+    "do",
+    "does",
+    "if",
+}
 
 
 def wordnet_synonyms(root: Path) -> dict[str, list[str]]:
@@ -42,6 +81,7 @@ def wordnet_synonyms(root: Path) -> dict[str, list[str]]:
 def paraphrase(text: str, synonyms: dict[str, list[str]], rng: random.Random, p_synonym: float = 0.6) -> str:
     """Synonyms for content words (each with probability p_synonym), a few function words
     swapped, and the two halves around the first ', ' or ' and ' exchanged."""
+
     def swap(m: re.Match) -> str:
         w = m.group(0)
         low = w.lower()
@@ -65,9 +105,14 @@ def paraphrase(text: str, synonyms: dict[str, list[str]], rng: random.Random, p_
     return out
 
 
-def plant(items: dict[str, list[str]], docs: list[tuple[str, str]], synonyms: dict[str, list[str]],
-          seed: int, share: float = 0.5, rewrite: bool = True
-          ) -> tuple[list[tuple[str, str]], dict[str, list[bool]], dict[str, dict[int, str]]]:
+def plant(
+    items: dict[str, list[str]],
+    docs: list[tuple[str, str]],
+    synonyms: dict[str, list[str]],
+    seed: int,
+    share: float = 0.5,
+    rewrite: bool = True,
+) -> tuple[list[tuple[str, str]], dict[str, list[bool]], dict[str, dict[int, str]]]:
     """(documents with paraphrases planted, per task which items were planted, the paraphrases).
     Each planted paraphrase goes after a random sentence end of a random document; with
     rewrite=False the items themselves are planted (the verbatim control)."""
@@ -102,5 +147,12 @@ def precision_recall(scores: list[float], labels: list[bool], threshold: float) 
     fn = sum(y and not f for f, y in zip(flagged, labels))
     p = tp / (tp + fp) if tp + fp else 1.0
     r = tp / (tp + fn) if tp + fn else 1.0
-    return {"threshold": threshold, "precision": p, "recall": r, "f1": 2 * p * r / (p + r) if p + r else 0.0,
-            "tp": tp, "fp": fp, "fn": fn}
+    return {
+        "threshold": threshold,
+        "precision": p,
+        "recall": r,
+        "f1": 2 * p * r / (p + r) if p + r else 0.0,
+        "tp": tp,
+        "fp": fp,
+        "fn": fn,
+    }

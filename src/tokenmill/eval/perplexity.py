@@ -34,9 +34,14 @@ class Score:
 
     def metrics(self) -> dict[str, float | int]:
         loss = self.nll / max(self.tokens, 1)
-        return {"loss": loss, "ppl": math.exp(min(loss, 50.0)),
-                "bpb": self.nll / (math.log(2) * max(self.bytes, 1)),
-                "tokens": self.tokens, "bytes": self.bytes, "docs": self.docs}
+        return {
+            "loss": loss,
+            "ppl": math.exp(min(loss, 50.0)),
+            "bpb": self.nll / (math.log(2) * max(self.bytes, 1)),
+            "tokens": self.tokens,
+            "bytes": self.bytes,
+            "docs": self.docs,
+        }
 
 
 def doc_targets(doc: np.ndarray) -> np.ndarray:
@@ -48,7 +53,7 @@ def doc_windows(doc: np.ndarray, seq_len: int, eos_id: int) -> list[np.ndarray]:
     """[EOS] + document, cut into windows of seq_len + 1 that overlap by one token, so every
     target is predicted once and the windows' targets concatenate to `doc_targets(doc)`."""
     seq = np.concatenate([np.asarray([eos_id], dtype=np.int64), doc_targets(doc).astype(np.int64)])
-    return [seq[i: i + seq_len + 1] for i in range(0, len(seq) - 1, seq_len)]
+    return [seq[i : i + seq_len + 1] for i in range(0, len(seq) - 1, seq_len)]
 
 
 @dataclass
@@ -62,13 +67,12 @@ class _Windows:
 
 
 @torch.no_grad()
-def windows_nll(model: torch.nn.Module, windows: list[np.ndarray], batch_size: int,
-                device: torch.device, pad_id: int) -> float:
+def windows_nll(model: torch.nn.Module, windows: list[np.ndarray], batch_size: int, device: torch.device, pad_id: int) -> float:
     """Summed NLL of the windows' targets; padding after a window cannot leak into it (causal)."""
     total = 0.0
     order = sorted(range(len(windows)), key=lambda i: len(windows[i]))  # similar lengths together
     for start in range(0, len(order), batch_size):
-        batch = [windows[i] for i in order[start: start + batch_size]]
+        batch = [windows[i] for i in order[start : start + batch_size]]
         width = max(len(w) for w in batch)
         tokens = torch.full((len(batch), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(batch), width - 1), dtype=torch.bool)

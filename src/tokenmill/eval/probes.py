@@ -69,8 +69,9 @@ def load_probes(cfgs: list[ProbeConfig], tokenizer: Any, eos_id: int, seq_len: i
     return sets
 
 
-def score_probes(model: torch.nn.Module, probes: list[ProbeSet], device: torch.device, batch_size: int,
-                 pad_id: int, dtype: str = "auto") -> dict[str, dict[str, float | int]]:
+def score_probes(
+    model: torch.nn.Module, probes: list[ProbeSet], device: torch.device, batch_size: int, pad_id: int, dtype: str = "auto"
+) -> dict[str, dict[str, float | int]]:
     """{probe set: {loss, ppl, bpb, tokens, bytes, docs}} for the model as it is now."""
     was_training = model.training
     model.eval()

@@ -89,8 +89,7 @@ class _Scan:
         self.block.clear()
 
 
-def best_matches(embedder: Embedder, items: list[str], docs: Iterable[tuple[str, str]],
-                 size: int | None = None) -> list[Match]:
+def best_matches(embedder: Embedder, items: list[str], docs: Iterable[tuple[str, str]], size: int | None = None) -> list[Match]:
     """For each item, its most similar training window (cosine of SIF embeddings); windows of the
     length nearest the item's (or `size` words for all), so a short item is not diluted by the
     words around it and a long one is not cut short. One pass over the documents, which may be a
@@ -110,8 +109,9 @@ def best_matches(embedder: Embedder, items: list[str], docs: Iterable[tuple[str,
     return best
 
 
-def back_check(embedder: Embedder, tasks: dict[str, list[str]], docs: Iterable[tuple[str, str]],
-               threshold: float, examples: int = 5) -> dict[str, dict]:
+def back_check(
+    embedder: Embedder, tasks: dict[str, list[str]], docs: Iterable[tuple[str, str]], threshold: float, examples: int = 5
+) -> dict[str, dict]:
     """Per task: items, how many reach `threshold` against the training windows, and the top
     `examples` matches (item, score, document id, matched text). One pass over the documents
     for all tasks."""
@@ -121,11 +121,18 @@ def back_check(embedder: Embedder, tasks: dict[str, list[str]], docs: Iterable[t
     for name, items in tasks.items():
         matches = [m for (n, _), m in zip(flat, found) if n == name]
         flagged = sorted(((m.score, i) for i, m in enumerate(matches) if m.score >= threshold), reverse=True)
-        out[name] = {"items": len(items), "flagged": len(flagged), "share": len(flagged) / max(len(items), 1),
-                     "threshold": threshold, "max_score": max((m.score for m in matches), default=None),
-                     "examples": [{"item": items[i], "score": s, "doc_id": matches[i].window.doc_id,
-                                   "match": _clip(matches[i].window.text)}
-                                  for s, i in flagged[:examples] if matches[i].window is not None]}
+        out[name] = {
+            "items": len(items),
+            "flagged": len(flagged),
+            "share": len(flagged) / max(len(items), 1),
+            "threshold": threshold,
+            "max_score": max((m.score for m in matches), default=None),
+            "examples": [
+                {"item": items[i], "score": s, "doc_id": matches[i].window.doc_id, "match": _clip(matches[i].window.text)}
+                for s, i in flagged[:examples]
+                if matches[i].window is not None
+            ],
+        }
     return out
 
 
@@ -159,9 +166,11 @@ class TrainingDocuments:
                     yield doc_id, text
                     nxt = next(want, None)
             if nxt is not None:
-                raise ValueError(f"training document {nxt} of bucket {bucket!r} is not in {self.curated} in the "
-                                 "token store's order: the token store was not made from this curated data "
-                                 "(run `tokenmill tokenize` again)")
+                raise ValueError(
+                    f"training document {nxt} of bucket {bucket!r} is not in {self.curated} in the "
+                    "token store's order: the token store was not made from this curated data "
+                    "(run `tokenmill tokenize` again)"
+                )
 
 
 def _priority(doc_id: str, seed: int) -> int:
@@ -195,8 +204,16 @@ def semantic_back_check(run, store, tasks: dict[str, list[str]], cfg) -> dict[st
     The documents stream from disk twice (training the embedder, the scan)."""
     docs = TrainingDocuments(run.sub("curated"), store)
     if next(iter(docs), None) is None:
-        return {name: {"items": len(items), "flagged": 0, "share": 0.0, "threshold": cfg.threshold,
-                       "note": "no curated training documents found"} for name, items in tasks.items()}
+        return {
+            name: {
+                "items": len(items),
+                "flagged": 0,
+                "share": 0.0,
+                "threshold": cfg.threshold,
+                "note": "no curated training documents found",
+            }
+            for name, items in tasks.items()
+        }
     emb = train_embedder(docs, cfg.dim, cfg.max_train_words, run.config.seed)
     emb.save(run.sub("contamination", "embedder"))
     return back_check(emb, tasks, docs, cfg.threshold)

@@ -19,8 +19,7 @@ _STEP_JSON = re.compile(r"^(\d+)\.json$")
 def latest_eval(run_path: Path) -> dict[str, Any] | None:
     """The record of the highest step under `run_path/eval/` (None when nothing was evaluated)."""
     folder = Path(run_path) / "eval"
-    steps = [(int(m.group(1)), p) for p in folder.glob("*.json") if (m := _STEP_JSON.match(p.name))] \
-        if folder.is_dir() else []
+    steps = [(int(m.group(1)), p) for p in folder.glob("*.json") if (m := _STEP_JSON.match(p.name))] if folder.is_dir() else []
     if not steps:
         return None
     return json.loads(max(steps)[1].read_text(encoding="utf-8"))
@@ -34,8 +33,15 @@ def bpb_table(record: dict[str, Any]) -> Table:
     for bucket, m in sorted(record.get("buckets", {}).items()):
         uni = m.get("unigram_bpb")
         ratio = f"{m['bpb'] / uni:.3f}" if uni else "—"
-        table.add_row(bucket, f"{m['bpb']:.3f}", f"{uni:.3f}" if uni else "—", ratio, f"{m['loss']:.3f}",
-                      f"{m['ppl']:.1f}", str(m.get("docs", "")))
+        table.add_row(
+            bucket,
+            f"{m['bpb']:.3f}",
+            f"{uni:.3f}" if uni else "—",
+            ratio,
+            f"{m['loss']:.3f}",
+            f"{m['ppl']:.1f}",
+            str(m.get("docs", "")),
+        )
     return table
 
 
@@ -52,6 +58,13 @@ def tasks_table(record: dict[str, Any]) -> Table | None:
         c = contamination.get(t["name"], {})
         share = f"{c['share']:.1%}" + (" FLAGGED" if c.get("flagged") else "") if "share" in c else "—"
         second = t.get("acc_norm", t.get("mean_logprob"))
-        table.add_row(t["name"], t.get("format", ""), str(t.get("shots", 0)), str(t.get("n", "")),
-                      f"{t['acc']:.3f}", "—" if second is None else f"{second:.3f}", share)
+        table.add_row(
+            t["name"],
+            t.get("format", ""),
+            str(t.get("shots", 0)),
+            str(t.get("n", "")),
+            f"{t['acc']:.3f}",
+            "—" if second is None else f"{second:.3f}",
+            share,
+        )
     return table

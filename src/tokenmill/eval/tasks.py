@@ -166,9 +166,9 @@ def _winogrande(rec: dict, where: str) -> Item:
     options = [_str(rec, "option1", where), _str(rec, "option2", where)]
     answer = str(_need(rec, "answer", where))
     if answer not in ("1", "2"):
-        raise TaskError(f"{where}: field 'answer' must be \"1\" or \"2\", got {answer!r}")
+        raise TaskError(f'{where}: field \'answer\' must be "1" or "2", got {answer!r}')
     cut = sentence.index("_")
-    rest = " " + sentence[cut + 1:].strip()
+    rest = " " + sentence[cut + 1 :].strip()
     return Item([sentence[:cut] + o for o in options], [rest, rest], int(answer) - 1, 0)
 
 
@@ -192,7 +192,7 @@ def task_path(spec: str) -> Path:
     if spec.startswith(PACKAGE_PREFIX):
         from importlib import resources
 
-        return Path(str(resources.files("tokenmill") / "configs" / spec[len(PACKAGE_PREFIX):]))
+        return Path(str(resources.files("tokenmill") / "configs" / spec[len(PACKAGE_PREFIX) :]))
     return Path(spec)
 
 
@@ -211,8 +211,9 @@ def load_task(cfg: TaskConfig) -> list[Item]:
     if not items:
         raise TaskError(f"{path}: task {cfg.name!r} has no items")
     if cfg.shots > len(items) - 1:
-        raise TaskError(f"{path}: task {cfg.name!r}: shots={cfg.shots} needs at least {cfg.shots + 1} items, "
-                        f"the file has {len(items)}")
+        raise TaskError(
+            f"{path}: task {cfg.name!r}: shots={cfg.shots} needs at least {cfg.shots + 1} items, the file has {len(items)}"
+        )
     return items
 
 
@@ -230,8 +231,9 @@ def prompt_prefix(items: list[Item], index: int, shots: int) -> str:
     return "".join(items[j].solved() + SHOT_SEPARATOR for j in shot_indices(index, len(items), shots))
 
 
-def encode_request(tokenizer: Any, eos_id: int, context: str, continuation: str,
-                   max_seq_len: int, where: str = "") -> tuple[list[int], int]:
+def encode_request(
+    tokenizer: Any, eos_id: int, context: str, continuation: str, max_seq_len: int, where: str = ""
+) -> tuple[list[int], int]:
     """[EOS] + ids(context) + ids(continuation), encoded separately, left-truncated to at most
     max_seq_len + 1 tokens; returns (ids, number of continuation tokens at the end)."""
     ctx = [eos_id] + tokenizer.encode(context, add_special_tokens=False).ids
@@ -239,16 +241,16 @@ def encode_request(tokenizer: Any, eos_id: int, context: str, continuation: str,
     if not cont:
         raise TaskError(f"{where}: empty continuation {continuation!r}")
     if len(cont) > max_seq_len:
-        raise TaskError(f"{where}: the continuation is {len(cont)} tokens, longer than the model's "
-                        f"{max_seq_len}-token window")
-    ids = (ctx + cont)[-(max_seq_len + 1):]
+        raise TaskError(f"{where}: the continuation is {len(cont)} tokens, longer than the model's {max_seq_len}-token window")
+    ids = (ctx + cont)[-(max_seq_len + 1) :]
     return ids, len(cont)
 
 
 # --------------------------------------------------------------------------- scoring
 @torch.no_grad()
-def score_requests(model: torch.nn.Module, requests: list[tuple[list[int], int]], device: torch.device,
-                   batch_size: int, pad_id: int = 0) -> list[tuple[float, bool]]:
+def score_requests(
+    model: torch.nn.Module, requests: list[tuple[list[int], int]], device: torch.device, batch_size: int, pad_id: int = 0
+) -> list[tuple[float, bool]]:
     """(summed log-prob of the continuation, greedy match) for each (ids, n_cont) request.
 
     Rows are padded on the right (causal attention: padding after a row cannot change it) and
@@ -259,7 +261,7 @@ def score_requests(model: torch.nn.Module, requests: list[tuple[list[int], int]]
     model.eval()
     try:
         for start in range(0, len(order), max(1, batch_size)):
-            rows = order[start: start + max(1, batch_size)]
+            rows = order[start : start + max(1, batch_size)]
             width = max(len(requests[i][0]) for i in rows) - 1
             inp = torch.full((len(rows), width), pad_id, dtype=torch.long)
             for r, i in enumerate(rows):
@@ -269,7 +271,7 @@ def score_requests(model: torch.nn.Module, requests: list[tuple[list[int], int]]
             for r, i in enumerate(rows):
                 ids, n_cont = requests[i]
                 t = len(ids) - 1
-                lp = logp[r, t - n_cont: t]  # the positions that predict the continuation
+                lp = logp[r, t - n_cont : t]  # the positions that predict the continuation
                 target = torch.tensor(ids[-n_cont:], dtype=torch.long)
                 ll = float(lp.gather(1, target[:, None]).sum())
                 out[i] = (ll, bool((lp.argmax(-1) == target).all()))
@@ -278,9 +280,17 @@ def score_requests(model: torch.nn.Module, requests: list[tuple[list[int], int]]
     return out
 
 
-def item_scores(model: torch.nn.Module, tokenizer: Any, cfg: TaskConfig, items: list[Item],
-                device: torch.device, batch_size: int, max_seq_len: int, eos_id: int = 0,
-                pad_id: int = 0) -> list[ItemScore]:
+def item_scores(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    cfg: TaskConfig,
+    items: list[Item],
+    device: torch.device,
+    batch_size: int,
+    max_seq_len: int,
+    eos_id: int = 0,
+    pad_id: int = 0,
+) -> list[ItemScore]:
     """Scores of the first `cfg.limit` items (all when None), each prompted with `cfg.shots` shots."""
     n = len(items) if cfg.limit is None else min(cfg.limit, len(items))
     requests, owner = [], []
@@ -315,18 +325,24 @@ def summarize(cfg: TaskConfig, scores: list[ItemScore]) -> dict[str, Any]:
         out["mean_logprob"] = sum(s.logprobs[0] for s in scores) / n
     else:
         out["acc"] = sum(_argmax(s.logprobs) == s.gold for s in scores) / n
-        out["acc_norm"] = sum(_argmax([lp / max(b, 1) for lp, b in zip(s.logprobs, s.n_bytes)]) == s.gold
-                              for s in scores) / n
+        out["acc_norm"] = sum(_argmax([lp / max(b, 1) for lp, b in zip(s.logprobs, s.n_bytes)]) == s.gold for s in scores) / n
     return out
 
 
-def score_task(model: torch.nn.Module, tokenizer: Any, cfg: TaskConfig, device: torch.device,
-               batch_size: int, max_seq_len: int, eos_id: int = 0, pad_id: int = 0) -> dict[str, Any]:
+def score_task(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    cfg: TaskConfig,
+    device: torch.device,
+    batch_size: int,
+    max_seq_len: int,
+    eos_id: int = 0,
+    pad_id: int = 0,
+) -> dict[str, Any]:
     """{"name", "format", "shots", "n", "acc", "acc_norm"} (multiple choice) or
     {"name", "format", "shots", "n", "acc", "mean_logprob"} (lambada).
 
     `tokenizer`: the run's `tokenizers.Tokenizer`; `max_seq_len`: the model's window;
     `eos_id`: the token every prompt starts with; `pad_id`: right padding (never scored)."""
     items = load_task(cfg)
-    return summarize(cfg, item_scores(model, tokenizer, cfg, items, device, batch_size, max_seq_len,
-                                      eos_id, pad_id))
+    return summarize(cfg, item_scores(model, tokenizer, cfg, items, device, batch_size, max_seq_len, eos_id, pad_id))

@@ -44,8 +44,7 @@ from tokenmill.model.transformer import resolve_ffn_hidden
 from tokenmill.model.rope import original_length
 from tokenmill.tokenizer.special import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID
 
-HF_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-            "special_tokens_map.json")
+HF_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
 class ExportError(UserError):
@@ -79,13 +78,20 @@ def rope_fields(cfg: ModelConfig) -> dict[str, Any]:
         theta = cfg.rope_theta * cfg.rope_scaling_factor ** (head_dim / (head_dim - 2))
         return {"rope_theta": float(theta), "rope_scaling": None}
     if cfg.rope_scaling == "linear":
-        return {"rope_theta": float(cfg.rope_theta),
-                "rope_scaling": {"rope_type": "linear", "factor": float(cfg.rope_scaling_factor)}}
+        return {
+            "rope_theta": float(cfg.rope_theta),
+            "rope_scaling": {"rope_type": "linear", "factor": float(cfg.rope_scaling_factor)},
+        }
     if cfg.rope_scaling == "yarn":
         original = original_length(cfg.max_seq_len, cfg.rope_scaling_factor, cfg.rope_original_max_seq_len)
-        return {"rope_theta": float(cfg.rope_theta),
-                "rope_scaling": {"rope_type": "yarn", "factor": float(cfg.rope_scaling_factor),
-                                 "original_max_position_embeddings": int(original)}}
+        return {
+            "rope_theta": float(cfg.rope_theta),
+            "rope_scaling": {
+                "rope_type": "yarn",
+                "factor": float(cfg.rope_scaling_factor),
+                "original_max_position_embeddings": int(original),
+            },
+        }
     return {"rope_theta": float(cfg.rope_theta), "rope_scaling": None}
 
 
@@ -162,16 +168,26 @@ def _check_tokenizer(tok_path: Path, vocab_size: int) -> None:
 def tokenizer_config() -> dict[str, Any]:
     return {
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": BOS, "eos_token": EOS, "pad_token": PAD, "unk_token": None,
-        "add_bos_token": False, "add_eos_token": False,
+        "bos_token": BOS,
+        "eos_token": EOS,
+        "pad_token": PAD,
+        "unk_token": None,
+        "add_bos_token": False,
+        "add_eos_token": False,
         "clean_up_tokenization_spaces": False,
         "model_max_length": None,
     }
 
 
 EXPORT_STAGE = "export-hf"
-EXPORT_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                "tokenizer_config.json", "special_tokens_map.json")
+EXPORT_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+)
 
 
 def _earlier_export(out: Path, overwrite: bool) -> set[str]:
@@ -187,8 +203,10 @@ def _earlier_export(out: Path, overwrite: bool) -> set[str]:
     elif mark is None and _legacy_export(out):
         owned = {n for n in EXPORT_FILES if (out / n).is_file()}
     else:
-        raise ExportError(f"{out}: not empty and not a tokenmill export (no {MARKER} marker); tokenmill never "
-                          "replaces files it did not write: choose a new or empty directory")
+        raise ExportError(
+            f"{out}: not empty and not a tokenmill export (no {MARKER} marker); tokenmill never "
+            "replaces files it did not write: choose a new or empty directory"
+        )
     if not overwrite:
         raise ExportError(f"{out}: holds an earlier tokenmill export (pass --overwrite or --force to replace it)")
     return owned
@@ -206,23 +224,25 @@ def _legacy_export(out: Path) -> bool:
 
 
 def _write_export(tmp: Path, model: Any, cfg: ModelConfig, step: int, tokenizer_json: Path) -> None:
-    save_file(hf_state_dict(model, cfg.tie_embeddings), str(tmp / "model.safetensors"),
-              metadata={"format": "pt", "tokenmill_step": str(step)})
+    save_file(
+        hf_state_dict(model, cfg.tie_embeddings),
+        str(tmp / "model.safetensors"),
+        metadata={"format": "pt", "tokenmill_step": str(step)},
+    )
     conf = llama_config(cfg)
     (tmp / "config.json").write_text(json.dumps(conf, indent=2) + "\n", encoding="utf-8")
-    (tmp / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}, indent=2) + "\n",
-        encoding="utf-8")
+    (tmp / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}, indent=2) + "\n", encoding="utf-8"
+    )
     shutil.copyfile(tokenizer_json, tmp / "tokenizer.json")
-    (tmp / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(), indent=2) + "\n",
-                                               encoding="utf-8")
-    (tmp / "special_tokens_map.json").write_text(json.dumps(
-        {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}, indent=2) + "\n", encoding="utf-8")
+    (tmp / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(), indent=2) + "\n", encoding="utf-8")
+    (tmp / "special_tokens_map.json").write_text(
+        json.dumps({"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}, indent=2) + "\n", encoding="utf-8"
+    )
     write_marker(tmp, EXPORT_STAGE, outputs=EXPORT_FILES)
 
 
-def export_hf(checkpoint: Path, out: Path, tokenizer_json: Path | None = None,
-              overwrite: bool = False) -> Path:
+def export_hf(checkpoint: Path, out: Path, tokenizer_json: Path | None = None, overwrite: bool = False) -> Path:
     """Write OUT as an HF `LlamaForCausalLM` + `PreTrainedTokenizerFast` directory; return OUT.
 
     checkpoint: a `step_N` directory or a run's `checkpoints/` directory (newest valid one).
@@ -238,8 +258,9 @@ def export_hf(checkpoint: Path, out: Path, tokenizer_json: Path | None = None,
     if tokenizer_json is None:
         tokenizer_json = find_run_tokenizer(checkpoint)
         if tokenizer_json is None:
-            raise ExportError(f"{checkpoint}: no tokenizer/tokenizer.json in the run above this checkpoint; "
-                              "pass --tokenizer PATH")
+            raise ExportError(
+                f"{checkpoint}: no tokenizer/tokenizer.json in the run above this checkpoint; pass --tokenizer PATH"
+            )
     tokenizer_json = Path(tokenizer_json)
     if not tokenizer_json.is_file():
         raise ExportError(f"{tokenizer_json}: no tokenizer file here")
@@ -248,8 +269,9 @@ def export_hf(checkpoint: Path, out: Path, tokenizer_json: Path | None = None,
     cfg = model.config
     bad = llama_incompatibilities(cfg)
     if bad:
-        raise ExportError(f"{checkpoint}: the model is not Llama-compatible, so it cannot be exported "
-                          f"as LlamaForCausalLM: " + "; ".join(bad))
+        raise ExportError(
+            f"{checkpoint}: the model is not Llama-compatible, so it cannot be exported as LlamaForCausalLM: " + "; ".join(bad)
+        )
     assert cfg.vocab_size is not None
     _check_tokenizer(tokenizer_json, cfg.vocab_size)
 

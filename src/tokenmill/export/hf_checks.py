@@ -37,11 +37,33 @@ MAX_HEADER_BYTES = 64 << 20  # a safetensors header: ~150 bytes a tensor, so ~40
 # Upper limits of a Llama config, well past every published Llama (405B: 126 layers, hidden 16384,
 # ffn 53248, 128 heads, vocab 128256, 131072 positions) yet small enough that nothing built from
 # them can exhaust a machine before the weights are compared.
-LIMITS = {"vocab_size": 1 << 22, "hidden_size": 1 << 16, "num_hidden_layers": 1024, "num_attention_heads": 1024,
-          "num_key_value_heads": 1024, "intermediate_size": 1 << 18, "max_position_embeddings": 1 << 20,
-          "original_max_position_embeddings": 1 << 20}
-DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8, "I32": 4,
-               "I16": 2, "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1}
+LIMITS = {
+    "vocab_size": 1 << 22,
+    "hidden_size": 1 << 16,
+    "num_hidden_layers": 1024,
+    "num_attention_heads": 1024,
+    "num_key_value_heads": 1024,
+    "intermediate_size": 1 << 18,
+    "max_position_embeddings": 1 << 20,
+    "original_max_position_embeddings": 1 << 20,
+}
+DTYPE_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U64": 8,
+    "U32": 4,
+    "U16": 2,
+    "U8": 1,
+    "BOOL": 1,
+}
 WEIGHT_DTYPES = ("F32", "F16", "BF16", "F64")  # what a Llama's weights can be stored as
 
 
@@ -92,17 +114,20 @@ def _int_field(conf: dict[str, Any], key: str, where: Path, default: int | None 
     if value < 1:
         raise HFImportError(f"{where}: {key} must be ≥ 1 (got {value})")
     if value > LIMITS[key]:
-        raise HFImportError(f"{where}: {key} must be ≤ {LIMITS[key]} (got {value}), past any Llama tokenmill "
-                            f"can import")
+        raise HFImportError(f"{where}: {key} must be ≤ {LIMITS[key]} (got {value}), past any Llama tokenmill can import")
     return value
 
 
 def _positive_float(conf: dict[str, Any], key: str, where: Path, default: float, zero_ok: bool = False) -> None:
     value = conf.get(key, default)
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0
-            or (value == 0 and not zero_ok)):
-        raise HFImportError(f"{where}: {key} must be a finite number {'≥ 0' if zero_ok else '> 0'} "
-                            f"(got {_show(value)})")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not zero_ok)
+    ):
+        raise HFImportError(f"{where}: {key} must be a finite number {'≥ 0' if zero_ok else '> 0'} (got {_show(value)})")
 
 
 @dataclass(frozen=True)
@@ -132,8 +157,10 @@ def check_config(conf: Any, where: Path) -> LlamaSizes:
     kv = _int_field(conf, "num_key_value_heads", where, default=heads)
     _int_field(conf, "max_position_embeddings", where, default=2048)
     if hidden % heads or (hidden // heads) % 2:
-        raise HFImportError(f"{where}: hidden_size {hidden} must be num_attention_heads {heads} × an even head_dim "
-                            f"(RoPE rotates pairs of channels)")
+        raise HFImportError(
+            f"{where}: hidden_size {hidden} must be num_attention_heads {heads} × an even head_dim "
+            f"(RoPE rotates pairs of channels)"
+        )
     if heads % kv:
         raise HFImportError(f"{where}: num_attention_heads {heads} must be a multiple of num_key_value_heads {kv}")
     for key, default in (("rms_norm_eps", 1e-6), ("rope_theta", 10000.0)):
@@ -162,17 +189,19 @@ def expected_tensors(s: LlamaSizes) -> dict[str, tuple[tuple[int, ...], str]]:
     kv_why = f"num_key_value_heads {s.kv_heads} × head_dim {s.head_dim}, hidden_size {d}"
     for i in range(s.layers):
         p = f"model.layers.{i}."
-        out.update({
-            p + "input_layernorm.weight": ((d,), f"hidden_size {d}"),
-            p + "self_attn.q_proj.weight": ((d, d), f"hidden_size {d}"),
-            p + "self_attn.k_proj.weight": ((kv_out, d), kv_why),
-            p + "self_attn.v_proj.weight": ((kv_out, d), kv_why),
-            p + "self_attn.o_proj.weight": ((d, d), f"hidden_size {d}"),
-            p + "post_attention_layernorm.weight": ((d,), f"hidden_size {d}"),
-            p + "mlp.gate_proj.weight": ((s.ffn, d), f"intermediate_size {s.ffn}, hidden_size {d}"),
-            p + "mlp.up_proj.weight": ((s.ffn, d), f"intermediate_size {s.ffn}, hidden_size {d}"),
-            p + "mlp.down_proj.weight": ((d, s.ffn), f"hidden_size {d}, intermediate_size {s.ffn}"),
-        })
+        out.update(
+            {
+                p + "input_layernorm.weight": ((d,), f"hidden_size {d}"),
+                p + "self_attn.q_proj.weight": ((d, d), f"hidden_size {d}"),
+                p + "self_attn.k_proj.weight": ((kv_out, d), kv_why),
+                p + "self_attn.v_proj.weight": ((kv_out, d), kv_why),
+                p + "self_attn.o_proj.weight": ((d, d), f"hidden_size {d}"),
+                p + "post_attention_layernorm.weight": ((d,), f"hidden_size {d}"),
+                p + "mlp.gate_proj.weight": ((s.ffn, d), f"intermediate_size {s.ffn}, hidden_size {d}"),
+                p + "mlp.up_proj.weight": ((s.ffn, d), f"intermediate_size {s.ffn}, hidden_size {d}"),
+                p + "mlp.down_proj.weight": ((d, s.ffn), f"hidden_size {d}, intermediate_size {s.ffn}"),
+            }
+        )
     out["model.norm.weight"] = ((d,), f"hidden_size {d}")
     out["lm_head.weight"] = vocab  # optional when tied (checked by the caller)
     return out
@@ -187,19 +216,26 @@ def _entry(file: Path, name: str, raw: Any, data_len: int) -> TensorEntry:
     dtype, shape, offsets = raw.get("dtype"), raw.get("shape"), raw.get("data_offsets")
     if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
         raise HFImportError(f"{where}: unknown dtype {_show(dtype)}")
-    if (not isinstance(shape, list) or len(shape) > 8
-            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)):
+    if (
+        not isinstance(shape, list)
+        or len(shape) > 8
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
+    ):
         raise HFImportError(f"{where}: shape must be a list of at most 8 integers ≥ 0 (got {_show(shape)})")
-    if (not isinstance(offsets, list) or len(offsets) != 2
-            or not all(isinstance(n, int) and not isinstance(n, bool) for n in offsets)):
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(isinstance(n, int) and not isinstance(n, bool) for n in offsets)
+    ):
         raise HFImportError(f"{where}: data_offsets must be [begin, end] (got {_show(offsets)})")
     begin, end = offsets
     if not 0 <= begin <= end <= data_len:
         raise HFImportError(f"{where}: data_offsets [{begin}, {end}] lie outside the file's {data_len} data bytes")
     need = math.prod(shape) * DTYPE_BYTES[dtype]
     if end - begin != need:
-        raise HFImportError(f"{where}: shape {_show(shape)} of {dtype} needs {need} bytes, data_offsets "
-                            f"[{begin}, {end}] hold {end - begin}")
+        raise HFImportError(
+            f"{where}: shape {_show(shape)} of {dtype} needs {need} bytes, data_offsets [{begin}, {end}] hold {end - begin}"
+        )
     return TensorEntry(dtype, tuple(shape), begin, end)
 
 
@@ -210,8 +246,10 @@ def _check_tiling(file: Path, entries: dict[str, TensorEntry], data_len: int) ->
         if e.begin < at:
             raise HFImportError(f"{file}: tensor {name}: data_offsets [{e.begin}, {e.end}] overlap tensor {last}'s")
         if e.begin > at:
-            raise HFImportError(f"{file}: tensor {name}: data_offsets [{e.begin}, {e.end}] leave bytes "
-                                f"{at}..{e.begin} unused (tensors must tile the data)")
+            raise HFImportError(
+                f"{file}: tensor {name}: data_offsets [{e.begin}, {e.end}] leave bytes "
+                f"{at}..{e.begin} unused (tensors must tile the data)"
+            )
         at, last = e.end, name
     if at != data_len:
         raise HFImportError(f"{file}: the tensors end at data byte {at}, the file holds {data_len}")
@@ -248,8 +286,7 @@ def read_header(file: Path) -> dict[str, TensorEntry]:
     meta = header.get("__metadata__")
     if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
         raise HFImportError(f"{file}: __metadata__ must be an object of strings")
-    entries = {name: _entry(file, name, raw_entry, data_len) for name, raw_entry in header.items()
-               if name != "__metadata__"}
+    entries = {name: _entry(file, name, raw_entry, data_len) for name, raw_entry in header.items() if name != "__metadata__"}
     _check_tiling(file, entries, data_len)
     return entries
 
@@ -261,8 +298,7 @@ def _inside(root: Path, rel: Any, index: Path, name: str) -> Path:
         raise HFImportError(f"{where} must be a file name (got {_show(rel)})")
     parts = Path(rel).parts
     if Path(rel).is_absolute() or "\\" in rel or ".." in parts:
-        raise HFImportError(f"{where}: {_show(rel)} leaves the model directory (a relative path without '..' "
-                            f"is expected)")
+        raise HFImportError(f"{where}: {_show(rel)} leaves the model directory (a relative path without '..' is expected)")
     full = root / rel
     if not full.resolve().is_relative_to(root.resolve()):
         raise HFImportError(f"{where}: {_show(rel)} is a link leading out of the model directory")
@@ -290,8 +326,9 @@ def weight_files(root: Path) -> dict[Path, list[str] | None]:
         if not single.resolve().is_relative_to(root.resolve()):
             raise HFImportError(f"{single}: a link leading out of the model directory")
         return {single: None}
-    raise HFImportError(f"{root}: no model.safetensors or {INDEX_FILE} (PyTorch .bin weights are not read: "
-                        "unpickling them could run code)")
+    raise HFImportError(
+        f"{root}: no model.safetensors or {INDEX_FILE} (PyTorch .bin weights are not read: unpickling them could run code)"
+    )
 
 
 def _layers_held(present: dict[str, Any]) -> int:
@@ -309,8 +346,7 @@ def _compare(source: Path, sizes: LlamaSizes, present: dict[str, tuple[Path, Ten
     missing = [n for n in expected if n not in present and not (n == "lm_head.weight" and sizes.tie)]
     if missing:
         held = _layers_held(present)
-        why = (f" (config.json num_hidden_layers {sizes.layers}; the weights hold {held})"
-               if held != sizes.layers else "")
+        why = f" (config.json num_hidden_layers {sizes.layers}; the weights hold {held})" if held != sizes.layers else ""
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         raise HFImportError(f"{source}: tensor {missing[0]} is missing{more}{why}")
     for name, (shape, why) in expected.items():  # in the model's order: the first misfit is the one named
@@ -318,11 +354,11 @@ def _compare(source: Path, sizes: LlamaSizes, present: dict[str, tuple[Path, Ten
             continue  # only a tied lm_head.weight may be absent
         file, e = present[name]
         if e.shape != shape:
-            raise HFImportError(f"{file}: tensor {name}: shape {list(e.shape)} does not match config.json "
-                                f"({why}) -> {list(shape)}")
+            raise HFImportError(
+                f"{file}: tensor {name}: shape {list(e.shape)} does not match config.json ({why}) -> {list(shape)}"
+            )
         if e.dtype not in WEIGHT_DTYPES:
-            raise HFImportError(f"{file}: tensor {name}: dtype {e.dtype}; a weight must be one of "
-                                f"{', '.join(WEIGHT_DTYPES)}")
+            raise HFImportError(f"{file}: tensor {name}: dtype {e.dtype}; a weight must be one of {', '.join(WEIGHT_DTYPES)}")
     for name, (file, _) in present.items():
         if name not in expected and not name.endswith("rotary_emb.inv_freq"):  # old checkpoints store the
             # RoPE table, which tokenmill recomputes
@@ -339,8 +375,9 @@ def check_weights(root: Path, sizes: LlamaSizes) -> dict[Path, list[str]]:
         if listed is not None:
             absent = [n for n in listed if n not in entries]
             if absent:
-                raise HFImportError(f"{root / INDEX_FILE}: weight_map puts tensor {absent[0]} in {file}, whose "
-                                    f"header has no such tensor")
+                raise HFImportError(
+                    f"{root / INDEX_FILE}: weight_map puts tensor {absent[0]} in {file}, whose header has no such tensor"
+                )
         for name, e in entries.items():
             if name in present:
                 raise HFImportError(f"{file}: tensor {name}: also in {present[name][0]}")

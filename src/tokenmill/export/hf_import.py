@@ -85,14 +85,21 @@ def model_config_from_hf(conf: dict[str, Any], where: Path) -> ModelConfig:
     if bad:
         raise HFImportError(f"{where}: this Llama variant differs from tokenmill's model: " + "; ".join(bad))
     return ModelConfig(
-        vocab_size=int(_need(conf, "vocab_size", where)), d_model=d, n_layers=int(_need(conf, "num_hidden_layers", where)),
-        n_heads=heads, n_kv_heads=int(conf.get("num_key_value_heads") or heads),
+        vocab_size=int(_need(conf, "vocab_size", where)),
+        d_model=d,
+        n_layers=int(_need(conf, "num_hidden_layers", where)),
+        n_heads=heads,
+        n_kv_heads=int(conf.get("num_key_value_heads") or heads),
         ffn_hidden=int(_need(conf, "intermediate_size", where)),
-        max_seq_len=int(conf.get("max_position_embeddings", 2048)), rope_theta=theta,
-        norm_eps=float(conf.get("rms_norm_eps", 1e-6)), tie_embeddings=bool(conf.get("tie_word_embeddings", False)),
+        max_seq_len=int(conf.get("max_position_embeddings", 2048)),
+        rope_theta=theta,
+        norm_eps=float(conf.get("rms_norm_eps", 1e-6)),
+        tie_embeddings=bool(conf.get("tie_word_embeddings", False)),
         init_std=float(conf.get("initializer_range", 0.02)),
-        rope_scaling=kind if kind in ("linear", "yarn") else "none", rope_scaling_factor=factor,
-        rope_original_max_seq_len=original)
+        rope_scaling=kind if kind in ("linear", "yarn") else "none",
+        rope_scaling_factor=factor,
+        rope_original_max_seq_len=original,
+    )
 
 
 def read_hf_weights(path: Path) -> dict[str, torch.Tensor]:
@@ -119,7 +126,7 @@ def tokenmill_tensors(hf: dict[str, torch.Tensor], tie: bool, where: Path) -> di
     out = {}
     for name, t in hf.items():
         if name.startswith("model."):
-            out[name[len("model."):]] = t
+            out[name[len("model.") :]] = t
         elif name == "lm_head.weight":
             if tie and not torch.equal(t, hf["model.embed_tokens.weight"]):
                 raise HFImportError(f"{where}: tie_word_embeddings is true but lm_head.weight differs from the embedding")
@@ -169,7 +176,11 @@ def llama_reference_logits(hf: dict[str, torch.Tensor], conf: dict[str, Any], id
         att = (q @ k.transpose(-1, -2) / math.sqrt(hd)).masked_fill(~causal, float("-inf")).softmax(-1)
         x = x + (att @ v).transpose(1, 2).reshape(B, T, d) @ w[p + "self_attn.o_proj.weight"].T
         h = _rms(x, w[p + "post_attention_layernorm.weight"], eps)
-        x = x + (F.silu(h @ w[p + "mlp.gate_proj.weight"].T) * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+        x = (
+            x
+            + (F.silu(h @ w[p + "mlp.gate_proj.weight"].T) * (h @ w[p + "mlp.up_proj.weight"].T))
+            @ w[p + "mlp.down_proj.weight"].T
+        )
     x = _rms(x, w["model.norm.weight"], eps)
     return x @ w.get("lm_head.weight", w["model.embed_tokens.weight"]).T
 
@@ -210,8 +221,14 @@ def import_hf(path: Path | str, tolerance: float = 1e-4, check_tokens: int = 32)
     ref = llama_reference_logits(hf, conf, idx)
     diff = float((ours - ref).abs().max() / ref.abs().max().clamp_min(1e-12))
     if diff > tolerance:
-        raise HFImportError(f"{path}: imported logits differ from the Llama definition by {diff:.2e} of their range "
-                           f"(tolerance {tolerance:g}): tokenmill does not reproduce this model")
-    info = {"from": str(path.resolve()), "format": "hf-llama", "model_config": cfg.model_dump(mode="json"),
-            "parity": {"max_rel_diff": diff, "tokens": int(idx.numel())}}
+        raise HFImportError(
+            f"{path}: imported logits differ from the Llama definition by {diff:.2e} of their range "
+            f"(tolerance {tolerance:g}): tokenmill does not reproduce this model"
+        )
+    info = {
+        "from": str(path.resolve()),
+        "format": "hf-llama",
+        "model_config": cfg.model_dump(mode="json"),
+        "parity": {"max_rel_diff": diff, "tokens": int(idx.numel())},
+    }
     return model, info

@@ -36,8 +36,7 @@ from tokenmill.mixture.errors import MixtureError
 from tokenmill.runs import atomic_write_text
 from tokenmill.tokens.store import TokenStore
 
-WHY = ("Seed 004: keep 50-70% human-written data; Shumailov et al. 2024: models trained on recursively "
-       "generated data collapse.")
+WHY = "Seed 004: keep 50-70% human-written data; Shumailov et al. 2024: models trained on recursively generated data collapse."
 
 
 class SyntheticLimitError(MixtureError):
@@ -78,9 +77,13 @@ class SyntheticReport:
     problems: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"buckets": {b: {**asdict(s), "share": s.share} for b, s in self.buckets.items()},
-                "phases": self.phases, "share": self.share, "generation": self.generation,
-                "problems": self.problems}
+        return {
+            "buckets": {b: {**asdict(s), "share": s.share} for b, s in self.buckets.items()},
+            "phases": self.phases,
+            "share": self.share,
+            "generation": self.generation,
+            "problems": self.problems,
+        }
 
 
 def synthetic_generations(curated: Path, bucket: str) -> dict[str, int]:
@@ -154,8 +157,10 @@ def assess(phases: list[PhaseLike], buckets: dict[str, BucketSynthetic]) -> Synt
 
 
 def _bucket_words(b: BucketSynthetic, part: float) -> str:
-    return (f"bucket {b.bucket!r} gives {part:.1%} ({b.share:.1%} of its {b.tokens:,} training tokens are "
-            f"synthetic, generation {b.generation})")
+    return (
+        f"bucket {b.bucket!r} gives {part:.1%} ({b.share:.1%} of its {b.tokens:,} training tokens are "
+        f"synthetic, generation {b.generation})"
+    )
 
 
 def check(report: SyntheticReport, limits: SyntheticLimitsConfig, several_phases: bool) -> list[str]:
@@ -164,24 +169,30 @@ def check(report: SyntheticReport, limits: SyntheticLimitsConfig, several_phases
     for name, ph in report.phases.items():
         if ph["share"] > limits.max_share + 2e-6:  # the loader quantises shares to 2^-20
             where = f"phase {name!r}" if several_phases else "the mixture"
-            parts = ", ".join(_bucket_words(report.buckets[b], c) for b, c in
-                              sorted(ph["contributions"].items(), key=lambda kv: -kv[1]))
-            problems.append(f"{where} would draw {ph['share']:.1%} of its tokens from synthetic documents, above "
-                            f"mixture.synthetic.max_share {limits.max_share:g}: {parts}. {WHY} Lower those "
-                            f"buckets' weights, or raise mixture.synthetic.max_share knowingly.")
+            parts = ", ".join(
+                _bucket_words(report.buckets[b], c) for b, c in sorted(ph["contributions"].items(), key=lambda kv: -kv[1])
+            )
+            problems.append(
+                f"{where} would draw {ph['share']:.1%} of its tokens from synthetic documents, above "
+                f"mixture.synthetic.max_share {limits.max_share:g}: {parts}. {WHY} Lower those "
+                f"buckets' weights, or raise mixture.synthetic.max_share knowingly."
+            )
     used = {b for ph in report.phases.values() for b in ph["contributions"]}
     for b in sorted(used):
         g = report.buckets[b].generation
         if g > limits.max_generation:
-            problems.append(f"bucket {b!r} holds synthetic documents of generation {g} (sampled from a model "
-                            f"that itself trained on generation-{g - 1} data), above "
-                            f"mixture.synthetic.max_generation {limits.max_generation}. {WHY} Sample from a "
-                            f"model trained on real data, or raise mixture.synthetic.max_generation knowingly.")
+            problems.append(
+                f"bucket {b!r} holds synthetic documents of generation {g} (sampled from a model "
+                f"that itself trained on generation-{g - 1} data), above "
+                f"mixture.synthetic.max_generation {limits.max_generation}. {WHY} Sample from a "
+                f"model trained on real data, or raise mixture.synthetic.max_generation knowingly."
+            )
     return problems
 
 
-def guard_mixture(run_path: Path, store: TokenStore, phases: list[PhaseLike], limits: SyntheticLimitsConfig,
-                  events: Any = None) -> SyntheticReport:
+def guard_mixture(
+    run_path: Path, store: TokenStore, phases: list[PhaseLike], limits: SyntheticLimitsConfig, events: Any = None
+) -> SyntheticReport:
     """Measure the planned mixture and refuse it above the limits (SyntheticLimitError), before
     any step is trained. With synthetic data, a `synthetic_mixture` event records the figures."""
     used = sorted({b for p in phases for b, w in p.weights.items() if w > 0})
@@ -189,8 +200,9 @@ def guard_mixture(run_path: Path, store: TokenStore, phases: list[PhaseLike], li
     report = assess(phases, buckets)
     report.problems = check(report, limits, len(phases) > 1)
     if events is not None and any(b.synthetic_docs for b in buckets.values()):
-        events.write("train", "synthetic_mixture", **report.as_dict(), max_share=limits.max_share,
-                     max_generation=limits.max_generation)
+        events.write(
+            "train", "synthetic_mixture", **report.as_dict(), max_share=limits.max_share, max_generation=limits.max_generation
+        )
     if report.problems:
         raise SyntheticLimitError("synthetic data over the limit: " + " Also: ".join(report.problems))
     return report

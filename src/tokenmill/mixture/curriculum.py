@@ -51,11 +51,21 @@ class Phase:
         return self.end_step * self.tokens_per_step
 
     def to_dict(self) -> dict:
-        return {"index": self.index, "name": self.name, "start_step": self.start_step, "end_step": self.end_step,
-                "steps": self.steps, "seq_len": self.seq_len, "rows_per_micro_batch": self.rows,
-                "anneal": self.anneal, "fraction": self.fraction, "token_start": self.token_start,
-                "token_end": self.token_end, "weights": dict(self.weights),
-                **({"rope": dict(self.rope)} if self.rope else {})}
+        return {
+            "index": self.index,
+            "name": self.name,
+            "start_step": self.start_step,
+            "end_step": self.end_step,
+            "steps": self.steps,
+            "seq_len": self.seq_len,
+            "rows_per_micro_batch": self.rows,
+            "anneal": self.anneal,
+            "fraction": self.fraction,
+            "token_start": self.token_start,
+            "token_end": self.token_end,
+            "weights": dict(self.weights),
+            **({"rope": dict(self.rope)} if self.rope else {}),
+        }
 
 
 def resolve_weights(weights: dict[str, float] | None, available: dict[str, int], where: str) -> dict[str, float]:
@@ -64,8 +74,10 @@ def resolve_weights(weights: dict[str, float] | None, available: dict[str, int],
     if weights is None:
         raw = {b: float(n) for b, n in available.items() if n > 0}
         if not raw:
-            raise MixtureError(f"{where}: no bucket of the token store ({', '.join(known) or 'none'}) holds "
-                               f"a training token; run `tokenmill tokenize` on a non-empty corpus")
+            raise MixtureError(
+                f"{where}: no bucket of the token store ({', '.join(known) or 'none'}) holds "
+                f"a training token; run `tokenmill tokenize` on a non-empty corpus"
+            )
         return raw
     unknown = sorted(set(weights) - set(known))
     if unknown:
@@ -82,14 +94,14 @@ def resolve_weights(weights: dict[str, float] | None, available: dict[str, int],
     return raw
 
 
-def with_replay(raw: dict[str, float], available: dict[str, int], replay: ReplayConfig, where: str
-                ) -> dict[str, float]:
+def with_replay(raw: dict[str, float], available: dict[str, int], replay: ReplayConfig, where: str) -> dict[str, float]:
     """Weights with `replay.share` on the replay buckets and the rest on the others, each group
     keeping its own relative weights (a replay bucket the weights leave out: its token count)."""
     unknown = sorted(set(replay.buckets) - set(available))
     if unknown:
-        raise MixtureError(f"mixture.replay.buckets names bucket(s) {unknown} that are not in the token store "
-                           f"(buckets: {sorted(available)})")
+        raise MixtureError(
+            f"mixture.replay.buckets names bucket(s) {unknown} that are not in the token store (buckets: {sorted(available)})"
+        )
     empty = sorted(b for b in replay.buckets if available[b] == 0)
     if empty:
         raise MixtureError(f"mixture.replay.buckets {empty} hold no training token")
@@ -98,8 +110,10 @@ def with_replay(raw: dict[str, float], available: dict[str, int], replay: Replay
     if not new:
         raise MixtureError(f"{where}: mixture.replay.buckets {replay.buckets} leave no new data to train on")
     s_old, s_new = sum(old.values()), sum(new.values())
-    return {**{b: (1 - replay.share) * w / s_new for b, w in new.items()},
-            **{b: replay.share * w / s_old for b, w in old.items()}}
+    return {
+        **{b: (1 - replay.share) * w / s_new for b, w in new.items()},
+        **{b: replay.share * w / s_old for b, w in old.items()},
+    }
 
 
 def phase_configs(mixture: MixtureConfig) -> list[PhaseConfig]:
@@ -107,34 +121,50 @@ def phase_configs(mixture: MixtureConfig) -> list[PhaseConfig]:
     return list(mixture.phases) or [PhaseConfig(name="main", fraction=1.0)]
 
 
-def build_phases(mixture: MixtureConfig, available: dict[str, int], seq_len: int, micro_batch: int,
-                 global_micro: int, max_steps: int) -> tuple[list[Phase], list[Interleave]]:
+def build_phases(
+    mixture: MixtureConfig, available: dict[str, int], seq_len: int, micro_batch: int, global_micro: int, max_steps: int
+) -> tuple[list[Phase], list[Interleave]]:
     """(phases, the bucket interleave of each phase). global_micro = world_size · grad_accum."""
     configs = phase_configs(mixture)
     micro_tokens = micro_batch * seq_len
     phases, interleaves, cum, prev_end = [], [], 0.0, 0
     for k, pc in enumerate(configs):
         where = f"mixture.phases[{k}] ({pc.name!r})" if mixture.phases else "mixture.weights"
-        raw = resolve_weights(pc.weights if pc.weights is not None else mixture.weights, available,
-                              f"{where}.weights" if mixture.phases else where)
+        raw = resolve_weights(
+            pc.weights if pc.weights is not None else mixture.weights, available, f"{where}.weights" if mixture.phases else where
+        )
         if mixture.replay is not None and pc.weights is None:
             raw = with_replay(raw, available, mixture.replay, f"{where}.weights" if mixture.phases else where)
         cum += pc.fraction
         end = max_steps if k == len(configs) - 1 else math.floor(cum * max_steps + 0.5 + 1e-9)
         if end <= prev_end:
-            raise MixtureError(f"{where} (fraction {pc.fraction:g}) gets no optimizer step with "
-                               f"train.max_steps={max_steps}; raise max_steps or the fraction")
+            raise MixtureError(
+                f"{where} (fraction {pc.fraction:g}) gets no optimizer step with "
+                f"train.max_steps={max_steps}; raise max_steps or the fraction"
+            )
         plen = pc.seq_len or seq_len
         if micro_tokens % plen:
-            raise MixtureError(f"{where}: seq_len {plen} does not divide the {micro_tokens} tokens of a "
-                               f"micro-batch (train.micro_batch {micro_batch} × train.seq_len {seq_len}); "
-                               f"pick a seq_len that does, so tokens per step stay constant")
+            raise MixtureError(
+                f"{where}: seq_len {plen} does not divide the {micro_tokens} tokens of a "
+                f"micro-batch (train.micro_batch {micro_batch} × train.seq_len {seq_len}); "
+                f"pick a seq_len that does, so tokens per step stay constant"
+            )
         interleave = Interleave(raw)
-        phases.append(Phase(index=k, name=pc.name, start_step=prev_end + 1, end_step=end, seq_len=plen,
-                            rows=micro_tokens // plen, weights=interleave.shares,
-                            anneal=pc.anneal, fraction=pc.fraction,
-                            tokens_per_step=global_micro * micro_tokens,
-                            rope=pc.rope.model_dump(exclude_none=True) if pc.rope else None))
+        phases.append(
+            Phase(
+                index=k,
+                name=pc.name,
+                start_step=prev_end + 1,
+                end_step=end,
+                seq_len=plen,
+                rows=micro_tokens // plen,
+                weights=interleave.shares,
+                anneal=pc.anneal,
+                fraction=pc.fraction,
+                tokens_per_step=global_micro * micro_tokens,
+                rope=pc.rope.model_dump(exclude_none=True) if pc.rope else None,
+            )
+        )
         interleaves.append(interleave)
         prev_end = end
     return phases, interleaves

@@ -58,8 +58,7 @@ SHUFFLE_BLOCK = 4096
 # threshold do not, so changing them never blocks a resume).
 _ORDER_FIELDS = ("weights", "phases", "packing", "doc_masking", "shuffle")
 
-__all__ = ["Batch", "DocSpan", "Loader", "MixtureError", "Phase", "SampleSource",
-           "store_fingerprint"]
+__all__ = ["Batch", "DocSpan", "Loader", "MixtureError", "Phase", "SampleSource", "store_fingerprint"]
 
 
 def store_fingerprint(store: TokenStore) -> str:
@@ -86,11 +85,27 @@ def _keys(step: int, micro: int, max_steps: int, grad_accum: int) -> Iterator[tu
 class Loader:
     """`batch(step, micro) -> Batch` for one data-parallel rank; stateless, exact on resume."""
 
-    def __init__(self, store: TokenStore, mixture: MixtureConfig, seq_len: int, micro_batch: int,
-                 grad_accum: int, max_steps: int, seed: int, world_size: int = 1, rank: int = 0,
-                 split: str = "train", pin_memory: bool = False):
-        for name, v in (("seq_len", seq_len), ("micro_batch", micro_batch), ("grad_accum", grad_accum),
-                        ("max_steps", max_steps), ("world_size", world_size)):
+    def __init__(
+        self,
+        store: TokenStore,
+        mixture: MixtureConfig,
+        seq_len: int,
+        micro_batch: int,
+        grad_accum: int,
+        max_steps: int,
+        seed: int,
+        world_size: int = 1,
+        rank: int = 0,
+        split: str = "train",
+        pin_memory: bool = False,
+    ):
+        for name, v in (
+            ("seq_len", seq_len),
+            ("micro_batch", micro_batch),
+            ("grad_accum", grad_accum),
+            ("max_steps", max_steps),
+            ("world_size", world_size),
+        ):
             if v < 1:
                 raise MixtureError(f"{name} must be >= 1, got {v}")
         if not 0 <= rank < world_size:
@@ -100,25 +115,39 @@ class Loader:
         self.max_steps, self.seed, self.world_size, self.rank = max_steps, int(seed), world_size, rank
         self.pin_memory = pin_memory and torch.cuda.is_available()  # page-locked host memory for async H2D
         available = {b: store.n_tokens(b, split) for b in store.buckets}
-        self.phases, self._interleaves = build_phases(mixture, available, seq_len, micro_batch,
-                                                      world_size * grad_accum, max_steps)
+        self.phases, self._interleaves = build_phases(
+            mixture, available, seq_len, micro_batch, world_size * grad_accum, max_steps
+        )
         used = sorted({b for il in self._interleaves for b in il.buckets})
         self._streams = {b: BucketStream(b, store.shards(b, split), self.seed) for b in used}
-        self._blocks = [{b: self._block_size(ph, b) for b in il.buckets}
-                        for ph, il in zip(self.phases, self._interleaves)]
+        self._blocks = [{b: self._block_size(ph, b) for b in il.buckets} for ph, il in zip(self.phases, self._interleaves)]
         self._counts, self._offsets = self._phase_accounting()
         self._doc_ids = DocIds()
         self._perms: dict[tuple[int, str, int], np.ndarray] = {}
         self._fingerprint_parts = self._compute_fingerprint_parts()
         self._prefetcher: Prefetcher | None = None
         self._plan = build_plan(
-            phases=self.phases, counts=self._counts, offsets=self._offsets, streams=self._streams,
-            packing=mixture.packing, doc_masking=mixture.doc_masking, max_epochs_warn=mixture.max_epochs_warn,
-            layout={"version": LOADER_VERSION, "seed": self.seed, "split": split, "seq_len": seq_len,
-                    "micro_batch": micro_batch, "grad_accum": grad_accum, "world_size": world_size,
-                    "max_steps": max_steps, "tokens_per_step": self.tokens_per_step,
-                    "fingerprint": self.fingerprint()},
-            positions=self._sample_positions)
+            phases=self.phases,
+            counts=self._counts,
+            offsets=self._offsets,
+            streams=self._streams,
+            packing=mixture.packing,
+            doc_masking=mixture.doc_masking,
+            max_epochs_warn=mixture.max_epochs_warn,
+            layout={
+                "version": LOADER_VERSION,
+                "seed": self.seed,
+                "split": split,
+                "seq_len": seq_len,
+                "micro_batch": micro_batch,
+                "grad_accum": grad_accum,
+                "world_size": world_size,
+                "max_steps": max_steps,
+                "tokens_per_step": self.tokens_per_step,
+                "fingerprint": self.fingerprint(),
+            },
+            positions=self._sample_positions,
+        )
 
     # ------------------------------------------------------------------ layout
     @property
@@ -222,14 +251,14 @@ class Loader:
             stream, pieces = self._streams[bucket], self._pieces(k, bucket, j)
             if self.mixture.packing == "packed":
                 stream.read(pieces, out.tokens[r])
-                packed_masks([p.end - p.start for p in pieces], T, doc_masking,
-                             out.positions[r], out.segments[r], out.loss_mask[r])
+                packed_masks(
+                    [p.end - p.start for p in pieces], T, doc_masking, out.positions[r], out.segments[r], out.loss_mask[r]
+                )
             else:
                 p = pieces[0]
                 doc = np.empty(p.end, np.int64)
                 stream.read(pieces, doc)
-                padded_row(doc, T, self.store.pad_id, out.tokens[r], out.positions[r], out.segments[r],
-                           out.loss_mask[r])
+                padded_row(doc, T, self.store.pad_id, out.tokens[r], out.positions[r], out.segments[r], out.loss_mask[r])
         batch = out.to_batch(doc_masking, step, micro, phase.name)
         return batch.pin_memory() if self.pin_memory else batch
 
@@ -287,8 +316,9 @@ class Loader:
                 raise RuntimeError("loader was garbage-collected")
             return loader._build(*key)
 
-        self._prefetcher = Prefetcher(produce, _keys(step, micro, self.max_steps, self.grad_accum), depth=self.mixture.prefetch,
-                                      order=lambda key: key)
+        self._prefetcher = Prefetcher(
+            produce, _keys(step, micro, self.max_steps, self.grad_accum), depth=self.mixture.prefetch, order=lambda key: key
+        )
 
     def start_prefetch(self, first_step: int) -> None:
         """Prepare batches from (first_step, micro 0) on in a background thread (mixture.prefetch deep)."""
@@ -320,8 +350,9 @@ class Loader:
             rank, rest = divmod(g, self.grad_accum * phase.rows)
             micro, row = divmod(rest, phase.rows)
             spans = tuple(self._span(bucket, p) for p in self._pieces(k, bucket, j))
-            out.append(SampleSource(step=step, rank=rank, micro=micro, row=row, phase=phase.name,
-                                    bucket=bucket, sample=j, spans=spans))
+            out.append(
+                SampleSource(step=step, rank=rank, micro=micro, row=row, phase=phase.name, bucket=bucket, sample=j, spans=spans)
+            )
         return out
 
     def _span(self, bucket: str, p: Piece) -> DocSpan:
@@ -329,8 +360,16 @@ class Loader:
         si, doc = stream.locate(p.doc)
         shard = stream.shards[si]
         name = shard.prefix.relative_to(self.store.root).as_posix()
-        return DocSpan(bucket=bucket, shard=name, doc=doc, doc_id=self._doc_ids.get(name, shard, doc),
-                       start=p.start, end=p.end, row_start=p.row_start, epoch=p.epoch)
+        return DocSpan(
+            bucket=bucket,
+            shard=name,
+            doc=doc,
+            doc_id=self._doc_ids.get(name, shard, doc),
+            start=p.start,
+            end=p.end,
+            row_start=p.row_start,
+            epoch=p.epoch,
+        )
 
     def global_provenance(self, step: int) -> list[SampleSource]:
         """Every sequence of the global batch of `step` (all ranks, all micro-batches) with its documents."""
@@ -348,15 +387,22 @@ class Loader:
         return dict(self._fingerprint_parts)
 
     def _compute_fingerprint_parts(self) -> dict[str, str]:
-        order = {"version": LOADER_VERSION, "seed": self.seed, "split": self.split, "seq_len": self.seq_len,
-                 "global_rows": self.world_size * self.grad_accum * self.micro_batch,
-                 "max_steps": self.max_steps,
-                 "mixture": self.mixture.model_dump(mode="json", include=set(_ORDER_FIELDS))}
-        return {"store": store_fingerprint(self.store),
-                "order": xxhash.xxh64_hexdigest(json.dumps(order, sort_keys=True).encode())}
+        order = {
+            "version": LOADER_VERSION,
+            "seed": self.seed,
+            "split": self.split,
+            "seq_len": self.seq_len,
+            "global_rows": self.world_size * self.grad_accum * self.micro_batch,
+            "max_steps": self.max_steps,
+            "mixture": self.mixture.model_dump(mode="json", include=set(_ORDER_FIELDS)),
+        }
+        return {
+            "store": store_fingerprint(self.store),
+            "order": xxhash.xxh64_hexdigest(json.dumps(order, sort_keys=True).encode()),
+        }
 
     def fingerprint(self) -> str:
-        """"<store hash>-<order hash>": equal iff a resumed run receives exactly the same data."""
+        """ "<store hash>-<order hash>": equal iff a resumed run receives exactly the same data."""
         parts = self.fingerprint_parts()
         return f"{parts['store']}-{parts['order']}"
 
@@ -371,16 +417,25 @@ class Loader:
         if s_store != parts["store"]:
             what.append(f"the token store {self.store.root} changed (re-tokenized or edited)")
         if s_order != parts["order"]:
-            what.append("the data order changed (mixture weights/phases/packing/doc_masking, seed, seq_len, "
-                        "global batch size or max_steps)")
-        raise MixtureError(f"{where} was written with loader fingerprint {saved}, this run's is {mine}: "
-                           f"{'; '.join(what)}. Resuming would feed different data than the interrupted run; "
-                           f"restore the original data and config, or start a new run")
+            what.append(
+                "the data order changed (mixture weights/phases/packing/doc_masking, seed, seq_len, "
+                "global batch size or max_steps)"
+            )
+        raise MixtureError(
+            f"{where} was written with loader fingerprint {saved}, this run's is {mine}: "
+            f"{'; '.join(what)}. Resuming would feed different data than the interrupted run; "
+            f"restore the original data and config, or start a new run"
+        )
 
     def cursor(self, step: int) -> dict:
         """The data cursor after optimizer step `step`, for a checkpoint's state."""
-        return {"loader": LOADER_VERSION, "next_step": step + 1, "next_micro": 0, "seed": self.seed,
-                "fingerprint": self.fingerprint()}
+        return {
+            "loader": LOADER_VERSION,
+            "next_step": step + 1,
+            "next_micro": 0,
+            "seed": self.seed,
+            "fingerprint": self.fingerprint(),
+        }
 
     def plan(self) -> dict:
         """The mixture plan: budget, phases, per-bucket samples/tokens/epochs/effective tokens, warnings."""

@@ -52,15 +52,25 @@ class Batch:
         def move(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.to(device, non_blocking=non_blocking)
 
-        return replace(self, tokens=move(self.tokens), positions=move(self.positions),
-                       segments=move(self.segments), loss_mask=move(self.loss_mask))
+        return replace(
+            self,
+            tokens=move(self.tokens),
+            positions=move(self.positions),
+            segments=move(self.segments),
+            loss_mask=move(self.loss_mask),
+        )
 
     def pin_memory(self) -> "Batch":
         def pin(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.pin_memory()
 
-        return replace(self, tokens=pin(self.tokens), positions=pin(self.positions),
-                       segments=pin(self.segments), loss_mask=pin(self.loss_mask))
+        return replace(
+            self,
+            tokens=pin(self.tokens),
+            positions=pin(self.positions),
+            segments=pin(self.segments),
+            loss_mask=pin(self.loss_mask),
+        )
 
 
 @dataclass
@@ -74,18 +84,28 @@ class RowMasks:
 
     @classmethod
     def empty(cls, rows: int, seq_len: int) -> "RowMasks":
-        return cls(np.empty((rows, seq_len + 1), np.int64), np.empty((rows, seq_len), np.int64),
-                   np.empty((rows, seq_len), np.int32), np.empty((rows, seq_len), np.bool_))
+        return cls(
+            np.empty((rows, seq_len + 1), np.int64),
+            np.empty((rows, seq_len), np.int64),
+            np.empty((rows, seq_len), np.int32),
+            np.empty((rows, seq_len), np.bool_),
+        )
 
     def to_batch(self, doc_masking: bool, step: int, micro: int, phase: str) -> Batch:
-        return Batch(tokens=torch.from_numpy(self.tokens),
-                     positions=torch.from_numpy(self.positions) if doc_masking else None,
-                     segments=torch.from_numpy(self.segments) if doc_masking else None,
-                     loss_mask=torch.from_numpy(self.loss_mask), step=step, micro=micro, phase=phase)
+        return Batch(
+            tokens=torch.from_numpy(self.tokens),
+            positions=torch.from_numpy(self.positions) if doc_masking else None,
+            segments=torch.from_numpy(self.segments) if doc_masking else None,
+            loss_mask=torch.from_numpy(self.loss_mask),
+            step=step,
+            micro=micro,
+            phase=phase,
+        )
 
 
-def packed_masks(run_lengths: list[int], seq_len: int, doc_masking: bool,
-                 positions: np.ndarray, segments: np.ndarray, loss_mask: np.ndarray) -> None:
+def packed_masks(
+    run_lengths: list[int], seq_len: int, doc_masking: bool, positions: np.ndarray, segments: np.ndarray, loss_mask: np.ndarray
+) -> None:
     """Fill one packed row's masks from the lengths of its document runs (Σ = seq_len + 1)."""
     if not doc_masking:
         loss_mask[:] = True
@@ -97,8 +117,15 @@ def packed_masks(run_lengths: list[int], seq_len: int, doc_masking: bool,
     np.equal(run[:seq_len], run[1:], out=loss_mask)
 
 
-def padded_row(doc: np.ndarray, seq_len: int, pad_id: int, tokens: np.ndarray,
-               positions: np.ndarray, segments: np.ndarray, loss_mask: np.ndarray) -> int:
+def padded_row(
+    doc: np.ndarray,
+    seq_len: int,
+    pad_id: int,
+    tokens: np.ndarray,
+    positions: np.ndarray,
+    segments: np.ndarray,
+    loss_mask: np.ndarray,
+) -> int:
     """Fill one padded row with a document cut to seq_len + 1 tokens; returns the tokens kept."""
     n = min(int(doc.size), seq_len + 1)
     tokens[:n] = doc[:n]

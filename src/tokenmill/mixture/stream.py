@@ -42,10 +42,10 @@ class BucketStream:
         self._key = [int(seed) & 0xFFFF_FFFF_FFFF_FFFF, xxhash.xxh64_intdigest(bucket.encode())]
         n_docs = [s.n_docs for s in shards]
         self.doc_shard = np.repeat(np.arange(len(shards), dtype=np.int64), n_docs)
-        self.doc_start = (np.concatenate([s.offsets[:-1] for s in shards]) if shards
-                          else np.zeros(0, np.int64)).astype(np.int64)
-        self.doc_len = (np.concatenate([np.diff(s.offsets) for s in shards]) if shards
-                        else np.zeros(0, np.int64)).astype(np.int64)
+        self.doc_start = (np.concatenate([s.offsets[:-1] for s in shards]) if shards else np.zeros(0, np.int64)).astype(np.int64)
+        self.doc_len = (np.concatenate([np.diff(s.offsets) for s in shards]) if shards else np.zeros(0, np.int64)).astype(
+            np.int64
+        )
         self.doc_base = np.concatenate([[0], np.cumsum(n_docs)]).astype(np.int64)  # shard -> first doc
         self.n_docs = int(self.doc_len.size)
         self.n_tokens = int(self.doc_len.sum())
@@ -90,7 +90,7 @@ class BucketStream:
         for p in pieces:
             shard = self.shards[int(self.doc_shard[p.doc])]
             s = int(self.doc_start[p.doc])
-            out[p.row_start:p.row_start + p.end - p.start] = shard.tokens[s + p.start:s + p.end]
+            out[p.row_start : p.row_start + p.end - p.start] = shard.tokens[s + p.start : s + p.end]
 
     def doc_at(self, k: int) -> tuple[int, int]:
         """(epoch, bucket-wide doc index) of the k-th document of the stream."""

@@ -32,11 +32,14 @@ class ModelConfig(Strict):
     ffn: Literal["swiglu", "gelu"] = Field("swiglu", description="FFN type; GELU's default hidden size is 4·d.")
     position: Literal["rope", "learned"] = Field("rope", description="Rotary or learned absolute positions.")
     rope_scaling: Literal["none", "linear", "ntk", "yarn"] = Field(
-        "none", description="Context extension (model/rope.py): linear divides positions by the factor, ntk "
-                            "raises the base, yarn interpolates the slow frequencies only and scales attention.")
+        "none",
+        description="Context extension (model/rope.py): linear divides positions by the factor, ntk "
+        "raises the base, yarn interpolates the slow frequencies only and scales attention.",
+    )
     rope_scaling_factor: float = Field(1.0, gt=0.0, description="Factor of rope_scaling (ignored for 'none').")
     rope_original_max_seq_len: int | None = Field(
-        None, ge=1, description="YaRN: the context the frequencies were trained for (None: max_seq_len / factor).")
+        None, ge=1, description="YaRN: the context the frequencies were trained for (None: max_seq_len / factor)."
+    )
     qk_norm: bool = Field(False, description="Normalize queries and keys per head before RoPE (seed 000).")
     sliding_window: int | None = Field(None, ge=1, description="A query sees only keys fewer than this many tokens away.")
     z_loss: float = Field(0.0, ge=0.0, description="Coefficient of the z-loss on the output log-partition (0: off).")

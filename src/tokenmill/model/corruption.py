@@ -62,8 +62,7 @@ def _runs(segments: torch.Tensor) -> torch.Tensor:
     return torch.cat([torch.zeros_like(change[:, :1]), change.cumsum(1, dtype=torch.int32)], dim=1)
 
 
-def bidirectional_mask(B: int, T: int, segments: torch.Tensor | None = None,
-                       device: torch.device | None = None) -> torch.Tensor:
+def bidirectional_mask(B: int, T: int, segments: torch.Tensor | None = None, device: torch.device | None = None) -> torch.Tensor:
     """[B, T, T] all True, or True exactly where query and key lie in the same document."""
     if segments is None:
         return torch.ones(B, T, T, dtype=torch.bool, device=device)
@@ -83,8 +82,9 @@ def prefix_lm_mask(prefix_len: torch.Tensor, T: int, segments: torch.Tensor | No
 
 
 # --------------------------------------------------------------------------- MLM
-def mlm_corrupt(tokens: torch.Tensor, vocab_size: int, generator: torch.Generator, prob: float = 0.15,
-                n_sentinels: int = DEFAULT_N_SENTINELS) -> tuple[torch.Tensor, torch.Tensor]:
+def mlm_corrupt(
+    tokens: torch.Tensor, vocab_size: int, generator: torch.Generator, prob: float = 0.15, n_sentinels: int = DEFAULT_N_SENTINELS
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(inputs, labels) for ids [B, T]: BERT's 80/10/10 on a Bernoulli(prob) selection of the
     non-special tokens; labels are the original token at selected positions, IGNORE elsewhere."""
     lo = n_special(n_sentinels)
@@ -101,9 +101,15 @@ def mlm_corrupt(tokens: torch.Tensor, vocab_size: int, generator: torch.Generato
     return inputs, labels
 
 
-def mlm_batch(tokens: torch.Tensor, segments: torch.Tensor | None, positions: torch.Tensor | None,
-              vocab_size: int, generator: torch.Generator, prob: float = 0.15,
-              n_sentinels: int = DEFAULT_N_SENTINELS) -> CorruptedBatch:
+def mlm_batch(
+    tokens: torch.Tensor,
+    segments: torch.Tensor | None,
+    positions: torch.Tensor | None,
+    vocab_size: int,
+    generator: torch.Generator,
+    prob: float = 0.15,
+    n_sentinels: int = DEFAULT_N_SENTINELS,
+) -> CorruptedBatch:
     """MLM over the loader's inputs tokens[:, :-1] (the extra target column is unused)."""
     x = tokens[:, :-1]
     inputs, labels = mlm_corrupt(x, vocab_size, generator, prob, n_sentinels)
@@ -121,8 +127,13 @@ def sample_prefix_len(B: int, T: int, generator: torch.Generator, fraction: floa
     return torch.randint(1, T, (B,), generator=generator)
 
 
-def prefix_lm_batch(tokens: torch.Tensor, segments: torch.Tensor | None, positions: torch.Tensor | None,
-                    loss_mask: torch.Tensor | None, prefix_len: torch.Tensor) -> CorruptedBatch:
+def prefix_lm_batch(
+    tokens: torch.Tensor,
+    segments: torch.Tensor | None,
+    positions: torch.Tensor | None,
+    loss_mask: torch.Tensor | None,
+    prefix_len: torch.Tensor,
+) -> CorruptedBatch:
     """Inputs tokens[:, :-1]; label t = tokens[:, t+1] only in the suffix (t >= P-1) and where the
     loader's loss_mask counts it."""
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
@@ -145,8 +156,7 @@ def _random_partition(total: int, parts: int, generator: torch.Generator) -> lis
     return [b - a for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def span_counts(length: int, density: float, mean_span: float,
-                n_sentinels: int = DEFAULT_N_SENTINELS) -> tuple[int, int]:
+def span_counts(length: int, density: float, mean_span: float, n_sentinels: int = DEFAULT_N_SENTINELS) -> tuple[int, int]:
     """(noise tokens, spans) for a row of `length` tokens, as T5 rounds them (spans capped at the
     sentinel count and at the number of kept tokens, so every span has a kept token before it)."""
     n_noise = min(max(round(length * density), 1), length - 1)
@@ -154,8 +164,9 @@ def span_counts(length: int, density: float, mean_span: float,
     return n_noise, min(n_spans, n_sentinels, length - n_noise)
 
 
-def random_spans_noise_mask(length: int, density: float, mean_span: float, generator: torch.Generator,
-                            n_sentinels: int = DEFAULT_N_SENTINELS) -> torch.Tensor:
+def random_spans_noise_mask(
+    length: int, density: float, mean_span: float, generator: torch.Generator, n_sentinels: int = DEFAULT_N_SENTINELS
+) -> torch.Tensor:
     """bool [length]: True on dropped tokens. Kept and dropped runs alternate, starting kept (T5)."""
     n_noise, n_spans = span_counts(length, density, mean_span, n_sentinels)
     kept = _random_partition(length - n_noise, n_spans, generator)
@@ -163,13 +174,12 @@ def random_spans_noise_mask(length: int, density: float, mean_span: float, gener
     mask = torch.zeros(length, dtype=torch.bool)
     pos = 0
     for k, n in zip(kept, noise):
-        mask[pos + k: pos + k + n] = True
+        mask[pos + k : pos + k + n] = True
         pos += k + n
     return mask
 
 
-def span_corrupt(seq: list[int], noise_mask: list[bool],
-                 first_sentinel: int = FIRST_SENTINEL_ID) -> tuple[list[int], list[int]]:
+def span_corrupt(seq: list[int], noise_mask: list[bool], first_sentinel: int = FIRST_SENTINEL_ID) -> tuple[list[int], list[int]]:
     """(input, targets): each dropped span becomes sentinel i in the input; the targets are
     sentinel i followed by span i, for every span in order."""
     inp: list[int] = []
@@ -187,8 +197,9 @@ def span_corrupt(seq: list[int], noise_mask: list[bool],
     return inp, tgt
 
 
-def span_reassemble(inp: list[int], tgt: list[int], first_sentinel: int = FIRST_SENTINEL_ID,
-                    n_sentinels: int = DEFAULT_N_SENTINELS) -> list[int]:
+def span_reassemble(
+    inp: list[int], tgt: list[int], first_sentinel: int = FIRST_SENTINEL_ID, n_sentinels: int = DEFAULT_N_SENTINELS
+) -> list[int]:
     """Inverse of span_corrupt: put each target span back in place of its sentinel."""
     is_sent = range(first_sentinel, first_sentinel + n_sentinels).__contains__
     spans: dict[int, list[int]] = {}
@@ -204,8 +215,7 @@ def span_reassemble(inp: list[int], tgt: list[int], first_sentinel: int = FIRST_
     return out
 
 
-def span_source_length(total: int, density: float, mean_span: float,
-                       n_sentinels: int = DEFAULT_N_SENTINELS) -> int:
+def span_source_length(total: int, density: float, mean_span: float, n_sentinels: int = DEFAULT_N_SENTINELS) -> int:
     """Longest original length L whose input + targets (L + 2·spans tokens) fit in `total`."""
     for length in range(total, 1, -1):
         if length + 2 * span_counts(length, density, mean_span, n_sentinels)[1] <= total:
@@ -213,8 +223,13 @@ def span_source_length(total: int, density: float, mean_span: float,
     raise ValueError(f"rows of {total} tokens are too short for span corruption")
 
 
-def span_batch(tokens: torch.Tensor, generator: torch.Generator, density: float = 0.15,
-               mean_span: float = 3.0, n_sentinels: int = DEFAULT_N_SENTINELS) -> CorruptedBatch:
+def span_batch(
+    tokens: torch.Tensor,
+    generator: torch.Generator,
+    density: float = 0.15,
+    mean_span: float = 3.0,
+    n_sentinels: int = DEFAULT_N_SENTINELS,
+) -> CorruptedBatch:
     """Decoder-only span corruption over rows tokens[B, T+1] (see the module docstring).
 
     Row b becomes seq = input ++ targets ++ PAD…, of length T+1; the model reads seq[:-1] with the

@@ -55,9 +55,16 @@ def _compute_dtype(h: torch.Tensor) -> torch.dtype:
     return h.dtype
 
 
-def _chunk_pass(h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, scale: float, chunk: int,
-                dtype: torch.dtype, want_grads: bool, row_weight: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+def _chunk_pass(
+    h: torch.Tensor,
+    w: torch.Tensor,
+    targets: torch.Tensor,
+    scale: float,
+    chunk: int,
+    dtype: torch.dtype,
+    want_grads: bool,
+    row_weight: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(nll [N] fp32, dh [N, d] fp32 or None, dW [V, d] fp32 or None) for grad 1 per counted token
     (or `row_weight` per token)."""
     n = h.shape[0]
@@ -66,30 +73,31 @@ def _chunk_pass(h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, scale: 
     dh = torch.zeros(n, h.shape[1], dtype=torch.float32, device=h.device) if want_grads else None
     dw = torch.zeros(w.shape, dtype=torch.float32, device=h.device) if want_grads else None
     for s in range(0, n, chunk):
-        hc, t = hc_all[s:s + chunk], targets[s:s + chunk]
+        hc, t = hc_all[s : s + chunk], targets[s : s + chunk]
         logits = (hc @ wc.t()).float()
         if scale != 1.0:
             logits.mul_(scale)
         keep = t != IGNORE
         safe_t = torch.where(keep, t, 0)
         lse = torch.logsumexp(logits, dim=-1)
-        nll[s:s + chunk] = torch.where(keep, lse - logits.gather(1, safe_t[:, None]).squeeze(1), 0.0)
+        nll[s : s + chunk] = torch.where(keep, lse - logits.gather(1, safe_t[:, None]).squeeze(1), 0.0)
         if not want_grads:
             continue
         g = logits.sub_(lse[:, None]).exp_()  # softmax, in place of the logits
         g[torch.arange(g.shape[0], device=g.device), safe_t] -= 1.0
-        weight = keep.float() if row_weight is None else row_weight[s:s + chunk] * keep
+        weight = keep.float() if row_weight is None else row_weight[s : s + chunk] * keep
         g.mul_((weight * scale)[:, None])
         g = g.to(dtype)
-        dh[s:s + chunk] = (g @ wc).float()
+        dh[s : s + chunk] = (g @ wc).float()
         dw.add_((g.t() @ hc).float())
     return nll, dh, dw
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, scale: float, chunk: int,
-                out_shape: tuple[int, ...]):
+    def forward(
+        ctx, h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, scale: float, chunk: int, out_shape: tuple[int, ...]
+    ):
         dtype = _compute_dtype(h)
         with torch.autocast(h.device.type, enabled=False):
             nll, dh, dw = _chunk_pass(h, w, targets, scale, chunk, dtype, want_grads=True)
@@ -117,15 +125,18 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return grad_h, grad_w, None, None, None, None
 
 
-def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, scale: float = 1.0,
-                         chunk: int = CHUNK) -> torch.Tensor:
+def linear_cross_entropy(
+    h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, scale: float = 1.0, chunk: int = CHUNK
+) -> torch.Tensor:
     """Per-token NLL (fp32, the shape of `targets`) of logits = scale · h @ weight.T; exactly 0
     where targets == IGNORE (-100). h [..., d] with one row per target, weight [V, d].
     Differentiable in h and weight."""
     out_shape = tuple(targets.shape)
     if h.shape[:-1] != targets.shape:
-        raise ValueError(f"linear_cross_entropy wants h [..., d] and targets [...] with the same leading "
-                         f"shape, got {tuple(h.shape)} and {out_shape}")
+        raise ValueError(
+            f"linear_cross_entropy wants h [..., d] and targets [...] with the same leading "
+            f"shape, got {tuple(h.shape)} and {out_shape}"
+        )
     h, targets = h.reshape(-1, h.shape[-1]), targets.reshape(-1)
     if not (torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)):
         dtype = _compute_dtype(h)

@@ -66,8 +66,7 @@ def token_nll(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
 def _batch_field(batch: Any, name: str, shape: torch.Size) -> torch.Tensor | None:
     value = getattr(batch, name, None)
     if value is not None and value.shape != shape:
-        raise ValueError(f"batch.{name} must have shape {tuple(shape)} (one entry per input token), "
-                         f"got {tuple(value.shape)}")
+        raise ValueError(f"batch.{name} must have shape {tuple(shape)} (one entry per input token), got {tuple(value.shape)}")
     return value
 
 
@@ -85,8 +84,7 @@ def token_nll_batch(model: nn.Module, batch: PackedBatch) -> torch.Tensor:
     over micro-batches before dividing gives a token-weighted mean across gradient accumulation.
     """
     inputs, targets = _shift(batch.tokens)
-    kwargs = {name: value for name in ("positions", "segments")
-              if (value := _batch_field(batch, name, inputs.shape)) is not None}
+    kwargs = {name: value for name in ("positions", "segments") if (value := _batch_field(batch, name, inputs.shape)) is not None}
     loss_mask = _batch_field(batch, "loss_mask", targets.shape)
     if loss_mask is not None:
         if loss_mask.dtype != torch.bool:
@@ -95,8 +93,9 @@ def token_nll_batch(model: nn.Module, batch: PackedBatch) -> torch.Tensor:
     if fused_nll_ok(model):
         return model(inputs, targets=targets, **kwargs)
     logits = model(inputs, **kwargs)  # no kwargs for an unpacked batch: any LM callable works
-    nll = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                          ignore_index=IGNORE, reduction="none")
+    nll = F.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE, reduction="none"
+    )
     return nll.view(targets.shape)
 
 
@@ -114,8 +113,7 @@ def fused_nll_ok(model: nn.Module) -> bool:
     so the logits never need to exist. Not with a z-loss, which is a function of the logits."""
     inner = unwrap(model)
     cfg = getattr(inner, "config", None)
-    return (getattr(inner, "supports_targets", False) and cfg is not None
-            and not float(getattr(cfg, "z_loss", 0.0) or 0.0) > 0)
+    return getattr(inner, "supports_targets", False) and cfg is not None and not float(getattr(cfg, "z_loss", 0.0) or 0.0) > 0
 
 
 def clm_loss_batch(model: nn.Module, batch: PackedBatch) -> torch.Tensor:
@@ -130,8 +128,7 @@ def clm_loss_batch(model: nn.Module, batch: PackedBatch) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------- other objectives
-def corrupted_batch(batch: PackedBatch, cfg: Any, vocab_size: int, seed: int, step: int,
-                    micro: int) -> CorruptedBatch:
+def corrupted_batch(batch: PackedBatch, cfg: Any, vocab_size: int, seed: int, step: int, micro: int) -> CorruptedBatch:
     """The MLM / span / prefix-LM view of a packed batch, as `cfg.objective` (a TrainConfig) says.
 
     Its randomness is a function of (seed, step, micro) only (see `corruption`)."""
@@ -158,13 +155,13 @@ def corrupted_nll(model: nn.Module, cb: CorruptedBatch) -> tuple[torch.Tensor, t
     if cb.positions is not None:
         kwargs["positions"] = cb.positions
     logits = model(cb.inputs, **kwargs)
-    nll = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), cb.labels.reshape(-1),
-                          ignore_index=IGNORE, reduction="sum")
+    nll = F.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), cb.labels.reshape(-1), ignore_index=IGNORE, reduction="sum"
+    )
     return nll, (cb.labels != IGNORE).sum()
 
 
-def objective_loss(model: nn.Module, batch: PackedBatch, cfg: Any, seed: int, step: int,
-                   micro: int) -> torch.Tensor:
+def objective_loss(model: nn.Module, batch: PackedBatch, cfg: Any, seed: int, step: int, micro: int) -> torch.Tensor:
     """Mean loss (nats) of one micro-batch under `cfg.objective` (a TrainConfig).
 
     "clm" is exactly `clm_loss_batch`; the others score only their labelled positions (a batch

@@ -62,8 +62,9 @@ def yarn_attention_scale(factor: float) -> float:
     return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
 
 
-def rope_tables(head_dim: int, max_seq_len: int, theta: float, scaling: str = "none",
-                factor: float = 1.0, original: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(
+    head_dim: int, max_seq_len: int, theta: float, scaling: str = "none", factor: float = 1.0, original: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin of shape [max_seq_len, head_dim] (frequencies repeated for both halves)."""
     if scaling == "ntk":
         theta = theta * factor ** (head_dim / (head_dim - 2))
@@ -81,8 +82,14 @@ def rope_tables(head_dim: int, max_seq_len: int, theta: float, scaling: str = "n
 
 def tables_for(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """The RoPE tables a model config asks for, up to its max_seq_len."""
-    return rope_tables(cfg.d_model // cfg.n_heads, cfg.max_seq_len, cfg.rope_theta, cfg.rope_scaling,
-                       cfg.rope_scaling_factor, cfg.rope_original_max_seq_len)
+    return rope_tables(
+        cfg.d_model // cfg.n_heads,
+        cfg.max_seq_len,
+        cfg.rope_theta,
+        cfg.rope_scaling,
+        cfg.rope_scaling_factor,
+        cfg.rope_original_max_seq_len,
+    )
 
 
 def phase_model_configs(cfg: ModelConfig, phases: list[tuple[int, dict[str, Any] | None]]) -> list[ModelConfig]:
@@ -94,8 +101,10 @@ def phase_model_configs(cfg: ModelConfig, phases: list[tuple[int, dict[str, Any]
         update: dict[str, Any] = {k: v for k, v in (rope or {}).items() if v is not None}
         if seq_len > cfg.max_seq_len:
             if cfg.position != "rope":
-                raise ValueError(f"a phase of {seq_len} tokens needs model.max_seq_len >= {seq_len}: learned "
-                                 f"positions (model.position=learned) cannot be extended past {cfg.max_seq_len}")
+                raise ValueError(
+                    f"a phase of {seq_len} tokens needs model.max_seq_len >= {seq_len}: learned "
+                    f"positions (model.position=learned) cannot be extended past {cfg.max_seq_len}"
+                )
             update["max_seq_len"] = seq_len
         cfg = cfg.model_copy(update=update) if update else cfg
         out.append(cfg)
@@ -135,18 +144,24 @@ def rope_warnings(cfg: ModelConfig, phases: list[tuple[str, int, ModelConfig]]) 
         # A curriculum inside model.max_seq_len (short sequences first, seed 004's staged length) is
         # planned training, not an extension: only a phase past the configured tables is warned.
         if prev is not None and seq_len > trained and seq_len > cfg.max_seq_len and fields == prev:
-            out.append(f"phase {name!r} raises seq_len from {trained} to {seq_len} with RoPE unchanged "
-                       f"(rope_theta {pcfg.rope_theta:g}, scaling {pcfg.rope_scaling}): positions past {trained} "
-                       f"get angles the model never trained on; set the phase's rope (rope_theta, or "
-                       f"rope_scaling linear / ntk / yarn with rope_scaling_factor {seq_len / trained:g})")
+            out.append(
+                f"phase {name!r} raises seq_len from {trained} to {seq_len} with RoPE unchanged "
+                f"(rope_theta {pcfg.rope_theta:g}, scaling {pcfg.rope_scaling}): positions past {trained} "
+                f"get angles the model never trained on; set the phase's rope (rope_theta, or "
+                f"rope_scaling linear / ntk / yarn with rope_scaling_factor {seq_len / trained:g})"
+            )
         scaled = pcfg.rope_scaling != "none" and pcfg.rope_scaling_factor > 1
         need = recommended_theta(seq_len, hd)
         if not scaled and pcfg.rope_theta < need:
-            out.append(f"phase {name!r}: rope_theta {pcfg.rope_theta:g} is small for {seq_len}-token sequences "
-                       f"(seed 004: 10000·(seq_len/2048)^(hd/(hd-2)) = {need:,.0f} for head dim {hd}); raise "
-                       f"rope_theta or use rope_scaling ntk / yarn")
+            out.append(
+                f"phase {name!r}: rope_theta {pcfg.rope_theta:g} is small for {seq_len}-token sequences "
+                f"(seed 004: 10000·(seq_len/2048)^(hd/(hd-2)) = {need:,.0f} for head dim {hd}); raise "
+                f"rope_theta or use rope_scaling ntk / yarn"
+            )
         if slowest_wavelength(pcfg) < seq_len:
-            out.append(f"phase {name!r}: the slowest RoPE frequency turns every {slowest_wavelength(pcfg):,.0f} "
-                       f"tokens, less than the {seq_len}-token sequences, so distant positions alias")
+            out.append(
+                f"phase {name!r}: the slowest RoPE frequency turns every {slowest_wavelength(pcfg):,.0f} "
+                f"tokens, less than the {seq_len}-token sequences, so distant positions alias"
+            )
         trained, prev = max(trained, seq_len), fields
     return out

@@ -215,8 +215,7 @@ class _ExplicitAttention(torch.autograd.Function):
     over the same ops would keep 6: the softmax output and its cast for the second matmul)."""
 
     @staticmethod
-    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
-                scale: float) -> torch.Tensor:
+    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float) -> torch.Tensor:
         with torch.autocast(q.device.type, enabled=False):
             acc = torch.promote_types(q.dtype, torch.float32)  # fp32, or fp64 for fp64 inputs
             p = torch.softmax((q @ k.transpose(-1, -2)).to(acc).mul_(scale).add_(bias), dim=-1)
@@ -240,8 +239,9 @@ class _ExplicitAttention(torch.autograd.Function):
         return grad_q, grad_k, grad_v, None, None
 
 
-def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AdditiveMask,
-                       scale: float | None = None) -> torch.Tensor:
+def explicit_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AdditiveMask, scale: float | None = None
+) -> torch.Tensor:
     """Attention of q, k, v [B, H, T, hd] (k, v already repeated to H heads) under an AdditiveMask;
     `scale` None is 1/sqrt(hd), as SDPA's."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
@@ -260,8 +260,13 @@ def _triton_present() -> bool:
 def flex_available(device: torch.device, head_dim: int = 64) -> bool:
     """FlexAttention's fused kernel can run here: CUDA, torch ships it, Triton is present, and the
     head dim is a power of two >= 16 (conservative: the shapes its Triton kernels are tuned for)."""
-    return (device.type == "cuda" and flex_attention is not None and _triton_present()
-            and head_dim >= 16 and head_dim & (head_dim - 1) == 0)
+    return (
+        device.type == "cuda"
+        and flex_attention is not None
+        and _triton_present()
+        and head_dim >= 16
+        and head_dim & (head_dim - 1) == 0
+    )
 
 
 def window_mask(T: int, window: int, device: torch.device) -> torch.Tensor:
@@ -287,8 +292,9 @@ def document_block_mask(segments: torch.Tensor) -> Any:
 _compiled_flex: Any = None
 
 
-def _flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask: Any,
-                    scale: float | None = None) -> torch.Tensor:
+def _flex_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask: Any, scale: float | None = None
+) -> torch.Tensor:
     """FlexAttention, compiled on CUDA (its only fused path); eager elsewhere (tests only: slow)."""
     global _compiled_flex
     fn = flex_attention
@@ -316,8 +322,7 @@ class Attention(nn.Module):
         self.k_norm = make_norm(cfg, self.head_dim) if cfg.qk_norm else None
         self.scale = mup.attention_scale(cfg)  # None: SDPA's 1/sqrt(head_dim)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None,
-                mask: AttnMask = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None, mask: AttnMask = None) -> torch.Tensor:
         """mask: None (plain causal), a boolean [B, 1, T, T] SDPA mask, or a FlexAttention BlockMask.
         cos/sin None: no rotary embedding (learned absolute positions)."""
         B, T, _ = x.shape
@@ -341,8 +346,7 @@ class Attention(nn.Module):
             if isinstance(mask, AdditiveMask):
                 y = explicit_attention(q, k, v, mask, self.scale)
             else:  # mask None keeps is_causal=True, so CUDA can still pick the flash kernel
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
-                                                   scale=self.scale)
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=self.scale)
         y = y.transpose(1, 2).reshape(B, T, -1)
         return self.o_proj(y)
 
@@ -385,8 +389,7 @@ class Block(nn.Module):
         self.post_attention_layernorm = make_norm(cfg, cfg.d_model)
         self.mlp = make_ffn(cfg)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None,
-                mask: AttnMask = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None, mask: AttnMask = None) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -409,8 +412,7 @@ class Transformer(nn.Module):
         self.config = cfg
         assert cfg.vocab_size is not None
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.embed_positions = (nn.Embedding(cfg.max_seq_len, cfg.d_model)
-                                if cfg.position == "learned" else None)
+        self.embed_positions = nn.Embedding(cfg.max_seq_len, cfg.d_model) if cfg.position == "learned" else None
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.activation_checkpointing = False  # set by the trainer (train.activation_checkpointing)
         self.supports_targets = True  # forward(..., targets=) returns the fused per-token NLL
@@ -457,9 +459,14 @@ class Transformer(nn.Module):
             std = std * mup.hidden_init_scale(self.config)
         return std
 
-    def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None,
-                segments: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None,
-                targets: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        idx: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        segments: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        targets: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Logits [B, T, V] for token ids idx[B, T]; with `targets` [B, T] (-100: not counted), the
         per-token NLL [B, T] (fp32, 0 where not counted) instead: on a CPU (or beyond
         fused_ce.PLAIN_MAX_LOGIT_BYTES of logits) by the fused output projection + cross-entropy
@@ -493,9 +500,14 @@ class Transformer(nn.Module):
             x = x + self.embed_positions(torch.arange(T, device=idx.device) if positions is None else positions)
         return x
 
-    def block_inputs(self, T: int, device: torch.device, positions: torch.Tensor | None = None,
-                     segments: torch.Tensor | None = None,
-                     attn_mask: torch.Tensor | None = None) -> tuple[Any, Any, AttnMask]:
+    def block_inputs(
+        self,
+        T: int,
+        device: torch.device,
+        positions: torch.Tensor | None = None,
+        segments: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+    ) -> tuple[Any, Any, AttnMask]:
         """(cos, sin, mask) every block of a forward over rows of T tokens takes."""
         cos = sin = None
         if self.embed_positions is None and positions is None:
@@ -535,8 +547,9 @@ class Transformer(nn.Module):
             logits = logits * self.output_mult
         return logits
 
-    def dense_mask(self, T: int, device: torch.device, segments: torch.Tensor | None,
-                   attn_mask: torch.Tensor | None) -> torch.Tensor:
+    def dense_mask(
+        self, T: int, device: torch.device, segments: torch.Tensor | None, attn_mask: torch.Tensor | None
+    ) -> torch.Tensor:
         """Boolean SDPA mask [B or 1, 1, T, T] = (attn_mask or causal) & window & same document.
 
         Always the dense SDPA path: an arbitrary attn_mask has no block structure to exploit, and a
@@ -577,15 +590,16 @@ class Transformer(nn.Module):
         layers = [m for m in self.moe_layers() if m.last_utilization is not None]
         if not layers:
             return {}
-        return {"expert_utilization": [m.last_utilization.tolist() for m in layers],  # type: ignore[union-attr]
-                "moe_aux": sum(m.last_aux.item() for m in layers) / len(layers)}  # type: ignore[arg-type]
+        return {
+            "expert_utilization": [m.last_utilization.tolist() for m in layers],  # type: ignore[union-attr]
+            "moe_aux": sum(m.last_aux.item() for m in layers) / len(layers),
+        }  # type: ignore[arg-type]
 
     def uses_explicit_attention(self, T: int, device: torch.device) -> bool:
         """Whether causal attention over rows of T tokens takes `explicit_attention` here: the
         compute dtype is autocast's when it is on, else the parameters'."""
         kind = device.type
-        dtype = (torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind)
-                 else next(self.parameters()).dtype)
+        dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else next(self.parameters()).dtype
         return attention_kernel(kind, dtype, T, self.attn_kernel) == "explicit"
 
     def attention_mask(self, segments: torch.Tensor) -> AttnMask:
@@ -600,8 +614,13 @@ class Transformer(nn.Module):
             return document_causal_mask(segments)
         raise ValueError(f"doc_mask_backend must be 'auto', 'sdpa' or 'flex', got {backend!r}")
 
-    def _check_inputs(self, idx: torch.Tensor, positions: torch.Tensor | None,
-                      segments: torch.Tensor | None, attn_mask: torch.Tensor | None = None) -> None:
+    def _check_inputs(
+        self,
+        idx: torch.Tensor,
+        positions: torch.Tensor | None,
+        segments: torch.Tensor | None,
+        attn_mask: torch.Tensor | None = None,
+    ) -> None:
         if idx.ndim != 2:
             raise ValueError(f"expected token ids of shape [B, T], got {tuple(idx.shape)}")
         T = idx.shape[1]
@@ -611,22 +630,21 @@ class Transformer(nn.Module):
             if t is None:
                 continue
             if t.shape != idx.shape or t.dtype.is_floating_point or t.dtype == torch.bool:
-                raise ValueError(f"{name} must be an integer tensor of shape {tuple(idx.shape)}, "
-                                 f"got {t.dtype} {tuple(t.shape)}")
-        if attn_mask is not None and (attn_mask.dtype != torch.bool
-                                      or attn_mask.shape != (idx.shape[0], T, T)):
-            raise ValueError(f"attn_mask must be a bool tensor of shape {(idx.shape[0], T, T)}, "
-                             f"got {attn_mask.dtype} {tuple(attn_mask.shape)}")
+                raise ValueError(f"{name} must be an integer tensor of shape {tuple(idx.shape)}, got {t.dtype} {tuple(t.shape)}")
+        if attn_mask is not None and (attn_mask.dtype != torch.bool or attn_mask.shape != (idx.shape[0], T, T)):
+            raise ValueError(
+                f"attn_mask must be a bool tensor of shape {(idx.shape[0], T, T)}, got {attn_mask.dtype} {tuple(attn_mask.shape)}"
+            )
         # Range check on CPU only: on CUDA it would cost a host sync every step, and an
         # out-of-range gather there fails loudly (device-side assert) rather than silently. Not
         # under torch.compile either: reading the values breaks the graph, and Inductor's own
         # bounds assert on the gather fails loudly too.
-        if (positions is not None and positions.device.type == "cpu" and positions.numel()
-                and not torch.compiler.is_compiling()):
+        if positions is not None and positions.device.type == "cpu" and positions.numel() and not torch.compiler.is_compiling():
             lo, hi = int(positions.min()), int(positions.max())
             if lo < 0 or hi >= self.config.max_seq_len:
-                raise ValueError(f"positions span [{lo}, {hi}], outside the RoPE table "
-                                 f"[0, {self.config.max_seq_len - 1}] (model.max_seq_len)")
+                raise ValueError(
+                    f"positions span [{lo}, {hi}], outside the RoPE table [0, {self.config.max_seq_len - 1}] (model.max_seq_len)"
+                )
 
     def num_params(self, exclude_embeddings: bool = False) -> int:
         """Parameter count, tied weights counted once.

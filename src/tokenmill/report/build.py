@@ -30,8 +30,10 @@ def section_experiment(run: RunDir) -> str:
     if not path.is_file():
         return ""
     link = json.loads(path.read_text())
-    return (f"<p>One run of the {html.escape(link['kind'])} experiment <b>{html.escape(link['name'])}</b>: "
-            f"<a href='{html.escape(link['page'])}'>its page</a> compares it with the other arms.</p>")
+    return (
+        f"<p>One run of the {html.escape(link['kind'])} experiment <b>{html.escape(link['name'])}</b>: "
+        f"<a href='{html.escape(link['page'])}'>its page</a> compares it with the other arms.</p>"
+    )
 
 
 def section_stages(run: RunDir) -> str:
@@ -39,8 +41,7 @@ def section_stages(run: RunDir) -> str:
     for stage in STAGES:
         done = run.finished(stage)
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(done["finished_at"])) if done else "—"
-        summary = (json.dumps(done.get("summary", {}))[:160] if done
-                   else "this page" if stage == "report" else "not finished")
+        summary = json.dumps(done.get("summary", {}))[:160] if done else "this page" if stage == "report" else "not finished"
         rows.append([stage, when, summary])
     return "<h2>Stages</h2>" + table(["stage", "finished", "summary"], rows)
 
@@ -51,15 +52,27 @@ def section_mixture(events: list[dict]) -> str:
     if not starts:
         return ""
     plan = starts[-1]["plan"]
-    out = ["<h2>Mixture and curriculum</h2>",
-           f"<p>Token budget {plan['token_budget']:,} ({plan['packing']}, document masking "
-           f"{'on' if plan['doc_masking'] else 'off'}, r_pad {plan['r_pad']:.4f} {plan.get('r_pad_kind', '')}); "
-           f"nominal {plan['nominal_tokens']:,.0f} vs effective {plan['effective_tokens']:,.0f} tokens "
-           f"({html.escape(plan.get('effective_rule', ''))}).</p>",
-           table(["phase", "steps", "seq_len", "rows / micro-batch", "anneal", "weights"],
-                 [[p["name"], f"{p['start_step']}–{p['end_step']}", p["seq_len"], p["rows_per_micro_batch"],
-                   "yes" if p["anneal"] else "", ", ".join(f"{b} {w:.2f}" for b, w in p["weights"].items())]
-                  for p in plan["phases"]])]  # per-bucket planned vs delivered: data_section
+    out = [
+        "<h2>Mixture and curriculum</h2>",
+        f"<p>Token budget {plan['token_budget']:,} ({plan['packing']}, document masking "
+        f"{'on' if plan['doc_masking'] else 'off'}, r_pad {plan['r_pad']:.4f} {plan.get('r_pad_kind', '')}); "
+        f"nominal {plan['nominal_tokens']:,.0f} vs effective {plan['effective_tokens']:,.0f} tokens "
+        f"({html.escape(plan.get('effective_rule', ''))}).</p>",
+        table(
+            ["phase", "steps", "seq_len", "rows / micro-batch", "anneal", "weights"],
+            [
+                [
+                    p["name"],
+                    f"{p['start_step']}–{p['end_step']}",
+                    p["seq_len"],
+                    p["rows_per_micro_batch"],
+                    "yes" if p["anneal"] else "",
+                    ", ".join(f"{b} {w:.2f}" for b, w in p["weights"].items()),
+                ]
+                for p in plan["phases"]
+            ],
+        ),
+    ]  # per-bucket planned vs delivered: data_section
     for w in plan.get("warnings", []):
         out.append(f"<p class=bad>{html.escape(str(w))}</p>")
     return "".join(out)
@@ -78,14 +91,20 @@ def render(run: RunDir) -> str:
         section_experiment(run),
         section_continued(events, evals, list(replay.buckets) if replay else [], replay.share if replay else None),
         section_eval(evals) if evals else "",
-        section_stages(run), section_data(run, events),
-        section_mixture(events), section_run(run, events, evals), section_stopping(run, events, evals),
+        section_stages(run),
+        section_data(run, events),
+        section_mixture(events),
+        section_run(run, events, evals),
+        section_stopping(run, events, evals),
         section_noise(events),
-        "" if evals else section_eval(evals), section_scaling(run, events),
+        "" if evals else section_eval(evals),
+        section_scaling(run, events),
         f"<h2>Config</h2><details><summary>resolved config.yaml</summary><pre>{html.escape(config_yaml)}</pre></details>",
     ]
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)} — tokenmill</title>"
-            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)} — tokenmill</title>"
+        f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>"
+    )
 
 
 def run_report(run: RunDir) -> dict[str, Any]:

@@ -20,11 +20,18 @@ def _svg(fig: "plt.Figure") -> str:
     fig.savefig(buf, format="svg", bbox_inches="tight")
     plt.close(fig)
     text = buf.getvalue()
-    return text[text.index("<svg"):]  # drop the XML prolog so it can sit inside HTML
+    return text[text.index("<svg") :]  # drop the XML prolog so it can sit inside HTML
 
 
-def line_chart(series: dict[str, tuple[Sequence[float], Sequence[float]]], *, title: str,
-               xlabel: str, ylabel: str, logy: bool = False, markers: bool = False) -> str:
+def line_chart(
+    series: dict[str, tuple[Sequence[float], Sequence[float]]],
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    logy: bool = False,
+    markers: bool = False,
+) -> str:
     """One line per named (x, y) series."""
     fig, ax = plt.subplots(figsize=(7.0, 3.2))
     for name, (xs, ys) in series.items():
@@ -61,8 +68,7 @@ def bar_chart(labels: Sequence[str], groups: dict[str, Sequence[float]], *, titl
 MAX_POINTS = 2000  # per plotted series: keeps a long run's SVG small
 
 
-def downsample(xs: Sequence[float], ys: Sequence[float | None], max_points: int = MAX_POINTS
-               ) -> tuple[list[float], list[float]]:
+def downsample(xs: Sequence[float], ys: Sequence[float | None], max_points: int = MAX_POINTS) -> tuple[list[float], list[float]]:
     """At most ~max_points points: the x range is cut into max_points // 4 equal buckets and each
     run of points in one bucket keeps its first, lowest, highest and last point, so a one-step
     spike survives where plain striding would drop it. None becomes NaN, which matplotlib draws as
@@ -145,17 +151,31 @@ class MarkerStyle:
     legend: str = ""
 
 
-def stacked_panels(panels: Sequence[Panel], markers: Sequence[Marker], styles: dict[str, MarkerStyle], *,
-                   xlabel: str, title: str = "", spans: Sequence[Span] = (),
-                   width: float = 9.0, panel_height: float = 1.55) -> str:
+def stacked_panels(
+    panels: Sequence[Panel],
+    markers: Sequence[Marker],
+    styles: dict[str, MarkerStyle],
+    *,
+    xlabel: str,
+    title: str = "",
+    spans: Sequence[Span] = (),
+    width: float = 9.0,
+    panel_height: float = 1.55,
+) -> str:
     """Panels stacked top to bottom on one shared x axis, every marker drawn on every panel (SVG
     element id `{marker.gid}-p{panel index}`), marker labels as ticks above the first panel, spans
     shaded on every panel, and one legend of the marker kinds present. Text stays SVG text
     (searchable, smaller)."""
     with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "tokenmill", "font.size": 8}):
         ratios = [p.height for p in panels]
-        fig, axes = plt.subplots(len(panels), 1, sharex=True, squeeze=False, gridspec_kw={"height_ratios": ratios},
-                                 figsize=(width, panel_height * sum(ratios) + 0.6))
+        fig, axes = plt.subplots(
+            len(panels),
+            1,
+            sharex=True,
+            squeeze=False,
+            gridspec_kw={"height_ratios": ratios},
+            figsize=(width, panel_height * sum(ratios) + 0.6),
+        )
         axes = [a[0] for a in axes]
         for i, (ax, panel) in enumerate(zip(axes, panels)):
             _draw_panel(ax, panel, i)
@@ -163,12 +183,20 @@ def stacked_panels(panels: Sequence[Panel], markers: Sequence[Marker], styles: d
                 ax.axvspan(sp.x0, sp.x1, color="#999999", alpha=0.15, linewidth=0, gid=f"{sp.gid}-p{i}")
             for m in markers:
                 st = styles[m.kind]
-                ax.axvline(m.x, color=st.color, linestyle=st.linestyle, linewidth=st.linewidth, alpha=0.85,
-                           gid=f"{m.gid}-p{i}", zorder=3)
+                ax.axvline(
+                    m.x, color=st.color, linestyle=st.linestyle, linewidth=st.linewidth, alpha=0.85, gid=f"{m.gid}-p{i}", zorder=3
+                )
         for sp in spans:
             if sp.label:
-                axes[0].annotate(sp.label, ((sp.x0 + sp.x1) / 2, 0.5), xycoords=("data", "axes fraction"),
-                                 ha="center", va="center", fontsize=7, color="#555555")
+                axes[0].annotate(
+                    sp.label,
+                    ((sp.x0 + sp.x1) / 2, 0.5),
+                    xycoords=("data", "axes fraction"),
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="#555555",
+                )
         labelled = [m for m in markers if m.label][:30]  # more than 30 labels would be unreadable
         if labelled:
             # Above the first panel, as ticks of a top axis: they never cover a curve or its legend.
@@ -179,10 +207,25 @@ def stacked_panels(panels: Sequence[Panel], markers: Sequence[Marker], styles: d
         axes[-1].set_xlabel(xlabel)
         present = [k for k in styles if any(m.kind == k for m in markers)]
         if present:
-            handles = [Line2D([], [], color=styles[k].color, linestyle=styles[k].linestyle,
-                              linewidth=max(styles[k].linewidth, 1.2), label=styles[k].legend or k) for k in present]
-            fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(handles), 6),
-                       fontsize=7, frameon=False)
+            handles = [
+                Line2D(
+                    [],
+                    [],
+                    color=styles[k].color,
+                    linestyle=styles[k].linestyle,
+                    linewidth=max(styles[k].linewidth, 1.2),
+                    label=styles[k].legend or k,
+                )
+                for k in present
+            ]
+            fig.legend(
+                handles=handles,
+                loc="lower center",
+                bbox_to_anchor=(0.5, 1.0),
+                ncol=min(len(handles), 6),
+                fontsize=7,
+                frameon=False,
+            )
         if title:
             fig.suptitle(title, y=1.04 if present else 1.0)
         fig.align_ylabels(axes)
@@ -199,8 +242,16 @@ def _draw_panel(ax: "plt.Axes", panel: Panel, index: int) -> None:
     for name, (xs, ys) in panel.lines.items():
         dx, dy = downsample(xs, ys)
         dotted = name in panel.point_markers
-        ax.plot(dx, dy, label=name, linewidth=1.0, marker="o" if dotted else None, markersize=2.5,
-                drawstyle="steps-post" if panel.steps else "default", gid=f"series-{_slug(name)}-p{index}")
+        ax.plot(
+            dx,
+            dy,
+            label=name,
+            linewidth=1.0,
+            marker="o" if dotted else None,
+            markersize=2.5,
+            drawstyle="steps-post" if panel.steps else "default",
+            gid=f"series-{_slug(name)}-p{index}",
+        )
     if panel.logy:
         ax.set_yscale("log")
     if len(panel.lines) > 1:
@@ -218,9 +269,15 @@ def _draw_heatmap(ax: "plt.Axes", hm: Heatmap) -> None:
     norm = LogNorm(vmin=min(finite), vmax=max(finite) if max(finite) > min(finite) else min(finite) * 1.0001)
     data = [[v if v is not None and math.isfinite(v) and v > 0 else math.nan for v in row] for row in hm.values]
     # A raster on a regular grid: the caller bins the columns evenly between x_edges[0] and x_edges[-1].
-    img = ax.imshow(data, aspect="auto", interpolation="nearest", norm=norm, cmap="viridis",
-                    extent=(hm.x_edges[0], hm.x_edges[-1], len(hm.rows) - 0.5, -0.5),
-                    gid=f"heatmap-rows-{len(hm.rows)}")
+    img = ax.imshow(
+        data,
+        aspect="auto",
+        interpolation="nearest",
+        norm=norm,
+        cmap="viridis",
+        extent=(hm.x_edges[0], hm.x_edges[-1], len(hm.rows) - 0.5, -0.5),
+        gid=f"heatmap-rows-{len(hm.rows)}",
+    )
     ax.set_yticks(range(len(hm.rows)), hm.rows, fontsize=6 if len(hm.rows) > 12 else 7)
     ax.grid(False)
     cax = ax.inset_axes((1.01, 0.0, 0.012, 1.0))  # outside the panel: the shared x extent stays aligned
@@ -234,8 +291,7 @@ def _svg_deterministic(fig: "plt.Figure") -> str:
     """Like _svg, without the metadata block, so the same run renders the same bytes."""
     buf = io.StringIO()
     # No metadata block: no date (same bytes for the same run), no creator URL (nothing external).
-    fig.savefig(buf, format="svg", bbox_inches="tight",
-                metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
     plt.close(fig)
     text = buf.getvalue()
-    return text[text.index("<svg"):]
+    return text[text.index("<svg") :]

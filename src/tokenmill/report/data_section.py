@@ -64,8 +64,9 @@ def _pct(part: float, whole: float) -> str:
 def _table(header: Iterable[str], rows: Iterable[Iterable[Any]], cls: str = "") -> str:
     """Cells that are already HTML are passed as `Raw`; everything else is formatted and escaped."""
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{c.html if isinstance(c, Raw) else _num(c)}</td>" for c in row)
-                   + "</tr>" for row in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{c.html if isinstance(c, Raw) else _num(c)}</td>" for c in row) + "</tr>" for row in rows
+    )
     return f"<table{f' class={cls}' if cls else ''}><tr>{head}</tr>{body}</table>"
 
 
@@ -92,8 +93,11 @@ def curated_parts(run: RunDir) -> dict[str, list[Path]]:
     root = run.sub("curated")
     if not root.is_dir():
         return {}
-    return {d.name: sorted(d.glob("*.parquet")) for d in sorted(root.iterdir())
-            if d.is_dir() and not d.name.startswith(("_", ".")) and any(d.glob("*.parquet"))}
+    return {
+        d.name: sorted(d.glob("*.parquet"))
+        for d in sorted(root.iterdir())
+        if d.is_dir() and not d.name.startswith(("_", ".")) and any(d.glob("*.parquet"))
+    }
 
 
 def rejected_parts(run: RunDir) -> list[Path]:
@@ -138,13 +142,34 @@ def stream(paths: Iterable[Path], columns: list[str]) -> Iterator[tuple[Path, pa
 # --------------------------------------------------------------------------- 1. funnel
 def _step_row(name: str, c: dict, first: dict) -> list[Any]:
     rules = ", ".join(f"{r} {v['docs']:,}" for r, v in sorted(c["rejected"].items(), key=lambda kv: -kv[1]["docs"]))
-    return [name, c["docs_in"], c["docs_out"], c["docs_in"] - c["docs_out"], c.get("docs_skipped", 0),
-            c["bytes_in"], c["bytes_out"], c["bytes_in"] - c["bytes_out"],
-            _pct(c["docs_out"], first["docs_in"]), _pct(c["bytes_out"], first["bytes_in"]), rules or "—"]
+    return [
+        name,
+        c["docs_in"],
+        c["docs_out"],
+        c["docs_in"] - c["docs_out"],
+        c.get("docs_skipped", 0),
+        c["bytes_in"],
+        c["bytes_out"],
+        c["bytes_in"] - c["bytes_out"],
+        _pct(c["docs_out"], first["docs_in"]),
+        _pct(c["bytes_out"], first["bytes_in"]),
+        rules or "—",
+    ]
 
 
-FUNNEL_HEADER = ["step", "docs in", "docs out", "docs removed", "passed untouched", "bytes in", "bytes out",
-                 "bytes removed", "docs left (of read)", "bytes left (of read)", "removed by rule"]
+FUNNEL_HEADER = [
+    "step",
+    "docs in",
+    "docs out",
+    "docs removed",
+    "passed untouched",
+    "bytes in",
+    "bytes out",
+    "bytes removed",
+    "docs left (of read)",
+    "bytes left (of read)",
+    "removed by rule",
+]
 
 
 def funnel_table(steps: list[str], counts: dict[str, dict]) -> str:
@@ -160,11 +185,20 @@ def language_table(languages: dict[str, dict]) -> str:
     keeps one language far less than another is a bias to look at (seed 002 §2.4)."""
     if not languages:
         return ""
-    rows = [[lang, c["docs"], c["kept"], _pct(c["kept"], c["docs"]),
-             ", ".join(f"{r} {n:,}" for r, n in list(c["rejected"].items())[:3]) or "—"]
-            for lang, c in languages.items()]
-    return ("<p>Per language (detected by <code>langid</code>; <code>und</code>: removed before it ran, or "
-            "no langid step):</p>" + _table(["language", "docs", "kept", "kept %", "removed most by"], rows))
+    rows = [
+        [
+            lang,
+            c["docs"],
+            c["kept"],
+            _pct(c["kept"], c["docs"]),
+            ", ".join(f"{r} {n:,}" for r, n in list(c["rejected"].items())[:3]) or "—",
+        ]
+        for lang, c in languages.items()
+    ]
+    return (
+        "<p>Per language (detected by <code>langid</code>; <code>und</code>: removed before it ran, or "
+        "no langid step):</p>" + _table(["language", "docs", "kept", "kept %", "removed most by"], rows)
+    )
 
 
 def section_funnel(funnel: dict | None) -> str:
@@ -174,31 +208,69 @@ def section_funnel(funnel: dict | None) -> str:
         return "".join(out) + _placeholder("No curated/_funnel.json yet.")
     steps, total = funnel["steps"], funnel["total"]
     first = total[steps[0]]
-    out.append("<p>Every document passes every step; a step that does not apply to it passes it untouched. "
-               "Bytes also shrink without documents being removed (extraction drops markup, line "
-               "deduplication drops boilerplate lines). Every removed document is kept in "
-               "<code>curated/_rejected/</code> with its step, rule and measured value.</p>")
+    out.append(
+        "<p>Every document passes every step; a step that does not apply to it passes it untouched. "
+        "Bytes also shrink without documents being removed (extraction drops markup, line "
+        "deduplication drops boilerplate lines). Every removed document is kept in "
+        "<code>curated/_rejected/</code> with its step, rule and measured value.</p>"
+    )
     out.append(funnel_table(steps, total))
-    out.append(bar_chart(steps, {"documents left %": [100.0 * total[s]["docs_out"] / max(first["docs_in"], 1) for s in steps],
-                                 "bytes left %": [100.0 * total[s]["bytes_out"] / max(first["bytes_in"], 1) for s in steps]},
-                         title="What is left after each curation step (share of what was read)", ylabel="%"))
+    out.append(
+        bar_chart(
+            steps,
+            {
+                "documents left %": [100.0 * total[s]["docs_out"] / max(first["docs_in"], 1) for s in steps],
+                "bytes left %": [100.0 * total[s]["bytes_out"] / max(first["bytes_in"], 1) for s in steps],
+            },
+            title="What is left after each curation step (share of what was read)",
+            ylabel="%",
+        )
+    )
     buckets = funnel.get("buckets") or {}
     if buckets:
         last = steps[-1]
-        out.append("<p>Per bucket:</p>" + _table(
-            ["bucket", "docs read", "docs kept", "docs kept %", "bytes read", "bytes kept", "bytes kept %"],
-            [[b, d[steps[0]]["docs_in"], d[last]["docs_out"], _pct(d[last]["docs_out"], d[steps[0]]["docs_in"]),
-              d[steps[0]]["bytes_in"], d[last]["bytes_out"], _pct(d[last]["bytes_out"], d[steps[0]]["bytes_in"])]
-             for b, d in sorted(buckets.items())]))
+        out.append(
+            "<p>Per bucket:</p>"
+            + _table(
+                ["bucket", "docs read", "docs kept", "docs kept %", "bytes read", "bytes kept", "bytes kept %"],
+                [
+                    [
+                        b,
+                        d[steps[0]]["docs_in"],
+                        d[last]["docs_out"],
+                        _pct(d[last]["docs_out"], d[steps[0]]["docs_in"]),
+                        d[steps[0]]["bytes_in"],
+                        d[last]["bytes_out"],
+                        _pct(d[last]["bytes_out"], d[steps[0]]["bytes_in"]),
+                    ]
+                    for b, d in sorted(buckets.items())
+                ],
+            )
+        )
         for b, d in sorted(buckets.items()):
             out.append(f"<details><summary>funnel of bucket {html.escape(b)}</summary>{funnel_table(steps, d)}</details>")
     out.append(language_table(funnel.get("languages") or {}))
     sources = funnel.get("sources") or {}
     if sources:
-        out.append("<details><summary>per source</summary>" + _table(
-            ["source", "bucket", "docs read", "docs kept", "bytes read", "bytes kept", "bytes kept %"],
-            [[s, v["bucket"], v["docs_in"], v["docs_out"], v["bytes_in"], v["bytes_out"], _pct(v["bytes_out"], v["bytes_in"])]
-             for s, v in sorted(sources.items())]) + "</details>")
+        out.append(
+            "<details><summary>per source</summary>"
+            + _table(
+                ["source", "bucket", "docs read", "docs kept", "bytes read", "bytes kept", "bytes kept %"],
+                [
+                    [
+                        s,
+                        v["bucket"],
+                        v["docs_in"],
+                        v["docs_out"],
+                        v["bytes_in"],
+                        v["bytes_out"],
+                        _pct(v["bytes_out"], v["bytes_in"]),
+                    ]
+                    for s, v in sorted(sources.items())
+                ],
+            )
+            + "</details>"
+        )
     return "".join(out)
 
 
@@ -228,8 +300,11 @@ def count_removals(paths: list[Path]) -> dict[tuple[str, str], RuleRemoval]:
         if not {"step", "rule"} <= present:
             continue
         steps, rules = batch.column("step").to_pylist(), batch.column("rule").to_pylist()
-        sizes = (pc.fill_null(pc.binary_length(pc.cast(batch.column("text"), pa.binary())), 0).to_pylist()
-                 if "text" in present else [0] * batch.num_rows)
+        sizes = (
+            pc.fill_null(pc.binary_length(pc.cast(batch.column("text"), pa.binary())), 0).to_pylist()
+            if "text" in present
+            else [0] * batch.num_rows
+        )
         for s, r, n in zip(steps, rules, sizes):
             slot = out.setdefault((s, r), RuleRemoval(s, r))
             slot.docs += 1
@@ -255,12 +330,18 @@ def attach_examples(paths: list[Path], wanted: dict[tuple[str, str], RuleRemoval
         for i, row in enumerate(rows):
             slot = wanted[keys[row]]
             if len(slot.examples) < per_rule:
-                slot.examples.append(Example(get["id"][i].as_py() or "", get["bucket"][i].as_py() or "",
-                                             get["value"][i].as_py(), get["reason"][i].as_py(), excerpt(texts[i])))
+                slot.examples.append(
+                    Example(
+                        get["id"][i].as_py() or "",
+                        get["bucket"][i].as_py() or "",
+                        get["value"][i].as_py(),
+                        get["reason"][i].as_py(),
+                        excerpt(texts[i]),
+                    )
+                )
 
 
-def top_removals(run: RunDir, top: int = TOP_RULES,
-                 per_rule: int = EXAMPLES_PER_RULE) -> tuple[list[RuleRemoval], int]:
+def top_removals(run: RunDir, top: int = TOP_RULES, per_rule: int = EXAMPLES_PER_RULE) -> tuple[list[RuleRemoval], int]:
     """(step, rule) pairs ranked by documents then bytes removed, each with a few examples; and
     the number of removed documents in all."""
     paths = rejected_parts(run)
@@ -275,18 +356,28 @@ def section_removals(run: RunDir) -> str:
     ranked, total_docs = top_removals(run)
     if not ranked:
         return "".join(out) + _placeholder("No rejected documents recorded (curated/_rejected/ is empty or missing).")
-    out.append(f"<p>{total_docs:,} documents removed in all; the {len(ranked)} largest (step, rule) "
-               "pairs by documents removed, each with its first rejected documents (bytes: the text as the step "
-               "saw it).</p>")
-    out.append(_table(["step", "rule", "docs removed", "bytes removed", "share of removed docs"],
-                      [[r.step, r.rule, r.docs, r.bytes, _pct(r.docs, total_docs)] for r in ranked]))
+    out.append(
+        f"<p>{total_docs:,} documents removed in all; the {len(ranked)} largest (step, rule) "
+        "pairs by documents removed, each with its first rejected documents (bytes: the text as the step "
+        "saw it).</p>"
+    )
+    out.append(
+        _table(
+            ["step", "rule", "docs removed", "bytes removed", "share of removed docs"],
+            [[r.step, r.rule, r.docs, r.bytes, _pct(r.docs, total_docs)] for r in ranked],
+        )
+    )
     for r in ranked:
         items = "".join(
             f"<li><span class=muted>{html.escape(e.bucket)} · {html.escape(e.doc_id)} · value "
             f"{html.escape(str(e.value))}{' · ' + html.escape(e.reason) if e.reason else ''}</span>"
-            f"<pre>{e.excerpt}</pre></li>" for e in r.examples)
-        out.append(f"<details><summary>{html.escape(r.step)} / {html.escape(r.rule)}: {r.docs:,} documents</summary>"
-                   f"<ul>{items}</ul></details>")
+            f"<pre>{e.excerpt}</pre></li>"
+            for e in r.examples
+        )
+        out.append(
+            f"<details><summary>{html.escape(r.step)} / {html.escape(r.rule)}: {r.docs:,} documents</summary>"
+            f"<ul>{items}</ul></details>"
+        )
     return "".join(out)
 
 
@@ -297,7 +388,7 @@ def size_bin(size: int) -> int:
 
 
 def bin_label(k: int) -> str:
-    lo, hi = 2 ** k + 1, 2 ** (k + 1)
+    lo, hi = 2**k + 1, 2 ** (k + 1)
     return str(hi) if k == 0 else f"{lo}–{hi}"
 
 
@@ -359,27 +450,39 @@ def section_clusters(run: RunDir, parts: dict[str, list[Path]]) -> str:
     out = ["<h3>Duplicate clusters</h3>"]
     clusters = kept_clusters(parts)
     if not clusters:
-        return "".join(out) + _placeholder("No duplicate clusters: no kept document had copies removed "
-                                           "(or exact/near-duplicate removal did not run).")
+        return "".join(out) + _placeholder(
+            "No duplicate clusters: no kept document had copies removed (or exact/near-duplicate removal did not run)."
+        )
     bins: dict[int, int] = {}
     for c in clusters:
         bins[size_bin(c.size)] = bins.get(size_bin(c.size), 0) + 1
     ks = list(range(max(bins) + 1))
     labels, counts = [bin_label(k) for k in ks], [bins.get(k, 0) for k in ks]
     copies = sum(c.size - 1 for c in clusters)
-    out.append(f"<p>{len(clusters):,} kept documents had copies removed ({copies:,} removed in all); a cluster is "
-               "the kept document and its exact (same normalized text) and near (MinHash) duplicates, sizes "
-               "binned by powers of two.</p>")
+    out.append(
+        f"<p>{len(clusters):,} kept documents had copies removed ({copies:,} removed in all); a cluster is "
+        "the kept document and its exact (same normalized text) and near (MinHash) duplicates, sizes "
+        "binned by powers of two.</p>"
+    )
     out.append(_table(["cluster size", *labels], [["clusters", *counts]]))
     out.append(_log_bar_svg(labels, counts, "Duplicate-cluster sizes", "documents in the cluster"))
     largest = sorted(clusters, key=lambda c: (-c.size, c.doc_id))[:LARGEST_CLUSTERS]
     _fill_texts(largest)
     removed = removed_copies(run)
-    rows = [[c.size, c.bucket, c.doc_id,
-             ", ".join(f"{r} {n:,}" for r, n in sorted(removed.get(c.doc_id, {}).items())) or "—",
-             Raw(f"<span class=muted>{c.text}</span>")] for c in largest]
-    out.append("<p>Largest clusters:</p>" + _table(["size", "bucket", "kept document", "copies removed by rule",
-                                                  "kept text (start)"], rows))
+    rows = [
+        [
+            c.size,
+            c.bucket,
+            c.doc_id,
+            ", ".join(f"{r} {n:,}" for r, n in sorted(removed.get(c.doc_id, {}).items())) or "—",
+            Raw(f"<span class=muted>{c.text}</span>"),
+        ]
+        for c in largest
+    ]
+    out.append(
+        "<p>Largest clusters:</p>"
+        + _table(["size", "bucket", "kept document", "copies removed by rule", "kept text (start)"], rows)
+    )
     return "".join(out)
 
 
@@ -409,7 +512,7 @@ def _histogram_svg(per_bucket: dict[str, np.ndarray], *, title: str, xlabel: str
     allv = np.concatenate(list(data.values()))
     lo, hi = float(allv.min()), float(allv.max())
     logx = lo > 0 and hi / lo > 100
-    bins = (np.geomspace(lo, hi, 31) if logx else np.linspace(lo, hi if hi > lo else lo + 1, 31))
+    bins = np.geomspace(lo, hi, 31) if logx else np.linspace(lo, hi if hi > lo else lo + 1, 31)
     fig, ax = plt.subplots(figsize=(7.0, 3.0))
     ax.hist(list(data.values()), bins=bins, stacked=True, label=list(data), histtype="barstacked")
     if logx:
@@ -429,24 +532,35 @@ def section_distributions(parts: dict[str, list[Path]]) -> str:
         return "".join(out) + _placeholder("No curated documents yet.")
     languages, values = read_signals(parts)
     if languages:
-        langs = sorted({l for c in languages.values() for l in c},
-                       key=lambda l: (-sum(c.get(l, 0) for c in languages.values()), l))
+        langs = sorted(
+            {l for c in languages.values() for l in c}, key=lambda l: (-sum(c.get(l, 0) for c in languages.values()), l)
+        )
         buckets = sorted(languages)
-        out.append(_table(["language", *buckets, "all"],
-                          [[l, *(languages[b].get(l, 0) for b in buckets), sum(languages[b].get(l, 0) for b in buckets)]
-                           for l in langs] + [["all", *(sum(languages[b].values()) for b in buckets),
-                                               sum(sum(c.values()) for c in languages.values())]]))
+        out.append(
+            _table(
+                ["language", *buckets, "all"],
+                [[l, *(languages[b].get(l, 0) for b in buckets), sum(languages[b].get(l, 0) for b in buckets)] for l in langs]
+                + [["all", *(sum(languages[b].values()) for b in buckets), sum(sum(c.values()) for c in languages.values())]],
+            )
+        )
         shown = langs[:12]
-        out.append(bar_chart(shown, {b: [languages[b].get(l, 0) for l in shown] for b in buckets},
-                             title="Kept documents by language", ylabel="documents"))
+        out.append(
+            bar_chart(
+                shown,
+                {b: [languages[b].get(l, 0) for l in shown] for b in buckets},
+                title="Kept documents by language",
+                ylabel="documents",
+            )
+        )
     if not values:
         return "".join(out) + _placeholder("The curated documents carry no language score or quality signals.")
     rows = []
     for sig, label in SIGNALS:
         for b, a in sorted(values.get(sig, {}).items()):
             q = np.percentile(a, [10, 50, 90]) if a.size else [float("nan")] * 3
-            rows.append([label, b, int(a.size), float(q[0]), float(q[1]), float(q[2]),
-                         float(a.mean()) if a.size else float("nan")])
+            rows.append(
+                [label, b, int(a.size), float(q[0]), float(q[1]), float(q[2]), float(a.mean()) if a.size else float("nan")]
+            )
     out.append(_table(["signal", "bucket", "docs with a value", "p10", "median", "p90", "mean"], rows))
     for sig, label in SIGNALS:
         if sig in values:
@@ -485,18 +599,21 @@ def effective_rows(funnel: dict | None, plan: dict | None, meta: dict | None) ->
         f = per.get(b, {})
         rp, rq, rd = f.get("rho_parse"), f.get("rho_quality"), f.get("r_dup")
         coef = (1 - (rd or 0.0)) * (1 - (r_pad or 0.0)) * _factor(rp) * _factor(rq)
-        rows.append([b, nominal[b], rp, rq, rd, r_pad, coef, nominal[b] * coef,
-                     plan["buckets"][b]["effective_tokens"] if plan else None])
+        rows.append(
+            [b, nominal[b], rp, rq, rd, r_pad, coef, nominal[b] * coef, plan["buckets"][b]["effective_tokens"] if plan else None]
+        )
     return source, rows
 
 
 def section_effective(funnel: dict | None, plan: dict | None, meta: dict | None) -> str:
-    out = ["<h3>Effective tokens (seed 002 §2.3)</h3>",
-           "<p><i>D</i><sub>eff</sub> ≈ <i>D</i><sub>nominal</sub> (1 − r<sub>dup</sub>)(1 − r<sub>pad</sub>) "
-           "ρ<sub>parse</sub> ρ<sub>quality</sub>: r<sub>dup</sub> = share of bytes the dedup steps removed, "
-           "r<sub>pad</sub> = the packer's padding / lost-target share, ρ<sub>parse</sub> = share of read documents "
-           "that parse, ρ<sub>quality</sub> = share of bytes the quality steps kept (bytes stand in for tokens; "
-           "measured by the funnel, per bucket).</p>"]
+    out = [
+        "<h3>Effective tokens (seed 002 §2.3)</h3>",
+        "<p><i>D</i><sub>eff</sub> ≈ <i>D</i><sub>nominal</sub> (1 − r<sub>dup</sub>)(1 − r<sub>pad</sub>) "
+        "ρ<sub>parse</sub> ρ<sub>quality</sub>: r<sub>dup</sub> = share of bytes the dedup steps removed, "
+        "r<sub>pad</sub> = the packer's padding / lost-target share, ρ<sub>parse</sub> = share of read documents "
+        "that parse, ρ<sub>quality</sub> = share of bytes the quality steps kept (bytes stand in for tokens; "
+        "measured by the funnel, per bucket).</p>",
+    ]
     source, rows = effective_rows(funnel, plan, meta)
     if not rows:
         return "".join(out) + _placeholder("Needs curated/_funnel.json and a token store or a training plan.")
@@ -505,19 +622,34 @@ def section_effective(funnel: dict | None, plan: dict | None, meta: dict | None)
     header = ["bucket", "D_nominal (tokens)", "ρ_parse", "ρ_quality", "r_dup", "r_pad", "coefficient", "D_eff (tokens)"]
     if plan:
         header.append("repetition-discounted tokens (plan)")
-        rows.append(["all", tot_nom, None, None, None, plan.get("r_pad"), tot_eff / tot_nom if tot_nom else None,
-                     tot_eff, plan.get("effective_tokens")])
+        rows.append(
+            [
+                "all",
+                tot_nom,
+                None,
+                None,
+                None,
+                plan.get("r_pad"),
+                tot_eff / tot_nom if tot_nom else None,
+                tot_eff,
+                plan.get("effective_tokens"),
+            ]
+        )
     else:
         rows = [r[:-1] for r in rows]
         rows.append(["all", tot_nom, None, None, None, None, tot_eff / tot_nom if tot_nom else None, tot_eff])
-    out.append(f"<p>D<sub>nominal</sub>: {html.escape(source)}. The dedup, parse and quality factors are what "
-               "curation removed from the sources, so D<sub>eff</sub> reads as what this budget would be worth drawn "
-               "from the uncurated sources; the curated tokens the run trains on have already paid those losses, "
-               "and only r<sub>pad</sub> (and repetition) still applies to them.</p>")
+    out.append(
+        f"<p>D<sub>nominal</sub>: {html.escape(source)}. The dedup, parse and quality factors are what "
+        "curation removed from the sources, so D<sub>eff</sub> reads as what this budget would be worth drawn "
+        "from the uncurated sources; the curated tokens the run trains on have already paid those losses, "
+        "and only r<sub>pad</sub> (and repetition) still applies to them.</p>"
+    )
     out.append(_table(header, rows))
     if plan:
-        out.append(f"<p class=muted>The last column is the plan's own discount for repeated epochs "
-                   f"({html.escape(str(plan.get('effective_rule', '')))}), independent of the §2.3 factors.</p>")
+        out.append(
+            f"<p class=muted>The last column is the plan's own discount for repeated epochs "
+            f"({html.escape(str(plan.get('effective_rule', '')))}), independent of the §2.3 factors.</p>"
+        )
     return "".join(out)
 
 
@@ -526,11 +658,20 @@ def token_store_table(meta: dict | None) -> str:
     """Documents and tokens per bucket and split of the token store (tokens/_meta.json)."""
     if not meta:
         return ""
-    rows = [[b, d["train"]["docs"], d["train"]["tokens"], d["val"]["docs"], d["val"]["tokens"],
-             d["train"]["bytes"] / d["train"]["tokens"] if d["train"].get("tokens") and "bytes" in d["train"] else None]
-            for b, d in sorted(meta["buckets"].items())]
-    return "<p>Token store:</p>" + _table(["bucket", "train docs", "train tokens", "held-out docs", "held-out tokens",
-                                           "train bytes/token"], rows)
+    rows = [
+        [
+            b,
+            d["train"]["docs"],
+            d["train"]["tokens"],
+            d["val"]["docs"],
+            d["val"]["tokens"],
+            d["train"]["bytes"] / d["train"]["tokens"] if d["train"].get("tokens") and "bytes" in d["train"] else None,
+        ]
+        for b, d in sorted(meta["buckets"].items())
+    ]
+    return "<p>Token store:</p>" + _table(
+        ["bucket", "train docs", "train tokens", "held-out docs", "held-out tokens", "train bytes/token"], rows
+    )
 
 
 def section_tokenizer(run: RunDir, meta: dict | None = None) -> str:
@@ -538,35 +679,84 @@ def section_tokenizer(run: RunDir, meta: dict | None = None) -> str:
     audit = read_json(run.sub("tokenizer", "audit.json"))
     if not audit:
         return "".join(out) + _placeholder("No tokenizer/audit.json yet.") + token_store_table(meta)
-    out.append(f"<p>Byte-level BPE, vocabulary {audit['vocab_size']:,}, trained on {audit['sample_bytes']:,} bytes "
-               "of curated training text; audited on held-out documents it never saw.</p>")
+    out.append(
+        f"<p>Byte-level BPE, vocabulary {audit['vocab_size']:,}, trained on {audit['sample_bytes']:,} bytes "
+        "of curated training text; audited on held-out documents it never saw.</p>"
+    )
     buckets = audit.get("buckets") or {}
-    out.append(_table(["bucket", "held-out docs", "bytes", "tokens", "bytes/token", "chars/token", "tokens/word",
-                       "byte-fallback rate", "partial-char rate", "exact round-trip"],
-                      [[b, a.get("docs"), a.get("bytes"), a.get("tokens"), a.get("bytes_per_token"),
-                        a.get("chars_per_token"), a.get("tokens_per_word"), a.get("byte_fallback_rate"),
-                        a.get("partial_char_rate"), a.get("roundtrip_exact")] for b, a in buckets.items()]))
+    out.append(
+        _table(
+            [
+                "bucket",
+                "held-out docs",
+                "bytes",
+                "tokens",
+                "bytes/token",
+                "chars/token",
+                "tokens/word",
+                "byte-fallback rate",
+                "partial-char rate",
+                "exact round-trip",
+            ],
+            [
+                [
+                    b,
+                    a.get("docs"),
+                    a.get("bytes"),
+                    a.get("tokens"),
+                    a.get("bytes_per_token"),
+                    a.get("chars_per_token"),
+                    a.get("tokens_per_word"),
+                    a.get("byte_fallback_rate"),
+                    a.get("partial_char_rate"),
+                    a.get("roundtrip_exact"),
+                ]
+                for b, a in buckets.items()
+            ],
+        )
+    )
     if buckets:
         names = list(buckets)
-        out.append(bar_chart(names, {"bytes/token": [buckets[b].get("bytes_per_token") or 0 for b in names]},
-                             title="Compression per bucket (held-out)", ylabel="bytes per token"))
+        out.append(
+            bar_chart(
+                names,
+                {"bytes/token": [buckets[b].get("bytes_per_token") or 0 for b in names]},
+                title="Compression per bucket (held-out)",
+                ylabel="bytes per token",
+            )
+        )
     fast = audit.get("fast_encoder")
     if fast:
         ok = fast.get("identical")
-        out.append(f"<p>Fast encoder ({html.escape(str(fast.get('encoder')))}): "
-                   f"<span class={'good' if ok else 'bad'}>{'identical' if ok else 'differs'}</span> to the reference "
-                   f"on {fast.get('docs', 0):,} documents ({fast.get('mismatched_docs', 0):,} mismatched).</p>")
+        out.append(
+            f"<p>Fast encoder ({html.escape(str(fast.get('encoder')))}): "
+            f"<span class={'good' if ok else 'bad'}>{'identical' if ok else 'differs'}</span> to the reference "
+            f"on {fast.get('docs', 0):,} documents ({fast.get('mismatched_docs', 0):,} mismatched).</p>"
+        )
     terms = audit.get("key_terms") or {}
     if isinstance(terms, dict) and terms:
+
         def split(v: Any, key: str) -> str:
             toks = v.get(key) if isinstance(v, dict) else (v if key == "tokens" else None)
             # a leading space is what distinguishes " word" from "word": make it visible
             return " · ".join(str(t).replace(" ", "␣") for t in toks) if toks else "—"
-        out.append("<p>How key terms are split (at a line start and after a space):</p>"
-                   + _table(["term", "pieces", "tokens", "after a space", "tokens"],
-                            [[t, split(v, "tokens"), len(v.get("tokens", []) if isinstance(v, dict) else v),
-                              split(v, "spaced"), len(v.get("spaced", [])) if isinstance(v, dict) else None]
-                             for t, v in terms.items()]))
+
+        out.append(
+            "<p>How key terms are split (at a line start and after a space):</p>"
+            + _table(
+                ["term", "pieces", "tokens", "after a space", "tokens"],
+                [
+                    [
+                        t,
+                        split(v, "tokens"),
+                        len(v.get("tokens", []) if isinstance(v, dict) else v),
+                        split(v, "spaced"),
+                        len(v.get("spaced", [])) if isinstance(v, dict) else None,
+                    ]
+                    for t, v in terms.items()
+                ],
+            )
+        )
     out.append(token_store_table(meta))
     return "".join(out)
 
@@ -582,8 +772,9 @@ class TrainedSteps:
 def trained_steps(events: list[dict], plan: dict) -> TrainedSteps:
     """Steps of the training that logged `plan`: from its last fresh start (step 0) on."""
     fp = plan.get("fingerprint")
-    starts = [i for i, e in enumerate(events) if e.get("kind") == "train_start" and e.get("plan")
-              and e["plan"].get("fingerprint") == fp]
+    starts = [
+        i for i, e in enumerate(events) if e.get("kind") == "train_start" and e.get("plan") and e["plan"].get("fingerprint") == fp
+    ]
     fresh = [i for i in starts if not int(events[i].get("step") or 0)]
     begin = fresh[-1] if fresh else (starts[0] if starts else 0)
     seen: set[int] = set()
@@ -643,7 +834,7 @@ def delivered(plan: dict, steps: int) -> tuple[dict[str, dict[str, float]], bool
         u = plan["buckets"][b]
         if not packed and steps >= plan.get("max_steps", 0):
             d["tokens"] = float(u["tokens"])  # the whole plan was served
-        d["epochs"] = (d["tokens"] / u["available_tokens"] if packed else d["samples"] / max(u.get("docs", 0), 1))
+        d["epochs"] = d["tokens"] / u["available_tokens"] if packed else d["samples"] / max(u.get("docs", 0), 1)
     return out, exact
 
 
@@ -658,29 +849,76 @@ def section_planned_vs_delivered(events: list[dict]) -> str:
     for b, u in sorted(plan["buckets"].items()):
         d = got[b]
         warn = u.get("warn")
-        rows.append([b, u["available_tokens"], u["tokens"], Raw(f"<span class={'bad' if warn else ''}>{u['epochs']:.3g}</span>"),
-                     u.get("share"), d["samples"], d["tokens"], d["epochs"], _pct(d["tokens"], u["tokens"])])
+        rows.append(
+            [
+                b,
+                u["available_tokens"],
+                u["tokens"],
+                Raw(f"<span class={'bad' if warn else ''}>{u['epochs']:.3g}</span>"),
+                u.get("share"),
+                d["samples"],
+                d["tokens"],
+                d["epochs"],
+                _pct(d["tokens"], u["tokens"]),
+            ]
+        )
     tot_plan = sum(u["tokens"] for u in plan["buckets"].values())
     tot_got = sum(d["tokens"] for d in got.values())
-    rows.append(["all", sum(u["available_tokens"] for u in plan["buckets"].values()), tot_plan, None, 1.0,
-                 sum(d["samples"] for d in got.values()), tot_got, None, _pct(tot_got, tot_plan)])
-    out.append(f"<p>Planned: the mixture plan of the last training start ({plan.get('max_steps', 0):,} steps, "
-               f"{plan.get('token_budget', 0):,} tokens). Delivered: the samples of the {done.steps:,} steps trained, "
-               "recomputed from the loader's closed-form data order (it is stateless: a step's batch is a function "
-               "of the step), not counted at run time; a step replayed after a rollback or resume counts once.")
+    rows.append(
+        [
+            "all",
+            sum(u["available_tokens"] for u in plan["buckets"].values()),
+            tot_plan,
+            None,
+            1.0,
+            sum(d["samples"] for d in got.values()),
+            tot_got,
+            None,
+            _pct(tot_got, tot_plan),
+        ]
+    )
+    out.append(
+        f"<p>Planned: the mixture plan of the last training start ({plan.get('max_steps', 0):,} steps, "
+        f"{plan.get('token_budget', 0):,} tokens). Delivered: the samples of the {done.steps:,} steps trained, "
+        "recomputed from the loader's closed-form data order (it is stateless: a step's batch is a function "
+        "of the step), not counted at run time; a step replayed after a rollback or resume counts once."
+    )
     if not exact:
-        out.append(" <span class=bad>The plan's weights do not reproduce its per-phase samples, so the last, "
-                   "partial phase is split pro rata (approximate).</span>")
+        out.append(
+            " <span class=bad>The plan's weights do not reproduce its per-phase samples, so the last, "
+            "partial phase is split pro rata (approximate).</span>"
+        )
     if done.replayed or done.skipped:
-        out.append(f" {done.replayed:,} step records were replays and {done.skipped:,} updates were skipped by the "
-                   "guard (their tokens were read but not learned from).")
+        out.append(
+            f" {done.replayed:,} step records were replays and {done.skipped:,} updates were skipped by the "
+            "guard (their tokens were read but not learned from)."
+        )
     out.append("</p>")
-    out.append(_table(["bucket", "available tokens", "planned tokens", "planned epochs", "planned share",
-                       "delivered samples", "delivered tokens", "delivered epochs", "delivered of planned"], rows))
+    out.append(
+        _table(
+            [
+                "bucket",
+                "available tokens",
+                "planned tokens",
+                "planned epochs",
+                "planned share",
+                "delivered samples",
+                "delivered tokens",
+                "delivered epochs",
+                "delivered of planned",
+            ],
+            rows,
+        )
+    )
     names = sorted(plan["buckets"])
-    out.append(bar_chart(names, {"planned": [plan["buckets"][b]["tokens"] for b in names],
-                                 "delivered": [got[b]["tokens"] for b in names]},
-                         title="Tokens per bucket: planned vs delivered", ylabel="tokens"))
+    out.append(
+        bar_chart(
+            names,
+            {"planned": [plan["buckets"][b]["tokens"] for b in names], "delivered": [got[b]["tokens"] for b in names]},
+            title="Tokens per bucket: planned vs delivered",
+            ylabel="tokens",
+        )
+    )
     for w in plan.get("warnings", []):
         out.append(f"<p class=bad>{html.escape(str(w))}</p>")
     return "".join(out)
@@ -692,13 +930,15 @@ def section_data(run: RunDir, events: list[dict]) -> str:
     funnel = read_json(run.sub("curated", "_funnel.json"))
     meta = read_json(run.sub("tokens", "_meta.json"))
     parts = curated_parts(run)
-    return "".join([
-        "<h2>Data</h2>",
-        section_funnel(funnel),
-        section_removals(run),
-        section_clusters(run, parts),
-        section_distributions(parts),
-        section_effective(funnel, last_plan(events), meta),
-        section_tokenizer(run, meta),
-        section_planned_vs_delivered(events),
-    ])
+    return "".join(
+        [
+            "<h2>Data</h2>",
+            section_funnel(funnel),
+            section_removals(run),
+            section_clusters(run, parts),
+            section_distributions(parts),
+            section_effective(funnel, last_plan(events), meta),
+            section_tokenizer(run, meta),
+            section_planned_vs_delivered(events),
+        ]
+    )

@@ -15,11 +15,20 @@ def _probes(evals: list[dict]) -> str:
     if not names:
         return ""
     last = {n: m for e in evals for n, m in (e.get("probes") or {}).items()}  # the newest value of each
-    out = ["<h3>Probes</h3><p>Small fixed text sets chosen for this run, scored at every evaluation.</p>",
-           table(["probe set", "docs", "tokens", "loss", "bpb"],
-                 [[n, last[n]["docs"], last[n]["tokens"], last[n]["loss"], last[n]["bpb"]] for n in names])]
-    series = {n: ([e["step"] for e in evals if n in (e.get("probes") or {})],
-                  [e["probes"][n]["bpb"] for e in evals if n in (e.get("probes") or {})]) for n in names}
+    out = [
+        "<h3>Probes</h3><p>Small fixed text sets chosen for this run, scored at every evaluation.</p>",
+        table(
+            ["probe set", "docs", "tokens", "loss", "bpb"],
+            [[n, last[n]["docs"], last[n]["tokens"], last[n]["loss"], last[n]["bpb"]] for n in names],
+        ),
+    ]
+    series = {
+        n: (
+            [e["step"] for e in evals if n in (e.get("probes") or {})],
+            [e["probes"][n]["bpb"] for e in evals if n in (e.get("probes") or {})],
+        )
+        for n in names
+    }
     if any(len(xs) > 1 for xs, _ in series.values()):
         out.append(line_chart(series, title="Probe bits-per-byte", xlabel="step", ylabel="bpb", markers=True))
     return "".join(out)
@@ -29,8 +38,9 @@ def _slices_over_steps(evals: list[dict]) -> str:
     """Bits-per-byte of every bucket at every evaluation (rows: steps), the table behind the curve."""
     buckets = list(evals[-1]["buckets"])
     rows = [[e["step"], *(e["buckets"][b]["bpb"] if b in e["buckets"] else "—" for b in buckets)] for e in evals]
-    return ("<details><summary>bits-per-byte by bucket at every evaluation</summary>"
-            + table(["step", *buckets], rows) + "</details>")
+    return (
+        "<details><summary>bits-per-byte by bucket at every evaluation</summary>" + table(["step", *buckets], rows) + "</details>"
+    )
 
 
 def _task_curves(evals: list[dict]) -> str:
@@ -51,15 +61,22 @@ def _semantic(contamination: dict) -> str:
     sem = {name: c["semantic"] for name, c in contamination.items() if c.get("semantic")}
     if not sem:
         return ""
-    rows = [[name, s["items"], f'<span class="bad">{s["flagged"]}</span>' if s["flagged"] else 0,
-             s.get("max_score"), s["threshold"]] for name, s in sem.items()]
-    out = ["<h3>Semantic contamination</h3><p>Each item against every window of the training documents, by the "
-           "cosine of SIF embeddings tokenmill trained on the training text (finds paraphrases the n-gram "
-           "check misses).</p>", table(["task", "items", "flagged", "best similarity", "threshold"], rows)]
+    rows = [
+        [name, s["items"], f'<span class="bad">{s["flagged"]}</span>' if s["flagged"] else 0, s.get("max_score"), s["threshold"]]
+        for name, s in sem.items()
+    ]
+    out = [
+        "<h3>Semantic contamination</h3><p>Each item against every window of the training documents, by the "
+        "cosine of SIF embeddings tokenmill trained on the training text (finds paraphrases the n-gram "
+        "check misses).</p>",
+        table(["task", "items", "flagged", "best similarity", "threshold"], rows),
+    ]
     for name, s in sem.items():
         for ex in s.get("examples", []):
-            out.append(f"<p class=muted>{html.escape(name)} · {ex['score']:.3f} · {html.escape(ex['doc_id'])}</p>"
-                       f"<pre><b>{html.escape(ex['item'])}</b>\n{html.escape(ex['match'])}</pre>")
+            out.append(
+                f"<p class=muted>{html.escape(name)} · {ex['score']:.3f} · {html.escape(ex['doc_id'])}</p>"
+                f"<pre><b>{html.escape(ex['item'])}</b>\n{html.escape(ex['match'])}</pre>"
+            )
     return "".join(out)
 
 
@@ -72,20 +89,40 @@ def _eval_audits(last: dict) -> str:
         rows = []
         for t in tasks:
             c = contamination.get(t["name"], {})
-            flag = (f'<span class="bad">{c["share"]:.2%} flagged</span>' if c.get("flagged")
-                    else (f"{c['share']:.2%}" if "share" in c else "—"))
-            rows.append([t["name"], t.get("format", ""), t.get("shots", 0), t.get("n", ""),
-                         t.get("acc", float("nan")), t.get("acc_norm", t.get("mean_logprob", float("nan"))), flag])
-        out += ["<h3>Tasks</h3><p>Scored by log-likelihood of each continuation (multiple choice) or greedy "
-                "last-word match (cloze), from local files; contamination = share of the set's token n-grams "
-                "found in the training tokens.</p>",
-                table(["task", "format", "shots", "items", "acc", "acc_norm / mean log-prob", "contamination"], rows)]
+            flag = (
+                f'<span class="bad">{c["share"]:.2%} flagged</span>'
+                if c.get("flagged")
+                else (f"{c['share']:.2%}" if "share" in c else "—")
+            )
+            rows.append(
+                [
+                    t["name"],
+                    t.get("format", ""),
+                    t.get("shots", 0),
+                    t.get("n", ""),
+                    t.get("acc", float("nan")),
+                    t.get("acc_norm", t.get("mean_logprob", float("nan"))),
+                    flag,
+                ]
+            )
+        out += [
+            "<h3>Tasks</h3><p>Scored by log-likelihood of each continuation (multiple choice) or greedy "
+            "last-word match (cloze), from local files; contamination = share of the set's token n-grams "
+            "found in the training tokens.</p>",
+            table(["task", "format", "shots", "items", "acc", "acc_norm / mean log-prob", "contamination"], rows),
+        ]
     out.append(_semantic(contamination))
     other = {k: v for k, v in contamination.items() if k not in {t["name"] for t in tasks}}
     if other:
-        rows = [[name, c.get("ngrams", ""), c.get("found", ""),
-                 f'<span class="bad">{c["share"]:.2%} flagged</span>' if c.get("flagged") else f"{c['share']:.2%}"]
-                for name, c in other.items()]
+        rows = [
+            [
+                name,
+                c.get("ngrams", ""),
+                c.get("found", ""),
+                f'<span class="bad">{c["share"]:.2%} flagged</span>' if c.get("flagged") else f"{c['share']:.2%}",
+            ]
+            for name, c in other.items()
+        ]
         out += ["<h3>Contamination</h3>", table(["eval set", "n-grams", "found in training", "share"], rows)]
     mem = last.get("memorization") or {}
     if mem:
@@ -96,10 +133,13 @@ def _eval_audits(last: dict) -> str:
                 vals = [tr.get("exact"), ho.get("exact"), tr.get("token_match"), ho.get("token_match")]
                 rows.append([scope, tr.get("n", ""), *("—" if v is None else v for v in vals)])
         if rows:
-            out += ["<h3>Memorization</h3><p>Greedy continuations of document prefixes: exact-match rate on "
-                    "training documents vs held-out ones (the gap is what the model memorized).</p>",
-                    table(["scope", "docs", "exact (train)", "exact (held-out)", "token match (train)",
-                           "token match (held-out)"], rows)]
+            out += [
+                "<h3>Memorization</h3><p>Greedy continuations of document prefixes: exact-match rate on "
+                "training documents vs held-out ones (the gap is what the model memorized).</p>",
+                table(
+                    ["scope", "docs", "exact (train)", "exact (held-out)", "token match (train)", "token match (held-out)"], rows
+                ),
+            ]
     out.append(_canaries(last.get("canaries") or {}))
     out.append(_long_context(last.get("long_context") or {}))
     return "".join(out)
@@ -111,19 +151,32 @@ def _long_context(lc: dict) -> str:
         return ""
     pos, trained = lc["positions"], lc.get("trained_seq_len")
     rope = lc.get("rope") or {}
-    rows = [[f"{b['from']}–{b['to']}" + (" (beyond the trained length)" if trained and b["from"] >= trained else ""),
-             b["tokens"], b["loss"], b["bpb"]] for b in pos["buckets"]]
-    out = [f"<h3>Long context</h3><p>{pos['docs']} held-out documents of at least {pos['seq_len']} tokens, "
-           f"each scored from its start; trained at {trained} tokens; RoPE theta {rope.get('rope_theta')}, "
-           f"scaling {html.escape(str(rope.get('rope_scaling')))} × {rope.get('rope_scaling_factor')}. A model "
-           "that uses the longer context has lower bpb at later positions.</p>",
-           table(["positions", "tokens", "loss", "bpb"], rows)]
+    rows = [
+        [
+            f"{b['from']}–{b['to']}" + (" (beyond the trained length)" if trained and b["from"] >= trained else ""),
+            b["tokens"],
+            b["loss"],
+            b["bpb"],
+        ]
+        for b in pos["buckets"]
+    ]
+    out = [
+        f"<h3>Long context</h3><p>{pos['docs']} held-out documents of at least {pos['seq_len']} tokens, "
+        f"each scored from its start; trained at {trained} tokens; RoPE theta {rope.get('rope_theta')}, "
+        f"scaling {html.escape(str(rope.get('rope_scaling')))} × {rope.get('rope_scaling_factor')}. A model "
+        "that uses the longer context has lower bpb at later positions.</p>",
+        table(["positions", "tokens", "loss", "bpb"], rows),
+    ]
     pk = lc.get("passkey")
     if pk:
-        out += [f"<p>Passkey retrieval at {pk['seq_len']} tokens: <b>{pk['accuracy']:.0%}</b> of {pk['trials']} "
-                "trials (every key token the top prediction), by distance from the key to the question:</p>",
-                table(["distance (tokens)", "trials", "accuracy", "key log-prob"],
-                      [[f"{b['from']}–{b['to']}", b["trials"], b["accuracy"], b["logprob"]] for b in pk["by_distance"]])]
+        out += [
+            f"<p>Passkey retrieval at {pk['seq_len']} tokens: <b>{pk['accuracy']:.0%}</b> of {pk['trials']} "
+            "trials (every key token the top prediction), by distance from the key to the question:</p>",
+            table(
+                ["distance (tokens)", "trials", "accuracy", "key log-prob"],
+                [[f"{b['from']}–{b['to']}", b["trials"], b["accuracy"], b["logprob"]] for b in pk["by_distance"]],
+            ),
+        ]
     return "".join(out)
 
 
@@ -132,14 +185,20 @@ def _canaries(c: dict) -> str:
     ranks a random secret it saw k times."""
     if not c.get("by_count"):
         return ""
-    rows = [[k, v["canaries"], v["mean_exposure_empirical"], v["mean_exposure_extrapolated"], v["mean_log_ppl"]]
-            for k, v in sorted(c["by_count"].items(), key=lambda kv: int(kv[0]))]
-    return ("<h3>Canaries</h3><p>Random secrets inserted during curation k times each; exposure = log2|R| − "
-            f"log2 rank among {c['candidates']} random candidates (empirical, at most log2 of that + 1) and from a normal "
-            f"fit to the candidates' log-perplexity (extrapolated); the maximum is {c['max_exposure']:.1f} bits. "
-            "Exposure that grows with k is memorization.</p>"
-            + table(["repetitions k", "canaries", "exposure (empirical, bits)", "exposure (extrapolated, bits)",
-                     "log-perplexity (bits)"], rows))
+    rows = [
+        [k, v["canaries"], v["mean_exposure_empirical"], v["mean_exposure_extrapolated"], v["mean_log_ppl"]]
+        for k, v in sorted(c["by_count"].items(), key=lambda kv: int(kv[0]))
+    ]
+    return (
+        "<h3>Canaries</h3><p>Random secrets inserted during curation k times each; exposure = log2|R| − "
+        f"log2 rank among {c['candidates']} random candidates (empirical, at most log2 of that + 1) and from a normal "
+        f"fit to the candidates' log-perplexity (extrapolated); the maximum is {c['max_exposure']:.1f} bits. "
+        "Exposure that grows with k is memorization.</p>"
+        + table(
+            ["repetitions k", "canaries", "exposure (empirical, bits)", "exposure (extrapolated, bits)", "log-perplexity (bits)"],
+            rows,
+        )
+    )
 
 
 def section_eval(evals: list[dict]) -> str:
@@ -151,10 +210,12 @@ def section_eval(evals: list[dict]) -> str:
         ratio = m["bpb"] / m["unigram_bpb"] if m.get("unigram_bpb") else float("nan")
         verdict = f'<span class="{"good" if ratio < 1 else "bad"}">{ratio:.3f}</span>'
         rows.append([bucket, m["docs"], m["tokens"], m["loss"], m["ppl"], m["bpb"], m["unigram_bpb"], verdict])
-    out = [f"<h2>Model: evaluation at step {last['step']}</h2>",
-           "<p>Held-out documents, scored one by one. Bits-per-byte = Σ NLL / (ln 2 · UTF-8 bytes); "
-           "the unigram baseline is fitted on the bucket's training tokens (add-one smoothing).</p>",
-           table(["bucket", "docs", "tokens", "loss", "ppl", "bpb", "unigram bpb", "bpb / unigram"], rows)]
+    out = [
+        f"<h2>Model: evaluation at step {last['step']}</h2>",
+        "<p>Held-out documents, scored one by one. Bits-per-byte = Σ NLL / (ln 2 · UTF-8 bytes); "
+        "the unigram baseline is fitted on the bucket's training tokens (add-one smoothing).</p>",
+        table(["bucket", "docs", "tokens", "loss", "ppl", "bpb", "unigram bpb", "bpb / unigram"], rows),
+    ]
     if len(evals) > 1:
         series = {}
         for bucket in last["buckets"]:
@@ -169,6 +230,8 @@ def section_eval(evals: list[dict]) -> str:
     if samples:
         out.append("<h3>Samples</h3>")
         for s in samples:
-            out.append(f"<p class=muted>{html.escape(s['bucket'])}</p><pre><b>{html.escape(s['prompt'])}</b>"
-                       f"{html.escape(s['completion'])}</pre>")
+            out.append(
+                f"<p class=muted>{html.escape(s['bucket'])}</p><pre><b>{html.escape(s['prompt'])}</b>"
+                f"{html.escape(s['completion'])}</pre>"
+            )
     return "".join(out)

@@ -37,28 +37,55 @@ def loss_vs_compute_chart(analysis: ScalingAnalysis) -> str:
     fig, ax = plt.subplots(figsize=(7.0, 4.0))
     runs = sweep_runs(analysis.runs)
     if runs:
-        dots = ax.scatter([r.flops for r in runs], [r.loss for r in runs], c=np.log10([r.params for r in runs]),
-                          cmap="viridis", s=14, label="sweep runs")
+        dots = ax.scatter(
+            [r.flops for r in runs],
+            [r.loss for r in runs],
+            c=np.log10([r.params for r in runs]),
+            cmap="viridis",
+            s=14,
+            label="sweep runs",
+        )
         fig.colorbar(dots, ax=ax, label="log10 N (non-embedding)")
     minima = [m for m in analysis.isoflop.minima if m.interior]  # an exterior vertex is no measured minimum
     if minima:
-        ax.scatter([m.compute for m in minima], [m.loss for m in minima], marker="*", s=90, color="black",
-                   zorder=3, label="IsoFLOP minima")
+        ax.scatter(
+            [m.compute for m in minima],
+            [m.loss for m in minima],
+            marker="*",
+            s=90,
+            color="black",
+            zorder=3,
+            label="IsoFLOP minima",
+        )
     span = _compute_span(analysis)
     points = _frontier_or_none(analysis, span)
     if points is not None:
         ax.plot(span, [p.loss for p in points], color="tab:blue", linewidth=1.3, label="L(N,D) frontier (approach 3)")
     if analysis.compute_frontier is not None:
-        ax.plot(span, analysis.compute_frontier(span), color="tab:orange", linestyle="--", linewidth=1.1,
-                label="L(C) on minima")
+        ax.plot(span, analysis.compute_frontier(span), color="tab:orange", linestyle="--", linewidth=1.1, label="L(C) on minima")
     for k, check in enumerate(analysis.holdout):
         err = None
         if check.interval is not None:
             err = [[check.predicted - check.interval.low], [check.interval.high - check.predicted]]
-        ax.errorbar([check.flops], [check.predicted], yerr=err, fmt="o", mfc="none", color="tab:red", capsize=3,
-                    label="held-out prediction" if k == 0 else None)
-        ax.scatter([check.flops], [check.actual], marker="x", s=50, color="tab:red",
-                   label="held-out actual" if k == 0 else None, zorder=4)
+        ax.errorbar(
+            [check.flops],
+            [check.predicted],
+            yerr=err,
+            fmt="o",
+            mfc="none",
+            color="tab:red",
+            capsize=3,
+            label="held-out prediction" if k == 0 else None,
+        )
+        ax.scatter(
+            [check.flops],
+            [check.actual],
+            marker="x",
+            s=50,
+            color="tab:red",
+            label="held-out actual" if k == 0 else None,
+            zorder=4,
+        )
     ax.set_xscale("log")
     ax.xaxis.set_minor_formatter(NullFormatter())  # a decade or less of x: minor labels would overlap
     ax.set_xlabel("training compute C (FLOPs)")
@@ -103,16 +130,16 @@ def compute_optimal_chart(analysis: ScalingAnalysis) -> str:
         ax.plot(span, [p.tokens for p in points], color="tab:green", label="D, approach 3")
     minima = [m for m in analysis.isoflop.minima if m.interior]
     if minima:
-        ax.scatter([m.compute for m in minima], [m.params for m in minima], color="tab:blue", marker="*", s=60,
-                   label="N* IsoFLOP")
-        ax.scatter([m.compute for m in minima], [m.tokens for m in minima], color="tab:green", marker="*", s=60,
-                   label="D* IsoFLOP")
+        ax.scatter(
+            [m.compute for m in minima], [m.params for m in minima], color="tab:blue", marker="*", s=60, label="N* IsoFLOP"
+        )
+        ax.scatter(
+            [m.compute for m in minima], [m.tokens for m in minima], color="tab:green", marker="*", s=60, label="D* IsoFLOP"
+        )
     if analysis.compute_optimal is not None:
         co = analysis.compute_optimal
-        ax.plot(span, co.params(span), color="tab:blue", linestyle="--", linewidth=0.9,
-                label=f"N* ∝ C^{co.params.exponent:.2f}")
-        ax.plot(span, co.tokens(span), color="tab:green", linestyle="--", linewidth=0.9,
-                label=f"D* ∝ C^{co.tokens.exponent:.2f}")
+        ax.plot(span, co.params(span), color="tab:blue", linestyle="--", linewidth=0.9, label=f"N* ∝ C^{co.params.exponent:.2f}")
+        ax.plot(span, co.tokens(span), color="tab:green", linestyle="--", linewidth=0.9, label=f"D* ∝ C^{co.tokens.exponent:.2f}")
     for run in holdout_runs(analysis.runs):
         ax.scatter([run.flops], [run.params], marker="x", color="tab:red")
         ax.scatter([run.flops], [run.tokens], marker="x", color="tab:red")

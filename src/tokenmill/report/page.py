@@ -18,7 +18,6 @@ svg{max-width:100%;height:auto}
 """
 
 
-
 def fmt_cell(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:,.4g}" if abs(v) < 1e5 else f"{v:,.0f}"
@@ -29,12 +28,12 @@ def fmt_cell(v: Any) -> str:
 
 def table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{fmt_cell(c) if not str(c).startswith('<span') else c}</td>"
-                                    for c in row) + "</tr>" for row in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{fmt_cell(c) if not str(c).startswith('<span') else c}</td>" for c in row) + "</tr>"
+        for row in rows
+    )
     return f"<table><tr>{head}</tr>{body}</table>"
-
 
 
 def read_json(path: Path) -> Any:
     return json.loads(path.read_text()) if path.exists() else None
-

@@ -21,4 +21,3 @@ def train_curve(events: list[dict]) -> dict[str, list[float]]:
 def eval_history(run: RunDir) -> list[dict]:
     files = sorted(run.sub("eval").glob("*.json"), key=lambda p: int(p.stem)) if run.sub("eval").exists() else []
     return [json.loads(p.read_text()) for p in files]
-

@@ -51,8 +51,9 @@ LIVE_SCRIPT = """<script>
   setTimeout(poll, %(poll_ms)d);
 })();
 </script>"""
-LIVE_BANNER = ("<p class=muted id=tokenmill-live>Live: this page reloads when the run writes new events "
-               "(checked every %(poll_s)gs).</p>")
+LIVE_BANNER = (
+    "<p class=muted id=tokenmill-live>Live: this page reloads when the run writes new events (checked every %(poll_s)gs).</p>"
+)
 
 
 def change_token(run: RunDir) -> str:
@@ -82,9 +83,11 @@ def inject_live_script(page: str, token: str, poll_s: float) -> str:
 def _error_page(run: RunDir, exc: BaseException) -> str:
     """Shown while the report cannot be built (e.g. a file of the run is being replaced)."""
     detail = "".join(traceback.format_exception_only(type(exc), exc))
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>tokenmill report</title></head><body>"
-            f"<h1>The report of {html.escape(str(run.path))} cannot be built yet</h1>"
-            f"<pre>{html.escape(detail)}</pre></body></html>")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>tokenmill report</title></head><body>"
+        f"<h1>The report of {html.escape(str(run.path))} cannot be built yet</h1>"
+        f"<pre>{html.escape(detail)}</pre></body></html>"
+    )
 
 
 class ReportCache:
@@ -141,8 +144,11 @@ class _Handler(BaseHTTPRequestHandler):
         if not host:
             self._send(400, "text/plain; charset=utf-8", "a Host header is required")
         elif host not in self.server.allowed_hosts:  # DNS rebinding, or a name nobody configured
-            self._send(421, "text/plain; charset=utf-8", f"this server does not answer to Host {host!r}; "
-                                                          f"add it to report.allowed_hosts to allow it")
+            self._send(
+                421,
+                "text/plain; charset=utf-8",
+                f"this server does not answer to Host {host!r}; add it to report.allowed_hosts to allow it",
+            )
         elif path in ("/", "/index.html"):
             token, page = self.server.cache.current()
             self._send(200, "text/html; charset=utf-8", inject_live_script(page, token, self.server.poll_s))
@@ -194,8 +200,13 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def make_server(run: RunDir, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, poll_s: float = 2.0,
-                render: Callable[[RunDir], str] | None = None) -> ReportServer:
+def make_server(
+    run: RunDir,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    poll_s: float = 2.0,
+    render: Callable[[RunDir], str] | None = None,
+) -> ReportServer:
     """A bound, not yet serving, report server (port 0 picks a free port; see `.url`) answering the
     loopback names, the bound address and the run's report.allowed_hosts."""
     if render is None:
@@ -203,18 +214,29 @@ def make_server(run: RunDir, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
     try:
         return ReportServer(ReportCache(run, render), host, port, poll_s, run.config.report.allowed_hosts)
     except OSError as exc:
-        raise UserError(f"cannot serve the report on {host}:{port}: {exc.strerror or exc} "
-                        f"(another server on that port? --port 0 picks a free one)") from exc
+        raise UserError(
+            f"cannot serve the report on {host}:{port}: {exc.strerror or exc} "
+            f"(another server on that port? --port 0 picks a free one)"
+        ) from exc
 
 
-def serve_report(run: RunDir, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, poll_s: float = 2.0,
-                 tensorboard: bool = False, out: Callable[[str], None] = print) -> None:
+def serve_report(
+    run: RunDir,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    poll_s: float = 2.0,
+    tensorboard: bool = False,
+    out: Callable[[str], None] = print,
+) -> None:
     """Serve the report of `run` until Ctrl-C. With `tensorboard`, the run's scalars are also written
     to `<run>/tensorboard` every `poll_s` seconds (when TensorBoard is installed)."""
     if not is_loopback(host):
-        print(f"warning: serving on {host}: anyone who can reach this machine can read the report "
-              f"(paths, config, text samples). Leave out --host to serve on {DEFAULT_HOST} only. Requests "
-              f"naming another Host than {host} or report.allowed_hosts are refused.", file=sys.stderr)
+        print(
+            f"warning: serving on {host}: anyone who can reach this machine can read the report "
+            f"(paths, config, text samples). Leave out --host to serve on {DEFAULT_HOST} only. Requests "
+            f"naming another Host than {host} or report.allowed_hosts are refused.",
+            file=sys.stderr,
+        )
     server = make_server(run, host, port, poll_s)
     stop = threading.Event()
     tb_thread = _start_tensorboard_tail(run, poll_s, stop, out) if tensorboard else None
@@ -230,8 +252,9 @@ def serve_report(run: RunDir, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
             tb_thread.join(timeout=5)
 
 
-def _start_tensorboard_tail(run: RunDir, poll_s: float, stop: threading.Event,
-                            out: Callable[[str], None]) -> threading.Thread | None:
+def _start_tensorboard_tail(
+    run: RunDir, poll_s: float, stop: threading.Event, out: Callable[[str], None]
+) -> threading.Thread | None:
     from tokenmill.report.tensorboard import INSTALL_HINT, TensorBoardTail, tensorboard_available
 
     if not tensorboard_available():
@@ -254,8 +277,14 @@ def _start_tensorboard_tail(run: RunDir, poll_s: float, stop: threading.Event,
     return thread
 
 
-def serve_command(run_path: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, poll_s: float = 2.0,
-                  tensorboard: bool = False, run: RunDir | None = None) -> None:
+def serve_command(
+    run_path: Path,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    poll_s: float = 2.0,
+    tensorboard: bool = False,
+    run: RunDir | None = None,
+) -> None:
     """The CLI's entry: `run` when the caller already opened it, else the run directory at `run_path`."""
     if run is None:
         from tokenmill.config import load_config

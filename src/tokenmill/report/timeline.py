@@ -44,11 +44,11 @@ MARKER_STYLES: dict[str, MarkerStyle] = {
 }
 # Only on the wall-clock figure: each (re)start of the trainer process. On the step axis a fresh
 # start sits at step 0 and a resume already has its `resumed` marker.
-TIME_MARKER_STYLES: dict[str, MarkerStyle] = {
-    "train_start": MarkerStyle("#17becf", "-", 1.4, "trainer started"), **MARKER_STYLES}
+TIME_MARKER_STYLES: dict[str, MarkerStyle] = {"train_start": MarkerStyle("#17becf", "-", 1.4, "trainer started"), **MARKER_STYLES}
 # Kinds whose markers carry a text label: the rare state changes a spike may follow.
-LABELLED_KINDS = frozenset({"resumed", "restart", "interrupted", "rollback", "rank_mismatch", "diverged", "phase",
-                            "preempted", "hang", "slow_rank"})
+LABELLED_KINDS = frozenset(
+    {"resumed", "restart", "interrupted", "rollback", "rank_mismatch", "diverged", "phase", "preempted", "hang", "slow_rank"}
+)
 # Beyond this many markers of one kind (a long run's checkpoints) the kind's markers are left out
 # and the caption says so: thousands of full-height lines would hide the curves and bloat the page.
 MAX_MARKERS_PER_KIND = 150
@@ -59,6 +59,7 @@ EVENT_TABLE_ROWS = 40
 
 
 # -- what the events say ------------------------------------------------------------------------
+
 
 def last_record_per_step(events: Iterable[dict]) -> list[dict]:
     """The train_step records, one per step in step order; a step replayed after a resume or a
@@ -118,8 +119,7 @@ def grad_norm_heatmap(records: Sequence[dict], max_columns: int = MAX_POINTS) ->
                 values[row][col] = float(v)
     if not any(v > 0 for row in values for v in row):  # NaN > 0 is False: nothing to colour
         return None
-    return Heatmap(rows=groups, x_edges=[lo + i * width for i in range(columns + 1)], values=values,
-                   label="grad norm")
+    return Heatmap(rows=groups, x_edges=[lo + i * width for i in range(columns + 1)], values=values, label="grad norm")
 
 
 def checkpoint_age(records: Sequence[dict], events: Iterable[dict]) -> tuple[list[int], list[float], str]:
@@ -128,8 +128,7 @@ def checkpoint_age(records: Sequence[dict], events: Iterable[dict]) -> tuple[lis
     logged = [(int(r["step"]), r["ckpt_age_steps"]) for r in records if r.get("ckpt_age_steps") is not None]
     if logged:
         return [s for s, _ in logged], [float(a) for _, a in logged], "logged by the trainer"
-    saved = sorted({s for e in events if e.get("kind") in ("checkpoint", "resumed")
-                    and (s := event_step(e)) is not None})
+    saved = sorted({s for e in events if e.get("kind") in ("checkpoint", "resumed") and (s := event_step(e)) is not None})
     if not saved:
         return [], [], ""
     steps, ages, i, newest = [], [], 0, 0
@@ -154,16 +153,23 @@ def run_summary(events: Sequence[dict]) -> dict[str, Any]:
         return sum(1 for e in events if e.get("kind") in kinds)
 
     tps, mfu = finite("tokens_per_s"), finite("mfu")
-    return {"steps": int(records[-1]["step"]) if records else 0,
-            "final_loss": records[-1].get("loss") if records else None,
-            "median_tokens_per_s": statistics.median(tps) if tps else None,
-            "median_mfu": statistics.median(mfu) if mfu else None,
-            # A supervisor restart is followed by its child's `resumed`: counted apart, not summed.
-            "interruptions": count("interrupted", "preempted"), "resumes": count("resumed"), "restarts": count("restart"),
-            "spikes": count("spike"), "skips": count("skip"), "rollbacks": count("rollback")}
+    return {
+        "steps": int(records[-1]["step"]) if records else 0,
+        "final_loss": records[-1].get("loss") if records else None,
+        "median_tokens_per_s": statistics.median(tps) if tps else None,
+        "median_mfu": statistics.median(mfu) if mfu else None,
+        # A supervisor restart is followed by its child's `resumed`: counted apart, not summed.
+        "interruptions": count("interrupted", "preempted"),
+        "resumes": count("resumed"),
+        "restarts": count("restart"),
+        "spikes": count("spike"),
+        "skips": count("skip"),
+        "rollbacks": count("rollback"),
+    }
 
 
 # -- the section --------------------------------------------------------------------------------
+
 
 def section_run(run: RunDir, events: list[dict], evals: list[dict]) -> str:
     """The report's Run section (HTML): summary row, the step-axis figure, the wall-clock figure
@@ -173,19 +179,30 @@ def section_run(run: RunDir, events: list[dict], evals: list[dict]) -> str:
         return "<h2>Run</h2><p class=muted>No training steps yet.</p>"
     panels, notes = _step_panels(run, records, events, evals)
     markers, left_out = _step_markers(events)
-    spans = [Span(w[0] - 0.5, w[1] + 0.5, f"rollback-window-{e.get('step')}") for e in events
-             if e.get("kind") == "rollback" and isinstance(w := e.get("skipped_window"), list) and len(w) == 2]
+    spans = [
+        Span(w[0] - 0.5, w[1] + 0.5, f"rollback-window-{e.get('step')}")
+        for e in events
+        if e.get("kind") == "rollback" and isinstance(w := e.get("skipped_window"), list) and len(w) == 2
+    ]
     figure = stacked_panels(panels, markers, MARKER_STYLES, xlabel="optimizer step", spans=spans)
-    caption = ("Panels in the order of the 60-second check: do train loss, held-out loss and gradient norm go wrong "
-               "together (optimization), is the learning rate the cause, and do tokens/s, MFU, data wait and "
-               "checkpoint age go wrong too (systems)? Vertical lines are events, on every panel; a step replayed "
-               "after a resume shows its last record, the resume line marks where the replay began; a rollback "
-               "shades the steps it threw away.")
-    out = ["<h2>Run</h2>", _summary_table(run_summary(events)), f"<p class=muted>{html.escape(caption)}</p>",
-           f"<figure class=timeline>{figure}</figure>"]
-    notes += [f"{n} {kind} markers left out (more than {MAX_MARKERS_PER_KIND}); "
-              + ("the checkpoint-age saw-tooth shows each one." if kind == "checkpoint" else "see the event table.")
-              for kind, n in left_out.items()]
+    caption = (
+        "Panels in the order of the 60-second check: do train loss, held-out loss and gradient norm go wrong "
+        "together (optimization), is the learning rate the cause, and do tokens/s, MFU, data wait and "
+        "checkpoint age go wrong too (systems)? Vertical lines are events, on every panel; a step replayed "
+        "after a resume shows its last record, the resume line marks where the replay began; a rollback "
+        "shades the steps it threw away."
+    )
+    out = [
+        "<h2>Run</h2>",
+        _summary_table(run_summary(events)),
+        f"<p class=muted>{html.escape(caption)}</p>",
+        f"<figure class=timeline>{figure}</figure>",
+    ]
+    notes += [
+        f"{n} {kind} markers left out (more than {MAX_MARKERS_PER_KIND}); "
+        + ("the checkpoint-age saw-tooth shows each one." if kind == "checkpoint" else "see the event table.")
+        for kind, n in left_out.items()
+    ]
     if notes:
         out.append("<p class=muted>" + " ".join(html.escape(n) for n in notes) + "</p>")
     out.append(_warnings_section(run, events))
@@ -194,8 +211,7 @@ def section_run(run: RunDir, events: list[dict], evals: list[dict]) -> str:
     return "".join(out)
 
 
-def _step_panels(run: RunDir, records: list[dict], events: list[dict], evals: list[dict]
-                 ) -> tuple[list[Panel], list[str]]:
+def _step_panels(run: RunDir, records: list[dict], events: list[dict], evals: list[dict]) -> tuple[list[Panel], list[str]]:
     steps = [int(r["step"]) for r in records]
 
     def col(key: str, scale: float = 1.0) -> list[float | None]:
@@ -217,15 +233,27 @@ def _step_panels(run: RunDir, records: list[dict], events: list[dict], evals: li
     if heat is not None:
         panels.append(Panel("grad norm\nper layer group", heatmap=heat, height=max(1.0, len(heat.rows) / 8)))
         every = getattr(getattr(run.config, "train", None), "metrics_every", None)
-        notes.append(f"Per-group gradient norms are measured every {every} steps (train.metrics_every), "
-                     "colour on a log scale." if every else "Per-group gradient norms: colour on a log scale.")
-    optional = [("lr", "learning rate", 1.0, True), ("tokens_per_s", "tokens/s", 1.0, False),
-                ("mfu", "MFU (%)", 100.0, False), ("data_wait_s", "data wait (s)", 1.0, False)]
+        notes.append(
+            f"Per-group gradient norms are measured every {every} steps (train.metrics_every), colour on a log scale."
+            if every
+            else "Per-group gradient norms: colour on a log scale."
+        )
+    optional = [
+        ("lr", "learning rate", 1.0, True),
+        ("tokens_per_s", "tokens/s", 1.0, False),
+        ("mfu", "MFU (%)", 100.0, False),
+        ("data_wait_s", "data wait (s)", 1.0, False),
+    ]
     for key, label, scale, logy in optional:
         values = col(key, scale)
         if has(values):
-            panels.append(Panel(label, lines={label: (steps, values)}, logy=logy and has(values, positive=True)
-                                and all(v is None or v > 0 for v in values)))
+            panels.append(
+                Panel(
+                    label,
+                    lines={label: (steps, values)},
+                    logy=logy and has(values, positive=True) and all(v is None or v > 0 for v in values),
+                )
+            )
     age_steps, ages, how = checkpoint_age(records, events)
     if age_steps:
         panels.append(Panel("checkpoint age\n(steps)", lines={"checkpoint age": (age_steps, ages)}, steps=True))
@@ -233,21 +261,28 @@ def _step_panels(run: RunDir, records: list[dict], events: list[dict], evals: li
     memory = col("memory_peak", 1 / 2**30)
     if has(memory):
         panels.append(Panel("peak memory\n(GiB)", lines={"peak memory": (steps, memory)}))
-    for key, label in (("bucket_loss", "train loss\nper bucket"), ("act_rms", "activation RMS\nper layer"),
-                       ("attn_logit_max", "attention logit\nmax per layer")):
+    for key, label in (
+        ("bucket_loss", "train loss\nper bucket"),
+        ("act_rms", "activation RMS\nper layer"),
+        ("attn_logit_max", "attention logit\nmax per layer"),
+    ):
         lines = health_lines(records, key)
         if lines:  # train.health signals; sparse ones (every K steps) drawn with dots
             panels.append(Panel(label, lines=lines, point_markers=set(lines) if key != "bucket_loss" else set()))
             if key == "act_rms":
-                notes.append("Activation RMS (each block's output) and the attention-logit maximum (over the pairs "
-                             "the mask allows) per layer come from a no-grad look at a few rows every "
-                             "train.health.activation_stats_every steps; growing logits are the classic precursor "
-                             "of a loss spike.")
+                notes.append(
+                    "Activation RMS (each block's output) and the attention-logit maximum (over the pairs "
+                    "the mask allows) per layer come from a no-grad look at a few rows every "
+                    "train.health.activation_stats_every steps; growing logits are the classic precursor "
+                    "of a loss spike."
+                )
     ranks = rank_time_lines(events)
     if ranks:
         panels.append(Panel("read + forward\nper rank (s)", lines=ranks))
-        notes.append("Read + forward seconds per step of each rank (train.rank_stats_every): a synchronous step "
-                     "hides a straggler in its step time, not here.")
+        notes.append(
+            "Read + forward seconds per step of each rank (train.rank_stats_every): a synchronous step "
+            "hides a straggler in its step time, not here."
+        )
     return panels, notes
 
 
@@ -279,8 +314,14 @@ def phase_events(events: Sequence[dict]) -> list[dict]:
             changes.append("mixture " + ", ".join(f"{b} {w:.0%}" for b, w in (cur.get("weights") or {}).items()))
         if cur.get("anneal") and not prev.get("anneal"):
             changes.append("LR anneal")
-        out.append({"kind": "phase", "step": cur.get("start_step"), "name": cur.get("name"),
-                    "changes": "; ".join(changes) or "same settings"})
+        out.append(
+            {
+                "kind": "phase",
+                "step": cur.get("start_step"),
+                "name": cur.get("name"),
+                "changes": "; ".join(changes) or "same settings",
+            }
+        )
     return out
 
 
@@ -291,8 +332,9 @@ def _step_markers(events: Iterable[dict]) -> tuple[list[Marker], dict[str, int]]
     for e in [*events, *phase_events(events)]:
         kind, step = e.get("kind"), event_step(e)
         if kind in MARKER_STYLES and step is not None and (kind, step) not in seen:
-            label = (f"{e.get('name')} ({e.get('changes')})" if kind == "phase"
-                     else f"{kind} {step}" if kind in LABELLED_KINDS else "")
+            label = (
+                f"{e.get('name')} ({e.get('changes')})" if kind == "phase" else f"{kind} {step}" if kind in LABELLED_KINDS else ""
+            )
             seen[(kind, step)] = Marker(x=step, kind=kind, gid=f"marker-{kind}-{step}", label=label)
     return _cap_per_kind(list(seen.values()))
 
@@ -318,12 +360,13 @@ def rank_time_lines(events: Iterable[dict], max_lines: int = 8) -> dict[str, tup
         n = max(len(by_step[s]["forward_s"]) for s in steps)
         lines = {}
         for r in range(n):
-            pts = [(s, by_step[s]["read_s"][r] + by_step[s]["forward_s"][r]) for s in steps
-                   if r < len(by_step[s]["forward_s"])]
+            pts = [(s, by_step[s]["read_s"][r] + by_step[s]["forward_s"][r]) for s in steps if r < len(by_step[s]["forward_s"])]
             lines[f"rank {r}"] = ([x for x, _ in pts], [y for _, y in pts])
         return lines
-    return {"median rank": (steps, [float(by_step[s]["median_s"]) for s in steps]),
-            "slowest rank": (steps, [float(by_step[s]["max_s"]) for s in steps])}
+    return {
+        "median rank": (steps, [float(by_step[s]["median_s"]) for s in steps]),
+        "slowest rank": (steps, [float(by_step[s]["max_s"]) for s in steps]),
+    }
 
 
 WARNING_KINDS = ("bucket_loss_warning", "embedding_collapse", "grad_drift", "slow_rank", "hang", "preempt_warning")
@@ -353,19 +396,23 @@ def _warnings_section(run: RunDir, events: list[dict]) -> str:
     for e in shown:
         step = int(e["step"])
         batch = [d for d in docs.get(step, []) if e.get("kind") != "bucket_loss_warning" or d["bucket"] == e.get("bucket")]
-        names = ", ".join(f"{d['doc_id']}" + (f" ({d['url'] or d['source']})" if d.get("url") or d.get("source") else "")
-                          for d in batch[:DOCS_PER_WARNING])
+        names = ", ".join(
+            f"{d['doc_id']}" + (f" ({d['url'] or d['source']})" if d.get("url") or d.get("source") else "")
+            for d in batch[:DOCS_PER_WARNING]
+        )
         more = f" … {len(batch) - DOCS_PER_WARNING} more" if len(batch) > DOCS_PER_WARNING else ""
-        where = ("a rewound step (another draw of the data)" if step in rewound
-                 else (names + more) if names else "—")
+        where = "a rewound step (another draw of the data)" if step in rewound else (names + more) if names else "—"
         rows.append([e["kind"], step, event_details(e), where])
     more_w = f" (the first {WARNINGS_LISTED} of {len(warnings)})" if len(warnings) > WARNINGS_LISTED else ""
-    return (f"<h3>Warnings{more_w}</h3><p class=muted>Each warning at the step it fired, with the documents of that "
-            f"step's batch (`tokenmill replay RUN --step N` lists them all and recomputes the loss). {html.escape(note)}</p>"
-            + _table(["warning", "step", "what", "batch documents"], rows, left_last=True))
+    return (
+        f"<h3>Warnings{more_w}</h3><p class=muted>Each warning at the step it fired, with the documents of that "
+        f"step's batch (`tokenmill replay RUN --step N` lists them all and recomputes the loss). {html.escape(note)}</p>"
+        + _table(["warning", "step", "what", "batch documents"], rows, left_last=True)
+    )
 
 
 # -- against wall-clock time --------------------------------------------------------------------
+
 
 def _time_section(events: list[dict]) -> str:
     """The run against elapsed wall-clock time: every train_step record in log order (replays
@@ -375,8 +422,7 @@ def _time_section(events: list[dict]) -> str:
     steps = [e for e in events if e.get("kind") == "train_step" and isinstance(e.get("t"), (int, float))]
     if len(steps) < 2:
         return ""
-    t0 = min([e["t"] for e in events if e.get("stage") == "train" and isinstance(e.get("t"), (int, float))]
-             + [steps[0]["t"]])
+    t0 = min([e["t"] for e in events if e.get("stage") == "train" and isinstance(e.get("t"), (int, float))] + [steps[0]["t"]])
     span = max(e["t"] for e in steps) - t0
     unit, div = ("h", 3600.0) if span > 3 * 3600 else ("min", 60.0) if span > 180 else ("s", 1.0)
     dts = [b["t"] - a["t"] for a, b in zip(steps, steps[1:])]
@@ -386,46 +432,89 @@ def _time_section(events: list[dict]) -> str:
     spans: list[Span] = []
     for i, e in enumerate(steps):
         if i and dts[i - 1] > gap:
-            spans.append(Span((steps[i - 1]["t"] - t0) / div, (e["t"] - t0) / div, f"gap-{len(spans)}",
-                              f"no step for\n{_hms(dts[i - 1])}"))
+            spans.append(
+                Span((steps[i - 1]["t"] - t0) / div, (e["t"] - t0) / div, f"gap-{len(spans)}", f"no step for\n{_hms(dts[i - 1])}")
+            )
             xs.append(math.nan)  # a NaN x breaks the line across the gap
             for c in cols.values():
                 c.append(None)
         xs.append((e["t"] - t0) / div)
         for key, c in cols.items():
             c.append(_finite(e.get(key)))
-    panels = [Panel("optimizer step", lines={"step": (xs, cols["step"])}),
-              Panel("train loss", lines={"train loss": (xs, cols["loss"])})]
+    panels = [
+        Panel("optimizer step", lines={"step": (xs, cols["step"])}),
+        Panel("train loss", lines={"train loss": (xs, cols["loss"])}),
+    ]
     if any(v is not None for v in cols["tokens_per_s"]):
         panels.append(Panel("tokens/s", lines={"tokens/s": (xs, cols["tokens_per_s"])}))
-    markers = [Marker(x=(e["t"] - t0) / div, kind=e["kind"], gid=f"tmarker-{e['kind']}-{event_step(e)}-{i}",
-                      label=f"{e['kind']} {event_step(e)}" if e["kind"] in LABELLED_KINDS else "")
-               for i, e in enumerate(events)
-               if e.get("kind") in TIME_MARKER_STYLES and isinstance(e.get("t"), (int, float))]
+    markers = [
+        Marker(
+            x=(e["t"] - t0) / div,
+            kind=e["kind"],
+            gid=f"tmarker-{e['kind']}-{event_step(e)}-{i}",
+            label=f"{e['kind']} {event_step(e)}" if e["kind"] in LABELLED_KINDS else "",
+        )
+        for i, e in enumerate(events)
+        if e.get("kind") in TIME_MARKER_STYLES and isinstance(e.get("t"), (int, float))
+    ]
     markers, _ = _cap_per_kind(markers)
-    figure = stacked_panels(panels, markers, TIME_MARKER_STYLES, xlabel=f"elapsed wall-clock time ({unit}) since the "
-                            "train stage first started", spans=spans, panel_height=1.3)
-    why = (f"Every logged step in the order it ran: where the step line falls back, steps were trained again "
-           f"(a resume, restart or retrain); grey bands are pauses of more than {gap:,.0f} s with no step. "
-           f"Only step, loss and tokens/s: this view answers when and for how long the run stopped; "
-           f"the other signals are read on the step axis above.")
-    return (f"<h3>Against wall-clock time</h3><p class=muted>{html.escape(why)}</p>"
-            f"<figure class=timeline>{figure}</figure>")
+    figure = stacked_panels(
+        panels,
+        markers,
+        TIME_MARKER_STYLES,
+        xlabel=f"elapsed wall-clock time ({unit}) since the train stage first started",
+        spans=spans,
+        panel_height=1.3,
+    )
+    why = (
+        f"Every logged step in the order it ran: where the step line falls back, steps were trained again "
+        f"(a resume, restart or retrain); grey bands are pauses of more than {gap:,.0f} s with no step. "
+        f"Only step, loss and tokens/s: this view answers when and for how long the run stopped; "
+        f"the other signals are read on the step axis above."
+    )
+    return f"<h3>Against wall-clock time</h3><p class=muted>{html.escape(why)}</p><figure class=timeline>{figure}</figure>"
 
 
 # -- tables -------------------------------------------------------------------------------------
 
+
 def _summary_table(s: dict[str, Any]) -> str:
-    return _table(["steps", "final loss", "median tokens/s", "median MFU", "interruptions", "resumes / restarts",
-                   "spikes", "skips", "rollbacks"],
-                  [[s["steps"], s["final_loss"], s["median_tokens_per_s"],
-                    f"{s['median_mfu']:.2%}" if s["median_mfu"] is not None else None,
-                    s["interruptions"], f"{s['resumes']} / {s['restarts']}", s["spikes"], s["skips"], s["rollbacks"]]])
+    return _table(
+        [
+            "steps",
+            "final loss",
+            "median tokens/s",
+            "median MFU",
+            "interruptions",
+            "resumes / restarts",
+            "spikes",
+            "skips",
+            "rollbacks",
+        ],
+        [
+            [
+                s["steps"],
+                s["final_loss"],
+                s["median_tokens_per_s"],
+                f"{s['median_mfu']:.2%}" if s["median_mfu"] is not None else None,
+                s["interruptions"],
+                f"{s['resumes']} / {s['restarts']}",
+                s["spikes"],
+                s["skips"],
+                s["rollbacks"],
+            ]
+        ],
+    )
 
 
 def _events_table(events: list[dict], limit: int = EVENT_TABLE_ROWS) -> str:
-    listed = [e for e in events if e.get("stage") in ("train", "eval") and e.get("kind") not in TABLE_SKIP_KINDS
-              and e.get("kind") not in ("stage_start", "stage_done")]
+    listed = [
+        e
+        for e in events
+        if e.get("stage") in ("train", "eval")
+        and e.get("kind") not in TABLE_SKIP_KINDS
+        and e.get("kind") not in ("stage_start", "stage_done")
+    ]
     if not listed:
         return ""
     timed = [e["t"] for e in events if e.get("stage") == "train" and isinstance(e.get("t"), (int, float))]
@@ -436,9 +525,8 @@ def _events_table(events: list[dict], limit: int = EVENT_TABLE_ROWS) -> str:
         when = (time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) + " UTC") if isinstance(t, (int, float)) else "—"
         elapsed = _hms(t - t0) if isinstance(t, (int, float)) and t0 is not None else "—"
         rows.append([e.get("kind", ""), event_step(e), elapsed, when, event_details(e)])
-    more = (f" (the newest {limit} of {len(listed)})" if len(listed) > limit else "")
-    return (f"<h3>Events{more}</h3>"
-            + _table(["event", "step", "elapsed", "time", "details"], rows, left_last=True))
+    more = f" (the newest {limit} of {len(listed)})" if len(listed) > limit else ""
+    return f"<h3>Events{more}</h3>" + _table(["event", "step", "elapsed", "time", "details"], rows, left_last=True)
 
 
 def event_details(e: dict) -> str:
@@ -451,50 +539,72 @@ def event_details(e: dict) -> str:
             buckets[str(span.get("bucket"))] = buckets.get(str(span.get("bucket")), 0) + 1
         docs = ", ".join(str(s.get("doc_id")) for s in lineage[:3])
         batch = ", ".join(f"{b} ×{n}" for b, n in buckets.items()) or "—"
-        return (f"{e.get('reason')}: loss {_num(e.get('loss'))} (median {_num(e.get('loss_median'))}), "
-                f"grad norm {_num(e.get('grad_norm'))} (median {_num(e.get('grad_norm_median'))}); batch: "
-                f"{batch}" + (f"; docs {docs}…" if docs else "") + _spike_kind(e))
+        return (
+            f"{e.get('reason')}: loss {_num(e.get('loss'))} (median {_num(e.get('loss_median'))}), "
+            f"grad norm {_num(e.get('grad_norm'))} (median {_num(e.get('grad_norm_median'))}); batch: "
+            f"{batch}" + (f"; docs {docs}…" if docs else "") + _spike_kind(e)
+        )
     if kind == "skip":
-        return f"{e.get('reason')}: loss {_num(e.get('loss'))}, grad norm {_num(e.get('grad_norm'))}, " \
-               f"{e.get('consecutive')} in a row" + _spike_kind(e)
+        return (
+            f"{e.get('reason')}: loss {_num(e.get('loss'))}, grad norm {_num(e.get('grad_norm'))}, "
+            f"{e.get('consecutive')} in a row" + _spike_kind(e)
+        )
     if kind == "rollback":
         window = e.get("skipped_window") or ["?", "?"]
-        return (f"to checkpoint of step {e.get('to_step')}, steps {window[0]}–{window[1]} dropped, LR factor "
-                f"{_num(e.get('lr_scale'))}, spike at {e.get('spike_start')} ({e.get('reason')}), "
-                f"rollback #{e.get('rollbacks')}")
+        return (
+            f"to checkpoint of step {e.get('to_step')}, steps {window[0]}–{window[1]} dropped, LR factor "
+            f"{_num(e.get('lr_scale'))}, spike at {e.get('spike_start')} ({e.get('reason')}), "
+            f"rollback #{e.get('rollbacks')}"
+        )
     if kind == "resumed":
         return f"from {e.get('checkpoint')}"
     if kind == "restart":
-        why = (f"signal {e.get('signal')}" if e.get("signal") else "a failed rank (torchrun)" if e.get("by") == "torchrun"
-               else f"exit code {e.get('exit_code')}")
+        why = (
+            f"signal {e.get('signal')}"
+            if e.get("signal")
+            else "a failed rank (torchrun)"
+            if e.get("by") == "torchrun"
+            else f"exit code {e.get('exit_code')}"
+        )
         return f"attempt {e.get('attempt')}/{e.get('restarts')} after {why}, from {e.get('resume_from')}"
     if kind == "preempted":
         since = e.get("seconds_since_signal")
-        return (f"SIGTERM: checkpoint {e.get('checkpoint')}"
-                + (f" {_num(since)} s after the signal (grace {_num(e.get('grace_s'))} s)" if since is not None else ""))
+        return f"SIGTERM: checkpoint {e.get('checkpoint')}" + (
+            f" {_num(since)} s after the signal (grace {_num(e.get('grace_s'))} s)" if since is not None else ""
+        )
     if kind == "hang":
         how = "no step finished" if e.get("detected_by") == "self" else f"rank {(e.get('peer') or {}).get('rank')} hung"
         return f"rank {e.get('rank')}: {how} for {_num(e.get('timeout_s'))} s; stacks in {e.get('stacks')}"
     if kind == "slow_rank":
-        return (f"rank {e.get('rank')} on {e.get('host')}: {_num(e.get('ratio'))}× the median rank's read + forward "
-                f"time ({e.get('cause')}) for {e.get('intervals')} intervals")
+        return (
+            f"rank {e.get('rank')} on {e.get('host')}: {_num(e.get('ratio'))}× the median rank's read + forward "
+            f"time ({e.get('cause')}) for {e.get('intervals')} intervals"
+        )
     if kind == "grad_drift":
         first, last = e.get("window") or ["?", "?"]
         b0, b1 = e.get("baseline_window") or ["?", "?"]
-        return (f"{e.get('group')}: mean grad norm {_num(e.get('grad_norm'))} over steps {first}–{last} is "
-                f"{_num(e.get('ratio'))}× its lowest, {_num(e.get('baseline'))} over {b0}–{b1} (threshold "
-                f"{_num(e.get('threshold'))}; ×{_num(e.get('growth_per_1k_steps'))} per 1k steps)")
+        return (
+            f"{e.get('group')}: mean grad norm {_num(e.get('grad_norm'))} over steps {first}–{last} is "
+            f"{_num(e.get('ratio'))}× its lowest, {_num(e.get('baseline'))} over {b0}–{b1} (threshold "
+            f"{_num(e.get('threshold'))}; ×{_num(e.get('growth_per_1k_steps'))} per 1k steps)"
+        )
     if kind == "bucket_loss_warning":
         others = ", ".join(f"{b} {_num(r)}×" for b, r in (e.get("other_buckets") or {}).items())
-        return (f"bucket {e.get('bucket')}: training loss {_num(e.get('loss'))} is {_num(e.get('ratio'))}× its running "
-                f"median {_num(e.get('median'))} for {e.get('steps')} steps with its rows present"
-                + (f" (the others: {others})" if others else ""))
+        return (
+            f"bucket {e.get('bucket')}: training loss {_num(e.get('loss'))} is {_num(e.get('ratio'))}× its running "
+            f"median {_num(e.get('median'))} for {e.get('steps')} steps with its rows present"
+            + (f" (the others: {others})" if others else "")
+        )
     if kind == "embedding_collapse":
-        return (f"embedding sv1/sv2 = {_num(e.get('sv_ratio'))} ≥ {_num(e.get('threshold'))}: its rows crowd into "
-                f"one direction (sv1 {_num(e.get('sv1'))}, sv2 {_num(e.get('sv2'))})")
+        return (
+            f"embedding sv1/sv2 = {_num(e.get('sv_ratio'))} ≥ {_num(e.get('threshold'))}: its rows crowd into "
+            f"one direction (sv1 {_num(e.get('sv1'))}, sv2 {_num(e.get('sv2'))})"
+        )
     if kind == "preempt_warning":
-        return (f"a step ({_num(e.get('step_s'))} s) + checkpoint ({_num(e.get('checkpoint_s'))} s) exceed the "
-                f"preemption grace of {_num(e.get('grace_s'))} s: raise train.preempt_grace_s (and the scheduler's)")
+        return (
+            f"a step ({_num(e.get('step_s'))} s) + checkpoint ({_num(e.get('checkpoint_s'))} s) exceed the "
+            f"preemption grace of {_num(e.get('grace_s'))} s: raise train.preempt_grace_s (and the scheduler's)"
+        )
     if kind == "checkpoint":
         size = e.get("bytes")
         return f"{_num(e.get('seconds'))} s" + (f", {size / 2**20:,.1f} MiB" if isinstance(size, (int, float)) else "")
@@ -504,22 +614,34 @@ def event_details(e: dict) -> str:
     if kind == "recovered":
         return f"back to {_num(e.get('pre_level'))} {e.get('steps')} steps after the spike at {e.get('spike_start')}"
     if kind == "rebaseline":
-        return (f"grad norm {_num(e.get('grad_norm'))} stayed above median {_num(e.get('grad_norm_median'))} "
-                f"with a calm loss for {e.get('spikes')} steps: median restarted")
+        return (
+            f"grad norm {_num(e.get('grad_norm'))} stayed above median {_num(e.get('grad_norm_median'))} "
+            f"with a calm loss for {e.get('spikes')} steps: median restarted"
+        )
     skip = {"t", "stage", "kind", "step", "plan", "buckets", "model_config"}
-    return ", ".join(f"{k} {_num(v) if isinstance(v, float) else v}" for k, v in e.items()
-                     if k not in skip and isinstance(v, (str, int, float, bool)) and v is not None)[:240]
+    return ", ".join(
+        f"{k} {_num(v) if isinstance(v, float) else v}"
+        for k, v in e.items()
+        if k not in skip and isinstance(v, (str, int, float, bool)) and v is not None
+    )[:240]
 
 
 def _spike_kind(e: dict) -> str:
-    """"; periodic (same documents as step 120); state kept: …" for a classified spike or skip."""
+    """ "; periodic (same documents as step 120); state kept: …" for a classified spike or skip."""
     kind = e.get("spike_kind")
     if kind is None:
         return ""
-    why = (f"same documents as step {e['same_documents_as_step']}" if "same_documents_as_step" in e
-           else f"every {e['period_steps']} steps" if "period_steps" in e
-           else f"growing over steps {e['growing_over_steps']}" if "growing_over_steps" in e
-           else f"episode from step {e['episode_start']}" if "episode_start" in e else "")
+    why = (
+        f"same documents as step {e['same_documents_as_step']}"
+        if "same_documents_as_step" in e
+        else f"every {e['period_steps']} steps"
+        if "period_steps" in e
+        else f"growing over steps {e['growing_over_steps']}"
+        if "growing_over_steps" in e
+        else f"episode from step {e['episode_start']}"
+        if "episode_start" in e
+        else ""
+    )
     return f"; {kind}" + (f" ({why})" if why else "") + (f"; state kept: {e['state_kept']}" if e.get("state_kept") else "")
 
 
@@ -540,6 +662,7 @@ def _hms(seconds: float) -> str:
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[Any]], left_last: bool = False) -> str:
     """An HTML table in the report's style (build.CSS); every cell is escaped text."""
+
     def cell(v: Any) -> str:
         if v is None:
             return "—"
@@ -548,8 +671,11 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[Any]], left_last: bool
         if isinstance(v, int) and not isinstance(v, bool):
             return f"{v:,}"
         return html.escape(str(v))
+
     style = " style='text-align:left'" if left_last else ""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td{style if left_last and i == len(r) - 1 else ''}>{cell(v)}</td>"
-                                    for i, v in enumerate(r)) + "</tr>" for r in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td{style if left_last and i == len(r) - 1 else ''}>{cell(v)}</td>" for i, v in enumerate(r)) + "</tr>"
+        for r in rows
+    )
     return f"<table><tr>{head}</tr>{body}</table>"

@@ -53,8 +53,13 @@ class FrontierCheck:
     relative_error: float
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "flops": self.flops, "actual": self.actual, "predicted": self.predicted,
-                "relative_error": self.relative_error}
+        return {
+            "name": self.name,
+            "flops": self.flops,
+            "actual": self.actual,
+            "predicted": self.predicted,
+            "relative_error": self.relative_error,
+        }
 
 
 @dataclass(frozen=True)
@@ -101,8 +106,12 @@ def analyze(runs: Sequence[RunResult], config: FitConfig | None = None) -> Scali
     # A vertex outside the swept sizes is an extrapolation of a parabola, not a measured minimum:
     # it would steer the N*(C) and L(C) fits with numbers no run supports.
     minima = tuple(m for m in isoflop.minima if m.interior)
-    notes += [f"budget {m.budget:.3g}: the parabola's minimum (N* = {m.params:.3g}) lies outside the swept sizes; "
-              "not used for the N*(C), D*(C) and L(C) fits" for m in isoflop.minima if not m.interior]
+    notes += [
+        f"budget {m.budget:.3g}: the parabola's minimum (N* = {m.params:.3g}) lies outside the swept sizes; "
+        "not used for the N*(C), D*(C) and L(C) fits"
+        for m in isoflop.minima
+        if not m.interior
+    ]
 
     compute_optimal = None
     try:
@@ -133,9 +142,20 @@ def analyze(runs: Sequence[RunResult], config: FitConfig | None = None) -> Scali
     if compute_frontier is not None:
         frontier_holdout = tuple(
             FrontierCheck(r.name, r.flops, r.loss, compute_frontier(r.flops), (compute_frontier(r.flops) - r.loss) / r.loss)
-            for r in holdout_runs(runs))
+            for r in holdout_runs(runs)
+        )
     return ScalingAnalysis(
-        runs=tuple(runs), config=config, chinchilla=chinchilla, isoflop=isoflop, compute_optimal=compute_optimal,
-        compute_frontier=compute_frontier, size_law=size_law, flops_per_token=fit_flops_per_token(fitted),
-        holdout=tuple(evaluate_holdout(runs, chinchilla)), frontier_holdout=frontier_holdout,
-        noise=tuple(run_to_run_noise(runs)), backtest=check, notes=tuple(notes))
+        runs=tuple(runs),
+        config=config,
+        chinchilla=chinchilla,
+        isoflop=isoflop,
+        compute_optimal=compute_optimal,
+        compute_frontier=compute_frontier,
+        size_law=size_law,
+        flops_per_token=fit_flops_per_token(fitted),
+        holdout=tuple(evaluate_holdout(runs, chinchilla)),
+        frontier_holdout=frontier_holdout,
+        noise=tuple(run_to_run_noise(runs)),
+        backtest=check,
+        notes=tuple(notes),
+    )

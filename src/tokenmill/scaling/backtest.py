@@ -36,9 +36,15 @@ class Backtest:
         return max(abs(e) for e in self.errors)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"budget": self.budget, "fitted_budgets": list(self.fitted_budgets), "names": list(self.names),
-                "predicted": list(self.predicted), "actual": list(self.actual), "errors": list(self.errors),
-                "max_abs_error": self.max_abs_error}
+        return {
+            "budget": self.budget,
+            "fitted_budgets": list(self.fitted_budgets),
+            "names": list(self.names),
+            "predicted": list(self.predicted),
+            "actual": list(self.actual),
+            "errors": list(self.errors),
+            "max_abs_error": self.max_abs_error,
+        }
 
 
 def backtest(runs: Sequence[RunResult], config: FitConfig | None = None) -> Backtest:
@@ -50,6 +56,10 @@ def backtest(runs: Sequence[RunResult], config: FitConfig | None = None) -> Back
     top = budgets[-1]
     law = fit_runs([r for r in fitted if r.budget != top], config or FitConfig())
     target = [r for r in fitted if r.budget == top]
-    return Backtest(budget=top, fitted_budgets=tuple(budgets[:-1]), names=tuple(r.name for r in target),
-                    predicted=tuple(float(law.predict(r.params, r.tokens)) for r in target),
-                    actual=tuple(r.loss for r in target))
+    return Backtest(
+        budget=top,
+        fitted_budgets=tuple(budgets[:-1]),
+        names=tuple(r.name for r in target),
+        predicted=tuple(float(law.predict(r.params, r.tokens)) for r in target),
+        actual=tuple(r.loss for r in target),
+    )

@@ -85,8 +85,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def best_matmul_seconds(n: int, dtype: torch.dtype, device: torch.device | str, seconds: float,
-                        min_repeats: int = MIN_REPEATS) -> float:
+def best_matmul_seconds(
+    n: int, dtype: torch.dtype, device: torch.device | str, seconds: float, min_repeats: int = MIN_REPEATS
+) -> float:
     """The fastest of repeated n×n @ n×n matmuls (into a preallocated output) over about `seconds`."""
     device = torch.device(device)
     gen = torch.Generator(device="cpu").manual_seed(n)
@@ -107,12 +108,11 @@ def best_matmul_seconds(n: int, dtype: torch.dtype, device: torch.device | str, 
     return best
 
 
-def measure_peak(device: torch.device | str, dtype: torch.dtype, sizes: tuple[int, ...],
-                 seconds: float) -> dict[str, Any]:
+def measure_peak(device: torch.device | str, dtype: torch.dtype, sizes: tuple[int, ...], seconds: float) -> dict[str, Any]:
     """{"peak_flops": best FLOP/s over sizes, "by_size": {n: FLOP/s}}; `seconds` split over the sizes."""
     by_size = {}
     for n in sizes:
-        by_size[str(n)] = 2.0 * n ** 3 / best_matmul_seconds(n, dtype, device, seconds / len(sizes))
+        by_size[str(n)] = 2.0 * n**3 / best_matmul_seconds(n, dtype, device, seconds / len(sizes))
     return {"peak_flops": max(by_size.values()), "by_size": by_size}
 
 
@@ -121,7 +121,7 @@ def measure_bandwidth(device: torch.device | str, seconds: float, mib: int = 256
     (read + write: 2 × its bytes), well beyond any cache, over about `seconds` — the STREAM
     "copy" kernel, the slope of this device's roofline."""
     device = torch.device(device)
-    src = torch.ones(mib * 2 ** 20 // 4, device=device)
+    src = torch.ones(mib * 2**20 // 4, device=device)
     dst = torch.empty_like(src)
     dst.copy_(src)  # page faults and thread start-up out of the timing
     _sync(device)
@@ -135,8 +135,13 @@ def measure_bandwidth(device: torch.device | str, seconds: float, mib: int = 256
     return 2 * src.numel() * src.element_size() / best
 
 
-def calibrate(device: torch.device | str = "cpu", threads: int | None = None, seconds: float = 2.0,
-              sizes: tuple[int, ...] | None = None, dtypes: list[torch.dtype] | None = None) -> list[dict[str, Any]]:
+def calibrate(
+    device: torch.device | str = "cpu",
+    threads: int | None = None,
+    seconds: float = 2.0,
+    sizes: tuple[int, ...] | None = None,
+    dtypes: list[torch.dtype] | None = None,
+) -> list[dict[str, Any]]:
     """Measure the matmul peak of `device` in each dtype at `threads` torch threads (None: the
     current count); returns the calibration entries (not written: see `write_calibration`)."""
     device = torch.device(device)
@@ -156,11 +161,20 @@ def calibrate(device: torch.device | str = "cpu", threads: int | None = None, se
         entries = []
         for dtype in dtypes or calibration_dtypes(device):
             result = measure_peak(device, dtype, sizes, seconds)
-            entries.append({"device": device_name(device), "device_type": device.type, "threads": n_threads,
-                            "dtype": dtype_name(dtype), "peak_flops": result["peak_flops"],
-                            "by_size": result["by_size"], "seconds": seconds, "memory_bandwidth": bandwidth,
-                            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                            "torch": torch.__version__})
+            entries.append(
+                {
+                    "device": device_name(device),
+                    "device_type": device.type,
+                    "threads": n_threads,
+                    "dtype": dtype_name(dtype),
+                    "peak_flops": result["peak_flops"],
+                    "by_size": result["by_size"],
+                    "seconds": seconds,
+                    "memory_bandwidth": bandwidth,
+                    "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                    "torch": torch.__version__,
+                }
+            )
         return entries
     finally:
         torch.set_num_threads(prev)
@@ -179,13 +193,16 @@ def read_calibration(path: Path | None = None) -> list[dict[str, Any]]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CalibrationError(f"{path}: not a readable calibration file ({exc}); delete it and run "
-                               f"`tokenmill calibrate` again") from exc
+        raise CalibrationError(
+            f"{path}: not a readable calibration file ({exc}); delete it and run `tokenmill calibrate` again"
+        ) from exc
     entries = data.get("entries") if isinstance(data, dict) else None
     if not isinstance(entries, list) or not all(
-            isinstance(e, dict) and isinstance(e.get("peak_flops"), (int, float)) for e in entries):
-        raise CalibrationError(f"{path}: expected {{'entries': [{{..., 'peak_flops': number}}]}}; delete it "
-                               f"and run `tokenmill calibrate` again")
+        isinstance(e, dict) and isinstance(e.get("peak_flops"), (int, float)) for e in entries
+    ):
+        raise CalibrationError(
+            f"{path}: expected {{'entries': [{{..., 'peak_flops': number}}]}}; delete it and run `tokenmill calibrate` again"
+        )
     return entries
 
 
@@ -214,8 +231,9 @@ def write_calibration(new: list[dict[str, Any]], path: Path | None = None) -> Pa
     return path
 
 
-def find_calibration(device: torch.device | str, dtype: torch.dtype, threads: int | None = None,
-                     path: Path | None = None) -> dict[str, Any] | None:
+def find_calibration(
+    device: torch.device | str, dtype: torch.dtype, threads: int | None = None, path: Path | None = None
+) -> dict[str, Any] | None:
     """The entry for this device name, dtype and thread count (None: the current count; ignored on
     CUDA), or None. An unreadable file is warned about and treated as absent: a stale cache must
     not stop a training run."""
@@ -227,8 +245,12 @@ def find_calibration(device: torch.device | str, dtype: torch.dtype, threads: in
         return None
     if not entries:
         return None
-    want = {"device": device_name(device), "device_type": device.type, "dtype": dtype_name(dtype),
-            "threads": torch.get_num_threads() if threads is None else threads}
+    want = {
+        "device": device_name(device),
+        "device_type": device.type,
+        "dtype": dtype_name(dtype),
+        "threads": torch.get_num_threads() if threads is None else threads,
+    }
     for entry in reversed(entries):  # the newest first
         if _key(entry) == _key(want) and entry.get("device_type", "cpu") == device.type:
             return entry

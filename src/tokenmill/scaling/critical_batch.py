@@ -73,8 +73,7 @@ def _ratio(rows: Sequence[dict[str, Any]]) -> float | None:
     return trace / g2 if g2 > 0 else None
 
 
-def summarize_noise(events: Iterable[dict[str, Any]], start_fraction: float = 0.5,
-                    blocks: int = 4) -> NoiseSummary | None:
+def summarize_noise(events: Iterable[dict[str, Any]], start_fraction: float = 0.5, blocks: int = 4) -> NoiseSummary | None:
     """B_simple of a run's train_step events from `start_fraction` of its steps on; None when
     the run did not measure it (grad_accum 1, see its train_start event)."""
     steps: dict[int, dict[str, Any]] = {}
@@ -89,14 +88,20 @@ def summarize_noise(events: Iterable[dict[str, Any]], start_fraction: float = 0.
     if not steps:
         return None
     ordered = [steps[k] for k in sorted(steps)]
-    window = ordered[int(len(ordered) * start_fraction):] or ordered
+    window = ordered[int(len(ordered) * start_fraction) :] or ordered
     size = max(1, len(window) // blocks)
-    parts = [window[i:i + size] for i in range(0, len(window) - size + 1, size)][:blocks]
+    parts = [window[i : i + size] for i in range(0, len(window) - size + 1, size)][:blocks]
     block_values = tuple(v for v in (_ratio(p) for p in parts) if v is not None)
-    losses = [r["loss"] for r in window[-max(1, len(window) // 10):] if r.get("loss") is not None]
-    return NoiseSummary(b_simple=_ratio(window), block_values=block_values, steps=len(window),
-                        first_step=int(window[0]["step"]), last_step=int(window[-1]["step"]),
-                        batch_tokens=batch, loss=statistics.fmean(losses) if losses else None)
+    losses = [r["loss"] for r in window[-max(1, len(window) // 10) :] if r.get("loss") is not None]
+    return NoiseSummary(
+        b_simple=_ratio(window),
+        block_values=block_values,
+        steps=len(window),
+        first_step=int(window[0]["step"]),
+        last_step=int(window[-1]["step"]),
+        batch_tokens=batch,
+        loss=statistics.fmean(losses) if losses else None,
+    )
 
 
 def noise_series(events: Iterable[dict[str, Any]]) -> list[tuple[int, float]]:
@@ -140,13 +145,20 @@ def fit_tradeoff(batches: Sequence[float], steps: Sequence[float]) -> TradeoffFi
     slope = sum((a - mx) * (b - my) for a, b in zip(x, steps)) / sxx
     s_min = my - slope * mx
     if s_min <= 0 or slope <= 0:
-        raise ValueError(f"steps do not fall as 1/B towards a positive floor (S_min={s_min:.3g}, "
-                         f"slope={slope:.3g}): the sweep does not bracket the critical batch")
+        raise ValueError(
+            f"steps do not fall as 1/B towards a positive floor (S_min={s_min:.3g}, "
+            f"slope={slope:.3g}): the sweep does not bracket the critical batch"
+        )
     resid = sum((b - (s_min + slope * a)) ** 2 for a, b in zip(x, steps))
     total = sum((b - my) ** 2 for b in steps)
     b_crit = slope / s_min
-    return TradeoffFit(s_min=s_min, b_crit=b_crit, e_min=s_min * b_crit, r2=1 - resid / total if total else 1.0,
-                       points=tuple((float(b), float(s)) for b, s in zip(batches, steps)))
+    return TradeoffFit(
+        s_min=s_min,
+        b_crit=b_crit,
+        e_min=s_min * b_crit,
+        r2=1 - resid / total if total else 1.0,
+        points=tuple((float(b), float(s)) for b, s in zip(batches, steps)),
+    )
 
 
 def steps_to_loss(losses: Sequence[float], target: float, window: int = 9) -> int | None:
@@ -154,7 +166,7 @@ def steps_to_loss(losses: Sequence[float], target: float, window: int = 9) -> in
     `target`; a single lucky batch does not count. None when the run never gets there."""
     half = window // 2
     for i in range(half, len(losses) - half):
-        chunk = losses[i - half:i + half + 1]
+        chunk = losses[i - half : i + half + 1]
         if all(math.isfinite(v) for v in chunk) and statistics.fmean(chunk) <= target:
             return i + 1
     return None
@@ -164,13 +176,23 @@ def batch_verdict(batch_tokens: int, b_crit: float, source: str) -> dict[str, An
     """What a configured batch means against a critical batch: its steps and tokens overheads."""
     ratio = batch_tokens / b_crit
     if ratio < 0.5:
-        words = ("below the critical batch: training is step-bound; a larger batch would cut the steps "
-                 "almost proportionally at little token cost")
+        words = (
+            "below the critical batch: training is step-bound; a larger batch would cut the steps "
+            "almost proportionally at little token cost"
+        )
     elif ratio <= 2.0:
         words = "near the critical batch: a balanced trade-off between steps and tokens"
     else:
-        words = ("above the critical batch: each doubling spends nearly twice the tokens for few saved "
-                 "steps; a smaller batch reaches the same loss on fewer tokens")
-    return {"batch_tokens": batch_tokens, "critical_batch_tokens": b_crit, "ratio": ratio, "source": source,
-            "steps_over_min": steps_factor(batch_tokens, b_crit),
-            "tokens_over_min": tokens_factor(batch_tokens, b_crit), "verdict": words}
+        words = (
+            "above the critical batch: each doubling spends nearly twice the tokens for few saved "
+            "steps; a smaller batch reaches the same loss on fewer tokens"
+        )
+    return {
+        "batch_tokens": batch_tokens,
+        "critical_batch_tokens": b_crit,
+        "ratio": ratio,
+        "source": source,
+        "steps_over_min": steps_factor(batch_tokens, b_crit),
+        "tokens_over_min": tokens_factor(batch_tokens, b_crit),
+        "verdict": words,
+    }

@@ -48,20 +48,35 @@ class DeviceSpec(Strict):
     peak_flops: float = Field(..., gt=0, description="Dense bf16 (or the calibrated dtype's) matmul peak, FLOP/s.")
     memory_bytes: float = Field(..., gt=0, description="Device memory a layout must fit in, bytes.")
     devices_per_node: int = Field(8, ge=1, description="Devices sharing the fast intra-node link.")
-    intra_node_bandwidth: float = Field(..., gt=0, description="Intra-node (NVLink) bandwidth per device, one direction, bytes/s.")
-    inter_node_bandwidth: float = Field(..., gt=0, description="Inter-node (InfiniBand) bandwidth per device, one direction, bytes/s.")
+    intra_node_bandwidth: float = Field(
+        ..., gt=0, description="Intra-node (NVLink) bandwidth per device, one direction, bytes/s."
+    )
+    inter_node_bandwidth: float = Field(
+        ..., gt=0, description="Inter-node (InfiniBand) bandwidth per device, one direction, bytes/s."
+    )
     price_per_hour: float = Field(0.0, ge=0, description="USD per device-hour (a rough default; --price overrides).")
-    memory_bandwidth: float | None = Field(None, gt=0, description="Device memory bandwidth, bytes/s (the roofline's slope; None: not known).")
+    memory_bandwidth: float | None = Field(
+        None, gt=0, description="Device memory bandwidth, bytes/s (the roofline's slope; None: not known)."
+    )
     peak_source: str = Field("datasheet", description="Where peak_flops comes from: datasheet or calibration.")
 
 
-def _gpu(name: str, table_name: str, description: str, memory_gb: float, nvlink: float, ib_gbit: float,
-         price: float, hbm_gb_s: float) -> DeviceSpec:
+def _gpu(
+    name: str, table_name: str, description: str, memory_gb: float, nvlink: float, ib_gbit: float, price: float, hbm_gb_s: float
+) -> DeviceSpec:
     peak = gpu_peak_from_table(table_name, torch.bfloat16)
     assert peak is not None, table_name
-    return DeviceSpec(name=name, description=description, peak_flops=peak, memory_bytes=memory_gb * GB,
-                      devices_per_node=8, intra_node_bandwidth=nvlink * GB, inter_node_bandwidth=ib_gbit / 8 * GB,
-                      price_per_hour=price, memory_bandwidth=hbm_gb_s * GB)
+    return DeviceSpec(
+        name=name,
+        description=description,
+        peak_flops=peak,
+        memory_bytes=memory_gb * GB,
+        devices_per_node=8,
+        intra_node_bandwidth=nvlink * GB,
+        inter_node_bandwidth=ib_gbit / 8 * GB,
+        price_per_hour=price,
+        memory_bandwidth=hbm_gb_s * GB,
+    )
 
 
 PRESETS: dict[str, DeviceSpec] = {
@@ -83,20 +98,29 @@ def this_machine() -> DeviceSpec:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     entry = find_calibration(device, torch.bfloat16) or find_calibration(device, torch.float32)
     if entry is None:
-        raise DeviceError(f"--device this: no `tokenmill calibrate` entry for {device_name(device)!r} "
-                          f"({device.type}, {torch.get_num_threads()} threads); run `tokenmill calibrate"
-                          f"{' --device cuda' if device.type == 'cuda' else ''}` first")
+        raise DeviceError(
+            f"--device this: no `tokenmill calibrate` entry for {device_name(device)!r} "
+            f"({device.type}, {torch.get_num_threads()} threads); run `tokenmill calibrate"
+            f"{' --device cuda' if device.type == 'cuda' else ''}` first"
+        )
     if device.type == "cuda":
         memory = float(torch.cuda.get_device_properties(device).total_memory)
         count = torch.cuda.device_count()
     else:
         memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
         count = 1
-    return DeviceSpec(name="this", description=f"{entry['device']} ({entry['dtype']}, calibrated {entry.get('date', '?')})",
-                      peak_flops=float(entry["peak_flops"]), memory_bytes=memory, devices_per_node=count,
-                      intra_node_bandwidth=THIS_PCIE if device.type == "cuda" else THIS_NETWORK,
-                      inter_node_bandwidth=THIS_NETWORK, price_per_hour=0.0,
-                      peak_source="calibration", memory_bandwidth=entry.get("memory_bandwidth"))
+    return DeviceSpec(
+        name="this",
+        description=f"{entry['device']} ({entry['dtype']}, calibrated {entry.get('date', '?')})",
+        peak_flops=float(entry["peak_flops"]),
+        memory_bytes=memory,
+        devices_per_node=count,
+        intra_node_bandwidth=THIS_PCIE if device.type == "cuda" else THIS_NETWORK,
+        inter_node_bandwidth=THIS_NETWORK,
+        price_per_hour=0.0,
+        peak_source="calibration",
+        memory_bandwidth=entry.get("memory_bandwidth"),
+    )
 
 
 def get_device(name: str, price_per_hour: float | None = None) -> DeviceSpec:

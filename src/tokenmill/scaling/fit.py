@@ -54,10 +54,14 @@ PARAMETERS: tuple[str, ...] = ("E", "A", "B", "alpha", "beta", "a", "b")
 class FitConfig(Strict):
     """How `tokenmill scaling fit` fits L(N, D) and how much it bootstraps."""
 
-    huber_delta: float | None = Field(1e-3, gt=0, description="Huber δ on log-loss residuals (Chinchilla: 1e-3); null fits least squares.")
+    huber_delta: float | None = Field(
+        1e-3, gt=0, description="Huber δ on log-loss residuals (Chinchilla: 1e-3); null fits least squares."
+    )
     starts: int = Field(16, ge=1, description="Optimiser starts: the best points of the Chinchilla initialisation grid.")
     bootstrap_samples: int = Field(200, ge=0, description="Bootstrap resamples of the sweep runs (0: no intervals).")
-    bootstrap_starts: int = Field(2, ge=1, description="Starts per resample: the full fit's optimum plus the best grid points of the resample.")
+    bootstrap_starts: int = Field(
+        2, ge=1, description="Starts per resample: the full fit's optimum plus the best grid points of the resample."
+    )
     interval: tuple[float, float] = Field((0.05, 0.95), description="Quantiles of the bootstrap interval.")
     seed: int = Field(0, description="Seed of the bootstrap resampling.")
 
@@ -92,7 +96,7 @@ class ChinchillaFit:
         """Loss at N non-embedding parameters trained on D tokens (scalars or arrays)."""
         n = np.asarray(params, dtype=float)
         d = np.asarray(tokens, dtype=float)
-        out = self.E + self.A / n ** self.alpha + self.B / d ** self.beta
+        out = self.E + self.A / n**self.alpha + self.B / d**self.beta
         return float(out) if out.ndim == 0 else out
 
     @property
@@ -121,9 +125,20 @@ class ChinchillaFit:
         return float(getattr(self, name))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"E": self.E, "A": self.A, "B": self.B, "alpha": self.alpha, "beta": self.beta,
-                "a": self.a, "b": self.b, "G": self.G, "objective": self.objective, "runs": self.runs,
-                "huber_delta": self.huber_delta, "converged": self.converged}
+        return {
+            "E": self.E,
+            "A": self.A,
+            "B": self.B,
+            "alpha": self.alpha,
+            "beta": self.beta,
+            "a": self.a,
+            "b": self.b,
+            "G": self.G,
+            "objective": self.objective,
+            "runs": self.runs,
+            "huber_delta": self.huber_delta,
+            "converged": self.converged,
+        }
 
 
 def chinchilla_grid() -> np.ndarray:
@@ -136,7 +151,7 @@ def chinchilla_grid() -> np.ndarray:
 
 def _residuals(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_l: np.ndarray):
     """r = LSE(a − α log N, b − β log D, e) − log L for rows of theta (k, 5) → (k, n), and the softmax weights."""
-    a, b, e, al, be = (theta[:, i:i + 1] for i in range(5))
+    a, b, e, al, be = (theta[:, i : i + 1] for i in range(5))
     terms = np.stack([a - al * log_n, b - be * log_d, np.broadcast_to(e, (theta.shape[0], log_n.size))])
     top = terms.max(axis=0)
     expd = np.exp(terms - top)
@@ -160,13 +175,15 @@ def _scaled_objective_and_grad(theta: np.ndarray, log_n, log_d, log_l, delta: fl
     r, w = _residuals(theta[None, :], log_n, log_d, log_l)
     r, w = r[0], w[:, 0, :]
     psi = r if delta is None else np.clip(r, -delta, delta)  # derivative of the penalty
-    grad = np.array([
-        (psi * w[0]).sum(),
-        (psi * w[1]).sum(),
-        (psi * w[2]).sum(),
-        -(psi * w[0] * log_n).sum(),
-        -(psi * w[1] * log_d).sum(),
-    ])
+    grad = np.array(
+        [
+            (psi * w[0]).sum(),
+            (psi * w[1]).sum(),
+            (psi * w[2]).sum(),
+            -(psi * w[0] * log_n).sum(),
+            -(psi * w[1] * log_d).sum(),
+        ]
+    )
     return float(_penalty(r, delta).sum()) * scale, grad * scale
 
 
@@ -180,8 +197,15 @@ def _polish(starts: np.ndarray, log_n, log_d, log_l, delta: float | None) -> tup
     scale = 1.0 / (delta if delta is not None else 1e-3) ** 2
     best: tuple[np.ndarray, float, bool] | None = None
     for start in starts:
-        res = minimize(_scaled_objective_and_grad, start, args=(log_n, log_d, log_l, delta, scale), jac=True,
-                       method="SLSQP", bounds=_BOUNDS, options={"maxiter": 2000, "ftol": 1e-14})
+        res = minimize(
+            _scaled_objective_and_grad,
+            start,
+            args=(log_n, log_d, log_l, delta, scale),
+            jac=True,
+            method="SLSQP",
+            bounds=_BOUNDS,
+            options={"maxiter": 2000, "ftol": 1e-14},
+        )
         x = np.clip(res.x, [b[0] if b[0] is not None else -np.inf for b in _BOUNDS], [b[1] for b in _BOUNDS])
         value = float(_objective(x, log_n, log_d, log_l, delta)[0])
         if best is None or value < best[1]:
@@ -205,13 +229,28 @@ def _as_arrays(params: Sequence[float], tokens: Sequence[float], losses: Sequenc
 
 def _make_fit(theta: np.ndarray, objective: float, runs: int, delta: float | None, converged: bool) -> ChinchillaFit:
     a, b, e, al, be = (float(x) for x in theta)
-    return ChinchillaFit(E=math.exp(e), A=math.exp(a), B=math.exp(b), alpha=al, beta=be, objective=objective,
-                         runs=runs, huber_delta=delta, converged=converged)
+    return ChinchillaFit(
+        E=math.exp(e),
+        A=math.exp(a),
+        B=math.exp(b),
+        alpha=al,
+        beta=be,
+        objective=objective,
+        runs=runs,
+        huber_delta=delta,
+        converged=converged,
+    )
 
 
-def fit_chinchilla(params: Sequence[float], tokens: Sequence[float], losses: Sequence[float], *,
-                   huber_delta: float | None = 1e-3, starts: int = 16,
-                   extra_starts: Sequence[Sequence[float]] = ()) -> ChinchillaFit:
+def fit_chinchilla(
+    params: Sequence[float],
+    tokens: Sequence[float],
+    losses: Sequence[float],
+    *,
+    huber_delta: float | None = 1e-3,
+    starts: int = 16,
+    extra_starts: Sequence[Sequence[float]] = (),
+) -> ChinchillaFit:
     """Approach 3 on (N, D, L) triples. `extra_starts`: more (a, b, e, α, β) starts tried besides the grid's best."""
     log_n, log_d, log_l = _as_arrays(params, tokens, losses)
     grid = chinchilla_grid()
@@ -232,8 +271,13 @@ def fit_runs(runs: Sequence[RunResult], config: FitConfig | None = None) -> Chin
     """Approach 3 on the sweep runs (role 'sweep') only."""
     config = config or FitConfig()
     fitted = sweep_runs(runs)
-    return fit_chinchilla([r.params for r in fitted], [r.tokens for r in fitted], [r.loss for r in fitted],
-                          huber_delta=config.huber_delta, starts=config.starts)
+    return fit_chinchilla(
+        [r.params for r in fitted],
+        [r.tokens for r in fitted],
+        [r.loss for r in fitted],
+        huber_delta=config.huber_delta,
+        starts=config.starts,
+    )
 
 
 # --------------------------------------------------------------------------- bootstrap
@@ -272,15 +316,28 @@ class ChinchillaBootstrap:
 
     def to_dict(self) -> dict[str, Any]:
         intervals = {k: self.interval(k) for k in PARAMETERS}
-        return {"fit": self.fit.to_dict(), "samples": len(self.samples), "quantiles": list(self.quantiles),
-                "seed": self.seed,
-                "intervals": {k: None if v is None else [v.low, v.high] for k, v in intervals.items()}}
+        return {
+            "fit": self.fit.to_dict(),
+            "samples": len(self.samples),
+            "quantiles": list(self.quantiles),
+            "seed": self.seed,
+            "intervals": {k: None if v is None else [v.low, v.high] for k, v in intervals.items()},
+        }
 
 
-def bootstrap_chinchilla(params: Sequence[float], tokens: Sequence[float], losses: Sequence[float], *,
-                         fit: ChinchillaFit | None = None, samples: int = 200, seed: int = 0,
-                         huber_delta: float | None = 1e-3, starts: int = 16, bootstrap_starts: int = 2,
-                         quantiles: tuple[float, float] = (0.05, 0.95)) -> ChinchillaBootstrap:
+def bootstrap_chinchilla(
+    params: Sequence[float],
+    tokens: Sequence[float],
+    losses: Sequence[float],
+    *,
+    fit: ChinchillaFit | None = None,
+    samples: int = 200,
+    seed: int = 0,
+    huber_delta: float | None = 1e-3,
+    starts: int = 16,
+    bootstrap_starts: int = 2,
+    quantiles: tuple[float, float] = (0.05, 0.95),
+) -> ChinchillaBootstrap:
     """Refit `samples` resamples (with replacement, numpy Generator seeded by `seed`)."""
     n, d, l = (np.asarray(x, dtype=float) for x in (params, tokens, losses))
     full = fit or fit_chinchilla(n, d, l, huber_delta=huber_delta, starts=starts)
@@ -295,8 +352,16 @@ def bootstrap_chinchilla(params: Sequence[float], tokens: Sequence[float], losse
         # A resample with a single N or D cannot determine the law: draw another (rare beyond a few runs).
         if np.unique(n[idx]).size < 2 or np.unique(d[idx]).size < 2:
             continue
-        refits.append(fit_chinchilla(n[idx], d[idx], l[idx], huber_delta=huber_delta,
-                                     starts=max(bootstrap_starts - 1, 1), extra_starts=[theta_of(full)]))
+        refits.append(
+            fit_chinchilla(
+                n[idx],
+                d[idx],
+                l[idx],
+                huber_delta=huber_delta,
+                starts=max(bootstrap_starts - 1, 1),
+                extra_starts=[theta_of(full)],
+            )
+        )
     return ChinchillaBootstrap(fit=full, samples=tuple(refits), quantiles=quantiles, seed=seed)
 
 
@@ -306,9 +371,17 @@ def bootstrap_runs(runs: Sequence[RunResult], config: FitConfig | None = None) -
     fitted = sweep_runs(runs)
     n, d, l = [r.params for r in fitted], [r.tokens for r in fitted], [r.loss for r in fitted]
     full = fit_chinchilla(n, d, l, huber_delta=config.huber_delta, starts=config.starts)
-    return bootstrap_chinchilla(n, d, l, fit=full, samples=config.bootstrap_samples, seed=config.seed,
-                                huber_delta=config.huber_delta, bootstrap_starts=config.bootstrap_starts,
-                                quantiles=config.interval)
+    return bootstrap_chinchilla(
+        n,
+        d,
+        l,
+        fit=full,
+        samples=config.bootstrap_samples,
+        seed=config.seed,
+        huber_delta=config.huber_delta,
+        bootstrap_starts=config.bootstrap_starts,
+        quantiles=config.interval,
+    )
 
 
 # --------------------------------------------------------------------------- predictions
@@ -320,8 +393,12 @@ class Prediction:
     interval: Interval | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"params": self.params, "tokens": self.tokens, "loss": self.loss,
-                "interval": None if self.interval is None else [self.interval.low, self.interval.high]}
+        return {
+            "params": self.params,
+            "tokens": self.tokens,
+            "loss": self.loss,
+            "interval": None if self.interval is None else [self.interval.low, self.interval.high],
+        }
 
 
 def predict(fit: ChinchillaBootstrap | ChinchillaFit, params: float, tokens: float) -> Prediction:
@@ -349,10 +426,17 @@ class HoldoutCheck:
         return None if self.interval is None else self.interval.contains(self.actual)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "params": self.params, "tokens": self.tokens, "flops": self.flops,
-                "actual": self.actual, "predicted": self.predicted,
-                "interval": None if self.interval is None else [self.interval.low, self.interval.high],
-                "relative_error": self.relative_error, "within_interval": self.within_interval}
+        return {
+            "name": self.name,
+            "params": self.params,
+            "tokens": self.tokens,
+            "flops": self.flops,
+            "actual": self.actual,
+            "predicted": self.predicted,
+            "interval": None if self.interval is None else [self.interval.low, self.interval.high],
+            "relative_error": self.relative_error,
+            "within_interval": self.within_interval,
+        }
 
 
 def evaluate_holdout(results: Sequence[RunResult], fit: ChinchillaBootstrap | ChinchillaFit) -> list[HoldoutCheck]:
@@ -360,8 +444,11 @@ def evaluate_holdout(results: Sequence[RunResult], fit: ChinchillaBootstrap | Ch
     checks = []
     for run in holdout_runs(results):
         p = predict(fit, run.params, run.tokens)
-        checks.append(HoldoutCheck(run.name, run.params, run.tokens, run.flops, run.loss, p.loss, p.interval,
-                                   (p.loss - run.loss) / run.loss))
+        checks.append(
+            HoldoutCheck(
+                run.name, run.params, run.tokens, run.flops, run.loss, p.loss, p.interval, (p.loss - run.loss) / run.loss
+            )
+        )
     return checks
 
 
@@ -384,8 +471,10 @@ class FrontierPoint:
 def frontier(fit: ChinchillaFit, compute: Sequence[float], flops_per_token: PowerLaw | None = None) -> list[FrontierPoint]:
     """L*(C): the law's lowest loss over N on C = f(N)·D; f defaults to 6·N (then N = fit.n_opt(C))."""
     if not (fit.alpha > 0 and fit.beta > 0):
-        raise ScalingFitError(f"the fitted law has α={fit.alpha:.3g}, β={fit.beta:.3g}: without two positive "
-                              "exponents loss does not fall with both N and D and there is no compute-optimal frontier")
+        raise ScalingFitError(
+            f"the fitted law has α={fit.alpha:.3g}, β={fit.beta:.3g}: without two positive "
+            "exponents loss does not fall with both N and D and there is no compute-optimal frontier"
+        )
     f = flops_per_token or PowerLaw(6.0, 1.0)
     points = []
     for c in compute:
@@ -404,7 +493,23 @@ def frontier(fit: ChinchillaFit, compute: Sequence[float], flops_per_token: Powe
 
 
 __all__ = [
-    "FitConfig", "ScalingFitError", "ChinchillaFit", "ChinchillaBootstrap", "Interval", "Prediction", "HoldoutCheck",
-    "FrontierPoint", "PARAMETERS", "chinchilla_grid", "fit_chinchilla", "fit_runs", "bootstrap_chinchilla",
-    "bootstrap_runs", "predict", "evaluate_holdout", "fit_flops_per_token", "frontier", "theta_of",
+    "FitConfig",
+    "ScalingFitError",
+    "ChinchillaFit",
+    "ChinchillaBootstrap",
+    "Interval",
+    "Prediction",
+    "HoldoutCheck",
+    "FrontierPoint",
+    "PARAMETERS",
+    "chinchilla_grid",
+    "fit_chinchilla",
+    "fit_runs",
+    "bootstrap_chinchilla",
+    "bootstrap_runs",
+    "predict",
+    "evaluate_holdout",
+    "fit_flops_per_token",
+    "frontier",
+    "theta_of",
 ]

@@ -86,9 +86,15 @@ def param_count(cfg: ModelConfig) -> dict[str, int]:
     embedding = V * d + (cfg.max_seq_len * d if cfg.position == "learned" else 0)
     lm_head = 0 if cfg.tie_embeddings else V * d
     total = embedding + L * per_layer + d + lm_head
-    return {"embedding": embedding, "per_layer": per_layer, "lm_head": lm_head, "total": total,
-            "non_embedding": total - embedding, "active_per_layer": active_per_layer,
-            "active_non_embedding": total - embedding - L * (per_layer - active_per_layer)}
+    return {
+        "embedding": embedding,
+        "per_layer": per_layer,
+        "lm_head": lm_head,
+        "total": total,
+        "non_embedding": total - embedding,
+        "active_per_layer": active_per_layer,
+        "active_non_embedding": total - embedding - L * (per_layer - active_per_layer),
+    }
 
 
 def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
@@ -109,8 +115,7 @@ def gpu_peak_from_table(name: str, dtype: torch.dtype = torch.bfloat16) -> float
     return None
 
 
-def measure_matmul_peak(device: torch.device, dtype: torch.dtype = torch.float32, seconds: float = 0.3,
-                        n: int = 1024) -> float:
+def measure_matmul_peak(device: torch.device, dtype: torch.dtype = torch.float32, seconds: float = 0.3, n: int = 1024) -> float:
     """Best observed FLOP/s of an n×n @ n×n matmul over about `seconds` (cached per process)."""
     key = (str(device), str(dtype), torch.get_num_threads())
     if key in _measured:
@@ -129,12 +134,13 @@ def measure_matmul_peak(device: torch.device, dtype: torch.dtype = torch.float32
         sync()
         best = min(best, time.perf_counter() - t0)
         iters += 1
-    _measured[key] = 2.0 * n ** 3 / best
+    _measured[key] = 2.0 * n**3 / best
     return _measured[key]
 
 
-def peak_flops_source(device: torch.device | str, dtype: torch.dtype | None = None,
-                      configured_tflops: float | None = None) -> tuple[float, str]:
+def peak_flops_source(
+    device: torch.device | str, dtype: torch.dtype | None = None, configured_tflops: float | None = None
+) -> tuple[float, str]:
     """(peak FLOP/s of `device` for matmuls in `dtype`, where it came from): "config" (the given
     train.peak_tflops), "calibration" (a `tokenmill calibrate` entry for this device, dtype and
     the current thread count), "table" (a known GPU) or "measured" (a quick matmul timing).

@@ -52,17 +52,24 @@ class IsoFlopMinimum:
 
     budget: float
     compute: float
-    params: float   # N*(C)
-    tokens: float   # D*(C)
-    loss: float     # the parabola's value at N*
-    sizes: int      # distinct N in the budget
+    params: float  # N*(C)
+    tokens: float  # D*(C)
+    loss: float  # the parabola's value at N*
+    sizes: int  # distinct N in the budget
     interior: bool  # N* lies within the swept sizes
     parabola: Parabola
 
     def to_dict(self) -> dict[str, Any]:
-        return {"budget": self.budget, "compute": self.compute, "params": self.params, "tokens": self.tokens,
-                "loss": self.loss, "sizes": self.sizes, "interior": self.interior,
-                "parabola": [self.parabola.c2, self.parabola.c1, self.parabola.c0]}
+        return {
+            "budget": self.budget,
+            "compute": self.compute,
+            "params": self.params,
+            "tokens": self.tokens,
+            "loss": self.loss,
+            "sizes": self.sizes,
+            "interior": self.interior,
+            "parabola": [self.parabola.c2, self.parabola.c1, self.parabola.c0],
+        }
 
 
 @dataclass(frozen=True)
@@ -71,8 +78,7 @@ class IsoFlopResult:
     skipped: tuple[tuple[float, str], ...]  # (budget, reason)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"minima": [m.to_dict() for m in self.minima],
-                "skipped": [{"budget": b, "reason": r} for b, r in self.skipped]}
+        return {"minima": [m.to_dict() for m in self.minima], "skipped": [{"budget": b, "reason": r} for b, r in self.skipped]}
 
 
 def budget_groups(runs: Sequence[RunResult]) -> dict[float, list[RunResult]]:
@@ -136,5 +142,4 @@ def fit_compute_optimal(minima: Sequence[IsoFlopMinimum]) -> ComputeOptimal:
     if len({m.compute for m in minima}) < 2:
         raise IsoFlopError(f"N*(C), D*(C) need minima at two or more budgets, got {len(minima)}")
     compute = [m.compute for m in minima]
-    return ComputeOptimal(fit_power_law(compute, [m.params for m in minima]),
-                          fit_power_law(compute, [m.tokens for m in minima]))
+    return ComputeOptimal(fit_power_law(compute, [m.params for m in minima]), fit_power_law(compute, [m.tokens for m in minima]))

@@ -39,7 +39,9 @@ class LrTransferConfig(Strict):
     name: FolderName = Field("lr-transfer", description="Sweep name; the directory is <root>/<name>.")
     root: str = Field("runs", description="Directory holding the sweep directory.")
     base: str = Field(..., description="Run config giving the data stages and the recipe (relative to this file).")
-    data: str | None = Field(None, description="An existing run directory whose tokens to use, relative to the working directory (None: <sweep>/data).")
+    data: str | None = Field(
+        None, description="An existing run directory whose tokens to use, relative to the working directory (None: <sweep>/data)."
+    )
     set: list[str] = Field(default_factory=list, description="Overrides applied to the base config.")
     widths: list[int] = Field(..., min_length=2, description="d_model values; the narrowest is μP's base width.")
     n_layers: int = Field(2, gt=0, description="Depth of every model.")
@@ -61,10 +63,16 @@ def run_name(param: Param, width: int, lr: float) -> str:
     return f"{param}-w{width}-lr{lr:.2e}".replace("+", "")
 
 
-def transfer_run_config(base: RunConfig, cfg: LrTransferConfig, param: Param, width: int, lr: float,
-                        root: Path) -> RunConfig:
-    model = base.model.model_copy(update={"d_model": width, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
-                                          "mup": param == "mup", "mup_base_width": min(cfg.widths)})
+def transfer_run_config(base: RunConfig, cfg: LrTransferConfig, param: Param, width: int, lr: float, root: Path) -> RunConfig:
+    model = base.model.model_copy(
+        update={
+            "d_model": width,
+            "n_layers": cfg.n_layers,
+            "n_heads": cfg.n_heads,
+            "mup": param == "mup",
+            "mup_base_width": min(cfg.widths),
+        }
+    )
     train = base.train.model_copy(update={"lr": lr, "max_tokens": cfg.tokens})
     data = base.model_dump()
     data.update(name=run_name(param, width, lr), root=str(root), model=model.model_dump(), train=train.model_dump())
@@ -80,7 +88,7 @@ def best_lr(lrs: list[float], losses: list[float | None]) -> dict[str, Any]:
     i = min(range(len(pts)), key=lambda k: pts[k][1])
     out = {"grid_lr": pts[i][0], "loss": pts[i][1], "lr": pts[i][0], "edge": i in (0, len(pts) - 1)}
     if not out["edge"]:
-        (x0, y0), (x1, y1), (x2, y2) = [(math.log2(lr), loss) for lr, loss in pts[i - 1:i + 2]]
+        (x0, y0), (x1, y1), (x2, y2) = [(math.log2(lr), loss) for lr, loss in pts[i - 1 : i + 2]]
         denom = (x0 - x1) * (x0 - x2) * (x1 - x2)
         a = (x2 * (y1 - y0) + x1 * (y0 - y2) + x0 * (y2 - y1)) / denom
         b = (x2 * x2 * (y0 - y1) + x1 * x1 * (y2 - y0) + x0 * x0 * (y1 - y2)) / denom
@@ -127,10 +135,10 @@ def run_lr_transfer(path: Path) -> dict[str, Any]:
                         run_pipeline(run, ("train",))
                     except TrainingDiverged as exc:  # too high a learning rate: +inf, and the sweep goes on
                         atomic_write_text(diverged, str(exc))
-                loss = None if diverged.exists() else \
-                    final_loss(run, run.finished("train")["summary"]["steps"])["loss"]
-                results.append({"name": rc.name, "param": param, "width": width, "lr": lr, "loss": loss,
-                                "diverged": diverged.exists()})
+                loss = None if diverged.exists() else final_loss(run, run.finished("train")["summary"]["steps"])["loss"]
+                results.append(
+                    {"name": rc.name, "param": param, "width": width, "lr": lr, "loss": loss, "diverged": diverged.exists()}
+                )
                 summary = {"runs": results, "analysis": analyse(results)}
                 atomic_write_text(sweep_dir / "results.json", json.dumps(summary, indent=1))
     return summary

@@ -93,8 +93,14 @@ FUSED_CHUNK = 1024  # tokens per chunk of the fused projection + cross-entropy (
 def _dtype(dtype: torch.dtype | str) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
-    named = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
+    named = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }
     if dtype not in named:
         raise ValueError(f"dtype {dtype!r}: expected float32 or bfloat16")
     return named[dtype]
@@ -114,8 +120,9 @@ def matmul_weights(cfg: ModelConfig) -> dict[str, int]:
     return {"per_layer": attn + ffn, "lm_head": cfg.vocab_size * d, "largest_tensor": largest}
 
 
-def layer_activation_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str,
-                           doc_masking: bool = False, device: str = "cpu", tp: int = 1) -> int:
+def layer_activation_bytes(
+    cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str, doc_masking: bool = False, device: str = "cpu", tp: int = 1
+) -> int:
     """Bytes one transformer block keeps for its backward (see the module doc, term by term).
 
     `tp`: on one rank of a tensor-parallel block (train/tensor_parallel.py) everything per head
@@ -180,8 +187,9 @@ def _ffn_activation_bytes(cfg: ModelConfig, BT: int, c: int, tp: int = 1) -> int
     return slots * per_slot + router
 
 
-def head_activation_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str,
-                          doc_masking: bool = False, fused_loss: bool = False) -> int:
+def head_activation_bytes(
+    cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str, doc_masking: bool = False, fused_loss: bool = False
+) -> int:
     """Bytes the embedding, final norm and head keep (the plain loss's log-probabilities are in
     `logits_bytes`). The fused projection + cross-entropy (model.fused_ce) keeps the fp32 norm
     output and the gradients it computed in its forward, dh [B·T, d] and dW [V, d], both fp32."""
@@ -196,8 +204,9 @@ def head_activation_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype |
     return n
 
 
-def logits_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str = "float32",
-                 fused_loss: bool = False, chunk: int = FUSED_CHUNK) -> int:
+def logits_bytes(
+    cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str = "float32", fused_loss: bool = False, chunk: int = FUSED_CHUNK
+) -> int:
     """Peak of the loss head beyond what it keeps. Plain: in the backward of log_softmax, the
     log-probabilities, their gradient and the logits' gradient, 3 · f·BTV. Fused, the larger of
     its forward and its backward (the returned fp32 gradients of h and W). Forward: under bf16
@@ -239,8 +248,12 @@ def fused_loss_default(model_cfg: ModelConfig, train_cfg: TrainConfig, device: s
 
     assert model_cfg.vocab_size is not None
     kind = loss_kernel(device.split(":")[0], train_cfg.micro_batch * train_cfg.seq_len, model_cfg.vocab_size)
-    return ("targets" in inspect.signature(Transformer.forward).parameters and model_cfg.z_loss == 0
-            and getattr(train_cfg, "objective", "clm") == "clm" and kind == "fused")
+    return (
+        "targets" in inspect.signature(Transformer.forward).parameters
+        and model_cfg.z_loss == 0
+        and getattr(train_cfg, "objective", "clm") == "clm"
+        and kind == "fused"
+    )
 
 
 def _shared_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str, doc_masking: bool) -> int:
@@ -250,18 +263,27 @@ def _shared_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str, do
     return 2 * F32 * B * T * (cfg.d_model // cfg.n_heads) if rope_rows else 0
 
 
-def activation_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str, doc_masking: bool = False,
-                     checkpointing: bool = False, fused_loss: bool = False, device: str = "cpu") -> int:
+def activation_bytes(
+    cfg: ModelConfig,
+    B: int,
+    T: int,
+    dtype: torch.dtype | str,
+    doc_masking: bool = False,
+    checkpointing: bool = False,
+    fused_loss: bool = False,
+    device: str = "cpu",
+) -> int:
     """Bytes kept for the backward of one micro-batch at the end of the forward: all layers plus
     the head (the loss buffers apart). With checkpointing only each block's fp32 input."""
-    kept = (F32 * B * T * cfg.d_model if checkpointing
-            else layer_activation_bytes(cfg, B, T, dtype, doc_masking, device))
-    return cfg.n_layers * kept + _shared_bytes(cfg, B, T, dtype, doc_masking) + head_activation_bytes(
-        cfg, B, T, dtype, doc_masking, fused_loss)
+    kept = F32 * B * T * cfg.d_model if checkpointing else layer_activation_bytes(cfg, B, T, dtype, doc_masking, device)
+    return (
+        cfg.n_layers * kept
+        + _shared_bytes(cfg, B, T, dtype, doc_masking)
+        + head_activation_bytes(cfg, B, T, dtype, doc_masking, fused_loss)
+    )
 
 
-def layer_backward_transient(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str,
-                             device: str = "cpu", tp: int = 1) -> int:
+def layer_backward_transient(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str, device: str = "cpu", tp: int = 1) -> int:
     """Activation gradients alive inside one block's backward: the residual-stream gradient and
     its partial sums (2·f·BTd) plus the widest step, the FFN's (SwiGLU: grad of the product, of
     silu and of up, 3·c·BTF; GELU 2·c·BTF) or the attention's (grad of q, k, v and out,
@@ -279,9 +301,16 @@ def layer_backward_transient(cfg: ModelConfig, B: int, T: int, dtype: torch.dtyp
     return 2 * F32 * BT * cfg.d_model + max(ffn, attn) // tp
 
 
-def estimate_train_memory(model_cfg: ModelConfig, train_cfg: TrainConfig, dtype: torch.dtype | str,
-                          world_size: int = 1, mode: Mode = "single", doc_masking: bool = False,
-                          device: str = "cpu", fused_loss: bool | None = None) -> dict[str, int]:
+def estimate_train_memory(
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    dtype: torch.dtype | str,
+    world_size: int = 1,
+    mode: Mode = "single",
+    doc_masking: bool = False,
+    device: str = "cpu",
+    fused_loss: bool | None = None,
+) -> dict[str, int]:
     """Bytes per process of one training step (see the module doc for what is counted).
 
     Parts: params, grads, optimizer (m, v), weight_copies, activations (end of the forward),
@@ -336,10 +365,21 @@ def estimate_train_memory(model_cfg: ModelConfig, train_cfg: TrainConfig, dtype:
         held = (L - done - 1) * kept + layer
         layers_backward = max(layers_backward, base + g + held + shared + transient)
     optimizer_step = params + grads + optimizer + step_tmp + ddp
-    return {"params": params, "grads": grads, "optimizer": optimizer, "weight_copies": copies,
-            "activations": acts, "logits": loss, "optimizer_step": step_tmp, "ddp_buckets": ddp,
-            "fsdp_unsharded": fsdp, "loss_backward": loss_backward, "layers_backward": layers_backward,
-            "optimizer_step_total": optimizer_step, "peak": max(loss_backward, layers_backward, optimizer_step)}
+    return {
+        "params": params,
+        "grads": grads,
+        "optimizer": optimizer,
+        "weight_copies": copies,
+        "activations": acts,
+        "logits": loss,
+        "optimizer_step": step_tmp,
+        "ddp_buckets": ddp,
+        "fsdp_unsharded": fsdp,
+        "loss_backward": loss_backward,
+        "layers_backward": layers_backward,
+        "optimizer_step_total": optimizer_step,
+        "peak": max(loss_backward, layers_backward, optimizer_step),
+    }
 
 
 def profiled_peak_bytes(fn: Callable[[], Any]) -> tuple[int, Any]:

@@ -43,9 +43,17 @@ class NoiseCheck:
         return (max(self.losses) - min(self.losses)) / self.mean
 
     def to_dict(self) -> dict[str, Any]:
-        return {"params": self.params, "tokens": self.tokens, "flops": self.flops, "names": list(self.names),
-                "losses": list(self.losses), "mean": self.mean, "std": self.std, "relative_std": self.relative_std,
-                "relative_range": self.relative_range}
+        return {
+            "params": self.params,
+            "tokens": self.tokens,
+            "flops": self.flops,
+            "names": list(self.names),
+            "losses": list(self.losses),
+            "mean": self.mean,
+            "std": self.std,
+            "relative_std": self.relative_std,
+            "relative_range": self.relative_range,
+        }
 
 
 def run_to_run_noise(runs: Iterable[RunResult]) -> list[NoiseCheck]:
@@ -58,6 +66,13 @@ def run_to_run_noise(runs: Iterable[RunResult]) -> list[NoiseCheck]:
         if len(group) < 2:
             continue
         group.sort(key=lambda r: (r.role != "sweep", r.name))
-        checks.append(NoiseCheck(params=params, tokens=tokens, flops=group[0].flops,
-                                 names=tuple(r.name for r in group), losses=tuple(r.loss for r in group)))
+        checks.append(
+            NoiseCheck(
+                params=params,
+                tokens=tokens,
+                flops=group[0].flops,
+                names=tuple(r.name for r in group),
+                losses=tuple(r.loss for r in group),
+            )
+        )
     return checks

@@ -69,7 +69,9 @@ class Layout(Strict):
     tp: int = Field(1, ge=1, description="Tensor-parallel ranks (each matmul split t ways).")
     pp: int = Field(1, ge=1, description="Pipeline stages (layers split p ways).")
     dp: int = Field(1, ge=1, description="Data-parallel ranks (replicas, or ZeRO shards).")
-    zero: int = Field(1, ge=0, le=3, description="ZeRO stage over the DP ranks: 0 plain DP, 1 optimizer, 2 +gradients, 3 (FSDP) +weights.")
+    zero: int = Field(
+        1, ge=0, le=3, description="ZeRO stage over the DP ranks: 0 plain DP, 1 optimizer, 2 +gradients, 3 (FSDP) +weights."
+    )
     seq_len: int = Field(4096, ge=1, description="Tokens per sequence.")
     micro_batch: int = Field(1, ge=1, description="Sequences per micro-batch (per DP rank).")
     micro_batches: int = Field(1, ge=1, description="Micro-batches per optimizer step per pipeline (m).")
@@ -164,5 +166,11 @@ def device_memory(cfg: ModelConfig, layout: Layout) -> DeviceMemory:
     grads = BF16 * per_mp / (d if layout.zero >= 2 else 1)
     optimizer = optimizer_bytes * per_mp / (d if layout.zero >= 1 else 1)
     gathered = 2 * BF16 * counts["per_layer"] / layout.tp if layout.zero >= 3 and d > 1 else 0.0
-    return DeviceMemory(weights=weights, grads=grads, optimizer=optimizer, gathered=gathered,
-                        activations=activation_bytes(cfg, layout), reserve=layout.reserve_bytes)
+    return DeviceMemory(
+        weights=weights,
+        grads=grads,
+        optimizer=optimizer,
+        gathered=gathered,
+        activations=activation_bytes(cfg, layout),
+        reserve=layout.reserve_bytes,
+    )

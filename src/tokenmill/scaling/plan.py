@@ -38,7 +38,7 @@ TOKENS_PER_PARAM = 20.0  # Chinchilla's compute-optimal ratio D/N
 INFERENCE_FLOPS_PER_PARAM = 2.0  # one forward pass per served token
 BACKWARD_SHARE = 4.0 / 6.0  # of a step's FLOPs: the backward, under which gradient reduction overlaps
 RECOMPUTE_FACTOR = 8.0 / 6.0  # full checkpointing re-runs the forward: 8·N·D hardware FLOPs for 6·N·D model FLOPs
-DEFAULT_GLOBAL_BATCH = 4 * 2 ** 20  # seed 002 §5: "global batch 4M tokens"
+DEFAULT_GLOBAL_BATCH = 4 * 2**20  # seed 002 §5: "global batch 4M tokens"
 HEAD_DIM = 128
 ASPECT = 128  # d_model / n_layers of a shape derived from a parameter count (Llama-2-7B: 4096 / 32)
 VOCAB = 32_000
@@ -63,11 +63,11 @@ class ChinchillaLaw:
     beta: float = 0.28
 
     def loss(self, n_params: float, tokens: float) -> float:
-        return self.E + self.A / n_params ** self.alpha + self.B / tokens ** self.beta
+        return self.E + self.A / n_params**self.alpha + self.B / tokens**self.beta
 
     def tokens_for_loss(self, n_params: float, loss: float) -> float:
         """D with L(N, D) = loss, or inf when N alone cannot get there (A/N^α >= loss - E)."""
-        gap = loss - self.E - self.A / n_params ** self.alpha
+        gap = loss - self.E - self.A / n_params**self.alpha
         return math.inf if gap <= 0 else (self.B / gap) ** (1.0 / self.beta)
 
 
@@ -75,8 +75,16 @@ CHINCHILLA = ChinchillaLaw()
 
 
 def _llama(d: int, layers: int, heads: int, kv: int, ffn: int) -> ModelConfig:
-    return ModelConfig(vocab_size=VOCAB, d_model=d, n_layers=layers, n_heads=heads, n_kv_heads=kv, ffn_hidden=ffn,
-                       max_seq_len=4096, tie_embeddings=False)
+    return ModelConfig(
+        vocab_size=VOCAB,
+        d_model=d,
+        n_layers=layers,
+        n_heads=heads,
+        n_kv_heads=kv,
+        ffn_hidden=ffn,
+        max_seq_len=4096,
+        tie_embeddings=False,
+    )
 
 
 # Touvron et al. 2023 (Llama 2), table 1 and the released configs
@@ -96,8 +104,9 @@ def shape_for_params(n_params: float, vocab_size: int = VOCAB) -> ModelConfig:
     best: tuple[float, ModelConfig] | None = None
     for layers in range(1, 257):
         d = max(HEAD_DIM, HEAD_DIM * round(ASPECT * layers / HEAD_DIM))
-        cfg = ModelConfig(vocab_size=vocab_size, d_model=d, n_layers=layers, n_heads=d // HEAD_DIM,
-                          max_seq_len=4096, tie_embeddings=False)
+        cfg = ModelConfig(
+            vocab_size=vocab_size, d_model=d, n_layers=layers, n_heads=d // HEAD_DIM, max_seq_len=4096, tie_embeddings=False
+        )
         err = abs(math.log(param_count(cfg)["total"] / n_params))
         if best is None or err < best[0]:
             best = (err, cfg)
@@ -146,8 +155,15 @@ def inference_aware(target_loss: float, inference_tokens: float, law: Chinchilla
     d_tr = law.tokens_for_loss(n, target_loss)
     train = training_flops(n, d_tr)
     infer = INFERENCE_FLOPS_PER_PARAM * n * inference_tokens
-    return {"params": n, "tokens": d_tr, "tokens_per_param": d_tr / n, "training_flops": train,
-            "inference_flops": infer, "total_flops": train + infer, "loss": law.loss(n, d_tr)}
+    return {
+        "params": n,
+        "tokens": d_tr,
+        "tokens_per_param": d_tr / n,
+        "training_flops": train,
+        "inference_flops": infer,
+        "total_flops": train + infer,
+        "loss": law.loss(n, d_tr),
+    }
 
 
 # --------------------------------------------------------------------------- layout search
@@ -206,8 +222,14 @@ def step_time(cfg: ModelConfig, layout: Layout, device: DeviceSpec, mfu: float) 
         passes = 2 + (2 * m - 1 if layout.zero >= 3 else 0)
         dp_comm = passes * (d - 1) / d * shard_bytes / _link(layout.devices, device)[0]
     window = compute * (1.0 if layout.zero >= 3 else BACKWARD_SHARE)
-    return StepTime(compute=compute, bubble=compute * frac / (1 - frac), tp_comm=tp_comm, pp_comm=pp_comm,
-                    dp_comm=dp_comm, dp_exposed=max(0.0, dp_comm - window))
+    return StepTime(
+        compute=compute,
+        bubble=compute * frac / (1 - frac),
+        tp_comm=tp_comm,
+        pp_comm=pp_comm,
+        dp_comm=dp_comm,
+        dp_exposed=max(0.0, dp_comm - window),
+    )
 
 
 @dataclass(frozen=True)
@@ -217,8 +239,11 @@ class LayoutChoice:
     time: StepTime
 
     def as_dict(self) -> dict[str, Any]:
-        return {"layout": self.layout.model_dump(), "memory_bytes": self.memory.as_dict(),
-                "step_seconds": {**self.time.__dict__, "total": self.time.total}}
+        return {
+            "layout": self.layout.model_dump(),
+            "memory_bytes": self.memory.as_dict(),
+            "step_seconds": {**self.time.__dict__, "total": self.time.total},
+        }
 
 
 def micro_batches_for(global_batch_tokens: int, dp: int, micro_batch: int, seq_len: int) -> int:
@@ -226,8 +251,9 @@ def micro_batches_for(global_batch_tokens: int, dp: int, micro_batch: int, seq_l
     return max(1, math.ceil(global_batch_tokens / (dp * micro_batch * seq_len)))
 
 
-def layout_candidates(cfg: ModelConfig, device: DeviceSpec, devices: int, base: Layout,
-                      global_batch_tokens: int, mfu: float) -> list[LayoutChoice]:
+def layout_candidates(
+    cfg: ModelConfig, device: DeviceSpec, devices: int, base: Layout, global_batch_tokens: int, mfu: float
+) -> list[LayoutChoice]:
     """Every TP (power of two up to a node), PP (dividing the layers), DP, ZeRO stage and
     checkpointing setting on `devices` devices, with memory and step time; not filtered."""
     out = []
@@ -239,10 +265,11 @@ def layout_candidates(cfg: ModelConfig, device: DeviceSpec, devices: int, base: 
                 continue
             d = devices // (t * p)
             m = micro_batches_for(global_batch_tokens, d, base.micro_batch, base.seq_len)
-            for zero in ((0, 1, 2, 3) if d > 1 else (0,)):
+            for zero in (0, 1, 2, 3) if d > 1 else (0,):
                 for ckpt in (False, True):
-                    layout = base.model_copy(update={"tp": t, "pp": p, "dp": d, "zero": zero, "micro_batches": m,
-                                                     "checkpointing": ckpt})
+                    layout = base.model_copy(
+                        update={"tp": t, "pp": p, "dp": d, "zero": zero, "micro_batches": m, "checkpointing": ckpt}
+                    )
                     out.append(LayoutChoice(layout, device_memory(cfg, layout), step_time(cfg, layout, device, mfu)))
     return out
 
@@ -254,9 +281,11 @@ def recommend_layout(candidates: list[LayoutChoice], device: DeviceSpec) -> tupl
     fits = [c for c in candidates if c.memory.total <= device.memory_bytes]
     if not fits:
         smallest = min(candidates, key=lambda c: c.memory.total)
-        raise NoLayoutFits(f"no layout fits {device.name} ({device.memory_bytes / GB:.0f} GB): the smallest needs "
-                        f"{smallest.memory.total / GB:.1f} GB per device ({_describe(smallest.layout)}); use more "
-                        f"devices, a larger device, a smaller --micro-batch or --seq-len")
+        raise NoLayoutFits(
+            f"no layout fits {device.name} ({device.memory_bytes / GB:.0f} GB): the smallest needs "
+            f"{smallest.memory.total / GB:.1f} GB per device ({_describe(smallest.layout)}); use more "
+            f"devices, a larger device, a smaller --micro-batch or --seq-len"
+        )
     fastest = min(c.time.total for c in fits)
     ties = [c for c in fits if c.time.total <= fastest * 1.005]
     chosen = min(ties, key=lambda c: (c.memory.total, c.layout.tp, c.layout.pp))
@@ -264,8 +293,10 @@ def recommend_layout(candidates: list[LayoutChoice], device: DeviceSpec) -> tupl
 
 
 def _describe(layout: Layout) -> str:
-    return (f"TP {layout.tp} × PP {layout.pp} × DP {layout.dp}, ZeRO-{layout.zero}, "
-            f"checkpointing {'on' if layout.checkpointing else 'off'}")
+    return (
+        f"TP {layout.tp} × PP {layout.pp} × DP {layout.dp}, ZeRO-{layout.zero}, "
+        f"checkpointing {'on' if layout.checkpointing else 'off'}"
+    )
 
 
 def layout_reasons(choice: LayoutChoice, device: DeviceSpec, fits: list[LayoutChoice]) -> list[str]:
@@ -274,28 +305,39 @@ def layout_reasons(choice: LayoutChoice, device: DeviceSpec, fits: list[LayoutCh
     reasons = []
     if lay.tp > 1:
         bw, where = _link(lay.tp, device)
-        reasons.append(f"TP {lay.tp} {where}: {6 if lay.checkpointing else 4} activation all-reduces per layer "
-                       f"per micro-batch over "
-                       f"{bw / GB:.0f} GB/s cost {t.tp_comm:.2f} s/step; it splits every matmul's weights and activations")
+        reasons.append(
+            f"TP {lay.tp} {where}: {6 if lay.checkpointing else 4} activation all-reduces per layer "
+            f"per micro-batch over "
+            f"{bw / GB:.0f} GB/s cost {t.tp_comm:.2f} s/step; it splits every matmul's weights and activations"
+        )
     else:
         reasons.append("TP 1: the model fits without splitting matmuls, so no per-layer all-reduces")
     if lay.pp > 1:
         bw, where = _link(lay.tp * lay.pp, device)
-        reasons.append(f"PP {lay.pp} {where}: only stage-boundary activations cross ({t.pp_comm:.2f} s/step at "
-                       f"{bw / GB:.0f} GB/s); bubble (p-1)/(m+p-1) = {bubble_fraction(lay.pp, lay.micro_batches):.1%} "
-                       f"with m = {lay.micro_batches} micro-batches ({t.bubble:.2f} s/step)")
+        reasons.append(
+            f"PP {lay.pp} {where}: only stage-boundary activations cross ({t.pp_comm:.2f} s/step at "
+            f"{bw / GB:.0f} GB/s); bubble (p-1)/(m+p-1) = {bubble_fraction(lay.pp, lay.micro_batches):.1%} "
+            f"with m = {lay.micro_batches} micro-batches ({t.bubble:.2f} s/step)"
+        )
     else:
         reasons.append("PP 1: no pipeline bubble")
     if lay.dp > 1:
         bw, where = _link(lay.devices, device)
-        what = {0: "plain DP (every state replicated)", 1: "ZeRO-1 (optimizer state sharded)",
-                2: "ZeRO-2 (optimizer state and gradients sharded)",
-                3: "ZeRO-3/FSDP (weights too; re-gathered every micro-batch)"}[lay.zero]
-        reasons.append(f"DP {lay.dp} {what}, {where} at {bw / GB:.0f} GB/s: {t.dp_comm:.2f} s/step of traffic, "
-                       f"{t.dp_exposed:.2f} s not hidden under compute")
+        what = {
+            0: "plain DP (every state replicated)",
+            1: "ZeRO-1 (optimizer state sharded)",
+            2: "ZeRO-2 (optimizer state and gradients sharded)",
+            3: "ZeRO-3/FSDP (weights too; re-gathered every micro-batch)",
+        }[lay.zero]
+        reasons.append(
+            f"DP {lay.dp} {what}, {where} at {bw / GB:.0f} GB/s: {t.dp_comm:.2f} s/step of traffic, "
+            f"{t.dp_exposed:.2f} s not hidden under compute"
+        )
     reasons.append(f"activation checkpointing {'on: +1/3 compute to fit memory' if lay.checkpointing else 'off'}")
-    reasons.append(f"memory {choice.memory.total / GB:.1f} of {device.memory_bytes / GB:.0f} GB per device; "
-                   f"step ≈ {t.total:.2f} s (compute {t.compute:.2f} s), the fastest of {len(fits)} fitting layout(s) compared")
+    reasons.append(
+        f"memory {choice.memory.total / GB:.1f} of {device.memory_bytes / GB:.0f} GB per device; "
+        f"step ≈ {t.total:.2f} s (compute {t.compute:.2f} s), the fastest of {len(fits)} fitting layout(s) compared"
+    )
     return reasons
 
 
@@ -334,12 +376,26 @@ class Plan:
         return dict(self.__dict__)
 
 
-def make_plan(cfg: ModelConfig, tokens: float, devices: int, device: DeviceSpec, mfu: float = 0.38,
-              n_params: float | None = None, seq_len: int = 4096, micro_batch: int = 1,
-              global_batch_tokens: int = DEFAULT_GLOBAL_BATCH, layout: dict[str, Any] | None = None,
-              inference_tokens: float = 0.0, master_weights: bool = True, reserve_bytes: float = 5e9,
-              sequence_parallel: bool = True, notes: list[str] | None = None, run_cfg: Any = None,
-              noise: Any = None, noise_source: str = "") -> Plan:
+def make_plan(
+    cfg: ModelConfig,
+    tokens: float,
+    devices: int,
+    device: DeviceSpec,
+    mfu: float = 0.38,
+    n_params: float | None = None,
+    seq_len: int = 4096,
+    micro_batch: int = 1,
+    global_batch_tokens: int = DEFAULT_GLOBAL_BATCH,
+    layout: dict[str, Any] | None = None,
+    inference_tokens: float = 0.0,
+    master_weights: bool = True,
+    reserve_bytes: float = 5e9,
+    sequence_parallel: bool = True,
+    notes: list[str] | None = None,
+    run_cfg: Any = None,
+    noise: Any = None,
+    noise_source: str = "",
+) -> Plan:
     """The plan for training `cfg` (N = n_params when given, else its parameter count) on `tokens`
     tokens with `devices` × `device` at `mfu`. `layout`: fixed tp/pp/dp/zero/checkpointing (any
     subset; the rest is searched). `run_cfg` (a RunConfig, `plan --config`): also the memory per
@@ -355,8 +411,13 @@ def make_plan(cfg: ModelConfig, tokens: float, devices: int, device: DeviceSpec,
     fpt = flops_per_token(cfg, seq_len)
     seconds = wall_clock_seconds(c, devices, device.peak_flops, mfu)
     hours = devices * seconds / 3600
-    base = Layout(seq_len=seq_len, micro_batch=micro_batch, master_weights=master_weights, reserve_bytes=reserve_bytes,
-                  sequence_parallel=sequence_parallel)
+    base = Layout(
+        seq_len=seq_len,
+        micro_batch=micro_batch,
+        master_weights=master_weights,
+        reserve_bytes=reserve_bytes,
+        sequence_parallel=sequence_parallel,
+    )
     choice: LayoutChoice | None = None
     no_fit = None
     try:
@@ -365,9 +426,14 @@ def make_plan(cfg: ModelConfig, tokens: float, devices: int, device: DeviceSpec,
         reasons = []
         no_fit = {"reason": str(exc), **fewest_devices(cfg, device, devices, base, global_batch_tokens, mfu)}
     n_opt, d_opt = chinchilla_optimal(c)
-    chinchilla = {"compute_optimal_params": n_opt, "compute_optimal_tokens": d_opt, "tokens_per_param": tokens / n,
-                  "overtrain_factor": tokens / n / TOKENS_PER_PARAM, "predicted_loss": CHINCHILLA.loss(n, tokens),
-                  "compute_optimal_loss": CHINCHILLA.loss(n_opt, d_opt)}
+    chinchilla = {
+        "compute_optimal_params": n_opt,
+        "compute_optimal_tokens": d_opt,
+        "tokens_per_param": tokens / n,
+        "overtrain_factor": tokens / n / TOKENS_PER_PARAM,
+        "predicted_loss": CHINCHILLA.loss(n, tokens),
+        "compute_optimal_loss": CHINCHILLA.loss(n_opt, d_opt),
+    }
     aware = None
     if inference_tokens > 0:
         aware = inference_aware(CHINCHILLA.loss(n, tokens), inference_tokens)
@@ -381,8 +447,8 @@ def make_plan(cfg: ModelConfig, tokens: float, devices: int, device: DeviceSpec,
         f"({device.peak_source}), MFU {mfu:.2f}; no restarts, checkpoints or evals counted",
         f"cost at ${device.price_per_hour:.2f} per device-hour (override with --price)",
         f"global batch {global_batch_tokens:,} tokens per step; micro-batch {micro_batch} × {seq_len} tokens",
-        "memory: bf16 weights and gradients, fp32 Adam m and v" + (" and an fp32 master copy" if master_weights else
-                                                                  " (no fp32 master copy)")
+        "memory: bf16 weights and gradients, fp32 Adam m and v"
+        + (" and an fp32 master copy" if master_weights else " (no fp32 master copy)")
         + f", {reserve_bytes / GB:.0f} GB reserved for NCCL/scratch; activations per Korthikanti et al. 2022 with "
         f"flash attention{' and sequence parallelism' if sequence_parallel else ', no sequence parallelism'}, "
         "1F1B pipeline",
@@ -392,48 +458,79 @@ def make_plan(cfg: ModelConfig, tokens: float, devices: int, device: DeviceSpec,
         f"α={CHINCHILLA.alpha}, β={CHINCHILLA.beta} (Hoffmann et al. 2022, approach 3)",
     ]
     if aware is not None:
-        assumptions.append(f"inference-aware: same loss as this plan, {inference_tokens:.3g} inference tokens at "
-                           "2·N FLOPs each (Sardana et al. 2023)")
-    model = {"d_model": cfg.d_model, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
-             "n_kv_heads": cfg.n_kv_heads or cfg.n_heads, "ffn_hidden": resolve_ffn_hidden(cfg), "ffn": cfg.ffn,
-             "vocab_size": cfg.vocab_size, "params_of_shape": counts["total"]}
-    return Plan(model=model, params=n, tokens=tokens, devices=devices, device=device.model_dump(), mfu=mfu,
-                roofline=None if choice is None else _roofline(cfg, choice.layout, device),
-                trainer_memory=(None if run_cfg is None or choice is None
-                                else _trainer_memory(cfg, choice.layout, device, run_cfg)),
-                global_batch_tokens=global_batch_tokens, seq_len=seq_len, flops_6nd=c, flops_exact=fpt * tokens,
-                flops_per_token_exact=fpt, steps=math.ceil(tokens / global_batch_tokens), wall_clock_seconds=seconds,
-                wall_clock_days=seconds / 86400, device_hours=hours, cost_usd=hours * device.price_per_hour,
-                chinchilla=chinchilla, layout=None if choice is None else choice.as_dict(), layout_reasons=reasons,
-                no_fit=no_fit,
-                inference_aware=aware, batch=critical_batch_plan(global_batch_tokens, chinchilla["predicted_loss"],
-                                                                 noise, noise_source),
-                assumptions=assumptions)
+        assumptions.append(
+            f"inference-aware: same loss as this plan, {inference_tokens:.3g} inference tokens at "
+            "2·N FLOPs each (Sardana et al. 2023)"
+        )
+    model = {
+        "d_model": cfg.d_model,
+        "n_layers": cfg.n_layers,
+        "n_heads": cfg.n_heads,
+        "n_kv_heads": cfg.n_kv_heads or cfg.n_heads,
+        "ffn_hidden": resolve_ffn_hidden(cfg),
+        "ffn": cfg.ffn,
+        "vocab_size": cfg.vocab_size,
+        "params_of_shape": counts["total"],
+    }
+    return Plan(
+        model=model,
+        params=n,
+        tokens=tokens,
+        devices=devices,
+        device=device.model_dump(),
+        mfu=mfu,
+        roofline=None if choice is None else _roofline(cfg, choice.layout, device),
+        trainer_memory=(None if run_cfg is None or choice is None else _trainer_memory(cfg, choice.layout, device, run_cfg)),
+        global_batch_tokens=global_batch_tokens,
+        seq_len=seq_len,
+        flops_6nd=c,
+        flops_exact=fpt * tokens,
+        flops_per_token_exact=fpt,
+        steps=math.ceil(tokens / global_batch_tokens),
+        wall_clock_seconds=seconds,
+        wall_clock_days=seconds / 86400,
+        device_hours=hours,
+        cost_usd=hours * device.price_per_hour,
+        chinchilla=chinchilla,
+        layout=None if choice is None else choice.as_dict(),
+        layout_reasons=reasons,
+        no_fit=no_fit,
+        inference_aware=aware,
+        batch=critical_batch_plan(global_batch_tokens, chinchilla["predicted_loss"], noise, noise_source),
+        assumptions=assumptions,
+    )
 
 
-def critical_batch_plan(global_batch_tokens: int, predicted_loss: float, noise: Any = None,
-                        noise_source: str = "") -> dict[str, Any]:
+def critical_batch_plan(
+    global_batch_tokens: int, predicted_loss: float, noise: Any = None, noise_source: str = ""
+) -> dict[str, Any]:
     """The global batch against the critical batch: measured (a run's B_simple) when given, and
     Kaplan et al.'s B_crit(L) at the predicted final loss; `verdict` is the measured one if any."""
     from tokenmill.scaling.critical_batch import batch_verdict, kaplan_critical_batch
 
-    published = batch_verdict(global_batch_tokens, kaplan_critical_batch(predicted_loss),
-                              f"Kaplan et al. 2020 B_crit(L) = 2e8/L^(1/0.21) tokens at the predicted final loss "
-                              f"L = {predicted_loss:.3f} (their tokenizer and data: indicative only)")
+    published = batch_verdict(
+        global_batch_tokens,
+        kaplan_critical_batch(predicted_loss),
+        f"Kaplan et al. 2020 B_crit(L) = 2e8/L^(1/0.21) tokens at the predicted final loss "
+        f"L = {predicted_loss:.3f} (their tokenizer and data: indicative only)",
+    )
     measured = None
     if noise is not None and noise.b_simple is not None:
         blocks = noise.block_values
-        spread = (f", {min(blocks):,.0f}–{max(blocks):,.0f} across {len(blocks)} blocks of those steps"
-                  if len(blocks) > 1 else "")
+        spread = f", {min(blocks):,.0f}–{max(blocks):,.0f} across {len(blocks)} blocks of those steps" if len(blocks) > 1 else ""
         loss = f" at loss {noise.loss:.3f}" if noise.loss is not None else ""
-        measured = batch_verdict(global_batch_tokens, noise.b_simple,
-                                 f"B_simple measured in {noise_source} over steps {noise.first_step}-{noise.last_step}"
-                                 f"{loss}{spread} (it grows as the loss falls)")
+        measured = batch_verdict(
+            global_batch_tokens,
+            noise.b_simple,
+            f"B_simple measured in {noise_source} over steps {noise.first_step}-{noise.last_step}"
+            f"{loss}{spread} (it grows as the loss falls)",
+        )
     return {"published": published, "measured": measured, "verdict": (measured or published)["verdict"]}
 
 
-def fewest_devices(cfg: ModelConfig, device: DeviceSpec, devices: int, base: Layout, global_batch_tokens: int,
-                   mfu: float, limit: int = 1 << 17) -> dict[str, Any]:
+def fewest_devices(
+    cfg: ModelConfig, device: DeviceSpec, devices: int, base: Layout, global_batch_tokens: int, mfu: float, limit: int = 1 << 17
+) -> dict[str, Any]:
     """The fewest devices (a multiple of a node, above `devices`) on which some layout fits, and
     that layout: doubling finds a count that fits, then the nodes in between are tried in order."""
     node = device.devices_per_node
@@ -448,13 +545,11 @@ def fewest_devices(cfg: ModelConfig, device: DeviceSpec, devices: int, base: Lay
     while hi <= limit and (hi == lo or fit(hi) is None):
         lo, hi = hi, hi * 2
     if hi > limit:
-        return {"fewest_devices": None, "fewest_layout": None,
-                "fewest_note": f"nothing fits on up to {limit:,} devices"}
+        return {"fewest_devices": None, "fewest_layout": None, "fewest_note": f"nothing fits on up to {limit:,} devices"}
     n = next(k for k in range(-(-(lo + 1) // node) * node, hi + 1, node) if fit(k) is not None)
     choice = fit(n)
     assert choice is not None
-    return {"fewest_devices": n, "fewest_layout": _describe(choice.layout),
-            "fewest_memory_bytes": choice.memory.total}
+    return {"fewest_devices": n, "fewest_layout": _describe(choice.layout), "fewest_memory_bytes": choice.memory.total}
 
 
 def _trainer_memory(cfg: ModelConfig, layout: Layout, device: DeviceSpec, run_cfg: Any) -> dict[str, Any]:
@@ -467,15 +562,28 @@ def _trainer_memory(cfg: ModelConfig, layout: Layout, device: DeviceSpec, run_cf
     from tokenmill.scaling.rank_memory import estimate_rank_memory
     from tokenmill.train.device import resolve_dtype
 
-    tc = run_cfg.train.model_copy(update={"micro_batch": layout.micro_batch, "seq_len": layout.seq_len,
-                                          "grad_accum": layout.micro_batches,
-                                          "activation_checkpointing": layout.checkpointing})
+    tc = run_cfg.train.model_copy(
+        update={
+            "micro_batch": layout.micro_batch,
+            "seq_len": layout.seq_len,
+            "grad_accum": layout.micro_batches,
+            "activation_checkpointing": layout.checkpointing,
+        }
+    )
     on_cpu = device.name == "this" and not torch.cuda.is_available()
     dtype = resolve_dtype(torch.device("cpu"), tc.dtype) if on_cpu else torch.bfloat16
     dp = layout.dp if (layout.tp > 1 or layout.pp > 1 or layout.zero >= 3) else 1
-    est = estimate_rank_memory(cfg, tc, dtype, dp=dp, tp=layout.tp, pp=layout.pp,
-                               doc_masking=run_cfg.mixture.doc_masking, device="cpu" if on_cpu else "cuda",
-                               schedule=run_cfg.train.parallel.pp_schedule)
+    est = estimate_rank_memory(
+        cfg,
+        tc,
+        dtype,
+        dp=dp,
+        tp=layout.tp,
+        pp=layout.pp,
+        doc_masking=run_cfg.mixture.doc_masking,
+        device="cpu" if on_cpu else "cuda",
+        schedule=run_cfg.train.parallel.pp_schedule,
+    )
     return {"dtype": str(dtype).replace("torch.", ""), **est}
 
 
@@ -487,15 +595,29 @@ def _roofline(cfg: ModelConfig, layout: Layout, device: DeviceSpec) -> dict[str,
     from tokenmill.scaling.roofline import as_dicts, op_classes, roofline, roofline_summary
 
     shards = layout.dp if layout.zero >= 1 else 1
-    rows = roofline(op_classes(cfg, layout.micro_batch, layout.seq_len, layout.tp, layout.pp,
-                               micro_batches=layout.micro_batches, optimizer_shards=shards),
-                    device.peak_flops, device.memory_bandwidth)
-    return {"rows": as_dicts(rows), **roofline_summary(rows, device.peak_flops, device.memory_bandwidth),
-            "bandwidth": device.memory_bandwidth}
+    rows = roofline(
+        op_classes(
+            cfg,
+            layout.micro_batch,
+            layout.seq_len,
+            layout.tp,
+            layout.pp,
+            micro_batches=layout.micro_batches,
+            optimizer_shards=shards,
+        ),
+        device.peak_flops,
+        device.memory_bandwidth,
+    )
+    return {
+        "rows": as_dicts(rows),
+        **roofline_summary(rows, device.peak_flops, device.memory_bandwidth),
+        "bandwidth": device.memory_bandwidth,
+    }
 
 
-def _layout(cfg: ModelConfig, device: DeviceSpec, devices: int, base: Layout, global_batch_tokens: int, mfu: float,
-            fixed: dict[str, Any]) -> tuple[LayoutChoice, list[str]]:
+def _layout(
+    cfg: ModelConfig, device: DeviceSpec, devices: int, base: Layout, global_batch_tokens: int, mfu: float, fixed: dict[str, Any]
+) -> tuple[LayoutChoice, list[str]]:
     """The recommended layout among those matching `fixed` (a fully fixed layout is only evaluated,
     with a warning reason when it does not fit)."""
     fixed = {k: v for k, v in fixed.items() if v is not None}
@@ -504,8 +626,10 @@ def _layout(cfg: ModelConfig, device: DeviceSpec, devices: int, base: Layout, gl
         raise PlanError(f"unknown layout keys {sorted(unknown)}")
     if {"tp", "pp", "dp"} <= set(fixed):
         if fixed["tp"] * fixed["pp"] * fixed["dp"] != devices:
-            raise PlanError(f"--tp {fixed['tp']} × --pp {fixed['pp']} × --dp {fixed['dp']} = "
-                            f"{fixed['tp'] * fixed['pp'] * fixed['dp']}, not --devices {devices}")
+            raise PlanError(
+                f"--tp {fixed['tp']} × --pp {fixed['pp']} × --dp {fixed['dp']} = "
+                f"{fixed['tp'] * fixed['pp'] * fixed['dp']}, not --devices {devices}"
+            )
     every = layout_candidates(cfg, device, devices, base, global_batch_tokens, mfu)
     wanted = [c for c in every if all(getattr(c.layout, k) == v for k, v in fixed.items())]
     if not wanted and {"tp", "pp", "dp"} <= set(fixed):
@@ -513,12 +637,16 @@ def _layout(cfg: ModelConfig, device: DeviceSpec, devices: int, base: Layout, gl
         layout = base.model_copy(update={**fixed, "micro_batches": m})
         wanted = [LayoutChoice(layout, device_memory(cfg, layout), step_time(cfg, layout, device, mfu))]
     if not wanted:
-        raise PlanError(f"no layout on {devices} devices matches {fixed} (TP must be a power of two up to "
-                        f"{device.devices_per_node} dividing the heads, PP must divide the {cfg.n_layers} layers)")
+        raise PlanError(
+            f"no layout on {devices} devices matches {fixed} (TP must be a power of two up to "
+            f"{device.devices_per_node} dividing the heads, PP must divide the {cfg.n_layers} layers)"
+        )
     if len(wanted) == 1 and wanted[0].memory.total > device.memory_bytes:
         only = wanted[0]
-        return only, [f"DOES NOT FIT: {only.memory.total / GB:.1f} GB per device > {device.memory_bytes / GB:.0f} GB",
-                      *layout_reasons(only, device, [only])]
+        return only, [
+            f"DOES NOT FIT: {only.memory.total / GB:.1f} GB per device > {device.memory_bytes / GB:.0f} GB",
+            *layout_reasons(only, device, [only]),
+        ]
     chosen, fits = recommend_layout(wanted, device)
     return chosen, layout_reasons(chosen, device, fits)
 
@@ -539,9 +667,17 @@ class PlanInputs:
     run_cfg: Any = None  # the RunConfig of `plan --config`
 
 
-def resolve_inputs(params: float | None = None, tokens: float | None = None, flops: float | None = None,
-                   arch: str | None = None, run_cfg: Any = None, devices: int = 1, seq_len: int | None = None,
-                   micro_batch: int | None = None, global_batch_tokens: int | None = None) -> PlanInputs:
+def resolve_inputs(
+    params: float | None = None,
+    tokens: float | None = None,
+    flops: float | None = None,
+    arch: str | None = None,
+    run_cfg: Any = None,
+    devices: int = 1,
+    seq_len: int | None = None,
+    micro_batch: int | None = None,
+    global_batch_tokens: int | None = None,
+) -> PlanInputs:
     """One of: a run config (`run_cfg`, a RunConfig), --arch, --params, or --flops alone
     (compute-optimal N = √(C/120), D = 20·N). --tokens defaults to the config's budget, else 20·N."""
     from tokenmill.train.budget import tokens_per_step
@@ -573,21 +709,32 @@ def resolve_inputs(params: float | None = None, tokens: float | None = None, flo
     elif params is not None:
         cfg = shape_for_params(params)
         n_params = params
-        notes.append(f"shape derived from N = {params:.3g}: d_model {cfg.d_model}, {cfg.n_layers} layers, "
-                     f"{cfg.n_heads} heads of 128, SwiGLU, vocabulary {VOCAB} ({param_count(cfg)['total']:.3g} parameters)")
+        notes.append(
+            f"shape derived from N = {params:.3g}: d_model {cfg.d_model}, {cfg.n_layers} layers, "
+            f"{cfg.n_heads} heads of 128, SwiGLU, vocabulary {VOCAB} ({param_count(cfg)['total']:.3g} parameters)"
+        )
     elif flops is not None:
         if flops <= 0:
             raise PlanError(f"--flops {flops:g}: must be positive")
         n_params, tokens = chinchilla_optimal(flops)
         cfg = shape_for_params(n_params)
-        notes.append(f"compute-optimal for C = {flops:.3g}: N = √(C/120) = {n_params:.3g}, D = 20·N = {tokens:.3g} "
-                     f"(shape: d_model {cfg.d_model}, {cfg.n_layers} layers)")
+        notes.append(
+            f"compute-optimal for C = {flops:.3g}: N = √(C/120) = {n_params:.3g}, D = 20·N = {tokens:.3g} "
+            f"(shape: d_model {cfg.d_model}, {cfg.n_layers} layers)"
+        )
     else:
         raise PlanError("give the model: --params N (with --tokens D), --flops C, --arch NAME or --config RUN.yaml")
     if tokens is None:
         n = n_params if n_params is not None else param_count(cfg)["total"]
         tokens = TOKENS_PER_PARAM * n
         notes.append(f"D = 20·N = {tokens:.3g} tokens (Chinchilla; give --tokens to change it)")
-    return PlanInputs(cfg=cfg, n_params=n_params, tokens=float(tokens), seq_len=seq_len or 4096,
-                      micro_batch=micro_batch or 1, global_batch_tokens=global_batch_tokens or DEFAULT_GLOBAL_BATCH,
-                      notes=notes, run_cfg=run_cfg)
+    return PlanInputs(
+        cfg=cfg,
+        n_params=n_params,
+        tokens=float(tokens),
+        seq_len=seq_len or 4096,
+        micro_batch=micro_batch or 1,
+        global_batch_tokens=global_batch_tokens or DEFAULT_GLOBAL_BATCH,
+        notes=notes,
+        run_cfg=run_cfg,
+    )

@@ -29,16 +29,23 @@ def _kv(title: str, rows: list[tuple[str, str]]) -> Table:
 def figures_rows(plan: Plan) -> list[tuple[str, str]]:
     m, dev, ch = plan.model, plan.device, plan.chinchilla
     rows = [
-        ("model", f"d_model {m['d_model']}, {m['n_layers']} layers, {m['n_heads']} heads ({m['n_kv_heads']} KV), "
-                  f"{m['ffn']}, vocab {m['vocab_size']}"),
+        (
+            "model",
+            f"d_model {m['d_model']}, {m['n_layers']} layers, {m['n_heads']} heads ({m['n_kv_heads']} KV), "
+            f"{m['ffn']}, vocab {m['vocab_size']}",
+        ),
         ("parameters N", sci(plan.params)),
-        ("tokens D", f"{sci(plan.tokens)} ({ch['tokens_per_param']:.3g} per parameter, "
-                     f"{ch['overtrain_factor']:.3g}× Chinchilla's 20)"),
+        (
+            "tokens D",
+            f"{sci(plan.tokens)} ({ch['tokens_per_param']:.3g} per parameter, {ch['overtrain_factor']:.3g}× Chinchilla's 20)",
+        ),
         ("training FLOPs 6ND", sci(plan.flops_6nd)),
         ("exact FLOPs (attention, head)", f"{sci(plan.flops_exact)} ({sci(plan.flops_per_token_exact)} per token)"),
         ("steps", f"{plan.steps:,} of {plan.global_batch_tokens:,} tokens"),
-        ("devices", f"{plan.devices} × {dev['name']} ({dev['peak_flops'] / 1e12:.3g} TFLOP/s, "
-                    f"{dev['memory_bytes'] / GB:.0f} GB)"),
+        (
+            "devices",
+            f"{plan.devices} × {dev['name']} ({dev['peak_flops'] / 1e12:.3g} TFLOP/s, {dev['memory_bytes'] / GB:.0f} GB)",
+        ),
         ("wall-clock", f"{plan.wall_clock_days:.3g} days ({plan.wall_clock_seconds / 3600:.3g} h) at MFU {plan.mfu:.2f}"),
         ("device-hours", sci(plan.device_hours)),
         ("cost", f"${plan.cost_usd:,.0f} at ${dev['price_per_hour']:.2f}/device-hour"),
@@ -47,11 +54,16 @@ def figures_rows(plan: Plan) -> list[tuple[str, str]]:
     ]
     if plan.inference_aware is not None:
         ia = plan.inference_aware
-        rows.append(("inference-aware size", f"N {sci(ia['params'])}, D {sci(ia['tokens'])} "
-                                             f"({ia['tokens_per_param']:.3g} per parameter); training "
-                                             f"{sci(ia['training_flops'])} + inference {sci(ia['inference_flops'])} "
-                                             f"= {sci(ia['total_flops'])} FLOPs (this plan's model: "
-                                             f"{sci(ia['total_flops_of_plan'])})"))
+        rows.append(
+            (
+                "inference-aware size",
+                f"N {sci(ia['params'])}, D {sci(ia['tokens'])} "
+                f"({ia['tokens_per_param']:.3g} per parameter); training "
+                f"{sci(ia['training_flops'])} + inference {sci(ia['inference_flops'])} "
+                f"= {sci(ia['total_flops'])} FLOPs (this plan's model: "
+                f"{sci(ia['total_flops_of_plan'])})",
+            )
+        )
     return rows
 
 
@@ -61,20 +73,33 @@ def layout_rows(plan: Plan) -> list[tuple[str, str]]:
     step = plan.layout["step_seconds"]
     rows = [
         ("layout", f"TP {lay['tp']} × PP {lay['pp']} × DP {lay['dp']}, ZeRO-{lay['zero']}"),
-        ("micro-batches", f"{lay['micro_batches']} of {lay['micro_batch']} × {lay['seq_len']} tokens per pipeline; "
-                          f"bubble {bubble_fraction(lay['pp'], lay['micro_batches']):.1%}"),
+        (
+            "micro-batches",
+            f"{lay['micro_batches']} of {lay['micro_batch']} × {lay['seq_len']} tokens per pipeline; "
+            f"bubble {bubble_fraction(lay['pp'], lay['micro_batches']):.1%}",
+        ),
         ("activation checkpointing", "on" if lay["checkpointing"] else "off"),
     ]
     rows += [(f"memory: {k}", f"{v / GB:.2f} GB") for k, v in mem.items() if k != "total"]
     rows.append(("memory per device", f"{mem['total'] / GB:.2f} GB of {plan.device['memory_bytes'] / GB:.0f} GB"))
     tm = plan.trainer_memory
     if tm is not None:
-        rows.append(("tokenmill trainer per rank", f"{tm['peak'] / GB:.3f} GB peak on pipeline stage {tm['stage']} "
-                                                   f"({tm['dtype']}, fp32 master weights and Adam, measured within "
-                                                   f"1.2× on CPU: scaling/rank_memory.py)"))
-    rows.append(("step-time model (ranks layouts)", f"{step['total']:.3g} s: compute {step['compute']:.3g}, bubble "
-                                                    f"{step['bubble']:.3g}, TP {step['tp_comm']:.3g}, PP "
-                                                    f"{step['pp_comm']:.3g}, DP {step['dp_exposed']:.3g} exposed"))
+        rows.append(
+            (
+                "tokenmill trainer per rank",
+                f"{tm['peak'] / GB:.3f} GB peak on pipeline stage {tm['stage']} "
+                f"({tm['dtype']}, fp32 master weights and Adam, measured within "
+                f"1.2× on CPU: scaling/rank_memory.py)",
+            )
+        )
+    rows.append(
+        (
+            "step-time model (ranks layouts)",
+            f"{step['total']:.3g} s: compute {step['compute']:.3g}, bubble "
+            f"{step['bubble']:.3g}, TP {step['tp_comm']:.3g}, PP "
+            f"{step['pp_comm']:.3g}, DP {step['dp_exposed']:.3g} exposed",
+        )
+    )
     return rows
 
 
@@ -83,9 +108,11 @@ def no_fit_lines(plan: Plan) -> list[str]:
     nf = plan.no_fit or {}
     lines = [f"[bold red]{nf.get('reason', 'no layout fits')}[/]"]
     if nf.get("fewest_devices"):
-        lines.append(f"[bold]fewest devices that fit[/]: {nf['fewest_devices']:,} × {plan.device['name']} "
-                     f"({nf['fewest_layout']}, {nf['fewest_memory_bytes'] / GB:.1f} GB per device); the wall-clock "
-                     f"above is for {plan.devices} devices and scales as 1/devices at the same MFU")
+        lines.append(
+            f"[bold]fewest devices that fit[/]: {nf['fewest_devices']:,} × {plan.device['name']} "
+            f"({nf['fewest_layout']}, {nf['fewest_memory_bytes'] / GB:.1f} GB per device); the wall-clock "
+            f"above is for {plan.devices} devices and scales as 1/devices at the same MFU"
+        )
     elif nf.get("fewest_note"):
         lines.append(f"[bold]fewest devices that fit[/]: {nf['fewest_note']}")
     return lines
@@ -98,9 +125,14 @@ def batch_rows(plan: Plan) -> list[tuple[str, str]]:
         v = (plan.batch or {}).get(key)
         if v is None:
             continue
-        rows.append((label, f"{v['critical_batch_tokens']:,.0f} tokens: batch {v['batch_tokens']:,} is "
-                            f"{v['ratio']:.3g}× it; steps {v['steps_over_min']:.2f}× S_min, tokens "
-                            f"{v['tokens_over_min']:.2f}× E_min"))
+        rows.append(
+            (
+                label,
+                f"{v['critical_batch_tokens']:,.0f} tokens: batch {v['batch_tokens']:,} is "
+                f"{v['ratio']:.3g}× it; steps {v['steps_over_min']:.2f}× S_min, tokens "
+                f"{v['tokens_over_min']:.2f}× E_min",
+            )
+        )
         rows.append(("  source", v["source"]))
     rows.append(("verdict", (plan.batch or {}).get("verdict", "")))
     return rows
@@ -110,8 +142,18 @@ def roofline_rows(plan: Plan) -> list[tuple[str, ...]]:
     """(op class, GFLOP, GB, FLOP/byte, bound, ms, share) per op class of the plan's roofline."""
     if plan.roofline is None:
         return []
-    return [(r["name"], f"{r['flops'] / 1e9:,.1f}", f"{r['bytes'] / 1e9:,.2f}", f"{r['intensity']:,.1f}", r["bound"],
-             f"{r['seconds'] * 1e3:,.2f}", f"{r['share']:.1%}") for r in plan.roofline["rows"]]
+    return [
+        (
+            r["name"],
+            f"{r['flops'] / 1e9:,.1f}",
+            f"{r['bytes'] / 1e9:,.2f}",
+            f"{r['intensity']:,.1f}",
+            r["bound"],
+            f"{r['seconds'] * 1e3:,.2f}",
+            f"{r['share']:.1%}",
+        )
+        for r in plan.roofline["rows"]
+    ]
 
 
 ROOFLINE_HEADER = ("op class", "GFLOP", "GB moved", "FLOP/byte", "bound", "ms", "share")
@@ -121,10 +163,12 @@ def roofline_title(plan: Plan) -> str:
     rl = plan.roofline or {}
     lay = plan.layout["layout"]
     where = "this machine" if plan.device["name"] == "this" else f"one {plan.device['name']}"
-    return (f"roofline of one micro-batch ({lay['micro_batch']} × {lay['seq_len']} tokens, tp {lay['tp']}, pp "
-            f"{lay['pp']}) on {where}: ridge {rl.get('ridge_flops_per_byte', 0):,.0f} FLOP/byte "
-            f"({plan.device['peak_flops'] / 1e12:.3g} TFLOP/s over {rl.get('bandwidth', 0) / 1e9:,.0f} GB/s); "
-            f"MFU ceiling {rl.get('mfu_ceiling', 0):.0%} with every op at its roof")
+    return (
+        f"roofline of one micro-batch ({lay['micro_batch']} × {lay['seq_len']} tokens, tp {lay['tp']}, pp "
+        f"{lay['pp']}) on {where}: ridge {rl.get('ridge_flops_per_byte', 0):,.0f} FLOP/byte "
+        f"({plan.device['peak_flops'] / 1e12:.3g} TFLOP/s over {rl.get('bandwidth', 0) / 1e9:,.0f} GB/s); "
+        f"MFU ceiling {rl.get('mfu_ceiling', 0):.0%} with every op at its roof"
+    )
 
 
 def _roofline_table(plan: Plan) -> Table:
@@ -141,8 +185,20 @@ def render_plan(plan: Plan) -> list[Any]:
     roof = [_roofline_table(plan)] if plan.roofline is not None else []
     batch = [_kv("batch vs critical batch", batch_rows(plan))] if plan.batch is not None else []
     if plan.layout is None:
-        return [_kv("plan", figures_rows(plan)), *batch, *no_fit_lines(plan),
-                "[bold]assumptions[/]", *(f"  • {a}" for a in plan.assumptions)]
-    return [_kv("plan", figures_rows(plan)), _kv("layout", layout_rows(plan)), *batch, *roof,
-            "[bold]why this layout[/]", *(f"  • {r}" for r in plan.layout_reasons),
-            "[bold]assumptions[/]", *(f"  • {a}" for a in plan.assumptions)]
+        return [
+            _kv("plan", figures_rows(plan)),
+            *batch,
+            *no_fit_lines(plan),
+            "[bold]assumptions[/]",
+            *(f"  • {a}" for a in plan.assumptions),
+        ]
+    return [
+        _kv("plan", figures_rows(plan)),
+        _kv("layout", layout_rows(plan)),
+        *batch,
+        *roof,
+        "[bold]why this layout[/]",
+        *(f"  • {r}" for r in plan.layout_reasons),
+        "[bold]assumptions[/]",
+        *(f"  • {a}" for a in plan.assumptions),
+    ]

@@ -60,8 +60,10 @@ def fit_power_law(xs: Sequence[float], ys: Sequence[float]) -> PowerLaw:
     x, y = _positive(xs, ys, 2, "power law")
     slope, intercept = np.polyfit(np.log(x), np.log(y), 1)
     if not -700.0 < intercept < 700.0:  # two nearly equal x values: the line is vertical, exp() overflows
-        raise PowerLawError(f"power law: the points do not determine a line (log-intercept {intercept:.3g}; "
-                            f"x from {x.min():.3g} to {x.max():.3g})")
+        raise PowerLawError(
+            f"power law: the points do not determine a line (log-intercept {intercept:.3g}; "
+            f"x from {x.min():.3g} to {x.max():.3g})"
+        )
     return PowerLaw(math.exp(float(intercept)), float(slope))
 
 
@@ -97,8 +99,16 @@ def fit_compute_frontier(compute: Sequence[float], losses: Sequence[float]) -> C
         slope, intercept = np.polyfit(log_c, np.log(l - e0), 1)
         alpha0 = max(-float(slope), 1e-3)
         start = np.array([e0, float(intercept) / alpha0, alpha0])  # (C_c/C)^α = exp(α·log C_c − α·log C)
-        res = least_squares(residuals, start, bounds=([0.0, -np.inf, 0.0], [float(l.min()), np.inf, np.inf]),
-                            x_scale="jac", xtol=1e-14, ftol=1e-14, gtol=1e-14, max_nfev=5000)
+        res = least_squares(
+            residuals,
+            start,
+            bounds=([0.0, -np.inf, 0.0], [float(l.min()), np.inf, np.inf]),
+            x_scale="jac",
+            xtol=1e-14,
+            ftol=1e-14,
+            gtol=1e-14,
+            max_nfev=5000,
+        )
         if best is None or res.cost < best.cost:
             best = res
     assert best is not None

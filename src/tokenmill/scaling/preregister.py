@@ -41,8 +41,16 @@ def predict_pending(sweep_dir: Path, analysis: ScalingAnalysis) -> list[dict[str
     out = []
     for r in pending_holdouts(sweep_dir):
         p = predict(analysis.chinchilla, r["params"], r["tokens"])
-        out.append({"name": r["name"], "params": r["params"], "tokens": r["tokens"], "flops": r["flops"],
-                    "predicted": p.loss, "interval": None if p.interval is None else [p.interval.low, p.interval.high]})
+        out.append(
+            {
+                "name": r["name"],
+                "params": r["params"],
+                "tokens": r["tokens"],
+                "flops": r["flops"],
+                "predicted": p.loss,
+                "interval": None if p.interval is None else [p.interval.low, p.interval.high],
+            }
+        )
     return out
 
 
@@ -63,9 +71,17 @@ def register(sweep_dir: Path, analysis: ScalingAnalysis) -> list[dict[str, Any]]
     known = {r["name"] for r in registered}
     results = (sweep_dir / "results.json").read_bytes()
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    new = [{**p, "registered_at": stamp, "results_sha256": hashlib.sha256(results).hexdigest(),
-            "fit_runs": sorted(r.name for r in sweep_runs(analysis.runs)), "law": analysis.chinchilla.fit.to_dict()}
-           for p in predict_pending(sweep_dir, analysis) if p["name"] not in known]
+    new = [
+        {
+            **p,
+            "registered_at": stamp,
+            "results_sha256": hashlib.sha256(results).hexdigest(),
+            "fit_runs": sorted(r.name for r in sweep_runs(analysis.runs)),
+            "law": analysis.chinchilla.fit.to_dict(),
+        }
+        for p in predict_pending(sweep_dir, analysis)
+        if p["name"] not in known
+    ]
     if new:
         atomic_write_text(sweep_dir / PREDICTIONS, json.dumps({"predictions": registered + new}, indent=1))
     return new
@@ -77,7 +93,14 @@ def registered_checks(sweep_dir: Path, analysis: ScalingAnalysis) -> list[dict[s
     out = []
     for p in load_registered(sweep_dir):
         loss = actual.get(p["name"])
-        out.append({"name": p["name"], "registered_at": p["registered_at"], "predicted": p["predicted"],
-                    "interval": p.get("interval"), "actual": loss,
-                    "relative_error": None if loss is None else (p["predicted"] - loss) / loss})
+        out.append(
+            {
+                "name": p["name"],
+                "registered_at": p["registered_at"],
+                "predicted": p["predicted"],
+                "interval": p.get("interval"),
+                "actual": loss,
+                "relative_error": None if loss is None else (p["predicted"] - loss) / loss,
+            }
+        )
     return out

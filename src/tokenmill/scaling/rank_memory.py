@@ -32,9 +32,19 @@ from tokenmill.model.config import ModelConfig
 from tokenmill.train.config import TrainConfig
 from tokenmill.model.transformer import resolve_ffn_hidden
 from tokenmill.scaling.flops import param_count
-from tokenmill.scaling.memory import (F32, I64, _dtype, _shared_bytes, fused_loss_default, head_activation_bytes,
-                                      layer_activation_bytes, layer_backward_transient, logits_bytes, loss_chunk,
-                                      matmul_weights)
+from tokenmill.scaling.memory import (
+    F32,
+    I64,
+    _dtype,
+    _shared_bytes,
+    fused_loss_default,
+    head_activation_bytes,
+    layer_activation_bytes,
+    layer_backward_transient,
+    logits_bytes,
+    loss_chunk,
+    matmul_weights,
+)
 
 
 def in_flight(pp: int, stage: int, micro_batches: int, schedule: str = "1f1b") -> int:
@@ -60,17 +70,28 @@ def stage_params(cfg: ModelConfig, tp: int, pp: int, stage: int) -> dict[str, in
     return {"total": layers * per_layer + root, "per_layer": per_layer, "root": root, "layers": layers}
 
 
-def estimate_rank_memory(model_cfg: ModelConfig, train_cfg: TrainConfig, dtype: torch.dtype | str,
-                         dp: int = 1, tp: int = 1, pp: int = 1, stage: int | None = None,
-                         doc_masking: bool = False, device: str = "cpu", fused_loss: bool | None = None,
-                         schedule: str = "1f1b") -> dict[str, Any]:
+def estimate_rank_memory(
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    dtype: torch.dtype | str,
+    dp: int = 1,
+    tp: int = 1,
+    pp: int = 1,
+    stage: int | None = None,
+    doc_masking: bool = False,
+    device: str = "cpu",
+    fused_loss: bool | None = None,
+    schedule: str = "1f1b",
+) -> dict[str, Any]:
     """Bytes of one rank of stage `stage` (None: the stage with the largest peak), same parts and
     moments as `estimate_train_memory`, plus "stage" and "in_flight"."""
     if model_cfg.vocab_size is None:
         raise ValueError("model.vocab_size must be set to estimate memory (take it from the token store)")
     if stage is None:
-        per_stage = [estimate_rank_memory(model_cfg, train_cfg, dtype, dp, tp, pp, s, doc_masking, device,
-                                          fused_loss, schedule) for s in range(pp)]
+        per_stage = [
+            estimate_rank_memory(model_cfg, train_cfg, dtype, dp, tp, pp, s, doc_masking, device, fused_loss, schedule)
+            for s in range(pp)
+        ]
         return max(per_stage, key=lambda e: e["peak"])
     dt = _dtype(dtype)
     if fused_loss is None:
@@ -118,8 +139,20 @@ def estimate_rank_memory(model_cfg: ModelConfig, train_cfg: TrainConfig, dtype: 
     step_tmp = 0 if device.startswith("cuda") else 2 * F32 * largest
     optimizer_step = params + grads + optimizer + step_tmp
     dp_reduce = base + grads + flat if flat else 0  # after the schedule: the gradients and their flat copy
-    return {"stage": stage, "in_flight": flight, "params": params, "grads": grads, "optimizer": optimizer,
-            "weight_copies": copies, "activations": flight * per_micro, "logits": loss, "optimizer_step": step_tmp,
-            "fsdp_unsharded": fsdp, "loss_backward": loss_backward, "layers_backward": layers_backward,
-            "optimizer_step_total": optimizer_step, "dp_reduce_total": dp_reduce,
-            "peak": max(loss_backward, layers_backward, optimizer_step, dp_reduce)}
+    return {
+        "stage": stage,
+        "in_flight": flight,
+        "params": params,
+        "grads": grads,
+        "optimizer": optimizer,
+        "weight_copies": copies,
+        "activations": flight * per_micro,
+        "logits": loss,
+        "optimizer_step": step_tmp,
+        "fsdp_unsharded": fsdp,
+        "loss_backward": loss_backward,
+        "layers_backward": layers_backward,
+        "optimizer_step_total": optimizer_step,
+        "dp_reduce_total": dp_reduce,
+        "peak": max(loss_backward, layers_backward, optimizer_step, dp_reduce),
+    }

@@ -73,28 +73,42 @@ class ReferenceLaw:
         """Why (N, D) is an extrapolation of the law, or None when it lies in its runs' range."""
         if self.fitted_range is None:
             return None
-        out = [f"{name} = {value:.3g} outside [{lo:.3g}, {hi:.3g}]"
-               for name, value, (lo, hi) in (("N", params, self.fitted_range[0]), ("D", tokens, self.fitted_range[1]))
-               if not lo <= value <= hi]
+        out = [
+            f"{name} = {value:.3g} outside [{lo:.3g}, {hi:.3g}]"
+            for name, value, (lo, hi) in (("N", params, self.fitted_range[0]), ("D", tokens, self.fitted_range[1]))
+            if not lo <= value <= hi
+        ]
         return "; ".join(out) or None
 
     def to_dict(self) -> dict[str, Any]:
         f = self.fit
-        return {"label": self.label, "published": self.published, "params_kind": self.params_kind,
-                "E": f.E, "A": f.A, "B": f.B, "alpha": f.alpha, "beta": f.beta,
-                "fitted_range": None if self.fitted_range is None else [list(r) for r in self.fitted_range]}
+        return {
+            "label": self.label,
+            "published": self.published,
+            "params_kind": self.params_kind,
+            "E": f.E,
+            "A": f.A,
+            "B": f.B,
+            "alpha": f.alpha,
+            "beta": f.beta,
+            "fitted_range": None if self.fitted_range is None else [list(r) for r in self.fitted_range],
+        }
 
 
 def _law(E: float, A: float, B: float, alpha: float, beta: float, runs: int = 0) -> ChinchillaFit:
-    return ChinchillaFit(E=E, A=A, B=B, alpha=alpha, beta=beta, objective=float("nan"), runs=runs,
-                         huber_delta=None, converged=True)
+    return ChinchillaFit(
+        E=E, A=A, B=B, alpha=alpha, beta=beta, objective=float("nan"), runs=runs, huber_delta=None, converged=True
+    )
 
 
 PUBLISHED_CHINCHILLA = ReferenceLaw(
     fit=_law(1.69, 406.4, 410.7, 0.34, 0.28),
     label="published Chinchilla fit (Hoffmann et al. 2022, approach 3), another tokenizer and data: "
-          "its absolute gap is indicative only",
-    published=True, params_kind="total", fitted_range=CHINCHILLA_RANGE)
+    "its absolute gap is indicative only",
+    published=True,
+    params_kind="total",
+    fitted_range=CHINCHILLA_RANGE,
+)
 
 
 def _number(d: dict, key: str, path: Path) -> float:
@@ -106,8 +120,14 @@ def _number(d: dict, key: str, path: Path) -> float:
 
 def _runs_range(runs: Any) -> tuple[tuple[float, float], tuple[float, float]] | None:
     """(N, D) range of the fit's sweep runs, when the file lists them."""
-    fitted = [r for r in runs or [] if isinstance(r, dict) and r.get("role", "sweep") == "sweep"
-              and isinstance(r.get("params"), (int, float)) and isinstance(r.get("tokens"), (int, float))]
+    fitted = [
+        r
+        for r in runs or []
+        if isinstance(r, dict)
+        and r.get("role", "sweep") == "sweep"
+        and isinstance(r.get("params"), (int, float))
+        and isinstance(r.get("tokens"), (int, float))
+    ]
     if not fitted:
         return None
     ns, ds = [float(r["params"]) for r in fitted], [float(r["tokens"]) for r in fitted]
@@ -122,12 +142,21 @@ def load_law(path: str | Path) -> ReferenceLaw:
         raise LawFileError(f"{path}: expected a JSON object")
     fit = data.get("chinchilla", {}).get("fit") if isinstance(data.get("chinchilla"), dict) else data
     if not isinstance(fit, dict) or "beta" not in fit:
-        raise LawFileError(f"{path}: no fitted law (expected `tokenmill scaling fit`'s fit.json, with "
-                           "chinchilla.fit, or an object with E, A, B, alpha, beta)")
+        raise LawFileError(
+            f"{path}: no fitted law (expected `tokenmill scaling fit`'s fit.json, with "
+            "chinchilla.fit, or an object with E, A, B, alpha, beta)"
+        )
     values = {k: _number(fit, k, path) for k in ("E", "A", "B", "alpha", "beta")}
     if values["alpha"] <= 0 or values["beta"] <= 0:
-        raise LawFileError(f"{path}: α = {values['alpha']:g}, β = {values['beta']:g}: a law whose loss does not "
-                           "fall with both N and D has no slope or compute-optimal ratio to compare with")
+        raise LawFileError(
+            f"{path}: α = {values['alpha']:g}, β = {values['beta']:g}: a law whose loss does not "
+            "fall with both N and D has no slope or compute-optimal ratio to compare with"
+        )
     runs = int(fit.get("runs") or 0)
-    return ReferenceLaw(fit=_law(**values, runs=runs), label=f"tokenmill fit {path}" + (f" ({runs} runs)" if runs else ""),
-                        published=False, params_kind="non_embedding", fitted_range=_runs_range(data.get("runs")))
+    return ReferenceLaw(
+        fit=_law(**values, runs=runs),
+        label=f"tokenmill fit {path}" + (f" ({runs} runs)" if runs else ""),
+        published=False,
+        params_kind="non_embedding",
+        fitted_range=_runs_range(data.get("runs")),
+    )

@@ -72,8 +72,7 @@ def parse_record(record: Any) -> RunResult:
     """One record to a RunResult; raises ValueError saying which field is wrong."""
     if not isinstance(record, dict):
         raise ValueError(f"a run must be an object, got {type(record).__name__}")
-    missing = [k for k in ("name", "params", "params_total", "tokens", "flops", "budget", "loss", "role")
-               if k not in record]
+    missing = [k for k in ("name", "params", "params_total", "tokens", "flops", "budget", "loss", "role") if k not in record]
     if missing:
         raise ValueError(f"missing field(s) {', '.join(repr(k) for k in missing)}")
     name = record["name"]

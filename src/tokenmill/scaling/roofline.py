@@ -56,9 +56,17 @@ def _matmul(m: float, k: float, n: float, c: float) -> tuple[float, float]:
     return 2 * m * k * n, c * (m * k + k * n + m * n)
 
 
-def op_classes(cfg: ModelConfig, micro_batch: int, seq_len: int, tp: int = 1, pp: int = 1,
-               dtype_bytes: int = 2, last_stage: bool = True, micro_batches: int = 1,
-               optimizer_shards: int = 1) -> list[OpClass]:
+def op_classes(
+    cfg: ModelConfig,
+    micro_batch: int,
+    seq_len: int,
+    tp: int = 1,
+    pp: int = 1,
+    dtype_bytes: int = 2,
+    last_stage: bool = True,
+    micro_batches: int = 1,
+    optimizer_shards: int = 1,
+) -> list[OpClass]:
     """The op classes of one micro-batch's forward + backward on one device (the last pipeline
     stage, which has the head, by default), and its 1/micro_batches share of the optimizer step over
     that device's parameters, 1/optimizer_shards of them under ZeRO."""
@@ -80,16 +88,20 @@ def op_classes(cfg: ModelConfig, micro_batch: int, seq_len: int, tp: int = 1, pp
     def per_layers(pairs: list[tuple[float, float]]) -> tuple[float, float]:
         return (TRAIN * layers * sum(f for f, _ in pairs), TRAIN * layers * sum(x for _, x in pairs))
 
-    out = [OpClass("attention projections (q, k, v, o)", *per_layers(proj)),
-           OpClass("FFN matmuls", *per_layers(ffn)),
-           OpClass("attention scores (flash)", TRAIN * layers * attn_flops, TRAIN * layers * attn_bytes),
-           OpClass("norms, activation, residuals, RoPE", TRAIN * layers * elem_flops, TRAIN * layers * elem_bytes,
-                   model_flops=False)]
+    out = [
+        OpClass("attention projections (q, k, v, o)", *per_layers(proj)),
+        OpClass("FFN matmuls", *per_layers(ffn)),
+        OpClass("attention scores (flash)", TRAIN * layers * attn_flops, TRAIN * layers * attn_bytes),
+        OpClass(
+            "norms, activation, residuals, RoPE", TRAIN * layers * elem_flops, TRAIN * layers * elem_bytes, model_flops=False
+        ),
+    ]
     if last_stage:
         hf, hb = _matmul(m, d, V / tp, c)
         out.append(OpClass("lm head matmul", TRAIN * hf, TRAIN * hb))
-        out.append(OpClass("loss (softmax over the vocabulary)", TRAIN * 5 * m * V / tp, TRAIN * 8 * m * V / tp,
-                           model_flops=False))
+        out.append(
+            OpClass("loss (softmax over the vocabulary)", TRAIN * 5 * m * V / tp, TRAIN * 8 * m * V / tp, model_flops=False)
+        )
     n_device = param_count(cfg)["total"] / (tp * pp * optimizer_shards) / micro_batches
     out.append(OpClass("optimizer (AdamW, fp32; per micro-batch)", 12 * n_device, 28 * n_device, model_flops=False))
     return out
@@ -111,9 +123,10 @@ def roofline(classes: list[OpClass], peak_flops: float, bandwidth: float) -> lis
     """One row per op class, with its bound, its roofline time and its share of the step's."""
     times = [oc.seconds(peak_flops, bandwidth) for oc in classes]
     total = sum(times)
-    return [RooflineRow(oc.name, oc.flops, oc.bytes, oc.model_flops, oc.intensity, oc.bound(peak_flops, bandwidth), t,
-                        t / total)
-            for oc, t in zip(classes, times)]
+    return [
+        RooflineRow(oc.name, oc.flops, oc.bytes, oc.model_flops, oc.intensity, oc.bound(peak_flops, bandwidth), t, t / total)
+        for oc, t in zip(classes, times)
+    ]
 
 
 def roofline_summary(rows: list[RooflineRow], peak_flops: float, bandwidth: float) -> dict[str, float]:
@@ -121,8 +134,11 @@ def roofline_summary(rows: list[RooflineRow], peak_flops: float, bandwidth: floa
     over the roofline time: what the memory-bound classes cost even with perfect kernels)."""
     flops = sum(r.flops for r in rows if r.model_flops)
     seconds = sum(r.seconds for r in rows)
-    return {"ridge_flops_per_byte": peak_flops / bandwidth, "step_seconds": seconds,
-            "mfu_ceiling": flops / peak_flops / seconds if seconds else 0.0}
+    return {
+        "ridge_flops_per_byte": peak_flops / bandwidth,
+        "step_seconds": seconds,
+        "mfu_ceiling": flops / peak_flops / seconds if seconds else 0.0,
+    }
 
 
 def as_dicts(rows: list[RooflineRow]) -> list[dict[str, float | str]]:

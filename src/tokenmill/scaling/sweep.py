@@ -88,32 +88,55 @@ class SweepConfig(Strict):
 
     name: FolderName = Field("sweep", description="Sweep name; the sweep directory is <root>/<name>.")
     root: str = Field("runs", description="Directory holding the sweep directory.")
-    base: str = Field(..., description="Run config (YAML) giving the data stages and the training recipe; "
-                                        "relative paths are relative to the sweep file.")
-    data: str | None = Field(None, description="An existing run directory whose curated data, tokenizer and tokens the sweep "
-                                                "uses, relative to the working directory like `root` (None: run the base "
-                                                "config's data stages in <sweep>/data).")
+    base: str = Field(
+        ...,
+        description="Run config (YAML) giving the data stages and the training recipe; "
+        "relative paths are relative to the sweep file.",
+    )
+    data: str | None = Field(
+        None,
+        description="An existing run directory whose curated data, tokenizer and tokens the sweep "
+        "uses, relative to the working directory like `root` (None: run the base "
+        "config's data stages in <sweep>/data).",
+    )
     set: list[str] = Field(default_factory=list, description="Overrides applied to the base config (`train.lr=1e-3`).")
     budgets: list[float] = Field(..., min_length=1, description="Compute budgets C in FLOPs (forward + backward).")
     shapes: list[ShapeConfig] = Field(..., min_length=2, description="Model shapes tried at every budget.")
     head_dim: int = Field(32, gt=0, description="Head width used when a shape gives no n_heads.")
     min_steps: int = Field(40, ge=1, description="A (budget, shape) pair with fewer optimizer steps is left out.")
     min_tokens_per_param: float = Field(
-        1.0, ge=0, description="A pair whose D/N (non-embedding) is below this is left out: a model that sees fewer "
-                               "tokens than it has parameters is far off the frontier, its loss set by the first "
-                               "steps of its schedule more than by N or D.")
+        1.0,
+        ge=0,
+        description="A pair whose D/N (non-embedding) is below this is left out: a model that sees fewer "
+        "tokens than it has parameters is far off the frontier, its loss set by the first "
+        "steps of its schedule more than by N or D.",
+    )
     max_tokens_per_param: float = Field(
-        400.0, gt=0, description="A pair whose D/N (non-embedding) exceeds this is left out (far from the minimum).")
-    max_epochs: float = Field(1.0, gt=0, description="A pair that would repeat the training tokens more than this is left out "
-                                                  "(repetition bends the law, Muennighoff et al. 2023).")
+        400.0, gt=0, description="A pair whose D/N (non-embedding) exceeds this is left out (far from the minimum)."
+    )
+    max_epochs: float = Field(
+        1.0,
+        gt=0,
+        description="A pair that would repeat the training tokens more than this is left out "
+        "(repetition bends the law, Muennighoff et al. 2023).",
+    )
     warmup_fraction: float = Field(0.05, ge=0.0, lt=1.0, description="Warmup as a share of each run's tokens.")
     holdout: list[HoldoutConfig] = Field(default_factory=list, description="Runs the fit must predict.")
-    repeats: list[RepeatConfig] = Field(default_factory=list, description="Pairs trained with other seeds to measure "
-                                                                           "the noise of the final loss (never fitted).")
-    lr_base_width: int | None = Field(None, gt=0, description="Scale each run's peak LR as lr·(d_model / this)^-lr_width_exponent "
-                                                              "(None: the base config's lr for every width).")
-    lr_width_exponent: float = Field(0.5, ge=0, description="Exponent of the width rule above (0.5: the standard-"
-                                                             "parametrization optima measured by `scaling lr-transfer`).")
+    repeats: list[RepeatConfig] = Field(
+        default_factory=list, description="Pairs trained with other seeds to measure the noise of the final loss (never fitted)."
+    )
+    lr_base_width: int | None = Field(
+        None,
+        gt=0,
+        description="Scale each run's peak LR as lr·(d_model / this)^-lr_width_exponent "
+        "(None: the base config's lr for every width).",
+    )
+    lr_width_exponent: float = Field(
+        0.5,
+        ge=0,
+        description="Exponent of the width rule above (0.5: the standard-"
+        "parametrization optima measured by `scaling lr-transfer`).",
+    )
     jobs: int = Field(1, ge=1, description="Runs trained at once, each in its own process with train.threads / jobs threads.")
 
 
@@ -166,8 +189,9 @@ def shape_model(base: RunConfig, shape: ShapeConfig, head_dim: int, vocab_size: 
     heads = shape.n_heads or max(1, shape.d_model // head_dim)
     if shape.d_model % heads:
         raise SweepError(f"shape d_model={shape.d_model}: not divisible into {heads} heads")
-    return base.model.model_copy(update={"d_model": shape.d_model, "n_layers": shape.n_layers,
-                                         "n_heads": heads, "vocab_size": vocab_size})
+    return base.model.model_copy(
+        update={"d_model": shape.d_model, "n_layers": shape.n_layers, "n_heads": heads, "vocab_size": vocab_size}
+    )
 
 
 def run_lr(base: RunConfig, cfg: SweepConfig, d_model: int) -> float:
@@ -177,8 +201,15 @@ def run_lr(base: RunConfig, cfg: SweepConfig, d_model: int) -> float:
     return base.train.lr * (d_model / cfg.lr_base_width) ** -cfg.lr_width_exponent
 
 
-def plan_run(base: RunConfig, cfg: SweepConfig, shape: ShapeConfig, flops: float,
-             role: Literal["sweep", "holdout", "repeat"], vocab_size: int, seed: int | None = None) -> SweepRun:
+def plan_run(
+    base: RunConfig,
+    cfg: SweepConfig,
+    shape: ShapeConfig,
+    flops: float,
+    role: Literal["sweep", "holdout", "repeat"],
+    vocab_size: int,
+    seed: int | None = None,
+) -> SweepRun:
     """The run of `shape` that spends `flops`: its steps round D = C / flops-per-token up to whole steps."""
     model = shape_model(base, shape, cfg.head_dim, vocab_size)
     per_token = flops_per_token(model, base.train.seq_len)
@@ -189,14 +220,26 @@ def plan_run(base: RunConfig, cfg: SweepConfig, shape: ShapeConfig, flops: float
     name = f"{prefix}{flops:.1e}-d{model.d_model}-l{model.n_layers}".replace("+", "")
     if seed is not None:
         name += f"-s{seed}"
-    return SweepRun(name=name, role=role, budget=flops, d_model=model.d_model, n_layers=model.n_layers,
-                    n_heads=model.n_heads, params=counts["non_embedding"], params_total=counts["total"],
-                    steps=steps, tokens=steps * tps, flops=steps * tps * per_token, lr=run_lr(base, cfg, model.d_model),
-                    seed=seed)
+    return SweepRun(
+        name=name,
+        role=role,
+        budget=flops,
+        d_model=model.d_model,
+        n_layers=model.n_layers,
+        n_heads=model.n_heads,
+        params=counts["non_embedding"],
+        params_total=counts["total"],
+        steps=steps,
+        tokens=steps * tps,
+        flops=steps * tps * per_token,
+        lr=run_lr(base, cfg, model.d_model),
+        seed=seed,
+    )
 
 
-def plan_sweep(cfg: SweepConfig, base: RunConfig, vocab_size: int,
-               train_tokens: int) -> tuple[list[SweepRun], list[dict[str, Any]]]:
+def plan_sweep(
+    cfg: SweepConfig, base: RunConfig, vocab_size: int, train_tokens: int
+) -> tuple[list[SweepRun], list[dict[str, Any]]]:
     """Every (budget, shape) run that is worth training, the held-out runs, and the pairs left out with why."""
     if cfg.lr_base_width is not None and base.model.mup:
         raise SweepError("lr_base_width and model.mup both scale the LR with width; use one of them")
@@ -232,8 +275,13 @@ def run_threads(base: RunConfig, jobs: int) -> int:
 
 def run_config(base: RunConfig, cfg: SweepConfig, run: SweepRun, root: Path) -> RunConfig:
     """The base config with the run's shape, LR, seed and token budget (warmup a fixed share of it)."""
-    update: dict[str, Any] = {"max_tokens": run.tokens, "max_steps": run.steps, "lr": run.lr, "seed": run.seed,
-                              "warmup_tokens": int(cfg.warmup_fraction * run.tokens)}
+    update: dict[str, Any] = {
+        "max_tokens": run.tokens,
+        "max_steps": run.steps,
+        "lr": run.lr,
+        "seed": run.seed,
+        "warmup_tokens": int(cfg.warmup_fraction * run.tokens),
+    }
     if cfg.jobs > 1:
         update["threads"] = run_threads(base, cfg.jobs)
     train = base.train.model_copy(update=update)
@@ -320,8 +368,11 @@ def run_sweep(path: Path, only: list[str] | None = None, dry_run: bool = False, 
         run = RunDir.create(run_config(base, cfg, r, sweep_dir / "runs"), sweep_dir / "runs" / r.name)
         link_data(data, run)
         dirs[r.name] = run
-    todo = [r for r in runs if not dirs[r.name].is_fresh("train") and (not only or r.name in only)
-            and (holdout or r.role != "holdout")]
+    todo = [
+        r
+        for r in runs
+        if not dirs[r.name].is_fresh("train") and (not only or r.name in only) and (holdout or r.role != "holdout")
+    ]
     failed: list[dict[str, Any]] = []
 
     def record(name: str | None = None, why: str | None = None) -> None:
@@ -336,8 +387,7 @@ def run_sweep(path: Path, only: list[str] | None = None, dry_run: bool = False, 
     else:
         _train_parallel(todo, dirs, cfg.jobs, record)
     results = _finished(runs, dirs, train_tokens)
-    return {"sweep": str(sweep_dir), "finished": len(results), "planned": len(runs), "skipped": skipped,
-            "failed": failed}
+    return {"sweep": str(sweep_dir), "finished": len(results), "planned": len(runs), "skipped": skipped, "failed": failed}
 
 
 def _train(path: str) -> str | None:
@@ -353,15 +403,15 @@ def _train(path: str) -> str | None:
     return None
 
 
-def _train_parallel(todo: list[SweepRun], dirs: dict[str, RunDir], jobs: int,
-                    record: Callable[[str | None, str | None], None]) -> None:
+def _train_parallel(
+    todo: list[SweepRun], dirs: dict[str, RunDir], jobs: int, record: Callable[[str | None, str | None], None]
+) -> None:
     """Train `todo` with `jobs` worker processes (spawned: torch and fork do not mix), largest runs
     first so the last one to finish is short, recording each run as it ends. A run that fails
     (other than diverging) cancels the runs not started yet instead of letting them train first."""
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        futures = {pool.submit(_train, str(dirs[r.name].path)): r.name
-                   for r in sorted(todo, key=lambda r: -r.flops)}
+        futures = {pool.submit(_train, str(dirs[r.name].path)): r.name for r in sorted(todo, key=lambda r: -r.flops)}
         try:
             for fut in as_completed(futures):
                 record(futures[fut], fut.result())
@@ -372,9 +422,16 @@ def _train_parallel(todo: list[SweepRun], dirs: dict[str, RunDir], jobs: int,
 
 def _finished(runs: list[SweepRun], dirs: dict[str, RunDir], train_tokens: int) -> list[dict[str, Any]]:
     """The result record of every planned run whose training has finished, in plan order."""
-    return [{**asdict(r), **final_loss(dirs[r.name], r.steps), "epochs": r.tokens / max(train_tokens, 1),
-             "seconds": _train_seconds(dirs[r.name])}
-            for r in runs if dirs[r.name].is_fresh("train")]
+    return [
+        {
+            **asdict(r),
+            **final_loss(dirs[r.name], r.steps),
+            "epochs": r.tokens / max(train_tokens, 1),
+            "seconds": _train_seconds(dirs[r.name]),
+        }
+        for r in runs
+        if dirs[r.name].is_fresh("train")
+    ]
 
 
 def _train_seconds(run: RunDir) -> float | None:

@@ -43,8 +43,7 @@ def cap_tokens(docs: Sequence[np.ndarray], max_tokens: int) -> list[np.ndarray]:
 
 def distinct_n(docs: Sequence[np.ndarray], n: int) -> float:
     """Distinct n-grams / n-grams over the documents (0.0 when there is none)."""
-    grams = [np.lib.stride_tricks.sliding_window_view(np.ascontiguousarray(d, dtype=np.int64), n)
-             for d in docs if len(d) >= n]
+    grams = [np.lib.stride_tricks.sliding_window_view(np.ascontiguousarray(d, dtype=np.int64), n) for d in docs if len(d) >= n]
     if not grams:
         return 0.0
     rows = np.ascontiguousarray(np.concatenate(grams))
@@ -78,10 +77,14 @@ def collapse_metrics(docs: Sequence[np.ndarray], vocab_size: int, tail: np.ndarr
     """The figures of one set of documents; `tail` is `tail_ids` of the real corpus."""
     counts = token_counts(docs, vocab_size)
     total = int(counts.sum())
-    return {"docs": len(docs), "tokens": total, "vocab_used": int((counts > 0).sum()),
-            "entropy_bits": entropy_bits(counts),
-            "tail_mass": float(counts[tail].sum() / total) if total else 0.0,
-            **{f"distinct_{n}": distinct_n(docs, n) for n in NGRAM_SIZES}}
+    return {
+        "docs": len(docs),
+        "tokens": total,
+        "vocab_used": int((counts > 0).sum()),
+        "entropy_bits": entropy_bits(counts),
+        "tail_mass": float(counts[tail].sum() / total) if total else 0.0,
+        **{f"distinct_{n}": distinct_n(docs, n) for n in NGRAM_SIZES},
+    }
 
 
 def real_counts(store: TokenStore, buckets: Sequence[str], skip: Sequence[int]) -> np.ndarray:
@@ -106,7 +109,7 @@ def real_windows(store: TokenStore, buckets: Sequence[str], lengths: Sequence[in
         shard, i = docs[int(rng.integers(len(docs)))]
         body = shard.doc(i)[:-1]
         start = int(rng.integers(max(1, len(body) - length + 1)))
-        out.append(np.asarray(body[start: start + length], dtype=np.int64))
+        out.append(np.asarray(body[start : start + length], dtype=np.int64))
     return out
 
 

@@ -43,8 +43,14 @@ class SynthError(UserError, ValueError):
 class PromptConfig(Strict):
     """What each synthetic document starts from."""
 
-    tokens: int = Field(0, ge=0, description="Prompt length: the first this-many tokens of a document (0: unconditional, from the document separator).")
-    buckets: list[str] | None = Field(None, description="Buckets the prompt documents come from (None: every bucket the run trained on).")
+    tokens: int = Field(
+        0,
+        ge=0,
+        description="Prompt length: the first this-many tokens of a document (0: unconditional, from the document separator).",
+    )
+    buckets: list[str] | None = Field(
+        None, description="Buckets the prompt documents come from (None: every bucket the run trained on)."
+    )
     split: Literal["train", "val"] = Field("train", description="Split the prompt documents come from.")
     keep: bool = Field(True, description="Start each document's text with its prompt (False: the continuation alone).")
 
@@ -52,9 +58,18 @@ class PromptConfig(Strict):
 class CollapseConfig(Strict):
     """How the samples are measured against the real corpus."""
 
-    max_tokens: int = Field(50_000, gt=0, description="Tokens of samples (and of same-length real windows) the diversity figures are counted on.")
-    tail: float = Field(0.1, gt=0.0, lt=1.0, description="The real corpus's tail: its rarest token ids that together make up this share of its tokens.")
-    real_docs: int = Field(100, ge=0, description="Held-out documents per real bucket the model's bits-per-byte is measured on (0: skip).")
+    max_tokens: int = Field(
+        50_000, gt=0, description="Tokens of samples (and of same-length real windows) the diversity figures are counted on."
+    )
+    tail: float = Field(
+        0.1,
+        gt=0.0,
+        lt=1.0,
+        description="The real corpus's tail: its rarest token ids that together make up this share of its tokens.",
+    )
+    real_docs: int = Field(
+        100, ge=0, description="Held-out documents per real bucket the model's bits-per-byte is measured on (0: skip)."
+    )
 
 
 class SynthConfig(Strict):
@@ -67,7 +82,12 @@ class SynthConfig(Strict):
     docs: int = Field(300, gt=0, description="Documents to sample.")
     seed: int = Field(0, description="Seed; document i draws only from (seed, i).")
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (1: the model's own distribution; 0: greedy).")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus: sample from the most likely tokens holding this much mass (1: all; truncation cuts the tails first).")
+    top_p: float = Field(
+        1.0,
+        gt=0.0,
+        le=1.0,
+        description="Nucleus: sample from the most likely tokens holding this much mass (1: all; truncation cuts the tails first).",
+    )
     top_k: int | None = Field(None, ge=1, description="Sample from the k most likely tokens only (None: no limit).")
     max_new_tokens: int = Field(256, gt=0, description="Longest continuation, in tokens.")
     min_new_tokens: int = Field(0, ge=0, description="The document separator is not sampled before this many new tokens.")
@@ -129,14 +149,17 @@ def model_digest(ckpt: Path) -> str | None:
 def base_lineage(cfg: SynthConfig, run: RunDir, ckpt: Path, step: int, store: TokenStore) -> dict[str, Any]:
     """What every document of this call shares: version, generation, model, tokenizer, sampling."""
     tokenizer = run.sub("tokenizer", "tokenizer.json")
-    return {"version": LINEAGE_VERSION,
-            "generation": run_generation(run.path, store, run.config.mixture) + 1,
-            "run": str(run.path.resolve()), "checkpoint": str(ckpt.resolve()), "step": step,
-            "model_sha256": model_digest(ckpt),
-            "tokenizer_sha256": hashlib.sha256(tokenizer.read_bytes()).hexdigest(),
-            "sampling": cfg.model_dump(include={"temperature", "top_p", "top_k", "max_new_tokens",
-                                                "min_new_tokens"}),
-            "seed": cfg.seed}
+    return {
+        "version": LINEAGE_VERSION,
+        "generation": run_generation(run.path, store, run.config.mixture) + 1,
+        "run": str(run.path.resolve()),
+        "checkpoint": str(ckpt.resolve()),
+        "step": step,
+        "model_sha256": model_digest(ckpt),
+        "tokenizer_sha256": hashlib.sha256(tokenizer.read_bytes()).hexdigest(),
+        "sampling": cfg.model_dump(include={"temperature", "top_p", "top_k", "max_new_tokens", "min_new_tokens"}),
+        "seed": cfg.seed,
+    }
 
 
 def prompt_buckets(cfg: SynthConfig, run: RunDir, store: TokenStore) -> list[str]:
@@ -154,8 +177,9 @@ def real_buckets(run: RunDir, store: TokenStore) -> list[str]:
     return [b for b in store.buckets if not synthetic_generations(run.sub("curated"), b)]
 
 
-def measure(cfg: SynthConfig, run: RunDir, store: TokenStore, samples: list[list[int]],
-            model: torch.nn.Module, device: torch.device) -> dict[str, Any]:
+def measure(
+    cfg: SynthConfig, run: RunDir, store: TokenStore, samples: list[list[int]], model: torch.nn.Module, device: torch.device
+) -> dict[str, Any]:
     """Collapse figures of the samples and of same-length real windows, and the real bpb."""
     import numpy as np
 
@@ -174,8 +198,9 @@ def measure(cfg: SynthConfig, run: RunDir, store: TokenStore, samples: list[list
     return result
 
 
-def real_bpb(run: RunDir, store: TokenStore, model: torch.nn.Module, device: torch.device,
-             buckets: list[str], max_docs: int) -> dict[str, float]:
+def real_bpb(
+    run: RunDir, store: TokenStore, model: torch.nn.Module, device: torch.device, buckets: list[str], max_docs: int
+) -> dict[str, float]:
     """The model's held-out bits-per-byte on each real bucket (the eval stage's scoring)."""
     from tokenmill.eval.evaluate import Evaluator
 
@@ -192,8 +217,15 @@ def _bar(total: int) -> Iterator[Callable[[int], None]]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     console = Console(stderr=True)
-    with Progress(TextColumn("[bold]synth[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), console=console, disable=not console.is_terminal) as bar:
+    with Progress(
+        TextColumn("[bold]synth[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not console.is_terminal,
+    ) as bar:
         task = bar.add_task("documents", total=total)
         yield lambda n: bar.advance(task, n)
 
@@ -229,33 +261,50 @@ def _synthesize(cfg: SynthConfig, run: RunDir) -> dict[str, Any]:
     tok = load_tokenizer(run.sub("tokenizer", "tokenizer.json"))
     out = Path(cfg.out) if cfg.out else run.sub("synthetic", cfg.name)
     lineage = base_lineage(cfg, run, ckpt, step, store)
-    prompts = pick_prompts(store, cfg.docs, cfg.prompt.tokens, prompt_buckets(cfg, run, store), cfg.prompt.split,
-                           cfg.seed)
-    run.events.write("synth", "synth_start", out=str(out), docs=cfg.docs, checkpoint=str(ckpt),
-                     generation=lineage["generation"])
+    prompts = pick_prompts(store, cfg.docs, cfg.prompt.tokens, prompt_buckets(cfg, run, store), cfg.prompt.split, cfg.seed)
+    run.events.write("synth", "synth_start", out=str(out), docs=cfg.docs, checkpoint=str(ckpt), generation=lineage["generation"])
     t0 = time.time()
     options = cfg.model_dump(include={"temperature", "top_k", "top_p", "max_new_tokens", "min_new_tokens"})
     # float32, not the run's autocast: bf16 logits fail the KV cache's check against the full
     # forward (generate_batch would then recompute every window, ~10x slower on CPU)
     with _bar(cfg.docs) as advance:
-        sampled = list(sample_documents(model, prompts, seed=cfg.seed, batch_size=cfg.batch_size, stop_id=store.eos_id,
-                                        max_context=run.config.train.seq_len, device=device, options=options,
-                                        on_batch=advance))
+        sampled = list(
+            sample_documents(
+                model,
+                prompts,
+                seed=cfg.seed,
+                batch_size=cfg.batch_size,
+                stop_id=store.eos_id,
+                max_context=run.config.train.seq_len,
+                device=device,
+                options=options,
+                on_batch=advance,
+            )
+        )
     seconds = time.time() - t0
     records, empty = write_samples(out / "samples.jsonl", sampled, tok, lineage, cfg, run.path.name)
     with autocast(device, run.config.train.dtype):
         figures = measure(cfg, run, store, [s.tokens for s in sampled], model, device)
-    manifest = {"config": cfg.model_dump(mode="json"), "lineage": lineage, "out": str(out),
-                "samples": str(out / "samples.jsonl"), "docs": records, "empty": empty,
-                "new_tokens": sum(len(s.tokens) for s in sampled), "seconds": round(seconds, 2),
-                "stopped_at_eos": sum(s.stop == "eos" for s in sampled), "metrics": figures}
+    manifest = {
+        "config": cfg.model_dump(mode="json"),
+        "lineage": lineage,
+        "out": str(out),
+        "samples": str(out / "samples.jsonl"),
+        "docs": records,
+        "empty": empty,
+        "new_tokens": sum(len(s.tokens) for s in sampled),
+        "seconds": round(seconds, 2),
+        "stopped_at_eos": sum(s.stop == "eos" for s in sampled),
+        "metrics": figures,
+    }
     atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=1))
     run.events.write("synth", "synth_done", **{k: v for k, v in manifest.items() if k != "config"})
     return manifest
 
 
-def write_samples(path: Path, sampled: list[Sampled], tok: Any, lineage: dict[str, Any], cfg: SynthConfig,
-                  prefix: str) -> tuple[int, int]:
+def write_samples(
+    path: Path, sampled: list[Sampled], tok: Any, lineage: dict[str, Any], cfg: SynthConfig, prefix: str
+) -> tuple[int, int]:
     """samples.jsonl, atomically; (documents written, empty ones left out: nothing to curate)."""
     lines, empty = [], 0
     for s in sampled:

@@ -70,23 +70,43 @@ def pick_prompts(store: TokenStore, n: int, k: int, buckets: Sequence[str], spli
         return [Prompt([store.eos_id])] * n
     pool = prompt_pool(store, buckets, split, k)
     if not pool:
-        raise ValueError(f"no {split} document of bucket(s) {list(buckets)} has more than {k} tokens to prompt with; "
-                         f"lower prompt.tokens or pick other buckets")
+        raise ValueError(
+            f"no {split} document of bucket(s) {list(buckets)} has more than {k} tokens to prompt with; "
+            f"lower prompt.tokens or pick other buckets"
+        )
     return [pool[int(_streams(seed, i)[0].integers(len(pool)))] for i in range(n)]
 
 
-def sample_documents(model: torch.nn.Module, prompts: list[Prompt], *, seed: int, batch_size: int,
-                     stop_id: int, max_context: int, device: torch.device, options: dict[str, Any],
-                     on_batch: Callable[[int], None] = lambda n: None) -> Iterator[Sampled]:
+def sample_documents(
+    model: torch.nn.Module,
+    prompts: list[Prompt],
+    *,
+    seed: int,
+    batch_size: int,
+    stop_id: int,
+    max_context: int,
+    device: torch.device,
+    options: dict[str, Any],
+    on_batch: Callable[[int], None] = lambda n: None,
+) -> Iterator[Sampled]:
     """Sample every prompt's continuation, batch_size at a time, in index order. `options`:
     temperature, top_k, top_p, max_new_tokens, min_new_tokens (generate_batch's)."""
     for start in range(0, len(prompts), batch_size):
-        batch = prompts[start: start + batch_size]
+        batch = prompts[start : start + batch_size]
         gens = [_streams(seed, start + j)[1] for j in range(len(batch))]
-        outs = generate_batch(model, [p.tokens for p in batch], options["max_new_tokens"], max_context=max_context,
-                              temperature=options["temperature"], top_k=options["top_k"], top_p=options["top_p"],
-                              stop_id=stop_id, min_new_tokens=options["min_new_tokens"], generators=gens,
-                              device=device)
+        outs = generate_batch(
+            model,
+            [p.tokens for p in batch],
+            options["max_new_tokens"],
+            max_context=max_context,
+            temperature=options["temperature"],
+            top_k=options["top_k"],
+            top_p=options["top_p"],
+            stop_id=stop_id,
+            min_new_tokens=options["min_new_tokens"],
+            generators=gens,
+            device=device,
+        )
         for j, (prompt, new) in enumerate(zip(batch, outs)):
             ended = bool(new) and new[-1] == stop_id
             yield Sampled(start + j, prompt, new[:-1] if ended else new, "eos" if ended else "length")
@@ -95,7 +115,11 @@ def sample_documents(model: torch.nn.Module, prompts: list[Prompt], *, seed: int
 
 def document_record(s: Sampled, text: str, lineage: dict[str, Any], prefix: str) -> dict[str, Any]:
     """The JSONL record of one sampled document, its lineage under metadata.synthetic."""
-    doc_lineage = {**lineage, "index": s.index, "new_tokens": len(s.tokens), "stop": s.stop,
-                   "prompt": {"doc": s.prompt.doc, "bucket": s.prompt.bucket,
-                              "tokens": len(s.prompt.tokens) if s.prompt.doc else 0}}
+    doc_lineage = {
+        **lineage,
+        "index": s.index,
+        "new_tokens": len(s.tokens),
+        "stop": s.stop,
+        "prompt": {"doc": s.prompt.doc, "bucket": s.prompt.bucket, "tokens": len(s.prompt.tokens) if s.prompt.doc else 0},
+    }
     return {"id": f"{prefix}-{s.index:06d}", "text": text, "source": "synthetic", "metadata": {KEY: doc_lineage}}

@@ -45,9 +45,18 @@ def audit_bucket(tok: Tokenizer, texts: Iterable[str]) -> dict[str, float | int]
     """Compression, fertility, byte fallback and exact round-trip of a bucket's texts."""
     texts = list(texts)
     if not texts:
-        return {"docs": 0, "tokens": 0, "bytes": 0, "words": 0, "bytes_per_token": 0.0,
-                "chars_per_token": 0.0, "tokens_per_word": 0.0, "byte_fallback_rate": 0.0,
-                "partial_char_rate": 0.0, "roundtrip_exact": 1.0}
+        return {
+            "docs": 0,
+            "tokens": 0,
+            "bytes": 0,
+            "words": 0,
+            "bytes_per_token": 0.0,
+            "chars_per_token": 0.0,
+            "tokens_per_word": 0.0,
+            "byte_fallback_rate": 0.0,
+            "partial_char_rate": 0.0,
+            "roundtrip_exact": 1.0,
+        }
     tok.encode_special_tokens = True
     encs = tok.encode_batch(texts, add_special_tokens=False)
     ids = np.fromiter((i for e in encs for i in e.ids), dtype=np.int64)
@@ -75,8 +84,7 @@ def audit_bucket(tok: Tokenizer, texts: Iterable[str]) -> dict[str, float | int]
 
 def _pieces(tok: Tokenizer, text: str, pieces: list[bytes]) -> list[str]:
     # A piece that is part of a character shows its bytes escaped, e.g. '\xe6'.
-    return [pieces[i].decode("utf-8", errors="backslashreplace")
-            for i in tok.encode(text, add_special_tokens=False).ids]
+    return [pieces[i].decode("utf-8", errors="backslashreplace") for i in tok.encode(text, add_special_tokens=False).ids]
 
 
 def key_term_splits(tok: Tokenizer, terms: Iterable[str]) -> dict[str, dict[str, list[str]]]:

@@ -29,8 +29,10 @@ def train_bpe(texts: Iterable[str], cfg: TokenizerConfig) -> Tokenizer:
     """Special tokens first (ids 0, 1, ...), then the 256 byte symbols, then merges in order."""
     specials = special_tokens(cfg.n_sentinels)
     if cfg.vocab_size < len(specials) + 256:
-        raise ValueError(f"tokenizer.vocab_size={cfg.vocab_size}: must be at least {len(specials) + 256} "
-                         f"({len(specials)} special tokens + 256 bytes)")
+        raise ValueError(
+            f"tokenizer.vocab_size={cfg.vocab_size}: must be at least {len(specials) + 256} "
+            f"({len(specials)} special tokens + 256 bytes)"
+        )
     tok = new_tokenizer()
     trainer = trainers.BpeTrainer(
         vocab_size=cfg.vocab_size,

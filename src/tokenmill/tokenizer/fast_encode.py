@@ -78,8 +78,13 @@ def byte_level_encoding(tok: Tokenizer) -> tiktoken.Encoding:
     ranks = {pieces[i]: i for i in range(len(pieces)) if i not in special_ids}
     if len(ranks) + len(specials) != tok.get_vocab_size():
         raise FastEncodeUnsupported("two tokens have the same bytes")
-    return tiktoken.Encoding(name="tokenmill-bpe", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
-                             special_tokens=specials, explicit_n_vocab=tok.get_vocab_size())
+    return tiktoken.Encoding(
+        name="tokenmill-bpe",
+        pat_str=GPT2_PATTERN,
+        mergeable_ranks=ranks,
+        special_tokens=specials,
+        explicit_n_vocab=tok.get_vocab_size(),
+    )
 
 
 class Encoder(Protocol):
@@ -161,8 +166,12 @@ def compare_encoders(reference: Encoder, candidate: Encoder, texts: Iterable[str
 
 def verify_fast_encoder(tok: Tokenizer, tokenizer_path: Path, texts: Iterable[str]) -> dict[str, Any]:
     """Compare tiktoken with HF on `texts`; the record tokenize reads to choose its encoder."""
-    record: dict[str, Any] = {"tokenizer_sha256": tokenizer_sha256(tokenizer_path), "encoder": "tiktoken",
-                              "tiktoken_version": tiktoken.__version__, "identical": False}
+    record: dict[str, Any] = {
+        "tokenizer_sha256": tokenizer_sha256(tokenizer_path),
+        "encoder": "tiktoken",
+        "tiktoken_version": tiktoken.__version__,
+        "identical": False,
+    }
     try:
         fast = TiktokenEncoder(byte_level_encoding(tok))
     except FastEncodeUnsupported as exc:
@@ -192,9 +201,12 @@ def choose_encoder(tokenizer_dir: Path, mode: str = "auto") -> tuple[str, str | 
     elif record.get("tokenizer_sha256") != sha:
         why = f"{path} was written for another tokenizer.json"
     elif not record.get("identical"):
-        why = (f"tiktoken differs from HF on {record.get('mismatched_docs')} of {record.get('docs')} sample "
-               f"documents (first: {record.get('first_mismatch')})" if "docs" in record
-               else f"tiktoken cannot run this tokenizer: {record.get('unsupported')}")
+        why = (
+            f"tiktoken differs from HF on {record.get('mismatched_docs')} of {record.get('docs')} sample "
+            f"documents (first: {record.get('first_mismatch')})"
+            if "docs" in record
+            else f"tiktoken cannot run this tokenizer: {record.get('unsupported')}"
+        )
     else:
         return "tiktoken", None
     log.warning("tokenize: using HF tokenizers (slower): %s", why)

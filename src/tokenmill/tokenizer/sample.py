@@ -28,8 +28,9 @@ def bucket_budgets(train_bytes: dict[str, int], cfg: TokenizerConfig) -> dict[st
     if cfg.bucket_bytes is not None:
         unknown = sorted(set(cfg.bucket_bytes) - set(train_bytes))
         if unknown:
-            raise SampleConfigError(f"tokenizer.bucket_bytes: unknown bucket(s) {unknown}; "
-                                    f"curated buckets are {sorted(train_bytes)}")
+            raise SampleConfigError(
+                f"tokenizer.bucket_bytes: unknown bucket(s) {unknown}; curated buckets are {sorted(train_bytes)}"
+            )
         return {b: min(max(cfg.bucket_bytes.get(b, 0), 0), n) for b, n in train_bytes.items()}
     total = sum(train_bytes.values())
     if total <= cfg.sample_bytes:
@@ -40,8 +41,7 @@ def bucket_budgets(train_bytes: dict[str, int], cfg: TokenizerConfig) -> dict[st
 def doc_priorities(ids: list[str], seed: int, bucket: str) -> np.ndarray:
     """A uniform 64-bit priority per document, fixed by (seed, bucket, id): the sample's random order."""
     salt = xxhash.xxh64_intdigest(f"{bucket}\0{seed}".encode("utf-8"), seed=0x70C)
-    return np.fromiter((xxhash.xxh64_intdigest(i.encode("utf-8"), seed=salt) for i in ids), dtype=np.uint64,
-                       count=len(ids))
+    return np.fromiter((xxhash.xxh64_intdigest(i.encode("utf-8"), seed=salt) for i in ids), dtype=np.uint64, count=len(ids))
 
 
 class Greedy:
@@ -131,8 +131,7 @@ class BucketSample:
                 out.write(rec["priority"][take].tobytes())
                 self.docs += int(take.sum())
                 self.bytes += int(rec["size"][take].sum())
-        self._chosen = (np.memmap(path, dtype=np.uint64, mode="r") if self.docs
-                        else np.empty(0, dtype=np.uint64))
+        self._chosen = np.memmap(path, dtype=np.uint64, mode="r") if self.docs else np.empty(0, dtype=np.uint64)
 
     def chosen(self, ids: list[str], sizes: np.ndarray) -> np.ndarray:
         """Mask over a batch of training documents: those in the sample."""

@@ -57,21 +57,23 @@ def _sample(curated: Path, cuts: dict[str, HeldoutCut], samples: dict[str, Bucke
                 yield from text.filter(pa.array(picked)).to_pylist()
 
 
-def _choose_samples(run: RunDir, curated: Path, cuts: dict[str, HeldoutCut], work: Path
-                    ) -> tuple[dict[str, BucketSample], dict[str, Any]]:
+def _choose_samples(
+    run: RunDir, curated: Path, cuts: dict[str, HeldoutCut], work: Path
+) -> tuple[dict[str, BucketSample], dict[str, Any]]:
     """Which training documents of each bucket the sample takes, and what it amounts to."""
     samples = {}
     for bucket, cut in cuts.items():
         n_docs = sum(pq.ParquetFile(p).metadata.num_rows for p in bucket_parts(curated, bucket))
-        samples[bucket] = BucketSample(work / bucket, bucket, run.config.seed, n_docs,
-                                       run.config.tokenizer.sample_partition_docs)
+        samples[bucket] = BucketSample(work / bucket, bucket, run.config.seed, n_docs, run.config.tokenizer.sample_partition_docs)
         for ids, _, sizes in _train_batches(curated, bucket, cut):
             samples[bucket].add(ids, sizes)
     budgets = bucket_budgets({b: s.train_bytes for b, s in samples.items()}, run.config.tokenizer)
     for bucket, sample in samples.items():
         sample.choose(budgets[bucket])
-    info = {b: {"train_docs": s.train_docs, "train_bytes": s.train_bytes, "budget": budgets[b],
-                "docs": s.docs, "bytes": s.bytes} for b, s in samples.items()}
+    info = {
+        b: {"train_docs": s.train_docs, "train_bytes": s.train_bytes, "budget": budgets[b], "docs": s.docs, "bytes": s.bytes}
+        for b, s in samples.items()
+    }
     return samples, info
 
 
@@ -87,8 +89,10 @@ def given_tokenizer(path: Path, n_sentinels: int) -> Tokenizer:
     for want, token in enumerate(special_tokens(n_sentinels)):
         got = tok.token_to_id(token)
         if got != want:
-            raise TokenizerFileError(f"tokenizer.file {path}: special token {token!r} has id {got}, tokenmill needs "
-                                     f"{want} (train it with tokenmill, with tokenizer.n_sentinels={n_sentinels})")
+            raise TokenizerFileError(
+                f"tokenizer.file {path}: special token {token!r} has id {got}, tokenmill needs "
+                f"{want} (train it with tokenmill, with tokenizer.n_sentinels={n_sentinels})"
+            )
     return tok
 
 
@@ -143,16 +147,30 @@ def _train_and_audit(run: RunDir, curated: Path, cuts: dict[str, HeldoutCut], wo
     audit: dict[str, Any] = {
         "given": str(given) if given is not None else None,
         "inherited_from": run.config.train.init_from if given is not None and not cfg.file else None,
-        "vocab_size": tok.get_vocab_size(), "tokenizer_sha256": tokenizer_sha256(tok_path),
-        "train_bytes": total, "sample_bytes": sampled, "sample": sample_info,
-        "special_ids": {"eos": EOS_ID, "bos": BOS_ID, "pad": PAD_ID, "mask": MASK_ID,
-                        "sentinels": list(sentinel_ids(cfg.n_sentinels))},
-        "fast_encoder": fast, "key_terms": key_term_splits(tok, cfg.key_terms), "buckets": {}}
+        "vocab_size": tok.get_vocab_size(),
+        "tokenizer_sha256": tokenizer_sha256(tok_path),
+        "train_bytes": total,
+        "sample_bytes": sampled,
+        "sample": sample_info,
+        "special_ids": {
+            "eos": EOS_ID,
+            "bos": BOS_ID,
+            "pad": PAD_ID,
+            "mask": MASK_ID,
+            "sentinels": list(sentinel_ids(cfg.n_sentinels)),
+        },
+        "fast_encoder": fast,
+        "key_terms": key_term_splits(tok, cfg.key_terms),
+        "buckets": {},
+    }
     for bucket, cut in cuts.items():
         texts = list(islice((t for i, t in iter_documents(curated, bucket) if cut.holds(i)), cfg.audit_docs))
         audit["buckets"][bucket] = audit_bucket(tok, texts)
     atomic_write_text(out / "audit.json", json.dumps(audit, indent=1, ensure_ascii=False))
     run.events.write("tokenizer", "audit", **audit)
-    return {"vocab_size": audit["vocab_size"], "tokenizer_sha256": audit["tokenizer_sha256"],
-            "fast_encoder_identical": fast["identical"],
-            "bytes_per_token": {b: round(a["bytes_per_token"], 3) for b, a in audit["buckets"].items()}}
+    return {
+        "vocab_size": audit["vocab_size"],
+        "tokenizer_sha256": audit["tokenizer_sha256"],
+        "fast_encoder_identical": fast["identical"],
+        "bytes_per_token": {b: round(a["bytes_per_token"], 3) for b, a in audit["buckets"].items()},
+    }

@@ -41,8 +41,9 @@ def exact_key(text: str) -> str:
     return xxhash.xxh3_128_hexdigest(b" ".join(normalized_words(text)))
 
 
-def training_duplicates(texts: dict[str, str], held: Iterable[str], cfg: MinHashConfig, seed: int
-                        ) -> dict[str, dict[str, str | float]]:
+def training_duplicates(
+    texts: dict[str, str], held: Iterable[str], cfg: MinHashConfig, seed: int
+) -> dict[str, dict[str, str | float]]:
     """{held-out id: {"reason": "exact"|"near", "match": training id, "jaccard": J}} for every
     held-out document that duplicates a training document (texts maps id -> text, all splits)."""
     held = set(held)
@@ -68,14 +69,14 @@ def training_duplicates(texts: dict[str, str], held: Iterable[str], cfg: MinHash
     n_train = len(train_ids)
     for row in range(n_train):
         for b in range(cfg.bands):
-            bands[(b, sigs[row, b * cfg.rows:(b + 1) * cfg.rows].tobytes())].append(row)
+            bands[(b, sigs[row, b * cfg.rows : (b + 1) * cfg.rows].tobytes())].append(row)
     for k, i in enumerate(rest):
         row = n_train + k
         if len(shingles[row]) == 0:
             continue
         candidates: set[int] = set()
         for b in range(cfg.bands):
-            candidates.update(bands.get((b, sigs[row, b * cfg.rows:(b + 1) * cfg.rows].tobytes()), ()))
+            candidates.update(bands.get((b, sigs[row, b * cfg.rows : (b + 1) * cfg.rows].tobytes()), ()))
         best, best_j = None, 0.0
         for c in sorted(candidates):
             j = jaccard(shingles[row], shingles[c])
@@ -84,7 +85,6 @@ def training_duplicates(texts: dict[str, str], held: Iterable[str], cfg: MinHash
         if best is not None and best_j >= cfg.threshold:
             found[i] = {"reason": "near", "match": train_ids[best], "jaccard": round(float(best_j), 4)}
     return found
-
 
 
 # --------------------------------------------------------------------------- at scale: a shuffle
@@ -237,8 +237,10 @@ class _Shuffle:
         pairs = self.pairs.read(p)
         pairs = np.unique(pairs[~np.isin(pairs["held"], matched["held"])])  # sorted: held, then train
         docs = read_positions(self.parts, np.concatenate([matched["held"], matched["train"], pairs["held"], pairs["train"]]))
-        exact = [(int(h), docs[h][0], {"reason": "exact", "match": docs[t][0], "jaccard": 1.0})
-                 for h, t in zip(matched["held"].tolist(), matched["train"].tolist())]
+        exact = [
+            (int(h), docs[h][0], {"reason": "exact", "match": docs[t][0], "jaccard": 1.0})
+            for h, t in zip(matched["held"].tolist(), matched["train"].tolist())
+        ]
         near_ids = np.unique(np.concatenate([pairs["held"], pairs["train"]])).tolist()
         shingles = dict(zip(near_ids, self.hasher.shingle_sets([docs[i][1] for i in near_ids])))
         near = []
@@ -285,10 +287,18 @@ def _run_all(pool: Executor | None, fn: Callable[[Any], Any], args: Sequence[Any
     return list(pool.map(fn, args)) if pool is not None else [fn(a) for a in args]
 
 
-def shuffled_training_duplicates(parts: list[Path], cuts: list[HeldoutCut], cfg: MinHashConfig, seed: int,
-                                 work: Path, records_per_partition: int, batch_docs: int,
-                                 processes: int = 1, timings: dict[str, float] | None = None,
-                                 threads: int = 1) -> list[Decision]:
+def shuffled_training_duplicates(
+    parts: list[Path],
+    cuts: list[HeldoutCut],
+    cfg: MinHashConfig,
+    seed: int,
+    work: Path,
+    records_per_partition: int,
+    batch_docs: int,
+    processes: int = 1,
+    timings: dict[str, float] | None = None,
+    threads: int = 1,
+) -> list[Decision]:
     """`training_duplicates` of a corpus on disk: `parts` in corpus order, `cuts[i]` the held-out
     cut of part i's bucket. Same decisions, in the same order (exact ones, then near ones, each by
     id), with no per-document state outside one task, whatever `processes` runs the tasks (1: this
@@ -319,7 +329,7 @@ def shuffled_training_duplicates(parts: list[Path], cuts: list[HeldoutCut], cfg:
         # Consecutive parts per map task, ~8 tasks per process: enough to balance uneven parts,
         # few enough that the spill files (tasks x partitions) stay few.
         per = max(1, -(-len(parts) // (8 * max(1, processes, threads))))
-        _run_all(pool, _map_task, [(shuffle, i, cuts[i:i + per], batch_docs) for i in range(0, len(parts), per)])
+        _run_all(pool, _map_task, [(shuffle, i, cuts[i : i + per], batch_docs) for i in range(0, len(parts), per)])
         lap("map")
         _run_all(pool, _reduce_task, [(shuffle, p) for p in range(shuffle.n)])
         lap("reduce")

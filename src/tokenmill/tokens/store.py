@@ -70,12 +70,14 @@ class ShardWriter:
         idx_tmp = self.prefix.with_name(self.prefix.name + ".idx.tmp")
         offsets.tofile(idx_tmp)
         lengths = np.diff(offsets)
-        table = pa.table({
-            "doc_index": pa.array(np.arange(len(self._ids), dtype=np.int64)),
-            "id": pa.array(self._ids, type=pa.string()),
-            "n_tokens": pa.array(lengths, type=pa.int64()),
-            "n_bytes": pa.array(self._bytes, type=pa.int64()),
-        })
+        table = pa.table(
+            {
+                "doc_index": pa.array(np.arange(len(self._ids), dtype=np.int64)),
+                "id": pa.array(self._ids, type=pa.string()),
+                "n_tokens": pa.array(lengths, type=pa.int64()),
+                "n_bytes": pa.array(self._bytes, type=pa.int64()),
+            }
+        )
         docs_tmp = self.prefix.with_name(self.prefix.name + ".docs.parquet.tmp")
         pq.write_table(table, docs_tmp)
         # Data before index: a reader that sees the .idx sees a complete .bin.
@@ -106,20 +108,24 @@ class Shard:
         expected = n * self.dtype.itemsize
         actual = bin_path.stat().st_size
         if actual != expected:
-            raise TokenStoreError(f"{bin_path}: {actual} bytes, index {idx_path} says {expected} "
-                                  f"({n} tokens of {self.dtype.itemsize} bytes); the shard is truncated or corrupt")
+            raise TokenStoreError(
+                f"{bin_path}: {actual} bytes, index {idx_path} says {expected} "
+                f"({n} tokens of {self.dtype.itemsize} bytes); the shard is truncated or corrupt"
+            )
         rows = _parquet_rows(docs_path)
         if rows != self.n_docs:
             raise TokenStoreError(f"{docs_path}: {rows} document rows, index {idx_path} has {self.n_docs} documents")
         # np.memmap refuses empty files; an empty shard is a valid zero-length array.
-        self.tokens = (np.memmap(bin_path, dtype=self.dtype, mode="r") if n
-                       else np.zeros(0, dtype=self.dtype))  # type: ignore[assignment]
+        self.tokens = np.memmap(bin_path, dtype=self.dtype, mode="r") if n else np.zeros(0, dtype=self.dtype)  # type: ignore[assignment]
 
     @property
     def paths(self) -> tuple[Path, Path, Path]:
         """(.bin, .idx, .docs.parquet)."""
-        return (self.prefix.with_suffix(".bin"), self.prefix.with_suffix(".idx"),
-                self.prefix.with_name(self.prefix.name + ".docs.parquet"))
+        return (
+            self.prefix.with_suffix(".bin"),
+            self.prefix.with_suffix(".idx"),
+            self.prefix.with_name(self.prefix.name + ".docs.parquet"),
+        )
 
     @property
     def n_docs(self) -> int:
@@ -130,7 +136,7 @@ class Shard:
         return int(self.offsets[-1])
 
     def doc(self, i: int) -> np.ndarray:
-        return np.asarray(self.tokens[self.offsets[i]: self.offsets[i + 1]])
+        return np.asarray(self.tokens[self.offsets[i] : self.offsets[i + 1]])
 
     def doc_table(self) -> pa.Table:
         return pq.read_table(self.paths[2])
@@ -146,16 +152,18 @@ class Shard:
 def _read_offsets(idx_path: Path) -> np.ndarray:
     size = idx_path.stat().st_size
     if size == 0 or size % 8:
-        raise TokenStoreError(f"{idx_path}: {size} bytes, not a whole number (>= 1) of int64 offsets; "
-                              "the index is truncated or corrupt")
+        raise TokenStoreError(
+            f"{idx_path}: {size} bytes, not a whole number (>= 1) of int64 offsets; the index is truncated or corrupt"
+        )
     offsets = np.fromfile(idx_path, dtype=np.int64)
     if offsets[0] != 0:
         raise TokenStoreError(f"{idx_path}: first offset is {offsets[0]}, not 0; the index is corrupt")
     steps = np.diff(offsets)
     if steps.size and steps.min() < 0:
         doc = int(np.argmax(steps < 0))
-        raise TokenStoreError(f"{idx_path}: offsets decrease at document {doc} "
-                              f"({offsets[doc]} -> {offsets[doc + 1]}); the index is corrupt")
+        raise TokenStoreError(
+            f"{idx_path}: offsets decrease at document {doc} ({offsets[doc]} -> {offsets[doc + 1]}); the index is corrupt"
+        )
     return offsets
 
 
@@ -219,7 +227,8 @@ class TokenStore:
             raise TokenStoreError(
                 f"{meta_path}: this token store was made with tokenizer sha256 {made}, but {using} sha256 "
                 f"{expected}; its token ids mean other strings. Rerun `tokenmill tokenize CONFIG` "
-                "to re-encode the curated data with the current tokenizer.")
+                "to re-encode the curated data with the current tokenizer."
+            )
 
     @property
     def buckets(self) -> list[str]:

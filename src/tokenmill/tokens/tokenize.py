@@ -148,9 +148,16 @@ def encode_part(task: PartTask) -> dict[str, Any]:
         for doc_id, arr, nb in zip(ids, enc.encode(texts), n_bytes):
             held = task.cut.holds(doc_id) and doc_id not in task.moved
             writers["val" if held else "train"].add(doc_id, _with_eos(arr, dtype), nb)
-    record = {"key": task.key, "bucket": task.bucket, "part": Path(task.part).name, "encoder": enc.name,
-              "spot_check_failed": enc is not fast, "seconds": time.perf_counter() - t0, "pid": os.getpid(),
-              "splits": {s: w.close() for s, w in writers.items()}}
+    record = {
+        "key": task.key,
+        "bucket": task.bucket,
+        "part": Path(task.part).name,
+        "encoder": enc.name,
+        "spot_check_failed": enc is not fast,
+        "seconds": time.perf_counter() - t0,
+        "pid": os.getpid(),
+        "splits": {s: w.close() for s, w in writers.items()},
+    }
     atomic_write_text(marker, json.dumps(record, indent=1))  # last: the part counts as done only now
     return {**record, "skipped": False}
 
@@ -164,8 +171,9 @@ def _file_hash(path: Path) -> str:
     return h.hexdigest()
 
 
-def plan_parts(run: RunDir, parts_dir: Path, encoder: str, dtype: np.dtype,
-               moved_out: dict[str, Any] | None = None) -> list[PartTask]:
+def plan_parts(
+    run: RunDir, parts_dir: Path, encoder: str, dtype: np.dtype, moved_out: dict[str, Any] | None = None
+) -> list[PartTask]:
     """One task per curated part, buckets in name order, parts in file order. Held-out candidates
     that duplicate a training document go to training; `moved_out` receives them with the reason.
 
@@ -178,8 +186,9 @@ def plan_parts(run: RunDir, parts_dir: Path, encoder: str, dtype: np.dtype,
     buckets = {b: bucket_parts(curated, b) for b in curated_buckets(curated)}
     cuts = bucket_cuts(curated, cfg.val_fraction, cfg.min_val_docs, run.config.seed)
     parts = [(b, p) for b, ps in buckets.items() for p in ps]
-    decisions = _heldout_duplicates(run, [p for _, p in parts], [cuts[b] for b, _ in parts], parts_dir) \
-        if cfg.dedup_heldout else []
+    decisions = (
+        _heldout_duplicates(run, [p for _, p in parts], [cuts[b] for b, _ in parts], parts_dir) if cfg.dedup_heldout else []
+    )
     if moved_out is not None:
         moved_out.update((d.doc_id, d.record) for d in decisions)
     moved: dict[int, set[str]] = {}
@@ -189,11 +198,32 @@ def plan_parts(run: RunDir, parts_dir: Path, encoder: str, dtype: np.dtype,
     for index, (bucket, p) in enumerate(parts):
         cut, part_moved = cuts[bucket], frozenset(moved.get(index, ()))
         # The cut (bucket-level) and the part's moved ids fix which of its documents are held out.
-        key = sha256_json({"format": PIECES_FORMAT, "tokenizer_sha256": sha, "encoder": encoder,
-                           "part": _file_hash(p), "held": [cut.score, cut.doc_id, cut.seed, sorted(part_moved)],
-                           "dtype": dtype.name, "verify_chars": cfg.verify_chars})
-        tasks.append(PartTask(bucket, str(p), str(parts_dir / bucket / p.stem), cut, part_moved, str(tok_path),
-                              encoder, dtype.name, cfg.batch_docs, cfg.verify_chars, key))
+        key = sha256_json(
+            {
+                "format": PIECES_FORMAT,
+                "tokenizer_sha256": sha,
+                "encoder": encoder,
+                "part": _file_hash(p),
+                "held": [cut.score, cut.doc_id, cut.seed, sorted(part_moved)],
+                "dtype": dtype.name,
+                "verify_chars": cfg.verify_chars,
+            }
+        )
+        tasks.append(
+            PartTask(
+                bucket,
+                str(p),
+                str(parts_dir / bucket / p.stem),
+                cut,
+                part_moved,
+                str(tok_path),
+                encoder,
+                dtype.name,
+                cfg.batch_docs,
+                cfg.verify_chars,
+                key,
+            )
+        )
     return tasks
 
 
@@ -205,12 +235,28 @@ def _heldout_duplicates(run: RunDir, parts: list[Path], cuts: list[HeldoutCut], 
     processes = max(1, min(cfg.workers, -(-size // PROCESS_MIN_BYTES)))
     t0, timings = time.perf_counter(), {}
     threads = cfg.workers if processes == 1 else 1  # a small corpus: the cores as threads, free to start
-    decisions = shuffled_training_duplicates(parts, cuts, run.config.curate.minhash_dedup, run.config.seed,
-                                             parts_dir / "_heldout_dedup", cfg.shuffle_records, cfg.batch_docs,
-                                             processes, timings, threads)
-    run.events.write("tokenize", "heldout_check", parts=len(parts), processes=processes, threads=threads,
-                     moved=len(decisions),
-                     seconds=round(time.perf_counter() - t0, 3), phases=timings)
+    decisions = shuffled_training_duplicates(
+        parts,
+        cuts,
+        run.config.curate.minhash_dedup,
+        run.config.seed,
+        parts_dir / "_heldout_dedup",
+        cfg.shuffle_records,
+        cfg.batch_docs,
+        processes,
+        timings,
+        threads,
+    )
+    run.events.write(
+        "tokenize",
+        "heldout_check",
+        parts=len(parts),
+        processes=processes,
+        threads=threads,
+        moved=len(decisions),
+        seconds=round(time.perf_counter() - t0, 3),
+        phases=timings,
+    )
     return decisions
 
 
@@ -225,8 +271,8 @@ def layout(tasks: list[PartTask], workers: int) -> tuple[int, int]:
 def _drop_unplanned(parts_dir: Path, tasks: list[PartTask]) -> None:
     """Remove pieces of parts that are no longer in the curated data."""
     planned = {Path(t.out) for t in tasks}
-    for bucket_dir in (parts_dir.iterdir() if parts_dir.is_dir() else []):
-        for piece in (bucket_dir.iterdir() if bucket_dir.is_dir() else [bucket_dir]):
+    for bucket_dir in parts_dir.iterdir() if parts_dir.is_dir() else []:
+        for piece in bucket_dir.iterdir() if bucket_dir.is_dir() else [bucket_dir]:
             if piece not in planned:
                 shutil.rmtree(piece) if piece.is_dir() else piece.unlink()
 
@@ -262,8 +308,7 @@ class _SplitWriter:
             self._close_shard()
 
 
-def assemble_split(tmp: Path, bucket: str, split: str, pieces: list[Path], dtype: np.dtype,
-                   shard_tokens: int) -> _SplitWriter:
+def assemble_split(tmp: Path, bucket: str, split: str, pieces: list[Path], dtype: np.dtype, shard_tokens: int) -> _SplitWriter:
     """Concatenate the parts' pieces of one bucket/split, in part order, into final shards."""
     writer = _SplitWriter(tmp, bucket, split, dtype, shard_tokens)
     for prefix in pieces:
@@ -282,8 +327,7 @@ def _special_meta(tok_path: Path) -> dict[str, Any]:
     sentinels = []
     while (i := tok.token_to_id(sentinel(len(sentinels)))) is not None:
         sentinels.append(i)
-    return {"eos_id": EOS_ID, "bos_id": BOS_ID, "pad_id": PAD_ID, "mask_id": tok.token_to_id(MASK),
-            "sentinel_ids": sentinels}
+    return {"eos_id": EOS_ID, "bos_id": BOS_ID, "pad_id": PAD_ID, "mask_id": tok.token_to_id(MASK), "sentinel_ids": sentinels}
 
 
 class _Claims:
@@ -301,8 +345,9 @@ class _Claims:
             return None if self.stop.is_set() else next(self._it, None)
 
 
-def run_parts(tasks: list[PartTask], processes: int, runners: int,
-              on_done: Callable[[int, dict[str, Any]], None]) -> list[dict[str, Any]]:
+def run_parts(
+    tasks: list[PartTask], processes: int, runners: int, on_done: Callable[[int, dict[str, Any]], None]
+) -> list[dict[str, Any]]:
     """encode_part over every task, by this process and `runners - 1` helpers at once.
 
     processes > 1: each helper feeds one 'spawn' child process (spawn: forking a process that runs
@@ -342,8 +387,11 @@ def run_parts(tasks: list[PartTask], processes: int, runners: int,
             finished.put((-1, None, exc))
 
     n_helpers = min(runners, len(tasks)) - 1
-    pool = (ProcessPoolExecutor(n_helpers, mp_context=multiprocessing.get_context("spawn"))
-            if processes > 1 and n_helpers > 0 else None)
+    pool = (
+        ProcessPoolExecutor(n_helpers, mp_context=multiprocessing.get_context("spawn"))
+        if processes > 1 and n_helpers > 0
+        else None
+    )
     run_one = (lambda t: pool.submit(encode_part, t).result()) if pool else encode_part
     helpers = [threading.Thread(target=helper, args=(run_one,), daemon=True) for _ in range(n_helpers)]
     try:
@@ -373,10 +421,18 @@ def _encode_all(run: RunDir, tasks: list[PartTask]) -> list[dict[str, Any]]:
 
         def done(i: int, record: dict[str, Any]) -> None:
             progress.advance(bar)
-            run.events.write("tokenize", "part", bucket=record["bucket"], part=record["part"],
-                             encoder=record["encoder"], skipped=record["skipped"],
-                             spot_check_failed=record["spot_check_failed"], seconds=record["seconds"],
-                             pid=record["pid"], splits=record["splits"])
+            run.events.write(
+                "tokenize",
+                "part",
+                bucket=record["bucket"],
+                part=record["part"],
+                encoder=record["encoder"],
+                skipped=record["skipped"],
+                spot_check_failed=record["spot_check_failed"],
+                seconds=record["seconds"],
+                pid=record["pid"],
+                splits=record["splits"],
+            )
 
         return run_parts(tasks, processes, processes if processes > 1 else threads, done)
 
@@ -399,16 +455,27 @@ def run_tokenize(run: RunDir) -> dict[str, Any]:
     records = _encode_all(run, tasks)
     failed = [r["part"] for r in records if r["spot_check_failed"]]
     if failed:
-        run.events.write("tokenize", "warning", message=f"tiktoken differed from HF on {len(failed)} part(s); "
-                                                        f"those were encoded with HF: {failed}")
+        run.events.write(
+            "tokenize",
+            "warning",
+            message=f"tiktoken differed from HF on {len(failed)} part(s); those were encoded with HF: {failed}",
+        )
 
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    meta: dict[str, Any] = {"dtype": dtype.name, "vocab_size": vocab, **_special_meta(tok_path),
-                            "tokenizer_sha256": tokenizer_sha256(tok_path), "encoder": encoder,
-                            "hf_fallback_parts": failed,
-                            "seed": run.config.seed, "val_fraction": cfg.val_fraction,
-                            "heldout_moved_to_train": moved, "buckets": {}, "shards": []}
+    meta: dict[str, Any] = {
+        "dtype": dtype.name,
+        "vocab_size": vocab,
+        **_special_meta(tok_path),
+        "tokenizer_sha256": tokenizer_sha256(tok_path),
+        "encoder": encoder,
+        "hf_fallback_parts": failed,
+        "seed": run.config.seed,
+        "val_fraction": cfg.val_fraction,
+        "heldout_moved_to_train": moved,
+        "buckets": {},
+        "shards": [],
+    }
     for bucket in curated_buckets(run.sub("curated")):
         outs = [Path(t.out) for t in tasks if t.bucket == bucket]
         writers = {s: assemble_split(tmp, bucket, s, [o / s for o in outs], dtype, cfg.shard_tokens) for s in SPLITS}

@@ -41,8 +41,7 @@ def rms(x: torch.Tensor) -> torch.Tensor:
     return x.detach().float().pow(2).mean().sqrt()
 
 
-def allowed_pairs(mask: Any, rows: torch.Tensor, T: int, segments: torch.Tensor | None,
-                  device: torch.device) -> torch.Tensor:
+def allowed_pairs(mask: Any, rows: torch.Tensor, T: int, segments: torch.Tensor | None, device: torch.device) -> torch.Tensor:
     """Bool [B or 1, 1, len(rows), T]: may query rows[i] attend to key s under `mask` (the
     argument the attention layer got: None = causal; a bool [B, 1, T, T] mask; an AdditiveMask;
     a FlexAttention BlockMask, which is document-causal over `segments`)."""
@@ -59,8 +58,9 @@ def allowed_pairs(mask: Any, rows: torch.Tensor, T: int, segments: torch.Tensor 
     return document_causal_mask(segments.to(device)).index_select(2, rows)
 
 
-def attention_logit_max(attn: Attention, x: torch.Tensor, cos: Any, sin: Any, mask: Any, queries: int,
-                        segments: torch.Tensor | None = None) -> torch.Tensor:
+def attention_logit_max(
+    attn: Attention, x: torch.Tensor, cos: Any, sin: Any, mask: Any, queries: int, segments: torch.Tensor | None = None
+) -> torch.Tensor:
     """max over allowed pairs (query rows per `query_rows`, all keys) of scale·q·kᵀ, in fp32 (a
     0-dim tensor), with q and k built from the layer input `x` [B, T, d] as `Attention.forward` does."""
     B, T, _ = x.shape
@@ -102,8 +102,9 @@ class ActivationProbe:
         """{"act_rms": [per block], "attn_logit_max": [per block]} of the first `rows` rows of a
         packed batch (tokens [B, T+1], positions/segments [B, T] or None), in model order."""
         tokens = batch.tokens[: self.rows, :-1]
-        kwargs = {name: value[: self.rows] for name in ("positions", "segments")
-                  if (value := getattr(batch, name, None)) is not None}
+        kwargs = {
+            name: value[: self.rows] for name in ("positions", "segments") if (value := getattr(batch, name, None)) is not None
+        }
         self._rms, self._logits = [], []
         self._segments = kwargs.get("segments")
         handles = [b.register_forward_hook(self._on_block) for b in self.blocks]

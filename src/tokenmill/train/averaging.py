@@ -30,8 +30,19 @@ from safetensors.torch import save as st_save
 
 from tokenmill.ownership import publish_entries, temporary_name
 from tokenmill.runs import RunDir
-from tokenmill.train.checkpoint import (_STEP_DIR, DCP_KIND, FORMAT_VERSION, MODEL_ONLY, CheckpointError, _fsync_dir,
-                                        _write_bytes, list_checkpoints, model_tensors, read_state, verify_checkpoint)
+from tokenmill.train.checkpoint import (
+    _STEP_DIR,
+    DCP_KIND,
+    FORMAT_VERSION,
+    MODEL_ONLY,
+    CheckpointError,
+    _fsync_dir,
+    _write_bytes,
+    list_checkpoints,
+    model_tensors,
+    read_state,
+    verify_checkpoint,
+)
 from tokenmill.train.restore import load_model
 
 
@@ -57,7 +68,8 @@ def last_valid_checkpoints(root: Path, n: int) -> list[Path]:
         bad = f"; skipped as corrupt: {'; '.join(skipped)}" if skipped else ""
         raise CheckpointError(
             f"{root}: {len(chosen)} valid checkpoint(s) ({have}), {n} needed for --last {n}{bad}. Lower --last, "
-            f"or keep more checkpoints (train.keep_checkpoints / train.keep_every) and train further")
+            f"or keep more checkpoints (train.keep_checkpoints / train.keep_every) and train further"
+        )
     return list(reversed(chosen))
 
 
@@ -78,13 +90,14 @@ def mean_tensors(paths: Sequence[Path]) -> dict[str, torch.Tensor]:
             acc = {k: t.to(torch.float64) for k, t in tensors.items() if t.is_floating_point()}
             continue
         if set(tensors) != set(first):
-            raise CheckpointError(f"{path}: tensors {sorted(set(tensors) ^ set(first))} are not in both "
-                                  f"{path} and {paths[0]}; only checkpoints of one model can be averaged")
+            raise CheckpointError(
+                f"{path}: tensors {sorted(set(tensors) ^ set(first))} are not in both "
+                f"{path} and {paths[0]}; only checkpoints of one model can be averaged"
+            )
         for k, t in tensors.items():
             ref = first[k]
             if t.shape != ref.shape or t.dtype != ref.dtype:
-                raise CheckpointError(f"{path}: {k} is {tuple(t.shape)} {t.dtype}, {paths[0]} has "
-                                      f"{tuple(ref.shape)} {ref.dtype}")
+                raise CheckpointError(f"{path}: {k} is {tuple(t.shape)} {t.dtype}, {paths[0]} has {tuple(ref.shape)} {ref.dtype}")
             if k in acc:
                 acc[k] += t.to(torch.float64)
             elif not torch.equal(t, ref):
@@ -110,26 +123,37 @@ def average_checkpoints(paths: Sequence[Path], out: Path) -> Path:
     if not paths:
         raise CheckpointError("no checkpoints to average")
     if _STEP_DIR.match(out.name):
-        raise CheckpointError(f"{out}: an average must not be named step_<N>: --resume would take it for a "
-                              f"training checkpoint; choose another name")
+        raise CheckpointError(
+            f"{out}: an average must not be named step_<N>: --resume would take it for a training checkpoint; choose another name"
+        )
     states = [verify_checkpoint(p) for p in paths]
     ref_cfg = states[0].get("model_config")
     if ref_cfg is None:
         raise CheckpointError(f"{paths[0]}: state.json has no model_config")
     for p, st in zip(paths[1:], states[1:]):
         if st.get("model_config") != ref_cfg:
-            raise CheckpointError(f"{p} and {paths[0]} have different model configs "
-                                  f"({'; '.join(_config_diff(st.get('model_config') or {}, ref_cfg))}); "
-                                  f"only checkpoints of one model can be averaged")
+            raise CheckpointError(
+                f"{p} and {paths[0]} have different model configs "
+                f"({'; '.join(_config_diff(st.get('model_config') or {}, ref_cfg))}); "
+                f"only checkpoints of one model can be averaged"
+            )
     if out.exists() and not _replaceable(out):
         raise CheckpointError(f"{out} exists and is not a model-only checkpoint; choose another -o/--out")
 
     tensors = mean_tensors(paths)
     steps = [int(st["step"]) for st in states]
     newest = max(range(len(states)), key=lambda i: steps[i])
-    state = {"format": FORMAT_VERSION, "kind": MODEL_ONLY, "step": steps[newest], "averaged_from": steps,
-             "averaged_paths": [str(p) for p in paths], "model_config": ref_cfg,
-             "tokens": states[newest].get("tokens"), "saved_at": time.time(), "torch": torch.__version__}
+    state = {
+        "format": FORMAT_VERSION,
+        "kind": MODEL_ONLY,
+        "step": steps[newest],
+        "averaged_from": steps,
+        "averaged_paths": [str(p) for p in paths],
+        "model_config": ref_cfg,
+        "tokens": states[newest].get("tokens"),
+        "saved_at": time.time(),
+        "torch": torch.__version__,
+    }
     _write_atomically(out, tensors, state)
     return out
 
@@ -151,8 +175,10 @@ def _write_atomically(out: Path, tensors: dict[str, torch.Tensor], state: dict[s
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(out)  # only this process uses the name: an OUT.tmp or OUT.old of the user's is never touched
     tmp.mkdir()
-    sums = {"model.safetensors": _write_bytes(tmp / "model.safetensors", st_save(tensors)),
-            "state.json": _write_bytes(tmp / "state.json", json.dumps(state, indent=1, sort_keys=True).encode())}
+    sums = {
+        "model.safetensors": _write_bytes(tmp / "model.safetensors", st_save(tensors)),
+        "state.json": _write_bytes(tmp / "state.json", json.dumps(state, indent=1, sort_keys=True).encode()),
+    }
     _write_bytes(tmp / "SHA256SUMS", "".join(f"{d}  {n}\n" for n, d in sums.items()).encode("utf-8"))
     _fsync_dir(tmp)
     if out.exists():  # empty, or an earlier average (_replaceable): replace only the files tokenmill writes
@@ -170,6 +196,7 @@ def average_last(run: RunDir, n: int, out: Path | None = None) -> Path:
     paths = last_valid_checkpoints(run.sub("checkpoints"), n)
     target = Path(out) if out is not None else run.sub("checkpoints", f"avg_last{n}")
     average_checkpoints(paths, target)
-    run.events.write("train", "checkpoint_average", path=str(target),
-                     steps=[int(_STEP_DIR.match(p.name).group(1)) for p in paths])  # type: ignore[union-attr]
+    run.events.write(
+        "train", "checkpoint_average", path=str(target), steps=[int(_STEP_DIR.match(p.name).group(1)) for p in paths]
+    )  # type: ignore[union-attr]
     return target

@@ -40,15 +40,24 @@ class BucketLossAlert:
                 self.streak[bucket] = self.streak.get(bucket, 0) + 1
                 if self.streak[bucket] >= self.patience and bucket not in self.open:
                     self.open.add(bucket)
-                    out.append({"step": step, "bucket": bucket, "loss": value, "median": self._median(bucket),
-                                "ratio": r, "threshold": self.ratio, "steps": self.streak[bucket],
-                                "other_buckets": {b: round(x, 4) for b, x in sorted(ratios.items()) if b != bucket}})
+                    out.append(
+                        {
+                            "step": step,
+                            "bucket": bucket,
+                            "loss": value,
+                            "median": self._median(bucket),
+                            "ratio": r,
+                            "threshold": self.ratio,
+                            "steps": self.streak[bucket],
+                            "other_buckets": {b: round(x, 4) for b, x in sorted(ratios.items()) if b != bucket},
+                        }
+                    )
                 continue  # an alarming value never joins its own baseline
             self.streak[bucket] = 0
             self.open.discard(bucket)
             hist = self.history.setdefault(bucket, [])
             hist.append(float(value))
-            del hist[:-self.window]
+            del hist[: -self.window]
         return out
 
     def reset(self) -> None:
@@ -58,8 +67,7 @@ class BucketLossAlert:
         self.open.clear()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"history": {b: list(h) for b, h in self.history.items()}, "streak": dict(self.streak),
-                "open": sorted(self.open)}
+        return {"history": {b: list(h) for b, h in self.history.items()}, "streak": dict(self.streak), "open": sorted(self.open)}
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         state = state or {}

@@ -34,8 +34,7 @@ class BucketLoss:
         all count), row_buckets the bucket of each of its B rows."""
         nll = nll.detach()
         rows = nll.double().sum(dim=1)
-        counted = (torch.full_like(rows, nll.shape[1]) if loss_mask is None
-                   else loss_mask.to(rows.device).sum(dim=1).double())
+        counted = torch.full_like(rows, nll.shape[1]) if loss_mask is None else loss_mask.to(rows.device).sum(dim=1).double()
         idx = torch.tensor([self.index[b] for b in row_buckets], device=rows.device)
         if self.totals is None:
             self.totals = torch.zeros(2, len(self.buckets), dtype=torch.float64, device=rows.device)

@@ -38,7 +38,8 @@ def resolve_budget(tc: TrainConfig, world_size: int = 1) -> TrainConfig:
             raise BudgetError(
                 f"train.global_batch_tokens={tc.global_batch_tokens:,} is not a whole number of micro-batches: "
                 f"micro_batch {tc.micro_batch} × seq_len {tc.seq_len} × {world_size} rank(s) = {per_micro:,} "
-                f"tokens per micro-batch round; use a multiple of {per_micro:,}")
+                f"tokens per micro-batch round; use a multiple of {per_micro:,}"
+            )
         grad_accum = tc.global_batch_tokens // per_micro
         update["grad_accum"] = grad_accum
     tokens_per_step = per_micro * grad_accum

@@ -89,8 +89,13 @@ def capture_rng_state() -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
     js = {
         "python": {"version": version, "state": list(internal), "gauss_next": gauss},
-        "numpy": {"name": name, "keys": [int(k) for k in keys], "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "numpy": {
+            "name": name,
+            "keys": [int(k) for k in keys],
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
     }
     tensors = {"torch_cpu": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -103,17 +108,20 @@ def restore_rng_state(js: dict[str, Any], tensors: dict[str, torch.Tensor]) -> N
     py = js["python"]
     random.setstate((py["version"], tuple(py["state"]), py["gauss_next"]))
     n = js["numpy"]
-    np.random.set_state((n["name"], np.array(n["keys"], dtype=np.uint32), n["pos"], n["has_gauss"],
-                         n["cached_gaussian"]))
+    np.random.set_state((n["name"], np.array(n["keys"], dtype=np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
     torch.set_rng_state(tensors["torch_cpu"])
-    cuda = [tensors[k] for k in sorted((k for k in tensors if k.startswith("torch_cuda_")),
-                                       key=lambda k: int(k.rsplit("_", 1)[1]))]
+    cuda = [
+        tensors[k] for k in sorted((k for k in tensors if k.startswith("torch_cuda_")), key=lambda k: int(k.rsplit("_", 1)[1]))
+    ]
     if cuda and torch.cuda.is_available():
         if len(cuda) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(cuda)
         else:
-            warnings.warn(f"checkpoint holds {len(cuda)} CUDA RNG states, this machine has "
-                          f"{torch.cuda.device_count()} devices; CUDA RNG not restored", stacklevel=2)
+            warnings.warn(
+                f"checkpoint holds {len(cuda)} CUDA RNG states, this machine has "
+                f"{torch.cuda.device_count()} devices; CUDA RNG not restored",
+                stacklevel=2,
+            )
 
 
 # --------------------------------------------------------------------------- model weights
@@ -136,15 +144,14 @@ def load_model_tensors(model: nn.Module, tensors: dict[str, torch.Tensor], origi
     expected = model.state_dict()
     missing = set(expected) - set(tensors)
     unexpected = set(tensors) - set(expected)
-    tied = {n for n in missing if any(expected[n].data_ptr() == expected[m].data_ptr()
-                                      for m in tensors if m in expected)}
+    tied = {n for n in missing if any(expected[n].data_ptr() == expected[m].data_ptr() for m in tensors if m in expected)}
     if missing - tied or unexpected:
-        raise CheckpointError(f"{origin}: parameters do not match the model "
-                              f"(missing {sorted(missing - tied)}, unexpected {sorted(unexpected)})")
+        raise CheckpointError(
+            f"{origin}: parameters do not match the model (missing {sorted(missing - tied)}, unexpected {sorted(unexpected)})"
+        )
     for name, t in tensors.items():
         if expected[name].shape != t.shape:
-            raise CheckpointError(f"{origin}: {name} has shape {tuple(t.shape)}, "
-                                  f"the model expects {tuple(expected[name].shape)}")
+            raise CheckpointError(f"{origin}: {name} has shape {tuple(t.shape)}, the model expects {tuple(expected[name].shape)}")
     model.load_state_dict(tensors, strict=False)
 
 
@@ -243,10 +250,15 @@ def save_checkpoint(
     sums["optim.pt"] = _write_bytes(tmp / "optim.pt", buf.getvalue())
     rng_js, rng_tensors = capture_rng_state()
     sums["rng.safetensors"] = _write_bytes(tmp / "rng.safetensors", st_save(rng_tensors))
-    full_state = {"format": FORMAT_VERSION, "step": int(step), "saved_at": time.time(),
-                  "torch": torch.__version__, **state, "rng": rng_js}
-    sums["state.json"] = _write_bytes(tmp / "state.json",
-                                      json.dumps(full_state, indent=1, sort_keys=True).encode("utf-8"))
+    full_state = {
+        "format": FORMAT_VERSION,
+        "step": int(step),
+        "saved_at": time.time(),
+        "torch": torch.__version__,
+        **state,
+        "rng": rng_js,
+    }
+    sums["state.json"] = _write_bytes(tmp / "state.json", json.dumps(full_state, indent=1, sort_keys=True).encode("utf-8"))
     _write_bytes(tmp / "SHA256SUMS", "".join(f"{d}  {n}\n" for n, d in sums.items()).encode("utf-8"))
     _fsync_dir(tmp)
 

@@ -46,8 +46,13 @@ def total_grad_norm(grads: list[torch.Tensor], across: Any = None) -> torch.Tens
     return sq.sqrt()
 
 
-def clip_gradients(params: Iterable[torch.nn.Parameter], max_norm: float, mixed: bool = False,
-                   across: Any = None, counted_elsewhere: set[int] | None = None) -> float:
+def clip_gradients(
+    params: Iterable[torch.nn.Parameter],
+    max_norm: float,
+    mixed: bool = False,
+    across: Any = None,
+    counted_elsewhere: set[int] | None = None,
+) -> float:
     """Clip the global gradient norm of `params` to `max_norm` (inf: measure only); returns the
     pre-clip norm. `mixed` (tensor/pipeline parallel runs) takes the grouped path above;
     otherwise torch's own function, so single-process and data-parallel runs are unchanged.

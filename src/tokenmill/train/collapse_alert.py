@@ -29,8 +29,13 @@ class CollapseAlert:
         if self.open:
             return None
         self.open = True
-        return {"step": step, "sv_ratio": ratio, "threshold": self.threshold,
-                "sv1": spectrum.get("sv1"), "sv2": spectrum.get("sv2")}
+        return {
+            "step": step,
+            "sv_ratio": ratio,
+            "threshold": self.threshold,
+            "sv1": spectrum.get("sv1"),
+            "sv2": spectrum.get("sv2"),
+        }
 
     def state_dict(self) -> dict[str, Any]:
         return {"open": self.open}

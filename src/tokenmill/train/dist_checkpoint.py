@@ -51,20 +51,36 @@ KIND_DCP = ckpt.DCP_KIND
 # What DCP's .metadata pickle may reference: its own metadata records, tensor shapes/dtypes/layouts
 # and paths. Anything else (a function call smuggled into the file) is refused.
 _SAFE_GLOBALS = {
-    ("torch.distributed.checkpoint.metadata", n) for n in (
-        "Metadata", "MetadataIndex", "StorageMeta", "TensorProperties", "TensorStorageMetadata",
-        "BytesStorageMetadata", "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING")
-} | {("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch", "Size"),
-      ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"), ("pathlib", "WindowsPath"),
-      ("pathlib", "PurePosixPath"), ("pathlib", "PureWindowsPath"), ("collections", "OrderedDict")}
+    ("torch.distributed.checkpoint.metadata", n)
+    for n in (
+        "Metadata",
+        "MetadataIndex",
+        "StorageMeta",
+        "TensorProperties",
+        "TensorStorageMetadata",
+        "BytesStorageMetadata",
+        "ChunkStorageMetadata",
+        "_MEM_FORMAT_ENCODING",
+    )
+} | {
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch", "Size"),
+    ("torch.serialization", "_get_layout"),
+    ("pathlib", "PosixPath"),
+    ("pathlib", "WindowsPath"),
+    ("pathlib", "PurePosixPath"),
+    ("pathlib", "PureWindowsPath"),
+    ("collections", "OrderedDict"),
+}
 
 
 class _MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _SAFE_GLOBALS or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
             return super().find_class(module, name)
-        raise ckpt.CheckpointError(f"DCP metadata references {module}.{name}, which a checkpoint never needs; "
-                                   f"refusing to load it")
+        raise ckpt.CheckpointError(
+            f"DCP metadata references {module}.{name}, which a checkpoint never needs; refusing to load it"
+        )
 
 
 def _safe_reader(path: Path) -> Any:
@@ -147,9 +163,16 @@ def _prune(root: Path, step: int, keep: int | None, keep_every: int) -> None:
 
 
 # --------------------------------------------------------------------------- save
-def save_train_checkpoint(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer | None,
-                          state: dict[str, Any], ctx: DistContext, keep: int | None = None,
-                          keep_every: int = 0) -> Path:
+def save_train_checkpoint(
+    root: Path,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    state: dict[str, Any],
+    ctx: DistContext,
+    keep: int | None = None,
+    keep_every: int = 0,
+) -> Path:
     """Write `root/step_<step>/` from every rank (call it on every rank): the full format for one
     process and DDP (rank 0 writes), the sharded dcp format for FSDP. Returns the final path."""
     root = Path(root)
@@ -162,8 +185,16 @@ def save_train_checkpoint(root: Path, step: int, model: nn.Module, optimizer: to
     return _save_dcp(root, step, inner, optimizer, state, ctx, keep, keep_every)
 
 
-def _save_dcp(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer | None,
-              state: dict[str, Any], ctx: DistContext, keep: int | None, keep_every: int) -> Path:
+def _save_dcp(
+    root: Path,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    state: dict[str, Any],
+    ctx: DistContext,
+    keep: int | None,
+    keep_every: int,
+) -> Path:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
@@ -183,9 +214,18 @@ def _save_dcp(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Op
     if ctx.is_main:
         rng_js, rng_tensors = ckpt.capture_rng_state()
         ckpt._write_bytes(tmp / "rng.safetensors", st_save(rng_tensors))
-        full_state = {"format": ckpt.FORMAT_VERSION, "step": int(step), "saved_at": time.time(),
-                      "torch": torch.__version__, **state, "rng": rng_js, "kind": KIND_DCP,
-                      "world_size": ctx.world_size, "mode": ctx.mode, "has_optimizer": optimizer is not None}
+        full_state = {
+            "format": ckpt.FORMAT_VERSION,
+            "step": int(step),
+            "saved_at": time.time(),
+            "torch": torch.__version__,
+            **state,
+            "rng": rng_js,
+            "kind": KIND_DCP,
+            "world_size": ctx.world_size,
+            "mode": ctx.mode,
+            "has_optimizer": optimizer is not None,
+        }
         ckpt._write_bytes(tmp / "state.json", json.dumps(full_state, indent=1, sort_keys=True).encode("utf-8"))
         sums = _hash_tree(tmp)
         ckpt._write_bytes(tmp / "SHA256SUMS", "".join(f"{d}  {n}\n" for n, d in sums.items()).encode("utf-8"))
@@ -205,8 +245,9 @@ def _save_dcp(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Op
 
 
 # --------------------------------------------------------------------------- load
-def load_into(path: Path, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer | None,
-              restore_rng: bool = True) -> dict[str, Any]:
+def load_into(
+    path: Path, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer | None, restore_rng: bool = True
+) -> dict[str, Any]:
     """Load a checkpoint of either format into a plain, DDP-wrapped or FSDP-sharded model (and
     its optimizer); every rank calls it. `state` is the checkpoint's (verified) state.json."""
     path = Path(path)
@@ -238,24 +279,25 @@ def _load_dcp(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | N
 
 def _load_dcp_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None, no_dist: bool) -> None:
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_state_dict, set_model_state_dict,
-                                                         set_state_dict)
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict, set_model_state_dict, set_state_dict
 
     try:
         if optimizer is None:
             msd = get_model_state_dict(model)
-            dcp.load({"model": msd}, storage_reader=_safe_reader(path / DCP_DIR), planner=_safe_planner(),
-                     no_dist=no_dist)
+            dcp.load({"model": msd}, storage_reader=_safe_reader(path / DCP_DIR), planner=_safe_planner(), no_dist=no_dist)
             set_model_state_dict(model, msd)
             return
         msd, osd = get_state_dict(model, optimizer)  # sets up Adam's state with an lr-0 step (no change)
-        dcp.load({"model": msd, "optim": osd}, storage_reader=_safe_reader(path / DCP_DIR), planner=_safe_planner(),
-                 no_dist=no_dist)
+        dcp.load(
+            {"model": msd, "optim": osd}, storage_reader=_safe_reader(path / DCP_DIR), planner=_safe_planner(), no_dist=no_dist
+        )
         set_state_dict(model, optimizer, model_state_dict=msd, optim_state_dict=osd)
     except (RuntimeError, KeyError, ValueError) as exc:
         if isinstance(exc, ckpt.CheckpointError):
             raise
-        raise ckpt.CheckpointError(f"{path}: the sharded checkpoint could not be loaded into this model/optimizer ({exc})") from exc
+        raise ckpt.CheckpointError(
+            f"{path}: the sharded checkpoint could not be loaded into this model/optimizer ({exc})"
+        ) from exc
 
 
 def _tied_names(model: nn.Module) -> list[list[str]]:
@@ -270,8 +312,7 @@ def _load_full_into_sharded(path: Path, model: nn.Module, optimizer: torch.optim
     """A full-format checkpoint (one process or DDP) into a sharded model (FSDP2, tensor
     parallel): every rank reads the files and keeps its own shard (DCP's state_dict API with
     full_state_dict=True)."""
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                         set_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
     tensors = st_load((path / "model.safetensors").read_bytes())
     for names in _tied_names(model):  # the file stores a tied tensor once
@@ -282,8 +323,10 @@ def _load_full_into_sharded(path: Path, model: nn.Module, optimizer: torch.optim
     opts = StateDictOptions(full_state_dict=True)
     expected = set(model.state_dict())
     if set(tensors) != expected:
-        raise ckpt.CheckpointError(f"{path}: parameters do not match the model (missing "
-                                   f"{sorted(expected - set(tensors))}, unexpected {sorted(set(tensors) - expected)})")
+        raise ckpt.CheckpointError(
+            f"{path}: parameters do not match the model (missing "
+            f"{sorted(expected - set(tensors))}, unexpected {sorted(set(tensors) - expected)})"
+        )
     # Every rank must walk the tensors in the same order (each one is a scatter); safetensors'
     # load order is not even stable from one call to the next, so use the model's.
     tensors = {name: tensors[name] for name in model.state_dict()}
@@ -297,13 +340,22 @@ def _load_full_into_sharded(path: Path, model: nn.Module, optimizer: torch.optim
     if len(ours) != len(theirs):
         raise ckpt.CheckpointError(f"{path}: optim.pt holds {len(theirs)} parameters, the optimizer {len(ours)}")
     name_of = dict(zip(theirs, ours))  # the same build_optimizer walk gave both their order
-    osd = {"state": {name_of[i]: s for i, s in saved["state"].items()},
-           "param_groups": [{**g, "params": [name_of[i] for i in g["params"]]} for g in saved["param_groups"]]}
+    osd = {
+        "state": {name_of[i]: s for i, s in saved["state"].items()},
+        "param_groups": [{**g, "params": [name_of[i] for i in g["params"]]} for g in saved["param_groups"]],
+    }
     set_optimizer_state_dict(model, optimizer, osd, options=opts)
 
 
-def load_full_into_stage(path: Path, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer,
-                         full: nn.Module, full_order: list[str], restore_rng: bool = True) -> None:
+def load_full_into_stage(
+    path: Path,
+    state: dict[str, Any],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    full: nn.Module,
+    full_order: list[str],
+    restore_rng: bool = True,
+) -> None:
     """A one-process/DDP checkpoint into one pipeline stage: the stage's tensors by name, and its
     share of the AdamW state, whose indices in optim.pt follow the optimizer of the whole model
     (`full_order`: its parameter names in that optimizer's order; `full`: the whole model, for
@@ -322,8 +374,10 @@ def load_full_into_stage(path: Path, state: dict[str, Any], model: nn.Module, op
     saved = torch.load(path / "optim.pt", map_location="cpu", weights_only=True)
     theirs = [i for g in saved["param_groups"] for i in g["params"]]
     if len(theirs) != len(full_order) or len(saved["param_groups"]) != len(optimizer.param_groups):
-        raise ckpt.CheckpointError(f"{path}: optim.pt holds {len(theirs)} parameters in {len(saved['param_groups'])} "
-                                   f"groups, the model's optimizer {len(full_order)}")
+        raise ckpt.CheckpointError(
+            f"{path}: optim.pt holds {len(theirs)} parameters in {len(saved['param_groups'])} "
+            f"groups, the model's optimizer {len(full_order)}"
+        )
     index_of = dict(zip(full_order, theirs))
     fqn = {id(p): name for name, p in model.named_parameters()}
     osd: dict[str, Any] = {"state": {}, "param_groups": []}

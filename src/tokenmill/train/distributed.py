@@ -63,7 +63,8 @@ class RankMismatch(DistributedError):
         super().__init__(
             f"cross-rank check at step {step}: rank(s) {', '.join(map(str, self.ranks))} disagree with "
             f"rank 0 on {what}. A device or link is corrupting data silently; training stopped. Check the "
-            f"hardware of those ranks, then resume from the last checkpoint (`tokenmill train --resume`)")
+            f"hardware of those ranks, then resume from the last checkpoint (`tokenmill train --resume`)"
+        )
 
 
 @dataclass
@@ -163,18 +164,22 @@ def check_torchrun_stage(run: Any, stage: str) -> None:
     same clear error otherwise (the data stages are single-machine jobs with their own process
     pools; running them inside a torchrun job would hold every rank idle, or race K copies of
     them on the same files)."""
-    steps = ("`tokenmill curate --config CONFIG`, `tokenmill tokenizer train CONFIG` and `tokenmill tokenize "
-             "CONFIG` (with the same --set/--run-dir options)")
+    steps = (
+        "`tokenmill curate --config CONFIG`, `tokenmill tokenizer train CONFIG` and `tokenmill tokenize "
+        "CONFIG` (with the same --set/--run-dir options)"
+    )
     if stage != "train":
         raise DistributedError(
             f"`tokenmill {stage}` does not run under torchrun: only `train` is data-parallel. Run the data "
             f"stages in one process first ({steps}), then `torchrun --nproc-per-node K -m tokenmill train CONFIG`, "
-            f"then `tokenmill eval CONFIG` / `tokenmill report CONFIG` in one process")
+            f"then `tokenmill eval CONFIG` / `tokenmill report CONFIG` in one process"
+        )
     if not run.is_fresh("tokenize"):
         raise DistributedError(
             f"{run.path / 'tokens'} is missing or stale for this config: the tokenize stage has not finished with "
             f"these curate/tokenizer/tokenize settings. Under torchrun the data stages must be done first: run "
-            f"{steps} in one process, then start torchrun again")
+            f"{steps} in one process, then start torchrun again"
+        )
 
 
 def _restart_attempt() -> int:
@@ -188,8 +193,14 @@ def _fresh_store(world: int, rank: int) -> Any:
     overwrote it fails with "connection refused" (pytorch/pytorch#167288, seen here one restart
     in two)."""
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
-                          is_master=not agent and rank == 0, timeout=TIMEOUT, multi_tenant=not agent)
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world,
+        is_master=not agent and rank == 0,
+        timeout=TIMEOUT,
+        multi_tenant=not agent,
+    )
     return dist.PrefixStore(f"tokenmill/attempt{_restart_attempt()}/", store)
 
 
@@ -212,8 +223,10 @@ def init_distributed(tc: Any) -> DistContext:
         raise DistributedError(f"train.device={tc.device!r}: distributed training runs on CPU (gloo) or CUDA (NCCL)")
     if device.type == "cuda":
         if local >= torch.cuda.device_count():
-            raise DistributedError(f"LOCAL_RANK {local} but only {torch.cuda.device_count()} CUDA device(s) here; "
-                                   f"use --nproc-per-node <= {torch.cuda.device_count()}")
+            raise DistributedError(
+                f"LOCAL_RANK {local} but only {torch.cuda.device_count()} CUDA device(s) here; "
+                f"use --nproc-per-node <= {torch.cuda.device_count()}"
+            )
         device = torch.device("cuda", local)  # one GPU per rank, whatever train.device names
         torch.cuda.set_device(device)
     sizes = resolve_sizes(tc, world)  # before any collective: every rank refuses a wrong layout alike
@@ -233,8 +246,9 @@ def init_distributed(tc: Any) -> DistContext:
         # tp composes with FSDP2 on the dp axis (torch's supported way); pipeline stages are
         # replicated over dp and their gradients all-reduced after the schedule (DDP's sum)
         mode = "single" if sizes.dp == 1 else "ddp" if sizes.pp > 1 else "fsdp"
-    return DistContext(world_size=world, rank=rank, local_rank=local, mode=mode, device=device,
-                       owns_group=owns, sizes=sizes, mesh=mesh)
+    return DistContext(
+        world_size=world, rank=rank, local_rank=local, mode=mode, device=device, owns_group=owns, sizes=sizes, mesh=mesh
+    )
 
 
 def _comm_device(ctx: DistContext) -> torch.device:
@@ -242,8 +256,9 @@ def _comm_device(ctx: DistContext) -> torch.device:
     return ctx.device if dist.get_backend() == "nccl" else torch.device("cpu")
 
 
-def reduce_step_stats(loss: float, r_pad: float, extras: dict[str, Any] | None, world_size: int,
-                      group: Any = None) -> tuple[float, float]:
+def reduce_step_stats(
+    loss: float, r_pad: float, extras: dict[str, Any] | None, world_size: int, group: Any = None
+) -> tuple[float, float]:
     """The step's loss and r_pad over the global batch from this rank's shares: the loss is Σ
     over the `world_size` data-parallel ranks of `group` (None: all ranks; each rank's share is
     already divided by the global target count), summed in fp32 like one process sums its
@@ -264,8 +279,7 @@ def _default_comm_device() -> torch.device:
     return torch.device("cpu")
 
 
-def all_reduce_sum(value: float | torch.Tensor, ctx: DistContext, dtype: torch.dtype = torch.float64,
-                   group: Any = None) -> float:
+def all_reduce_sum(value: float | torch.Tensor, ctx: DistContext, dtype: torch.dtype = torch.float64, group: Any = None) -> float:
     """Σ over the ranks of `group` (None: all) of a number, computed in `dtype`; the value itself
     outside a process group.
 
@@ -318,9 +332,12 @@ def wrap_model(model: nn.Module, ctx: DistContext, tc: Any = None) -> nn.Module:
         return model
     if ctx.mode == "ddp":
         moe = int(getattr(getattr(model, "config", None), "n_experts", 0) or 0) > 0
-        ddp = DataParallel(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
-                           forward_sync_buffers=False,  # the only buffers are constant RoPE tables
-                           find_unused_parameters=moe)  # an expert may see no token in a micro-batch
+        ddp = DataParallel(
+            model,
+            device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+            forward_sync_buffers=False,  # the only buffers are constant RoPE tables
+            find_unused_parameters=moe,
+        )  # an expert may see no token in a micro-batch
         ddp.register_comm_hook(None, _sum_allreduce_hook)
         return ddp
     if ctx.mode == "fsdp":
@@ -347,7 +364,7 @@ def _fully_shard(model: nn.Module, mesh: Any = None) -> nn.Module:
     blocks = getattr(model, "layers", None)
     if blocks is None:
         raise DistributedError(f"FSDP needs a model with a `layers` list of blocks, got {type(model).__name__}")
-    for block in (blocks.values() if isinstance(blocks, nn.ModuleDict) else blocks):
+    for block in blocks.values() if isinstance(blocks, nn.ModuleDict) else blocks:
         fully_shard(block, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
     for m in model.modules():
@@ -365,8 +382,7 @@ def is_sharded(model: nn.Module) -> bool:
 def unwrap(model: nn.Module) -> nn.Module:
     """The model under a DDP or torch.compile wrapper (an FSDP2 model is its own module)."""
     while True:
-        inner = model.__dict__.get("_orig_mod") or (model.module if isinstance(model, DistributedDataParallel)
-                                                     else None)
+        inner = model.__dict__.get("_orig_mod") or (model.module if isinstance(model, DistributedDataParallel) else None)
         if inner is None:
             return model
         model = inner
@@ -418,8 +434,7 @@ def evaluation_model(model: nn.Module, ctx: DistContext) -> nn.Module | None:
 
 def _gather_pipeline_model(model: nn.Module, ctx: DistContext) -> nn.Module | None:
     """The whole model on rank 0 from every stage's part (tp shards gathered first)."""
-    local = {name: (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().cpu()
-             for name, t in model.state_dict().items()}
+    local = {name: (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().cpu() for name, t in model.state_dict().items()}
     parts: list[Any] = [None] * ctx.world_size if ctx.is_main else []
     dist.gather_object(local, parts if ctx.is_main else None, dst=0)
     if not ctx.is_main:

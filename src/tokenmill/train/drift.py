@@ -108,14 +108,23 @@ class GradDrift:
             return None
         g["open"] = True
         per_block = slope([v for _, v in g["blocks"]])
-        return {"step": step, "group": group, "ratio": ratio, "threshold": self.ratio,
-                "grad_norm": math.exp(level), "baseline": math.exp(g["floor"][0]),
-                "window": [first, last], "baseline_window": g["floor"][1:],
-                "growth_per_1k_steps": math.exp(per_block * 1000 / self.block)}
+        return {
+            "step": step,
+            "group": group,
+            "ratio": ratio,
+            "threshold": self.ratio,
+            "grad_norm": math.exp(level),
+            "baseline": math.exp(g["floor"][0]),
+            "window": [first, last],
+            "baseline_window": g["floor"][1:],
+            "growth_per_1k_steps": math.exp(per_block * 1000 / self.block),
+        }
 
     def state_dict(self) -> dict[str, Any]:
-        return {"window": self.window, "groups": {k: dict(v, blocks=[list(b) for b in v["blocks"]])
-                                                  for k, v in self.groups.items()}}
+        return {
+            "window": self.window,
+            "groups": {k: dict(v, blocks=[list(b) for b in v["blocks"]]) for k, v in self.groups.items()},
+        }
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         """Restore a saved state; one saved with another window (or none: an older checkpoint)

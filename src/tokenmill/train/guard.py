@@ -109,8 +109,18 @@ class StabilityGuard:
         grad_med = self._median(self.grad_hist)
         loss_med = self._median(self.loss_hist)
         if self.spike is not None and finite and self._back(loss):
-            events = [("recovered", {"step": step, "loss": loss, "spike_start": self.spike["start"],
-                                     "pre_level": self.spike["pre_level"], "steps": step - self.spike["start"]})]
+            events = [
+                (
+                    "recovered",
+                    {
+                        "step": step,
+                        "loss": loss,
+                        "spike_start": self.spike["start"],
+                        "pre_level": self.spike["pre_level"],
+                        "steps": step - self.spike["start"],
+                    },
+                )
+            ]
             self.spike = None
             verdict = self.check(step, loss, grad_norm)  # judge the step itself with the spike closed
             verdict.events[:0] = events
@@ -128,8 +138,19 @@ class StabilityGuard:
             if self.calm_spikes >= self.cfg.rebaseline_after:
                 # The norm stays high while the loss is fine: a new regime (e.g. the LR just reached
                 # its peak), not a bad batch. Skipping on would freeze the model; restart the median.
-                rebaseline = [("rebaseline", {"step": step, "grad_norm": grad_norm, "grad_norm_median": grad_med,
-                                              "loss": loss, "loss_median": loss_med, "spikes": self.calm_spikes})]
+                rebaseline = [
+                    (
+                        "rebaseline",
+                        {
+                            "step": step,
+                            "grad_norm": grad_norm,
+                            "grad_norm_median": grad_med,
+                            "loss": loss,
+                            "loss_median": loss_med,
+                            "spikes": self.calm_spikes,
+                        },
+                    )
+                ]
                 self.grad_hist.clear()
                 self.calm_spikes = 0
                 self.spike = None
@@ -142,8 +163,15 @@ class StabilityGuard:
             self._open_spike(step, reason)
             self.consecutive_skips += 1
             self.skipped.append({"step": step, "reason": reason})
-            info = {"step": step, "reason": reason, "loss": loss, "grad_norm": grad_norm,
-                    "grad_norm_median": grad_med, "loss_median": loss_med, "consecutive": self.consecutive_skips}
+            info = {
+                "step": step,
+                "reason": reason,
+                "loss": loss,
+                "grad_norm": grad_norm,
+                "grad_norm_median": grad_med,
+                "loss_median": loss_med,
+                "consecutive": self.consecutive_skips,
+            }
             events = [("skip" if reason == "nonfinite" else "spike", info)]
             return Verdict("rollback" if self._rollback_due(step) else "skip", events)
 
@@ -161,12 +189,11 @@ class StabilityGuard:
     def _rollback_due(self, step: int) -> bool:
         if self.spike is None:
             return False
-        return (step - self.spike["start"] >= self.cfg.recover_steps
-                or self.consecutive_skips >= self.cfg.max_consecutive_skips)
+        return step - self.spike["start"] >= self.cfg.recover_steps or self.consecutive_skips >= self.cfg.max_consecutive_skips
 
     def _push(self, hist: list[float], value: float) -> None:
         hist.append(float(value))
-        del hist[:-self.cfg.window]
+        del hist[: -self.cfg.window]
 
     # ------------------------------------------------------------------ rollback
     @property
@@ -186,11 +213,18 @@ class StabilityGuard:
         at step+1 (the window's updates are lost). Returns the `rollback` event's fields."""
         assert self.spike is not None
         self.lr_scale *= self.cfg.lr_backoff
-        info = {"step": step, "to_step": to_step, "skipped_window": [to_step + 1, step],
-                "spike_start": self.spike["start"], "reason": self.spike["reason"],
-                "pre_level": self.spike["pre_level"], "lr_scale": self.lr_scale,
-                "rollbacks": len(self.rollbacks) + 1, "rewind": self.cfg.rollback_rewind,
-                "attempt": self.attempt(step)}
+        info = {
+            "step": step,
+            "to_step": to_step,
+            "skipped_window": [to_step + 1, step],
+            "spike_start": self.spike["start"],
+            "reason": self.spike["reason"],
+            "pre_level": self.spike["pre_level"],
+            "lr_scale": self.lr_scale,
+            "rollbacks": len(self.rollbacks) + 1,
+            "rewind": self.cfg.rollback_rewind,
+            "attempt": self.attempt(step),
+        }
         if self.cfg.rollback_rewind:
             # the run goes on at to_step + 1 again, on fresh batches for to_step+1..step
             self.rewinds.append([to_step + 1, step])
@@ -209,11 +243,18 @@ class StabilityGuard:
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        return {"grad_hist": list(self.grad_hist), "loss_hist": list(self.loss_hist), "spike": self.spike,
-                "consecutive_skips": self.consecutive_skips, "calm_spikes": self.calm_spikes,
-                "lr_scale": self.lr_scale,
-                "skipped": list(self.skipped), "rollbacks": list(self.rollbacks),
-                "offset": self.offset, "rewinds": [list(w) for w in self.rewinds]}
+        return {
+            "grad_hist": list(self.grad_hist),
+            "loss_hist": list(self.loss_hist),
+            "spike": self.spike,
+            "consecutive_skips": self.consecutive_skips,
+            "calm_spikes": self.calm_spikes,
+            "lr_scale": self.lr_scale,
+            "skipped": list(self.skipped),
+            "rollbacks": list(self.rollbacks),
+            "offset": self.offset,
+            "rewinds": [list(w) for w in self.rewinds],
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not state:  # a checkpoint from before the guard existed

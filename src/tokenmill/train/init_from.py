@@ -37,24 +37,32 @@ def load_source(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         model, step = load_model(ckpt if ckpt is not None else path, "cpu")
     except CheckpointError as exc:
         raise InitFromError(f"train.init_from {path}: {exc}") from exc
-    return model.state_dict(), {"from": str(path.resolve()), "format": "tokenmill", "step": step,
-                                "checkpoint": str(Path(ckpt).resolve()) if ckpt is not None else None,
-                                "model_config": model.config.model_dump(mode="json")}
+    return model.state_dict(), {
+        "from": str(path.resolve()),
+        "format": "tokenmill",
+        "step": step,
+        "checkpoint": str(Path(ckpt).resolve()) if ckpt is not None else None,
+        "model_config": model.config.model_dump(mode="json"),
+    }
 
 
 def init_optimizer(optimizer: torch.optim.Optimizer, info: dict[str, Any]) -> None:
     """Load the source checkpoint's AdamW state (moments and step counts) into `optimizer`."""
     if info.get("format") != "tokenmill" or not info.get("checkpoint"):
-        raise InitFromError(f"train.init_optimizer: {info.get('from')} is a {info.get('format')} model, which "
-                            f"carries no optimizer state (only a tokenmill checkpoint does)")
+        raise InitFromError(
+            f"train.init_optimizer: {info.get('from')} is a {info.get('format')} model, which "
+            f"carries no optimizer state (only a tokenmill checkpoint does)"
+        )
     path = Path(info["checkpoint"]) / "optim.pt"
     if not path.is_file():
         raise InitFromError(f"train.init_optimizer: {path} not found (an FSDP or averaged checkpoint keeps none)")
     try:
         optimizer.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
     except (ValueError, KeyError) as exc:
-        raise InitFromError(f"train.init_optimizer: {path} does not fit this run's optimizer ({exc}); its "
-                            f"parameter groups come from the source's train settings") from exc
+        raise InitFromError(
+            f"train.init_optimizer: {path} does not fit this run's optimizer ({exc}); its "
+            f"parameter groups come from the source's train settings"
+        ) from exc
 
 
 def check_source(source: str | None) -> None:
@@ -86,8 +94,10 @@ def check_store_tokenizer(source: str, store_sha: str | None, store_root: Path) 
     other strings to the inherited embeddings); the warning to log when that cannot be checked."""
     tok = source_tokenizer(source)
     if tok is None:
-        return (f"train.init_from {source}: no tokenizer.json beside the model, so the token store's tokenizer "
-                f"cannot be checked against the model's")
+        return (
+            f"train.init_from {source}: no tokenizer.json beside the model, so the token store's tokenizer "
+            f"cannot be checked against the model's"
+        )
     if store_sha is None:
         return f"token store {store_root} does not record its tokenizer, so it cannot be checked against {tok}"
     model_sha = canonical_sha256(tok)
@@ -95,7 +105,8 @@ def check_store_tokenizer(source: str, store_sha: str | None, store_root: Path) 
         raise InitFromError(
             f"train.init_from {source}: the token store {store_root} was made with another tokenizer (sha256 "
             f"{store_sha[:12]}) than the model's {tok} ({model_sha[:12]}); leave tokenizer.file unset so the "
-            f"tokenizer stage takes the model's, and rerun the tokenizer and tokenize stages")
+            f"tokenizer stage takes the model's, and rerun the tokenizer and tokenize stages"
+        )
     return None
 
 
@@ -116,12 +127,16 @@ def init_from(model: nn.Module, source: str) -> dict[str, Any]:
     own = model.state_dict()
     missing = sorted(set(own) - set(tensors))
     unexpected = sorted(set(tensors) - set(own))
-    shapes = [f"{n} {tuple(tensors[n].shape)} vs {tuple(own[n].shape)}" for n in sorted(set(own) & set(tensors))
-              if tensors[n].shape != own[n].shape]
+    shapes = [
+        f"{n} {tuple(tensors[n].shape)} vs {tuple(own[n].shape)}"
+        for n in sorted(set(own) & set(tensors))
+        if tensors[n].shape != own[n].shape
+    ]
     if missing or unexpected or shapes:
         raise InitFromError(
             f"train.init_from {path}: its weights do not fit this run's model (missing {missing}, unexpected "
-            f"{unexpected}, shapes source vs run: {shapes}); set `model:` to the source's: {info['model_config']}")
+            f"{unexpected}, shapes source vs run: {shapes}); set `model:` to the source's: {info['model_config']}"
+        )
     with torch.no_grad():
         for name, t in own.items():
             t.copy_(tensors[name].to(t.dtype))

@@ -51,23 +51,34 @@ def layout_problems(model: Any, train: Any) -> list[str]:
     out: list[str] = []
     if par.tp > 1:
         kv = model.n_kv_heads or model.n_heads
-        for what, n in (("model.n_heads", model.n_heads), ("model.n_kv_heads", kv),
-                        ("the FFN hidden size", resolve_ffn_hidden(model))):
+        for what, n in (
+            ("model.n_heads", model.n_heads),
+            ("model.n_kv_heads", kv),
+            ("the FFN hidden size", resolve_ffn_hidden(model)),
+        ):
             if n % par.tp:
                 out.append(f"tp={par.tp} does not divide {what} ({n}): each rank must hold whole heads and equal FFN columns")
         if model.n_experts > 0:
-            out.append(f"tp={par.tp} with model.n_experts={model.n_experts}: mixture-of-experts layers are not tensor-parallel "
-                       f"here (use data parallelism for MoE models)")
+            out.append(
+                f"tp={par.tp} with model.n_experts={model.n_experts}: mixture-of-experts layers are not tensor-parallel "
+                f"here (use data parallelism for MoE models)"
+            )
     if par.pp > 1:
         if model.n_layers % par.pp:
-            out.append(f"pp={par.pp} does not divide model.n_layers ({model.n_layers}): stages are cut at block "
-                       f"boundaries into equal stages")
+            out.append(
+                f"pp={par.pp} does not divide model.n_layers ({model.n_layers}): stages are cut at block "
+                f"boundaries into equal stages"
+            )
         if train.grad_accum < par.pp and train.global_batch_tokens is None:
-            out.append(f"pp={par.pp} needs at least pp micro-batches per step to fill the pipeline, but "
-                       f"train.grad_accum={train.grad_accum}: raise train.grad_accum (the micro-batches are pipelined)")
+            out.append(
+                f"pp={par.pp} needs at least pp micro-batches per step to fill the pipeline, but "
+                f"train.grad_accum={train.grad_accum}: raise train.grad_accum (the micro-batches are pipelined)"
+            )
         if train.objective != "clm" or model.z_loss > 0 or model.n_experts > 0:
-            out.append("pp > 1 trains the causal-LM objective without z-loss or MoE (those losses are not carried "
-                       "through the pipeline schedule)")
+            out.append(
+                "pp > 1 trains the causal-LM objective without z-loss or MoE (those losses are not carried "
+                "through the pipeline schedule)"
+            )
     if par.dp is not None and par.dp < 1:
         out.append(f"dp={par.dp} must be >= 1")
     return out
@@ -78,12 +89,16 @@ def resolve_sizes(train: Any, world_size: int) -> LayoutSizes:
     par = train.parallel
     mp = par.tp * par.pp
     if world_size % mp:
-        raise LayoutError(f"world size {world_size} is not divisible by tp · pp = {par.tp} · {par.pp} = {mp}: "
-                          f"start torchrun with a multiple of {mp} processes")
+        raise LayoutError(
+            f"world size {world_size} is not divisible by tp · pp = {par.tp} · {par.pp} = {mp}: "
+            f"start torchrun with a multiple of {mp} processes"
+        )
     dp = par.dp if par.dp is not None else world_size // mp
     if dp * mp != world_size:
-        raise LayoutError(f"train.parallel dp={dp} × tp={par.tp} × pp={par.pp} = {dp * mp} ranks, but the job has "
-                          f"{world_size}: set train.parallel.dp to {world_size // mp} or leave it unset")
+        raise LayoutError(
+            f"train.parallel dp={dp} × tp={par.tp} × pp={par.pp} = {dp * mp} ranks, but the job has "
+            f"{world_size}: set train.parallel.dp to {world_size // mp} or leave it unset"
+        )
     return LayoutSizes(dp=dp, tp=par.tp, pp=par.pp)
 
 
@@ -97,7 +112,9 @@ def check_launch(model: Any, train: Any, nproc: int) -> LayoutSizes:
     sizes = resolve_sizes(train, nproc)
     accum = resolve_budget(train, world_size=sizes.dp).grad_accum  # the global batch over dp replicas
     if accum < sizes.pp:
-        raise LayoutError(f"pp={sizes.pp} needs at least {sizes.pp} micro-batches per step on each of the {sizes.dp} "
-                          f"data-parallel replica(s), but the global batch gives grad_accum={accum}: raise "
-                          f"train.global_batch_tokens or lower train.micro_batch")
+        raise LayoutError(
+            f"pp={sizes.pp} needs at least {sizes.pp} micro-batches per step on each of the {sizes.dp} "
+            f"data-parallel replica(s), but the global batch gives grad_accum={accum}: raise "
+            f"train.global_batch_tokens or lower train.micro_batch"
+        )
     return sizes

@@ -31,7 +31,7 @@ def _strip(name: str) -> str:
     """Parameter name without wrapper prefixes (DDP `module.`, torch.compile `_orig_mod.`)."""
     for prefix in ("module.", "_orig_mod."):
         while name.startswith(prefix):
-            name = name[len(prefix):]
+            name = name[len(prefix) :]
     return name.replace("._orig_mod.", ".").replace("._checkpoint_wrapped_module.", ".")
 
 
@@ -80,7 +80,7 @@ def grad_norms_by_group(model: nn.Module, across: Any = None) -> dict[str, float
         for part in gathered:  # stage order is model order; a tied group appears twice, equal
             for g, v in part.items():
                 sums.setdefault(g, v)
-    return {g: v ** 0.5 for g, v in sums.items()}
+    return {g: v**0.5 for g, v in sums.items()}
 
 
 class UpdateRatio:
@@ -92,8 +92,7 @@ class UpdateRatio:
     fresh allocation and page faults each step; the copy is alive during the step either way);
     `after()` turns it into the update in place, so it needs no other temporary."""
 
-    def __init__(self, model: nn.Module, keep_buffer: bool = False, across: Any = None,
-                 skip: set[int] | None = None):
+    def __init__(self, model: nn.Module, keep_buffer: bool = False, across: Any = None, skip: set[int] | None = None):
         """across: the pipeline's stage group (the sums run over every stage's parameters);
         skip: ids of parameters another stage already counts (a tied copy)."""
         self.params = [p for p in model.parameters() if p.requires_grad and id(p) not in (skip or set())]
@@ -127,7 +126,7 @@ class UpdateRatio:
         self._armed = False
         if not self.keep_buffer:
             self._buffer = None
-        return float(num ** 0.5 / den ** 0.5) if den > 0 else 0.0
+        return float(num**0.5 / den**0.5) if den > 0 else 0.0
 
 
 def embedding_spectrum(weight: torch.Tensor) -> dict[str, float]:

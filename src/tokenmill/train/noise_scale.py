@@ -94,14 +94,15 @@ class NoiseScale:
         self.count = int(state.get("count", 0))
 
 
-def unavailable_reason(grad_accum: int, objective: str, model_parallel: bool, fsdp: bool,
-                       every: int) -> str | None:
+def unavailable_reason(grad_accum: int, objective: str, model_parallel: bool, fsdp: bool, every: int) -> str | None:
     """Why this run cannot measure the noise scale (None: it can)."""
     if every <= 0:
         return "train.noise_scale_every is 0"
     if grad_accum < 2:
-        return ("it needs two batch sizes in one step: train.grad_accum >= 2 (or a global batch of at "
-                "least two micro-batches per rank)")
+        return (
+            "it needs two batch sizes in one step: train.grad_accum >= 2 (or a global batch of at "
+            "least two micro-batches per rank)"
+        )
     if objective != "clm":
         return f"objective {objective!r}: its per-micro-batch target count is not known before the batch is built"
     if model_parallel or fsdp:
@@ -133,5 +134,6 @@ class NoiseProbe:
         """Mean of |G_small|² and of n_1 over `ranks` data-parallel ranks (`reduce_sum`: Σ over them)."""
         if self.small is None or ranks <= 1:  # every rank measured (or none did): same branch on all
             return
-        self.small = SmallBatch(sq=reduce_sum(self.small.sq) / ranks,
-                                targets=round(reduce_sum(float(self.small.targets)) / ranks))
+        self.small = SmallBatch(
+            sq=reduce_sum(self.small.sq) / ranks, targets=round(reduce_sum(float(self.small.targets)) / ranks)
+        )

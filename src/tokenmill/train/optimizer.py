@@ -45,8 +45,7 @@ def param_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool =
         {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"},
     ]
     if use_mup:
-        groups.append({"params": hidden, "weight_decay": weight_decay, "name": "mup_hidden",
-                       "lr_mult": mup.hidden_lr_mult(cfg)})
+        groups.append({"params": hidden, "weight_decay": weight_decay, "name": "mup_hidden", "lr_mult": mup.hidden_lr_mult(cfg)})
     return groups
 
 

@@ -104,14 +104,18 @@ class BusyClock:
 class StageForward(nn.Module):
     """What a PipelineStage runs: this stage's part of the model, under autocast, timed."""
 
-    def __init__(self, model: nn.Module, first: bool, last: bool, device: torch.device, dtype: torch.dtype,
-                 clock: BusyClock):
+    def __init__(self, model: nn.Module, first: bool, last: bool, device: torch.device, dtype: torch.dtype, clock: BusyClock):
         super().__init__()
         self.model, self.first, self.last = model, first, last
         self.device, self.dtype, self.clock = device, dtype, clock
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None,
-                segments: torch.Tensor | None = None, targets: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        segments: torch.Tensor | None = None,
+        targets: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         m = self.model
         t0 = time.perf_counter()
         with autocast(self.device, self.dtype):
@@ -168,8 +172,13 @@ class Pipeline:
         if key not in self._schedules:
             from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-            stage = PipelineStage(StageForward(self.model, self.first, self.last, self.device, self.dtype, self.clock),
-                                  self.stage, self.n_stages, self.device, group=self.group)
+            stage = PipelineStage(
+                StageForward(self.model, self.first, self.last, self.device, self.dtype, self.clock),
+                self.stage,
+                self.n_stages,
+                self.device,
+                group=self.group,
+            )
             cls = Schedule1F1B if self.schedule_kind == "1f1b" else ScheduleGPipe
             self._schedules[key] = cls(stage, micro_batches, loss_fn=self._loss, scale_grads=False)
         return self._schedules[key]
@@ -223,8 +232,9 @@ class Pipeline:
             return
         from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-        grads = [(p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad)
-                 for p in self.model.parameters() if p.grad is not None]
+        grads = [
+            (p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad) for p in self.model.parameters() if p.grad is not None
+        ]
         if not grads:
             return
         flat = _flatten_dense_tensors(grads)
@@ -245,8 +255,7 @@ def _stack(batches: list[Any], device: torch.device) -> tuple[torch.Tensor, dict
     inputs, kwargs_list = [], []
     for batch in batches:
         x, targets = _shift(batch.tokens)
-        kw = {name: value for name in ("positions", "segments")
-              if (value := _batch_field(batch, name, x.shape)) is not None}
+        kw = {name: value for name in ("positions", "segments") if (value := _batch_field(batch, name, x.shape)) is not None}
         loss_mask = _batch_field(batch, "loss_mask", targets.shape)
         if loss_mask is not None:
             targets = targets.masked_fill(~loss_mask, IGNORE)
@@ -257,8 +266,9 @@ def _stack(batches: list[Any], device: torch.device) -> tuple[torch.Tensor, dict
     return torch.cat(inputs).to(device), kwargs
 
 
-def build_pipeline(model: nn.Module, mesh: Any, sizes: Any, rank: int, schedule: str, device: torch.device,
-                   dtype: torch.dtype) -> Pipeline:
+def build_pipeline(
+    model: nn.Module, mesh: Any, sizes: Any, rank: int, schedule: str, device: torch.device, dtype: torch.dtype
+) -> Pipeline:
     """Prune `model` to this rank's stage and set up its groups (every rank calls it: making the
     tied-embedding groups is a collective)."""
     stage = sizes.coords(rank)[0]
@@ -272,6 +282,14 @@ def build_pipeline(model: nn.Module, mesh: Any, sizes: Any, rank: int, schedule:
                 group = dist.new_group(ranks)
                 if rank in ranks:
                     tie_group = group
-    return Pipeline(model=model, stage=stage, n_stages=sizes.pp, group=mesh["pp"].get_group(),
-                    schedule_kind=schedule, device=device, dtype=dtype, tie_group=tie_group,
-                    dp_group=mesh["dp"].get_group() if sizes.dp > 1 else None)
+    return Pipeline(
+        model=model,
+        stage=stage,
+        n_stages=sizes.pp,
+        group=mesh["pp"].get_group(),
+        schedule_kind=schedule,
+        device=device,
+        dtype=dtype,
+        tie_group=tie_group,
+        dp_group=mesh["dp"].get_group() if sizes.dp > 1 else None,
+    )

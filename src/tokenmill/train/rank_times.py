@@ -106,8 +106,12 @@ class SlowRanks:
         median = statistics.median(local)
         out: list[tuple[str, dict[str, Any]]] = []
         order = sorted(range(len(local)), key=lambda r: -local[r])
-        summary: dict[str, Any] = {"step": step, "median_s": median, "max_s": local[order[0]],
-                                   "slowest": [{"rank": r, "seconds": local[r]} for r in order[:4]]}
+        summary: dict[str, Any] = {
+            "step": step,
+            "median_s": median,
+            "max_s": local[order[0]],
+            "slowest": [{"rank": r, "seconds": local[r]} for r in order[:4]],
+        }
         if len(per_rank) <= FULL_LISTS_UP_TO:
             summary.update(read_s=[r for r, _ in per_rank], forward_s=[f for _, f in per_rank])
         out.append(("rank_times", summary))
@@ -117,9 +121,21 @@ class SlowRanks:
             if slow and self.streak[rank] == self.patience:
                 read, fwd = per_rank[rank]
                 med_read = statistics.median(r for r, _ in per_rank)
-                out.append(("slow_rank", {
-                    "step": step, "rank": rank, "host": self.hosts[rank] if rank < len(self.hosts) else None,
-                    "seconds": seconds, "median_s": median, "ratio": seconds / median, "read_s": read,
-                    "forward_s": fwd, "intervals": self.patience,
-                    "cause": "batch reads" if read - med_read > (seconds - median) / 2 else "compute"}))
+                out.append(
+                    (
+                        "slow_rank",
+                        {
+                            "step": step,
+                            "rank": rank,
+                            "host": self.hosts[rank] if rank < len(self.hosts) else None,
+                            "seconds": seconds,
+                            "median_s": median,
+                            "ratio": seconds / median,
+                            "read_s": read,
+                            "forward_s": fwd,
+                            "intervals": self.patience,
+                            "cause": "batch reads" if read - med_read > (seconds - median) / 2 else "compute",
+                        },
+                    )
+                )
         return out

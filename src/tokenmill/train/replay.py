@@ -67,11 +67,24 @@ def documents_of_steps(run: RunDir, steps: list[int]) -> dict[int, list[dict[str
         for s in batch:
             for span in s.spans:
                 meta = rows.get(span.doc_id, {})
-                out[step].append({"rank": s.rank, "micro": s.micro, "row": s.row, "phase": s.phase,
-                                  "bucket": span.bucket, "doc_id": span.doc_id, "source": meta.get("source"),
-                                  "url": meta.get("url"), "shard": span.shard, "doc": span.doc,
-                                  "token_start": span.start, "token_end": span.end, "row_start": span.row_start,
-                                  "epoch": span.epoch})
+                out[step].append(
+                    {
+                        "rank": s.rank,
+                        "micro": s.micro,
+                        "row": s.row,
+                        "phase": s.phase,
+                        "bucket": span.bucket,
+                        "doc_id": span.doc_id,
+                        "source": meta.get("source"),
+                        "url": meta.get("url"),
+                        "shard": span.shard,
+                        "doc": span.doc,
+                        "token_start": span.start,
+                        "token_end": span.end,
+                        "row_start": span.row_start,
+                        "epoch": span.epoch,
+                    }
+                )
     return out
 
 
@@ -96,7 +109,7 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
     store = TokenStore(run.sub("tokens"))
     device = resolve_device(tc.device)
     dtype = resolve_dtype(device, tc.dtype)
-    start, ckpt = (ckpts[-1] if ckpts else (0, None))
+    start, ckpt = ckpts[-1] if ckpts else (0, None)
     base = resolve_model_config(cfg.model, store, tc.seq_len)
     mcfg = base if ckpt is None else type(cfg.model).model_validate(read_state(ckpt)["model_config"])
     model = Transformer(mcfg, generator=torch.Generator().manual_seed(cfg.train_seed))
@@ -122,8 +135,9 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
     def data_of(s: int) -> Loader:  # after a rewinding rollback: the draw of the data step s trained on
         k = guard.draw(s)
         if k not in draws:
-            draws[k] = Loader(store, cfg.mixture, tc.seq_len, tc.micro_batch, tc.grad_accum, tc.max_steps,
-                              draw_seed(cfg.train_seed, k))
+            draws[k] = Loader(
+                store, cfg.mixture, tc.seq_len, tc.micro_batch, tc.grad_accum, tc.max_steps, draw_seed(cfg.train_seed, k)
+            )
         return draws[k]
 
     phase = loader.phase_at(max(start, 1)).name
@@ -144,22 +158,41 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
             phase = loader.phase_at(s).name
             guard.reset_baseline()
             model.set_rope(phase_models[loader.phase_at(s).index])
-        _, loss, grad_norm, _ = compute_update(model, optimizer, data_of(s), s, tc, device, dtype, anneal,
-                                               lr_scale=guard.lr_scale, schedule_step=schedule.get(s),
-                                               fault_step=guard.attempt(s))
+        _, loss, grad_norm, _ = compute_update(
+            model,
+            optimizer,
+            data_of(s),
+            s,
+            tc,
+            device,
+            dtype,
+            anneal,
+            lr_scale=guard.lr_scale,
+            schedule_step=schedule.get(s),
+            fault_step=guard.attempt(s),
+        )
         action = guard.check(s, loss, grad_norm).action
         if action == "rollback":
-            raise TrainError(f"the stability guard rolled back at step {s}, between the checkpoint of step "
-                             f"{start} and step {step}; replay a step after {s}")
+            raise TrainError(
+                f"the stability guard rolled back at step {s}, between the checkpoint of step "
+                f"{start} and step {step}; replay a step after {s}"
+            )
         if action == "apply":
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     model.set_rope(phase_models[loader.phase_at(step).index])
     with torch.no_grad():
         data = data_of(step)
-        loss, r_pad = step_loss(model, data, step, tc.grad_accum, device, dtype, backward=False, tc=tc,
-                                seed=data.seed, fault_step=guard.attempt(step))
-    return {"step": step, "from_checkpoint": str(ckpt) if ckpt else None, "rolled_forward_steps": step - 1 - start,
-            "init_from": tc.init_from if ckpt is None else None,
-            "loss": loss, "logged_loss": logged_loss, "r_pad": r_pad,
-            "matches_log": None if logged_loss is None else loss == logged_loss}
+        loss, r_pad = step_loss(
+            model, data, step, tc.grad_accum, device, dtype, backward=False, tc=tc, seed=data.seed, fault_step=guard.attempt(step)
+        )
+    return {
+        "step": step,
+        "from_checkpoint": str(ckpt) if ckpt else None,
+        "rolled_forward_steps": step - 1 - start,
+        "init_from": tc.init_from if ckpt is None else None,
+        "loss": loss,
+        "logged_loss": logged_loss,
+        "r_pad": r_pad,
+        "matches_log": None if logged_loss is None else loss == logged_loss,
+    }

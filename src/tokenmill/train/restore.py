@@ -15,8 +15,17 @@ from torch import nn
 from tokenmill.model.config import ModelConfig
 from tokenmill.model.transformer import Transformer
 from tokenmill.train import dist_checkpoint
-from tokenmill.train.checkpoint import (DCP_KIND, MODEL_ONLY, CheckpointError, latest_checkpoint, list_checkpoints,
-                                        load_model_tensors, read_state, restore_rng_state, verify_checkpoint)
+from tokenmill.train.checkpoint import (
+    DCP_KIND,
+    MODEL_ONLY,
+    CheckpointError,
+    latest_checkpoint,
+    list_checkpoints,
+    load_model_tensors,
+    read_state,
+    restore_rng_state,
+    verify_checkpoint,
+)
 
 
 def load_checkpoint(
@@ -30,8 +39,10 @@ def load_checkpoint(
     path = Path(path)
     state = verify_checkpoint(path) if verify else read_state(path)
     if state.get("kind") == MODEL_ONLY and (optimizer is not None or restore_rng):
-        raise CheckpointError(f"{path} holds model weights only (averaged from steps "
-                              f"{state.get('averaged_from')}): evaluate it, or resume from a step_<N> checkpoint")
+        raise CheckpointError(
+            f"{path} holds model weights only (averaged from steps "
+            f"{state.get('averaged_from')}): evaluate it, or resume from a step_<N> checkpoint"
+        )
     if dist_checkpoint.needs_parallel_load(state, model):  # sharded checkpoint, or a DDP/FSDP model
         return dist_checkpoint.load_into(path, state, model, optimizer, restore_rng)
     load_model_tensors(model, st_load((path / "model.safetensors").read_bytes()), path)

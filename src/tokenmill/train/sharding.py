@@ -32,8 +32,11 @@ def parameter_layout(model: nn.Module) -> dict[str, dict[str, Any]]:
         key = _LAYER.sub("layers.*.", name)
         if key in out:
             continue
-        out[key] = {"global": list(p.shape), "local": list(_local(p).shape),
-                    "placements": [repr(x) for x in getattr(p, "placements", ())]}
+        out[key] = {
+            "global": list(p.shape),
+            "local": list(_local(p).shape),
+            "placements": [repr(x) for x in getattr(p, "placements", ())],
+        }
     return out
 
 

@@ -31,10 +31,14 @@ def magnitude(info: dict[str, Any]) -> float:
     """How far past its running median a spike/skip event's step was (inf when non-finite)."""
     loss, grad = info.get("loss"), info.get("grad_norm")
     if not (isinstance(loss, (int, float)) and isinstance(grad, (int, float))) or not (
-            math.isfinite(loss) and math.isfinite(grad)):
+        math.isfinite(loss) and math.isfinite(grad)
+    ):
         return math.inf
-    ratios = [v / m for v, m in ((grad, info.get("grad_norm_median")), (loss, info.get("loss_median")))
-              if isinstance(m, (int, float)) and m > 0]
+    ratios = [
+        v / m
+        for v, m in ((grad, info.get("grad_norm_median")), (loss, info.get("loss_median")))
+        if isinstance(m, (int, float)) and m > 0
+    ]
     return max(ratios, default=1.0)
 
 
@@ -44,8 +48,10 @@ def is_severe(info: dict[str, Any], cfg: Any) -> bool:
     if magnitude(info) == math.inf:
         return True
     grad_med, loss_med = info.get("grad_norm_median"), info.get("loss_median")
-    return bool((grad_med and grad >= cfg.severe_factor * cfg.spike_factor * grad_med)
-                or (loss_med and loss >= (1 + cfg.severe_factor * (cfg.loss_spike_factor - 1)) * loss_med))
+    return bool(
+        (grad_med and grad >= cfg.severe_factor * cfg.spike_factor * grad_med)
+        or (loss_med and loss >= (1 + cfg.severe_factor * (cfg.loss_spike_factor - 1)) * loss_med)
+    )
 
 
 def _finite(size: float) -> float:
@@ -87,13 +93,12 @@ class SpikeHistory:
         steps = [s["step"] for s in self.spikes if s["step"] < step][-2:] + [step]
         if verdict["spike_kind"] == ONE_OFF and len(steps) == 3 and steps[1] - steps[0] == steps[2] - steps[1] > 1:
             verdict = {"spike_kind": PERIODIC, "period_steps": steps[2] - steps[1]}
-        recent = [s for s in self.spikes if step - self.window <= s["step"] < step][-(self.min_run - 1):]
+        recent = [s for s in self.spikes if step - self.window <= s["step"] < step][-(self.min_run - 1) :]
         sizes = [s["size"] for s in recent] + [_finite(size)]
-        if (verdict["spike_kind"] == ONE_OFF and len(sizes) >= self.min_run
-                and all(b > a for a, b in zip(sizes, sizes[1:]))):
+        if verdict["spike_kind"] == ONE_OFF and len(sizes) >= self.min_run and all(b > a for a, b in zip(sizes, sizes[1:])):
             verdict = {"spike_kind": INCREASING, "growing_over_steps": [s["step"] for s in recent] + [step]}
         self.spikes.append({"step": step, "size": _finite(size), "docs": sorted(mine), "kind": verdict["spike_kind"]})
-        del self.spikes[:-self.keep]
+        del self.spikes[: -self.keep]
         return verdict
 
     def state_dict(self) -> dict[str, Any]:

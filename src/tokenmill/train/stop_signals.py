@@ -48,8 +48,7 @@ class StopRequests:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             raise KeyboardInterrupt("second Ctrl-C: training aborted without saving")
         self.code = max(self.code, INTERRUPT)
-        _say("\nCtrl-C: finishing the current step and saving a checkpoint "
-             "(press Ctrl-C again to abort without saving)\n")
+        _say("\nCtrl-C: finishing the current step and saving a checkpoint (press Ctrl-C again to abort without saving)\n")
 
     def _preempt(self, signum: int, frame: Any) -> None:
         if self.preempted_at is None:  # schedulers may repeat SIGTERM: the first one starts the grace

@@ -86,6 +86,7 @@ def _die_with_parent(parent: int, death_signal: int = signal.SIGKILL) -> Callabl
             return
         if os.getppid() != parent:  # the supervisor died before prctl took effect
             os._exit(1)
+
     return preexec
 
 
@@ -123,10 +124,19 @@ class _Forwarder:
             self.child.send_signal(signum)
 
 
-def supervise(command: list[str], run_path: Path, restarts: int, resume: bool = False, *,
-              watch: Watch | None = None, poll_s: float = 0.05, stdout: IO[Any] | None = None,
-              stderr: IO[Any] | None = None, log: Callable[[str], None] | None = None,
-              death_signal: int = signal.SIGKILL) -> Supervised:
+def supervise(
+    command: list[str],
+    run_path: Path,
+    restarts: int,
+    resume: bool = False,
+    *,
+    watch: Watch | None = None,
+    poll_s: float = 0.05,
+    stdout: IO[Any] | None = None,
+    stderr: IO[Any] | None = None,
+    log: Callable[[str], None] | None = None,
+    death_signal: int = signal.SIGKILL,
+) -> Supervised:
     """Run `command` (a `tokenmill train` command line without --resume) until it succeeds, stops
     for a reason a restart cannot fix, or has been restarted `restarts` times after crashes.
 
@@ -145,8 +155,9 @@ def supervise(command: list[str], run_path: Path, restarts: int, resume: bool = 
             if fwd.received is not None:  # asked to stop between two attempts
                 return Supervised(-fwd.received, attempt, True)
             cmd = command + (["--resume"] if resume or attempt > 0 else [])
-            proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, process_group=0,
-                                    preexec_fn=_die_with_parent(os.getpid(), death_signal))
+            proc = subprocess.Popen(
+                cmd, stdout=stdout, stderr=stderr, process_group=0, preexec_fn=_die_with_parent(os.getpid(), death_signal)
+            )
             fwd.child = proc
             events.write(STAGE, "child_started", attempt=attempt, pid=proc.pid, resume="--resume" in cmd)
             while proc.poll() is None:
@@ -165,10 +176,19 @@ def supervise(command: list[str], run_path: Path, restarts: int, resume: bool = 
             attempt += 1
             ckpt = latest_checkpoint(Path(run_path) / "checkpoints", events)
             step = int(ckpt.name.rsplit("_", 1)[1]) if ckpt is not None else 0
-            events.write(STAGE, "restart", attempt=attempt, restarts=restarts, **ended,
-                         resume_from=str(ckpt) if ckpt is not None else None, resume_step=step)
-            say(f"trainer {_what(ended)}; restart {attempt}/{restarts} from "
-                f"{ckpt if ckpt is not None else 'the start (no checkpoint yet)'}")
+            events.write(
+                STAGE,
+                "restart",
+                attempt=attempt,
+                restarts=restarts,
+                **ended,
+                resume_from=str(ckpt) if ckpt is not None else None,
+                resume_step=step,
+            )
+            say(
+                f"trainer {_what(ended)}; restart {attempt}/{restarts} from "
+                f"{ckpt if ckpt is not None else 'the start (no checkpoint yet)'}"
+            )
 
 
 def _what(ended: dict[str, Any]) -> str:

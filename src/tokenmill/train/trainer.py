@@ -68,10 +68,28 @@ from tokenmill.train.pipeline_parallel import Pipeline, build_pipeline, stage_la
 from tokenmill.train.compilation import compile_cache_dir, compile_decision, compile_model
 from tokenmill.train.device import autocast, enable_tf32, resolve_dtype
 from tokenmill.train.dist_checkpoint import agreed_latest_checkpoint, load_full_into_stage, save_train_checkpoint
-from tokenmill.train.distributed import (DistContext, RankMismatch, all_reduce_sum, cross_rank_check, evaluation_model,
-                                         event_log, init_distributed, reduce_step_stats, set_grad_sync, wrap_model)
-from tokenmill.train.faults import (collapse_embedding, collapsing_embedding, corrupt_batch, lr_factor, poison_loss,
-                                   poison_rows, process_fault, slow_read)
+from tokenmill.train.distributed import (
+    DistContext,
+    RankMismatch,
+    all_reduce_sum,
+    cross_rank_check,
+    evaluation_model,
+    event_log,
+    init_distributed,
+    reduce_step_stats,
+    set_grad_sync,
+    wrap_model,
+)
+from tokenmill.train.faults import (
+    collapse_embedding,
+    collapsing_embedding,
+    corrupt_batch,
+    lr_factor,
+    poison_loss,
+    poison_rows,
+    process_fault,
+    slow_read,
+)
 from tokenmill.train.guard import StabilityGuard
 from tokenmill.train.sharding import sharding_report
 from tokenmill.train.metrics import UpdateRatio, embedding_spectrum, grad_norms_by_group, memory_bytes
@@ -123,11 +141,15 @@ def resolve_model_config(model_cfg: ModelConfig, store: TokenStore, seq_len: int
     """The model config with vocab_size taken from the token store when None, checked against it."""
     vocab = model_cfg.vocab_size if model_cfg.vocab_size is not None else store.vocab_size
     if vocab < store.vocab_size:
-        raise TrainError(f"model.vocab_size={vocab} is smaller than the token store's vocabulary "
-                         f"({store.vocab_size}, {store.root / '_meta.json'})")
+        raise TrainError(
+            f"model.vocab_size={vocab} is smaller than the token store's vocabulary "
+            f"({store.vocab_size}, {store.root / '_meta.json'})"
+        )
     if seq_len > model_cfg.max_seq_len:
-        raise TrainError(f"train.seq_len={seq_len} exceeds model.max_seq_len={model_cfg.max_seq_len}; "
-                         f"raise model.max_seq_len or lower train.seq_len")
+        raise TrainError(
+            f"train.seq_len={seq_len} exceeds model.max_seq_len={model_cfg.max_seq_len}; "
+            f"raise model.max_seq_len or lower train.seq_len"
+        )
     return model_cfg.model_copy(update={"vocab_size": int(vocab)})
 
 
@@ -138,10 +160,12 @@ def _phase_models(mcfg: ModelConfig, loader: Loader, ctx: DistContext) -> list[M
     except ValueError as exc:
         raise TrainError(str(exc)) from exc
     if ctx.model_parallel and any(m != mcfg for m in models):
-        raise TrainError("a phase that changes RoPE (mixture.phases[].rope, or seq_len past model.max_seq_len) is "
-                         "not supported with pipeline or tensor parallelism: set model.max_seq_len and RoPE "
-                         "in `model:` for the whole run, or train the extension as a run of its own "
-                         "(train.init_from)")
+        raise TrainError(
+            "a phase that changes RoPE (mixture.phases[].rope, or seq_len past model.max_seq_len) is "
+            "not supported with pipeline or tensor parallelism: set model.max_seq_len and RoPE "
+            "in `model:` for the whole run, or train the extension as a run of its own "
+            "(train.init_from)"
+        )
     return models
 
 
@@ -170,20 +194,28 @@ def _check_fingerprint(state: dict[str, Any], fingerprint: str, cfg: RunConfig, 
         return
     changes = _diff(state.get("config", {}), _train_sections(cfg))
     detail = ("; changed: " + ", ".join(changes)) if changes else " (the upstream data changed)"
-    raise TrainError(f"{ckpt} was written by a different training setup{detail}. Resuming would not "
-                     f"continue the same run: restore the config, or delete {ckpt.parent} to start over")
+    raise TrainError(
+        f"{ckpt} was written by a different training setup{detail}. Resuming would not "
+        f"continue the same run: restore the config, or delete {ckpt.parent} to start over"
+    )
 
 
 @contextlib.contextmanager
 def _progress(enabled: bool, total: int, completed: int) -> Iterator[tuple[Any, Any, Any]]:
     from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     console = Console(stderr=True)
-    prog = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                    console=console, disable=not (enabled and console.is_terminal))
+    prog = Progress(
+        TextColumn("[bold]train"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not (enabled and console.is_terminal),
+    )
     with prog:
         task = prog.add_task("train", total=total, completed=completed, info="")
         yield prog, task, console
@@ -260,10 +292,21 @@ class _ForwardClock:
         return self.total
 
 
-def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, device: torch.device,
-              dtype: torch.dtype, backward: bool, tc: Any = None, seed: int = 0,
-              extras: dict[str, float] | None = None, probe: NoiseProbe | None = None,
-              buckets: BucketLoss | None = None, fault_step: int | None = None) -> tuple[float, float]:
+def step_loss(
+    model: nn.Module,
+    loader: Loader,
+    step: int,
+    grad_accum: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    backward: bool,
+    tc: Any = None,
+    seed: int = 0,
+    extras: dict[str, float] | None = None,
+    probe: NoiseProbe | None = None,
+    buckets: BucketLoss | None = None,
+    fault_step: int | None = None,
+) -> tuple[float, float]:
     """(loss, r_pad) of the global batch of `step`: Σ NLL over its counted targets / their number,
     so every target weighs the same whatever micro-batch (or rank) it falls in; with
     backward=True the gradients of that loss (plus z-loss / MoE aux when configured; reported
@@ -298,8 +341,7 @@ def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, devi
             if faults is not None and fs in faults.corrupt_steps:
                 batch = corrupt_batch(batch, fs, micro, faults, loader.store.vocab_size, seed)
             if faults is not None and faults.poison_bucket is not None:
-                batch = poison_rows(batch, loader.row_buckets(step, micro), fs, micro, faults, loader.store.vocab_size,
-                                    seed)
+                batch = poison_rows(batch, loader.row_buckets(step, micro), fs, micro, faults, loader.store.vocab_size, seed)
             batch = batch.to(device, non_blocking=True)
             with autocast(device, dtype), torch.set_grad_enabled(backward), forward:
                 if objective == "clm":
@@ -312,8 +354,7 @@ def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, devi
 
                     # a mean over every micro-batch of every rank (ranks' gradients are summed)
                     loss = objective_loss(model, batch, tc, seed, step, micro) / (grad_accum * loader.world_size)
-                extra = (reg.term(getattr(batch, "loss_mask", None), grad_accum * loader.world_size)
-                         if reg.active else None)
+                extra = reg.term(getattr(batch, "loss_mask", None), grad_accum * loader.world_size) if reg.active else None
                 if faults is not None:
                     loss = poison_loss(loss, fs, faults)
             if backward:
@@ -333,13 +374,25 @@ def step_loss(model: nn.Module, loader: Loader, step: int, grad_accum: int, devi
     return total.item(), r_pad / grad_accum
 
 
-def compute_update(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, step: int, tc: Any,
-                   device: torch.device, dtype: torch.dtype, anneal: int | None,
-                   extras: dict[str, Any] | None = None, lr_scale: float = 1.0,
-                   group_norms: bool = False, ctx: DistContext | None = None,
-                   pipeline: Pipeline | None = None, probe: NoiseProbe | None = None,
-                   schedule_step: float | None = None, buckets: BucketLoss | None = None,
-                   fault_step: int | None = None) -> tuple[float, float, float, float]:
+def compute_update(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loader: Loader,
+    step: int,
+    tc: Any,
+    device: torch.device,
+    dtype: torch.dtype,
+    anneal: int | None,
+    extras: dict[str, Any] | None = None,
+    lr_scale: float = 1.0,
+    group_norms: bool = False,
+    ctx: DistContext | None = None,
+    pipeline: Pipeline | None = None,
+    probe: NoiseProbe | None = None,
+    schedule_step: float | None = None,
+    buckets: BucketLoss | None = None,
+    fault_step: int | None = None,
+) -> tuple[float, float, float, float]:
     """Everything of optimizer step `step` before `optimizer.step()`: set the LR (the schedule's,
     times the guard's backoff `lr_scale`, times an injected fault's factor), accumulate the
     gradients of the global batch, clip. Returns (lr, loss, pre-clip grad norm, r_pad); with
@@ -355,9 +408,21 @@ def compute_update(model: nn.Module, optimizer: torch.optim.Optimizer, loader: L
     lr = lr_at(at, tc, anneal) * lr_scale * lr_factor(step if fault_step is None else fault_step, tc.faults)
     set_lr(optimizer, lr)
     if pipeline is None:
-        loss, r_pad = step_loss(model, loader, step, tc.grad_accum, device, dtype, backward=True, tc=tc,
-                                seed=loader.seed, extras=extras, probe=probe, buckets=buckets,
-                                fault_step=fault_step)
+        loss, r_pad = step_loss(
+            model,
+            loader,
+            step,
+            tc.grad_accum,
+            device,
+            dtype,
+            backward=True,
+            tc=tc,
+            seed=loader.seed,
+            extras=extras,
+            probe=probe,
+            buckets=buckets,
+            fault_step=fault_step,
+        )
     else:
         loss, r_pad, data_wait = pipeline.step_loss(loader, step, tc.grad_accum)
         if extras is not None:
@@ -375,15 +440,18 @@ def compute_update(model: nn.Module, optimizer: torch.optim.Optimizer, loader: L
     across = pipeline.group if pipeline is not None else None
     if group_norms and extras is not None:
         extras["grad_norms"] = grad_norms_by_group(model, across=across)
-    grad_norm = clip_gradients(model.parameters(), tc.grad_clip if tc.grad_clip > 0 else float("inf"),
-                               mixed=bool(ctx and ctx.model_parallel), across=across,
-                               counted_elsewhere=pipeline.tied_duplicate() if pipeline is not None else None)
+    grad_norm = clip_gradients(
+        model.parameters(),
+        tc.grad_clip if tc.grad_clip > 0 else float("inf"),
+        mixed=bool(ctx and ctx.model_parallel),
+        across=across,
+        counted_elsewhere=pipeline.tied_duplicate() if pipeline is not None else None,
+    )
     return lr, loss, grad_norm, r_pad
 
 
 # --------------------------------------------------------------------------- entry point
-def run_train(run: RunDir, resume: bool = False, on_eval: EvalHook | None = None,
-              progress: bool = True) -> dict[str, Any]:
+def run_train(run: RunDir, resume: bool = False, on_eval: EvalHook | None = None, progress: bool = True) -> dict[str, Any]:
     """Train the run's model on its token store; return {steps, final_loss, tokens, seconds, params}.
 
     resume=True continues from the newest valid checkpoint (fresh start when there is none);
@@ -408,16 +476,17 @@ def run_train(run: RunDir, resume: bool = False, on_eval: EvalHook | None = None
         ctx.close(synchronize=together)
 
 
-def _run_train(run: RunDir, ctx: DistContext, resume: bool, on_eval: EvalHook | None,
-               progress: bool) -> dict[str, Any]:
+def _run_train(run: RunDir, ctx: DistContext, resume: bool, on_eval: EvalHook | None, progress: bool) -> dict[str, Any]:
     cfg = run.config
     tc = resolve_budget(cfg.train, world_size=ctx.dp_size)  # token-denominated knobs -> steps, once
     if tc.grad_accum < 1 or tc.max_steps < 1 or tc.micro_batch < 1 or tc.seq_len < 1:
         raise TrainError("train.grad_accum, max_steps, micro_batch and seq_len must all be >= 1")
     if ctx.sizes is not None and tc.grad_accum < ctx.sizes.pp:
-        raise TrainError(f"pp={ctx.sizes.pp} needs at least {ctx.sizes.pp} micro-batches per step on each of the "
-                         f"{ctx.sizes.dp} data-parallel replica(s), but train.global_batch_tokens gives "
-                         f"grad_accum={tc.grad_accum}: raise the global batch or lower train.micro_batch")
+        raise TrainError(
+            f"pp={ctx.sizes.pp} needs at least {ctx.sizes.pp} micro-batches per step on each of the "
+            f"{ctx.sizes.dp} data-parallel replica(s), but train.global_batch_tokens gives "
+            f"grad_accum={tc.grad_accum}: raise the global batch or lower train.micro_batch"
+        )
     store = TokenStore(run.path / "tokens")
     mcfg = resolve_model_config(cfg.model, store, tc.seq_len)
     device = ctx.device  # train.device, or this rank's GPU under torchrun
@@ -432,16 +501,28 @@ def _run_train(run: RunDir, ctx: DistContext, resume: bool, on_eval: EvalHook | 
         torch.set_num_threads(prev_threads)
 
 
-def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: torch.device, dtype: torch.dtype,
-           resume: bool, on_eval: EvalHook | None, progress: bool, ctx: DistContext | None = None) -> dict[str, Any]:
+def _train(
+    run: RunDir,
+    tc: Any,
+    store: TokenStore,
+    mcfg: ModelConfig,
+    device: torch.device,
+    dtype: torch.dtype,
+    resume: bool,
+    on_eval: EvalHook | None,
+    progress: bool,
+    ctx: DistContext | None = None,
+) -> dict[str, Any]:
     ctx = ctx or DistContext(device=device)
     cfg, events = run.config, event_log(run.events, ctx)  # one timeline: rank 0 writes it
     ckpt_root = run.path / "checkpoints"
     fingerprint = run.fingerprint(STAGE)
     existing = list_checkpoints(ckpt_root)
     if existing and not resume:
-        raise TrainError(f"{ckpt_root} already holds checkpoints (newest: step_{existing[-1][0]}); pass "
-                         f"--resume to continue this run, or delete {ckpt_root} to start over")
+        raise TrainError(
+            f"{ckpt_root} already holds checkpoints (newest: step_{existing[-1][0]}); pass "
+            f"--resume to continue this run, or delete {ckpt_root} to start over"
+        )
 
     seed_everything(cfg.train_seed)
     model = Transformer(mcfg, generator=torch.Generator().manual_seed(cfg.train_seed))
@@ -451,8 +532,11 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
 
         inherited = init_from(model, tc.init_from)
         unchecked = check_store_tokenizer(tc.init_from, store.tokenizer_sha256, store.root)
-        inherited["inherited"] = ["weights", *(["optimizer state"] if tc.init_optimizer else []),
-                                  *(["tokenizer"] if unchecked is None else [])]
+        inherited["inherited"] = [
+            "weights",
+            *(["optimizer state"] if tc.init_optimizer else []),
+            *(["tokenizer"] if unchecked is None else []),
+        ]
         events.write(STAGE, "init_from", **{k: v for k, v in inherited.items() if k != "model_config"})
         if unchecked:
             events.write(STAGE, "init_from_warning", message=unchecked)
@@ -467,14 +551,26 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
     optimizer = build_optimizer(model, tc, device)
     if inherited is not None and tc.init_optimizer:
         if ctx.model_parallel or (ctx.distributed and tc.distributed == "fsdp"):
-            raise TrainError("train.init_optimizer loads a one-process optimizer state: not with FSDP, tensor "
-                             "or pipeline parallelism (DDP and one process are fine)")
+            raise TrainError(
+                "train.init_optimizer loads a one-process optimizer state: not with FSDP, tensor "
+                "or pipeline parallelism (DDP and one process are fine)"
+            )
         from tokenmill.train.init_from import init_optimizer
 
         init_optimizer(optimizer, inherited)
     guard = StabilityGuard(tc.guard, judge_after=tc.warmup_steps)
-    loader = Loader(store, cfg.mixture, tc.seq_len, tc.micro_batch, tc.grad_accum, tc.max_steps, cfg.train_seed,
-                    world_size=ctx.dp_size, rank=ctx.dp_rank, pin_memory=device.type == "cuda")
+    loader = Loader(
+        store,
+        cfg.mixture,
+        tc.seq_len,
+        tc.micro_batch,
+        tc.grad_accum,
+        tc.max_steps,
+        cfg.train_seed,
+        world_size=ctx.dp_size,
+        rank=ctx.dp_rank,
+        pin_memory=device.type == "cuda",
+    )
     guard_mixture(run.path, store, loader.phases, cfg.mixture.synthetic, events)  # refused before any step
     draws: dict[int, Loader] = {0: loader}
 
@@ -484,10 +580,20 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
         reproducible on resume as draw 0 (the guard state names the draws)."""
         k = guard.draw(step)
         if k not in draws:
-            draws[k] = Loader(store, cfg.mixture, tc.seq_len, tc.micro_batch, tc.grad_accum, tc.max_steps,
-                              draw_seed(cfg.train_seed, k), world_size=ctx.dp_size, rank=ctx.dp_rank,
-                              pin_memory=device.type == "cuda")
+            draws[k] = Loader(
+                store,
+                cfg.mixture,
+                tc.seq_len,
+                tc.micro_batch,
+                tc.grad_accum,
+                tc.max_steps,
+                draw_seed(cfg.train_seed, k),
+                world_size=ctx.dp_size,
+                rank=ctx.dp_rank,
+                pin_memory=device.type == "cuda",
+            )
         return draws[k]
+
     phase_models = _phase_models(mcfg, loader, ctx)
     for warning in rope_warnings(mcfg, [(p.name, p.seq_len, m) for p, m in zip(loader.phases, phase_models)]):
         events.write(STAGE, "rope_warning", message=warning)
@@ -496,24 +602,27 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
     anneal = next((p.start_step for p in loader.phases if p.anneal), None)
     clock = TimeBudget(tc.max_seconds, tc.max_steps)
     if clock.enabled and len(loader.phases) > 1:
-        raise TrainError(f"train.max_seconds={tc.max_seconds} runs the LR schedule on elapsed time, but the "
-                         f"curriculum's {len(loader.phases)} phases are placed by step: use one phase "
-                         f"(mixture.phases: []) or a step budget (train.max_steps)")
+        raise TrainError(
+            f"train.max_seconds={tc.max_seconds} runs the LR schedule on elapsed time, but the "
+            f"curriculum's {len(loader.phases)} phases are placed by step: use one phase "
+            f"(mixture.phases: []) or a step budget (train.max_steps)"
+        )
     noise = NoiseScale(tc.noise_scale_ema)
-    noise_off = unavailable_reason(tc.grad_accum, tc.objective, ctx.model_parallel,
-                                   ctx.distributed and tc.distributed == "fsdp", tc.noise_scale_every)
+    noise_off = unavailable_reason(
+        tc.grad_accum, tc.objective, ctx.model_parallel, ctx.distributed and tc.distributed == "fsdp", tc.noise_scale_every
+    )
     drift = GradDrift(tc.health.drift_window, tc.health.drift_ratio, start_after=tc.warmup_steps)
     collapse = CollapseAlert(tc.health.collapse_ratio)
-    bucket_alert = BucketLossAlert(tc.health.bucket_alert_ratio, tc.health.bucket_alert_patience,
-                                   tc.health.bucket_alert_window)
+    bucket_alert = BucketLossAlert(tc.health.bucket_alert_ratio, tc.health.bucket_alert_patience, tc.health.bucket_alert_window)
 
     start_step, last_loss, resumed_from = 0, None, None
     resumed_spikes: dict[str, Any] | None = None
     if resume:
         ckpt = agreed_latest_checkpoint(ckpt_root, events, ctx)  # rank 0 decides for every rank
         if ckpt is None and existing:
-            raise TrainError(f"no checkpoint under {ckpt_root} verifies (see checkpoint_corrupt events); "
-                             f"delete {ckpt_root} to start over")
+            raise TrainError(
+                f"no checkpoint under {ckpt_root} verifies (see checkpoint_corrupt events); delete {ckpt_root} to start over"
+            )
         if ckpt is not None:
             state = read_state(ckpt)
             _check_fingerprint(state, fingerprint, cfg, ckpt)
@@ -537,43 +646,83 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
             inherited = state.get("init_from") or inherited  # the source the run started from, kept across resumes
             events.write(STAGE, "resumed", step=start_step, checkpoint=str(ckpt))
     if restart_attempt() > 0:  # torchrun --max-restarts started this group again after a rank failed
-        events.write(STAGE, "restart", attempt=restart_attempt(), by="torchrun",
-                     restarts=int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0),
-                     resume_from=resumed_from, resume_step=start_step)
+        events.write(
+            STAGE,
+            "restart",
+            attempt=restart_attempt(),
+            by="torchrun",
+            restarts=int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0),
+            resume_from=resumed_from,
+            resume_step=start_step,
+        )
 
     tokens_per_step = loader.tokens_per_step  # the global batch, all ranks
     fpt = flops_per_token(mcfg, tc.seq_len)
     peak, peak_source = peak_flops_source(device, dtype, tc.peak_tflops)
     peak *= ctx.world_size  # the job's peak: tokens/s and MFU count the global batch over every rank's device
-    pipe_info = None if pipeline is None else {
-        "stages": pipeline.n_stages, "schedule": pipeline.schedule_kind,
-        "layers": [list(stage_layers(mcfg.n_layers, pipeline.n_stages, s)) for s in range(pipeline.n_stages)],
-        "micro_batches": tc.grad_accum, "bubble": pipeline.bubble(tc.grad_accum)}
-    events.write(STAGE, "train_start", step=start_step, max_steps=tc.max_steps, params=params,
-                 non_embedding_params=non_embedding, flops_per_token=fpt, pipeline=pipe_info,
-                 tokens_per_step=tokens_per_step, device=str(device), dtype=str(dtype).replace("torch.", ""),
-                 threads=torch.get_num_threads(), peak_flops=peak, peak_source=peak_source, buckets=loader.weights, plan=loader.plan(),
-                 resumed_from=resumed_from, world_size=ctx.world_size, parallel=ctx.mode,
-                 init_from=(inherited or {}).get("from"),
-                 noise_scale={"measured": noise_off is None, "why_not": noise_off, "ema": tc.noise_scale_ema,
-                              "every": tc.noise_scale_every},
-                 layout=(ctx.sizes.describe() if ctx.sizes is not None else None),
-                 sharding=sharding_report(model, device) if ctx.distributed else None)
+    pipe_info = (
+        None
+        if pipeline is None
+        else {
+            "stages": pipeline.n_stages,
+            "schedule": pipeline.schedule_kind,
+            "layers": [list(stage_layers(mcfg.n_layers, pipeline.n_stages, s)) for s in range(pipeline.n_stages)],
+            "micro_batches": tc.grad_accum,
+            "bubble": pipeline.bubble(tc.grad_accum),
+        }
+    )
+    events.write(
+        STAGE,
+        "train_start",
+        step=start_step,
+        max_steps=tc.max_steps,
+        params=params,
+        non_embedding_params=non_embedding,
+        flops_per_token=fpt,
+        pipeline=pipe_info,
+        tokens_per_step=tokens_per_step,
+        device=str(device),
+        dtype=str(dtype).replace("torch.", ""),
+        threads=torch.get_num_threads(),
+        peak_flops=peak,
+        peak_source=peak_source,
+        buckets=loader.weights,
+        plan=loader.plan(),
+        resumed_from=resumed_from,
+        world_size=ctx.world_size,
+        parallel=ctx.mode,
+        init_from=(inherited or {}).get("from"),
+        noise_scale={
+            "measured": noise_off is None,
+            "why_not": noise_off,
+            "ema": tc.noise_scale_ema,
+            "every": tc.noise_scale_every,
+        },
+        layout=(ctx.sizes.describe() if ctx.sizes is not None else None),
+        sharding=sharding_report(model, device) if ctx.distributed else None,
+    )
 
     def state_fields(step: int, loss: float | None) -> dict[str, Any]:
         return {
             "model_config": model.config.model_dump(mode="json"),  # with the current phase's RoPE
             "train_fingerprint": fingerprint,
             "config": _train_sections(cfg),
-            "scheduler": {"kind": tc.schedule, "step": step, "schedule_step": at_of.get(step, step),
-                          "lr": lr_at(at_of.get(step, step), tc, anneal) * guard.lr_scale},
+            "scheduler": {
+                "kind": tc.schedule,
+                "step": step,
+                "schedule_step": at_of.get(step, step),
+                "lr": lr_at(at_of.get(step, step), tc, anneal) * guard.lr_scale,
+            },
             "time_budget": clock.state_dict(),
             "data_cursor": loader.cursor(step),
             "grad_accum": {"micro": 0, "of": tc.grad_accum},
             "guard": guard.state_dict(),
             "noise_scale": noise.state_dict(),
-            "health": {"grad_drift": drift.state_dict(), "embedding_collapse": collapse.state_dict(),
-                       "bucket_loss": bucket_alert.state_dict()},
+            "health": {
+                "grad_drift": drift.state_dict(),
+                "embedding_collapse": collapse.state_dict(),
+                "bucket_loss": bucket_alert.state_dict(),
+            },
             "spike_history": spike_history.state_dict(),
             "loss": loss,
             "tokens": step * tokens_per_step,
@@ -584,20 +733,42 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
     last_ckpt: dict[str, Any] = {"step": start_step, "t": time.perf_counter(), "seconds": None}
     at_of: dict[int, float] = {}  # the step being taken -> where its LR was read (one entry; differs under a time budget)
     # No step finished for hang_timeout_s: every rank dumps its stacks and exits (train/watchdog.py).
-    watchdog = (Watchdog(tc.hang_timeout_s, run.path / "hangs", ctx.rank, store=job_store(),
-                         on_hang=lambda info: run.events.write(STAGE, "hang", **info))
-                if tc.hang_timeout_s else None)
+    watchdog = (
+        Watchdog(
+            tc.hang_timeout_s,
+            run.path / "hangs",
+            ctx.rank,
+            store=job_store(),
+            on_hang=lambda info: run.events.write(STAGE, "hang", **info),
+        )
+        if tc.hang_timeout_s
+        else None
+    )
     unwatched = watchdog.paused if watchdog is not None else contextlib.nullcontext
 
     def checkpoint(step: int, loss: float | None) -> Path:
         t0 = time.perf_counter()
         last_ckpt.update(step=step, t=t0)
         with unwatched():
-            path = save_train_checkpoint(ckpt_root, step, model, optimizer, state_fields(step, loss), ctx,
-                                         keep=tc.keep_checkpoints, keep_every=tc.keep_every)  # every rank takes part
+            path = save_train_checkpoint(
+                ckpt_root,
+                step,
+                model,
+                optimizer,
+                state_fields(step, loss),
+                ctx,
+                keep=tc.keep_checkpoints,
+                keep_every=tc.keep_every,
+            )  # every rank takes part
         last_ckpt["seconds"] = time.perf_counter() - t0
-        events.write(STAGE, "checkpoint", step=step, path=str(path), seconds=round(last_ckpt["seconds"], 4),
-                     bytes=sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if ctx.is_main else None)
+        events.write(
+            STAGE,
+            "checkpoint",
+            step=step,
+            path=str(path),
+            seconds=round(last_ckpt["seconds"], 4),
+            bytes=sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if ctx.is_main else None,
+        )
         return path
 
     spike_history = SpikeHistory()
@@ -608,8 +779,15 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
         """θ_{step-1} and its optimizer state (the spiking step is not applied), kept for diagnosis:
         `tokenmill replay --step <step>` starts from it. Not a resume or rollback target."""
         with unwatched():
-            return save_train_checkpoint(ckpt_root / "spikes", step - 1, model, optimizer, state_fields(step - 1, None),
-                                         ctx, keep=tc.guard.keep_spike_states)
+            return save_train_checkpoint(
+                ckpt_root / "spikes",
+                step - 1,
+                model,
+                optimizer,
+                state_fields(step - 1, None),
+                ctx,
+                keep=tc.guard.keep_spike_states,
+            )
 
     def evaluate(step: int) -> None:
         if on_eval is None:
@@ -646,15 +824,16 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
         watchdog.start()
     loader.start_prefetch(start_step + 1)
     use_compile, why = compile_decision(tc, tc.max_steps - start_step, model_parallel=ctx.model_parallel)
-    events.write(STAGE, "compile", enabled=use_compile, reason=why,
-                 cache_dir=str(compile_cache_dir()) if use_compile else None)
+    events.write(STAGE, "compile", enabled=use_compile, reason=why, cache_dir=str(compile_cache_dir()) if use_compile else None)
     compiled = compile_model(train_model) if use_compile else train_model  # checkpoints and evals use `model`
-    update_ratio = UpdateRatio(model, keep_buffer=tc.metrics_every == 1,
-                               across=pipeline.group if pipeline is not None else None,
-                               skip=pipeline.tied_duplicate() if pipeline is not None else None)
+    update_ratio = UpdateRatio(
+        model,
+        keep_buffer=tc.metrics_every == 1,
+        across=pipeline.group if pipeline is not None else None,
+        skip=pipeline.tied_duplicate() if pipeline is not None else None,
+    )
     embed_weight = model.embed_tokens.weight if model.embed_tokens is not None else None
-    buckets = (BucketLoss(list(store.buckets)) if tc.health.bucket_loss and tc.objective == "clm"
-               and pipeline is None else None)
+    buckets = BucketLoss(list(store.buckets)) if tc.health.bucket_loss and tc.objective == "clm" and pipeline is None else None
     act_every = tc.health.activation_stats_every if not ctx.model_parallel else 0  # bare model: one process, DDP, FSDP
     act_probe = ActivationProbe(model, tc.health.activation_rows, tc.health.attn_logit_queries) if act_every else None
     spectrum_steps = tc.spectrum_every or tc.eval_every  # the spectrum's steps (spectrum_every 0: the evaluations')
@@ -681,8 +860,13 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                     bucket_alert.reset()
                     if phase_models[loader.phase_at(step).index] != model.config:  # a longer context
                         model.set_rope(phase_models[loader.phase_at(step).index])
-                        events.write(STAGE, "rope_changed", step=step, phase=phase,
-                                     **{k: getattr(model.config, k) for k in ("max_seq_len", *ROPE_FIELDS)})
+                        events.write(
+                            STAGE,
+                            "rope_changed",
+                            step=step,
+                            phase=phase,
+                            **{k: getattr(model.config, k) for k in ("max_seq_len", *ROPE_FIELDS)},
+                        )
                 extras: dict[str, Any] = {}
                 # The per-group norms and the update ratio cost a pass over the gradients and a copy
                 # of the parameters: every step by default, every metrics_every steps on big runs.
@@ -696,11 +880,25 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 data, attempt = data_of(step), guard.attempt(step)
                 if attempt != step:  # after a rewinding rollback: which attempt, on which draw of the data
                     extras.update(attempt=attempt, draw=guard.draw(step))
-                lr, last_loss, grad_norm, r_pad = compute_update(compiled, optimizer, data, step, tc, device,
-                                                                 dtype, anneal, extras, lr_scale=guard.lr_scale,
-                                                                 group_norms=measure, ctx=ctx, pipeline=pipeline,
-                                                                 probe=probe, schedule_step=at, buckets=buckets,
-                                                                 fault_step=attempt)
+                lr, last_loss, grad_norm, r_pad = compute_update(
+                    compiled,
+                    optimizer,
+                    data,
+                    step,
+                    tc,
+                    device,
+                    dtype,
+                    anneal,
+                    extras,
+                    lr_scale=guard.lr_scale,
+                    group_norms=measure,
+                    ctx=ctx,
+                    pipeline=pipeline,
+                    probe=probe,
+                    schedule_step=at,
+                    buckets=buckets,
+                    fault_step=attempt,
+                )
                 if buckets is not None:
                     extras["bucket_loss"] = buckets.result(ctx.dp_group, ctx.distributed)
                 if probe is not None and probe.small is not None:
@@ -713,16 +911,15 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                     raise TrainingDiverged(
                         f"training diverged at step {step}: loss={last_loss}, grad_norm={grad_norm}; the "
                         f"optimizer step was not applied (train.guard.enabled is false, so nothing skips it). "
-                        f"Lower train.lr or raise train.warmup_steps, and resume from the last checkpoint")
+                        f"Lower train.lr or raise train.warmup_steps, and resume from the last checkpoint"
+                    )
                 for kind, info in verdict.events:
                     if kind == "spike":
                         info["lineage"] = _lineage(data, step)
                     if kind in ("spike", "skip"):  # one-off, periodic or increasing (train/spike_kinds.py)
                         episode = (guard.spike or {}).get("start")
-                        info.update(spike_history.classify(step, magnitude(info), documents(info.get("lineage")),
-                                                           episode))
-                        if (tc.guard.keep_spike_states > 0 and is_severe(info, tc.guard)
-                                and kept_episode.get("start") != episode):
+                        info.update(spike_history.classify(step, magnitude(info), documents(info.get("lineage")), episode))
+                        if tc.guard.keep_spike_states > 0 and is_severe(info, tc.guard) and kept_episode.get("start") != episode:
                             kept_episode["start"] = episode  # the first severe step of an episode
                             info["state_kept"] = str(keep_spike_state(step))
                     events.write(STAGE, kind, **info)
@@ -772,17 +969,34 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 last = (step == tc.max_steps and rewind_to is None) or clock.spent()
                 tps = tokens_per_step / dt
                 mem = memory_bytes(device)
-                events.write(STAGE, "train_step", step=step, loss=last_loss, lr=lr, grad_norm=grad_norm,
-                             update_ratio=ratio, action=verdict.action, tokens_per_s=tps, mfu=fpt * tps / peak,
-                             tokens=step * tokens_per_step, seconds=dt, r_pad=r_pad, phase=phase,
-                             memory_peak=mem["peak"], ckpt_age_steps=step - last_ckpt["step"],
-                             ckpt_age_s=round(t0 - last_ckpt["t"], 3), **extras)
+                events.write(
+                    STAGE,
+                    "train_step",
+                    step=step,
+                    loss=last_loss,
+                    lr=lr,
+                    grad_norm=grad_norm,
+                    update_ratio=ratio,
+                    action=verdict.action,
+                    tokens_per_s=tps,
+                    mfu=fpt * tps / peak,
+                    tokens=step * tokens_per_step,
+                    seconds=dt,
+                    r_pad=r_pad,
+                    phase=phase,
+                    memory_peak=mem["peak"],
+                    ckpt_age_steps=step - last_ckpt["step"],
+                    ckpt_age_s=round(t0 - last_ckpt["t"], 3),
+                    **extras,
+                )
                 info = f"loss {last_loss:.4f} lr {lr:.2e} {tps:,.0f} tok/s"
                 prog.update(task, completed=step, info=info)
                 if tc.log_every > 0 and (step % tc.log_every == 0 or last):
-                    console.print(f"step {step}/{tc.max_steps} loss {last_loss:.4f} lr {lr:.3e} "
-                                  f"grad_norm {grad_norm:.3f} {tps:,.0f} tok/s mfu {fpt * tps / peak:.1%}",
-                                  highlight=False)
+                    console.print(
+                        f"step {step}/{tc.max_steps} loss {last_loss:.4f} lr {lr:.3e} "
+                        f"grad_norm {grad_norm:.3f} {tps:,.0f} tok/s mfu {fpt * tps / peak:.1%}",
+                        highlight=False,
+                    )
 
                 if rewind_to is not None:  # the next step is rewind_to + 1 (its checkpoint is written)
                     step = rewind_to
@@ -801,30 +1015,44 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
                 for kind, info in slow_ranks.judge(step, per_rank) if per_rank is not None else []:
                     events.write(STAGE, kind, **info)
                     if kind == "slow_rank":
-                        console.print(f"[yellow]slow rank[/]: rank {info['rank']} ({escape(str(info['host']))}) spends "
-                                      f"{info['ratio']:.2f}× the median rank's time reading and in forward "
-                                      f"passes ({info['cause']}) for {info['intervals']} intervals in a row")
+                        console.print(
+                            f"[yellow]slow rank[/]: rank {info['rank']} ({escape(str(info['host']))}) spends "
+                            f"{info['ratio']:.2f}× the median rank's time reading and in forward "
+                            f"passes ({info['cause']}) for {info['intervals']} intervals in a row"
+                        )
                 if stop != NONE:
                     path = ckpt_root / f"step_{step}"
                     if saved_step != step:
                         path = checkpoint(step, last_loss)
                     if stop == PREEMPT:
                         since = stops.seconds_since_preempt()
-                        events.write(STAGE, "preempted", step=step, checkpoint=str(path), grace_s=tc.preempt_grace_s,
-                                     seconds_since_signal=since,
-                                     within_grace=None if since is None else since <= tc.preempt_grace_s)
+                        events.write(
+                            STAGE,
+                            "preempted",
+                            step=step,
+                            checkpoint=str(path),
+                            grace_s=tc.preempt_grace_s,
+                            seconds_since_signal=since,
+                            within_grace=None if since is None else since <= tc.preempt_grace_s,
+                        )
                         raise TrainingPreempted(step, path)
                     events.write(STAGE, "interrupted", step=step, checkpoint=str(path))
                     raise TrainingInterrupted(step, path)
                 if watchdog is not None:
                     watchdog.beat(step)
-                if (not grace_warned and last_ckpt["seconds"] is not None
-                        and dt + last_ckpt["seconds"] > tc.preempt_grace_s):
+                if not grace_warned and last_ckpt["seconds"] is not None and dt + last_ckpt["seconds"] > tc.preempt_grace_s:
                     grace_warned = True  # a SIGTERM now would likely be followed by SIGKILL before the save ends
-                    events.write(STAGE, "preempt_warning", step=step, step_s=dt, checkpoint_s=last_ckpt["seconds"],
-                                 grace_s=tc.preempt_grace_s)
-                if embed_weight is not None and ((tc.spectrum_every > 0 and step % tc.spectrum_every == 0)
-                                                 or (tc.spectrum_every == 0 and eval_due(step, last))):
+                    events.write(
+                        STAGE,
+                        "preempt_warning",
+                        step=step,
+                        step_s=dt,
+                        checkpoint_s=last_ckpt["seconds"],
+                        grace_s=tc.preempt_grace_s,
+                    )
+                if embed_weight is not None and (
+                    (tc.spectrum_every > 0 and step % tc.spectrum_every == 0) or (tc.spectrum_every == 0 and eval_due(step, last))
+                ):
                     spectrum = embedding_spectrum(embed_weight)
                     events.write(STAGE, "embedding_spectrum", step=step, **spectrum)
                     if (alert := collapse.check(step, spectrum)) is not None:
@@ -841,9 +1069,15 @@ def _train(run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, device: t
             each.close()
 
     seconds = time.perf_counter() - t_start
-    events.write(STAGE, "train_done", step=step, loss=last_loss, seconds=seconds,
-                 stopped_by="time" if clock.spent() else "steps",
-                 **({"elapsed_s": clock.elapsed, "max_seconds": clock.max_seconds} if clock.enabled else {}))
+    events.write(
+        STAGE,
+        "train_done",
+        step=step,
+        loss=last_loss,
+        seconds=seconds,
+        stopped_by="time" if clock.spent() else "steps",
+        **({"elapsed_s": clock.elapsed, "max_seconds": clock.max_seconds} if clock.enabled else {}),
+    )
     return _summary(step, last_loss, tokens_per_step, seconds, params, resumed_from)
 
 
@@ -869,8 +1103,18 @@ def _lineage(loader: Loader, step: int, limit: int = 32) -> list[dict[str, Any]]
     out: list[dict[str, Any]] = []
     for src in loader.global_provenance(step):
         for span in src.spans:
-            out.append({"bucket": span.bucket, "doc_id": span.doc_id, "shard": span.shard, "doc": span.doc,
-                        "tokens": [span.start, span.end], "row": src.row, "micro": src.micro, "rank": src.rank})
+            out.append(
+                {
+                    "bucket": span.bucket,
+                    "doc_id": span.doc_id,
+                    "shard": span.shard,
+                    "doc": span.doc,
+                    "tokens": [span.start, span.end],
+                    "row": src.row,
+                    "micro": src.micro,
+                    "rank": src.rank,
+                }
+            )
             if len(out) >= limit:
                 return out
     return out
@@ -896,28 +1140,50 @@ def draw_seed(seed: int, draw: int) -> int:
     return seed if draw == 0 else (int(seed) * 1_000_003 + 7919 * draw) % (2**31 - 1)
 
 
-def _rollback(step: int, guard: StabilityGuard, model: nn.Module, optimizer: torch.optim.Optimizer,
-              ckpt_root: Path, events: Any, loss: float, grad_norm: float) -> tuple[int, Path]:
+def _rollback(
+    step: int,
+    guard: StabilityGuard,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    ckpt_root: Path,
+    events: Any,
+    loss: float,
+    grad_norm: float,
+) -> tuple[int, Path]:
     """Carry out the guard's rollback verdict at `step`: the last good checkpoint's weights and
     optimizer state, the LR backed off, the data window since that checkpoint skipped (rewinding:
     the step counter goes back to the checkpoint's). Returns (its step, its path)."""
     spike = dict(guard.spike or {})
     target = _good_checkpoint(ckpt_root, guard.good_checkpoint_bound())
-    why = (f"the loss did not come back within {guard.cfg.recover_steps} steps of the spike at step "
-           f"{spike.get('start')} ({spike.get('reason')}; loss {loss:.4g} vs {spike.get('pre_level')} before)")
+    why = (
+        f"the loss did not come back within {guard.cfg.recover_steps} steps of the spike at step "
+        f"{spike.get('start')} ({spike.get('reason')}; loss {loss:.4g} vs {spike.get('pre_level')} before)"
+    )
     if guard.rollbacks_left <= 0 or target is None:
-        reason = ("no checkpoint from before the spike is left to roll back to" if target is None
-                  else f"{guard.cfg.max_rollbacks} rollbacks already")
+        reason = (
+            "no checkpoint from before the spike is left to roll back to"
+            if target is None
+            else f"{guard.cfg.max_rollbacks} rollbacks already"
+        )
         events.write(STAGE, "diverged", step=step, loss=loss, grad_norm=grad_norm, reason=reason, spike=spike)
-        raise TrainingDiverged(f"training diverged at step {step}: {why}, and {reason}. Lower train.lr or "
-                               f"raise train.warmup_steps (checkpoints: {ckpt_root})")
+        raise TrainingDiverged(
+            f"training diverged at step {step}: {why}, and {reason}. Lower train.lr or "
+            f"raise train.warmup_steps (checkpoints: {ckpt_root})"
+        )
     to_step, path = target
     _load_training_state(path, model, optimizer, restore_rng=False)  # verified by _good_checkpoint
     events.write(STAGE, "rollback", checkpoint=str(path), why=why, **guard.rolled_back(step, to_step))
     return to_step, path
 
 
-def _summary(step: int, loss: float | None, tokens_per_step: int, seconds: float, params: int,
-             resumed_from: str | None) -> dict[str, Any]:
-    return {"steps": step, "final_loss": loss, "tokens": step * tokens_per_step, "seconds": seconds,
-            "params": params, "resumed_from": resumed_from}
+def _summary(
+    step: int, loss: float | None, tokens_per_step: int, seconds: float, params: int, resumed_from: str | None
+) -> dict[str, Any]:
+    return {
+        "steps": step,
+        "final_loss": loss,
+        "tokens": step * tokens_per_step,
+        "seconds": seconds,
+        "params": params,
+        "resumed_from": resumed_from,
+    }

@@ -70,10 +70,18 @@ def _stderr_with_fd() -> Any:
 
 
 class Watchdog:
-    def __init__(self, timeout_s: float, hang_dir: Path, rank: int,
-                 on_hang: Callable[[dict[str, Any]], None] | None = None, store: Any = None,
-                 poll_s: float | None = None, settle_s: float | None = None,
-                 exit_fn: Callable[[int], None] = os._exit, backstop: bool = True):
+    def __init__(
+        self,
+        timeout_s: float,
+        hang_dir: Path,
+        rank: int,
+        on_hang: Callable[[dict[str, Any]], None] | None = None,
+        store: Any = None,
+        poll_s: float | None = None,
+        settle_s: float | None = None,
+        exit_fn: Callable[[int], None] = os._exit,
+        backstop: bool = True,
+    ):
         self.timeout_s = float(timeout_s)
         self.poll_s = poll_s if poll_s is not None else min(5.0, max(0.05, self.timeout_s / 20))
         self.settle_s = settle_s if settle_s is not None else 4 * self.poll_s
@@ -160,9 +168,11 @@ class Watchdog:
         self.hang_dir.mkdir(parents=True, exist_ok=True)
         path = self.hang_dir / f"attempt{restart_attempt()}-rank{self.rank}.txt"
         with open(path, "w") as fh:
-            fh.write(f"tokenmill watchdog: {json.dumps(info)}\n"
-                     f"no step finished for {self.allowance:g}s (train.hang_timeout_s, or {STEP_FACTOR}× the longest step); Python stacks of "
-                     f"every thread of rank {self.rank} (pid {os.getpid()}):\n\n")
+            fh.write(
+                f"tokenmill watchdog: {json.dumps(info)}\n"
+                f"no step finished for {self.allowance:g}s (train.hang_timeout_s, or {STEP_FACTOR}× the longest step); Python stacks of "
+                f"every thread of rank {self.rank} (pid {os.getpid()}):\n\n"
+            )
             fh.flush()
             faulthandler.dump_traceback(file=fh, all_threads=True)
         self.fired = {**info, "stacks": str(path), "attempt": restart_attempt(), "timeout_s": self.allowance}

@@ -40,8 +40,7 @@ def exact_key(text: str) -> bytes:
 def first_occurrence(keys: Sequence[bytes] | np.ndarray) -> np.ndarray:
     """For every document, the index of the first document with the same key (itself when it
     is the first): keys in canonical order, as bytes or an (n, 16) uint8 array."""
-    arr = np.asarray(keys, dtype=np.uint8) if isinstance(keys, np.ndarray) else \
-        np.frombuffer(b"".join(keys), dtype=np.uint8)
+    arr = np.asarray(keys, dtype=np.uint8) if isinstance(keys, np.ndarray) else np.frombuffer(b"".join(keys), dtype=np.uint8)
     if arr.size == 0:
         return np.empty(0, dtype=np.int64)
     pairs = arr.reshape(-1, 16).view(np.uint64)  # (n, 2): one row per key

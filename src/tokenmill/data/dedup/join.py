@@ -84,6 +84,8 @@ def receive(job: DedupJob, directory: Path, shard: int, with_text: bool) -> Rece
     rows = rows.take(pa.array(first))
     missing = np.setdiff1d(np.union1d(a, b), rows.column("g").to_numpy())
     if len(missing):
-        raise RuntimeError(f"dedup join {directory.name}: rows {missing[:5].tolist()} of shard {shard}'s pairs "
-                           "were not sent (a bug, or a work directory changed under the run)")
+        raise RuntimeError(
+            f"dedup join {directory.name}: rows {missing[:5].tolist()} of shard {shard}'s pairs "
+            "were not sent (a bug, or a work directory changed under the run)"
+        )
     return Received(a, b, rows)

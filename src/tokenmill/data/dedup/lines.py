@@ -64,8 +64,7 @@ def _split(text: str, cfg: LineDedupConfig) -> tuple[list[str], list[str]]:
 
 
 def _hashes(units: Iterable[str]) -> np.ndarray:
-    return np.fromiter((xxhash.xxh3_64_intdigest(u.encode("utf-8", "surrogatepass")) for u in units),
-                       dtype=np.uint64)
+    return np.fromiter((xxhash.xxh3_64_intdigest(u.encode("utf-8", "surrogatepass")) for u in units), dtype=np.uint64)
 
 
 def unit_hashes(text: str, cfg: LineDedupConfig) -> np.ndarray:
@@ -88,8 +87,7 @@ def merge_counts(parts: Sequence[UnitCounts]) -> UnitCounts:
     if not parts:
         return count_units([])
     hashes, inverse = np.unique(np.concatenate([p.hashes for p in parts]), return_inverse=True)
-    counts = np.bincount(inverse.reshape(-1), weights=np.concatenate([p.counts for p in parts]),
-                         minlength=len(hashes))
+    counts = np.bincount(inverse.reshape(-1), weights=np.concatenate([p.counts for p in parts]), minlength=len(hashes))
     return UnitCounts(hashes, counts.astype(np.int64))
 
 
@@ -130,6 +128,9 @@ def remove_units(text: str, frequent: "np.ndarray | PartitionedSet", cfg: LineDe
 
 def too_short_rejection(n_chars: int, min_chars: int, n_removed: int) -> Rejection:
     """The rejection of a document that line dedup left under CurateConfig.min_chars."""
-    return Rejection(STEP, RULE_TOO_SHORT, format_value(n_chars),
-                     f"{n_chars} characters left after removing {n_removed} repeated "
-                     f"line(s)/paragraph(s); the minimum is {min_chars}")
+    return Rejection(
+        STEP,
+        RULE_TOO_SHORT,
+        format_value(n_chars),
+        f"{n_chars} characters left after removing {n_removed} repeated line(s)/paragraph(s); the minimum is {min_chars}",
+    )

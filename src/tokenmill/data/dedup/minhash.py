@@ -202,8 +202,7 @@ def _word_units(bufs: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
     words *= ipw[starts]
     buf_starts = np.zeros(len(bufs), dtype=np.int64)
     if len(bufs) > 1:
-        np.cumsum(np.fromiter((len(b) + 1 for b in bufs[:-1]), dtype=np.int64, count=len(bufs) - 1),
-                  out=buf_starts[1:])
+        np.cumsum(np.fromiter((len(b) + 1 for b in bufs[:-1]), dtype=np.int64, count=len(bufs) - 1), out=buf_starts[1:])
     offsets = np.zeros(len(bufs) + 1, dtype=np.int64)
     offsets[1:] = np.searchsorted(starts, buf_starts[1:].tolist() + [len(arr)])
     return fmix64(words), offsets
@@ -223,7 +222,7 @@ def _poly(units: np.ndarray, n: int, count: int) -> np.ndarray:
     acc = units[:count].copy()
     for t in range(1, n):
         acc *= _POLY
-        acc += units[t: t + count]
+        acc += units[t : t + count]
     return fmix64(acc)
 
 
@@ -235,8 +234,7 @@ def ngram_hashes(units: np.ndarray, n: int) -> np.ndarray:
     return _poly(units, m, len(units) - m + 1)
 
 
-def ngram_stream(units: np.ndarray, offsets: np.ndarray, n: int, short: bool = True
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def ngram_stream(units: np.ndarray, offsets: np.ndarray, n: int, short: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """n-gram hashes of many documents at once (none crosses a document boundary), in
     document order, with per-document offsets. short: a document with 0 < units < n gets one
     gram of all its units (else none)."""
@@ -258,7 +256,7 @@ def ngram_stream(units: np.ndarray, offsets: np.ndarray, n: int, short: bool = T
         else:
             out[:] = full[inside]
     for d in short_docs:
-        out[out_offsets[d]] = ngram_hashes(units[offsets[d]: offsets[d + 1]], n)[0]
+        out[out_offsets[d]] = ngram_hashes(units[offsets[d] : offsets[d + 1]], n)[0]
     return out, out_offsets
 
 
@@ -287,8 +285,7 @@ def _concat(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.
     return grams, np.concatenate(offsets)
 
 
-def word_ngram_stream(texts: Sequence[str], n: int, short: bool = True
-                      ) -> tuple[np.ndarray, np.ndarray]:
+def word_ngram_stream(texts: Sequence[str], n: int, short: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Word n-gram hashes of many texts (see `ngram_stream`), batch by batch."""
     parts = []
     for i, j in _groups(texts):
@@ -328,7 +325,7 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
 
 def candidate_probability(j: float, bands: int, rows: int) -> float:
     """P_cand(J) = 1 - (1 - J^r)^b: the chance that LSH makes a pair of Jaccard J a candidate."""
-    return 1.0 - (1.0 - j ** rows) ** bands
+    return 1.0 - (1.0 - j**rows) ** bands
 
 
 class MinHasher:
@@ -358,7 +355,7 @@ class MinHasher:
     def shingle_sets(self, texts: Sequence[str]) -> list[np.ndarray]:
         """`shingles` of many texts (batched)."""
         grams, offsets = self.shingle_stream(texts)
-        return [sorted_unique(grams[offsets[i]: offsets[i + 1]].copy()) for i in range(len(texts))]
+        return [sorted_unique(grams[offsets[i] : offsets[i + 1]].copy()) for i in range(len(texts))]
 
     def shingles(self, text: str) -> np.ndarray:
         """Sorted unique 64-bit hashes of the document's k-shingles (word or char)."""
@@ -378,8 +375,7 @@ class MinHasher:
         """Signatures of precomputed shingle sets (`shingles` output)."""
         out = np.full((len(shingle_sets), self.num_perm), _MAX32, dtype=np.uint32)
         offsets = np.zeros(len(shingle_sets) + 1, dtype=np.int64)
-        np.cumsum(np.fromiter(map(len, shingle_sets), dtype=np.int64, count=len(shingle_sets)),
-                  out=offsets[1:])
+        np.cumsum(np.fromiter(map(len, shingle_sets), dtype=np.int64, count=len(shingle_sets)), out=offsets[1:])
         grams = np.concatenate(shingle_sets) if shingle_sets else np.empty(0, dtype=_U64)
         self._fill(grams, offsets, out)
         return out
@@ -398,14 +394,14 @@ class MinHasher:
         while d < n:
             if offsets[d + 1] - offsets[d] > _BATCH_SHINGLES:  # a large document alone
                 for s in range(int(offsets[d]), int(offsets[d + 1]), _BATCH_SHINGLES):
-                    part = self._permuted(grams[s: min(s + _BATCH_SHINGLES, int(offsets[d + 1]))])
+                    part = self._permuted(grams[s : min(s + _BATCH_SHINGLES, int(offsets[d + 1]))])
                     np.minimum(out[d], part.min(axis=1), out=out[d])
                 d += 1
                 continue
             e = int(np.searchsorted(offsets, offsets[d] + _BATCH_SHINGLES, side="right")) - 1
             e = max(min(e, n), d + 1)
             lo, hi = int(offsets[d]), int(offsets[e])
-            nonempty = np.flatnonzero(offsets[d + 1: e + 1] > offsets[d:e]) + d
+            nonempty = np.flatnonzero(offsets[d + 1 : e + 1] > offsets[d:e]) + d
             if len(nonempty):
                 mins = np.minimum.reduceat(self._permuted(grams[lo:hi]), offsets[nonempty] - lo, axis=1)
                 out[nonempty] = mins.T
@@ -522,8 +518,7 @@ class UnionFind:
         return self.parent.copy()
 
 
-def clusters(n: int, pairs: np.ndarray,
-             verify: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+def clusters(n: int, pairs: np.ndarray, verify: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
     """Root of every document: the smallest index of its cluster of verified pairs.
 
     `verify(pairs) -> bool[m]` says which candidate pairs are real duplicates (None: all).
@@ -543,12 +538,14 @@ def estimated_jaccard(sigs: np.ndarray, pairs: np.ndarray) -> np.ndarray:
     return (sigs[pairs[:, 0]] == sigs[pairs[:, 1]]).mean(axis=1)
 
 
-def exact_verifier(shingle_sets: Sequence[np.ndarray], threshold: float
-                   ) -> Callable[[np.ndarray], np.ndarray]:
+def exact_verifier(shingle_sets: Sequence[np.ndarray], threshold: float) -> Callable[[np.ndarray], np.ndarray]:
     """A `verify` for `clusters`: exact shingle Jaccard >= threshold."""
+
     def verify(pairs: np.ndarray) -> np.ndarray:
-        return np.fromiter((jaccard(shingle_sets[i], shingle_sets[j]) >= threshold for i, j in pairs),
-                           dtype=bool, count=len(pairs))
+        return np.fromiter(
+            (jaccard(shingle_sets[i], shingle_sets[j]) >= threshold for i, j in pairs), dtype=bool, count=len(pairs)
+        )
+
     return verify
 
 
@@ -562,14 +559,16 @@ def cluster_sizes(roots: np.ndarray) -> np.ndarray:
     return np.bincount(roots, minlength=len(roots))[roots]
 
 
-def near_duplicate_rejection(survivor_id: str, estimated: float, verified: float | None,
-                             cfg: MinHashConfig) -> Rejection:
+def near_duplicate_rejection(survivor_id: str, estimated: float, verified: float | None, cfg: MinHashConfig) -> Rejection:
     """The rejection of a removed cluster member; its Jaccard with the survivor in the reason."""
     measured = f"verified Jaccard {verified:.3f}, " if verified is not None else ""
     return Rejection(
-        STEP, RULE, survivor_id,
+        STEP,
+        RULE,
+        survivor_id,
         f"near-duplicate of {survivor_id}: {measured}MinHash estimate {estimated:.3f} "
-        f"({cfg.bands}x{cfg.rows} permutations, {cfg.shingle} {cfg.k}-shingles, threshold {cfg.threshold})")
+        f"({cfg.bands}x{cfg.rows} permutations, {cfg.shingle} {cfg.k}-shingles, threshold {cfg.threshold})",
+    )
 
 
 def minhash_dedup_local(texts: Sequence[str], cfg: MinHashConfig, seed: int) -> np.ndarray:

@@ -27,8 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tokenmill.data.dedup import join
-from tokenmill.data.dedup.components import (BYTES_PER_EDGE, edge_set_digest, large_star, small_star,
-                                             unique_pairs)
+from tokenmill.data.dedup.components import BYTES_PER_EDGE, edge_set_digest, large_star, small_star, unique_pairs
 from tokenmill.data.dedup.shuffle import files, hash_partition, read_partition, shard_of, write_partitioned
 from tokenmill.data.dedup.workspace import DedupJob
 from tokenmill.runs import atomic_write_text
@@ -76,7 +75,7 @@ def _rounds(job: DedupJob, run: Map, parts: int) -> int:
     previous = None
     for r in range(MAX_ROUNDS):
         digests = run(large_step, [(job, parts, r, p) for p in range(parts)])
-        total = (sum(d[0] for d in digests), sum(d[1] for d in digests) % 2 ** 64, sum(d[2] for d in digests) % 2 ** 64)
+        total = (sum(d[0] for d in digests), sum(d[1] for d in digests) % 2**64, sum(d[2] for d in digests) % 2**64)
         if total == previous:  # the round before changed nothing: every component is a star
             run(members_step, [(job, parts, r, p) for p in range(parts)])
             run(chains_step, [(job, parts, p) for p in range(parts)])
@@ -110,8 +109,12 @@ def seed(job: DedupJob, parts: int, shard: int) -> None:
     t = pq.read_table(job.root / "near" / "edges" / f"{shard:05d}.parquet", columns=["a", "b"])
     a, b = t.column("a").to_numpy(), t.column("b").to_numpy()
     lo, hi = np.minimum(a, b), np.maximum(a, b)
-    write_partitioned(_cc(job) / "orig" / f"{shard:05d}.arrow", pa.table({"u": hi, "v": lo}, schema=PAIR_SCHEMA),
-                      hash_partition(hi, parts), parts)
+    write_partitioned(
+        _cc(job) / "orig" / f"{shard:05d}.arrow",
+        pa.table({"u": hi, "v": lo}, schema=PAIR_SCHEMA),
+        hash_partition(hi, parts),
+        parts,
+    )
     _write_both_ways(out, hi, lo, parts)
 
 
@@ -149,8 +152,14 @@ def members_step(job: DedupJob, parts: int, r: int, p: int) -> None:
     root, member = u[centre], v[centre]
     roots, counts = np.unique(root, return_counts=True)
     size = counts + 1
-    table = pa.table({"g": np.concatenate([roots, member]), "root": np.concatenate([roots, root]),
-                      "size": np.concatenate([size, size[np.searchsorted(roots, root)]])}, schema=MEMBER_SCHEMA)
+    table = pa.table(
+        {
+            "g": np.concatenate([roots, member]),
+            "root": np.concatenate([roots, root]),
+            "size": np.concatenate([size, size[np.searchsorted(roots, root)]]),
+        },
+        schema=MEMBER_SCHEMA,
+    )
     write_partitioned(out, table, hash_partition(table.column("g").to_numpy(), parts), parts)
 
 

@@ -111,8 +111,9 @@ class PartitionedSet:
 
     @classmethod
     def load(cls, directory: Path, n_parts: int, in_memory_bytes: int = IN_MEMORY_BYTES) -> "PartitionedSet":
-        return cls([np.load(directory / f"{p:05d}.npy", mmap_mode="r", allow_pickle=False) for p in range(n_parts)],
-                   in_memory_bytes)
+        return cls(
+            [np.load(directory / f"{p:05d}.npy", mmap_mode="r", allow_pickle=False) for p in range(n_parts)], in_memory_bytes
+        )
 
     def contains(self, values: np.ndarray) -> np.ndarray:
         """Whether each hash is in the set."""

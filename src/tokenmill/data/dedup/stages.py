@@ -45,13 +45,21 @@ from tokenmill.runs import atomic_write_text, temporary_name
 
 EXACT_SCHEMA = pa.schema([("h0", pa.uint64()), ("h1", pa.uint64()), ("g", pa.int64()), ("id", pa.string())])
 BAND_SCHEMA = pa.schema([("band", pa.int32()), ("key", pa.uint64()), ("g", pa.int64())])
-DECISION_SCHEMA = pa.schema([("index", pa.int64()), ("rule", pa.string()), ("value", pa.string()),
-                             ("reason", pa.string()), ("dup_cluster", pa.string()),
-                             ("dup_cluster_size", pa.int64())])
+DECISION_SCHEMA = pa.schema(
+    [
+        ("index", pa.int64()),
+        ("rule", pa.string()),
+        ("value", pa.string()),
+        ("reason", pa.string()),
+        ("dup_cluster", pa.string()),
+        ("dup_cluster_size", pa.int64()),
+    ]
+)
 MEMBER_SCHEMA = pa.schema([("g", pa.int64()), ("root", pa.int64()), ("size", pa.int64())])
 UNIT_SCHEMA = pa.schema([("h", pa.uint64())])
-EDGE_SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.int64()), ("est", pa.float64()), ("ver", pa.float64()),
-                         ("a_id", pa.string())])
+EDGE_SCHEMA = pa.schema(
+    [("a", pa.int64()), ("b", pa.int64()), ("est", pa.float64()), ("ver", pa.float64()), ("a_id", pa.string())]
+)
 Map = Callable[..., list[Any]]
 
 
@@ -68,8 +76,12 @@ def exact_map(job: DedupJob, shard: int) -> None:
     for _, path, base, n in chunk_bases(job.work, shard, job.shard_bases[shard]):
         t = pq.read_table(path, columns=["id", "_exact"])
         keys = fixed_width(t.column("_exact"), 16).view(np.uint64)  # (n, 2)
-        parts.append(pa.table({"h0": keys[:, 0], "h1": keys[:, 1], "g": np.arange(base, base + n, dtype=np.int64),
-                               "id": t.column("id")}, schema=EXACT_SCHEMA))
+        parts.append(
+            pa.table(
+                {"h0": keys[:, 0], "h1": keys[:, 1], "g": np.arange(base, base + n, dtype=np.int64), "id": t.column("id")},
+                schema=EXACT_SCHEMA,
+            )
+        )
     table = pa.concat_tables(parts) if parts else EXACT_SCHEMA.empty_table()
     write_partitioned(out, table, hash_partition(table.column("h0").to_numpy(), job.partitions), job.partitions)
 
@@ -99,8 +111,15 @@ def exact_reduce(job: DedupJob, part: int) -> None:
     write_partitioned(out, table, shard_of(table.column("index").to_numpy(), job.bases), job.n_shards)
 
 
-def _add(rows: dict[str, list[Any]], index: int, rule: str | None, value: str | None, reason: str | None,
-         cluster: str | None, size: int | None) -> None:
+def _add(
+    rows: dict[str, list[Any]],
+    index: int,
+    rule: str | None,
+    value: str | None,
+    reason: str | None,
+    cluster: str | None,
+    size: int | None,
+) -> None:
     for name, v in zip(DECISION_SCHEMA.names, (index, rule, value, reason, cluster, size)):
         rows[name].append(v)
 
@@ -129,8 +148,16 @@ def near_map(job: DedupJob, shard: int) -> None:
             continue
         sigs = fixed_width(pq.read_table(path, columns=["_sig"]).column("_sig"), 4 * cfg.bands * cfg.rows)
         keys = band_keys(sigs.view(np.uint32)[alive], cfg.bands, cfg.rows)  # (alive, bands)
-        parts.append(pa.table({"band": np.tile(np.arange(cfg.bands, dtype=np.int32), len(keys)),
-                               "key": keys.ravel(), "g": np.repeat(g[alive], cfg.bands)}, schema=BAND_SCHEMA))
+        parts.append(
+            pa.table(
+                {
+                    "band": np.tile(np.arange(cfg.bands, dtype=np.int32), len(keys)),
+                    "key": keys.ravel(),
+                    "g": np.repeat(g[alive], cfg.bands),
+                },
+                schema=BAND_SCHEMA,
+            )
+        )
     table = pa.concat_tables(parts) if parts else BAND_SCHEMA.empty_table()
     write_partitioned(out, table, hash_partition(table.column("key").to_numpy(), job.partitions), job.partitions)
 
@@ -158,8 +185,9 @@ def near_buckets(job: DedupJob, part: int) -> None:
             ok = gid[:-d] == gid[d:]
             firsts.append(idx[:-d][ok])
             seconds.append(idx[d:][ok])
-    a, b = _unique_pairs(np.concatenate(firsts) if firsts else np.zeros(0, np.int64),
-                         np.concatenate(seconds) if seconds else np.zeros(0, np.int64))
+    a, b = _unique_pairs(
+        np.concatenate(firsts) if firsts else np.zeros(0, np.int64), np.concatenate(seconds) if seconds else np.zeros(0, np.int64)
+    )
     join.write_pairs(job, directory, name, a, b)
 
 
@@ -207,9 +235,19 @@ def near_verify(job: DedupJob, shard: int) -> None:
     else:
         ver, keep = None, est >= cfg.threshold
     ids = got.rows.column("id").take(pa.array(ia[keep]))
-    _write_parquet(out, pa.table({"a": got.a[keep], "b": got.b[keep], "est": est[keep],
-                                  "ver": pa.array(ver[keep] if ver is not None else [None] * int(keep.sum()), pa.float64()),
-                                  "a_id": ids}, schema=EDGE_SCHEMA))
+    _write_parquet(
+        out,
+        pa.table(
+            {
+                "a": got.a[keep],
+                "b": got.b[keep],
+                "est": est[keep],
+                "ver": pa.array(ver[keep] if ver is not None else [None] * int(keep.sum()), pa.float64()),
+                "a_id": ids,
+            },
+            schema=EDGE_SCHEMA,
+        ),
+    )
 
 
 def near_components(job: DedupJob) -> None:
@@ -219,11 +257,16 @@ def near_components(job: DedupJob) -> None:
     if members_file.exists():
         return
     edge_files = sorted((job.root / "near" / "edges").glob("*.parquet"))
-    edges = [np.stack([t.column("a").to_numpy(), t.column("b").to_numpy()], axis=1)
-             for t in (pq.read_table(p, columns=["a", "b"]) for p in edge_files)]
+    edges = [
+        np.stack([t.column("a").to_numpy(), t.column("b").to_numpy()], axis=1)
+        for t in (pq.read_table(p, columns=["a", "b"]) for p in edge_files)
+    ]
     nodes, roots = components(edges)
-    sizes = np.bincount(np.searchsorted(nodes, roots), minlength=len(nodes))[np.searchsorted(nodes, roots)] \
-        if len(nodes) else np.zeros(0, np.int64)
+    sizes = (
+        np.bincount(np.searchsorted(nodes, roots), minlength=len(nodes))[np.searchsorted(nodes, roots)]
+        if len(nodes)
+        else np.zeros(0, np.int64)
+    )
     moved = nodes != roots
     chained = ~_pairs_in(roots[moved], nodes[moved], np.concatenate(edges) if edges else np.zeros((0, 2), np.int64))
     join.write_pairs(job, job.root / "near" / "reason", "00000", roots[moved][chained], nodes[moved][chained])
@@ -338,11 +381,15 @@ def run_dedup(job: DedupJob, run: Map) -> dict[str, Any]:
     if "minhash_dedup" in job.steps:
         with_text = job.cfg.minhash_dedup.verify
         verify, reason = job.root / "near" / "verify", job.root / "near" / "reason"
-        stages += [("near_map", near_map, shards), ("near_buckets", near_buckets, parts),
-                   ("verify_send", join.send, [(job, verify, s, with_text) for s in range(job.n_shards)]),
-                   ("verify", near_verify, shards), ("components", _components, [(job, run)]),
-                   ("reason_send", join.send, [(job, reason, s, with_text) for s in range(job.n_shards)]),
-                   ("reasons", near_reasons, shards)]
+        stages += [
+            ("near_map", near_map, shards),
+            ("near_buckets", near_buckets, parts),
+            ("verify_send", join.send, [(job, verify, s, with_text) for s in range(job.n_shards)]),
+            ("verify", near_verify, shards),
+            ("components", _components, [(job, run)]),
+            ("reason_send", join.send, [(job, reason, s, with_text) for s in range(job.n_shards)]),
+            ("reasons", near_reasons, shards),
+        ]
     stages.append(("decide", decide, shards))
     seconds: dict[str, float] = {}
     components: dict[str, int] = {}
@@ -353,8 +400,13 @@ def run_dedup(job: DedupJob, run: Map) -> dict[str, Any]:
         else:
             run(fn, tasks)
         seconds[name] = round(time.perf_counter() - t0, 3)
-    stats = {"rows": int(job.shard_bases[-1]), "partitions": job.partitions, "shards": job.n_shards, "stage_seconds": seconds,
-             **({"components": components} if components else {})}
+    stats = {
+        "rows": int(job.shard_bases[-1]),
+        "partitions": job.partitions,
+        "shards": job.n_shards,
+        "stage_seconds": seconds,
+        **({"components": components} if components else {}),
+    }
     atomic_write_text(done, json.dumps(stats))
     return stats
 
@@ -372,8 +424,11 @@ def lines_map(job: DedupJob, shard: int) -> None:
     hashes = []
     for _, path, base, _n in chunk_bases(job.work, shard, job.shard_bases[shard]):
         t = pq.read_table(path, columns=["text", "bucket"]).to_pylist()
-        hashes += [unit_hashes(r["text"], cfg) for i, r in enumerate(t)
-                   if not (decisions.get(base + i) or {}).get("rule") and applies(r["bucket"], cfg)]
+        hashes += [
+            unit_hashes(r["text"], cfg)
+            for i, r in enumerate(t)
+            if not (decisions.get(base + i) or {}).get("rule") and applies(r["bucket"], cfg)
+        ]
     h = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
     write_partitioned(out, pa.table({"h": h}, schema=UNIT_SCHEMA), hash_partition(h, job.partitions), job.partitions)
 
@@ -398,8 +453,11 @@ def run_lines(job: DedupJob, run: Map) -> dict[str, int]:
         return json.loads(done.read_text())
     run(lines_map, [(job, s) for s in range(job.n_shards)])
     per_part = run(lines_reduce, [(job, p) for p in range(job.partitions)])
-    stats = {"units": sum(r["units"] for r in per_part), "frequent": sum(r["frequent"] for r in per_part),
-             "partitions": job.partitions}
+    stats = {
+        "units": sum(r["units"] for r in per_part),
+        "frequent": sum(r["frequent"] for r in per_part),
+        "partitions": job.partitions,
+    }
     atomic_write_text(done, json.dumps(stats))
     return stats
 

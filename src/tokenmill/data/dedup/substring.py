@@ -106,8 +106,14 @@ def tokenize(text: str, unit: str) -> Units:
     """The units of a text with their character spans (see the module docstring)."""
     if unit == "word":
         matches = list(_WORD.finditer(text))
-        values = np.fromiter((xxhash.xxh3_64_intdigest(m.group().encode("utf-8", "surrogatepass")) for m in matches),
-                             dtype=np.uint64, count=len(matches)) & _HASH_MASK
+        values = (
+            np.fromiter(
+                (xxhash.xxh3_64_intdigest(m.group().encode("utf-8", "surrogatepass")) for m in matches),
+                dtype=np.uint64,
+                count=len(matches),
+            )
+            & _HASH_MASK
+        )
         starts = np.fromiter((m.start() for m in matches), dtype=np.int64, count=len(matches))
         # A cut runs to the next unit, so the whitespace after a removed span goes with it.
         cut_ends = np.append(starts[1:], len(text)).astype(np.int64)
@@ -134,7 +140,7 @@ def write_store_parts(work: Path, lens: np.ndarray, parts: Iterator[np.ndarray])
     units = np.lib.format.open_memmap(work / "units.npy", mode="w+", dtype=np.uint64, shape=(int(bases[-1]),))
     at = 0
     for part in parts:
-        units[at:at + len(part)] = part
+        units[at : at + len(part)] = part
         at += len(part)
     if at != bases[-1]:
         raise RuntimeError(f"substring_dedup store: {at} units written, the lengths add up to {bases[-1]} (a bug)")
@@ -167,9 +173,9 @@ def build_shard(work: Path, s: int, lo: int, hi: int, k: int) -> int:
     bases = np.load(work / "bases.npy", mmap_mode="r")
     u0, u1 = int(bases[lo]), int(bases[hi])
     seg = np.load(work / "units.npy", mmap_mode="r")[u0:u1]
-    lens = np.diff(np.asarray(bases[lo:hi + 1]))
+    lens = np.diff(np.asarray(bases[lo : hi + 1]))
     total = (u1 - u0) + (hi - lo)
-    sep_at = (bases[lo + 1:hi + 1] - u0) + np.arange(1, hi - lo + 1) - 1  # separator after each doc
+    sep_at = (bases[lo + 1 : hi + 1] - u0) + np.arange(1, hi - lo + 1) - 1  # separator after each doc
     is_sep = np.zeros(total, dtype=bool)
     is_sep[sep_at] = True
     cat = np.empty(total, dtype=np.uint64)
@@ -214,10 +220,9 @@ def _group_stream(work: Path, s: int, k: int) -> Iterator[tuple[bytes, int, int]
     reps = np.load(d / "group_rep.npy", mmap_mode="r")
     width = np.arange(k)
     for b0 in range(0, len(reps), _MERGE_BLOCK):
-        block = np.ascontiguousarray(keys[np.asarray(reps[b0:b0 + _MERGE_BLOCK])[:, None] + width])
+        block = np.ascontiguousarray(keys[np.asarray(reps[b0 : b0 + _MERGE_BLOCK])[:, None] + width])
         # Fixed-width bytes strip trailing NULs; that keeps both equality and order.
-        yield from zip(block.view(f"S{8 * k}").ravel().tolist(), itertools.repeat(s),
-                       range(b0, b0 + len(block)))
+        yield from zip(block.view(f"S{8 * k}").ravel().tolist(), itertools.repeat(s), range(b0, b0 + len(block)))
 
 
 def merge_shards(work: Path, n_shards: int, k: int) -> int:
@@ -241,9 +246,11 @@ def merge_shards(work: Path, n_shards: int, k: int) -> int:
                 cross[s][0].append(g)
                 cross[s][1].append(gmin)
     for s, (groups, gmins) in enumerate(cross):
-        np.save(_shard_dir(work, s) / "cross.npy",
-                np.stack([np.frombuffer(groups, np.int64), np.frombuffer(gmins, np.int64)]) if groups
-                else np.zeros((2, 0), np.int64), allow_pickle=False)
+        np.save(
+            _shard_dir(work, s) / "cross.npy",
+            np.stack([np.frombuffer(groups, np.int64), np.frombuffer(gmins, np.int64)]) if groups else np.zeros((2, 0), np.int64),
+            allow_pickle=False,
+        )
     return found
 
 
@@ -251,7 +258,7 @@ def init_first(work: Path, units: int, chunk: int = 1 << 22) -> None:
     """`work/first.npy`: one int64 per unit, all -1 (no repeat yet), written a chunk at a time."""
     first = np.lib.format.open_memmap(work / "first.npy", mode="w+", dtype=np.int64, shape=(units,))
     for lo in range(0, units, chunk):
-        first[lo:lo + chunk] = -1
+        first[lo : lo + chunk] = -1
         first.flush()  # written back: the dirty pages do not pile up in this task either
     del first
 
@@ -280,8 +287,13 @@ def build_index(work: Path, k: int, shard_tokens: int, run: Callable[..., Any] |
     across = run(merge_shards, [(work, len(shards), k)])[0]  # a task: the caller holds nothing
     run(init_first, [(work, int(bases[-1]))])  # a task: filling it maps 8 bytes per unit
     run(resolve_shard, [(work, s) for s in range(len(shards))])
-    return {"units": int(bases[-1]), "docs": len(bases) - 1, "shards": len(shards),
-            "groups_inside_shards": int(sum(inside)), "groups_across_shards": across}
+    return {
+        "units": int(bases[-1]),
+        "docs": len(bases) - 1,
+        "shards": len(shards),
+        "groups_inside_shards": int(sum(inside)),
+        "groups_across_shards": across,
+    }
 
 
 def find_repeats(docs: Sequence[np.ndarray], k: int, shard_tokens: int, work: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -333,7 +345,7 @@ def cut(text: str, spans: Sequence[Span]) -> str:
     """The text without the spans (sorted, disjoint)."""
     parts, at = [], 0
     for sp in spans:
-        parts.append(text[at:sp.char_start])
+        parts.append(text[at : sp.char_start])
         at = sp.char_end
     parts.append(text[at:])
     return "".join(parts)
@@ -353,20 +365,32 @@ def locate(position: int, bases: np.ndarray) -> tuple[int, int]:
 # --------------------------------------------------------------------------- rejections
 def span_rejection(sp: Span, other_id: str, other_offset: int, cfg: SubstringDedupConfig) -> Rejection:
     """The `_rejected` row of one cut span: value = its length in units."""
-    return Rejection(STEP, RULE_SPAN, format_value(sp.j - sp.i),
-                     f"chars [{sp.char_start}, {sp.char_end}) (units [{sp.i}, {sp.j})) of the text entering "
-                     f"{STEP} repeat spans of >= {cfg.k} {cfg.unit} units; first copy of its first window: "
-                     f"document {other_id} at unit {other_offset}")
+    return Rejection(
+        STEP,
+        RULE_SPAN,
+        format_value(sp.j - sp.i),
+        f"chars [{sp.char_start}, {sp.char_end}) (units [{sp.i}, {sp.j})) of the text entering "
+        f"{STEP} repeat spans of >= {cfg.k} {cfg.unit} units; first copy of its first window: "
+        f"document {other_id} at unit {other_offset}",
+    )
 
 
 def share_rejection(share: float, spans: Sequence[Span], other_id: str, cfg: SubstringDedupConfig) -> Rejection:
     """The rejection of a document whose repeated share exceeds max_dup_share."""
-    return Rejection(STEP, RULE_SHARE, format_value(share),
-                     f"{share:.1%} of its characters ({len(spans)} span(s)) are later copies of spans of >= "
-                     f"{cfg.k} {cfg.unit} units (first: document {other_id}); max_dup_share {cfg.max_dup_share}")
+    return Rejection(
+        STEP,
+        RULE_SHARE,
+        format_value(share),
+        f"{share:.1%} of its characters ({len(spans)} span(s)) are later copies of spans of >= "
+        f"{cfg.k} {cfg.unit} units (first: document {other_id}); max_dup_share {cfg.max_dup_share}",
+    )
 
 
 def too_short_rejection(n_chars: int, min_chars: int, n_spans: int) -> Rejection:
     """The rejection of a document that cutting its spans left under CurateConfig.min_chars."""
-    return Rejection(STEP, RULE_TOO_SHORT, format_value(n_chars),
-                     f"{n_chars} characters left after cutting {n_spans} repeated span(s); the minimum is {min_chars}")
+    return Rejection(
+        STEP,
+        RULE_TOO_SHORT,
+        format_value(n_chars),
+        f"{n_chars} characters left after cutting {n_spans} repeated span(s); the minimum is {min_chars}",
+    )

@@ -95,10 +95,10 @@ def fixed_width(column: pa.ChunkedArray | pa.Array, width: int) -> np.ndarray:
     if arr.null_count:
         raise RuntimeError(f"dedup: a key column has {arr.null_count} empty values (a bug)")
     _, offsets_buf, data_buf = arr.buffers()
-    offsets = np.frombuffer(offsets_buf, dtype=np.int32)[arr.offset: arr.offset + len(arr) + 1]
+    offsets = np.frombuffer(offsets_buf, dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
     if not np.all(np.diff(offsets) == width):
         raise RuntimeError(f"dedup: key column values are not all {width} bytes (a bug)")
-    data = np.frombuffer(data_buf, dtype=np.uint8)[offsets[0]: offsets[-1]]
+    data = np.frombuffer(data_buf, dtype=np.uint8)[offsets[0] : offsets[-1]]
     return data.reshape(-1, width)
 
 
@@ -119,5 +119,6 @@ def read_rows(job: DedupJob, shard: int, wanted: np.ndarray, columns: list[str])
 
 
 def _column_type(name: str) -> pa.DataType:
-    return {"id": pa.string(), "text": pa.string(), "_sig": pa.binary(), "_exact": pa.binary(),
-            "bucket": pa.string()}.get(name, pa.string())
+    return {"id": pa.string(), "text": pa.string(), "_sig": pa.binary(), "_exact": pa.binary(), "bucket": pa.string()}.get(
+        name, pa.string()
+    )

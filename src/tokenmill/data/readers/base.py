@@ -56,19 +56,37 @@ class RecordMaker:
         self.src = src
         self.limits = limits or ReadLimits()
 
-    def ok(self, locator: str, url: str, fmt: str, text: str, n_bytes: int,
-           metadata: str | None = None, encoding: Encoding | None = None) -> RawRecord:
-        return RawRecord(self.source, locator, url, self.src.bucket, self.src.license, fmt, text,
-                         n_bytes, None, metadata, encoding)
+    def ok(
+        self,
+        locator: str,
+        url: str,
+        fmt: str,
+        text: str,
+        n_bytes: int,
+        metadata: str | None = None,
+        encoding: Encoding | None = None,
+    ) -> RawRecord:
+        return RawRecord(
+            self.source, locator, url, self.src.bucket, self.src.license, fmt, text, n_bytes, None, metadata, encoding
+        )
 
-    def bad(self, locator: str, url: str, fmt: str, n_bytes: int, rule: str, value: Any,
-            reason: str, metadata: str | None = None) -> RawRecord:
+    def bad(
+        self, locator: str, url: str, fmt: str, n_bytes: int, rule: str, value: Any, reason: str, metadata: str | None = None
+    ) -> RawRecord:
         problem = Rejection("read", rule, format_value(value), f"{url}: {reason}")
-        return RawRecord(self.source, locator, url, self.src.bucket, self.src.license, fmt, None,
-                         n_bytes, problem, metadata)
+        return RawRecord(self.source, locator, url, self.src.bucket, self.src.license, fmt, None, n_bytes, problem, metadata)
 
-    def text(self, locator: str, url: str, fmt: str, text: str, n_bytes: int, what: str,
-             metadata: str | None = None, encoding: Encoding | None = None) -> RawRecord:
+    def text(
+        self,
+        locator: str,
+        url: str,
+        fmt: str,
+        text: str,
+        n_bytes: int,
+        what: str,
+        metadata: str | None = None,
+        encoding: Encoding | None = None,
+    ) -> RawRecord:
         """A decoded document, or its quarantine when it holds nothing but whitespace."""
         if is_blank(text):
             record = self.bad(locator, url, fmt, n_bytes, "empty", len(text), f"{what} is empty", metadata)
@@ -77,8 +95,7 @@ class RecordMaker:
         return self.ok(locator, url, fmt, text, n_bytes, metadata, encoding)
 
     def too_large(self, locator: str, url: str, fmt: str, n: int, limit: int, what: str) -> RawRecord:
-        return self.bad(locator, url, fmt, n, "too_large", n,
-                        f"{what} of {n} bytes exceeds max_doc_bytes {limit}; not parsed")
+        return self.bad(locator, url, fmt, n, "too_large", n, f"{what} of {n} bytes exceeds max_doc_bytes {limit}; not parsed")
 
 
 class Reader:

@@ -29,9 +29,13 @@ _META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([A-Za-z0
 _XML_ENCODING = re.compile(rb"""^\s*<\?xml[^>]{0,200}?encoding\s*=\s*["']([A-Za-z0-9_.:-]{1,40})""", re.I)
 DECLARATION_SCAN_BYTES = 4096  # where a page must declare its charset (the spec says 1024; pages overrun it)
 # UTF-32 before UTF-16: the UTF-32 LE mark starts with the UTF-16 LE one.
-_BOMS = ((codecs.BOM_UTF8, "utf-8-sig", "utf-8"), (codecs.BOM_UTF32_LE, "utf-32", "utf-32-le"),
-         (codecs.BOM_UTF32_BE, "utf-32", "utf-32-be"), (codecs.BOM_UTF16_LE, "utf-16", "utf-16-le"),
-         (codecs.BOM_UTF16_BE, "utf-16", "utf-16-be"))
+_BOMS = (
+    (codecs.BOM_UTF8, "utf-8-sig", "utf-8"),
+    (codecs.BOM_UTF32_LE, "utf-32", "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32", "utf-32-be"),
+    (codecs.BOM_UTF16_LE, "utf-16", "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16", "utf-16-be"),
+)
 # WHATWG: these labels mean windows-1252 on the web (C1 bytes are its curly quotes and dashes).
 _WEB_LATIN1 = frozenset({"iso8859-1", "ascii"})  # codecs.lookup names of latin-1 / us-ascii labels
 DETECTOR_TIE = 0.005  # matches whose mess and coherence are this close count as equally good
@@ -123,7 +127,7 @@ def decode(data: bytes, declared: str | None = None, markup: bool = False) -> De
     if label and name is None:
         tried.append(f"declared charset {label!r} is unknown")
     elif name is not None and not (_is_wide(name) and not declared):  # a <meta> readable as ASCII is not UTF-16
-        for candidate in (["cp1252", name] if name in _WEB_LATIN1 else [name] if name != "utf-8" else []):
+        for candidate in ["cp1252", name] if name in _WEB_LATIN1 else [name] if name != "utf-8" else []:
             step = (candidate, Encoding(candidate, 1.0, "declared"), f"{candidate} (declared {label!r})")
             # UTF-16 text of ASCII or Cyrillic letters is valid UTF-8 too: a declared one goes first
             attempts.insert(len(attempts) - 1 if _is_wide(name) else len(attempts), step)

@@ -24,8 +24,9 @@ JSONL_EXTS = frozenset({".jsonl", ".json", ".ndjson"})
 BINARY_FILE_LINES = 16  # bad lines, with no good one yet, after which a binary-looking file is binary
 
 
-def _line_record(make: RecordMaker, rel: str, path: Path, lineno: int, line: bytes | None, n: int,
-                 max_doc_bytes: int) -> RawRecord:
+def _line_record(
+    make: RecordMaker, rel: str, path: Path, lineno: int, line: bytes | None, n: int, max_doc_bytes: int
+) -> RawRecord:
     """The record of one non-blank line: its object, or its quarantine naming file and line."""
     locator, where = f"{rel}:{lineno}", f"{path}:{lineno}"
     if line is None:
@@ -39,14 +40,15 @@ def _line_record(make: RecordMaker, rel: str, path: Path, lineno: int, line: byt
     try:
         obj = json.loads(raw)
     except json.JSONDecodeError as exc:
-        return make.bad(locator, where, "text", n, "bad_json", lineno,
-                        f"line {lineno}: invalid JSON: {exc.msg} (column {exc.colno})")
-    return fields_record(make, rel, f":{lineno}", where, f"line {lineno}", n,
-                         record_fields(obj, make.src.text_field), lineno, UTF8)
+        return make.bad(
+            locator, where, "text", n, "bad_json", lineno, f"line {lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
+        )
+    return fields_record(
+        make, rel, f":{lineno}", where, f"line {lineno}", n, record_fields(obj, make.src.text_field), lineno, UTF8
+    )
 
 
-def _break_record(make: RecordMaker, path: Path, rel: str, compression: str, brk: StreamBreak,
-                  lines: Lines | None) -> RawRecord:
+def _break_record(make: RecordMaker, path: Path, rel: str, compression: str, brk: StreamBreak, lines: Lines | None) -> RawRecord:
     """The quarantine of the rest of a file whose stream broke or passed a limit."""
     lineno, offset = (lines.lineno, lines.offset) if lines is not None else (1, 0)
     if brk.rule == "too_many_lines":
@@ -56,8 +58,15 @@ def _break_record(make: RecordMaker, path: Path, rel: str, compression: str, brk
         what = f"{compression} stream inflates too far: {brk.detail}"
     else:
         what = f"{compression} stream {brk.rule}: {brk.detail}"
-    return make.bad(f"{rel}:{lineno}", f"{path}:{lineno}", "text", 0, brk.rule, brk.offset,
-                    f"{what}; line {lineno} (uncompressed byte {offset}) onward was not read")
+    return make.bad(
+        f"{rel}:{lineno}",
+        f"{path}:{lineno}",
+        "text",
+        0,
+        brk.rule,
+        brk.offset,
+        f"{what}; line {lineno} (uncompressed byte {offset}) onward was not read",
+    )
 
 
 def read_jsonl(make: RecordMaker, path: Path, rel: str, max_doc_bytes: int) -> Iterator[RawRecord]:
@@ -86,8 +95,15 @@ def read_jsonl(make: RecordMaker, path: Path, rel: str, max_doc_bytes: int) -> I
                     if len(held) >= BINARY_FILE_LINES:
                         break
             if held:  # a binary file: one record for it, not one per garbage "line"
-                yield make.bad(rel, str(path), "text", path.stat().st_size, "binary", 0,
-                               f"{binary_reason(head)}; no line of its first {len(held)} is a record")
+                yield make.bad(
+                    rel,
+                    str(path),
+                    "text",
+                    path.stat().st_size,
+                    "binary",
+                    0,
+                    f"{binary_reason(head)}; no line of its first {len(held)} is a record",
+                )
         except StreamBreak as brk:
             yield from held or []
             yield _break_record(make, path, rel, compression, brk, lines)
@@ -110,8 +126,9 @@ def read_json_array(make: RecordMaker, path: Path, rel: str, max_doc_bytes: int)
     encoding = UTF8 if found == "utf-8" else Encoding(found.removesuffix("-sig"), 1.0, method)
     for i, obj in enumerate(items):
         n = len(json.dumps(obj, ensure_ascii=False).encode("utf-8", "replace"))
-        yield fields_record(make, rel, f"#{i}", f"{path}#{i}", f"record {i}", n,
-                            record_fields(obj, make.src.text_field), i, encoding)
+        yield fields_record(
+            make, rel, f"#{i}", f"{path}#{i}", f"record {i}", n, record_fields(obj, make.src.text_field), i, encoding
+        )
 
 
 def starts_with_bracket(path: Path) -> bool:

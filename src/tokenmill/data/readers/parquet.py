@@ -19,8 +19,7 @@ PARQUET_EXTS = frozenset({".parquet"})
 BATCH_ROWS = 1024
 
 
-def _row_record(make: RecordMaker, path: Path, rel: str, row: int, obj: dict[str, Any],
-                max_doc_bytes: int) -> RawRecord:
+def _row_record(make: RecordMaker, path: Path, rel: str, row: int, obj: dict[str, Any], max_doc_bytes: int) -> RawRecord:
     """One row's record, or its quarantine naming the file and row."""
     raw = obj.get(make.src.text_field)
     if isinstance(raw, bytes):  # a `binary` column: decoded like any bytes
@@ -28,15 +27,17 @@ def _row_record(make: RecordMaker, path: Path, rel: str, row: int, obj: dict[str
     fields = record_fields(obj, make.src.text_field)
     n = len(fields.text.encode("utf-8", "surrogatepass")) if fields.text is not None else 0
     if n > max_doc_bytes:
-        record = make.too_large(record_locator(rel, f"#{row}", fields.record_id), f"{path}#{row}", "text", n,
-                                max_doc_bytes, f"row {row}")
+        record = make.too_large(
+            record_locator(rel, f"#{row}", fields.record_id), f"{path}#{row}", "text", n, max_doc_bytes, f"row {row}"
+        )
         record.record_id = fields.record_id
         return record
     return fields_record(make, rel, f"#{row}", f"{path}#{row}", f"row {row}", n, fields, row)
 
 
-def _bytes_row(make: RecordMaker, path: Path, rel: str, row: int, obj: dict[str, Any], raw: bytes,
-               max_doc_bytes: int) -> RawRecord:
+def _bytes_row(
+    make: RecordMaker, path: Path, rel: str, row: int, obj: dict[str, Any], raw: bytes, max_doc_bytes: int
+) -> RawRecord:
     """A row whose text is bytes: size checked, binary sniffed, then decoded (readers/decode.py)."""
     field, where, n = make.src.text_field, f"{path}#{row}", len(raw)
     fields = record_fields({**obj, field: ""}, field)  # its id, url and metadata
@@ -49,10 +50,18 @@ def _bytes_row(make: RecordMaker, path: Path, rel: str, row: int, obj: dict[str,
     else:
         decoded = decode(raw)
         if decoded.text is not None:
-            return fields_record(make, rel, f"#{row}", where, f"row {row}", n,
-                                 record_fields({**obj, field: decoded.text}, field), row, decoded.encoding)
-        record = make.bad(locator, where, "text", n, "undecodable", row, f"row {row}: {decoded.problem}",
-                          fields.metadata)
+            return fields_record(
+                make,
+                rel,
+                f"#{row}",
+                where,
+                f"row {row}",
+                n,
+                record_fields({**obj, field: decoded.text}, field),
+                row,
+                decoded.encoding,
+            )
+        record = make.bad(locator, where, "text", n, "undecodable", row, f"row {row}: {decoded.problem}", fields.metadata)
     record.record_id = fields.record_id
     return record
 
@@ -75,8 +84,9 @@ class ParquetReader(Reader):
             return
         names = set(pf.schema_arrow.names)
         if field not in names:
-            yield make.bad(rel, str(path), "text", size, "missing_field", field,
-                           f"no column {field!r} (columns: {sorted(names)})")
+            yield make.bad(
+                rel, str(path), "text", size, "missing_field", field, f"no column {field!r} (columns: {sorted(names)})"
+            )
             return
         columns = [field] + [c for c in ("url", "id", "source", "metadata") if c in names and c != field]
         row = 0
@@ -86,5 +96,6 @@ class ParquetReader(Reader):
                     yield _row_record(make, path, rel, row, obj, max_doc_bytes)
                     row += 1
         except (OSError, ValueError) as exc:  # pyarrow's IOError / ArrowInvalid: a damaged page
-            yield make.bad(f"{rel}#{row}", f"{path}#{row}", "text", 0, "corrupt", row,
-                           f"Parquet data unreadable from row {row} on: {exc}")
+            yield make.bad(
+                f"{rel}#{row}", f"{path}#{row}", "text", 0, "corrupt", row, f"Parquet data unreadable from row {row} on: {exc}"
+            )

@@ -40,15 +40,23 @@ def record_locator(rel: str, position: str, record_id: str | None) -> str:
     return f"{rel}#id={record_id}" if record_id is not None else f"{rel}{position}"
 
 
-def fields_record(make: RecordMaker, rel: str, position: str, where: str, what: str, n: int,
-                  fields: Fields, value: Any, encoding: Encoding | None = None) -> RawRecord:
+def fields_record(
+    make: RecordMaker,
+    rel: str,
+    position: str,
+    where: str,
+    what: str,
+    n: int,
+    fields: Fields,
+    value: Any,
+    encoding: Encoding | None = None,
+) -> RawRecord:
     """The record of one parsed JSON object / Parquet row (`encoding`: of the bytes it was parsed from)."""
     locator = record_locator(rel, position, fields.record_id)
     if fields.text is None:
         record = make.bad(locator, where, "text", n, "missing_field", value, f"{what}: {fields.problem}")
     elif not is_encodable(fields.text):
-        record = make.bad(locator, where, "text", n, "undecodable", value,
-                          f"{what}: text holds lone surrogates", fields.metadata)
+        record = make.bad(locator, where, "text", n, "undecodable", value, f"{what}: text holds lone surrogates", fields.metadata)
     else:
         record = make.text(locator, fields.url or where, "text", fields.text, n, what, fields.metadata, encoding)
     record.record_id = fields.record_id

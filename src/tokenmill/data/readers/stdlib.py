@@ -27,11 +27,9 @@ if TYPE_CHECKING:  # a type only: data/config.py validates formats against this 
 
 # Directories of the standard library that are not library code: third-party installs, the
 # test suites (huge, repetitive, full of deliberately odd code), the IDLE application.
-STDLIB_EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idlelib",
-                                  "__pycache__"})
+STDLIB_EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__"})
 # Modules whose import has visible side effects (opens a browser, prints, opens windows).
-PYDOC_SKIP = frozenset({"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo",
-                        "__main__"})
+PYDOC_SKIP = frozenset({"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "__main__"})
 PYDOC_TIMEOUT_S = 300
 SYSTEM_HTML_GLOB = "/usr/share/doc/python3*/html/**/*.html"
 # pydoc prints values like "<object object at 0x7f32aa14c170>" or "<PyDLL 'None', handle
@@ -101,16 +99,30 @@ def render_pydoc_pages(names: list[str]) -> list[dict[str, str]]:
         # some defaults are os.environ itself (cgi.test(environ=os.environ)), which would put the
         # user's variables (tokens, paths) into training text and make pages differ run to run.
         # tokenmill's own location goes in the code, not in PYTHONPATH, so it is not printed either.
-        env = {"PYTHONHASHSEED": "0", "PYTHONSAFEPATH": "1", "PYTHONIOENCODING": "utf-8",
-               "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/nonexistent", "PATH": os.defpath}
+        env = {
+            "PYTHONHASHSEED": "0",
+            "PYTHONSAFEPATH": "1",
+            "PYTHONIOENCODING": "utf-8",
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "HOME": "/nonexistent",
+            "PATH": os.defpath,
+        }
         out_path = os.path.join(tmp, "pages.jsonl")
-        code = (f"import sys; sys.path.insert(0, {package_parent!r}); "
-                "from tokenmill.data.readers.stdlib import _pydoc_child_main; _pydoc_child_main()")
+        code = (
+            f"import sys; sys.path.insert(0, {package_parent!r}); "
+            "from tokenmill.data.readers.stdlib import _pydoc_child_main; _pydoc_child_main()"
+        )
         try:
-            proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=stdlib_dir(),
-                                  input=json.dumps({"out": out_path, "names": names}).encode(),
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  timeout=PYDOC_TIMEOUT_S)
+            proc = subprocess.run(
+                [sys.executable, "-c", code],
+                env=env,
+                cwd=stdlib_dir(),
+                input=json.dumps({"out": out_path, "names": names}).encode(),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                timeout=PYDOC_TIMEOUT_S,
+            )
         except subprocess.TimeoutExpired as exc:
             raise SourceError(f"python_stdlib:pydoc_html: rendering took over {PYDOC_TIMEOUT_S} s") from exc
         if proc.returncode != 0:
@@ -166,5 +178,9 @@ def read_system_html(src: SourceConfig, max_doc_bytes: int) -> Iterator[RawRecor
         yield read_whole(make, path, relative(path, Path("/usr/share/doc")), "html", max_doc_bytes)
 
 
-STDLIB_READERS = {"code": read_stdlib_code, "pydoc_html": read_pydoc_html,
-                   "reference": read_reference, "system_html": read_system_html}
+STDLIB_READERS = {
+    "code": read_stdlib_code,
+    "pydoc_html": read_pydoc_html,
+    "reference": read_reference,
+    "system_html": read_system_html,
+}

@@ -39,9 +39,12 @@ def check_ratio(out: int, used: int, max_ratio: float | None, what: str, start: 
     """StreamBreak `decompression_ratio` when `out` bytes came from `used` compressed bytes at
     more than max_ratio (judged once RATIO_MIN_OUTPUT bytes are out)."""
     if max_ratio is not None and out > RATIO_MIN_OUTPUT and out > max_ratio * max(used, 1):
-        raise StreamBreak("decompression_ratio", start,
-                          f"{out} bytes inflated from {used} compressed bytes (over {max_ratio:g}x "
-                          f"max_decompression_ratio) in the {what} at byte {start}")
+        raise StreamBreak(
+            "decompression_ratio",
+            start,
+            f"{out} bytes inflated from {used} compressed bytes (over {max_ratio:g}x "
+            f"max_decompression_ratio) in the {what} at byte {start}",
+        )
 
 
 def gunzip(chunks: Iterable[bytes], base: int = 0, max_ratio: float | None = None) -> Iterator[bytes]:
@@ -63,8 +66,9 @@ def gunzip(chunks: Iterable[bytes], base: int = 0, max_ratio: float | None = Non
             try:
                 out = d.decompress(data, 8 * CHUNK)
             except zlib.error as exc:
-                raise StreamBreak("corrupt", member_start, f"invalid gzip data in the member at byte "
-                                                      f"{member_start}: {exc}") from None
+                raise StreamBreak(
+                    "corrupt", member_start, f"invalid gzip data in the member at byte {member_start}: {exc}"
+                ) from None
             if d.eof:
                 data, d = d.unused_data, None
             else:
@@ -75,8 +79,11 @@ def gunzip(chunks: Iterable[bytes], base: int = 0, max_ratio: float | None = Non
                 check_ratio(total_out, consumed + len(chunk) - len(data) - base, max_ratio, "gzip member", member_start)
         consumed += len(chunk)
     if d is not None:
-        raise StreamBreak("truncated", member_start, f"the gzip member at byte {member_start} ends at "
-                                                f"byte {consumed} before its end-of-stream marker")
+        raise StreamBreak(
+            "truncated",
+            member_start,
+            f"the gzip member at byte {member_start} ends at byte {consumed} before its end-of-stream marker",
+        )
 
 
 def unzstd(chunks: Iterable[bytes], max_ratio: float | None = None) -> Iterator[bytes]:
@@ -92,12 +99,13 @@ def unzstd(chunks: Iterable[bytes], max_ratio: float | None = None) -> Iterator[
             if d is None:
                 frame_start = consumed + pos
                 d = zstandard.ZstdDecompressor().decompressobj()
-            piece = chunk[pos: pos + ZSTD_FEED]
+            piece = chunk[pos : pos + ZSTD_FEED]
             try:
                 out = d.decompress(piece)
             except zstandard.ZstdError as exc:
-                raise StreamBreak("corrupt", frame_start, f"invalid zstandard data in the frame at byte "
-                                                     f"{frame_start}: {exc}") from None
+                raise StreamBreak(
+                    "corrupt", frame_start, f"invalid zstandard data in the frame at byte {frame_start}: {exc}"
+                ) from None
             pos += len(piece) - (len(d.unused_data) if d.eof else 0)
             if d.eof:
                 d = None
@@ -107,8 +115,9 @@ def unzstd(chunks: Iterable[bytes], max_ratio: float | None = None) -> Iterator[
                 check_ratio(total_out, consumed + pos, max_ratio, "zstandard frame", frame_start)
         consumed += len(chunk)
     if d is not None:
-        raise StreamBreak("truncated", frame_start, f"the zstandard frame at byte {frame_start} ends at "
-                                               f"byte {consumed} before its end")
+        raise StreamBreak(
+            "truncated", frame_start, f"the zstandard frame at byte {frame_start} ends at byte {consumed} before its end"
+        )
 
 
 def content_chunks(fh: BinaryIO, max_ratio: float | None = None) -> tuple[str, Iterator[bytes]]:
@@ -152,7 +161,7 @@ class Lines:
             line = b"".join((*pending, chunk[:first])) if n <= self.max_len + 1 else None
             yield from self._emit(line, n)
             yield from self._whole_lines(chunk, first + 1, chunk.rfind(b"\n") + 1)
-            tail = chunk[chunk.rfind(b"\n") + 1:]
+            tail = chunk[chunk.rfind(b"\n") + 1 :]
             pending, pending_len = ([tail] if tail else []), len(tail)
             if pending_len > self.max_len:
                 pending = []
@@ -170,15 +179,14 @@ class Lines:
                 return
             stop = chunk.find(b"\n", m.start()) + 1
             n = stop - start
-            yield from self._emit(chunk[start: stop - 1] if n <= self.max_len + 1 else None, n)
+            yield from self._emit(chunk[start : stop - 1] if n <= self.max_len + 1 else None, n)
             pos = stop
 
     def _advance(self, lines: int, n_bytes: int) -> None:
         self.lineno += lines
         self.offset += n_bytes
         if self.max_lines is not None and self.lineno > self.max_lines + 1:
-            raise StreamBreak("too_many_lines", self.offset,
-                              f"more than {self.max_lines} lines (max_lines_per_file)")
+            raise StreamBreak("too_many_lines", self.offset, f"more than {self.max_lines} lines (max_lines_per_file)")
 
     def _emit(self, line: bytes | None, n: int) -> Iterator[tuple[int, int, bytes | None, int]]:
         out = (self.lineno, self.offset, line, n)

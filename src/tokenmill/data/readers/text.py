@@ -12,8 +12,9 @@ from tokenmill.data.readers.decode import binary_problem, decode
 DEFAULT_FORMAT = "text"  # the format of a file that no reader claims
 
 
-def read_whole(make: RecordMaker, path: Path, locator: str, fmt: str, max_doc_bytes: int,
-               metadata: str | None = None) -> RawRecord:
+def read_whole(
+    make: RecordMaker, path: Path, locator: str, fmt: str, max_doc_bytes: int, metadata: str | None = None
+) -> RawRecord:
     """One file as one document: size checked before reading, binary sniffed, then decoded
     (readers/decode.py; markup also by the charset it declares)."""
     size = path.stat().st_size

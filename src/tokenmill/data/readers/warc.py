@@ -67,7 +67,7 @@ def _inflate(body: bytes, encoding: str, limit: int) -> bytes | None:
     if enc in ("", "identity", "none"):
         return body
     if enc in ("gzip", "x-gzip", "deflate"):
-        for wbits in ((16 + zlib.MAX_WBITS,) if enc != "deflate" else (zlib.MAX_WBITS, -zlib.MAX_WBITS)):
+        for wbits in (16 + zlib.MAX_WBITS,) if enc != "deflate" else (zlib.MAX_WBITS, -zlib.MAX_WBITS):
             try:
                 return zlib.decompressobj(wbits).decompress(body, limit + 1)
             except zlib.error:
@@ -119,15 +119,31 @@ def _web_record(make: RecordMaker, path: Path, locator: str, p: _WebPayload, max
     if p.content_encoding and not body.startswith(b"<"):  # "<": stored already decoded
         inflated = _inflate(body, p.content_encoding, max_doc_bytes)
         if inflated is None:
-            return make.bad(locator, url, "html", n, "bad_encoding", p.content_encoding,
-                            f"{where}: payload is not valid {p.content_encoding!r} data", meta)
+            return make.bad(
+                locator,
+                url,
+                "html",
+                n,
+                "bad_encoding",
+                p.content_encoding,
+                f"{where}: payload is not valid {p.content_encoding!r} data",
+                meta,
+            )
         if len(inflated) > max_doc_bytes:
             return make.too_large(locator, url, "html", len(inflated), max_doc_bytes, f"{where}: decoded payload")
         body = inflated
     fmt = _payload_format(p, body)
     if fmt is None:
-        return make.bad(locator, url, "html", n, "unsupported_content_type", p.mime or "unknown",
-                        f"{where}: payload type {p.mime or 'unknown'!r} is not a text document", meta)
+        return make.bad(
+            locator,
+            url,
+            "html",
+            n,
+            "unsupported_content_type",
+            p.mime or "unknown",
+            f"{where}: payload type {p.mime or 'unknown'!r} is not a text document",
+            meta,
+        )
     binary = binary_problem(body, p.charset)
     if binary is not None:
         return make.bad(locator, url, fmt, n, "binary", n, f"{where}: {binary}", meta)
@@ -156,7 +172,7 @@ def _split_http(block: bytes) -> tuple[int | None, dict[str, str], bytes] | None
         name, sep, value = line.partition(":")
         if sep:
             headers[name.strip().lower()] = value.strip()
-    return int(parts[1]), headers, block[m.end():]
+    return int(parts[1]), headers, block[m.end() :]
 
 
 def _fastwarc_payload(rec: Any, rtype: str, block: bytes) -> _WebPayload | None:
@@ -173,12 +189,22 @@ def _fastwarc_payload(rec: Any, rtype: str, block: bytes) -> _WebPayload | None:
         ctype = h.get("Content-Type")
     if not _mime(ctype) and h.get("WARC-Identified-Payload-Type"):
         ctype = h.get("WARC-Identified-Payload-Type")  # Common Crawl's detected type
-    return _WebPayload(rec.stream_pos, rtype, h.get("WARC-Target-URI"), h.get("WARC-Record-ID"),
-                       h.get("WARC-Date"), status, _mime(ctype), content_type_charset(ctype), ce, te, block)
+    return _WebPayload(
+        rec.stream_pos,
+        rtype,
+        h.get("WARC-Target-URI"),
+        h.get("WARC-Record-ID"),
+        h.get("WARC-Date"),
+        status,
+        _mime(ctype),
+        content_type_charset(ctype),
+        ce,
+        te,
+        block,
+    )
 
 
-def _warc_item(make: RecordMaker, path: Path, locator: str, rec: Any,
-               max_doc_bytes: int) -> tuple[RawRecord | None, bool]:
+def _warc_item(make: RecordMaker, path: Path, locator: str, rec: Any, max_doc_bytes: int) -> tuple[RawRecord | None, bool]:
     """(record, or None for a type that holds no document; whether the file is cut inside it)."""
     rtype, pos, expected = str(rec.record_type), rec.stream_pos, rec.content_length
     short = f"its block is shorter than its {expected} bytes"
@@ -195,15 +221,17 @@ def _warc_item(make: RecordMaker, path: Path, locator: str, rec: Any,
     payload = _fastwarc_payload(rec, rtype, block)
     if payload is None:
         url = rec.headers.get("WARC-Target-URI") or f"{path}@{pos}"
-        return make.bad(locator, url, "html", expected, "bad_http", pos,
-                        f"record at byte {pos} of {path}: malformed HTTP head"), False
+        return make.bad(
+            locator, url, "html", expected, "bad_http", pos, f"record at byte {pos} of {path}: malformed HTTP head"
+        ), False
     return _web_record(make, path, locator, payload, max_doc_bytes), False
 
 
 def _warc_cut(make: RecordMaker, path: Path, locator: str, pos: int, detail: str, rule: str = "truncated") -> RawRecord:
     what = "the file ends inside the WARC record" if rule == "truncated" else "WARC data unreadable"
-    return make.bad(locator, f"{path}@{pos}", "html", 0, rule, pos,
-                    f"{what} at byte {pos}: {detail}; every record before it was kept")
+    return make.bad(
+        locator, f"{path}@{pos}", "html", 0, rule, pos, f"{what} at byte {pos}: {detail}; every record before it was kept"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,7 +287,7 @@ def _tail_after(stream: Iterable[bytes], base: int, gz: bool) -> _TailProblem | 
             need = m.end() + int(cl.group(1))
             chunk, start, buf = bytes(buf), 0, bytearray()
         if len(extra) < 4096 and start + len(chunk) > need:
-            extra += chunk[max(0, need - start): max(0, need - start) + 4096]
+            extra += chunk[max(0, need - start) : max(0, need - start) + 4096]
     if need < 0:
         return _TailProblem(base, "truncated", "the file ends inside its WARC head")
     if total < need:
@@ -333,9 +361,12 @@ class _WarcWalk:
         ratio = self.make.limits.max_decompression_ratio
         if self._seekable(pos) and expected > (left * ratio if self.gz else left):  # not read: it cannot be what it says
             rule = "decompression_ratio" if self.gz else "bad_length"
-            why = (f"Content-Length {expected} would inflate from the {left} compressed bytes left past "
-                   f"max_decompression_ratio {ratio:g}" if self.gz else
-                   f"Content-Length {expected} is more than the {left} bytes left in the file")
+            why = (
+                f"Content-Length {expected} would inflate from the {left} compressed bytes left past "
+                f"max_decompression_ratio {ratio:g}"
+                if self.gz
+                else f"Content-Length {expected} is more than the {left} bytes left in the file"
+            )
             return (yield from self._untrusted(pos, locator, rule, why, None))
         item, cut = _warc_item(self.make, self.path, locator, rec, self.max_doc_bytes)
         if cut:
@@ -346,8 +377,9 @@ class _WarcWalk:
             self.held = (pos, locator, item)
         return None
 
-    def _untrusted(self, pos: int, locator: str, rule: str, why: str,
-                   cut: RawRecord | None) -> Generator[RawRecord, None, tuple[int, bool, int] | None]:
+    def _untrusted(
+        self, pos: int, locator: str, rule: str, why: str, cut: RawRecord | None
+    ) -> Generator[RawRecord, None, tuple[int, bool, int] | None]:
         """A record whose length cannot be right: skipped to the next record when one follows;
         else the file ends inside it (a cut, as before)."""
         yield from self._flush()
@@ -356,11 +388,20 @@ class _WarcWalk:
             yield cut or _warc_cut(self.make, self.path, locator, pos, why)
             self.finished = True
             return None
-        yield self.make.bad(locator, f"{self.path}@{pos}", "html", 0, rule, pos,
-                            f"record at byte {pos} of {self.path}: {why}; skipped to the next record at byte {nxt}")
+        yield self.make.bad(
+            locator,
+            f"{self.path}@{pos}",
+            "html",
+            0,
+            rule,
+            pos,
+            f"record at byte {pos} of {self.path}: {why}; skipped to the next record at byte {nxt}",
+        )
         return nxt, False, 0
 
-    def _broken(self, start: int, lenient: bool, k: int, exc: OSError) -> Generator[RawRecord, None, tuple[int, bool, int] | None]:
+    def _broken(
+        self, start: int, lenient: bool, k: int, exc: OSError
+    ) -> Generator[RawRecord, None, tuple[int, bool, int] | None]:
         """fastwarc found no record where the last one said the next would be: either that record's
         length is wrong, or bytes that are no record follow it. Both are quarantined by offset."""
         read_one = self.last_pos >= start  # a record was read in this segment before the break
@@ -374,13 +415,25 @@ class _WarcWalk:
         at = max(self.last_pos, 0)
         if lenient:  # the lenient pass broke too: nothing more can be read
             if self.seq > self.strict_seen:
-                yield _warc_cut(self.make, self.path, f"{self.rel}@{at}:corrupt-{self.seq}", at,
-                                f"WARC framing broken after it ({exc})", "corrupt")
+                yield _warc_cut(
+                    self.make,
+                    self.path,
+                    f"{self.rel}@{at}:corrupt-{self.seq}",
+                    at,
+                    f"WARC framing broken after it ({exc})",
+                    "corrupt",
+                )
             self.finished = True
             return None
-        self.pending = self.make.bad(f"{self.rel}@{at}:corrupt", f"{self.path}@{at}", "html", 0, "corrupt", at,
-                                     f"WARC framing broken after the record at byte {at} ({exc}); "
-                                     f"the records after it were read leniently")
+        self.pending = self.make.bad(
+            f"{self.rel}@{at}:corrupt",
+            f"{self.path}@{at}",
+            "html",
+            0,
+            "corrupt",
+            at,
+            f"WARC framing broken after the record at byte {at} ({exc}); the records after it were read leniently",
+        )
         self.strict_seen = self.seq
         return start, True, k  # no record start to seek to: fastwarc's quirks mode resynchronises
 
@@ -394,22 +447,41 @@ class _WarcWalk:
             if self.held is not None and self.held[0] == at:
                 self.held = None
             yield from self._flush()
-            yield self.make.bad(locator, f"{self.path}@{at}", "html", 0, "bad_length", at,
-                                f"record at byte {at} of {self.path}: {why}; skipped to the next record at byte {nxt}")
+            yield self.make.bad(
+                locator,
+                f"{self.path}@{at}",
+                "html",
+                0,
+                "bad_length",
+                at,
+                f"record at byte {at} of {self.path}: {why}; skipped to the next record at byte {nxt}",
+            )
             return nxt
         yield from self._flush()
         end = record_end(self.path, at, self.gz) if read_one else None
         if end is not None and nxt <= end:  # nothing between: the record at nxt is what failed
             after = next_record(self.path, nxt, self.gz)
             if after is not None:
-                yield self.make.bad(f"{self.rel}@{nxt}", f"{self.path}@{nxt}", "html", 0, "corrupt", nxt,
-                                    f"no readable WARC record at byte {nxt} of {self.path} ({exc}); "
-                                    f"skipped to the next record at byte {after}")
+                yield self.make.bad(
+                    f"{self.rel}@{nxt}",
+                    f"{self.path}@{nxt}",
+                    "html",
+                    0,
+                    "corrupt",
+                    nxt,
+                    f"no readable WARC record at byte {nxt} of {self.path} ({exc}); skipped to the next record at byte {after}",
+                )
             return after
         what = f"after the record at byte {at}" if read_one else f"from byte {at}"
-        yield self.make.bad(f"{self.rel}@{at}:corrupt", f"{self.path}@{at}", "html", 0, "corrupt", at,
-                            f"bytes {what} up to byte {nxt} of {self.path} are not a WARC record ({exc}); "
-                            f"skipped to the next record")
+        yield self.make.bad(
+            f"{self.rel}@{at}:corrupt",
+            f"{self.path}@{at}",
+            "html",
+            0,
+            "corrupt",
+            at,
+            f"bytes {what} up to byte {nxt} of {self.path} are not a WARC record ({exc}); skipped to the next record",
+        )
         return nxt
 
     def _seekable(self, pos: int) -> bool:
@@ -460,22 +532,43 @@ def _read_arc(make: RecordMaker, path: Path, rel: str, max_doc_bytes: int) -> It
                 url = h.get_header("WARC-Target-URI")
                 if rec.length > max_doc_bytes:  # not read: warcio skips it on the next step
                     last = it.get_record_offset()
-                    yield make.too_large(f"{rel}@{last}", url or f"{path}@{last}", "html", rec.length,
-                                     max_doc_bytes, f"record at byte {last}")
+                    yield make.too_large(
+                        f"{rel}@{last}", url or f"{path}@{last}", "html", rec.length, max_doc_bytes, f"record at byte {last}"
+                    )
                     continue
                 body = rec.content_stream().read()  # de-chunked and content-decoded by warcio
                 last = it.get_record_offset()  # only after the read: asked before, it eats the body
                 code = http.get_statuscode() if http else None
                 ctype = http.get_header("Content-Type") if http else h.get_header("Content-Type")
-                yield _web_record(make, path, f"{rel}@{last}", _WebPayload(
-                    last, rec.rec_type, url, h.get_header("WARC-Record-ID"), h.get_header("WARC-Date"),
-                    int(code) if code and code.isdigit() else None, _mime(ctype), content_type_charset(ctype),
-                    None, None,
-                    body), max_doc_bytes)
+                yield _web_record(
+                    make,
+                    path,
+                    f"{rel}@{last}",
+                    _WebPayload(
+                        last,
+                        rec.rec_type,
+                        url,
+                        h.get_header("WARC-Record-ID"),
+                        h.get_header("WARC-Date"),
+                        int(code) if code and code.isdigit() else None,
+                        _mime(ctype),
+                        content_type_charset(ctype),
+                        None,
+                        None,
+                        body,
+                    ),
+                    max_doc_bytes,
+                )
         except Exception as exc:  # warcio raises ArchiveLoadFailed, ValueError, zlib errors …
-            yield make.bad(f"{rel}@{last}:corrupt", f"{path}@{last}", "html", 0, "corrupt", last,
-                           f"ARC record after byte {last} unreadable ({type(exc).__name__}: {exc}); "
-                           f"the rest was not read")
+            yield make.bad(
+                f"{rel}@{last}:corrupt",
+                f"{path}@{last}",
+                "html",
+                0,
+                "corrupt",
+                last,
+                f"ARC record after byte {last} unreadable ({type(exc).__name__}: {exc}); the rest was not read",
+            )
 
 
 @register

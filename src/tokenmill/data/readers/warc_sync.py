@@ -80,8 +80,14 @@ def framing_problem(path: Path, pos: int, gz: bool) -> str | None:
     end = parsed[0] + parsed[1]
     data = read(path, pos, end + 64)
     rest = data[end:]
-    if len(data) >= end and (rest.startswith(b"\r\n\r\n")  # as the spec ends a record: bytes after it are another matter
-                             or rest[:1] in (b"", b"\r", b"\n") and rest.lstrip(b"\r\n")[:5] in (b"", b"WARC/")):
+    if (
+        len(data) >= end
+        and (
+            rest.startswith(b"\r\n\r\n")  # as the spec ends a record: bytes after it are another matter
+            or rest[:1] in (b"", b"\r", b"\n")
+            and rest.lstrip(b"\r\n")[:5] in (b"", b"WARC/")
+        )
+    ):
         return None
     return f"its Content-Length {parsed[1]} does not end where the record does (it runs into the next record or stops short)"
 
