@@ -112,3 +112,22 @@ def collapse_embedding(weight: torch.Tensor, rate: float) -> None:
         raise ValueError("train.faults.collapse_embedding needs the whole embedding on each rank (one process or DDP)")
     mean = weight.mean(dim=0, keepdim=True)
     weight.sub_(mean).mul_(rate).add_(mean)
+
+
+class EmbeddingCollapseFault:
+    """The collapse_embedding fault around one optimizer step: inside the window no gradient
+    reaches the table (AdamW skips it) and its rows are then pulled toward their mean."""
+
+    def __init__(self, weight: torch.Tensor | None, cfg: FaultConfig):
+        self.weight, self.cfg = weight, cfg
+
+    def before_update(self, step: int) -> bool:
+        """Cut the table's gradient when `step` (the attempt) is inside the window; True if so."""
+        if self.weight is None or not collapsing_embedding(step, self.cfg):
+            return False
+        self.weight.grad = None
+        return True
+
+    def after_update(self, collapsing: bool) -> None:
+        if collapsing and self.weight is not None:
+            collapse_embedding(self.weight, self.cfg.collapse_rate)

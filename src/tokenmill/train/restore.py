@@ -75,3 +75,11 @@ def load_model(ckpt_path: Path | str, device: torch.device | str = "cpu") -> tup
     else:
         load_model_tensors(model, st_load((path / "model.safetensors").read_bytes()), path)
     return model.to(device).eval(), int(state["step"])
+
+
+def load_training_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, restore_rng: bool) -> None:
+    """Weights and optimizer state from a verified checkpoint, keeping this machine's kernel flags."""
+    kernel_flags = [{k: g.get(k) for k in ("foreach", "fused")} for g in optimizer.param_groups]
+    load_checkpoint(path, model, optimizer, restore_rng=restore_rng, verify=False)
+    for g, flags in zip(optimizer.param_groups, kernel_flags):
+        g.update(flags)  # the kernel choice belongs to this machine, not the checkpoint's

@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 NONE, INTERRUPT, PREEMPT = 0, 1, 2
@@ -63,3 +64,47 @@ class StopRequests:
 def _say(msg: str) -> None:
     sys.stderr.write(msg)
     sys.stderr.flush()
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Raised after a first Ctrl-C once the current step finished and a checkpoint was saved."""
+
+    exit_code = INTERRUPTED_EXIT
+    what = "interrupted"
+
+    def __init__(self, step: int, checkpoint: Path):
+        self.step = step
+        self.checkpoint = checkpoint
+        # How to continue depends on the caller (`train --resume`, or `run`/`demo` again): the CLI says it.
+        super().__init__(f"{self.what} at step {step}; checkpoint saved to {checkpoint}")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class TrainingPreempted(TrainingInterrupted):
+    """Raised after a SIGTERM (preemption) once every rank finished the step and the checkpoint is written."""
+
+    exit_code = PREEMPTED_EXIT
+    what = "preempted"
+
+
+def stop_now(stop: int, step: int, checkpoint: Path, stops: StopRequests, grace_s: float, events: Any) -> None:
+    """Act on the ranks' agreed stop code at the end of `step`, whose checkpoint is written: record
+    why and raise TrainingPreempted or TrainingInterrupted; nothing when no stop was asked."""
+    if stop == NONE:
+        return
+    if stop == PREEMPT:
+        since = stops.seconds_since_preempt()
+        events.write(
+            "train",
+            "preempted",
+            step=step,
+            checkpoint=str(checkpoint),
+            grace_s=grace_s,
+            seconds_since_signal=since,
+            within_grace=None if since is None else since <= grace_s,
+        )
+        raise TrainingPreempted(step, checkpoint)
+    events.write("train", "interrupted", step=step, checkpoint=str(checkpoint))
+    raise TrainingInterrupted(step, checkpoint)

@@ -29,15 +29,14 @@ thread count (CPU); on CUDA up to kernel non-determinism.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import random
-import shutil
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -47,7 +46,6 @@ from rich.markup import escape
 from tokenmill.config import RunConfig
 from tokenmill.model.config import ModelConfig
 from tokenmill.model.rope import ROPE_FIELDS, phase_model_configs, rope_warnings
-from tokenmill.errors import UserError
 from tokenmill.mixture.collapse_guard import guard_mixture
 from tokenmill.mixture.loader import Loader
 from tokenmill.model.objectives import counted_targets, token_nll_batch
@@ -55,25 +53,31 @@ from tokenmill.model.transformer import Transformer
 from tokenmill.runs import RunDir
 from tokenmill.scaling.flops import flops_per_token, peak_flops_source
 from tokenmill.tokens.store import TokenStore
-from tokenmill.train.checkpoint import CheckpointError, list_checkpoints, read_state, verify_checkpoint
-from tokenmill.train.restore import load_checkpoint
+from tokenmill.train.checkpoint import list_checkpoints, read_state
+from tokenmill.train.checkpoint_policy import CheckpointPolicy, Checkpointer, GraceWarning
+
+# TrainError, TrainingDiverged, TrainingInterrupted, TrainingPreempted and draw_seed live in the loop's
+# collaborators; callers (the CLI, replay, tests) import them from here, as before.
+from tokenmill.train.errors import STAGE, TrainError, TrainingDiverged  # noqa: F401
+from tokenmill.train.eval_schedule import EvalHook, EvalSchedule, Evaluator
+from tokenmill.train.health_signals import HealthSignals
+from tokenmill.train.loop_state import LoopState
+from tokenmill.train.restore import load_training_state
+from tokenmill.train.rollback import DataDraws, draw_seed, drop_checkpoints_after, roll_back
+from tokenmill.train.verdicts import VerdictReporter, stop_if_unguarded_divergence
 from tokenmill.train.activation_stats import ActivationProbe
-from tokenmill.train.bucket_alert import BucketLossAlert
 from tokenmill.train.bucket_loss import BucketLoss
 from tokenmill.train.budget import resolve_budget
-from tokenmill.train.collapse_alert import CollapseAlert
-from tokenmill.train.drift import GradDrift
 from tokenmill.train.clipping import clip_gradients
 from tokenmill.train.pipeline_parallel import Pipeline, build_pipeline, stage_layers
 from tokenmill.train.compilation import compile_cache_dir, compile_decision, compile_model
 from tokenmill.train.device import autocast, enable_tf32, resolve_dtype
-from tokenmill.train.dist_checkpoint import agreed_latest_checkpoint, load_full_into_stage, save_train_checkpoint
+from tokenmill.train.dist_checkpoint import agreed_latest_checkpoint, load_full_into_stage
 from tokenmill.train.distributed import (
     DistContext,
     RankMismatch,
     all_reduce_sum,
     cross_rank_check,
-    evaluation_model,
     event_log,
     init_distributed,
     reduce_step_stats,
@@ -81,8 +85,7 @@ from tokenmill.train.distributed import (
     wrap_model,
 )
 from tokenmill.train.faults import (
-    collapse_embedding,
-    collapsing_embedding,
+    EmbeddingCollapseFault,
     corrupt_batch,
     lr_factor,
     poison_loss,
@@ -92,48 +95,14 @@ from tokenmill.train.faults import (
 )
 from tokenmill.train.guard import StabilityGuard
 from tokenmill.train.sharding import sharding_report
-from tokenmill.train.metrics import UpdateRatio, embedding_spectrum, grad_norms_by_group, memory_bytes
+from tokenmill.train.metrics import UpdateRatio, grad_norms_by_group, memory_bytes
 from tokenmill.train.noise_scale import NoiseProbe, NoiseScale, unavailable_reason
 from tokenmill.train.optimizer import build_optimizer, lr_at, set_lr
 from tokenmill.train.rank_times import RankClock, SlowRanks, rank_hosts, step_end_agreement
-from tokenmill.train.spike_kinds import SpikeHistory, documents, is_severe, magnitude
-from tokenmill.train.stop_signals import INTERRUPTED_EXIT, NONE, PREEMPT, PREEMPTED_EXIT, StopRequests
+from tokenmill.train.spike_kinds import SpikeHistory
+from tokenmill.train.stop_signals import NONE, StopRequests, TrainingInterrupted, TrainingPreempted, stop_now  # noqa: F401
 from tokenmill.train.time_budget import TimeBudget
 from tokenmill.train.watchdog import Watchdog, job_store, restart_attempt
-
-STAGE = "train"
-EvalHook = Callable[[int, nn.Module], None]
-
-
-class TrainError(UserError, RuntimeError):
-    """Training cannot start or continue; the message says why and what to do."""
-
-
-class TrainingDiverged(TrainError):
-    """The loss or gradient norm became NaN/inf."""
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """Raised after a first Ctrl-C once the current step finished and a checkpoint was saved."""
-
-    exit_code = INTERRUPTED_EXIT
-    what = "interrupted"
-
-    def __init__(self, step: int, checkpoint: Path):
-        self.step = step
-        self.checkpoint = checkpoint
-        # How to continue depends on the caller (`train --resume`, or `run`/`demo` again): the CLI says it.
-        super().__init__(f"{self.what} at step {step}; checkpoint saved to {checkpoint}")
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-class TrainingPreempted(TrainingInterrupted):
-    """Raised after a SIGTERM (preemption) once every rank finished the step and the checkpoint is written."""
-
-    exit_code = PREEMPTED_EXIT
-    what = "preempted"
 
 
 # --------------------------------------------------------------------------- helpers
@@ -514,20 +483,31 @@ def _train(
     ctx: DistContext | None = None,
 ) -> dict[str, Any]:
     ctx = ctx or DistContext(device=device)
-    cfg, events = run.config, event_log(run.events, ctx)  # one timeline: rank 0 writes it
+    events = event_log(run.events, ctx)  # one timeline: rank 0 writes it
     ckpt_root = run.path / "checkpoints"
-    fingerprint = run.fingerprint(STAGE)
     existing = list_checkpoints(ckpt_root)
     if existing and not resume:
         raise TrainError(
             f"{ckpt_root} already holds checkpoints (newest: step_{existing[-1][0]}); pass "
             f"--resume to continue this run, or delete {ckpt_root} to start over"
         )
+    loop = _TrainLoop(run, tc, store, mcfg, device, dtype, ctx, events, inherit=not existing)
+    if resume:
+        loop.resume(existing)
+    loop.announce()
+    return loop.train(on_eval, progress)
 
+
+def _build_model(
+    run: RunDir, tc: Any, store: TokenStore, mcfg: ModelConfig, ctx: DistContext, events: Any, inherit: bool
+) -> tuple[Transformer, dict[str, Any] | None]:
+    """The model from the run seed, or from train.init_from on a fresh run (a resumed run restores
+    its own weights); returns it on the device and what it inherited."""
+    cfg = run.config
     seed_everything(cfg.train_seed)
     model = Transformer(mcfg, generator=torch.Generator().manual_seed(cfg.train_seed))
     inherited = None
-    if tc.init_from and not existing:  # a resumed run restores its own weights below
+    if tc.init_from and inherit:
         from tokenmill.train.init_from import check_store_tokenizer, init_from
 
         inherited = init_from(model, tc.init_from)
@@ -540,545 +520,504 @@ def _train(
         events.write(STAGE, "init_from", **{k: v for k, v in inherited.items() if k != "model_config"})
         if unchecked:
             events.write(STAGE, "init_from_warning", message=unchecked)
-    model = model.to(device)
+    model = model.to(ctx.device)
     model.activation_checkpointing = tc.activation_checkpointing
     model.train()
-    params, non_embedding = model.num_params(), model.num_params(exclude_embeddings=True)  # the whole model
-    pipeline = None
-    if ctx.sizes is not None and ctx.sizes.pp > 1:  # this rank keeps its stage's part of the model only
-        pipeline = build_pipeline(model, ctx.mesh, ctx.sizes, ctx.rank, tc.parallel.pp_schedule, device, dtype)
-    train_model = wrap_model(model, ctx, tc)  # DDP wrapper, or `model` itself sharded in place (FSDP, TP)
-    optimizer = build_optimizer(model, tc, device)
-    if inherited is not None and tc.init_optimizer:
-        if ctx.model_parallel or (ctx.distributed and tc.distributed == "fsdp"):
-            raise TrainError(
-                "train.init_optimizer loads a one-process optimizer state: not with FSDP, tensor "
-                "or pipeline parallelism (DDP and one process are fine)"
-            )
-        from tokenmill.train.init_from import init_optimizer
+    return model, inherited
 
-        init_optimizer(optimizer, inherited)
-    guard = StabilityGuard(tc.guard, judge_after=tc.warmup_steps)
-    loader = Loader(
-        store,
-        cfg.mixture,
-        tc.seq_len,
-        tc.micro_batch,
-        tc.grad_accum,
-        tc.max_steps,
-        cfg.train_seed,
-        world_size=ctx.dp_size,
-        rank=ctx.dp_rank,
-        pin_memory=device.type == "cuda",
-    )
-    guard_mixture(run.path, store, loader.phases, cfg.mixture.synthetic, events)  # refused before any step
-    draws: dict[int, Loader] = {0: loader}
 
-    def data_of(step: int) -> Loader:
-        """The loader of step `step`'s batch: draw k > 0 (a step a rewinding rollback took back k
-        times) is the loader under another seed, so its batches are fresh, and as exactly
-        reproducible on resume as draw 0 (the guard state names the draws)."""
-        k = guard.draw(step)
-        if k not in draws:
-            draws[k] = Loader(
-                store,
-                cfg.mixture,
-                tc.seq_len,
-                tc.micro_batch,
-                tc.grad_accum,
-                tc.max_steps,
-                draw_seed(cfg.train_seed, k),
-                world_size=ctx.dp_size,
-                rank=ctx.dp_rank,
-                pin_memory=device.type == "cuda",
-            )
-        return draws[k]
+class _TrainLoop:
+    """One training run: built (model, optimizer, data, guard, signals), optionally resumed, then
+    `train()`: the loop, which reads top-down as the recipe and hands each concern to a
+    collaborator (the guard and its reporter, rollback.py, checkpoint_policy.py, eval_schedule.py,
+    health_signals.py, stop_signals.py, faults.py), in the way torchtitan's Trainer holds its
+    checkpointer, validator and metrics as components."""
 
-    phase_models = _phase_models(mcfg, loader, ctx)
-    for warning in rope_warnings(mcfg, [(p.name, p.seq_len, m) for p, m in zip(loader.phases, phase_models)]):
-        events.write(STAGE, "rope_warning", message=warning)
-        if ctx.is_main:
-            print(f"warning: {warning}", file=sys.stderr)
-    anneal = next((p.start_step for p in loader.phases if p.anneal), None)
-    clock = TimeBudget(tc.max_seconds, tc.max_steps)
-    if clock.enabled and len(loader.phases) > 1:
-        raise TrainError(
-            f"train.max_seconds={tc.max_seconds} runs the LR schedule on elapsed time, but the "
-            f"curriculum's {len(loader.phases)} phases are placed by step: use one phase "
-            f"(mixture.phases: []) or a step budget (train.max_steps)"
+    def __init__(
+        self,
+        run: RunDir,
+        tc: Any,
+        store: TokenStore,
+        mcfg: ModelConfig,
+        device: torch.device,
+        dtype: torch.dtype,
+        ctx: DistContext,
+        events: Any,
+        inherit: bool,
+    ):
+        self.run, self.tc, self.store, self.mcfg, self.device, self.dtype = run, tc, store, mcfg, device, dtype
+        self.ctx, self.events, self.cfg = ctx, events, run.config
+        self.ckpt_root, self.fingerprint = run.path / "checkpoints", run.fingerprint(STAGE)
+        self.model, self.inherited = _build_model(run, tc, store, mcfg, ctx, events, inherit)
+        model = self.model
+        self.params, self.non_embedding = model.num_params(), model.num_params(exclude_embeddings=True)  # the whole model
+        self.pipeline: Pipeline | None = None
+        if ctx.sizes is not None and ctx.sizes.pp > 1:  # this rank keeps its stage's part of the model only
+            self.pipeline = build_pipeline(model, ctx.mesh, ctx.sizes, ctx.rank, tc.parallel.pp_schedule, device, dtype)
+        self.train_model = wrap_model(model, ctx, tc)  # DDP wrapper, or `model` itself sharded in place (FSDP, TP)
+        self.optimizer = build_optimizer(model, tc, device)
+        if self.inherited is not None and tc.init_optimizer:
+            if ctx.model_parallel or (ctx.distributed and tc.distributed == "fsdp"):
+                raise TrainError(
+                    "train.init_optimizer loads a one-process optimizer state: not with FSDP, tensor "
+                    "or pipeline parallelism (DDP and one process are fine)"
+                )
+            from tokenmill.train.init_from import init_optimizer
+
+            init_optimizer(self.optimizer, self.inherited)
+        self.guard = StabilityGuard(tc.guard, judge_after=tc.warmup_steps)
+        self._build_data()
+        self.noise = NoiseScale(tc.noise_scale_ema)
+        self.noise_off = unavailable_reason(
+            tc.grad_accum, tc.objective, ctx.model_parallel, ctx.distributed and tc.distributed == "fsdp", tc.noise_scale_every
         )
-    noise = NoiseScale(tc.noise_scale_ema)
-    noise_off = unavailable_reason(
-        tc.grad_accum, tc.objective, ctx.model_parallel, ctx.distributed and tc.distributed == "fsdp", tc.noise_scale_every
-    )
-    drift = GradDrift(tc.health.drift_window, tc.health.drift_ratio, start_after=tc.warmup_steps)
-    collapse = CollapseAlert(tc.health.collapse_ratio)
-    bucket_alert = BucketLossAlert(tc.health.bucket_alert_ratio, tc.health.bucket_alert_patience, tc.health.bucket_alert_window)
+        self.health = HealthSignals(tc.health, tc.warmup_steps)
+        self.spike_history = SpikeHistory()
+        self.state = LoopState(step=0, last_loss=None)
+        self.resumed_from: str | None = None
 
-    start_step, last_loss, resumed_from = 0, None, None
-    resumed_spikes: dict[str, Any] | None = None
-    if resume:
-        ckpt = agreed_latest_checkpoint(ckpt_root, events, ctx)  # rank 0 decides for every rank
+    def _loader(self, draw: int) -> Loader:
+        tc, ctx = self.tc, self.ctx
+        return Loader(
+            self.store,
+            self.cfg.mixture,
+            tc.seq_len,
+            tc.micro_batch,
+            tc.grad_accum,
+            tc.max_steps,
+            draw_seed(self.cfg.train_seed, draw),
+            world_size=ctx.dp_size,
+            rank=ctx.dp_rank,
+            pin_memory=self.device.type == "cuda",
+        )
+
+    def _build_data(self) -> None:
+        """The loader (refused on a collapsed mixture before any step), its rewound draws, each
+        phase's model (RoPE), the anneal start and the time budget."""
+        tc, mcfg = self.tc, self.mcfg
+        self.loader = loader = self._loader(0)
+        guard_mixture(self.run.path, self.store, loader.phases, self.cfg.mixture.synthetic, self.events)
+        self.draws = DataDraws(loader, self.guard, self._loader)
+        self.phase_models = _phase_models(mcfg, loader, self.ctx)
+        for warning in rope_warnings(mcfg, [(p.name, p.seq_len, m) for p, m in zip(loader.phases, self.phase_models)]):
+            self.events.write(STAGE, "rope_warning", message=warning)
+            if self.ctx.is_main:
+                print(f"warning: {warning}", file=sys.stderr)
+        self.anneal = next((p.start_step for p in loader.phases if p.anneal), None)
+        self.clock = TimeBudget(tc.max_seconds, tc.max_steps)
+        if self.clock.enabled and len(loader.phases) > 1:
+            raise TrainError(
+                f"train.max_seconds={tc.max_seconds} runs the LR schedule on elapsed time, but the "
+                f"curriculum's {len(loader.phases)} phases are placed by step: use one phase "
+                f"(mixture.phases: []) or a step budget (train.max_steps)"
+            )
+
+    def resume(self, existing: list[tuple[int, Path]]) -> None:
+        """The newest valid checkpoint's training state (rank 0 decides for every rank), if any."""
+        ckpt = agreed_latest_checkpoint(self.ckpt_root, self.events, self.ctx)
         if ckpt is None and existing:
             raise TrainError(
-                f"no checkpoint under {ckpt_root} verifies (see checkpoint_corrupt events); delete {ckpt_root} to start over"
+                f"no checkpoint under {self.ckpt_root} verifies (see checkpoint_corrupt events); "
+                f"delete {self.ckpt_root} to start over"
             )
-        if ckpt is not None:
-            state = read_state(ckpt)
-            _check_fingerprint(state, fingerprint, cfg, ckpt)
-            full_format = pipeline is not None and state.get("kind") != "dcp"
-            saved = (state.get("data_cursor") or {}).get("fingerprint")
-            if saved is not None:
-                loader.check_fingerprint(saved, str(ckpt))  # refuses to resume on changed data
-            if full_format:  # a one-process/DDP checkpoint: this stage's part of it
-                whole, order = _whole_model_order(mcfg, tc)
-                load_full_into_stage(ckpt, state, model, optimizer, whole, order)
-            else:
-                _load_training_state(ckpt, model, optimizer, restore_rng=True)
-            guard.load_state_dict(state.get("guard") or {})
-            noise.load_state_dict(state.get("noise_scale") or {})
-            drift.load_state_dict((state.get("health") or {}).get("grad_drift"))
-            collapse.load_state_dict((state.get("health") or {}).get("embedding_collapse"))
-            bucket_alert.load_state_dict((state.get("health") or {}).get("bucket_loss"))
-            resumed_spikes = state.get("spike_history")
-            clock.load_state_dict(state.get("time_budget"))
-            start_step, last_loss, resumed_from = int(state["step"]), state.get("loss"), str(ckpt)
-            inherited = state.get("init_from") or inherited  # the source the run started from, kept across resumes
-            events.write(STAGE, "resumed", step=start_step, checkpoint=str(ckpt))
-    if restart_attempt() > 0:  # torchrun --max-restarts started this group again after a rank failed
-        events.write(
+        if ckpt is None:
+            return
+        state = read_state(ckpt)
+        _check_fingerprint(state, self.fingerprint, self.cfg, ckpt)
+        saved = (state.get("data_cursor") or {}).get("fingerprint")
+        if saved is not None:
+            self.loader.check_fingerprint(saved, str(ckpt))  # refuses to resume on changed data
+        if self.pipeline is not None and state.get("kind") != "dcp":  # a one-process/DDP checkpoint: this stage's part
+            whole, order = _whole_model_order(self.mcfg, self.tc)
+            load_full_into_stage(ckpt, state, self.model, self.optimizer, whole, order)
+        else:
+            load_training_state(ckpt, self.model, self.optimizer, restore_rng=True)
+        self.guard.load_state_dict(state.get("guard") or {})
+        self.noise.load_state_dict(state.get("noise_scale") or {})
+        self.health.load_state_dict(state.get("health"))
+        self.spike_history.load_state_dict(state.get("spike_history"))
+        self.clock.load_state_dict(state.get("time_budget"))
+        self.state = LoopState(step=int(state["step"]), last_loss=state.get("loss"))
+        self.resumed_from = str(ckpt)
+        self.inherited = state.get("init_from") or self.inherited  # the run's source, kept across resumes
+        self.events.write(STAGE, "resumed", step=self.state.step, checkpoint=str(ckpt))
+
+    def announce(self) -> None:
+        """A torchrun restart, then train_start: what runs, on what, from where."""
+        tc, ctx, start_step = self.tc, self.ctx, self.state.step
+        if restart_attempt() > 0:  # torchrun --max-restarts started this group again after a rank failed
+            self.events.write(
+                STAGE,
+                "restart",
+                attempt=restart_attempt(),
+                by="torchrun",
+                restarts=int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0),
+                resume_from=self.resumed_from,
+                resume_step=start_step,
+            )
+        self.tokens_per_step = self.loader.tokens_per_step  # the global batch, all ranks
+        self.fpt = flops_per_token(self.mcfg, tc.seq_len)
+        peak, peak_source = peak_flops_source(self.device, self.dtype, tc.peak_tflops)
+        self.peak = peak * ctx.world_size  # the job's peak: tokens/s and MFU count the global batch over every rank
+        self.events.write(
             STAGE,
-            "restart",
-            attempt=restart_attempt(),
-            by="torchrun",
-            restarts=int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0),
-            resume_from=resumed_from,
-            resume_step=start_step,
+            "train_start",
+            step=start_step,
+            max_steps=tc.max_steps,
+            params=self.params,
+            non_embedding_params=self.non_embedding,
+            flops_per_token=self.fpt,
+            pipeline=_pipeline_info(self.pipeline, self.mcfg, tc.grad_accum),
+            tokens_per_step=self.tokens_per_step,
+            device=str(self.device),
+            dtype=str(self.dtype).replace("torch.", ""),
+            threads=torch.get_num_threads(),
+            peak_flops=self.peak,
+            peak_source=peak_source,
+            buckets=self.loader.weights,
+            plan=self.loader.plan(),
+            resumed_from=self.resumed_from,
+            world_size=ctx.world_size,
+            parallel=ctx.mode,
+            init_from=(self.inherited or {}).get("from"),
+            noise_scale={
+                "measured": self.noise_off is None,
+                "why_not": self.noise_off,
+                "ema": tc.noise_scale_ema,
+                "every": tc.noise_scale_every,
+            },
+            layout=(ctx.sizes.describe() if ctx.sizes is not None else None),
+            sharding=sharding_report(self.model, self.device) if ctx.distributed else None,
         )
 
-    tokens_per_step = loader.tokens_per_step  # the global batch, all ranks
-    fpt = flops_per_token(mcfg, tc.seq_len)
-    peak, peak_source = peak_flops_source(device, dtype, tc.peak_tflops)
-    peak *= ctx.world_size  # the job's peak: tokens/s and MFU count the global batch over every rank's device
-    pipe_info = (
-        None
-        if pipeline is None
-        else {
-            "stages": pipeline.n_stages,
-            "schedule": pipeline.schedule_kind,
-            "layers": [list(stage_layers(mcfg.n_layers, pipeline.n_stages, s)) for s in range(pipeline.n_stages)],
-            "micro_batches": tc.grad_accum,
-            "bubble": pipeline.bubble(tc.grad_accum),
-        }
-    )
-    events.write(
-        STAGE,
-        "train_start",
-        step=start_step,
-        max_steps=tc.max_steps,
-        params=params,
-        non_embedding_params=non_embedding,
-        flops_per_token=fpt,
-        pipeline=pipe_info,
-        tokens_per_step=tokens_per_step,
-        device=str(device),
-        dtype=str(dtype).replace("torch.", ""),
-        threads=torch.get_num_threads(),
-        peak_flops=peak,
-        peak_source=peak_source,
-        buckets=loader.weights,
-        plan=loader.plan(),
-        resumed_from=resumed_from,
-        world_size=ctx.world_size,
-        parallel=ctx.mode,
-        init_from=(inherited or {}).get("from"),
-        noise_scale={
-            "measured": noise_off is None,
-            "why_not": noise_off,
-            "ema": tc.noise_scale_ema,
-            "every": tc.noise_scale_every,
-        },
-        layout=(ctx.sizes.describe() if ctx.sizes is not None else None),
-        sharding=sharding_report(model, device) if ctx.distributed else None,
-    )
-
-    def state_fields(step: int, loss: float | None) -> dict[str, Any]:
+    def state_fields(self, step: int, loss: float | None) -> dict[str, Any]:
+        """state.json's fields of a checkpoint of `step` (DESIGN "Training state")."""
+        tc, inherited = self.tc, self.inherited
+        at = self.state.schedule_step(step)
         return {
-            "model_config": model.config.model_dump(mode="json"),  # with the current phase's RoPE
-            "train_fingerprint": fingerprint,
-            "config": _train_sections(cfg),
+            "model_config": self.model.config.model_dump(mode="json"),  # with the current phase's RoPE
+            "train_fingerprint": self.fingerprint,
+            "config": _train_sections(self.cfg),
             "scheduler": {
                 "kind": tc.schedule,
                 "step": step,
-                "schedule_step": at_of.get(step, step),
-                "lr": lr_at(at_of.get(step, step), tc, anneal) * guard.lr_scale,
+                "schedule_step": at,
+                "lr": lr_at(at, tc, self.anneal) * self.guard.lr_scale,
             },
-            "time_budget": clock.state_dict(),
-            "data_cursor": loader.cursor(step),
+            "time_budget": self.clock.state_dict(),
+            "data_cursor": self.loader.cursor(step),
             "grad_accum": {"micro": 0, "of": tc.grad_accum},
-            "guard": guard.state_dict(),
-            "noise_scale": noise.state_dict(),
-            "health": {
-                "grad_drift": drift.state_dict(),
-                "embedding_collapse": collapse.state_dict(),
-                "bucket_loss": bucket_alert.state_dict(),
-            },
-            "spike_history": spike_history.state_dict(),
+            "guard": self.guard.state_dict(),
+            "noise_scale": self.noise.state_dict(),
+            "health": self.health.state_dict(),
+            "spike_history": self.spike_history.state_dict(),
             "loss": loss,
-            "tokens": step * tokens_per_step,
+            "tokens": step * self.tokens_per_step,
             # which model this one continues (export and `replay` read it from any checkpoint)
             "init_from": None if inherited is None else {k: v for k, v in inherited.items() if k != "model_config"},
         }
 
-    last_ckpt: dict[str, Any] = {"step": start_step, "t": time.perf_counter(), "seconds": None}
-    at_of: dict[int, float] = {}  # the step being taken -> where its LR was read (one entry; differs under a time budget)
-    # No step finished for hang_timeout_s: every rank dumps its stacks and exits (train/watchdog.py).
-    watchdog = (
-        Watchdog(
-            tc.hang_timeout_s,
-            run.path / "hangs",
-            ctx.rank,
-            store=job_store(),
-            on_hang=lambda info: run.events.write(STAGE, "hang", **info),
+    def train(self, on_eval: EvalHook | None, progress: bool) -> dict[str, Any]:
+        """Evaluate a resumed step if due, then run the loop to max_steps (or the time budget)."""
+        tc, ctx, start_step = self.tc, self.ctx, self.state.step
+        self.watchdog = _watchdog(self.run, tc, ctx)
+        unwatched = self.watchdog.paused if self.watchdog is not None else contextlib.nullcontext
+        keep = (tc.keep_checkpoints, tc.keep_every)
+        self.ckpt = Checkpointer(
+            self.ckpt_root, self.model, self.optimizer, ctx, self.events, self.state_fields, keep, start_step,
+            resumed=self.resumed_from is not None, unwatched=unwatched,
+        )  # fmt: skip
+        self.ckpt_policy, self.grace = CheckpointPolicy(tc.ckpt_every), GraceWarning(tc.preempt_grace_s)
+        self.verdicts = VerdictReporter(
+            tc.guard, self.spike_history, lambda s: self.ckpt.keep_spike_state(s, tc.guard.keep_spike_states)
         )
-        if tc.hang_timeout_s
-        else None
-    )
-    unwatched = watchdog.paused if watchdog is not None else contextlib.nullcontext
-
-    def checkpoint(step: int, loss: float | None) -> Path:
-        t0 = time.perf_counter()
-        last_ckpt.update(step=step, t=t0)
-        with unwatched():
-            path = save_train_checkpoint(
-                ckpt_root,
-                step,
-                model,
-                optimizer,
-                state_fields(step, loss),
-                ctx,
-                keep=tc.keep_checkpoints,
-                keep_every=tc.keep_every,
-            )  # every rank takes part
-        last_ckpt["seconds"] = time.perf_counter() - t0
-        events.write(
+        self.schedule, self.evaluate = (
+            EvalSchedule(tc.eval_every, tc.max_steps, tc.spectrum_every),
+            Evaluator(on_eval, self.model, ctx, unwatched),
+        )
+        t_start = time.perf_counter()
+        if self.resumed_from and self.schedule.due(start_step, self.clock.spent()):
+            # The previous process may have died (or been interrupted) before or during this
+            # evaluation; evaluating never changes training, so run it (again).
+            self.evaluate(start_step)
+        if start_step >= tc.max_steps or self.clock.spent():
+            self.events.write(STAGE, "train_done", step=start_step, loss=self.state.last_loss, note="already finished")
+            return _summary(start_step, self.state.last_loss, self.tokens_per_step, 0.0, self.params, self.resumed_from)
+        self.stops = StopRequests()  # SIGINT (Ctrl-C) and SIGTERM (preemption): stop at a step end, checkpointed
+        self.stops.install()
+        try:
+            self._prepare_steps()
+            with _progress(progress and ctx.is_main, tc.max_steps, start_step) as (prog, task, console):
+                console.quiet = not ctx.is_main
+                self.prog, self.task, self.console = prog, task, console
+                self._loop()
+        finally:
+            if self.watchdog is not None:
+                self.watchdog.stop()
+            self.stops.uninstall()
+            self.draws.close()
+        seconds = time.perf_counter() - t_start
+        step, loss, clock = self.state.step, self.state.last_loss, self.clock
+        self.events.write(
             STAGE,
-            "checkpoint",
+            "train_done",
             step=step,
-            path=str(path),
-            seconds=round(last_ckpt["seconds"], 4),
-            bytes=sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if ctx.is_main else None,
+            loss=loss,
+            seconds=seconds,
+            stopped_by="time" if clock.spent() else "steps",
+            **({"elapsed_s": clock.elapsed, "max_seconds": clock.max_seconds} if clock.enabled else {}),
         )
-        return path
+        return _summary(step, loss, self.tokens_per_step, seconds, self.params, self.resumed_from)
 
-    spike_history = SpikeHistory()
-    spike_history.load_state_dict(resumed_spikes)
-    kept_episode: dict[str, Any] = {}
+    def _prepare_steps(self) -> None:
+        """What the steps need once: rank clocks, the watchdog, prefetch, compilation, the probes."""
+        tc, ctx, model, start_step = self.tc, self.ctx, self.model, self.state.step
+        hosts = rank_hosts(ctx) if tc.rank_stats_every > 0 and ctx.distributed else []
+        self.slow_ranks, self.rank_clock = SlowRanks(tc.slow_rank_margin, tc.slow_rank_patience, hosts), RankClock()
+        if self.watchdog is not None:
+            self.watchdog.start()
+        self.loader.start_prefetch(start_step + 1)
+        use_compile, why = compile_decision(tc, tc.max_steps - start_step, model_parallel=ctx.model_parallel)
+        self.events.write(
+            STAGE, "compile", enabled=use_compile, reason=why, cache_dir=str(compile_cache_dir()) if use_compile else None
+        )
+        self.compiled = compile_model(self.train_model) if use_compile else self.train_model  # checkpoints and evals use `model`
+        pipeline = self.pipeline
+        self.update_ratio = UpdateRatio(
+            model,
+            keep_buffer=tc.metrics_every == 1,
+            across=pipeline.group if pipeline is not None else None,
+            skip=pipeline.tied_duplicate() if pipeline is not None else None,
+        )
+        self.embed_weight = model.embed_tokens.weight if model.embed_tokens is not None else None
+        self.collapse_fault = EmbeddingCollapseFault(self.embed_weight, tc.faults)
+        bucketed = tc.health.bucket_loss and tc.objective == "clm" and pipeline is None
+        self.buckets = BucketLoss(list(self.store.buckets)) if bucketed else None
+        self.act_every = tc.health.activation_stats_every if not ctx.model_parallel else 0  # bare model: one process, DDP, FSDP
+        self.act_probe = (
+            ActivationProbe(model, tc.health.activation_rows, tc.health.attn_logit_queries) if self.act_every else None
+        )
+        if self.resumed_from and self.embed_weight is not None and self.schedule.spectrum_checked_at(start_step):
+            self.health.replay_spectrum(start_step, self.embed_weight)  # its check came after its checkpoint
 
-    def keep_spike_state(step: int) -> Path:
-        """θ_{step-1} and its optimizer state (the spiking step is not applied), kept for diagnosis:
-        `tokenmill replay --step <step>` starts from it. Not a resume or rollback target."""
-        with unwatched():
-            return save_train_checkpoint(
-                ckpt_root / "spikes",
-                step - 1,
-                model,
-                optimizer,
-                state_fields(step - 1, None),
-                ctx,
-                keep=tc.guard.keep_spike_states,
+    def _loop(self) -> None:
+        """The recipe: draw a batch and step, let the guard decide, log, checkpoint, stop if asked,
+        look at health, evaluate. A rewinding rollback sends the loop back to its checkpoint's step."""
+        tc, state, start_step = self.tc, self.state, self.state.step
+        self._enter_phase(max(start_step, 1), announce=False)
+        if self.inherited is not None and start_step == 0:
+            self.evaluate(0)  # the inherited model on this run's held-out slices: "before", to measure forgetting
+        while state.step < tc.max_steps:
+            state.step += 1
+            step, t0 = state.step, time.perf_counter()
+            if tc.faults.kill or tc.faults.hang:
+                process_fault(step, self.ctx.rank, tc.faults, self.run.path)
+            self._enter_phase(step)
+            done = self._step(step)  # compute, decide, update
+            rewind_to = self._after_verdict(step, done)  # rollback: restored, maybe rewound
+            dt, last = self._timing(step, t0, done, rewind_to)
+            self._log_step(step, t0, dt, last, done)
+            if rewind_to is not None:  # the next step is rewind_to + 1 (its checkpoint is written)
+                state.step = rewind_to
+                continue
+            if self.ckpt_policy.due(step, last, self.guard.spike is not None, self.ckpt.saved_step):
+                self.ckpt.save(step, state.last_loss)
+            self._stop_if_asked(step, done.extras)
+            if self.watchdog is not None:
+                self.watchdog.beat(step)
+            if (warning := self.grace.check(step, dt, self.ckpt.last_seconds)) is not None:
+                self.events.write(STAGE, "preempt_warning", **warning)
+            if self.embed_weight is not None and self.schedule.spectrum_due(step, last):
+                self._write(self.health.spectrum(step, self.embed_weight))
+            if self.schedule.due(step, last):
+                self.evaluate(step)
+            if last:
+                break
+
+    def _enter_phase(self, step: int, announce: bool = True) -> None:
+        """The curriculum phase of `step`: a new one resets the guard's and the detectors' levels
+        (new data, new loss level) and, for a longer context, rebuilds the RoPE tables. At the
+        loop's start (announce=False) the phase's RoPE is set without resets or events."""
+        phase = self.loader.phase_at(step)
+        phase_model = self.phase_models[phase.index]
+        if not announce:
+            self.state.phase = phase.name
+            self.model.set_rope(phase_model)
+            return
+        if phase.name == self.state.phase:
+            return
+        self.state.phase = phase.name
+        self.guard.reset_baseline()
+        self.health.reset()
+        if phase_model != self.model.config:  # a longer context
+            self.model.set_rope(phase_model)
+            fields = {k: getattr(self.model.config, k) for k in ("max_seq_len", *ROPE_FIELDS)}
+            self.events.write(STAGE, "rope_changed", step=step, phase=phase.name, **fields)
+
+    def _step(self, step: int) -> _StepResult:
+        """Draw the step's batch, compute its gradients, let the guard judge, apply (or not)."""
+        tc, ctx, guard = self.tc, self.ctx, self.guard
+        extras: dict[str, Any] = {}
+        # The per-group norms and the update ratio cost a pass over the gradients and a copy of
+        # the parameters: every step by default, every metrics_every steps on big runs.
+        measure = tc.metrics_every > 0 and step % tc.metrics_every == 0
+        if measure:
+            self.update_ratio.before()
+        probe = NoiseProbe() if self.noise_off is None and step % tc.noise_scale_every == 0 else None
+        at = self.clock.schedule_step(step) if self.clock.enabled else None
+        self.state.read_schedule_at(step, at if at is not None else float(step))
+        data, attempt = self.draws.of(step), guard.attempt(step)
+        if attempt != step:  # after a rewinding rollback: which attempt, on which draw of the data
+            extras.update(attempt=attempt, draw=guard.draw(step))
+        lr, loss, grad_norm, r_pad = compute_update(
+            self.compiled, self.optimizer, data, step, tc, self.device, self.dtype, self.anneal, extras,
+            lr_scale=guard.lr_scale, group_norms=measure, ctx=ctx, pipeline=self.pipeline, probe=probe,
+            schedule_step=at, buckets=self.buckets, fault_step=attempt,
+        )  # fmt: skip
+        self.state.last_loss = loss
+        if self.buckets is not None:
+            extras["bucket_loss"] = self.buckets.result(ctx.dp_group, ctx.distributed)
+        if probe is not None and probe.small is not None:
+            extras.update(self.noise.update(probe.small, grad_norm * grad_norm, probe.b_big))
+        if ctx.distributed and tc.checksum_every > 0 and step % tc.checksum_every == 0:
+            cross_rank_check(step, self.model, ctx, self.events, loss=loss, grad_norm=grad_norm, lr=lr)
+        verdict = guard.check(step, loss, grad_norm)
+        stop_if_unguarded_divergence(tc.guard, step, loss, grad_norm, self.events)
+        self.verdicts.report(step, verdict, guard, data, self.events)
+        self._write(self.health.after_step(step, extras, applied=verdict.action == "apply"))
+        ratio = None
+        collapsing = self.collapse_fault.before_update(attempt)
+        if verdict.action == "apply":
+            self.optimizer.step()
+            ratio = self.update_ratio.after() if measure else None
+        self.optimizer.zero_grad(set_to_none=True)
+        self.collapse_fault.after_update(collapsing)
+        return _StepResult(lr, loss, grad_norm, r_pad, ratio, verdict.action, extras, data, at)
+
+    def _after_verdict(self, step: int, done: _StepResult) -> int | None:
+        """Carry out a rollback verdict (rollback.py); returns the step to rewind to, if rewinding."""
+        if done.action != "rollback":
+            return None
+        to_step, target = roll_back(
+            step, self.guard, self.model, self.optimizer, self.ckpt_root, self.events, done.loss, done.grad_norm
+        )
+        if not self.tc.guard.rollback_rewind:
+            self.ckpt.save(step, done.loss)  # the rolled-back state, so a resume goes on from here
+            return None
+        drop_checkpoints_after(self.ckpt_root, to_step, self.ctx)
+        self.state.schedule_at[to_step] = float(to_step)
+        self.ckpt.save(to_step, read_state(target).get("loss"))  # same weights, the rewound guard state
+        return to_step
+
+    def _timing(self, step: int, t0: float, done: _StepResult, rewind_to: int | None) -> tuple[float, bool]:
+        """The step's seconds (the activation probe included) and whether it is the run's last."""
+        if self.act_probe is not None and step % self.act_every == 0:  # after the update: a no-grad look
+            with autocast(self.device, self.dtype):
+                done.extras.update(self.act_probe.measure(done.data.rebuild(step, 0).to(self.device)))
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        dt = time.perf_counter() - t0
+        clock = self.clock
+        if clock.enabled:
+            # every rank must stop at the same step on the same LR: rank 0's clock decides
+            done.extras["schedule_step"] = done.at
+            clock.add(self.ctx.broadcast(dt) if self.ctx.distributed else dt)
+            done.extras["elapsed_s"] = clock.elapsed
+        return dt, (step == self.tc.max_steps and rewind_to is None) or clock.spent()
+
+    def _log_step(self, step: int, t0: float, dt: float, last: bool, done: _StepResult) -> None:
+        """The train_step event, the progress bar and, every log_every steps, a console line."""
+        tc, tps = self.tc, self.tokens_per_step / dt
+        mfu = self.fpt * tps / self.peak
+        self.events.write(
+            STAGE,
+            "train_step",
+            step=step,
+            loss=done.loss,
+            lr=done.lr,
+            grad_norm=done.grad_norm,
+            update_ratio=done.ratio,
+            action=done.action,
+            tokens_per_s=tps,
+            mfu=mfu,
+            tokens=step * self.tokens_per_step,
+            seconds=dt,
+            r_pad=done.r_pad,
+            phase=self.state.phase,
+            memory_peak=memory_bytes(self.device)["peak"],
+            **self.ckpt.age(step, t0),
+            **done.extras,
+        )
+        self.prog.update(self.task, completed=step, info=f"loss {done.loss:.4f} lr {done.lr:.2e} {tps:,.0f} tok/s")
+        if tc.log_every > 0 and (step % tc.log_every == 0 or last):
+            self.console.print(
+                f"step {step}/{tc.max_steps} loss {done.loss:.4f} lr {done.lr:.3e} "
+                f"grad_norm {done.grad_norm:.3f} {tps:,.0f} tok/s mfu {mfu:.1%}",
+                highlight=False,
             )
 
-    def evaluate(step: int) -> None:
-        if on_eval is None:
-            return
-        with unwatched():  # rank 0 evaluates while the others wait in the barrier: longer than a step
-            eval_model = evaluation_model(model, ctx)  # rank 0 only (FSDP: a gathered full copy)
-            if eval_model is not None:
-                eval_model.eval()
-                try:
-                    on_eval(step, eval_model)
-                finally:
-                    eval_model.train()
-            ctx.barrier()  # the other ranks wait for rank 0's evaluation
-
-    def eval_due(step: int, last: bool = False) -> bool:
-        return (tc.eval_every > 0 and step % tc.eval_every == 0) or step == tc.max_steps or last
-
-    step = start_step
-    t_start = time.perf_counter()
-    if resumed_from and eval_due(start_step, clock.spent()):
-        # The previous process may have died (or been interrupted) before or during this
-        # evaluation; evaluating never changes training, so run it (again).
-        evaluate(start_step)
-    if start_step >= tc.max_steps or clock.spent():
-        events.write(STAGE, "train_done", step=start_step, loss=last_loss, note="already finished")
-        return _summary(start_step, last_loss, tokens_per_step, 0.0, params, resumed_from)
-
-    stops = StopRequests()  # SIGINT (Ctrl-C) and SIGTERM (preemption): stop at a step end, checkpointed
-    stops.install()
-    hosts = rank_hosts(ctx) if tc.rank_stats_every > 0 and ctx.distributed else []
-    slow_ranks, rank_clock = SlowRanks(tc.slow_rank_margin, tc.slow_rank_patience, hosts), RankClock()
-    grace_warned = False
-    if watchdog is not None:
-        watchdog.start()
-    loader.start_prefetch(start_step + 1)
-    use_compile, why = compile_decision(tc, tc.max_steps - start_step, model_parallel=ctx.model_parallel)
-    events.write(STAGE, "compile", enabled=use_compile, reason=why, cache_dir=str(compile_cache_dir()) if use_compile else None)
-    compiled = compile_model(train_model) if use_compile else train_model  # checkpoints and evals use `model`
-    update_ratio = UpdateRatio(
-        model,
-        keep_buffer=tc.metrics_every == 1,
-        across=pipeline.group if pipeline is not None else None,
-        skip=pipeline.tied_duplicate() if pipeline is not None else None,
-    )
-    embed_weight = model.embed_tokens.weight if model.embed_tokens is not None else None
-    buckets = BucketLoss(list(store.buckets)) if tc.health.bucket_loss and tc.objective == "clm" and pipeline is None else None
-    act_every = tc.health.activation_stats_every if not ctx.model_parallel else 0  # bare model: one process, DDP, FSDP
-    act_probe = ActivationProbe(model, tc.health.activation_rows, tc.health.attn_logit_queries) if act_every else None
-    spectrum_steps = tc.spectrum_every or tc.eval_every  # the spectrum's steps (spectrum_every 0: the evaluations')
-    if resumed_from and embed_weight is not None and spectrum_steps > 0 and start_step % spectrum_steps == 0:
-        collapse.check(start_step, embedding_spectrum(embed_weight))  # its check came after its checkpoint: replay it, silently
-    try:
-        with _progress(progress and ctx.is_main, tc.max_steps, start_step) as (prog, task, console):
-            console.quiet = not ctx.is_main
-            saved_step = start_step if resumed_from else -1
-            phase = loader.phase_at(max(start_step, 1)).name
-            model.set_rope(phase_models[loader.phase_at(max(start_step, 1)).index])
-            if inherited is not None and start_step == 0:
-                evaluate(0)  # the inherited model on this run's held-out slices: "before", to measure forgetting
-            step = start_step
-            while step < tc.max_steps:
-                step += 1
-                t0 = time.perf_counter()
-                if tc.faults.kill or tc.faults.hang:
-                    process_fault(step, ctx.rank, tc.faults, run.path)
-                if loader.phase_at(step).name != phase:
-                    phase = loader.phase_at(step).name
-                    guard.reset_baseline()  # new data, new loss level
-                    drift.reset()
-                    bucket_alert.reset()
-                    if phase_models[loader.phase_at(step).index] != model.config:  # a longer context
-                        model.set_rope(phase_models[loader.phase_at(step).index])
-                        events.write(
-                            STAGE,
-                            "rope_changed",
-                            step=step,
-                            phase=phase,
-                            **{k: getattr(model.config, k) for k in ("max_seq_len", *ROPE_FIELDS)},
-                        )
-                extras: dict[str, Any] = {}
-                # The per-group norms and the update ratio cost a pass over the gradients and a copy
-                # of the parameters: every step by default, every metrics_every steps on big runs.
-                measure = tc.metrics_every > 0 and step % tc.metrics_every == 0
-                if measure:
-                    update_ratio.before()
-                probe = NoiseProbe() if noise_off is None and step % tc.noise_scale_every == 0 else None
-                at = clock.schedule_step(step) if clock.enabled else None
-                at_of.clear()
-                at_of[step] = at if at is not None else float(step)
-                data, attempt = data_of(step), guard.attempt(step)
-                if attempt != step:  # after a rewinding rollback: which attempt, on which draw of the data
-                    extras.update(attempt=attempt, draw=guard.draw(step))
-                lr, last_loss, grad_norm, r_pad = compute_update(
-                    compiled,
-                    optimizer,
-                    data,
-                    step,
-                    tc,
-                    device,
-                    dtype,
-                    anneal,
-                    extras,
-                    lr_scale=guard.lr_scale,
-                    group_norms=measure,
-                    ctx=ctx,
-                    pipeline=pipeline,
-                    probe=probe,
-                    schedule_step=at,
-                    buckets=buckets,
-                    fault_step=attempt,
+    def _stop_if_asked(self, step: int, extras: dict[str, Any]) -> None:
+        """One all-reduce: every rank stops at the same step, whichever saw the signal; every
+        rank_stats_every steps each rank's read and forward seconds ride along (slow ranks)."""
+        tc = self.tc
+        self.rank_clock.add(extras.get("data_wait_s", 0.0), extras.get("forward_s", 0.0))
+        gather = tc.rank_stats_every > 0 and step % tc.rank_stats_every == 0
+        stop, per_rank = step_end_agreement(self.ctx, self.stops.code, self.rank_clock if gather else None)
+        for kind, info in self.slow_ranks.judge(step, per_rank) if per_rank is not None else []:
+            self.events.write(STAGE, kind, **info)
+            if kind == "slow_rank":
+                self.console.print(
+                    f"[yellow]slow rank[/]: rank {info['rank']} ({escape(str(info['host']))}) spends "
+                    f"{info['ratio']:.2f}× the median rank's time reading and in forward "
+                    f"passes ({info['cause']}) for {info['intervals']} intervals in a row"
                 )
-                if buckets is not None:
-                    extras["bucket_loss"] = buckets.result(ctx.dp_group, ctx.distributed)
-                if probe is not None and probe.small is not None:
-                    extras.update(noise.update(probe.small, grad_norm * grad_norm, probe.b_big))
-                if ctx.distributed and tc.checksum_every > 0 and step % tc.checksum_every == 0:
-                    cross_rank_check(step, model, ctx, events, loss=last_loss, grad_norm=grad_norm, lr=lr)
-                verdict = guard.check(step, last_loss, grad_norm)
-                if not tc.guard.enabled and not (math.isfinite(last_loss) and math.isfinite(grad_norm)):
-                    events.write(STAGE, "diverged", step=step, loss=last_loss, grad_norm=grad_norm)
-                    raise TrainingDiverged(
-                        f"training diverged at step {step}: loss={last_loss}, grad_norm={grad_norm}; the "
-                        f"optimizer step was not applied (train.guard.enabled is false, so nothing skips it). "
-                        f"Lower train.lr or raise train.warmup_steps, and resume from the last checkpoint"
-                    )
-                for kind, info in verdict.events:
-                    if kind == "spike":
-                        info["lineage"] = _lineage(data, step)
-                    if kind in ("spike", "skip"):  # one-off, periodic or increasing (train/spike_kinds.py)
-                        episode = (guard.spike or {}).get("start")
-                        info.update(spike_history.classify(step, magnitude(info), documents(info.get("lineage")), episode))
-                        if tc.guard.keep_spike_states > 0 and is_severe(info, tc.guard) and kept_episode.get("start") != episode:
-                            kept_episode["start"] = episode  # the first severe step of an episode
-                            info["state_kept"] = str(keep_spike_state(step))
-                    events.write(STAGE, kind, **info)
-                for info in drift.update(step, extras.get("grad_norms") if verdict.action == "apply" else None):
-                    events.write(STAGE, "grad_drift", **info)
-                for info in bucket_alert.update(step, extras.get("bucket_loss") or {}):
-                    events.write(STAGE, "bucket_loss_warning", **info)
-                ratio = None
-                collapsing = embed_weight is not None and collapsing_embedding(attempt, tc.faults)
-                if collapsing:
-                    embed_weight.grad = None  # the injected fault: no gradient reaches the table (AdamW skips it)
-                if verdict.action == "apply":
-                    optimizer.step()
-                    ratio = update_ratio.after() if measure else None
-                optimizer.zero_grad(set_to_none=True)
-                if collapsing:
-                    collapse_embedding(embed_weight, tc.faults.collapse_rate)
-                rewind_to = None
-                if verdict.action == "rollback":
-                    to_step, target = _rollback(step, guard, model, optimizer, ckpt_root, events, last_loss, grad_norm)
-                    if tc.guard.rollback_rewind:
-                        # The checkpoints after to_step belong to the abandoned attempt: a resume must
-                        # never pick them. Dropped first, so a kill in between resumes from the old
-                        # to_step checkpoint and replays this very rollback.
-                        if ctx.is_main:
-                            for s, p in list_checkpoints(ckpt_root):
-                                if s > to_step:
-                                    shutil.rmtree(p, ignore_errors=True)
-                        ctx.barrier()
-                        at_of[to_step] = float(to_step)
-                        checkpoint(to_step, read_state(target).get("loss"))  # same weights, the rewound guard state
-                        rewind_to = saved_step = to_step
-                    else:
-                        checkpoint(step, last_loss)  # the rolled-back state, so a resume goes on from here
-                        saved_step = step
-                if act_probe is not None and step % act_every == 0:  # after the update: a no-grad look, timed in the step
-                    with autocast(device, dtype):
-                        extras.update(act_probe.measure(data.rebuild(step, 0).to(device)))
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                dt = time.perf_counter() - t0
-                if clock.enabled:
-                    # every rank must stop at the same step on the same LR: rank 0's clock decides
-                    extras["schedule_step"] = at
-                    clock.add(ctx.broadcast(dt) if ctx.distributed else dt)
-                    extras["elapsed_s"] = clock.elapsed
-                last = (step == tc.max_steps and rewind_to is None) or clock.spent()
-                tps = tokens_per_step / dt
-                mem = memory_bytes(device)
-                events.write(
-                    STAGE,
-                    "train_step",
-                    step=step,
-                    loss=last_loss,
-                    lr=lr,
-                    grad_norm=grad_norm,
-                    update_ratio=ratio,
-                    action=verdict.action,
-                    tokens_per_s=tps,
-                    mfu=fpt * tps / peak,
-                    tokens=step * tokens_per_step,
-                    seconds=dt,
-                    r_pad=r_pad,
-                    phase=phase,
-                    memory_peak=mem["peak"],
-                    ckpt_age_steps=step - last_ckpt["step"],
-                    ckpt_age_s=round(t0 - last_ckpt["t"], 3),
-                    **extras,
-                )
-                info = f"loss {last_loss:.4f} lr {lr:.2e} {tps:,.0f} tok/s"
-                prog.update(task, completed=step, info=info)
-                if tc.log_every > 0 and (step % tc.log_every == 0 or last):
-                    console.print(
-                        f"step {step}/{tc.max_steps} loss {last_loss:.4f} lr {lr:.3e} "
-                        f"grad_norm {grad_norm:.3f} {tps:,.0f} tok/s mfu {fpt * tps / peak:.1%}",
-                        highlight=False,
-                    )
+        if stop != NONE:
+            path = self.ckpt.path_of(step, self.state.last_loss)
+            stop_now(stop, step, path, self.stops, tc.preempt_grace_s, self.events)
 
-                if rewind_to is not None:  # the next step is rewind_to + 1 (its checkpoint is written)
-                    step = rewind_to
-                    continue
-                # No periodic checkpoint while a spike is open: the newest checkpoint stays the
-                # last good one, the rollback target.
-                periodic = tc.ckpt_every > 0 and step % tc.ckpt_every == 0 and guard.spike is None
-                if (periodic or last) and saved_step != step:
-                    checkpoint(step, last_loss)
-                    saved_step = step
-                # One all-reduce: every rank stops at the same step, whichever saw the signal; every
-                # rank_stats_every steps each rank's read and forward seconds ride along.
-                rank_clock.add(extras.get("data_wait_s", 0.0), extras.get("forward_s", 0.0))
-                gather = tc.rank_stats_every > 0 and step % tc.rank_stats_every == 0
-                stop, per_rank = step_end_agreement(ctx, stops.code, rank_clock if gather else None)
-                for kind, info in slow_ranks.judge(step, per_rank) if per_rank is not None else []:
-                    events.write(STAGE, kind, **info)
-                    if kind == "slow_rank":
-                        console.print(
-                            f"[yellow]slow rank[/]: rank {info['rank']} ({escape(str(info['host']))}) spends "
-                            f"{info['ratio']:.2f}× the median rank's time reading and in forward "
-                            f"passes ({info['cause']}) for {info['intervals']} intervals in a row"
-                        )
-                if stop != NONE:
-                    path = ckpt_root / f"step_{step}"
-                    if saved_step != step:
-                        path = checkpoint(step, last_loss)
-                    if stop == PREEMPT:
-                        since = stops.seconds_since_preempt()
-                        events.write(
-                            STAGE,
-                            "preempted",
-                            step=step,
-                            checkpoint=str(path),
-                            grace_s=tc.preempt_grace_s,
-                            seconds_since_signal=since,
-                            within_grace=None if since is None else since <= tc.preempt_grace_s,
-                        )
-                        raise TrainingPreempted(step, path)
-                    events.write(STAGE, "interrupted", step=step, checkpoint=str(path))
-                    raise TrainingInterrupted(step, path)
-                if watchdog is not None:
-                    watchdog.beat(step)
-                if not grace_warned and last_ckpt["seconds"] is not None and dt + last_ckpt["seconds"] > tc.preempt_grace_s:
-                    grace_warned = True  # a SIGTERM now would likely be followed by SIGKILL before the save ends
-                    events.write(
-                        STAGE,
-                        "preempt_warning",
-                        step=step,
-                        step_s=dt,
-                        checkpoint_s=last_ckpt["seconds"],
-                        grace_s=tc.preempt_grace_s,
-                    )
-                if embed_weight is not None and (
-                    (tc.spectrum_every > 0 and step % tc.spectrum_every == 0) or (tc.spectrum_every == 0 and eval_due(step, last))
-                ):
-                    spectrum = embedding_spectrum(embed_weight)
-                    events.write(STAGE, "embedding_spectrum", step=step, **spectrum)
-                    if (alert := collapse.check(step, spectrum)) is not None:
-                        events.write(STAGE, "embedding_collapse", **alert)
-                if eval_due(step, last):
-                    evaluate(step)
-                if last:
-                    break
-    finally:
-        if watchdog is not None:
-            watchdog.stop()
-        stops.uninstall()
-        for each in draws.values():
-            each.close()
+    def _write(self, signals: list[tuple[str, dict[str, Any]]]) -> None:
+        for kind, info in signals:
+            self.events.write(STAGE, kind, **info)
 
-    seconds = time.perf_counter() - t_start
-    events.write(
-        STAGE,
-        "train_done",
-        step=step,
-        loss=last_loss,
-        seconds=seconds,
-        stopped_by="time" if clock.spent() else "steps",
-        **({"elapsed_s": clock.elapsed, "max_seconds": clock.max_seconds} if clock.enabled else {}),
+
+@dataclass
+class _StepResult:
+    """What one optimizer step measured and decided, for the log and the steps after it."""
+
+    lr: float
+    loss: float
+    grad_norm: float
+    r_pad: float
+    ratio: float | None
+    action: str  # the guard's verdict: apply | skip | rollback
+    extras: dict[str, Any]
+    data: Loader
+    at: float | None  # where the LR schedule was read (a time budget), else None
+
+
+def _pipeline_info(pipeline: Pipeline | None, mcfg: ModelConfig, grad_accum: int) -> dict[str, Any] | None:
+    if pipeline is None:
+        return None
+    return {
+        "stages": pipeline.n_stages,
+        "schedule": pipeline.schedule_kind,
+        "layers": [list(stage_layers(mcfg.n_layers, pipeline.n_stages, s)) for s in range(pipeline.n_stages)],
+        "micro_batches": grad_accum,
+        "bubble": pipeline.bubble(grad_accum),
+    }
+
+
+def _watchdog(run: RunDir, tc: Any, ctx: DistContext) -> Watchdog | None:
+    """No step finished for hang_timeout_s: every rank dumps its stacks and exits (train/watchdog.py)."""
+    if not tc.hang_timeout_s:
+        return None
+    return Watchdog(
+        tc.hang_timeout_s,
+        run.path / "hangs",
+        ctx.rank,
+        store=job_store(),
+        on_hang=lambda info: run.events.write(STAGE, "hang", **info),
     )
-    return _summary(step, last_loss, tokens_per_step, seconds, params, resumed_from)
 
 
 def _whole_model_order(mcfg: ModelConfig, tc: Any) -> tuple[nn.Module, list[str]]:
@@ -1088,92 +1027,6 @@ def _whole_model_order(mcfg: ModelConfig, tc: Any) -> tuple[nn.Module, list[str]
         whole = Transformer(mcfg)
     names = {id(p): n for n, p in whole.named_parameters()}
     return whole, [names[id(p)] for g in build_optimizer(whole, tc).param_groups for p in g["params"]]
-
-
-def _load_training_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, restore_rng: bool) -> None:
-    """Weights and optimizer state from a verified checkpoint, keeping this machine's kernel flags."""
-    kernel_flags = [{k: g.get(k) for k in ("foreach", "fused")} for g in optimizer.param_groups]
-    load_checkpoint(path, model, optimizer, restore_rng=restore_rng, verify=False)
-    for g, flags in zip(optimizer.param_groups, kernel_flags):
-        g.update(flags)  # the kernel choice belongs to this machine, not the checkpoint's
-
-
-def _lineage(loader: Loader, step: int, limit: int = 32) -> list[dict[str, Any]]:
-    """The documents of the global batch of `step` (first `limit` spans): what a spike came from."""
-    out: list[dict[str, Any]] = []
-    for src in loader.global_provenance(step):
-        for span in src.spans:
-            out.append(
-                {
-                    "bucket": span.bucket,
-                    "doc_id": span.doc_id,
-                    "shard": span.shard,
-                    "doc": span.doc,
-                    "tokens": [span.start, span.end],
-                    "row": src.row,
-                    "micro": src.micro,
-                    "rank": src.rank,
-                }
-            )
-            if len(out) >= limit:
-                return out
-    return out
-
-
-def _good_checkpoint(root: Path, below: int) -> tuple[int, Path] | None:
-    """The newest checkpoint of a step < `below` that verifies and was written outside a spike."""
-    for step, path in reversed(list_checkpoints(root)):
-        if step >= below:
-            continue
-        try:
-            state = verify_checkpoint(path)
-        except (CheckpointError, OSError, ValueError):
-            continue
-        if not (state.get("guard") or {}).get("spike"):
-            return step, path
-    return None
-
-
-def draw_seed(seed: int, draw: int) -> int:
-    """The loader seed of draw `draw` of the data (0: the run's own): fresh batches for the steps a
-    rewinding rollback takes again."""
-    return seed if draw == 0 else (int(seed) * 1_000_003 + 7919 * draw) % (2**31 - 1)
-
-
-def _rollback(
-    step: int,
-    guard: StabilityGuard,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    ckpt_root: Path,
-    events: Any,
-    loss: float,
-    grad_norm: float,
-) -> tuple[int, Path]:
-    """Carry out the guard's rollback verdict at `step`: the last good checkpoint's weights and
-    optimizer state, the LR backed off, the data window since that checkpoint skipped (rewinding:
-    the step counter goes back to the checkpoint's). Returns (its step, its path)."""
-    spike = dict(guard.spike or {})
-    target = _good_checkpoint(ckpt_root, guard.good_checkpoint_bound())
-    why = (
-        f"the loss did not come back within {guard.cfg.recover_steps} steps of the spike at step "
-        f"{spike.get('start')} ({spike.get('reason')}; loss {loss:.4g} vs {spike.get('pre_level')} before)"
-    )
-    if guard.rollbacks_left <= 0 or target is None:
-        reason = (
-            "no checkpoint from before the spike is left to roll back to"
-            if target is None
-            else f"{guard.cfg.max_rollbacks} rollbacks already"
-        )
-        events.write(STAGE, "diverged", step=step, loss=loss, grad_norm=grad_norm, reason=reason, spike=spike)
-        raise TrainingDiverged(
-            f"training diverged at step {step}: {why}, and {reason}. Lower train.lr or "
-            f"raise train.warmup_steps (checkpoints: {ckpt_root})"
-        )
-    to_step, path = target
-    _load_training_state(path, model, optimizer, restore_rng=False)  # verified by _good_checkpoint
-    events.write(STAGE, "rollback", checkpoint=str(path), why=why, **guard.rolled_back(step, to_step))
-    return to_step, path
 
 
 def _summary(
