@@ -44,7 +44,7 @@ class SourceConfig(Strict):
     @field_validator("format")
     @classmethod
     def _known_format(cls, v: str) -> str:
-        from tokenmill.data.readers import reader_names  # lazy: the readers import this module
+        from tokenmill.data.readers import reader_names  # lazy: every reader loads only when a format is named
 
         if v != "auto" and v not in reader_names():
             raise ValueError(f"unknown format {v!r}: 'auto' or one of {', '.join(reader_names())}")
