@@ -25,7 +25,7 @@ from tokenmill.data import linear_classifier as lc
 from tokenmill.data import ngram_lm
 from tokenmill.data import sources as source_step
 from tokenmill.data.document import Doc
-from tokenmill.data.model_quality import ModelQuality
+from tokenmill.data.steps.model_quality import ModelQuality
 
 REAL = Path("/work/real_corpora")
 

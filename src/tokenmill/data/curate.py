@@ -848,7 +848,7 @@ def _write_decontamination(job: Job, final: Path) -> None:
     if "decontaminate" not in job.steps or not job.cfg.decontaminate.eval_sets:
         report: dict[str, Any] = {"eval_sets": {}, "note": "no eval sets configured"}
     else:
-        from tokenmill.data.decontaminate import overlap_report
+        from tokenmill.data.steps.decontaminate import overlap_report
 
         parts = [json.loads(p.read_text()) for p in sorted((Path(job.work) / "finalized").glob("*/chunk-*.decontamination.json"))]
         report = overlap_report(

@@ -12,10 +12,10 @@ import pytest
 
 from tokenmill.config import CurateConfig
 from tokenmill.data.document import PII_FIELDS, Doc
-from tokenmill.data.pii import (IBAN_LENGTHS, PLACEHOLDERS, Pii, find_pii, iban_valid, luhn_valid, mask)
+from tokenmill.data.steps.pii import (IBAN_LENGTHS, PLACEHOLDERS, Pii, find_pii, iban_valid, luhn_valid, mask)
 
 LABELLED = [json.loads(line) for line in
-            (Path(__file__).with_name("fixtures") / "pii_labelled.jsonl").read_text(encoding="utf-8").splitlines()]
+            (Path(__file__).parents[1] / "fixtures" / "pii_labelled.jsonl").read_text(encoding="utf-8").splitlines()]
 
 # Published test / example numbers.
 CARDS = ["4242424242424242", "4111111111111111", "5555555555554444", "378282246310005", "6011111111111117",

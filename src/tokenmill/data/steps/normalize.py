@@ -19,7 +19,7 @@ In order:
 4. whitespace: trailing spaces go, runs of 4+ newlines become 3; prose also collapses runs of
    horizontal whitespace inside a line (HTML extraction leaves column padding behind). Code
    keeps its indentation and inner spacing byte for byte.
-5. books (text of the `books` kind, declared or detected before unwrapping, data/text_kinds.py;
+5. books (text of the `books` kind, declared or detected before unwrapping, data/steps/text_kinds.py;
    `NormalizeConfig.unwrap_books`):
    hard-wrapped paragraphs become one line each. Project Gutenberg wraps prose at ~70
    characters, so a line is not a paragraph: every line-based rule (FineWeb's punctuation per
@@ -40,7 +40,7 @@ import ftfy
 
 from tokenmill.data.document import Doc, Rejection
 from tokenmill.data.step import DocStep
-from tokenmill.data.text_kinds import assign_kind
+from tokenmill.data.steps.text_kinds import assign_kind
 
 VERSION = f"4+ftfy-{ftfy.__version__}"  # 4: kinds detected from the text; any detected book unwrapped
 

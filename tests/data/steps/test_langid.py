@@ -17,10 +17,10 @@ import pytest
 
 from tokenmill.config import CurateConfig
 from tokenmill.data.document import Doc, format_value
-from tokenmill.data.langid import Identifier, LangId, foreign_share, model_path, units
+from tokenmill.data.steps.langid import Identifier, LangId, foreign_share, model_path, units
 
 SAMPLES = [json.loads(line) for line in
-           (Path(__file__).with_name("fixtures") / "langid_samples.jsonl").read_text(encoding="utf-8").splitlines()]
+           (Path(__file__).parents[1] / "fixtures" / "langid_samples.jsonl").read_text(encoding="utf-8").splitlines()]
 
 
 @pytest.fixture(scope="module")

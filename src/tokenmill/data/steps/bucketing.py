@@ -26,7 +26,7 @@ from pathlib import Path
 from tokenmill.data.config import BucketRule, CurateConfig
 from tokenmill.data.document import Doc, Rejection
 from tokenmill.data.step import DocStep
-from tokenmill.data.urlfilter import domain_of
+from tokenmill.data.steps.urlfilter import domain_of
 
 
 @dataclass(frozen=True, slots=True)

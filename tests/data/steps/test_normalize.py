@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenmill.data.normalize import normalize_text
+from tokenmill.data.steps.normalize import normalize_text
 
 
 def test_nfc_and_controls():
@@ -59,7 +59,7 @@ def test_idempotent(text, code):
 # --------------------------------------------------------------------------- mojibake + step
 from tokenmill.config import CurateConfig  # noqa: E402
 from tokenmill.data.document import Doc  # noqa: E402
-from tokenmill.data.normalize import Normalize, fix_mojibake  # noqa: E402
+from tokenmill.data.steps.normalize import Normalize, fix_mojibake  # noqa: E402
 
 # Real words of several scripts, broken the way a UTF-8 page read as cp1252 / Latin-1 breaks.
 _CLEAN = ["café naïve", "Ångström", "Dateien aneinanderhängen", "l’été à Paris", "привет мир",
@@ -132,9 +132,9 @@ def test_line_wise_repair_equals_ftfy_on_the_whole_text():
 
     import ftfy
 
-    from tokenmill.data import normalize as module
+    from tokenmill.data.steps import normalize as module
 
-    fixture = Path(__file__).with_name("fixtures") / "langid_samples.jsonl"
+    fixture = Path(__file__).parents[1] / "fixtures" / "langid_samples.jsonl"
     texts = [json.loads(line)["text"] for line in fixture.read_text(encoding="utf-8").splitlines()]
     mixed = "\n".join(t.encode("utf-8").decode("cp1252", errors="replace") if i % 2 else t
                       for i, t in enumerate(texts[:40]))
@@ -143,7 +143,7 @@ def test_line_wise_repair_equals_ftfy_on_the_whole_text():
 
 
 # --------------------------------------------------------------------------- unwrapping books
-from tokenmill.data.normalize import WRAP_MAX, unwrap_paragraphs  # noqa: E402
+from tokenmill.data.steps.normalize import WRAP_MAX, unwrap_paragraphs  # noqa: E402
 
 WRAPPED = ("It is a truth universally acknowledged, that a single man in possession\n"
            "of a good fortune, must be in want of a wife.\n\n"

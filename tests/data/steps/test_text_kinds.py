@@ -13,10 +13,10 @@ import pytest
 
 from tokenmill.data.config import CurateConfig, QualityConfig
 from tokenmill.data.document import Doc
-from tokenmill.data.kind_detect import detect_kind
-from tokenmill.data.normalize import Normalize
-from tokenmill.data.quality import Quality
-from tokenmill.data.text_kinds import FAMILIES, assign_kind, families, kind_of
+from tokenmill.data.steps.kind_detect import detect_kind
+from tokenmill.data.steps.normalize import Normalize
+from tokenmill.data.steps.quality import Quality
+from tokenmill.data.steps.text_kinds import FAMILIES, assign_kind, families, kind_of
 from tests.adversarial.conftest import run_cli
 
 EMMA_WRAPPED = """Emma Woodhouse, handsome, clever, and rich, with a comfortable home

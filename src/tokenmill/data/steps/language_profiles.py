@@ -31,7 +31,7 @@ mean word length): a subset of English's rules, never stricter. C4's end-of-sent
 include every script's terminal punctuation for every language but English, whose rules stay
 exactly C4's.
 
-The shipped profiles (`data/resources/language_profiles.json`) come from the Debian
+The shipped profiles (`data/steps/resources/language_profiles.json`) come from the Debian
 Administrator's Handbook in 23 languages (`fetch_real_corpora.sh`: web_html/debian-handbook),
 the half of its pages whose file name hashes even; the other half and the Debian Reference and
 installation guide are the held-out check (benchmarks/bench_quality_languages.py).
@@ -87,7 +87,7 @@ def load_profiles(path: str | Path | None = None) -> dict[str, LanguageProfile]:
 class LanguageRules:
     """What the quality rules use for one language."""
 
-    language: str | None  # segmentation (data/segment.py); None: whitespace words
+    language: str | None  # segmentation (data/steps/segment.py); None: whitespace words
     cfg: QualityConfig  # thresholds scaled to the language
     stop_words: frozenset[str]  # empty: the stop-word rule is off
     english_c4: bool  # C4's own end marks (English), or every script's

@@ -13,7 +13,7 @@ import pytest
 from tests.adversarial.conftest import assert_clean_error, run_cli
 from tokenmill.config import CurateConfig
 from tokenmill.data.document import Doc
-from tokenmill.data.select import Select, SelectError, read_id_list, record_id
+from tokenmill.data.steps.select import Select, SelectError, read_id_list, record_id
 
 TEXT = "The keeper of the lighthouse wrote down the weather every morning, and the ships read it. " * 4
 

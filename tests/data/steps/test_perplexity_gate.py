@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tokenmill.config import CurateConfig
-from tokenmill.data import model_quality as mq
+from tokenmill.data.steps import model_quality as mq
 from tokenmill.data.document import Doc
 
 from tests.adversarial.conftest import run_cli

@@ -3,8 +3,8 @@ signal's median in a language over its median in English scales English's thresh
 language's stop words are the most common words of its jusText list in its documents.
 
 `tokenmill quality-calibrate` writes the profiles (`write_profiles`) that
-data/language_profiles.py loads; this module measures the texts with the quality step's own
-signals (data/quality.py), which is why it is apart from the profiles the quality step reads.
+data/steps/language_profiles.py loads; this module measures the texts with the quality step's own
+signals (data/steps/quality.py), which is why it is apart from the profiles the quality step reads.
 """
 
 from __future__ import annotations
@@ -17,9 +17,16 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from tokenmill.data.config import QualityConfig
-from tokenmill.data.language_profiles import ENGLISH, GOPHER_STOP_WORDS, N_STOP_WORDS, SCALES, LanguageProfile, ProfileFileError
-from tokenmill.data.quality import measure, stop_word_key
-from tokenmill.data.segment import words as segment
+from tokenmill.data.steps.language_profiles import (
+    ENGLISH,
+    GOPHER_STOP_WORDS,
+    N_STOP_WORDS,
+    SCALES,
+    LanguageProfile,
+    ProfileFileError,
+)
+from tokenmill.data.steps.quality import measure, stop_word_key
+from tokenmill.data.steps.segment import words as segment
 from tokenmill.ownership import temporary_name
 
 

@@ -11,9 +11,9 @@ import pytest
 from resiliparse.extract.html2text import extract_plain_text
 
 from tokenmill.config import CURATE_STEPS, CurateConfig, ExtractConfig
-from tokenmill.data import extract as ex
+from tokenmill.data.steps import extract as ex
 from tokenmill.data.document import Doc
-from tokenmill.data.extract import (Extract, extract, extract_fallback, extract_main_text, extract_primary,
+from tokenmill.data.steps.extract import (Extract, extract, extract_fallback, extract_main_text, extract_primary,
                                     parse_html, unwrap_layout_tables)
 
 WEB_HTML = Path("/work/real_corpora/web_html")

@@ -9,7 +9,7 @@ import pytest
 
 from tokenmill.config import CurateConfig
 from tokenmill.data.document import SAFETY_FIELDS, Doc, format_value
-from tokenmill.data.safety import BUILTIN_LIST, Safety, read_terms, toxicity
+from tokenmill.data.steps.safety import BUILTIN_LIST, Safety, read_terms, toxicity
 
 TERMS = read_terms(BUILTIN_LIST)
 

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from tokenmill.config import CURATE_STEPS, CurateConfig, QualityConfig
 from tokenmill.data.document import QUALITY_FIELDS, Doc
-from tokenmill.data.quality import (BOOK_UNIT_WORDS, Quality, book_units, check_gopher, check_min_chars,
+from tokenmill.data.steps.quality import (BOOK_UNIT_WORDS, Quality, book_units, check_gopher, check_min_chars,
                                     check_rules, quality_signals, split_text)
 
 # Real prose written by others (seed 002, §2.1 and §2.5): it must pass every rule.
@@ -48,7 +48,7 @@ def _sentence(k: int, n_words: int = 9) -> str:
 
 def _only(family: str, **overrides) -> QualityConfig:
     """A config where only `family` is on (the others cannot mask or pre-empt its rules); kinds
-    follow the input format, not the text (these test the rules, not data/kind_detect.py)."""
+    follow the input format, not the text (these test the rules, not data/steps/kind_detect.py)."""
     return QualityConfig(**{f: f == family for f in FAMILIES}, **{"detect_kinds": False, **overrides})
 
 
@@ -364,7 +364,7 @@ def test_split_text_interns_words():
 
 # --------------------------------------------------------------------------- the step
 def _doc(text: str, bucket: str = "web", fmt: str = "html", language: str | None = None) -> Doc:
-    """An HTML page by default: the web kind, every prose family (data/text_kinds.py)."""
+    """An HTML page by default: the web kind, every prose family (data/steps/text_kinds.py)."""
     return Doc(id="x", text=text, source="s", url="u", bucket=bucket, license="l", format=fmt, language=language)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from tokenmill.data.segment import SEGMENTED, glue_punctuation, segmenter_versions, words
+from tokenmill.data.steps.segment import SEGMENTED, glue_punctuation, segmenter_versions, words
 
 ZH = "我们在服务器上安装了 Debian 系统。这个系统非常稳定，适合长期运行。"
 JA = "このサーバーには Debian をインストールしました。とても安定しています！"

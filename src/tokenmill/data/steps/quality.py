@@ -5,9 +5,9 @@ and returns every field of `QUALITY_FIELDS`; the `check_*` functions compare the
 with `QualityConfig` and return the first broken rule with its measured value. The `Quality`
 step stores the signals on every row (kept or not, every bucket), applies the length floor
 (`CurateConfig.min_chars`, rule `min_chars`) to every bucket, and the rule families of the
-document's kind (data/text_kinds.py) to the buckets not in `skip_buckets`, in this order, with
-the thresholds of its language (data/language_profiles.py; words from data/segment.py) and the
-code rules of data/code_quality.py for code. English thresholds are the published ones:
+document's kind (data/steps/text_kinds.py) to the buckets not in `skip_buckets`, in this order, with
+the thresholds of its language (data/steps/language_profiles.py; words from data/steps/segment.py) and the
+code rules of data/steps/code_quality.py for code. English thresholds are the published ones:
 
 Gopher quality (Rae et al. 2021, §A.1.1): 50-100,000 words, mean word length 3-10, '#' or
   '...' per word <= 0.1, <= 90% bullet lines, <= 30% lines ending in an ellipsis, >= 80% of
@@ -69,13 +69,13 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenmill.data import segment
-from tokenmill.data.code_quality import check_code, code_signals
+from tokenmill.data.steps import segment
+from tokenmill.data.steps.code_quality import check_code, code_signals
 from tokenmill.data.config import QualityConfig, QualityKind
 from tokenmill.data.document import QUALITY_FIELDS, Doc, Rejection, format_value
-from tokenmill.data.language_profiles import GOPHER_STOP_WORDS, LanguageRules, load_profiles, rules_for
+from tokenmill.data.steps.language_profiles import GOPHER_STOP_WORDS, LanguageRules, load_profiles, rules_for
 from tokenmill.data.step import DocStep
-from tokenmill.data.text_kinds import assign_kind, families
+from tokenmill.data.steps.text_kinds import assign_kind, families
 
 VERSION = "4+" + "+".join(
     f"{k}-{v}" for k, v in segment.segmenter_versions().items()
@@ -123,7 +123,7 @@ class Parts:
     """A text split once, shared by every rule family."""
 
     text: str
-    words: list[str]  # whitespace tokens, or a segmenter's words (data/segment.py)
+    words: list[str]  # whitespace tokens, or a segmenter's words (data/steps/segment.py)
     lines: list[str]  # stripped, non-empty
     paragraphs: list[str]  # stripped, non-empty blocks between blank lines
     vocab: list[str]  # distinct words, in order of first occurrence
@@ -378,7 +378,7 @@ def measure(
     book: bool = False,
 ) -> tuple[dict[str, float | int], C4Lines]:
     """Every signal of QUALITY_FIELDS, and C4's line decisions (for `c4_remove_lines`). With
-    `rules` (data/language_profiles.py) the text is measured the way its language needs: words
+    `rules` (data/steps/language_profiles.py) the text is measured the way its language needs: words
     segmented, that language's stop words and line lengths, every script's sentence ends;
     `language` alone only segments. `book`: repetition signals are medians over chapter-sized
     units (`book_repetition_signals`)."""
@@ -529,7 +529,7 @@ def failed_rules(s: dict[str, float | int], cfg: QualityConfig, apply: frozenset
 # --------------------------------------------------------------------------- the step
 class Quality(DocStep):
     """Signals on every document; the length floor everywhere; each kind's rule families
-    (data/text_kinds.py) with each language's thresholds (data/language_profiles.py).
+    (data/steps/text_kinds.py) with each language's thresholds (data/steps/language_profiles.py).
 
     `applies` is True for every document (signals are compared across buckets in the report);
     the skip buckets only turn the rule families off.

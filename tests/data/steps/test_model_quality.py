@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from pydoc_data.topics import topics
 
 from tokenmill.config import CurateConfig, ModelQualityConfig
-from tokenmill.data import model_quality as mq
+from tokenmill.data.steps import model_quality as mq
 from tokenmill.data.document import MODEL_QUALITY_FIELDS, Doc
 
 from tests.data.page_chrome import CHROME

@@ -9,7 +9,7 @@ import pytest
 
 from tokenmill.config import CurateConfig
 from tokenmill.data.document import Doc
-from tokenmill.data.urlfilter import UrlFilter, domain_of, match, parent_domains, read_domain_list
+from tokenmill.data.steps.urlfilter import UrlFilter, domain_of, match, parent_domains, read_domain_list
 
 
 @pytest.mark.parametrize("url, domain", [

@@ -76,10 +76,10 @@ from tokenmill.data import linear_classifier as lc
 from tokenmill.data import ngram_lm
 from tokenmill.data import sources as source_step
 from tokenmill.data.document import Doc, Rejection, format_value
-from tokenmill.data.extract import Extract
+from tokenmill.data.steps.extract import Extract
 from tokenmill.data.jsonl import json_objects
-from tokenmill.data.langid import UNDETERMINED, Identifier
-from tokenmill.data.normalize import Normalize, normalize_text
+from tokenmill.data.steps.langid import UNDETERMINED, Identifier
+from tokenmill.data.steps.normalize import Normalize, normalize_text
 from tokenmill.errors import UserError
 from tokenmill.data.step import DocStep
 

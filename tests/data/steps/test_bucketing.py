@@ -4,7 +4,7 @@ language and quality tier, no match keeps the source's bucket, off without rules
 from __future__ import annotations
 
 from tokenmill.config import CurateConfig
-from tokenmill.data.bucketing import Bucket
+from tokenmill.data.steps.bucketing import Bucket
 from tokenmill.data.document import Doc
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tokenmill.config import CurateConfig, DecontaminateConfig
-from tokenmill.data.decontaminate import (Decontaminate, EvalSetError, merge_overlap_stats, overlap_report,
+from tokenmill.data.steps.decontaminate import (Decontaminate, EvalSetError, merge_overlap_stats, overlap_report,
                                           read_items)
 from tokenmill.data.document import Doc
 

@@ -6,7 +6,7 @@ novel, a module or a manual they remove good documents for the wrong reason: a n
 than Gopher's 100,000 words, a hard-wrapped book fails FineWeb's punctuation-per-line rule, a
 manual with a shell snippet fails C4's curly-bracket rule. So each kind gets its own:
 
-| kind      | rule families                                                 | detected (data/kind_detect.py) |
+| kind      | rule families                                                 | detected (data/steps/kind_detect.py) |
 |-----------|---------------------------------------------------------------|-------------------|
 | web       | Gopher quality, Gopher repetition, C4, FineWeb                | lines that end no sentence, short lines, menus, separators: pages, and junk (link lists, tag clouds, shop pages) |
 | reference | Gopher quality, Gopher repetition without the duplicated      | shell prompts, --options, `code`, headings with code lines; paragraphs among headings and lists; technical prose |
@@ -18,7 +18,7 @@ manual with a shell snippet fails C4's curly-bracket rule. So each kind gets its
 | books     | Gopher quality without max_words; Gopher repetition as the    | >= 100,000 characters, or hard-wrapped lines, or chapter headings |
 |           | median over 5,000-word units, without the duplicated 5-10-gram |                  |
 |           | rules; hard-wrapped paragraphs are unwrapped by `normalize`   |                   |
-| code      | the code rules (data/code_quality.py)                         | code input, code lines and symbols, the `code` bucket |
+| code      | the code rules (data/steps/code_quality.py)                         | code input, code lines and symbols, the `code` bucket |
 
 A document's kind is its bucket's `quality.kinds[bucket]` when listed (declared); else code for
 code input (format); else the kind its own text shows (detected, `quality.detect_kinds`; with
@@ -34,7 +34,7 @@ from typing import cast
 
 from tokenmill.data.config import QualityConfig, QualityKind
 from tokenmill.data.document import Doc
-from tokenmill.data.kind_detect import WEB_FORMATS, detect_kind
+from tokenmill.data.steps.kind_detect import WEB_FORMATS, detect_kind
 
 FAMILIES: dict[str, frozenset[str]] = {
     "web": frozenset({"gopher", "gopher_repetition", "c4", "fineweb"}),

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from tokenmill.data.config import QualityConfig
-from tokenmill.data.language_calibration import (calibrate, calibrate_file, justext_stoplists, stop_words,
+from tokenmill.data.steps.language_calibration import (calibrate, calibrate_file, justext_stoplists, stop_words,
                                                  write_profiles)
-from tokenmill.data.language_profiles import (GOPHER_STOP_WORDS, SCALES, SHIPPED, LanguageProfile, ProfileFileError,
+from tokenmill.data.steps.language_profiles import (GOPHER_STOP_WORDS, SCALES, SHIPPED, LanguageProfile, ProfileFileError,
                                               load_profiles, rules_for)
 
 CFG = QualityConfig()
