@@ -35,7 +35,7 @@ from bench_dirty_web import _row_id  # noqa: E402
 from dirty_web import CLEAN_KINDS, build, write_jsonl, write_reference  # noqa: E402
 
 from tokenmill.config import CurateConfig  # noqa: E402
-from tokenmill.data import ngram_lm  # noqa: E402
+from tokenmill.data.classifiers import ngram_lm  # noqa: E402
 from tokenmill.data.steps import model_quality as mq  # noqa: E402
 from tokenmill.data.steps.langid import Identifier  # noqa: E402
 

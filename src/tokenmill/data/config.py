@@ -267,7 +267,7 @@ class ModelQualityConfig(Strict):
         None,
         gt=0,
         le=100,
-        description="Keep only the documents whose classifier score is in the top this-many percent of all the documents the step scores, corpus-wide (DCLM keeps 10); exact and the same for any worker count (data/top_percent.py). None: no cut.",
+        description="Keep only the documents whose classifier score is in the top this-many percent of all the documents the step scores, corpus-wide (DCLM keeps 10); exact and the same for any worker count (data/classifiers/top_percent.py). None: no cut.",
     )
     tier_perplexities: list[Annotated[float, Field(gt=0.0)]] | None = Field(
         None,

@@ -43,7 +43,8 @@ import pyarrow.parquet as pq
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tokenmill.data.config import CurateConfig, SourceConfig
-from tokenmill.data import classifier_cut, sources as source_step
+from tokenmill.data import sources as source_step
+from tokenmill.data.classifiers import classifier_cut
 from tokenmill.data.canaries import CANARIES_FILE, canary_bucket, insert_canaries
 from tokenmill.data.dedup.shuffle import PartitionedSet
 from tokenmill.data.dedup.minhash import PERMUTATION_SEED

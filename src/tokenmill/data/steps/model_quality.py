@@ -12,7 +12,7 @@ cleaned like any source: the extract and normalize steps run on it):
   percentiles of the perplexity of the random sample below, since a perplexity's scale depends
   on the reference (its size, vocabulary, domain) and no fixed number fits every one.
 * classifier_score (GPT-3 appendix A, Llama, DCLM): P(reference) from a fastText-style linear
-  model over hashed word uni+bigrams (data.linear_classifier), trained on reference passages
+  model over hashed word uni+bigrams (data.classifiers.linear_classifier), trained on reference passages
   (label 1) against "random" passages: every `negative_every`-th raw record of the run's own
   sources outside `skip_buckets`, extracted and normalized: the crawl being curated. Every 10th
   passage of each class is held out; the manifest records the classifier's AUC on them.
@@ -72,8 +72,8 @@ import numpy as np
 import xxhash
 
 from tokenmill.data.config import CurateConfig, SourceConfig
-from tokenmill.data import linear_classifier as lc
-from tokenmill.data import ngram_lm
+from tokenmill.data.classifiers import linear_classifier as lc
+from tokenmill.data.classifiers import ngram_lm
 from tokenmill.data import sources as source_step
 from tokenmill.data.document import Doc, Rejection, format_value
 from tokenmill.data.steps.extract import Extract

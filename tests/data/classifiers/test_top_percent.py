@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tokenmill.data import top_percent as tp
+from tokenmill.data.classifiers import top_percent as tp
 
 
 def _brute(scores, lo, k):
@@ -30,7 +30,7 @@ def test_selection_equals_sorting_every_key(kind):
 
 
 def test_score_keys_sort_like_the_floats_and_invert():
-    from tokenmill.data.classifier_cut import _score_of
+    from tokenmill.data.classifiers.classifier_cut import _score_of
 
     xs = np.array([-3.5, -1e-300, -0.0, 0.0, 1e-300, 0.25, 0.5, 1.0, 7e10])
     keys = tp.score_keys(xs)

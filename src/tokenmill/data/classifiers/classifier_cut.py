@@ -2,7 +2,7 @@
 the per-document steps and dedup.
 
 count      per shard: how many documents the classifier scored (model_quality's applies)
-select     radix passes over every shard's map output (data/top_percent.py): the threshold key
+select     radix passes over every shard's map output (data/classifiers/top_percent.py): the threshold key
            of the top p%; saved to cut/threshold.json before anything changes, so a resumed run
            applies the same threshold to the chunks it had not finished
 apply      per map chunk: documents below the threshold leave with rule `keep_top_percent` (their
@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tokenmill.data import top_percent as tp
+from tokenmill.data.classifiers import top_percent as tp
 from tokenmill.data.dedup.workspace import final_dir, map_dir
 from tokenmill.data.document import REJECTED_DIR, REJECTED_SCHEMA, Doc, Rejection, format_value, text_bytes, write_table_atomic
 from tokenmill.data.funnel import Funnel, StepMark

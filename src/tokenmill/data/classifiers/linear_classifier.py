@@ -6,7 +6,7 @@ The quality classifiers of GPT-3 (Brown et al. 2020, appendix A), CCNet's follow
 answers: label 1) from random crawl (label 0); their P(reference) ranks documents (seed 002
 §2.10). This module is that model, in numpy, trained from scratch: nothing is downloaded.
 
-Features: the tokens (data.ngram_lm.tokenize: lowercased words, punctuation, line breaks) and
+Features: the tokens (data.classifiers.ngram_lm.tokenize: lowercased words, punctuation, line breaks) and
 their adjacent pairs are hashed (xxh3 per distinct word, a 64-bit mix for pairs) into 2^dim_bits
 buckets; a document is its bucket vector of sublinear counts 1 + ln(tf), L2-normalised so long
 and short documents weigh alike. The model is logistic regression, p = sigmoid(w.x + b), fit by

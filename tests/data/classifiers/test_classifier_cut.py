@@ -12,10 +12,10 @@ import pytest
 from pydantic import ValidationError
 
 from tokenmill.config import CurateConfig
-from tokenmill.data.classifier_cut import RULE, STEP, funnel_steps
+from tokenmill.data.classifiers.classifier_cut import RULE, STEP, funnel_steps
 from tokenmill.data.curate import curate
 from tokenmill.data.curated import curated_buckets
-from tokenmill.data import top_percent as tp
+from tokenmill.data.classifiers import top_percent as tp
 
 PCT = 25.0
 
@@ -96,7 +96,7 @@ def test_config_and_funnel_placement():
 def test_a_run_stopped_between_deciding_and_swapping_a_chunk_resumes_to_the_same_output(runs, tmp_path, monkeypatch):
     """A crash after a chunk's decision is recorded but before its map chunk is rewritten: the
     next call applies the saved threshold, finishes the swap, and neither loses nor cuts twice."""
-    import tokenmill.data.classifier_cut as cc
+    import tokenmill.data.classifiers.classifier_cut as cc
 
     real = cc._swap
     calls = {"n": 0}

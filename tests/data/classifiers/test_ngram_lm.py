@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from pydoc_data.topics import topics
 
-from tokenmill.data import ngram_lm as L
+from tokenmill.data.classifiers import ngram_lm as L
 
 # Real prose written by others that every Python installation carries: the language reference.
 TOPIC_NAMES = sorted(topics)

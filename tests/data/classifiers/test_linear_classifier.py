@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from pydoc_data.topics import topics
 
-from tokenmill.data import linear_classifier as lc
-from tokenmill.data.ngram_lm import tokenize
+from tokenmill.data.classifiers import linear_classifier as lc
+from tokenmill.data.classifiers.ngram_lm import tokenize
 
 from tests.data.page_chrome import CHROME
 
