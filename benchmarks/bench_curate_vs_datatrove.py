@@ -56,9 +56,9 @@ from resiliparse.extract.html2text import extract_plain_text  # noqa: E402
 
 from tokenmill.config import CurateConfig  # noqa: E402
 from tokenmill.data.document import Doc  # noqa: E402
-from tokenmill.data.extract import Extract, extract_main_text  # noqa: E402
-from tokenmill.data.normalize import Normalize  # noqa: E402
-from tokenmill.data.quality import Quality  # noqa: E402
+from tokenmill.data.steps.extract import Extract, extract_main_text  # noqa: E402
+from tokenmill.data.steps.normalize import Normalize  # noqa: E402
+from tokenmill.data.steps.quality import Quality  # noqa: E402
 
 DEFAULT_CORPUS = Path("/work/real_corpora/web_html/python3.11-doc")
 WARMUP = 3

@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 
 from tokenmill.config import CurateConfig
-from tokenmill.data.bucketing import Bucket
+from tokenmill.data.steps.bucketing import Bucket
 from tokenmill.data.document import Doc
-from tokenmill.data.langid import LangId
-from tokenmill.data.normalize import Normalize
-from tokenmill.data.pii import Pii
-from tokenmill.data.safety import Safety
-from tokenmill.data.urlfilter import UrlFilter
+from tokenmill.data.steps.langid import LangId
+from tokenmill.data.steps.normalize import Normalize
+from tokenmill.data.steps.pii import Pii
+from tokenmill.data.steps.safety import Safety
+from tokenmill.data.steps.urlfilter import UrlFilter
 
 ROOT = Path("/work/real_corpora")
 PATTERNS = ("books/**/*.txt", "reference/doc-sources/**/*.txt", "reference/doc-sources/**/*.rst",

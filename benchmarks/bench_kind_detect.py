@@ -1,4 +1,4 @@
-"""The kind detector (src/tokenmill/data/kind_detect.py) on labelled real documents.
+"""The kind detector (src/tokenmill/data/steps/kind_detect.py) on labelled real documents.
 
 Labels come from where a document is in the real corpora (no download), and each document is
 the text curate's quality step would see (HTML through tokenmill's own extractor):
@@ -49,9 +49,9 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 import dirty_web  # noqa: E402
 
-from tokenmill.data.extract import extract_main_text  # noqa: E402
-from tokenmill.data.kind_detect import detect_kind  # noqa: E402
-from tokenmill.data.normalize import normalize_text  # noqa: E402
+from tokenmill.data.steps.extract import extract_main_text  # noqa: E402
+from tokenmill.data.steps.kind_detect import detect_kind  # noqa: E402
+from tokenmill.data.steps.normalize import normalize_text  # noqa: E402
 from tokenmill.data.readers.base import RecordMaker  # noqa: E402
 from tokenmill.data.readers.warc import WarcReader  # noqa: E402
 from tokenmill.data.config import SourceConfig  # noqa: E402
@@ -206,8 +206,8 @@ def manual_rules(docs: list[tuple[str, str, str, str]]) -> dict:
     language from tokenmill's langid): the share any rule removes, and the share each rule
     breaks (every broken rule counted, not only the first) — why manuals get their own family."""
     from tokenmill.config import CurateConfig
-    from tokenmill.data.langid import Identifier
-    from tokenmill.data.quality import Quality, failed_rules, measure
+    from tokenmill.data.steps.langid import Identifier
+    from tokenmill.data.steps.quality import Quality, failed_rules, measure
 
     step, ident = Quality(CurateConfig()), Identifier()
     step.setup(None)

@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from tokenmill.config import CurateConfig, SourceConfig
-from tokenmill.data import linear_classifier as lc
-from tokenmill.data import ngram_lm
+from tokenmill.data.classifiers import linear_classifier as lc
+from tokenmill.data.classifiers import ngram_lm
 from tokenmill.data import sources as source_step
 from tokenmill.data.document import Doc
-from tokenmill.data.model_quality import ModelQuality
+from tokenmill.data.steps.model_quality import ModelQuality
 
 REAL = Path("/work/real_corpora")
 

@@ -35,8 +35,9 @@ from bench_dirty_web import _row_id  # noqa: E402
 from dirty_web import CLEAN_KINDS, build, write_jsonl, write_reference  # noqa: E402
 
 from tokenmill.config import CurateConfig  # noqa: E402
-from tokenmill.data import model_quality as mq, ngram_lm  # noqa: E402
-from tokenmill.data.langid import Identifier  # noqa: E402
+from tokenmill.data.classifiers import ngram_lm  # noqa: E402
+from tokenmill.data.steps import model_quality as mq  # noqa: E402
+from tokenmill.data.steps.langid import Identifier  # noqa: E402
 
 QUANTILES = (0.99, 1.0)
 MIN_HELD_OUT = 20

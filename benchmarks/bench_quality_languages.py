@@ -10,7 +10,7 @@ extracted and normalized by tokenmill. A page counts under the language its dire
 text under /de/) is counted and left out.
 
 - Calibration: the handbook pages whose file name hashes even (xxh64) give the shipped
-  profiles (`--write-profiles` rewrites src/tokenmill/data/resources/language_profiles.json).
+  profiles (`--write-profiles` rewrites src/tokenmill/data/steps/resources/language_profiles.json).
 - Held out: the handbook's other half, the Reference and the installation guide. Keep rate per
   language with the old rules (English rules for every language: `language_rules=false`) and
   the new ones, for the web kind (the default for HTML) and the reference kind.
@@ -39,15 +39,15 @@ from pathlib import Path
 import lxml.html
 import xxhash
 
-from tokenmill.data.code_quality import check_code, code_signals
+from tokenmill.data.steps.code_quality import check_code, code_signals
 from tokenmill.data.config import CurateConfig
 from tokenmill.data.curate_eval import eval_quality
-from tokenmill.data.extract import extract
-from tokenmill.data.langid import Identifier
-from tokenmill.data.language_calibration import calibrate, justext_stoplists, write_profiles
-from tokenmill.data.language_profiles import SHIPPED
-from tokenmill.data.normalize import normalize_text, unwrap_paragraphs
-from tokenmill.data.quality import Quality, check_min_chars, check_rules, measure
+from tokenmill.data.steps.extract import extract
+from tokenmill.data.steps.langid import Identifier
+from tokenmill.data.steps.language_calibration import calibrate, justext_stoplists, write_profiles
+from tokenmill.data.steps.language_profiles import SHIPPED
+from tokenmill.data.steps.normalize import normalize_text, unwrap_paragraphs
+from tokenmill.data.steps.quality import Quality, check_min_chars, check_rules, measure
 
 SITES = ("debian-handbook", "debian-reference", "installation-guide-amd64")
 LANG_DIRS = {"zh-cn": "zh", "zh-tw": "zh", "pt-br": "pt", "nb": "no"}

@@ -126,7 +126,7 @@ def test_quality_calibrate_and_curate_eval_quality_from_the_cli(tmp_path):
     import json
 
     from tests.data.test_curate_eval import EN_PAGE
-    from tests.data.test_quality import DE_PAGE
+    from tests.data.steps.test_quality import DE_PAGE
 
     ref = tmp_path / "ref.jsonl"
     rows = [{"text": f"{page}\nPage {i}.", "language": lang, "group": f"p{i}"}

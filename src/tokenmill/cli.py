@@ -260,7 +260,7 @@ def quality_calibrate(
     median in the language over its median in English scales English's thresholds."""
 
     def go() -> None:
-        from tokenmill.data.language_calibration import calibrate_file, check_profile_target, write_profiles
+        from tokenmill.data.steps.language_calibration import calibrate_file, check_profile_target, write_profiles
 
         check_profile_target(out)  # before the work: a file tokenmill did not write is never replaced
         profiles = calibrate_file(reference, stoplists, min_docs=min_docs)

@@ -12,7 +12,7 @@ import pytest
 
 from tokenmill.config import CurateConfig
 from tokenmill.data.curate_eval import LabelledFileError, eval_pii, eval_safety
-from tokenmill.data.safety import BUILTIN_LIST, read_terms, toxicity
+from tokenmill.data.steps.safety import BUILTIN_LIST, read_terms, toxicity
 
 FIXTURES = Path(__file__).with_name("fixtures")
 PII_FILE, SAFETY_FILE = FIXTURES / "pii_labelled.jsonl", FIXTURES / "safety_labelled.jsonl"
@@ -108,7 +108,7 @@ def test_bad_pii_labels_and_missing_file(tmp_path):
 
 
 # --------------------------------------------------------------------------- quality across languages
-from tests.data.test_quality import DE_PAGE, ZH_PAGE  # noqa: E402
+from tests.data.steps.test_quality import DE_PAGE, ZH_PAGE  # noqa: E402
 from tokenmill.data.curate_eval import eval_quality  # noqa: E402
 
 EN_PAGE = "\n".join([

@@ -44,14 +44,14 @@ class SourceConfig(Strict):
     @field_validator("format")
     @classmethod
     def _known_format(cls, v: str) -> str:
-        from tokenmill.data.readers import reader_names  # lazy: the readers import this module
+        from tokenmill.data.readers import reader_names  # lazy: every reader loads only when a format is named
 
         if v != "auto" and v not in reader_names():
             raise ValueError(f"unknown format {v!r}: 'auto' or one of {', '.join(reader_names())}")
         return v
 
 
-# The kinds of text the quality step knows (data/text_kinds.py says which rule families each gets).
+# The kinds of text the quality step knows (data/steps/text_kinds.py says which rule families each gets).
 QualityKind = Literal["web", "reference", "prose", "books", "code"]
 
 
@@ -62,12 +62,12 @@ class QualityConfig(Strict):
     skip_buckets: list[str] = Field([], description="Buckets no rule applies to (signals and the length floor still do).")
     kinds: dict[str, QualityKind] = Field(
         {"code": "code"},
-        description="Bucket -> kind of text, whose rule families apply (data/text_kinds.py); "
+        description="Bucket -> kind of text, whose rule families apply (data/steps/text_kinds.py); "
         "a bucket not listed: code for code input, else each document's kind is detected from its text.",
     )
     detect_kinds: bool = Field(
         True,
-        description="Detect the kind of each document of an undeclared bucket from its text (data/kind_detect.py); False: web for html/warc input, prose otherwise.",
+        description="Detect the kind of each document of an undeclared bucket from its text (data/steps/kind_detect.py); False: web for html/warc input, prose otherwise.",
     )
     language_profiles: str | None = Field(
         None, description="JSON of per-language profiles (`tokenmill quality-calibrate`); None: the shipped ones."
@@ -162,7 +162,7 @@ CURATE_STEPS: tuple[str, ...] = (
 
 
 class SelectConfig(Strict):
-    """Curate only the records a list names (data/select.py): labels or a peer's filter decided elsewhere."""
+    """Curate only the records a list names (data/steps/select.py): labels or a peer's filter decided elsewhere."""
 
     ids: str | None = Field(
         None,
@@ -267,7 +267,7 @@ class ModelQualityConfig(Strict):
         None,
         gt=0,
         le=100,
-        description="Keep only the documents whose classifier score is in the top this-many percent of all the documents the step scores, corpus-wide (DCLM keeps 10); exact and the same for any worker count (data/top_percent.py). None: no cut.",
+        description="Keep only the documents whose classifier score is in the top this-many percent of all the documents the step scores, corpus-wide (DCLM keeps 10); exact and the same for any worker count (data/classifiers/top_percent.py). None: no cut.",
     )
     tier_perplexities: list[Annotated[float, Field(gt=0.0)]] | None = Field(
         None,

@@ -43,7 +43,8 @@ import pyarrow.parquet as pq
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tokenmill.data.config import CurateConfig, SourceConfig
-from tokenmill.data import classifier_cut, sources as source_step
+from tokenmill.data import sources as source_step
+from tokenmill.data.classifiers import classifier_cut
 from tokenmill.data.canaries import CANARIES_FILE, canary_bucket, insert_canaries
 from tokenmill.data.dedup.shuffle import PartitionedSet
 from tokenmill.data.dedup.minhash import PERMUTATION_SEED
@@ -848,7 +849,7 @@ def _write_decontamination(job: Job, final: Path) -> None:
     if "decontaminate" not in job.steps or not job.cfg.decontaminate.eval_sets:
         report: dict[str, Any] = {"eval_sets": {}, "note": "no eval sets configured"}
     else:
-        from tokenmill.data.decontaminate import overlap_report
+        from tokenmill.data.steps.decontaminate import overlap_report
 
         parts = [json.loads(p.read_text()) for p in sorted((Path(job.work) / "finalized").glob("*/chunk-*.decontamination.json"))]
         report = overlap_report(

@@ -26,7 +26,7 @@ Quality file, one object per line (seed 002 §2.4: "do not let filters become a 
     {"text": ..., "language": "de", "group": "page-07" (optional), "kind": "web" (optional),
      "low_quality": false (optional)}
 Every text goes through the quality step as the curation would judge it: its language's profile
-(data/language_profiles.py) and its kind's rule families (data/text_kinds.py; default web).
+(data/steps/language_profiles.py) and its kind's rule families (data/steps/text_kinds.py; default web).
   by_language   documents, kept, keep_rate, the rules that removed the most; with labels,
                 low-quality removed / good kept; gap_to_english: on the groups this language
                 shares with English, its keep rate minus English's on the same pages, in points
@@ -47,9 +47,9 @@ import numpy as np
 from tokenmill.data.config import CurateConfig
 from tokenmill.data.document import PII_FIELDS
 from tokenmill.data.jsonl import json_objects
-from tokenmill.data.pii import Span, find_pii
-from tokenmill.data.safety import Safety
-from tokenmill.data.text_kinds import FAMILIES
+from tokenmill.data.steps.pii import Span, find_pii
+from tokenmill.data.steps.safety import Safety
+from tokenmill.data.steps.text_kinds import FAMILIES
 from tokenmill.errors import UserError
 
 DEFAULT_BUCKET = "default"
@@ -196,7 +196,7 @@ TOP_RULES = 5
 def eval_quality(labelled: Path, cfg: CurateConfig, min_docs: int = MIN_DOCS) -> dict[str, Any]:
     """Keep rate per language (and the spread across languages) of the quality step on a labelled
     file, with the rules that removed the most and, on parallel text, per-group agreement."""
-    from tokenmill.data.quality import Quality, check_min_chars, check_rules, measure
+    from tokenmill.data.steps.quality import Quality, check_min_chars, check_rules, measure
 
     step = Quality(cfg)
     step.setup(None)

@@ -181,7 +181,7 @@ class Funnel:
         self.buckets: dict[str, dict[str, StepCounts]] = {}
         self.sources: dict[str, SourceCounts] = {}
         self.languages: dict[str, LanguageCounts] = {}
-        # the same fates by kind of text (data/text_kinds.py); "und": removed before it was decided
+        # the same fates by kind of text (data/steps/text_kinds.py); "und": removed before it was decided
         self.kinds: dict[str, LanguageCounts] = {}
         # False once a funnel written before languages were counted is merged in (a curation
         # resumed across versions): its documents' fates are unknown, so none are claimed

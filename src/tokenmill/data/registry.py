@@ -13,17 +13,17 @@ from tokenmill.data.config import CURATE_STEPS, CurateConfig
 from tokenmill.data.step import DocStep
 
 DOC_STEP_CLASSES: dict[str, tuple[str, str]] = {
-    "select": ("tokenmill.data.select", "Select"),
-    "extract": ("tokenmill.data.extract", "Extract"),
-    "normalize": ("tokenmill.data.normalize", "Normalize"),
-    "url": ("tokenmill.data.urlfilter", "UrlFilter"),
-    "langid": ("tokenmill.data.langid", "LangId"),
-    "quality": ("tokenmill.data.quality", "Quality"),
-    "model_quality": ("tokenmill.data.model_quality", "ModelQuality"),
-    "safety": ("tokenmill.data.safety", "Safety"),
-    "pii": ("tokenmill.data.pii", "Pii"),
-    "decontaminate": ("tokenmill.data.decontaminate", "Decontaminate"),
-    "bucket": ("tokenmill.data.bucketing", "Bucket"),
+    "select": ("tokenmill.data.steps.select", "Select"),
+    "extract": ("tokenmill.data.steps.extract", "Extract"),
+    "normalize": ("tokenmill.data.steps.normalize", "Normalize"),
+    "url": ("tokenmill.data.steps.urlfilter", "UrlFilter"),
+    "langid": ("tokenmill.data.steps.langid", "LangId"),
+    "quality": ("tokenmill.data.steps.quality", "Quality"),
+    "model_quality": ("tokenmill.data.steps.model_quality", "ModelQuality"),
+    "safety": ("tokenmill.data.steps.safety", "Safety"),
+    "pii": ("tokenmill.data.steps.pii", "Pii"),
+    "decontaminate": ("tokenmill.data.steps.decontaminate", "Decontaminate"),
+    "bucket": ("tokenmill.data.steps.bucketing", "Bucket"),
 }
 CORPUS_STEPS: tuple[str, ...] = ("exact_dedup", "minhash_dedup", "line_dedup", "substring_dedup")
 # Per-document steps before the corpus-wide ones, and after them.

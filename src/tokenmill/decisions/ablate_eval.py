@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from tokenmill.data.curated import curated_buckets, iter_documents
-from tokenmill.data.decontaminate import read_items
+from tokenmill.data.steps.decontaminate import read_items
 from tokenmill.data.heldout_split import split_score
 from tokenmill.decisions.ablate_config import AblateError, AblateEvalConfig
 from tokenmill.runs import atomic_write_text

@@ -18,12 +18,25 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Iterator
+from typing import Any, ClassVar, Iterator, Protocol
 
 from tokenmill.data.document import Encoding, RawRecord, Rejection, format_value
 
-if TYPE_CHECKING:  # a type only: data/config.py validates formats against this package
-    from tokenmill.data.config import SourceConfig
+
+class SourceFields(Protocol):
+    """What a reader reads of its source's config (`data.config.SourceConfig` has these fields).
+    A protocol, not the config class: data/config.py validates formats against this package, so
+    the readers must not import it back."""
+
+    @property
+    def bucket(self) -> str: ...
+    @property
+    def license(self) -> str: ...
+    @property
+    def text_field(self) -> str: ...
+    @property
+    def max_docs(self) -> int | None: ...
+
 
 BINARY_SNIFF_BYTES = 1024
 BINARY_CONTROL_SHARE = 0.10
@@ -51,7 +64,7 @@ class ReadLimits:
 class RecordMaker:
     """Builds the records of one source, good or quarantined, with its shared fields."""
 
-    def __init__(self, source: str, src: SourceConfig, limits: ReadLimits | None = None):
+    def __init__(self, source: str, src: SourceFields, limits: ReadLimits | None = None):
         self.source = source
         self.src = src
         self.limits = limits or ReadLimits()

@@ -15,15 +15,12 @@ import sys
 import sysconfig
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 from tokenmill.data.document import RawRecord
-from tokenmill.data.readers.base import RecordMaker, SourceError, relative, walk_sorted
+from tokenmill.data.readers.base import RecordMaker, SourceError, SourceFields, relative, walk_sorted
 from tokenmill.data.readers.code import read_code
 from tokenmill.data.readers.text import read_whole
-
-if TYPE_CHECKING:  # a type only: data/config.py validates formats against this package
-    from tokenmill.data.config import SourceConfig
 
 # Directories of the standard library that are not library code: third-party installs, the
 # test suites (huge, repetitive, full of deliberately odd code), the IDLE application.
@@ -42,7 +39,7 @@ def stdlib_dir() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
-def read_stdlib_code(src: SourceConfig, max_doc_bytes: int) -> Iterator[RawRecord]:
+def read_stdlib_code(src: SourceFields, max_doc_bytes: int) -> Iterator[RawRecord]:
     """The standard library's own .py sources, without tests, IDLE and installed packages."""
     root = stdlib_dir()
     make = RecordMaker("python_stdlib:code", src)
@@ -132,7 +129,7 @@ def render_pydoc_pages(names: list[str]) -> list[dict[str, str]]:
             return [json.loads(line) for line in fh]
 
 
-def read_pydoc_html(src: SourceConfig, max_doc_bytes: int) -> Iterator[RawRecord]:
+def read_pydoc_html(src: SourceFields, max_doc_bytes: int) -> Iterator[RawRecord]:
     """HTML pages pydoc renders for the stdlib modules (what `python -m pydoc -w` writes)."""
     names = pydoc_module_names()
     if src.max_docs is not None:
@@ -152,7 +149,7 @@ def read_pydoc_html(src: SourceConfig, max_doc_bytes: int) -> Iterator[RawRecord
             yield make.ok(name, url, "html", html, n)
 
 
-def read_reference(src: SourceConfig, max_doc_bytes: int) -> Iterator[RawRecord]:
+def read_reference(src: SourceFields, max_doc_bytes: int) -> Iterator[RawRecord]:
     """The language reference topics `help('TOPIC')` shows (pydoc_data.topics), one per doc."""
     from pydoc_data.topics import topics
 
@@ -171,7 +168,7 @@ def system_html_files() -> list[Path]:
     return sorted(Path(p) for p in glob.glob(SYSTEM_HTML_GLOB, recursive=True) if Path(p).is_file())
 
 
-def read_system_html(src: SourceConfig, max_doc_bytes: int) -> Iterator[RawRecord]:
+def read_system_html(src: SourceFields, max_doc_bytes: int) -> Iterator[RawRecord]:
     """Python's HTML documentation when the distribution installed it (python3-doc); else none."""
     make = RecordMaker("python_stdlib:system_html", src)
     for path in system_html_files():

@@ -1,0 +1,181 @@
+"""The auto perplexity gate of model_quality: a per-language cut on the context ratio at a quantile
+of held-out reference passages. Reference: two Austen novels (real text); judged: shuffled words
+of a paragraph of a third novel, the paragraph itself, Spanish text the reference lacks."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from tokenmill.config import CurateConfig
+from tokenmill.data.steps import model_quality as mq
+from tokenmill.data.document import Doc
+
+from tests.adversarial.conftest import run_cli
+
+BOOKS = Path("/work/real_corpora/books")
+needs_corpora = pytest.mark.skipif(not BOOKS.is_dir(), reason="real corpora not installed (shared/corpora/fetch_real_corpora.sh)")
+
+
+def _cfg(root: Path, **mq_fields) -> CurateConfig:
+    return CurateConfig.model_validate({
+        "sources": [{"path": str(root / "web"), "bucket": "web"}],
+        "model_quality": {"reference": str(root / "reference"), "classifier": False,
+                          "tier_perplexities": [100.0, 1000.0], **mq_fields}})
+
+
+def _doc(text: str, language: str | None = None) -> Doc:
+    doc = Doc(id="x", text=text, source="test", url="test", bucket="web", license="x", format="text")
+    doc.language = language
+    return doc
+
+
+def _shuffled(paragraph: str, seed: int = 0) -> str:
+    """The paragraph's words shuffled across it; each sentence keeps its length, a capital and a full stop."""
+    sentences = [s.split() for s in re.split(r"(?<=[.!?])\s+", " ".join(paragraph.split())) if s]
+    pool = [re.sub(r"[^\w'-]", "", w).lower() for s in sentences for w in s]
+    random.Random(seed).shuffle(pool)
+    it = iter(pool)
+    return " ".join(" ".join([next(it) for _ in s]).capitalize() + "." for s in sentences)
+
+
+@pytest.fixture(scope="module")
+def austen(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("gate")
+    (root / "reference").mkdir()
+    (root / "web").mkdir()
+    for name in ("northanger-abbey.txt", "persuasion.txt"):
+        (root / "reference" / name).write_bytes((BOOKS / "austen" / name).read_bytes())
+    return root
+
+
+@pytest.fixture(scope="module")
+def trained(austen: Path) -> tuple[mq.ModelQuality, Path]:
+    step = mq.ModelQuality(_cfg(austen))
+    step.prepare(austen / "work")
+    step.setup(austen / "work")
+    return step, austen / "work"
+
+
+def _paragraph() -> str:
+    text = (BOOKS / "austen" / "sense-and-sensibility.txt").read_text(encoding="utf-8")
+    return max(text.split("\n\n")[200:260], key=len)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """numpy's default quantile (linear interpolation between order statistics), by hand."""
+    values = sorted(values)
+    pos = q * (len(values) - 1)
+    lo = int(pos)
+    return values[lo] + (values[min(lo + 1, len(values) - 1)] - values[lo]) * (pos - lo)
+
+
+@needs_corpora
+def test_auto_cut_lies_between_held_out_passages_and_their_shuffles(trained):
+    step, work = trained
+    reference, _ = step.reference_texts()
+    every = [p for text in reference for p in mq.passages(text)]
+    held = every[mq.HOLDOUT_EVERY - 1::mq.HOLDOUT_EVERY]  # every 10th passage, counted from 1
+    clean, salad = [], []
+    for i, p in enumerate(held):
+        tokens = mq.ngram_lm.tokenize(p)
+        if (v := step.lm.bigram_ratio(tokens, step.frequent, mq.MIN_PAIRS)) is None:
+            continue
+        clean.append(v)
+        random.Random(i).shuffle(tokens)  # the same salad the step makes: seeded by position
+        if (w := step.lm.bigram_ratio(tokens, step.frequent, mq.MIN_PAIRS)) is not None:
+            salad.append(w)
+    q = step.mq.perplexity_quantile
+    hi, mid = _quantile(clean, q), _quantile(salad, 0.5)
+    manifest = json.loads((work / mq.SUBDIR / mq.MANIFEST).read_text())
+    cal = manifest["calibration"]
+    assert cal["quantile"] == q == 0.99 and cal["held_out"] == len(held) and cal["statistic"] == "context_ratio"
+    en = cal["languages"]["en"]
+    assert en["held_out"] == len(clean) >= step.mq.min_held_out
+    assert en["clean_quantile"] == pytest.approx(hi, abs=1e-6) and en["salad_median"] == pytest.approx(mid, abs=1e-6)
+    assert hi < en["threshold"] < mid and en["threshold"] == pytest.approx(math.sqrt(hi * mid), abs=1e-6)
+    assert step.auto_cuts["en"] == en["threshold"]
+    assert manifest["lm"]["passages"] == len(every)
+
+
+@needs_corpora
+def test_shuffled_paragraph_is_removed_and_the_paragraph_kept(trained):
+    step, _ = trained
+    paragraph = _paragraph()
+    good, salad = _doc(paragraph), _doc(_shuffled(paragraph))  # no language: the step identifies it
+    assert step.process(good) is None
+    assert good.model_quality["perplexity_judged"] is True
+    assert good.model_quality["context_ratio"] < step.auto_cuts["en"]
+    rejection = step.process(salad)
+    assert (rejection.step, rejection.rule) == ("model_quality", "perplexity")
+    assert rejection.value == mq.format_value(salad.model_quality["context_ratio"])
+    assert "held-out en reference passages" in rejection.reason and salad.model_quality["perplexity"] > 0
+
+
+@needs_corpora
+def test_none_only_scores(austen, trained):
+    _, work = trained
+    step = mq.ModelQuality(_cfg(austen, max_perplexity=None))
+    step.setup(work)
+    salad = _doc(_shuffled(_paragraph()))
+    assert step.process(salad) is None
+    assert salad.model_quality["perplexity_judged"] is None and salad.model_quality["context_ratio"] > step.auto_cuts["en"]
+
+
+@needs_corpora
+def test_a_language_the_reference_lacks_is_scored_not_judged(trained):
+    step, _ = trained
+    verses = (BOOKS / "bible-es-rv1909" / "01-Genesis.txt").read_text(encoding="utf-8")[2000:6000]
+    for text in (verses, _shuffled(verses)):
+        doc = _doc(text, language="es")
+        assert step.process(doc) is None
+        assert doc.model_quality["perplexity_judged"] is False and doc.model_quality["perplexity"] > 0
+    assert "es" not in step.auto_cuts
+
+
+@needs_corpora
+def test_an_old_config_with_a_number_still_cuts_the_perplexity(austen, tmp_path):
+    """A config written before "auto" (max_perplexity: a number) runs through the real CLI."""
+    inputs = tmp_path / "in.jsonl"
+    paragraph = _paragraph()
+    inputs.write_text(json.dumps({"text": paragraph}) + "\n" + json.dumps({"text": _shuffled(paragraph)}) + "\n")
+    config = tmp_path / "run.yaml"
+    config.write_text(f"curate:\n  model_quality:\n    reference: {austen / 'reference'}\n"
+                      "    max_perplexity: 600.0\n    classifier: false\n")
+    result = run_cli("curate", inputs, "-o", tmp_path / "out", "-c", config, "--steps", "model_quality")
+    assert result.returncode == 0, result.stderr
+    rejected = [r for p in sorted((tmp_path / "out" / "_rejected").glob("*.parquet"))
+                for r in pq.read_table(p).to_pylist()]
+    assert len(rejected) == 1 and rejected[0]["rule"] == "perplexity" and "max_perplexity 600.0" in rejected[0]["reason"]
+    assert np.isclose(float(rejected[0]["value"]), rejected[0]["model_quality"]["perplexity"], rtol=1e-3)
+    assert rejected[0]["model_quality"]["perplexity_judged"] is True and rejected[0]["text"] != paragraph
+
+
+def test_the_gate_works_on_text_every_python_ships(tmp_path):
+    """Without the real corpora too (CI): Python's own reference topics as the reference, a topic
+    kept out of it as clean text; its shuffled words are removed, the topic is kept."""
+    import pydoc_data.topics as topics
+
+    keys = sorted(topics.topics)
+    (tmp_path / "reference").mkdir()
+    (tmp_path / "web").mkdir()
+    for i, key in enumerate(keys):
+        if i % 8:
+            (tmp_path / "reference" / f"{key}.txt").write_text(topics.topics[key], encoding="utf-8")
+    held = [topics.topics[k] for i, k in enumerate(keys) if i % 8 == 0]
+    paragraph = max((p for text in held for p in text.split("\n\n")), key=lambda p: p.count(". "))  # the most prose
+    step = mq.ModelQuality(_cfg(tmp_path, min_held_out=10))
+    step.prepare(tmp_path / "work")
+    step.setup(tmp_path / "work")
+    assert step.auto_cuts.get("en") is not None
+    assert step.process(_doc(paragraph, "en")) is None
+    salad = _doc(_shuffled(paragraph), "en")
+    rejection = step.process(salad)
+    assert rejection is not None and rejection.rule == "perplexity", (salad.model_quality, step.auto_cuts)
