@@ -20,6 +20,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check src
 	$(BIN)/ruff format --check src
+	$(BIN)/mypy  # config: [tool.mypy] in pyproject.toml (files = src)
 	$(BIN)/python -m pytest -q
 
 # Side-by-side benchmarks (results in BENCHMARKS.md); needs the demo's run directory. record.py writes a

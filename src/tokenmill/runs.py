@@ -286,6 +286,13 @@ class RunDir:
         except json.JSONDecodeError:
             return None
 
+    def finished_record(self, stage: str) -> dict[str, Any]:
+        """The record of a stage the caller has just run (or found fresh): its absence is a bug, said by name."""
+        done = self.finished(stage)
+        if done is None:
+            raise RuntimeError(f"{self.path}: stage {stage!r} has no finished record")
+        return done
+
     def fingerprint(self, stage: str, inputs: Any = None) -> str:
         """Hash of the stage's config sections, the previous stage's fingerprint and its inputs."""
         idx = STAGES.index(stage)

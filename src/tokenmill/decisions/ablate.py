@@ -77,10 +77,10 @@ def eval_set(cfg: AblateConfig, base: RunConfig, out: Path, progress: Callable[[
 
     progress("evaluation set: the sources through extract + normalize only")
     run_pipeline(src, ("curate",))
-    key = sha256_json({"eval": cfg.eval.model_dump(mode="json"), "source": src.finished("curate")["fingerprint"]})[:10]
+    key = sha256_json({"eval": cfg.eval.model_dump(mode="json"), "source": src.finished_record("curate")["fingerprint"]})[:10]
     where = out / "eval" / f"set-{key}"
     manifest = build_eval_set(src.sub("curated"), cfg.eval, where)
-    manifest["source_seconds"] = src.finished("curate")["summary"].get("seconds", 0)
+    manifest["source_seconds"] = src.finished_record("curate")["summary"].get("seconds", 0)
     progress("evaluation set: " + ", ".join(f"{s} {v['docs']} docs" for s, v in manifest["slices"].items()))
     return where, manifest
 
@@ -166,7 +166,7 @@ def run_record(run: RunDir, arm: str, size: str, seed: int) -> dict[str, Any]:
     from tokenmill.tokens.store import TokenStore
     from tokenmill.train.trainer import resolve_model_config
 
-    done = run.finished("train")["summary"]
+    done = run.finished_record("train")["summary"]
     final = json.loads(run.sub("eval", f"{done['steps']}.json").read_text())
     rc = run.config
     model = resolve_model_config(rc.model, TokenStore(run.sub("tokens")), rc.train.seq_len)

@@ -186,8 +186,9 @@ def summarize(
             }
             if m == ALL and all(per_size[s] for s in (size_names[0], largest)):
                 gap = trend(per_size, size_names, confidence)
+        line = lines[arm]
         mult = (
-            multiplier(lines[arm], target, flops[largest], lo, hi)
+            multiplier(line, target, flops[largest], lo, hi)
             if target is not None
             else {"value": None, "extrapolated": None, "why": "the reference has no run at the largest size"}
         )
@@ -195,7 +196,7 @@ def summarize(
         if mult["value"] is not None and (at_largest is None or at_largest["verdict"] == "within noise"):
             # the point estimate sits inside the noise: kept for the record, not printed as a result
             mult = {"value": None, "extrapolated": None, "why": UNRESOLVED, "point": mult["value"]}
-        deltas[arm] = {"delta": per_metric, "trend": gap, "multiplier": mult, "slope": lines[arm]["b"] if lines[arm] else None}
+        deltas[arm] = {"delta": per_metric, "trend": gap, "multiplier": mult, "slope": line["b"] if line else None}
     return {
         "slices": slices,
         "tasks": tasks,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 import torch
@@ -134,7 +134,8 @@ def train_proxy(
                 excess.append(float(((nll.detach() - ref).clamp(min=0) * mask).sum() / n))
         lam = np.asarray(excess if excess else [0.0] * len(losses), dtype=np.float64)
         w = weights(step, lam)
-        loss = sum(float(wi) * li for wi, li in zip(w, losses))
+        # sum() starts from the int 0, so its type reads Tensor | int; every bucket gave a loss tensor
+        loss = cast(torch.Tensor, sum(float(wi) * li for wi, li in zip(w, losses)))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if ptc.grad_clip > 0:
@@ -200,7 +201,7 @@ def run_doremi(
     )
     for p in ref_model.parameters():
         p.requires_grad_(False)
-    state = {"alpha": np.full(len(buckets), 1.0 / len(buckets)), "sum": np.zeros(len(buckets)), "n": 0}
+    state: dict[str, Any] = {"alpha": np.full(len(buckets), 1.0 / len(buckets)), "sum": np.zeros(len(buckets)), "n": 0}
 
     def dro(step: int, lam: np.ndarray) -> np.ndarray:
         state["alpha"] = update_weights(state["alpha"], lam, step_size, smoothing)

@@ -214,15 +214,14 @@ def train_and_score(rc: RunConfig, data: RunDir, runs_dir: Path, buckets: list[s
     run = RunDir.create(rc, runs_dir / rc.name)
     link_data(data, run)
     run_pipeline(run, ("train",))
-    steps = run.finished("train")["summary"]["steps"]
-    weighed = buckets
-    buckets = json.loads(run.sub("eval", f"{steps}.json").read_text())["buckets"]
+    steps = run.finished_record("train")["summary"]["steps"]
+    scored: dict[str, dict[str, float]] = json.loads(run.sub("eval", f"{steps}.json").read_text())["buckets"]
     return {
         "run": str(run.path),
         "steps": steps,
-        "bpb": {b: m["bpb"] for b, m in buckets.items()},
-        "loss": {b: m["loss"] for b, m in buckets.items()},
-        "mean_bpb": statistics.fmean(buckets[b]["bpb"] for b in (weighed or buckets)),
+        "bpb": {b: m["bpb"] for b, m in scored.items()},
+        "loss": {b: m["loss"] for b, m in scored.items()},
+        "mean_bpb": statistics.fmean(scored[b]["bpb"] for b in (buckets or scored)),
     }
 
 
@@ -286,7 +285,7 @@ def doremi_step(
         "proxy": cfg.proxy.model_dump(),
         "seed": cfg.seed,
         "buckets": buckets,
-        "store": data.finished("tokenize")["fingerprint"],
+        "store": data.finished_record("tokenize")["fingerprint"],
         "train": base.train.model_dump(
             mode="json", include={"seq_len", "lr", "schedule", "weight_decay", "beta1", "beta2", "grad_clip", "dtype"}
         ),
@@ -414,11 +413,11 @@ def compare_step(
             "std_bpb": statistics.stdev(means) if len(means) > 1 else None,
         }
         atomic_write_text(out / "compare.json", json.dumps(results, indent=1))
-    for name, r in results.items():
+    for mixture, r in results.items():
         r["paired"] = {
             other: paired_delta(r["runs"], results[other]["runs"])
             for other in ("uniform", "proportional")
-            if other in results and other != name
+            if other in results and other != mixture
         }
     atomic_write_text(out / "compare.json", json.dumps(results, indent=1))
     return results

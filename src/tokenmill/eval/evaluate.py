@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 import torch
@@ -23,6 +23,9 @@ from tokenmill.runs import RunDir, atomic_write_text
 from tokenmill.tokenizer.bpe import load_tokenizer
 from tokenmill.tokens.store import TokenStore
 from tokenmill.train.device import autocast, resolve_device
+
+if TYPE_CHECKING:
+    from tokenmill.model.config import ModelConfig
 
 
 class Evaluator:
@@ -161,7 +164,8 @@ class TaskScorer:
         if self.tok is None:
             return {}
         cfg, rc = self.run.config.eval, self.run.config
-        max_len = min(rc.train.seq_len, model.config.max_seq_len)
+        mcfg = cast("ModelConfig", model.config)  # a tokenmill model's config; nn.Module's __getattr__ reads Tensor | Module
+        max_len = min(rc.train.seq_len, mcfg.max_seq_len)
         tasks = [
             score_task(model, self.tok, t, device, cfg.batch_size, max_len, eos_id=self.store.eos_id, pad_id=self.store.pad_id)
             for t in cfg.tasks

@@ -13,8 +13,13 @@ batch, each row drawing from its own generator), which is what sampling a corpus
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from tokenmill.model.transformer import Attention, Block, Transformer
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -43,9 +48,9 @@ class _CachedDecoder:
     of sequences of one length."""
 
     def __init__(self, model: torch.nn.Module):
-        self.m = model
-        self.k: list[torch.Tensor | None] = [None] * len(model.layers)
-        self.v: list[torch.Tensor | None] = [None] * len(model.layers)
+        self.m = cast("Transformer", model)  # built only for a model supports() admitted: a Transformer
+        self.k: list[torch.Tensor | None] = [None] * len(self.m.layers)
+        self.v: list[torch.Tensor | None] = [None] * len(self.m.layers)
         self.length = 0
 
     @staticmethod
@@ -59,20 +64,21 @@ class _CachedDecoder:
             and all(type(layer) is Block and type(layer.self_attn) is Attention for layer in model.layers)
         )
 
-    def _attend(self, i: int, attn: torch.nn.Module, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    def _attend(self, i: int, attn: Attention, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
         q = attn.q_proj(x).view(B, T, attn.n_heads, attn.head_dim).transpose(1, 2)
         k = attn.k_proj(x).view(B, T, attn.n_kv_heads, attn.head_dim).transpose(1, 2)
         v = attn.v_proj(x).view(B, T, attn.n_kv_heads, attn.head_dim).transpose(1, 2)
-        if getattr(attn, "q_norm", None) is not None:
+        if attn.q_norm is not None and attn.k_norm is not None:  # both or neither (cfg.qk_norm)
             q, k = attn.q_norm(q), attn.k_norm(k)
         if self.m.embed_positions is None:
             from tokenmill.model.transformer import apply_rope
 
             cos, sin = self.m.rope_cos[pos], self.m.rope_sin[pos]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if self.k[i] is not None:
-            k, v = torch.cat([self.k[i], k], dim=2), torch.cat([self.v[i], v], dim=2)
+        past_k, past_v = self.k[i], self.v[i]
+        if past_k is not None and past_v is not None:
+            k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
         self.k[i], self.v[i] = k, v
         rep = attn.n_heads // attn.n_kv_heads
         if rep > 1:
@@ -95,7 +101,8 @@ class _CachedDecoder:
         x = m.embed_tokens(idx)
         if m.embed_positions is not None:
             x = x + m.embed_positions(pos)
-        for i, layer in enumerate(m.layers):
+        for i, module in enumerate(m.layers):
+            layer = cast("Block", module)  # supports() admitted only Blocks of plain Attention
             x = x + self._attend(i, layer.self_attn, layer.input_layernorm(x), pos)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         self.length += idx.shape[1]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -25,6 +25,10 @@ from tokenmill.eval.perplexity import _Windows, doc_targets
 from tokenmill.model.objectives import token_nll_batch
 from tokenmill.tokens.store import TokenStore
 from tokenmill.train.device import autocast
+
+if TYPE_CHECKING:
+    from tokenmill.model.config import ModelConfig
+    from tokenmill.model.transformer import Transformer
 
 FILLER = " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 INTRO = (
@@ -145,11 +149,12 @@ def answer_logits(model: torch.nn.Module, x: torch.Tensor, start: int) -> torch.
     16 GB; any other module is called whole."""
     if not hasattr(model, "block_inputs"):
         return model(x)[0, start:]
-    h = model.embed(x)
-    cos, sin, mask = model.block_inputs(x.shape[1], x.device)
-    for layer in model.layers:
-        h = model.run_block(layer, h, cos, sin, mask)
-    return model.output(h[:, start:])[0]
+    tm = cast("Transformer", model)  # only a Transformer has block_inputs
+    h = tm.embed(x)
+    cos, sin, mask = tm.block_inputs(x.shape[1], x.device)
+    for layer in tm.layers:
+        h = tm.run_block(layer, h, cos, sin, mask)
+    return tm.output(h[:, start:])[0]
 
 
 @torch.no_grad()
@@ -220,19 +225,15 @@ def evaluate_long_context(
     the run's base sequence length, an edge of the buckets. cfg: eval.long_context."""
     from tokenmill.tokenizer.bpe import token_bytes
 
-    seq_len = cfg.seq_len or model.config.max_seq_len
-    if seq_len > model.config.max_seq_len:
-        raise ValueError(
-            f"eval.long_context.seq_len={seq_len} exceeds the checkpoint's model.max_seq_len={model.config.max_seq_len}"
-        )
+    mcfg = cast("ModelConfig", model.config)  # a tokenmill model's config; nn.Module's __getattr__ reads Tensor | Module
+    seq_len = cfg.seq_len or mcfg.max_seq_len
+    if seq_len > mcfg.max_seq_len:
+        raise ValueError(f"eval.long_context.seq_len={seq_len} exceeds the checkpoint's model.max_seq_len={mcfg.max_seq_len}")
     edges = bucket_edges(seq_len, cfg.position_buckets, trained)
     pieces = np.array([len(b) for b in token_bytes(tokenizer)], dtype=np.int64)
     out: dict[str, Any] = {
         "trained_seq_len": trained,
-        "rope": {
-            k: getattr(model.config, k)
-            for k in ("rope_theta", "rope_scaling", "rope_scaling_factor", "rope_original_max_seq_len")
-        },
+        "rope": {k: getattr(mcfg, k) for k in ("rope_theta", "rope_scaling", "rope_scaling_factor", "rope_original_max_seq_len")},
         "positions": position_bpb(model, store, pieces, seq_len, edges, cfg.max_docs, batch_size, device, dtype),
     }
     if cfg.passkey_trials:

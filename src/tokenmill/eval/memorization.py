@@ -114,6 +114,8 @@ def memorization(
             buckets[bucket] = entry
     finally:
         model.train(was_training)
-    overall: dict[str, Any] = {name: _rates(*t) for name, t in totals.items()}
+    overall: dict[str, Any] = {
+        name: _rates(int(e), tok, int(d)) for name, (e, tok, d) in totals.items()
+    }  # int(): the lists hold floats too
     overall["gap"] = _gap(overall["train"], overall["heldout"])
     return {"prefix": prefix, "suffix": suffix, "buckets": buckets, "overall": overall}

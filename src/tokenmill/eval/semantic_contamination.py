@@ -128,9 +128,9 @@ def back_check(
             "threshold": threshold,
             "max_score": max((m.score for m in matches), default=None),
             "examples": [
-                {"item": items[i], "score": s, "doc_id": matches[i].window.doc_id, "match": _clip(matches[i].window.text)}
+                {"item": items[i], "score": s, "doc_id": w.doc_id, "match": _clip(w.text)}
                 for s, i in flagged[:examples]
-                if matches[i].window is not None
+                if (w := matches[i].window) is not None
             ],
         }
     return out

@@ -184,8 +184,8 @@ def check_config(conf: Any, where: Path) -> LlamaSizes:
 def expected_tensors(s: LlamaSizes) -> dict[str, tuple[tuple[int, ...], str]]:
     """HF name -> (shape, the config fields that fix it) of every tensor a Llama of sizes `s` has."""
     d, kv_out = s.hidden, s.kv_heads * s.head_dim
-    vocab = ((s.vocab, d), f"vocab_size {s.vocab}, hidden_size {d}")
-    out = {"model.embed_tokens.weight": vocab}
+    vocab: tuple[tuple[int, ...], str] = ((s.vocab, d), f"vocab_size {s.vocab}, hidden_size {d}")
+    out: dict[str, tuple[tuple[int, ...], str]] = {"model.embed_tokens.weight": vocab}
     kv_why = f"num_key_value_heads {s.kv_heads} × head_dim {s.head_dim}, hidden_size {d}"
     for i in range(s.layers):
         p = f"model.layers.{i}."

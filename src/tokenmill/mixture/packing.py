@@ -54,10 +54,10 @@ class Batch:
 
         return replace(
             self,
-            tokens=move(self.tokens),
+            tokens=self.tokens.to(device, non_blocking=non_blocking),
             positions=move(self.positions),
             segments=move(self.segments),
-            loss_mask=move(self.loss_mask),
+            loss_mask=self.loss_mask.to(device, non_blocking=non_blocking),
         )
 
     def pin_memory(self) -> "Batch":
@@ -66,10 +66,10 @@ class Batch:
 
         return replace(
             self,
-            tokens=pin(self.tokens),
+            tokens=self.tokens.pin_memory(),
             positions=pin(self.positions),
             segments=pin(self.segments),
-            loss_mask=pin(self.loss_mask),
+            loss_mask=self.loss_mask.pin_memory(),
         )
 
 

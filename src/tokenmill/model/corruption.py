@@ -77,7 +77,7 @@ def prefix_lm_mask(prefix_len: torch.Tensor, T: int, segments: torch.Tensor | No
     in_prefix = ar[None, None, :] < prefix_len[:, None, None]
     mask = causal | in_prefix
     if segments is not None:
-        mask = mask & bidirectional_mask(*segments.shape, segments=segments)
+        mask = mask & bidirectional_mask(segments.shape[0], segments.shape[1], segments=segments)
     return mask
 
 
@@ -113,7 +113,7 @@ def mlm_batch(
     """MLM over the loader's inputs tokens[:, :-1] (the extra target column is unused)."""
     x = tokens[:, :-1]
     inputs, labels = mlm_corrupt(x, vocab_size, generator, prob, n_sentinels)
-    mask = bidirectional_mask(*x.shape, segments=segments, device=x.device)
+    mask = bidirectional_mask(x.shape[0], x.shape[1], segments=segments, device=x.device)
     return CorruptedBatch(inputs, labels, mask, positions)
 
 

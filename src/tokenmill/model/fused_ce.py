@@ -83,6 +83,7 @@ def _chunk_pass(
         nll[s : s + chunk] = torch.where(keep, lse - logits.gather(1, safe_t[:, None]).squeeze(1), 0.0)
         if not want_grads:
             continue
+        assert dh is not None and dw is not None  # allocated above whenever want_grads
         g = logits.sub_(lse[:, None]).exp_()  # softmax, in place of the logits
         g[torch.arange(g.shape[0], device=g.device), safe_t] -= 1.0
         weight = keep.float() if row_weight is None else row_weight[s : s + chunk] * keep
@@ -121,6 +122,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         else:  # a non-uniform upstream gradient: dW must be recomputed with it
             with torch.autocast(h.device.type, enabled=False):
                 _, dh2, dw2 = _chunk_pass(h, w, targets, ctx.scale, ctx.chunk, ctx.dtype, True, row_weight=go)
+            assert dh2 is not None and dw2 is not None  # want_grads=True returns both
             grad_h, grad_w = dh2.to(h.dtype), dw2.to(w.dtype)
         return grad_h, grad_w, None, None, None, None
 

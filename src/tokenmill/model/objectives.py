@@ -32,10 +32,15 @@ IGNORE = C.IGNORE  # -100, F.cross_entropy's ignore_index: ignored targets give 
 
 
 class PackedBatch(Protocol):
-    tokens: torch.Tensor
-    positions: torch.Tensor | None
-    segments: torch.Tensor | None
-    loss_mask: torch.Tensor | None
+    # read-only members: a batch whose loss_mask is always a Tensor (eval's windows) is one too
+    @property
+    def tokens(self) -> torch.Tensor: ...
+    @property
+    def positions(self) -> torch.Tensor | None: ...
+    @property
+    def segments(self) -> torch.Tensor | None: ...
+    @property
+    def loss_mask(self) -> torch.Tensor | None: ...
 
 
 def _shift(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

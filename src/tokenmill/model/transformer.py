@@ -405,6 +405,8 @@ class Transformer(nn.Module):
     doc_mask_backend: DocMaskBackend = "auto"
     attn_kernel: AttnKernel = "auto"  # "explicit" / "sdpa" force a kernel (tests, benchmarks)
     loss_kernel: str = "auto"  # "fused" / "plain" force the loss path (fused_ce.loss_kernel)
+    rope_cos: torch.Tensor  # buffers registered in __init__ when cfg.position == "rope"
+    rope_sin: torch.Tensor
 
     def __init__(self, cfg: ModelConfig, generator: torch.Generator | None = None):
         super().__init__()
@@ -587,13 +589,18 @@ class Transformer(nn.Module):
     def moe_stats(self) -> dict[str, Any]:
         """Expert utilization of the last forward for the event log: per layer, the fraction of the
         routing slots each expert received (1/n each when balanced), plus the mean aux loss."""
-        layers = [m for m in self.moe_layers() if m.last_utilization is not None]
-        if not layers:
+        # a forward sets both the utilization and the aux loss of every MoE layer
+        last = [
+            (m.last_utilization, m.last_aux)
+            for m in self.moe_layers()
+            if m.last_utilization is not None and m.last_aux is not None
+        ]
+        if not last:
             return {}
         return {
-            "expert_utilization": [m.last_utilization.tolist() for m in layers],  # type: ignore[union-attr]
-            "moe_aux": sum(m.last_aux.item() for m in layers) / len(layers),
-        }  # type: ignore[arg-type]
+            "expert_utilization": [u.tolist() for u, _ in last],
+            "moe_aux": sum(float(a.item()) for _, a in last) / len(last),
+        }
 
     def uses_explicit_attention(self, T: int, device: torch.device) -> bool:
         """Whether causal attention over rows of T tokens takes `explicit_attention` here: the

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import matplotlib
 
@@ -13,6 +13,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
+
+if TYPE_CHECKING:
+    from matplotlib.typing import LineStyleType
 
 
 def _svg(fig: "plt.Figure") -> str:
@@ -24,7 +27,7 @@ def _svg(fig: "plt.Figure") -> str:
 
 
 def line_chart(
-    series: dict[str, tuple[Sequence[float], Sequence[float]]],
+    series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
     *,
     title: str,
     xlabel: str,
@@ -115,7 +118,7 @@ class Panel:
     """One panel of a stacked figure: named (x, y) lines, or a heat map."""
 
     ylabel: str
-    lines: dict[str, tuple[Sequence[float], Sequence[float | None]]] = field(default_factory=dict)
+    lines: Mapping[str, tuple[Sequence[float], Sequence[float | None]]] = field(default_factory=dict)
     heatmap: Heatmap | None = None
     logy: bool = False
     steps: bool = False  # draw as a staircase (a value that holds until the next record)
@@ -146,7 +149,7 @@ class Span:
 @dataclass
 class MarkerStyle:
     color: str
-    linestyle: str = "-"
+    linestyle: LineStyleType = "-"
     linewidth: float = 1.0
     legend: str = ""
 
@@ -168,7 +171,7 @@ def stacked_panels(
     (searchable, smaller)."""
     with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "tokenmill", "font.size": 8}):
         ratios = [p.height for p in panels]
-        fig, axes = plt.subplots(
+        fig, grid = plt.subplots(
             len(panels),
             1,
             sharex=True,
@@ -176,7 +179,7 @@ def stacked_panels(
             gridspec_kw={"height_ratios": ratios},
             figsize=(width, panel_height * sum(ratios) + 0.6),
         )
-        axes = [a[0] for a in axes]
+        axes = [a[0] for a in grid]
         for i, (ax, panel) in enumerate(zip(axes, panels)):
             _draw_panel(ax, panel, i)
             for sp in spans:
@@ -282,6 +285,7 @@ def _draw_heatmap(ax: "plt.Axes", hm: Heatmap) -> None:
     ax.grid(False)
     cax = ax.inset_axes((1.01, 0.0, 0.012, 1.0))  # outside the panel: the shared x extent stays aligned
     fig = ax.get_figure()
+    assert fig is not None  # the panel's axes belong to the figure being drawn
     bar = fig.colorbar(img, cax=cax)
     bar.set_label(hm.label, fontsize=7)
     bar.ax.tick_params(labelsize=6)

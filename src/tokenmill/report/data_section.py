@@ -514,7 +514,7 @@ def _histogram_svg(per_bucket: dict[str, np.ndarray], *, title: str, xlabel: str
     logx = lo > 0 and hi / lo > 100
     bins = np.geomspace(lo, hi, 31) if logx else np.linspace(lo, hi if hi > lo else lo + 1, 31)
     fig, ax = plt.subplots(figsize=(7.0, 3.0))
-    ax.hist(list(data.values()), bins=bins, stacked=True, label=list(data), histtype="barstacked")
+    ax.hist(list(data.values()), bins=bins.tolist(), stacked=True, label=list(data), histtype="barstacked")
     if logx:
         ax.set_xscale("log")
     ax.set_title(title)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from tokenmill.runs import RunDir
 
 
-def train_curve(events: list[dict]) -> dict[str, list[float]]:
+def train_curve(events: list[dict]) -> dict[str, list[Any]]:
     """Per-step training metrics; a step replayed after a resume keeps its last record."""
     by_step: dict[int, dict] = {}
     for e in events:

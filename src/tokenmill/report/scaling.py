@@ -190,7 +190,7 @@ def render_scaling(
 # -- the Scaling section of a run's report.html --------------------------------------------------
 
 
-def _median(values: list[float]) -> float | None:
+def _median(values: list[float | None]) -> float | None:
     vals = sorted(v for v in values if v is not None)
     return vals[len(vals) // 2] if vals else None
 

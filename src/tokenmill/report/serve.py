@@ -24,7 +24,7 @@ import threading
 import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, cast
 
 from tokenmill.errors import UserError
 from tokenmill.runs import RunDir
@@ -130,7 +130,7 @@ class ReportServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
+        host, port = cast("tuple[str, int]", self.server_address[:2])  # a TCP server's address: (host, port, ...)
         return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
@@ -210,7 +210,9 @@ def make_server(
     """A bound, not yet serving, report server (port 0 picks a free port; see `.url`) answering the
     loopback names, the bound address and the run's report.allowed_hosts."""
     if render is None:
-        from tokenmill.report.build import render
+        from tokenmill.report.build import render as build_render
+
+        render = build_render
     try:
         return ReportServer(ReportCache(run, render), host, port, poll_s, run.config.report.allowed_hosts)
     except OSError as exc:

@@ -268,10 +268,10 @@ def bucket_signals(win: Sequence[EvalPoint], plan: dict | None, cfg: StopConfig,
 
 
 def _gap_widened(win: Sequence[EvalPoint], cfg: StopConfig) -> bool | None:
-    gaps = [p.gap for p in win]
-    if any(g is None for g in gaps):
+    gaps = [p.gap for p in win if p.gap is not None]
+    if len(gaps) < len(win):
         return None
-    return gaps[-1] - min(gaps[:-1]) > cfg.gap_tolerance * win[-1].loss  # type: ignore[arg-type,operator]
+    return gaps[-1] - min(gaps[:-1]) > cfg.gap_tolerance * win[-1].loss
 
 
 # -- the verdict ----------------------------------------------------------------------------------

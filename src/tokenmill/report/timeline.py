@@ -221,9 +221,10 @@ def _step_panels(run: RunDir, records: list[dict], events: list[dict], evals: li
         return any(v is not None and math.isfinite(v) and (v > 0 or not positive) for v in values)
 
     notes: list[str] = []
-    loss = Panel("loss (nats/token)", lines={"train loss": (steps, col("loss"))})
+    loss_lines: dict[str, tuple[Sequence[float], Sequence[float | None]]] = {"train loss": (steps, col("loss"))}
+    loss = Panel("loss (nats/token)", lines=loss_lines)
     for bucket, (xs, ys) in heldout_losses(events, evals).items():
-        loss.lines[f"held-out: {bucket}"] = (xs, ys)
+        loss_lines[f"held-out: {bucket}"] = (xs, ys)
         loss.point_markers.add(f"held-out: {bucket}")
     panels = [loss]
     grad = col("grad_norm")

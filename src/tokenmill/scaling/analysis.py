@@ -138,7 +138,7 @@ def analyze(runs: Sequence[RunResult], config: FitConfig | None = None) -> Scali
     except ScalingFitError as exc:
         notes.append(str(exc))
 
-    frontier_holdout = ()
+    frontier_holdout: tuple[FrontierCheck, ...] = ()
     if compute_frontier is not None:
         frontier_holdout = tuple(
             FrontierCheck(r.name, r.flops, r.loss, compute_frontier(r.flops), (compute_frontier(r.flops) - r.loss) / r.loss)

@@ -50,7 +50,7 @@ class Backtest:
 def backtest(runs: Sequence[RunResult], config: FitConfig | None = None) -> Backtest:
     """Fit the sweep runs of all budgets but the largest; predict the largest budget's runs."""
     fitted = [r for r in sweep_runs(runs) if r.budget is not None]
-    budgets = sorted({r.budget for r in fitted})
+    budgets = sorted({r.budget for r in fitted if r.budget is not None})  # (the filter again: mypy narrows only here)
     if len(budgets) < 3:
         raise ScalingFitError(f"a backtest needs sweep runs at three or more budgets, got {len(budgets)}")
     top = budgets[-1]

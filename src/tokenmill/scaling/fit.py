@@ -45,7 +45,7 @@ from scipy.optimize import minimize, minimize_scalar
 
 from tokenmill.config_base import Strict
 from tokenmill.errors import UserError
-from tokenmill.scaling.powerlaws import PowerLaw, fit_power_law
+from tokenmill.scaling.powerlaws import Floats, PowerLaw, fit_power_law
 from tokenmill.scaling.results import RunResult, holdout_runs, sweep_runs
 
 PARAMETERS: tuple[str, ...] = ("E", "A", "B", "alpha", "beta", "a", "b")
@@ -214,7 +214,7 @@ def _polish(starts: np.ndarray, log_n, log_d, log_l, delta: float | None) -> tup
     return best
 
 
-def _as_arrays(params: Sequence[float], tokens: Sequence[float], losses: Sequence[float]):
+def _as_arrays(params: Floats, tokens: Floats, losses: Floats):
     n, d, l = (np.asarray(x, dtype=float) for x in (params, tokens, losses))
     if not (n.shape == d.shape == l.shape and n.ndim == 1):
         raise ScalingFitError("params, tokens and losses must be 1-D sequences of the same length")
@@ -243,13 +243,13 @@ def _make_fit(theta: np.ndarray, objective: float, runs: int, delta: float | Non
 
 
 def fit_chinchilla(
-    params: Sequence[float],
-    tokens: Sequence[float],
-    losses: Sequence[float],
+    params: Floats,
+    tokens: Floats,
+    losses: Floats,
     *,
     huber_delta: float | None = 1e-3,
     starts: int = 16,
-    extra_starts: Sequence[Sequence[float]] = (),
+    extra_starts: Sequence[Floats] = (),
 ) -> ChinchillaFit:
     """Approach 3 on (N, D, L) triples. `extra_starts`: more (a, b, e, α, β) starts tried besides the grid's best."""
     log_n, log_d, log_l = _as_arrays(params, tokens, losses)
@@ -468,7 +468,7 @@ class FrontierPoint:
     loss: float
 
 
-def frontier(fit: ChinchillaFit, compute: Sequence[float], flops_per_token: PowerLaw | None = None) -> list[FrontierPoint]:
+def frontier(fit: ChinchillaFit, compute: Floats, flops_per_token: PowerLaw | None = None) -> list[FrontierPoint]:
     """L*(C): the law's lowest loss over N on C = f(N)·D; f defaults to 6·N (then N = fit.n_opt(C))."""
     if not (fit.alpha > 0 and fit.beta > 0):
         raise ScalingFitError(

@@ -135,7 +135,7 @@ def run_lr_transfer(path: Path) -> dict[str, Any]:
                         run_pipeline(run, ("train",))
                     except TrainingDiverged as exc:  # too high a learning rate: +inf, and the sweep goes on
                         atomic_write_text(diverged, str(exc))
-                loss = None if diverged.exists() else final_loss(run, run.finished("train")["summary"]["steps"])["loss"]
+                loss = None if diverged.exists() else final_loss(run, run.finished_record("train")["summary"]["steps"])["loss"]
                 results.append(
                     {"name": rc.name, "param": param, "width": width, "lr": lr, "loss": loss, "diverged": diverged.exists()}
                 )

@@ -68,6 +68,7 @@ def figures_rows(plan: Plan) -> list[tuple[str, str]]:
 
 
 def layout_rows(plan: Plan) -> list[tuple[str, str]]:
+    assert plan.layout is not None  # render_plan prints no_fit_lines instead when no layout fits
     lay: dict[str, Any] = plan.layout["layout"]
     mem = plan.layout["memory_bytes"]
     step = plan.layout["step_seconds"]
@@ -161,6 +162,7 @@ ROOFLINE_HEADER = ("op class", "GFLOP", "GB moved", "FLOP/byte", "bound", "ms", 
 
 def roofline_title(plan: Plan) -> str:
     rl = plan.roofline or {}
+    assert plan.layout is not None  # a roofline is only computed for a layout that fits
     lay = plan.layout["layout"]
     where = "this machine" if plan.device["name"] == "this" else f"one {plan.device['name']}"
     return (

@@ -17,19 +17,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Sequence, Union
 
 import numpy as np
 from scipy.optimize import least_squares
 
 from tokenmill.errors import UserError
 
+# Numbers the fits take: a list or a numpy array (each goes through np.asarray first).
+Floats = Union[Sequence[float], np.ndarray]
+
 
 class PowerLawError(UserError, ValueError):
     """Too few or non-positive points for a power law; the message says which."""
 
 
-def _positive(xs: Sequence[float], ys: Sequence[float], need: int, what: str) -> tuple[np.ndarray, np.ndarray]:
+def _positive(xs: Floats, ys: Floats, need: int, what: str) -> tuple[np.ndarray, np.ndarray]:
     x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
     if x.shape != y.shape or x.ndim != 1:
         raise PowerLawError(f"{what}: x and y must be 1-D and of the same length")
@@ -55,7 +58,7 @@ class PowerLaw:
         return {"coefficient": self.coefficient, "exponent": self.exponent}
 
 
-def fit_power_law(xs: Sequence[float], ys: Sequence[float]) -> PowerLaw:
+def fit_power_law(xs: Floats, ys: Floats) -> PowerLaw:
     """Least squares of log y on log x."""
     x, y = _positive(xs, ys, 2, "power law")
     slope, intercept = np.polyfit(np.log(x), np.log(y), 1)

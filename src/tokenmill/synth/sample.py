@@ -60,7 +60,7 @@ def prompt_pool(store: TokenStore, buckets: Sequence[str], split: str, k: int) -
         for shard in store.shards(b, split):
             ids = shard.doc_table().column("id").to_pylist()
             lengths = np.diff(shard.offsets) - 1
-            pool += [Prompt(shard.doc(i)[:k].tolist(), ids[i], b) for i in np.flatnonzero(lengths > k)]
+            pool += [Prompt(shard.doc(int(i))[:k].tolist(), ids[i], b) for i in np.flatnonzero(lengths > k)]
     return pool
 
 

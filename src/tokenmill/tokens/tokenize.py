@@ -233,7 +233,8 @@ def _heldout_duplicates(run: RunDir, parts: list[Path], cuts: list[HeldoutCut], 
     cfg = run.config.tokenize
     size = sum(p.stat().st_size for p in parts)
     processes = max(1, min(cfg.workers, -(-size // PROCESS_MIN_BYTES)))
-    t0, timings = time.perf_counter(), {}
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
     threads = cfg.workers if processes == 1 else 1  # a small corpus: the cores as threads, free to start
     decisions = shuffled_training_duplicates(
         parts,
@@ -324,7 +325,7 @@ def assemble_split(tmp: Path, bucket: str, split: str, pieces: list[Path], dtype
 def _special_meta(tok_path: Path) -> dict[str, Any]:
     """MASK and sentinel ids as this tokenizer has them (None / [] for a tokenizer without)."""
     tok = load_tokenizer(tok_path)
-    sentinels = []
+    sentinels: list[int] = []
     while (i := tok.token_to_id(sentinel(len(sentinels)))) is not None:
         sentinels.append(i)
     return {"eos_id": EOS_ID, "bos_id": BOS_ID, "pad_id": PAD_ID, "mask_id": tok.token_to_id(MASK), "sentinel_ids": sentinels}

@@ -21,7 +21,7 @@ training objective: under MLM / span / prefix-LM the magnitudes are those of tha
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -95,7 +95,8 @@ class ActivationProbe:
     def _on_attention(self, module: nn.Module, args: Any, output: torch.Tensor) -> None:
         x, cos, sin, mask = (*args, None, None, None)[:4]
         with torch.autocast(x.device.type, enabled=False):
-            self._logits.append(attention_logit_max(module, x, cos, sin, mask, self.queries, self._segments))
+            # the hook is registered on Attention modules only (see attach)
+            self._logits.append(attention_logit_max(cast(Attention, module), x, cos, sin, mask, self.queries, self._segments))
 
     @torch.no_grad()
     def measure(self, batch: Any) -> dict[str, list[float]]:

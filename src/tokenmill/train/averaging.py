@@ -196,7 +196,7 @@ def average_last(run: RunDir, n: int, out: Path | None = None) -> Path:
     paths = last_valid_checkpoints(run.sub("checkpoints"), n)
     target = Path(out) if out is not None else run.sub("checkpoints", f"avg_last{n}")
     average_checkpoints(paths, target)
-    run.events.write(
-        "train", "checkpoint_average", path=str(target), steps=[int(_STEP_DIR.match(p.name).group(1)) for p in paths]
-    )  # type: ignore[union-attr]
+    # last_valid_checkpoints lists step_<N> directories only: each name matches
+    steps = [int(_STEP_DIR.match(p.name).group(1)) for p in paths]  # type: ignore[union-attr]
+    run.events.write("train", "checkpoint_average", path=str(target), steps=steps)
     return target

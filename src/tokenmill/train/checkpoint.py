@@ -86,7 +86,7 @@ def _sha256_file(path: Path) -> str:
 def capture_rng_state() -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """(JSON-safe python + numpy state, torch generator states as tensors)."""
     version, internal, gauss = random.getstate()
-    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
+    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
     js = {
         "python": {"version": version, "state": list(internal), "gauss_next": gauss},
         "numpy": {

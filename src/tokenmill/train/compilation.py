@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -53,4 +54,5 @@ def compile_model(model: torch.nn.Module) -> torch.nn.Module:
     """torch.compile(model), its graphs cached in `compile_cache_dir()` (Inductor's FX-graph and
     AOTAutograd caches are on by default in torch 2.13)."""
     compile_cache_dir()
-    return torch.compile(model)
+    # compiling a Module returns an OptimizedModule (a Module); the stub types only the callable case
+    return cast(torch.nn.Module, torch.compile(model))

@@ -329,8 +329,8 @@ def _load_full_into_sharded(path: Path, model: nn.Module, optimizer: torch.optim
         )
     # Every rank must walk the tensors in the same order (each one is a scatter); safetensors'
     # load order is not even stable from one call to the next, so use the model's.
-    tensors = {name: tensors[name] for name in model.state_dict()}
-    set_model_state_dict(model, tensors, options=opts)
+    ordered: dict[str, Any] = {name: tensors[name] for name in model.state_dict()}  # Any: DCP's ValueType union
+    set_model_state_dict(model, ordered, options=opts)
     if optimizer is None:
         return
     saved = torch.load(path / "optim.pt", map_location="cpu", weights_only=True)
@@ -340,7 +340,7 @@ def _load_full_into_sharded(path: Path, model: nn.Module, optimizer: torch.optim
     if len(ours) != len(theirs):
         raise ckpt.CheckpointError(f"{path}: optim.pt holds {len(theirs)} parameters, the optimizer {len(ours)}")
     name_of = dict(zip(theirs, ours))  # the same build_optimizer walk gave both their order
-    osd = {
+    osd: dict[str, Any] = {
         "state": {name_of[i]: s for i, s in saved["state"].items()},
         "param_groups": [{**g, "params": [name_of[i] for i in g["params"]]} for g in saved["param_groups"]],
     }

@@ -33,7 +33,7 @@ import gc
 import os
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Sequence, cast
 
 import torch
 import torch.distributed as dist
@@ -306,7 +306,7 @@ class DataParallel(DistributedDataParallel):
             return getattr(self.module, name)
 
 
-def _sum_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
+def _sum_allreduce_hook(state, bucket):
     """DDP communication hook: Σ over ranks, no division (see the module docstring).
 
     (Unannotated: DDP checks the annotation object itself, which postponed annotations make a string.)"""
@@ -452,7 +452,8 @@ def _plain_copy(model: nn.Module) -> nn.Module:
     """A fresh, unsharded instance of the model's own class (the class FSDP2 subclassed)."""
     from torch.distributed.fsdp import FSDPModule
 
-    cls = next(c for c in type(model).__mro__ if not issubclass(c, FSDPModule))
+    # the MRO holds plain `type`s; the first one below FSDP2's subclass is the model's nn.Module class
+    cls = cast("type[nn.Module]", next(c for c in type(model).__mro__ if not issubclass(c, FSDPModule)))
     return cls(model.config, generator=torch.Generator().manual_seed(0))  # init is overwritten; global RNG untouched
 
 

@@ -84,7 +84,7 @@ def slow_read(rank: int, cfg: FaultConfig) -> None:
 
 # --------------------------------------------------------------------------- early-warning faults
 def _in_window(step: int, window: list[int] | None) -> bool:
-    return bool(window) and window[0] <= step <= window[-1]
+    return window is not None and len(window) > 0 and window[0] <= step <= window[-1]
 
 
 def poison_rows(batch, row_buckets: list[str], step: int, micro: int, cfg: FaultConfig, vocab_size: int, seed: int):

@@ -32,7 +32,9 @@ def param_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool =
             no_decay_ids.add(id(module.weight))
     cfg = getattr(model, "config", None)
     use_mup = bool(getattr(cfg, "mup", False))
-    decay, no_decay, hidden = [], [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
+    hidden: list[nn.Parameter] = []
     for name, p in model.named_parameters():  # shared parameters appear once
         if not p.requires_grad:
             continue
@@ -44,7 +46,7 @@ def param_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool =
         {"params": decay, "weight_decay": weight_decay, "name": "decay"},
         {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"},
     ]
-    if use_mup:
+    if use_mup and cfg is not None:  # (use_mup implies a config)
         groups.append({"params": hidden, "weight_decay": weight_decay, "name": "mup_hidden", "lr_mult": mup.hidden_lr_mult(cfg)})
     return groups
 

@@ -133,7 +133,7 @@ def supervise(
     watch: Watch | None = None,
     poll_s: float = 0.05,
     stdout: IO[Any] | None = None,
-    stderr: IO[Any] | None = None,
+    stderr: IO[Any] | int | None = None,  # int: subprocess.STDOUT
     log: Callable[[str], None] | None = None,
     death_signal: int = signal.SIGKILL,
 ) -> Supervised:
@@ -155,7 +155,8 @@ def supervise(
             if fwd.received is not None:  # asked to stop between two attempts
                 return Supervised(-fwd.received, attempt, True)
             cmd = command + (["--resume"] if resume or attempt > 0 else [])
-            proc = subprocess.Popen(
+            # process_group is Python 3.11+ (typeshed hides it for python_version 3.10, requires-python's floor)
+            proc = subprocess.Popen(  # type: ignore[call-overload]
                 cmd, stdout=stdout, stderr=stderr, process_group=0, preexec_fn=_die_with_parent(os.getpid(), death_signal)
             )
             fwd.child = proc
