@@ -60,6 +60,8 @@ from bench_vs_nanogpt import (  # noqa: E402
     write_peer_data,
 )
 
+from curves import time_to_reach  # noqa: E402
+
 from tokenmill.runs import RunDir, read_events  # noqa: E402
 from tokenmill.tokens.store import TokenStore  # noqa: E402
 
@@ -149,20 +151,6 @@ def _cumsum(xs: list[float]) -> list[float]:
         total += x
         out.append(total)
     return out
-
-
-def time_to_reach(curve: list[dict[str, float]], target: float, first_step_s: float = 0.0) -> float | None:
-    """Training seconds at which the curve first reaches `target` bpb (linear between evaluations;
-    None if it never does); `first_step_s` is taken off when the compile step is left out."""
-    prev = None
-    for p in curve:
-        if p["bpb"] <= target:
-            if prev is None:
-                return p["seconds"] - first_step_s
-            frac = (prev["bpb"] - target) / (prev["bpb"] - p["bpb"])
-            return prev["seconds"] + frac * (p["seconds"] - prev["seconds"]) - first_step_s
-        prev = p
-    return None
 
 
 def warm_up(b: Bench) -> dict[str, Any]:

@@ -928,3 +928,34 @@ def perplexity_gate(r: dict[str, Any]) -> list[str]:
             f"{100 * res[s]['candidates'][name]['kinds'][k]['removed_at_q1.0']:.1f}%" for s in seeds
             for k in ("shuffled_words", "clean_docs", "clean_prose", "mojibake")) + " |")
     return lines
+
+
+def time_to_loss(*files: dict[str, Any]) -> list[str]:
+    """bench_time_to_loss.py: every run of each file (the tuning seed's LR grid, then seeds that
+    did not choose), both sides' held-out bpb at equal wall-clock, and the seconds tokenmill's
+    evaluations place it at nanoGPT's final bpb of the same seed and LR pair."""
+    lines = ["| seed | LR (both sides) | nanoGPT: steps, s (first step) | nanoGPT bpb | tokenmill: steps, s (first step) "
+             "| tokenmill bpb | bpb ratio at equal seconds | tokenmill's s to nanoGPT's final bpb: all / without first steps |",
+             "|---|---|---|---|---|---|---|---|"]
+    for res in map(_result, files):
+        seed = res["command"].split("--tune-seed ")[1].split()[0] if "--tune-seed" in res["command"] else "0"
+        for (peer_lr, peer), (our_lr, ours) in zip(res["tuning"]["nanoGPT"].items(), res["tuning"]["tokenmill"].items()):
+            s = summarize_pair(peer, ours)
+            lines.append(
+                f"| {seed} | {peer_lr} / {our_lr} | {peer['steps']:,}, {peer['seconds']:.1f} ({peer['first_step_s']:.1f}) "
+                f"| {peer['bpb']:.4f} | {ours['steps']:,}, {ours['seconds']:.1f} ({ours['first_step_s']:.2f}) | {ours['bpb']:.4f} "
+                f"| {ours['bpb'] / peer['bpb']:.3f} | {s} |")
+    return lines
+
+
+def summarize_pair(peer: dict[str, Any], ours: dict[str, Any]) -> str:
+    """tokenmill's seconds to the nanoGPT run's final bpb and their ratio to nanoGPT's, with and
+    without each side's first (compiling) step; 'not reached' if its curve never gets there."""
+    from curves import time_to_reach  # beside this file, on the path tables.py sets
+
+    out = []
+    for drop in (False, True):
+        t = time_to_reach(ours["curve"], peer["bpb"], ours["first_step_s"] if drop else 0.0)
+        base = peer["seconds"] - (peer["first_step_s"] if drop else 0.0)
+        out.append("not reached" if t is None else f"{t:.1f} s = {t / base:.2f}×")
+    return " / ".join(out)

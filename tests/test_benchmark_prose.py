@@ -157,7 +157,36 @@ def datatrove(d: dict[str, Any]) -> dict[str, Any]:
             "recall": run["datatrove"]["near_recall"], "precision": run["datatrove"]["precision"]}
 
 
+def time_to_loss(d: dict[str, Any]) -> dict[str, Any]:
+    """The LR-6e-4 pair of a bench_time_to_loss.py file: bpb ratio at equal seconds, tokenmill's
+    seconds to nanoGPT's final bpb over nanoGPT's (with and without first steps), step medians."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from curves import time_to_reach
+
+    peer, ours = d["tuning"]["nanoGPT"]["0.0006"], d["tuning"]["tokenmill"]["0.0006"]
+
+    def share(drop: bool) -> float:
+        t = time_to_reach(ours["curve"], peer["bpb"], ours["first_step_s"] if drop else 0.0)
+        assert t is not None
+        return t / (peer["seconds"] - (peer["first_step_s"] if drop else 0.0))
+
+    return {"ratio": ours["bpb"] / peer["bpb"], "t": share(False), "tn": share(True),
+            "ms_t": ours["s_per_step"] * 1000, "ms_p": peer["s_per_step"] * 1000, "speed": peer["s_per_step"] / ours["s_per_step"]}
+
+
 CLAIMS = (
+    # Time to loss on an H200: the reading's figures, seed 0 (chose the LRs) and seed 1
+    Claim("time to loss: seed 0", "time_to_loss_h200.json",
+          "at equal seconds is {ratio:.3f}× nanoGPT's", time_to_loss),
+    Claim("time to loss: seed 1", "time_to_loss_h200_seed1.json", "and {ratio:.3f}× on seed 1", time_to_loss),
+    Claim("time to loss: seconds to nanoGPT's final bpb", "time_to_loss_h200.json",
+          "reaches nanoGPT's final bpb in {t:.2f}× of nanoGPT's seconds on seed 0", time_to_loss),
+    Claim("time to loss: seconds without first steps", "time_to_loss_h200_seed1.json",
+          "and {t:.2f}× on seed 1 (", time_to_loss),
+    Claim("time to loss: step medians", "time_to_loss_h200.json",
+          "{ms_t:.1f} against {ms_p:.1f} ms median ({speed:.2f}× nanoGPT's tokens/s", time_to_loss),
     # Quality per compute: one seed, a margin inside the seed spread
     Claim("quality per compute: ratios", "train_quality.json",
           "≤ 0.9: not established — {ratio:.3f} overall** (code {code:.3f}, reference {reference:.3f}, web {web:.3f})",
