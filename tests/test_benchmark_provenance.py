@@ -15,24 +15,22 @@ from provenance import SIMD_FLAGS, LoadSampler, provenance  # noqa: E402
 BUSY = "import time\nt = time.time()\nwhile time.time() - t < 1.6: pass"
 
 
-def _sample_with_busy_child(root: int | None) -> dict:
-    with LoadSampler(interval=0.4, root=root) as load:
-        busy = subprocess.Popen([sys.executable, "-c", BUSY])
-        busy.wait()
-        time.sleep(0.1)
-    return load.summary()
-
-
 def test_a_busy_process_outside_the_tree_is_load_and_our_own_child_is_not():
+    """Two samplers over the same seconds, one rooted at an idle process (our busy child is then
+    "another process") and one rooted here (the child is the benchmark itself): whatever else
+    loads the machine meanwhile (other tests, other users) counts in both, so their difference
+    is the busy child alone."""
     idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        # rooted at an idle process, our busy child is "another process": one core of n busy
-        other = _sample_with_busy_child(root=idle.pid)
+        with LoadSampler(interval=0.4, root=idle.pid) as as_other, LoadSampler(interval=0.4) as as_ours:
+            busy = subprocess.Popen([sys.executable, "-c", BUSY])
+            busy.wait()
+            time.sleep(0.1)
     finally:
         idle.kill()
         idle.wait()
-    ours = _sample_with_busy_child(root=None)  # rooted here: the busy child is the benchmark itself
-    cores = LoadSampler().cores
+    other, ours = as_other.summary(), as_ours.summary()
+    cores = as_other.cores
     assert other["samples"] >= 3 and other["others_cpu_share"]["max"] >= 0.6 / cores
     assert other["others_cpu_share"]["mean"] > ours["others_cpu_share"]["mean"] + 0.25 / cores
 
