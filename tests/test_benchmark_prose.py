@@ -1,4 +1,4 @@
-"""The numbers BENCHMARKS.md's hand-written prose (and README.md, where it repeats them) states
+"""The numbers BENCHMARKS.md's hand-written prose (and the docs/ guides, where they repeat them) state
 equal what their results files render to. The generated tables are checked by
 test_benchmark_tables.py; this covers the reading around them.
 
@@ -206,14 +206,14 @@ CLAIMS = (
           "**{dt:,.0f} s against tokenmill's {tm:.0f} s, {x:.1f}×**", datatrove),
     Claim("dedup: datatrove recall/precision", "dedup_datatrove_1m.json",
           "datatrove recall {recall:.3f} and precision {precision:.3f} at J ≥ 0.8", datatrove),
-    Claim("README: datatrove seconds and recall", "dedup_datatrove_1m.json",
+    Claim("docs/curation.md: datatrove seconds and recall", "dedup_datatrove_1m.json",
           "took {dt:,.0f} s where tokenmill's exact, MinHash and line dedup took {tm:.0f} s, and, removing LSH "
-          "candidates unverified, reached recall / precision {recall:.3f} / {precision:.3f}", datatrove, "README.md"),
+          "candidates unverified, reached recall / precision {recall:.3f} / {precision:.3f}", datatrove, "docs/curation.md"),
     Claim("dedup: whole 1M run new/previous", "dedup_scale.json", "the whole run {whole:.2f}× faster", dedup_1m),
     Claim("dedup: node loss seconds", "dedup_scale.json",
           "Ray's health checks: {lost:.0f} s instead of {cluster_s:.0f} s)", dedup_1m),
-    Claim("README: cluster coordinator at 1M", "dedup_scale.json",
-          "on a two-node Ray cluster (both nodes on one machine) {cluster:.0f} MB", dedup_1m, "README.md"),
+    Claim("docs/curation.md: cluster coordinator at 1M", "dedup_scale.json",
+          "on a two-node Ray cluster (both nodes on one machine) {cluster:.0f} MB", dedup_1m, "docs/curation.md"),
     # Semantic contamination
     Claim("semantic: test-half mean F1 at the chosen and the old threshold", "semantic_contamination.json",
           "(mean F1 {chosen:.3f} vs {default:.3f} at 0.75), bought with precision (paraphrases {pp:.3f} vs {pd:.3f}, "
@@ -250,10 +250,10 @@ CLAIMS = (
     Claim("H200 run 3: compiled vs nanoGPT and HF", "train_cuda_h200_run3.json",
           "compiled {hf:.2f}× ({ours:.1f} vs {hf_ms:.1f} ms)",
           lambda d: {"hf": vs(d, OURS, HF), "ours": ms(d, OURS), "hf_ms": ms(d, HF)}),
-    Claim("README: metrics cost before and after the fix", "train_cuda_h100_metrics_fixed.json",
+    Claim("docs/training.md: metrics cost before and after the fix", "train_cuda_h100_metrics_fixed.json",
           "they were {before:.1%} of a compiled step before their launches were batched, {after:.1%} after",
           lambda d: {"before": ms(h100(3), OURS) / ms(h100(3), METRICS_OFF) - 1,
-                     "after": ms(d, OURS) / ms(d, METRICS_OFF) - 1}, "README.md"),
+                     "after": ms(d, OURS) / ms(d, METRICS_OFF) - 1}, "docs/training.md"),
     # Fault recovery, tokenize, health detectors
     Claim("fault recovery: rewind bucket gaps", "fault_recovery.json",
           "bucket gaps from {alo}% to {ahi}% on placement A (2 seeds) and from {blo}% to {bhi}% on placement B",

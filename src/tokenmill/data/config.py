@@ -177,7 +177,7 @@ class ExtractConfig(Strict):
 
 
 class DocLimitsConfig(Strict):
-    """Bounded work per document (README: Bounded work per document)."""
+    """Bounded work per document (docs/curation.md: Bounded work per document)."""
 
     doc_seconds: float | None = Field(
         20.0,
@@ -473,7 +473,7 @@ class CurateConfig(Strict):
     memory_per_task: int = Field(
         2 << 30,
         ge=64 << 20,
-        description="Bytes one global dedup task may hold; sets the number of hash partitions (README: Memory).",
+        description="Bytes one global dedup task may hold; sets the number of hash partitions (docs/curation.md: Memory per task).",
     )
     dedup_partitions: int | None = Field(
         None, ge=1, description="Hash partitions of the global dedup shuffles (None: from memory_per_task and the row count)."

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from tokenmill.data.config import CurateConfig
 
 # Bytes a task may hold per row of a partition, per stage: sets how many partitions a budget
-# needs (measured on the 1M-document benchmark; see README "Memory").
+# needs (measured on the 1M-document benchmark; see docs/curation.md "Memory per task").
 EXACT_BYTES_PER_ROW = 160
 NEAR_BYTES_PER_ROW = 120  # per band key (95 measured at 200k documents, BENCHMARKS.md)
 LINE_BYTES_PER_UNIT = 48
