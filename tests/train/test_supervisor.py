@@ -108,6 +108,18 @@ def test_user_errors_and_ctrl_c_are_not_restarted(tmp_path, code):
     assert not events(tmp_path, "restart")
 
 
+def test_the_child_runs_in_its_own_process_group_of_the_same_session(tmp_path):
+    """A terminal's Ctrl-C goes to the foreground process group: the child is outside it, and still
+    in the supervisor's session (a process group, not a new session), on Python 3.10 too."""
+    body = f"open({str(tmp_path / 'ids.txt')!r}, 'w').write(f'{{os.getpgid(0)}} {{os.getsid(0)}}')"
+    result = supervise(fake(tmp_path, body), tmp_path, restarts=0, log=lambda m: None)
+    assert result.returncode == 0
+    (started,) = events(tmp_path, "child_started")
+    pgid, sid = map(int, (tmp_path / "ids.txt").read_text().split())
+    assert pgid == started["pid"] != os.getpgrp()
+    assert sid == os.getsid(0)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
 def test_the_child_dies_with_the_supervisor(tmp_path):

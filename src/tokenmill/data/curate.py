@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, cast
 
 import numpy as np
 import pyarrow as pa
@@ -75,6 +75,9 @@ from tokenmill.data.step import DocStep
 from tokenmill.errors import UserError
 from tokenmill.ownership import check_clashes, claim_dir, publish_into, remove_own_temporaries, write_marker
 from tokenmill.runs import EventLog, RunDir, atomic_write_text, remove_temporaries, sha256_json, temporary_name
+
+if TYPE_CHECKING:
+    from tokenmill.data.steps.decontaminate import Decontaminate
 
 STAGE = "curate"
 FUNNEL_FILE = "_funnel.json"
@@ -145,6 +148,13 @@ def _worker_steps(job: Job, names: tuple[str, ...]) -> dict[str, DocStep]:
             step.setup(Path(job.work) / "prepared")
         _STEP_CACHE[key] = steps
     return {s.name: s for s in _STEP_CACHE[key]}
+
+
+def _kept_text(doc: Doc) -> str:
+    """A kept document's text: a record without text is rejected when read, so None is a bug here."""
+    if doc.text is None:
+        raise RuntimeError(f"document {doc.id} was kept without text (a bug)")
+    return doc.text
 
 
 def run_doc_steps(
@@ -341,7 +351,7 @@ def _map_chunk(
             {
                 **doc.row(),
                 "_format": doc.format,
-                "_exact": exact_key(doc.text) if "exact_dedup" in job.steps else None,
+                "_exact": exact_key(_kept_text(doc)) if "exact_dedup" in job.steps else None,
                 "_sig": sigs[i].tobytes() if sigs is not None else None,
             }
         )
@@ -424,7 +434,7 @@ def substr_units_shard(job: Job, spec: ShardSpec, base: int) -> None:
                 continue
             if doc.bucket in cfg.skip_buckets:
                 continue
-            units.append(tokenize(doc.text, cfg.unit).values)
+            units.append(tokenize(_kept_text(doc), cfg.unit).values)
             rows.append(first + i)
             ids.append(doc.id)
         sdir.mkdir(parents=True, exist_ok=True)
@@ -538,10 +548,11 @@ def _apply_substring(
     cfg = job.cfg.substring_dedup
     n = text_bytes(doc.text)
     d = substr.doc_of(row) if substr is not None else None
-    if d is None:
+    if substr is None or d is None:
         marks.append(StepMark(sd.STEP, n, n, False))
         return None
-    units = sd.tokenize(doc.text, cfg.unit)
+    body = _kept_text(doc)
+    units = sd.tokenize(body, cfg.unit)
     b0, b1 = int(substr.bases[d]), int(substr.bases[d + 1])
     if len(units.values) != b1 - b0:
         raise RuntimeError(f"substring_dedup: document {doc.id} has {len(units.values)} units, {b1 - b0} were indexed (a bug)")
@@ -552,18 +563,18 @@ def _apply_substring(
         return substr.id_of(od), offset
 
     if cfg.mode == "documents":
-        share = sd.removed_share(doc.text, spans)
+        share = sd.removed_share(body, spans)
         if share > cfg.max_dup_share:
             marks.append(StepMark(sd.STEP, n, 0, True, sd.RULE_SHARE))
             return sd.share_rejection(share, spans, other(spans[0])[0], cfg)
     elif spans:
-        text = sd.cut(doc.text, spans)
+        text = sd.cut(body, spans)
         if len(text.strip()) < job.cfg.min_chars:
             marks.append(StepMark(sd.STEP, n, 0, True, sd.RULE_TOO_SHORT))
             return sd.too_short_rejection(len(text.strip()), job.cfg.min_chars, len(spans))
         for sp in spans:
             row_out = doc.rejected_row(sd.span_rejection(sp, *other(sp), cfg))
-            rejected.append({**row_out, "text": doc.text[sp.char_start : sp.char_end]})
+            rejected.append({**row_out, "text": body[sp.char_start : sp.char_end]})
         doc.text = text
     marks.append(StepMark(sd.STEP, n, text_bytes(doc.text), True))
     doc.lineage.append((sd.STEP, sd.VERSION))
@@ -630,7 +641,10 @@ def _final_chunk(
     write_table_atomic(rejected, REJECTED_SCHEMA, out / REJECTED_DIR / f"part-{shard:05d}-{k:05d}-b.parquet")
     fdir = Path(job.work) / "finalized" / f"{shard:05d}"
     if "decontaminate" in steps:  # this chunk's tallies, saved with it so a resume keeps them
-        atomic_write_text(fdir / f"chunk-{k:05d}.decontamination.json", json.dumps(steps["decontaminate"].take_stats()))
+        # the registry builds the step named "decontaminate" as steps/decontaminate.py's Decontaminate;
+        # the dict only knows the base class
+        decontaminate = cast("Decontaminate", steps["decontaminate"])
+        atomic_write_text(fdir / f"chunk-{k:05d}.decontamination.json", json.dumps(decontaminate.take_stats()))
     atomic_write_text(fdir / f"chunk-{k:05d}.funnel.json", json.dumps(funnel.to_dict()))
     _mark(fdir / f"chunk-{k:05d}.done")
 
@@ -657,7 +671,7 @@ def _apply_corpus_steps(
         if frequent is None or not applies(doc.bucket, job.cfg.line_dedup):
             marks.append(StepMark("line_dedup", n, n, False))
             return None
-        text, removed = remove_units(doc.text, frequent, job.cfg.line_dedup)
+        text, removed = remove_units(_kept_text(doc), frequent, job.cfg.line_dedup)
         if removed and len(text.strip()) < job.cfg.min_chars:
             marks.append(StepMark("line_dedup", n, 0, True, "too_short_after_line_dedup"))
             return Rejection(
@@ -829,8 +843,8 @@ def curate(
     summary = _summary(funnel_data, final, time.time() - started)
     _publish(final, out, owned)
     shutil.rmtree(work, ignore_errors=True)  # the work directory is tokenmill's: _claim_output checked it
-    for step in job.funnel_steps:
-        emit("step", step=step, **funnel_data["total"][step])
+    for name in job.funnel_steps:
+        emit("step", step=name, **funnel_data["total"][name])
     if canaries:
         emit(
             "canaries_inserted",

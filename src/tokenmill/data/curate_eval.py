@@ -40,11 +40,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 import numpy as np
 
-from tokenmill.data.config import CurateConfig
+from tokenmill.data.config import CurateConfig, QualityKind
 from tokenmill.data.document import PII_FIELDS
 from tokenmill.data.jsonl import json_objects
 from tokenmill.data.steps.pii import Span, find_pii
@@ -217,7 +217,8 @@ def eval_quality(labelled: Path, cfg: CurateConfig, min_docs: int = MIN_DOCS) ->
         kind = rec.get("kind") or "web"
         if kind not in FAMILIES:
             raise LabelledFileError(f"{labelled}:{lineno}: kind {kind!r} is not one of {', '.join(FAMILIES)}")
-        judge = step.judge(rec["language"], kind)
+        # a QualityKind: checked against FAMILIES (keyed by exactly those names) just above
+        judge = step.judge(rec["language"], cast(QualityKind, kind))
         signals, _ = measure(rec["text"], rules=judge.rules, book=judge.book)
         rejection = check_min_chars(len(rec["text"]), judge.rules.min_chars(cfg.min_chars)) or check_rules(
             signals, judge.cfg, judge.apply
@@ -227,7 +228,7 @@ def eval_quality(labelled: Path, cfg: CurateConfig, min_docs: int = MIN_DOCS) ->
         s["docs"] += 1
         s["kept"] += kept
         s["profile"] = judge.rules.profile
-        if not kept:
+        if rejection is not None:
             s["rules"][rejection.rule] += 1
         if isinstance(rec.get("low_quality"), bool):
             low = rec["low_quality"]

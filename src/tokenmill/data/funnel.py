@@ -193,14 +193,14 @@ class Funnel:
             mine = self._bucket(bucket)
             for step, c in per_step.items():
                 mine[step].merge(c)
-        for name, c in other.sources.items():
-            mine_src = self.sources.setdefault(name, SourceCounts(c.bucket))
-            mine_src.bucket = mine_src.bucket or c.bucket
+        for name, sc in other.sources.items():
+            mine_src = self.sources.setdefault(name, SourceCounts(sc.bucket))
+            mine_src.bucket = mine_src.bucket or sc.bucket
             for k in ("docs_in", "bytes_in", "docs_out", "bytes_out"):
-                setattr(mine_src, k, getattr(mine_src, k) + getattr(c, k))
-            for name, n in c.encodings.items():
-                mine_src.encodings[name] = mine_src.encodings.get(name, 0) + n
-            for kind, n in c.ids.items():
+                setattr(mine_src, k, getattr(mine_src, k) + getattr(sc, k))
+            for enc, n in sc.encodings.items():
+                mine_src.encodings[enc] = mine_src.encodings.get(enc, 0) + n
+            for kind, n in sc.ids.items():
                 mine_src.ids[kind] = mine_src.ids.get(kind, 0) + n
         for lang, lc in other.languages.items():
             self.languages.setdefault(lang, LanguageCounts()).merge(lc)

@@ -33,6 +33,7 @@ import time
 from itertools import groupby
 from pathlib import Path
 from types import FrameType
+from typing import Any, Callable
 
 import numpy as np
 
@@ -148,7 +149,8 @@ class DocClock:
         self._where = (0, 0)
         self._started = 0.0
         self._fd: int | None = None
-        self._previous: object = None
+        # what signal.signal returned: a handler, SIG_DFL / SIG_IGN (ints), or None
+        self._previous: Callable[[int, FrameType | None], Any] | int | None = None
 
     # ------------------------------------------------------------------ per task
     def _collect_killed(self) -> dict[tuple[int, int], tuple[str, float]]:
@@ -181,7 +183,7 @@ class DocClock:
         self.stop()
         if self.soft:
             # None: the previous handler was not set from Python; the default is what it was.
-            signal.signal(signal.SIGALRM, signal.SIG_DFL if self._previous is None else self._previous)  # type: ignore[arg-type]
+            signal.signal(signal.SIGALRM, signal.SIG_DFL if self._previous is None else self._previous)
         if self._fd is not None:
             faulthandler.unregister(signal.SIGPROF)
             os.close(self._fd)
@@ -193,9 +195,10 @@ class DocClock:
         self._where = (chunk, index)
         self.step, self.expired = None, False
         self._started = time.perf_counter()
-        if self.soft:
+        # soft implies seconds, and an open marker (hard) implies kill_seconds: the checks only narrow
+        if self.soft and self.seconds is not None:
             signal.setitimer(signal.ITIMER_REAL, self.seconds)
-        if self._fd is not None:
+        if self._fd is not None and self.kill_seconds is not None:
             signal.setitimer(signal.ITIMER_PROF, self.kill_seconds)
 
     def stop(self) -> None:

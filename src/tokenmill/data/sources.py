@@ -90,7 +90,7 @@ def read_files(
     if files is None:
         root, files = list_source_files(src.path)
     make = RecordMaker(src.path, src, limits)
-    records = (r for path in files for r in _read_file(make, src, path, relative(path, root), max_doc_bytes))
+    records: Iterator[RawRecord] = (r for path in files for r in _read_file(make, src, path, relative(path, root), max_doc_bytes))
     if src.synthetic:  # model output: every record leaves with its lineage (data/synthetic_lineage.py)
         from tokenmill.data.synthetic_lineage import synthetic_records
 

@@ -96,17 +96,19 @@ class _CachedDecoder:
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """Logits [B, T, V] for idx [B, T] appended after the cached positions."""
+        from tokenmill.model.transformer import held
+
         m = self.m
         pos = torch.arange(self.length, self.length + idx.shape[1], device=idx.device)
-        x = m.embed_tokens(idx)
+        x = held(m.embed_tokens, "embed_tokens")(idx)
         if m.embed_positions is not None:
             x = x + m.embed_positions(pos)
-        for i, module in enumerate(m.layers):
+        for i, module in enumerate(m.blocks()):
             layer = cast("Block", module)  # supports() admitted only Blocks of plain Attention
             x = x + self._attend(i, layer.self_attn, layer.input_layernorm(x), pos)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         self.length += idx.shape[1]
-        logits = m.lm_head(m.norm(x))
+        logits = held(m.lm_head, "lm_head")(held(m.norm, "norm")(x))
         if getattr(m.config, "mup", False):
             logits = logits * m.output_mult
         return logits

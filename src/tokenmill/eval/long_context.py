@@ -152,7 +152,7 @@ def answer_logits(model: torch.nn.Module, x: torch.Tensor, start: int) -> torch.
     tm = cast("Transformer", model)  # only a Transformer has block_inputs
     h = tm.embed(x)
     cos, sin, mask = tm.block_inputs(x.shape[1], x.device)
-    for layer in tm.layers:
+    for layer in tm.blocks():
         h = tm.run_block(layer, h, cos, sin, mask)
     return tm.output(h[:, start:])[0]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -44,9 +44,11 @@ class SyntheticLimitError(MixtureError):
 
 
 class PhaseLike(Protocol):
-    name: str
-    weights: dict[str, float]
-
+    # read-only: a curriculum Phase is a frozen dataclass
+    @property
+    def name(self) -> str: ...
+    @property
+    def weights(self) -> dict[str, float]: ...
     @property
     def steps(self) -> int: ...
 
@@ -142,7 +144,7 @@ def scan_bucket(run_path: Path, store: TokenStore, bucket: str) -> BucketSynthet
     return out
 
 
-def assess(phases: list[PhaseLike], buckets: dict[str, BucketSynthetic]) -> SyntheticReport:
+def assess(phases: Sequence[PhaseLike], buckets: dict[str, BucketSynthetic]) -> SyntheticReport:
     """Expected synthetic share per phase and for the run, and the run's generation."""
     report = SyntheticReport(buckets)
     total = sum(p.steps for p in phases)
@@ -191,7 +193,7 @@ def check(report: SyntheticReport, limits: SyntheticLimitsConfig, several_phases
 
 
 def guard_mixture(
-    run_path: Path, store: TokenStore, phases: list[PhaseLike], limits: SyntheticLimitsConfig, events: Any = None
+    run_path: Path, store: TokenStore, phases: Sequence[PhaseLike], limits: SyntheticLimitsConfig, events: Any = None
 ) -> SyntheticReport:
     """Measure the planned mixture and refuse it above the limits (SyntheticLimitError), before
     any step is trained. With synthetic data, a `synthetic_mixture` event records the figures."""

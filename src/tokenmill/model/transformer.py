@@ -37,7 +37,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
-from typing import Any, Literal, NamedTuple
+from typing import Any, Iterable, Literal, NamedTuple, TypeVar
 
 import torch
 import torch.utils.checkpoint
@@ -394,6 +394,16 @@ class Block(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
+_Part = TypeVar("_Part", bound=nn.Module)
+
+
+def held(part: _Part | None, name: str) -> _Part:
+    """A part of a Transformer that a pipeline stage not running it has dropped (then None)."""
+    if part is None:
+        raise RuntimeError(f"this model holds no {name}: it is a pipeline stage that does not run it")
+    return part
+
+
 class Transformer(nn.Module):
     """Decoder-only LM. `forward(idx[B, T], positions=None, segments=None) -> logits[B, T, vocab]`.
 
@@ -407,6 +417,13 @@ class Transformer(nn.Module):
     loss_kernel: str = "auto"  # "fused" / "plain" force the loss path (fused_ce.loss_kernel)
     rope_cos: torch.Tensor  # buffers registered in __init__ when cfg.position == "rope"
     rope_sin: torch.Tensor
+    # A pipeline stage (train/pipeline_parallel.py prune_to_stage) drops the parts it does not run:
+    # they are None there, and its blocks a ModuleDict keyed by their index in the whole model. A
+    # whole model has them all; `held` gets one, failing clearly where a stage has none.
+    embed_tokens: nn.Embedding | None
+    norm: nn.Module | None
+    lm_head: nn.Linear | None
+    layers: nn.ModuleList | nn.ModuleDict
 
     def __init__(self, cfg: ModelConfig, generator: torch.Generator | None = None):
         super().__init__()
@@ -488,15 +505,19 @@ class Transformer(nn.Module):
         self._check_inputs(idx, positions, segments, attn_mask)
         x = self.embed(idx, positions)
         cos, sin, mask = self.block_inputs(idx.shape[1], idx.device, positions, segments, attn_mask)
-        for layer in self.layers:
+        for layer in self.blocks():
             x = self.run_block(layer, x, cos, sin, mask)
         return self.output(x, targets)
+
+    def blocks(self) -> Iterable[nn.Module]:
+        """The blocks this model holds, in order (all of them, or a pipeline stage's)."""
+        return self.layers.values() if isinstance(self.layers, nn.ModuleDict) else self.layers
 
     # The pieces of forward, in order. A pipeline stage (train/pipeline_parallel.py) runs the ones
     # its part of the model holds: embed on the first stage, blocks everywhere, output on the last.
     def embed(self, idx: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """Token embeddings [B, T, d] (plus learned absolute positions when configured)."""
-        x = self.embed_tokens(idx)
+        x = held(self.embed_tokens, "embed_tokens")(idx)
         if self.embed_positions is not None:
             T = idx.shape[1]
             x = x + self.embed_positions(torch.arange(T, device=idx.device) if positions is None else positions)
@@ -534,17 +555,18 @@ class Transformer(nn.Module):
 
     def output(self, x: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         """Final norm, then the logits, or with `targets` the fused per-token NLL (see forward)."""
-        h = self.norm(x)
+        h = held(self.norm, "norm")(x)
+        lm_head = held(self.lm_head, "lm_head")
         scale = self.output_mult if self.config.mup else 1.0
         if targets is not None:
-            vocab = self.lm_head.weight.shape[0]
+            vocab = lm_head.weight.shape[0]
             if loss_kernel(h.device.type, targets.numel(), vocab, self.loss_kernel) == "fused":
-                return linear_cross_entropy(h, self.lm_head.weight, targets, scale, fused_chunk(h.device.type, vocab))
-            logits = self.lm_head(h).float()
+                return linear_cross_entropy(h, lm_head.weight, targets, scale, fused_chunk(h.device.type, vocab))
+            logits = lm_head(h).float()
             logits = logits * scale if scale != 1.0 else logits
             nll = F.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=IGNORE, reduction="none")
             return nll.view(targets.shape)
-        logits = self.lm_head(h)
+        logits = lm_head(h)
         if self.config.mup:
             logits = logits * self.output_mult
         return logits
@@ -580,7 +602,7 @@ class Transformer(nn.Module):
     def aux_loss(self) -> torch.Tensor:
         """Σ over MoE layers of moe_aux_coef·load-balancing + moe_z_coef·router z-loss, from the last
         forward (a scalar 0 for a dense model). Add it to the training loss."""
-        total = self.lm_head.weight.new_zeros((), dtype=torch.float32)
+        total = held(self.lm_head, "lm_head").weight.new_zeros((), dtype=torch.float32)
         for m in self.moe_layers():
             if m.last_aux is not None and m.last_z is not None:
                 total = total + self.config.moe_aux_coef * m.last_aux + self.config.moe_z_coef * m.last_z
@@ -662,7 +684,7 @@ class Transformer(nn.Module):
         """
         n = sum(p.numel() for p in self.parameters())  # parameters() deduplicates shared tensors
         if exclude_embeddings:
-            n -= self.embed_tokens.weight.numel()
+            n -= held(self.embed_tokens, "embed_tokens").weight.numel()
         return n
 
 

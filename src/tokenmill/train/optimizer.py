@@ -70,8 +70,9 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device | N
     return optimizer
 
 
-def lr_at(step: int, cfg: TrainConfig, anneal_start: int | None = None) -> float:
-    """Learning rate of optimizer step `step` (1-based), for the step knobs `resolve_budget` set.
+def lr_at(step: float, cfg: TrainConfig, anneal_start: int | None = None) -> float:
+    """Learning rate of optimizer step `step` (1-based), for the step knobs `resolve_budget` set; a
+    time-budgeted run reads it at fractional steps (train/time_budget.py).
 
     warmup:  lr · step / warmup_steps                              for step <= warmup_steps
     then, with progress = (step - warmup) / (max_steps - warmup) and min = min_lr_ratio · lr:

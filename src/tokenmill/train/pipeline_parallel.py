@@ -43,6 +43,7 @@ import torch.distributed as dist
 from torch import nn
 
 from tokenmill.mixture.loader import Loader
+from tokenmill.model.transformer import Transformer, held
 from tokenmill.model.objectives import IGNORE, _batch_field, _shift
 from tokenmill.scaling.parallel import bubble_fraction
 from tokenmill.train.device import autocast
@@ -54,12 +55,15 @@ def stage_layers(n_layers: int, pp: int, stage: int) -> range:
     return range(stage * per, (stage + 1) * per)
 
 
-def prune_to_stage(model: nn.Module, pp: int, stage: int) -> nn.Module:
+def prune_to_stage(model: Transformer, pp: int, stage: int) -> Transformer:
     """Drop from `model` (in place) every part stage `stage` does not run; returns it."""
-    keep = stage_layers(len(model.layers), pp, stage)  # type: ignore[arg-type]
-    model.layers = nn.ModuleDict({str(i): model.layers[i] for i in keep})  # type: ignore[index]
+    blocks = model.layers
+    if not isinstance(blocks, nn.ModuleList):
+        raise ValueError("prune_to_stage takes a whole model; this one is already a pipeline stage")
+    keep = stage_layers(len(blocks), pp, stage)
+    model.layers = nn.ModuleDict({str(i): blocks[i] for i in keep})
     first, last = stage == 0, stage == pp - 1
-    tied = bool(model.config.tie_embeddings)  # type: ignore[union-attr]
+    tied = bool(model.config.tie_embeddings)
     if not first:
         model.embed_positions = None
         if not (last and tied):  # the last stage keeps the tied table: it is its head
@@ -104,7 +108,7 @@ class BusyClock:
 class StageForward(nn.Module):
     """What a PipelineStage runs: this stage's part of the model, under autocast, timed."""
 
-    def __init__(self, model: nn.Module, first: bool, last: bool, device: torch.device, dtype: torch.dtype, clock: BusyClock):
+    def __init__(self, model: Transformer, first: bool, last: bool, device: torch.device, dtype: torch.dtype, clock: BusyClock):
         super().__init__()
         self.model, self.first, self.last = model, first, last
         self.device, self.dtype, self.clock = device, dtype, clock
@@ -123,7 +127,7 @@ class StageForward(nn.Module):
                 x = m.embed(x, positions)
             x = _Clock.apply(x, self.clock.ends)
             cos, sin, mask = m.block_inputs(x.shape[1], x.device, positions, segments)
-            for layer in m.layers.values():
+            for layer in m.blocks():
                 x = m.run_block(layer, x, cos, sin, mask)
             if self.last:
                 x = m.output(x, targets)
@@ -137,7 +141,7 @@ class StageForward(nn.Module):
 class Pipeline:
     """This rank's stage of the job's pipeline and the schedules that drive it."""
 
-    model: nn.Module  # the pruned model (what the optimizer and checkpoints see)
+    model: Transformer  # the pruned model (what the optimizer and checkpoints see)
     stage: int
     n_stages: int
     group: Any  # the pp process group of this rank
@@ -220,7 +224,7 @@ class Pipeline:
         """Σ the gradients of the tied embedding/head copies of the first and last stage."""
         if self.tie_group is None or not (self.first or self.last):
             return
-        w = self.model.embed_tokens.weight
+        w = held(self.model.embed_tokens, "embed_tokens").weight
         grad = w.grad if w.grad is not None else torch.zeros_like(w)
         dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=self.tie_group)
         w.grad = grad
@@ -245,7 +249,7 @@ class Pipeline:
     def tied_duplicate(self) -> set[int]:
         """ids of the parameters whose norm another stage already counts (the last stage's tied copy)."""
         if self.tie_group is not None and self.last and not self.first:
-            return {id(self.model.embed_tokens.weight)}
+            return {id(held(self.model.embed_tokens, "embed_tokens").weight)}
         return set()
 
 
@@ -267,14 +271,14 @@ def _stack(batches: list[Any], device: torch.device) -> tuple[torch.Tensor, dict
 
 
 def build_pipeline(
-    model: nn.Module, mesh: Any, sizes: Any, rank: int, schedule: str, device: torch.device, dtype: torch.dtype
+    model: Transformer, mesh: Any, sizes: Any, rank: int, schedule: str, device: torch.device, dtype: torch.dtype
 ) -> Pipeline:
     """Prune `model` to this rank's stage and set up its groups (every rank calls it: making the
     tied-embedding groups is a collective)."""
     stage = sizes.coords(rank)[0]
     prune_to_stage(model, sizes.pp, stage)
     tie_group = None
-    if model.config.tie_embeddings:  # type: ignore[union-attr]
+    if model.config.tie_embeddings:
         # one group per (dp, tp) column: its first and last stage; every rank creates all of them
         for d in range(sizes.dp):
             for t in range(sizes.tp):

@@ -74,12 +74,16 @@ def train_command(config: Path, overrides: list[str], run_dir: Path) -> list[str
     return cmd
 
 
-def _die_with_parent(parent: int, death_signal: int = signal.SIGKILL) -> Callable[[], None] | None:
-    """A preexec function asking Linux to send the child `death_signal` when the supervisor dies."""
-    if not sys.platform.startswith("linux"):
-        return None
+def _child_setup(parent: int, death_signal: int = signal.SIGKILL) -> Callable[[], None]:
+    """The preexec function of a supervised child: its own process group in the supervisor's session
+    (what Popen's process_group=0 does, a Python 3.11+ argument: requires-python is 3.10), so a
+    terminal's Ctrl-C reaches the supervisor only; and on Linux, `death_signal` when the supervisor dies."""
+    linux = sys.platform.startswith("linux")
 
     def preexec() -> None:
+        os.setpgid(0, 0)  # before prctl, as Popen orders process_group before preexec_fn
+        if not linux:
+            return
         try:
             ctypes.CDLL(None, use_errno=True).prctl(1, int(death_signal))  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
@@ -155,10 +159,7 @@ def supervise(
             if fwd.received is not None:  # asked to stop between two attempts
                 return Supervised(-fwd.received, attempt, True)
             cmd = command + (["--resume"] if resume or attempt > 0 else [])
-            # process_group is Python 3.11+ (typeshed hides it for python_version 3.10, requires-python's floor)
-            proc = subprocess.Popen(  # type: ignore[call-overload]
-                cmd, stdout=stdout, stderr=stderr, process_group=0, preexec_fn=_die_with_parent(os.getpid(), death_signal)
-            )
+            proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, preexec_fn=_child_setup(os.getpid(), death_signal))
             fwd.child = proc
             events.write(STAGE, "child_started", attempt=attempt, pid=proc.pid, resume="--resume" in cmd)
             while proc.poll() is None:

@@ -36,7 +36,7 @@ import time
 import traceback
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol, cast
 
 import numpy as np
 import torch
@@ -190,6 +190,14 @@ def _progress(enabled: bool, total: int, completed: int) -> Iterator[tuple[Any, 
         yield prog, task, console
 
 
+class _RegularizedModel(Protocol):
+    """The regularizer terms of a Transformer (model/transformer.py)."""
+
+    def z_loss(self, logits: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor: ...
+    def aux_loss(self) -> torch.Tensor: ...
+    def moe_stats(self) -> dict[str, Any]: ...
+
+
 class _Regularizers:
     """z-loss on the output log-partition and the MoE auxiliary losses, when the model has them.
 
@@ -199,6 +207,9 @@ class _Regularizers:
     def __init__(self, model: nn.Module):
         cfg = getattr(model, "config", None)
         self.model = model
+        # read only when the config asks for z-loss or MoE: a Transformer, or DataParallel
+        # (train/distributed.py) passing attribute lookups through to one; nn.Module's type cannot say so
+        self.terms = cast(_RegularizedModel, model)
         self.z = float(getattr(cfg, "z_loss", 0.0) or 0.0)
         self.moe = int(getattr(cfg, "n_experts", 0) or 0) > 0
         self.active = self.z > 0 or self.moe
@@ -214,11 +225,11 @@ class _Regularizers:
         """This micro-batch's regularizer, already divided by the number of micro-batches."""
         total = torch.zeros((), device=next(self.model.parameters()).device)
         if self.z > 0 and self.logits is not None:
-            z = self.model.z_loss(self.logits, keep)
+            z = self.terms.z_loss(self.logits, keep)
             self.z_sum += float(z.detach()) / grad_accum
             total = total + z
         if self.moe:
-            aux = self.model.aux_loss()
+            aux = self.terms.aux_loss()
             self.aux_sum += float(aux.detach()) / grad_accum
             total = total + aux
         self.logits = None
@@ -339,7 +350,7 @@ def step_loss(
     if extras is not None and reg.active:
         extras.update({"z_loss": reg.z_sum} if reg.z > 0 else {})
         if reg.moe:
-            extras.update({"moe_aux": reg.aux_sum, **model.moe_stats()})
+            extras.update({"moe_aux": reg.aux_sum, **reg.terms.moe_stats()})
     return total.item(), r_pad / grad_accum
 
 

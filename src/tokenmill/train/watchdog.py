@@ -75,7 +75,7 @@ class Watchdog:
         timeout_s: float,
         hang_dir: Path,
         rank: int,
-        on_hang: Callable[[dict[str, Any]], None] | None = None,
+        on_hang: Callable[[dict[str, Any]], object] | None = None,  # its result is not used
         store: Any = None,
         poll_s: float | None = None,
         settle_s: float | None = None,

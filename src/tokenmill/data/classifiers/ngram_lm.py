@@ -336,7 +336,7 @@ class NgramLM:
     # ------------------------------------------------------------------ persistence
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Plain numeric arrays (no objects): saved with numpy's .npy format, loaded without pickle."""
-        arrays = {
+        arrays: dict[str, np.ndarray] = {
             "order": np.array(self.order, np.int64),
             "vocab_utf8": np.frombuffer("\n".join(self.vocab).encode("utf-8"), np.uint8),
             "uni_logp": self.uni_logp,
@@ -362,7 +362,7 @@ class NgramLM:
             [a[f"table{k}"] for k in rng],
             [a[f"logp{k}"] for k in rng],
             [a[f"backoff{k}"] for k in rng],
-            [tuple(map(float, d)) for d in a["discounts"]],
+            [(float(d1), float(d2), float(d3)) for d1, d2, d3 in a["discounts"]],
         )
 
     def stats(self) -> dict[str, object]:
@@ -508,7 +508,9 @@ def _estimate(order: int, words: list[str], uni_counts: np.ndarray, levels: list
     uni_logp = np.where(p1 > 0, np.log(np.maximum(p1, 1e-300)), LOG_ZERO).astype(np.float32)
     uni_backoff = np.zeros(v, np.float32)
     all_d = [d1]
-    keys_out, logp_out, back_out = [], [], []
+    keys_out: list[np.ndarray] = []
+    logp_out: list[np.ndarray] = []
+    back_out: list[np.ndarray] = []
     lower_logp = uni_logp.astype(np.float64)  # log p of the order below, indexed like its keys
     lower_keys: np.ndarray | None = None  # None: the order below is the dense unigram table
     for k in range(2, order + 1):

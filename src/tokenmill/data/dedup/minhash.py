@@ -115,7 +115,7 @@ def _non_ascii_replacement(char: bytes) -> bytes | None:
         ch = char.decode("utf-8", "surrogatepass")
         rep = b"" if _DELETE.match(ch) else b" " if ch.isspace() else None
         _NON_ASCII[char] = rep
-    return rep  # type: ignore[return-value]
+    return rep  # type: ignore[return-value]  # never the object() sentinel: replaced just above
 
 
 def normalized_bytes(text: str) -> bytes:

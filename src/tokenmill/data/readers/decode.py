@@ -78,7 +78,7 @@ def _bom(data: bytes) -> tuple[str, str] | None:
 
 
 def _is_wide(name: str | None) -> bool:
-    return bool(name) and name.replace("_", "-").startswith(("utf-16", "utf-32"))
+    return name is not None and name.replace("_", "-").startswith(("utf-16", "utf-32"))
 
 
 def binary_problem(data: bytes, declared: str | None = None) -> str | None:
