@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import os
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,6 +15,43 @@ import xxhash
 
 from tokenmill.config import load_config
 from tokenmill.runs import RunDir
+
+ROOT = Path(__file__).resolve().parents[1]
+SLOWEST_FILE = ROOT / "build" / "slowest-tests.txt"
+SLOWEST_N = 20
+
+# Under pytest-xdist (`make test` runs `-n auto`: one worker per core) each worker gets its share of the cores: two workers
+# with torch's default of one thread per core would put four busy threads on two cores, and
+# OpenMP's spinning threads make that slower than one each. Children (CLI and torchrun tests)
+# inherit the same share through OMP_NUM_THREADS.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _share = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_share))
+    torch.set_num_threads(_share)
+
+_durations: dict[str, float] = {}
+_started = time.monotonic()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Setup + call + teardown seconds per test (the controller sees every worker's reports)."""
+    _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """The slowest tests of a whole-suite run (no paths given: the testpaths), in the log and in
+    build/slowest-tests.txt, so the suite's growth shows from one run to the next."""
+    whole_suite = config.args_source == pytest.Config.ArgsSource.TESTPATHS
+    if hasattr(config, "workerinput") or not _durations or not whole_suite:
+        return
+    slowest = sorted(_durations.items(), key=lambda kv: -kv[1])[:SLOWEST_N]
+    lines = [f"{len(_durations)} tests in {time.monotonic() - _started:.0f} s wall; the {len(slowest)} slowest "
+             "(setup + call + teardown seconds):"] + [f"{secs:7.2f}  {node}" for node, secs in slowest]
+    terminalreporter.write_sep("=", f"slowest {len(slowest)} tests (also in build/slowest-tests.txt)")
+    for line in lines:
+        terminalreporter.write_line(line)
+    SLOWEST_FILE.parent.mkdir(exist_ok=True)
+    SLOWEST_FILE.write_text("\n".join(lines) + "\n")
 
 
 def real_documents() -> dict[str, list[str]]:

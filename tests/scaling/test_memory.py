@@ -145,8 +145,10 @@ def test_peak_matches_a_profiled_training_step(tmp_path, dtype, ckpt, accum):
     got = measured_peak(store, cfg, tc, mixture, dtype)
     # Without native bf16 matmuls (an AVX2-only CPU: Zen 3), oneDNN converts bf16 operands in
     # its own scratch instead of torch tensors, so the profiled bf16 peak reads up to 18% low
-    # (measured 0.825 of the estimate with checkpointing); 15% holds where bf16 is native.
-    low = 0.80 if dtype == torch.bfloat16 and not _native_bf16() else 0.85
+    # (measured 0.825 of the estimate with checkpointing); 15% holds where bf16 is native. With one
+    # thread (a pytest-xdist worker's share of 2 cores) a native-bf16 Zen 4 reads 0.825 too.
+    scratch = not _native_bf16() or torch.get_num_threads() == 1
+    low = 0.80 if dtype == torch.bfloat16 and scratch else 0.85
     assert low * est["peak"] <= got <= 1.10 * est["peak"], (got, est)
 
 

@@ -102,6 +102,9 @@ def tokenizer_file(run: RunDir) -> Path | None:
     if run.config.tokenizer.file:
         return Path(run.config.tokenizer.file)
     if run.config.train.init_from:
+        # The one import that runs against the data path (tokenizer -> train): where the parent
+        # model's tokenizer lies is read from its checkpoint, whose format train owns. Lazy, so
+        # the tokenizer stage loads without the trainer (tests/test_import_direction.py).
         from tokenmill.train.init_from import source_tokenizer
 
         return source_tokenizer(run.config.train.init_from)
