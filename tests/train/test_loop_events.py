@@ -39,12 +39,12 @@ GOLDEN = Path(__file__).with_name("fixtures") / "loop_events_golden.json"
 #   ckpt_age_s, step_s, checkpoint_s   seconds since the last checkpoint, a step's and a save's seconds
 #   seconds_since_signal, within_grace  time since a SIGTERM (no preemption here, kept for safety)
 #   memory_peak       process memory, depends on the allocator and on what ran before in the process
-#   peak_flops, peak_source     the device's peak FLOP/s, read from the CPU model
+#   peak_flops, peak_source, peak_origin   the device's peak FLOP/s and where it came from (CPU model, threads)
 #   bytes             a checkpoint's size on disk: torch.save's pickle framing may vary across versions
 #   saved_at          when a checkpoint's state.json was written
 WALL_CLOCK = {
     "t", "seconds", "tokens_per_s", "mfu", "data_wait_s", "forward_s", "ckpt_age_s", "step_s", "checkpoint_s",
-    "seconds_since_signal", "within_grace", "memory_peak", "peak_flops", "peak_source", "bytes",
+    "seconds_since_signal", "within_grace", "memory_peak", "peak_flops", "peak_source", "peak_origin", "bytes",
     "saved_at",
 }
 # Losses, norms and the other float fields are compared to this relative tolerance, so the golden

@@ -21,14 +21,16 @@ Training FLOPs per token (PaLM appendix B; nanoGPT `estimate_mfu`):
 Peak throughput, first match wins (`peak_flops_source` says which): train.peak_tflops from the
 config; an entry of `tokenmill calibrate` for this device name, dtype and thread count
 (scaling/calibrate.py); a table of dense (no sparsity) tensor-core peaks for known GPUs, looked up
-by `torch.cuda.get_device_name`; else a short measured matmul peak (~0.3 s, cached per process).
+by `torch.cuda.get_device_name`; else a quick measured matmul peak (the best of 8 timings, well under a second; cached per process).
+The trainer raises the peak when a step achieves more (train/mfu.py), so a logged MFU never
+exceeds 100%.
 CPU MFU is therefore relative to the *measured* matmul throughput of this machine at this thread
 count, not to a datasheet number.
 """
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 
 import torch
 
@@ -54,7 +56,7 @@ GPU_PEAKS: list[tuple[str, float, float]] = [
     ("RTX 3090", 71e12, 35.6e12),
 ]
 
-_measured: dict[tuple[str, str, int], float] = {}
+_measured: dict[tuple[str, str, int, int, int], float] = {}
 
 
 def param_count(cfg: ModelConfig) -> dict[str, int]:
@@ -115,54 +117,70 @@ def gpu_peak_from_table(name: str, dtype: torch.dtype = torch.bfloat16) -> float
     return None
 
 
-def measure_matmul_peak(device: torch.device, dtype: torch.dtype = torch.float32, seconds: float = 0.3, n: int = 1024) -> float:
-    """Best observed FLOP/s of an n×n @ n×n matmul over about `seconds` (cached per process)."""
-    key = (str(device), str(dtype), torch.get_num_threads())
-    if key in _measured:
-        return _measured[key]
-    a = torch.randn(n, n, device=device).to(dtype)
-    b = torch.randn(n, n, device=device).to(dtype)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    torch.matmul(a, b)  # warm up kernels / thread pool
-    sync()
-    best = float("inf")
-    deadline = time.perf_counter() + seconds
-    iters = 0
-    while time.perf_counter() < deadline or iters < 3:
-        t0 = time.perf_counter()
-        torch.matmul(a, b)
-        sync()
-        best = min(best, time.perf_counter() - t0)
-        iters += 1
-    _measured[key] = 2.0 * n**3 / best
+QUICK_TIMINGS = 8  # timings of the quick measurement: the best of them is the peak
+
+
+def measure_matmul_peak(
+    device: torch.device, dtype: torch.dtype = torch.float32, n: int = 1024, timings: int = QUICK_TIMINGS
+) -> float:
+    """Best FLOP/s of `timings` n×n @ n×n matmuls after a warm-up (cached per process): the least
+    disturbed of several, so one timing slowed by another process on the cores does not set the
+    peak. n=1024 fp32 on one CPU core is ~0.05 s a timing, so the whole is well under a second."""
+    from tokenmill.scaling.calibrate import best_matmul_seconds
+
+    key = (str(device), str(dtype), torch.get_num_threads(), n, timings)
+    if key not in _measured:
+        _measured[key] = 2.0 * n**3 / best_matmul_seconds(n, dtype, device, seconds=0.0, min_repeats=timings)
     return _measured[key]
 
 
-def peak_flops_source(
-    device: torch.device | str, dtype: torch.dtype | None = None, configured_tflops: float | None = None
-) -> tuple[float, str]:
-    """(peak FLOP/s of `device` for matmuls in `dtype`, where it came from): "config" (the given
-    train.peak_tflops), "calibration" (a `tokenmill calibrate` entry for this device, dtype and
-    the current thread count), "table" (a known GPU) or "measured" (a quick matmul timing).
+@dataclass(frozen=True)
+class Peak:
+    """A device's peak FLOP/s for MFU, its kind (config, calibration, table, measured) and where
+    exactly it came from, in words (the train_start event and the log say it)."""
 
-    dtype None: bf16 on CUDA, fp32 on CPU.
-    """
-    from tokenmill.scaling.calibrate import find_calibration
+    flops: float
+    kind: str
+    origin: str
+
+
+def peak_of(device: torch.device | str, dtype: torch.dtype | None = None, configured_tflops: float | None = None) -> Peak:
+    """The peak of `device` for matmuls in `dtype`, first match wins: train.peak_tflops, a
+    `tokenmill calibrate` entry for this device, dtype and thread count, the GPU table, else a
+    quick measurement (best of QUICK_TIMINGS matmuls). dtype None: bf16 on CUDA, fp32 on CPU."""
+    from tokenmill.scaling.calibrate import dtype_name, find_calibration
 
     if configured_tflops:
-        return configured_tflops * 1e12, "config"
+        return Peak(configured_tflops * 1e12, "config", f"config train.peak_tflops = {configured_tflops:g}")
     device = torch.device(device)
     if dtype is None:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     entry = find_calibration(device, dtype)
     if entry is not None:
-        return float(entry["peak_flops"]), "calibration"
+        return Peak(float(entry["peak_flops"]), "calibration", f"`tokenmill calibrate` entry of {entry.get('date', '?')}")
+    n = 1024
     if device.type == "cuda":
-        peak = gpu_peak_from_table(torch.cuda.get_device_name(device), dtype)
+        name = torch.cuda.get_device_name(device)
+        peak = gpu_peak_from_table(name, dtype)
         if peak is not None:
-            return peak, "table"
-        return measure_matmul_peak(device, dtype, n=4096), "measured"
-    return measure_matmul_peak(device, dtype), "measured"
+            return Peak(peak, "table", f"datasheet peak of {name}")
+        n = 4096
+    measured = measure_matmul_peak(device, dtype, n=n)
+    origin = (
+        f"quick measurement at start: best of {QUICK_TIMINGS} {n}×{n} {dtype_name(dtype)} matmuls "
+        f"on {torch.get_num_threads()} threads (`tokenmill calibrate` keeps a steadier one)"
+    )
+    return Peak(measured, "measured", origin)
+
+
+def peak_flops_source(
+    device: torch.device | str, dtype: torch.dtype | None = None, configured_tflops: float | None = None
+) -> tuple[float, str]:
+    """(peak FLOP/s of `device` for matmuls in `dtype`, its kind): "config" (the given
+    train.peak_tflops), "calibration" (a `tokenmill calibrate` entry for this device, dtype and
+    the current thread count), "table" (a known GPU) or "measured" (see `peak_of`)."""
+    peak = peak_of(device, dtype, configured_tflops)
+    return peak.flops, peak.kind
 
 
 def peak_flops(device: torch.device | str, dtype: torch.dtype | None = None) -> float:

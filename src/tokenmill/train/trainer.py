@@ -51,7 +51,7 @@ from tokenmill.mixture.loader import Loader
 from tokenmill.model.objectives import counted_targets, token_nll_batch
 from tokenmill.model.transformer import Transformer
 from tokenmill.runs import RunDir
-from tokenmill.scaling.flops import flops_per_token, peak_flops_source
+from tokenmill.scaling.flops import flops_per_token, peak_of
 from tokenmill.tokens.store import TokenStore
 from tokenmill.train.checkpoint import list_checkpoints, read_state
 from tokenmill.train.checkpoint_policy import CheckpointPolicy, Checkpointer, GraceWarning
@@ -96,6 +96,7 @@ from tokenmill.train.faults import (
 from tokenmill.train.guard import StabilityGuard
 from tokenmill.train.sharding import sharding_report
 from tokenmill.train.metrics import UpdateRatio, grad_norms_by_group, memory_bytes
+from tokenmill.train.mfu import MfuPeak
 from tokenmill.train.noise_scale import NoiseProbe, NoiseScale, unavailable_reason
 from tokenmill.train.optimizer import build_optimizer, lr_at, set_lr
 from tokenmill.train.rank_times import RankClock, SlowRanks, rank_hosts, step_end_agreement
@@ -668,8 +669,7 @@ class _TrainLoop:
             )
         self.tokens_per_step = self.loader.tokens_per_step  # the global batch, all ranks
         self.fpt = flops_per_token(self.mcfg, tc.seq_len)
-        peak, peak_source = peak_flops_source(self.device, self.dtype, tc.peak_tflops)
-        self.peak = peak * ctx.world_size  # the job's peak: tokens/s and MFU count the global batch over every rank
+        self.peak = MfuPeak.of(peak_of(self.device, self.dtype, tc.peak_tflops), ctx.world_size)
         self.events.write(
             STAGE,
             "train_start",
@@ -683,8 +683,9 @@ class _TrainLoop:
             device=str(self.device),
             dtype=str(self.dtype).replace("torch.", ""),
             threads=torch.get_num_threads(),
-            peak_flops=self.peak,
-            peak_source=peak_source,
+            peak_flops=self.peak.flops,
+            peak_source=self.peak.kind,
+            peak_origin=self.peak.origin,
             buckets=self.loader.weights,
             plan=self.loader.plan(),
             resumed_from=self.resumed_from,
@@ -761,6 +762,7 @@ class _TrainLoop:
             with _progress(progress and ctx.is_main, tc.max_steps, start_step) as (prog, task, console):
                 console.quiet = not ctx.is_main
                 self.prog, self.task, self.console = prog, task, console
+                console.print(f"mfu against a peak of {self.peak.flops / 1e12:.3g} TFLOP/s: {self.peak.origin}", highlight=False)
                 self._loop()
         finally:
             if self.watchdog is not None:
@@ -939,7 +941,12 @@ class _TrainLoop:
     def _log_step(self, step: int, t0: float, dt: float, last: bool, done: _StepResult) -> None:
         """The train_step event, the progress bar and, every log_every steps, a console line."""
         tc, tps = self.tc, self.tokens_per_step / dt
-        mfu = self.fpt * tps / self.peak
+        mfu, raised = self.peak.mfu(self.fpt * tps, step)
+        if raised is not None:  # the start peak was low (a busy machine when it was timed): this step's is the peak
+            self.events.write(STAGE, "peak_raised", **raised)
+            self.console.print(
+                f"[yellow]peak raised[/]: step {step} achieved {raised['new_peak'] / 1e12:.3g} TFLOP/s > {raised['old_peak'] / 1e12:.3g}"
+            )
         self.events.write(
             STAGE,
             "train_step",
