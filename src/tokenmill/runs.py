@@ -100,6 +100,12 @@ LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
         ("faults", "poison_steps"): None,
         ("faults", "collapse_embedding"): None,
         ("faults", "collapse_rate"): 0.95,
+        ("optimizer",): "adamw",
+        ("muon_lr",): 0.02,
+        ("muon_momentum",): 0.95,
+        ("muon_weight_decay",): 0.0,
+        ("muon_ns_steps",): 5,
+        ("muon_adjust_lr",): "original",
     },
     "curate": {("decontaminate", "set_max_overlap"): {}, ("model_quality", "keep_top_percent"): None},
 }

@@ -166,10 +166,8 @@ def peak_of(device: torch.device | str, dtype: torch.dtype | None = None, config
             return Peak(peak, "table", f"datasheet peak of {name}")
         n = 4096
     measured = measure_matmul_peak(device, dtype, n=n)
-    origin = (
-        f"quick measurement at start: best of {QUICK_TIMINGS} {n}×{n} {dtype_name(dtype)} matmuls "
-        f"on {torch.get_num_threads()} threads (`tokenmill calibrate` keeps a steadier one)"
-    )
+    threads = torch.get_num_threads()
+    origin = f"quick measurement, best of {QUICK_TIMINGS} {n}² {dtype_name(dtype)} matmuls on {threads} threads (`tokenmill calibrate`: steadier)"
     return Peak(measured, "measured", origin)
 
 

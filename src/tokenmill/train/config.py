@@ -228,6 +228,24 @@ class TrainConfig(Strict):
     beta1: float = Field(0.9, ge=0.0, lt=1.0, description="AdamW β1.")
     beta2: float = Field(0.95, ge=0.0, lt=1.0, description="AdamW β2.")
     eps: float = Field(1e-8, gt=0.0, description="AdamW ε.")
+    optimizer: Literal["adamw", "muon"] = Field(
+        "adamw",
+        description="adamw: AdamW over every parameter; muon: torch.optim.Muon over the 2-D weight matrices "
+        "inside the transformer blocks, AdamW over embeddings, head, norms and the rest (not with FSDP or TP).",
+    )
+    muon_lr: float = Field(
+        0.02,
+        gt=0.0,
+        description="Muon's peak LR, on the same warmup/decay schedule (0.02: Keller Jordan's Muon and torch's example).",
+    )
+    muon_momentum: float = Field(0.95, ge=0.0, lt=1.0, description="Muon's (Nesterov) momentum.")
+    muon_weight_decay: float = Field(
+        0.0, ge=0.0, description="Muon's decoupled weight decay (0: none, as in Keller Jordan's Muon)."
+    )
+    muon_ns_steps: int = Field(5, ge=1, description="Newton-Schulz iterations orthogonalizing each Muon update.")
+    muon_adjust_lr: Literal["original", "match_rms_adamw"] = Field(
+        "original", description="Muon's per-shape LR scaling: √max(1, rows/cols) (original) or 0.2·√max(rows, cols) (Moonlight)."
+    )
     grad_clip: float = Field(1.0, ge=0.0, description="Global gradient-norm clip (0: off).")
     device: str = Field("auto", description="'auto' (cuda if present, else cpu), 'cpu', 'cuda', 'cuda:1'.")
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
@@ -328,6 +346,16 @@ class TrainConfig(Strict):
     prefix_fraction: float | None = Field(
         None, gt=0, lt=1, description="Prefix LM: prefix length as a fraction of the row (None: uniform per row)."
     )
+
+    @model_validator(mode="after")
+    def _muon_fits_the_layout(self) -> "TrainConfig":
+        # torch's Muon orthogonalizes each whole matrix: an FSDP or TP shard (a DTensor) is not one
+        if self.optimizer == "muon" and (self.distributed == "fsdp" or self.parallel.tp > 1):
+            raise ValueError(
+                "train.optimizer=muon needs whole weight matrices on each rank: not with train.distributed=fsdp "
+                "or train.parallel.tp > 1 (use DDP, pipeline parallelism or optimizer=adamw)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _batch_adds_up(self) -> "TrainConfig":

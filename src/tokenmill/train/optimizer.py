@@ -1,4 +1,5 @@
-"""AdamW with weight-decay groups, and the learning-rate schedules (warmup, then cosine, linear or WSD).
+"""AdamW with weight-decay groups (or Muon for the blocks' matrices), and the learning-rate schedules
+(warmup, then cosine, linear or WSD).
 
 Weight decay (decoupled, AdamW) applies to the Linear weight matrices only: attention q/k/v/o,
 the SwiGLU gate/up/down and an untied lm_head. It does not apply to
@@ -9,17 +10,26 @@ the SwiGLU gate/up/down and an untied lm_head. It does not apply to
 
 μP (model.mup): the hidden matrices (`tokenmill.model.mup.is_hidden_matrix`) get their own group
 with "lr_mult" = 1/width_mult; `set_lr` multiplies each group's LR by its "lr_mult" (1 when absent).
+
+Muon (train.optimizer=muon, torch.optim.Muon): momentum, then each 2-D update orthogonalized by
+Newton-Schulz iterations, for the 2-D weights inside the blocks; AdamW keeps the embeddings, the
+head, norms and biases (Muon is defined for hidden matrices only). Its group's "lr_mult" is
+muon_lr / lr, so one schedule drives both at their own peaks (Muon's 0.02 is ~7× AdamW's 3e-3 because
+its updates have a fixed spectral norm, not a per-coordinate one). Clipping is over all parameters.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
 
-from tokenmill.train.config import TrainConfig
 from tokenmill.model import mup
+from tokenmill.model.transformer import Block
+from tokenmill.train.config import TrainConfig
+from tokenmill.train.errors import TrainError
 
 
 def param_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool = False) -> list[dict]:
@@ -51,23 +61,89 @@ def param_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool =
     return groups
 
 
-def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device | None = None) -> torch.optim.AdamW:
-    """AdamW(β1, β2, ε from cfg) over `param_groups`; the fused kernel on CUDA.
+def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device | None = None) -> torch.optim.Optimizer:
+    """AdamW(β1, β2, ε from cfg) over `param_groups`, the fused kernel on CUDA; with
+    train.optimizer=muon, `MuonWithAdamW` (Muon over the blocks' matrices, this AdamW over the rest).
 
     The LR is set per step from `lr_at`; the initial value here is the step-1 LR.
     """
     kwargs: dict = {}
     if device is not None and device.type == "cuda":
         kwargs["fused"] = True
-    optimizer = torch.optim.AdamW(
-        param_groups(model, cfg.weight_decay, cfg.decay_embeddings),
-        lr=lr_at(1, cfg),
-        betas=(cfg.beta1, cfg.beta2),
-        eps=cfg.eps,
-        **kwargs,
+    hidden = muon_params(model) if cfg.optimizer == "muon" else []
+    if hidden and bool(getattr(getattr(model, "config", None), "mup", False)):
+        raise TrainError(
+            "train.optimizer=muon with model.mup: Muon's per-shape LR scaling replaces μP's hidden-matrix "
+            "multipliers; turn one off"
+        )
+    taken = {id(p) for p in hidden}
+    groups = [
+        {**g, "params": [p for p in g["params"] if id(p) not in taken]}
+        for g in param_groups(model, cfg.weight_decay, cfg.decay_embeddings)
+    ]
+    optimizer: torch.optim.Optimizer = torch.optim.AdamW(
+        groups, lr=lr_at(1, cfg), betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, **kwargs
     )
-    set_lr(optimizer, lr_at(1, cfg))  # applies the μP per-group multipliers from the first step
+    if hidden:
+        muon = torch.optim.Muon(
+            [{"params": hidden, "name": "muon", "lr_mult": cfg.muon_lr / cfg.lr}],
+            lr=cfg.muon_lr,
+            weight_decay=cfg.muon_weight_decay,
+            momentum=cfg.muon_momentum,
+            nesterov=True,
+            ns_steps=cfg.muon_ns_steps,
+            adjust_lr_fn=cfg.muon_adjust_lr,
+        )
+        optimizer = MuonWithAdamW(optimizer, muon)
+    set_lr(optimizer, lr_at(1, cfg))  # applies the per-group multipliers (μP, Muon's own LR) from the first step
     return optimizer
+
+
+def muon_params(model: nn.Module) -> list[nn.Parameter]:
+    """The 2-D weights inside the transformer blocks (attention and MLP projections, fused or not),
+    selected by shape and place rather than by name; embeddings, the head, norms and biases are
+    outside this set. Each shared parameter appears once."""
+    seen: set[int] = set()
+    out: list[nn.Parameter] = []
+    for module in model.modules():
+        if isinstance(module, Block):
+            for p in module.parameters():
+                if p.requires_grad and p.ndim == 2 and id(p) not in seen:
+                    seen.add(id(p))
+                    out.append(p)
+    return out
+
+
+class MuonWithAdamW(torch.optim.Optimizer):
+    """Muon (Jordan et al. 2024) over the blocks' matrices and AdamW over the rest, stepped together
+    as one optimizer: one param_groups list (AdamW's groups, then Muon's) and one state shared with
+    both, so `set_lr`, the checkpoint's optim.pt (state_dict / load_state_dict), rollbacks and
+    init_optimizer treat it like plain AdamW and a resume restores both exactly."""
+
+    def __init__(self, adamw: torch.optim.Optimizer, muon: torch.optim.Optimizer) -> None:
+        self.adamw, self.muon = adamw, muon
+        super().__init__(adamw.param_groups + muon.param_groups, {})  # the same group dicts, not copies
+        self._share()
+
+    def _share(self) -> None:
+        """Point both inner optimizers at this one's groups and state (again after a load, which replaces them)."""
+        n = len(self.adamw.param_groups)
+        self.adamw.param_groups, self.muon.param_groups = self.param_groups[:n], self.param_groups[n:]
+        self.adamw.state = self.muon.state = self.state
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.adamw.step()
+        self.muon.step()
+        return loss
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._share()
 
 
 def lr_at(step: float, cfg: TrainConfig, anneal_start: int | None = None) -> float:

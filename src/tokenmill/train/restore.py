@@ -79,7 +79,8 @@ def load_model(ckpt_path: Path | str, device: torch.device | str = "cpu") -> tup
 
 def load_training_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, restore_rng: bool) -> None:
     """Weights and optimizer state from a verified checkpoint, keeping this machine's kernel flags."""
-    kernel_flags = [{k: g.get(k) for k in ("foreach", "fused")} for g in optimizer.param_groups]
+    # only the flags a group has: Muon's groups have none, and adding them would change optim.pt
+    kernel_flags: list[dict[str, Any]] = [{k: g[k] for k in ("foreach", "fused") if k in g} for g in optimizer.param_groups]
     load_checkpoint(path, model, optimizer, restore_rng=restore_rng, verify=False)
     for g, flags in zip(optimizer.param_groups, kernel_flags):
         g.update(flags)  # the kernel choice belongs to this machine, not the checkpoint's
