@@ -27,7 +27,9 @@ the LRs; --report-seeds (when the budget allows) reruns the chosen pair on seeds
     python benchmarks/bench_time_to_loss.py --run .gpu/run --peer .gpu/nanogpt --seconds 45 \\
         --json $OUT/time_to_loss.json --commit $(git rev-parse --short HEAD)
 --budget stops starting pairs after that many seconds; the JSON is rewritten after every run.
-`--smoke-cpu` checks the plumbing on a CPU in eager mode (no figures).
+`--smoke-cpu` checks the plumbing on a CPU in eager mode (no figures). `--arm muon train.optimizer=muon`
+adds a tokenmill arm with those overrides beside the default one, on the same budgets and LR grid
+(train.lr is then AdamW's, for embeddings and head; Muon keeps train.muon_lr).
 """
 
 from __future__ import annotations
@@ -118,8 +120,9 @@ class Bench:
             out["bpb"] = self.score(load_nanogpt(self.work, out_dir / "ckpt.pt"))
         return out
 
-    def tokenmill(self, lr: float, seed: int, seconds: float | None, steps: int, eval_every: int) -> dict[str, Any]:
-        """The real trainer for `seconds` of its own clock (or `steps`), scored every `eval_every` steps."""
+    def tokenmill(self, lr: float, seed: int, seconds: float | None, steps: int, eval_every: int, arm: list[str] | None = None) -> dict[str, Any]:
+        """The real trainer for `seconds` of its own clock (or `steps`), scored every `eval_every` steps;
+        `arm`: an extra arm's config overrides (e.g. train.optimizer=muon), applied last."""
         from tokenmill.train.trainer import run_train
 
         root = Path(tempfile.mkdtemp(prefix="tm-"))
@@ -129,7 +132,7 @@ class Bench:
                     f"train.dtype={'bfloat16' if self.cuda else 'float32'}", f"train.compile={str(self.cuda).lower()}",
                     f"train.device={self.device.type}", f"train.eval_every={eval_every}", "train.ckpt_every=0",
                     f"train.warmup_steps={max(1, round(self.cfg.train.warmup_steps * steps / self.cfg.train.max_steps))}",
-                    *([f"train.max_seconds={seconds}"] if seconds else [])]
+                    *([f"train.max_seconds={seconds}"] if seconds else []), *(arm or [])]
             run = RunDir.create(tokenmill_config(self.args.run, self.args.overrides, sets))
             shutil.copytree(self.args.run / "tokens", run.path / "tokens")
             t = time.time()
@@ -167,6 +170,8 @@ def pair(b: Bench, peer_lr: float, our_lr: float, seed: int, peer_steps: int, ou
         expected = max(1, round(peer["seconds"] / ours_s))
         every = max(1, round(expected * b.args.eval_every_share))
         out["tokenmill"] = b.tokenmill(our_lr, seed, peer["seconds"], 3 * expected, every)
+        for name, *sets in b.args.arms:  # the same budget, LR and evaluations, its own overrides
+            out[f"tokenmill {name}"] = b.tokenmill(our_lr, seed, peer["seconds"], 3 * expected, every, sets)
     for side, r in out.items():
         print(f"seed {seed} {side} lr {r['lr']:g}: {r['steps']} steps, {r['seconds']:.1f} s (first {r['first_step_s']:.1f} s), "
               f"bpb {r['bpb']:.4f}  [{time.time() - b.t0:.0f} s into the bench]", flush=True)
@@ -174,15 +179,20 @@ def pair(b: Bench, peer_lr: float, our_lr: float, seed: int, peer_steps: int, ou
 
 
 def summarize(tuning: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
-    """Best LR per side, bpb at equal wall-clock, tokenmill's time to nanoGPT's best final bpb."""
+    """Best LR per side, bpb at equal wall-clock, tokenmill's time to nanoGPT's best final bpb; the
+    same for each extra arm ("tokenmill NAME") under "arms"."""
     best = {side: min(runs.values(), key=lambda r: r["bpb"]) for side, runs in tuning.items() if runs}
     if len(best) < 2:
         return {"best": best}
-    peer, ours = best["nanoGPT"], best["tokenmill"]
+    arms = {side: _versus(best["nanoGPT"], r) for side, r in best.items() if side.startswith("tokenmill ")}
+    return {"best_lr": {side: r["lr"] for side, r in best.items()}, **_versus(best["nanoGPT"], best["tokenmill"]), "arms": arms}
+
+
+def _versus(peer: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
+    """One tokenmill arm's best run against nanoGPT's: bpb at equal seconds, seconds to its final bpb."""
     t_all = time_to_reach(ours["curve"], peer["bpb"])
     t_nocompile = time_to_reach(ours["curve"], peer["bpb"], ours["first_step_s"])
     return {
-        "best_lr": {side: r["lr"] for side, r in best.items()},
         "bpb_at_equal_seconds": {"nanoGPT": peer["bpb"], "tokenmill": ours["bpb"], "ratio": ours["bpb"] / peer["bpb"]},
         "seconds_to_nanogpt_final_bpb": {"nanoGPT": peer["seconds"], "tokenmill": t_all,
                                          "ratio": None if t_all is None else t_all / peer["seconds"]},
@@ -208,6 +218,9 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--commit", default="unknown", help="The tokenmill commit that ran (recorded).")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="Config override (both sides' shape).")
+    ap.add_argument("--arm", dest="arms", nargs="+", action="append", default=[], metavar=("NAME", "SET"),
+                    help="An extra tokenmill arm run beside the default one at every pair: its name, then its config overrides "
+                    "(e.g. --arm muon train.optimizer=muon); judged the same way, under summary 'arms'.")
     ap.add_argument("--smoke-cpu", action="store_true", help="Check the plumbing on a CPU (eager, no figures).")
     args = ap.parse_args()
     if not args.smoke_cpu and not torch.cuda.is_available():
@@ -237,14 +250,14 @@ def run_bench(b: Bench) -> None:
     b.result["nanogpt_steps"] = peer_steps
     tuning: dict[str, dict[str, dict[str, Any]]] = {"nanoGPT": {}, "tokenmill": {}}
     b.result["tuning"] = tuning
-    per_pair = 2.6 * args.seconds + 30  # both runs, their compiles, checkpoints and scoring
+    per_pair = (2.6 + 1.3 * len(args.arms)) * args.seconds + 30  # every run, their compiles, checkpoints and scoring
     for peer_lr, our_lr in zip(args.peer_lr_grid, args.lr_grid):
         if time.time() - b.t0 + per_pair > args.budget:
             b.result["stopped"] = f"budget: pair {peer_lr:g}/{our_lr:g} not started"
             break
         res = pair(b, peer_lr, our_lr, args.tune_seed, peer_steps, ours_s)
-        tuning["nanoGPT"][f"{peer_lr:g}"] = res["nanoGPT"]
-        tuning["tokenmill"][f"{our_lr:g}"] = res["tokenmill"]
+        for side, r in res.items():
+            tuning.setdefault(side, {})[f"{peer_lr if side == 'nanoGPT' else our_lr:g}"] = r
         b.result["summary_tune_seed"] = summarize(tuning)
         b.save()
     chosen = b.result["summary_tune_seed"].get("best_lr")
@@ -254,7 +267,7 @@ def run_bench(b: Bench) -> None:
             if time.time() - b.t0 + per_pair > args.budget:
                 b.result["stopped"] = f"budget: report seed {seed} not started"
                 break
-            res = pair(b, chosen["nanoGPT"], chosen["tokenmill"], seed, peer_steps, ours_s)
+            res = pair(b, chosen["nanoGPT"], chosen["tokenmill"], seed, peer_steps, ours_s)  # arms at tokenmill's LR
             b.result["report"][str(seed)] = {"runs": res, "summary": summarize({k: {"x": v} for k, v in res.items()})}
             b.save()
     print(json.dumps(b.result.get("summary_tune_seed"), indent=1))
