@@ -418,18 +418,9 @@ def make_plan(
         reserve_bytes=reserve_bytes,
         sequence_parallel=sequence_parallel,
     )
-    choice: LayoutChoice | None = None
-    no_fit = None
-    try:
-        choice, reasons = _layout(cfg, device, devices, base, global_batch_tokens, mfu, layout or {})
-    except NoLayoutFits as exc:  # the FLOPs, time and cost do not depend on the layout: still plan them
-        reasons = []
-        no_fit = {"reason": str(exc), **fewest_devices(cfg, device, devices, base, global_batch_tokens, mfu)}
+    choice, reasons, no_fit = _layout_or_no_fit(cfg, device, devices, base, global_batch_tokens, mfu, layout or {})
     chinchilla = _chinchilla_summary(n, tokens, c)
-    aware = None
-    if inference_tokens > 0:
-        aware = inference_aware(CHINCHILLA.loss(n, tokens), inference_tokens)
-        aware["total_flops_of_plan"] = c + INFERENCE_FLOPS_PER_PARAM * n * inference_tokens  # serving this plan's N
+    aware = _inference_aware_plan(n, tokens, c, inference_tokens)
     return Plan(
         model=_model_shape(cfg),
         params=n,
@@ -457,6 +448,45 @@ def make_plan(
         batch=critical_batch_plan(global_batch_tokens, chinchilla["predicted_loss"], noise, noise_source),
         assumptions=[*(notes or []), *_assumptions(n, devices, device, mfu, global_batch_tokens, base, inference_tokens)],
     )
+
+
+def plan_for(inputs: PlanInputs, devices: int, device: DeviceSpec, mfu: float, **options: Any) -> Plan:
+    """make_plan for resolved flags: the shape, N, D, batch geometry, notes and run config come
+    from `inputs`; `options` are make_plan's keyword arguments (layout, noise...)."""
+    return make_plan(
+        inputs.cfg,
+        inputs.tokens,
+        devices,
+        device,
+        mfu,
+        inputs.n_params,
+        inputs.seq_len,
+        inputs.micro_batch,
+        inputs.global_batch_tokens,
+        notes=inputs.notes,
+        run_cfg=inputs.run_cfg,
+        **options,
+    )
+
+
+def _layout_or_no_fit(
+    cfg: ModelConfig, device: DeviceSpec, devices: int, base: Layout, global_batch_tokens: int, mfu: float, layout: dict[str, Any]
+) -> tuple[LayoutChoice | None, list[str], dict[str, Any] | None]:
+    """The chosen layout and why, or (None, [], why none fits and the fewest devices that would)."""
+    try:
+        choice, reasons = _layout(cfg, device, devices, base, global_batch_tokens, mfu, layout)
+    except NoLayoutFits as exc:  # the FLOPs, time and cost do not depend on the layout: still plan them
+        return None, [], {"reason": str(exc), **fewest_devices(cfg, device, devices, base, global_batch_tokens, mfu)}
+    return choice, reasons, None
+
+
+def _inference_aware_plan(n: float, tokens: float, c: float, inference_tokens: float) -> dict[str, Any] | None:
+    """The inference-aware size for this plan's loss, and what serving this plan's N costs in all (None: no inference)."""
+    if not inference_tokens > 0:  # NaN included, as the flag always read
+        return None
+    aware = inference_aware(CHINCHILLA.loss(n, tokens), inference_tokens)
+    aware["total_flops_of_plan"] = c + INFERENCE_FLOPS_PER_PARAM * n * inference_tokens  # serving this plan's N
+    return aware
 
 
 def _chinchilla_summary(n: float, tokens: float, c: float) -> dict[str, float]:
