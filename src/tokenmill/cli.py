@@ -177,15 +177,7 @@ def curate(
     """
     from tokenmill.pipeline import run_stage
 
-    overrides = list(set_ or [])
-    if steps:
-        overrides.append(f"curate.steps=[{steps}]")
-    if workers is not None:
-        overrides.append(f"curate.workers={workers}")
-    if executor is not None:
-        overrides.append(f"curate.executor={executor}")
-    if reference is not None:  # a JSON string is YAML: any path survives the override parser
-        overrides.append(f"curate.model_quality.reference={json.dumps(str(reference.absolute()))}")
+    overrides = _curate_overrides(set_, steps, workers, executor, reference)
 
     def go() -> None:
         if not inputs:
@@ -216,6 +208,22 @@ def curate(
         _say("✓ curate", "green", summary, sep=" ")
 
     _guard(go, resume_hint="Run the same command again: finished shards are not redone.")
+
+
+def _curate_overrides(
+    set_: Optional[list[str]], steps: Optional[str], workers: Optional[int], executor: Optional[str], reference: Optional[Path]
+) -> list[str]:
+    """The --set overrides, then curate's own flags as the config keys they stand for."""
+    overrides = list(set_ or [])
+    if steps:
+        overrides.append(f"curate.steps=[{steps}]")
+    if workers is not None:
+        overrides.append(f"curate.workers={workers}")
+    if executor is not None:
+        overrides.append(f"curate.executor={executor}")
+    if reference is not None:  # a JSON string is YAML: any path survives the override parser
+        overrides.append(f"curate.model_quality.reference={json.dumps(str(reference.absolute()))}")
+    return overrides
 
 
 @app.command("curate-eval")
