@@ -177,15 +177,7 @@ def curate(
     """
     from tokenmill.pipeline import run_stage
 
-    overrides = list(set_ or [])
-    if steps:
-        overrides.append(f"curate.steps=[{steps}]")
-    if workers is not None:
-        overrides.append(f"curate.workers={workers}")
-    if executor is not None:
-        overrides.append(f"curate.executor={executor}")
-    if reference is not None:  # a JSON string is YAML: any path survives the override parser
-        overrides.append(f"curate.model_quality.reference={json.dumps(str(reference.absolute()))}")
+    overrides = _curate_overrides(set_, steps, workers, executor, reference)
 
     def go() -> None:
         if not inputs:
@@ -216,6 +208,22 @@ def curate(
         _say("✓ curate", "green", summary, sep=" ")
 
     _guard(go, resume_hint="Run the same command again: finished shards are not redone.")
+
+
+def _curate_overrides(
+    set_: Optional[list[str]], steps: Optional[str], workers: Optional[int], executor: Optional[str], reference: Optional[Path]
+) -> list[str]:
+    """The --set overrides, then curate's own flags as the config keys they stand for."""
+    overrides = list(set_ or [])
+    if steps:
+        overrides.append(f"curate.steps=[{steps}]")
+    if workers is not None:
+        overrides.append(f"curate.workers={workers}")
+    if executor is not None:
+        overrides.append(f"curate.executor={executor}")
+    if reference is not None:  # a JSON string is YAML: any path survives the override parser
+        overrides.append(f"curate.model_quality.reference={json.dumps(str(reference.absolute()))}")
+    return overrides
 
 
 @app.command("curate-eval")
@@ -838,48 +846,50 @@ def plan(
     Examples: `tokenmill plan --params 7e9 --tokens 1e12 --devices 512 --device h100 --mfu 0.38`,
     `tokenmill plan --flops 1e22`, `tokenmill plan --config RUN.yaml --devices 64 --device h100`.
     """
-    import json as _json
-
-    from tokenmill.scaling.critical_batch import run_noise
     from tokenmill.scaling.devices import get_device
-    from tokenmill.scaling.plan import make_plan, resolve_inputs
-    from tokenmill.scaling.plan_report import render_plan
+    from tokenmill.scaling.plan import plan_for, resolve_inputs
 
     def go() -> Any:
         run_cfg = load_config(config, list(set_ or [])) if config is not None else None
         spec = get_device(device, price)
         inputs = resolve_inputs(params, tokens, flops, arch, run_cfg, devices, seq_len, micro_batch, global_batch)
-        noise_dir = noise_from or (Path(run_cfg.root) / run_cfg.name if run_cfg is not None else None)
-        noise = run_noise(noise_dir) if noise_dir is not None else None
-        if noise_from is not None and noise is None:
-            raise UserError(
-                f"--noise-from {noise_from}: no measured noise scale in its events.jsonl (train with "
-                f"train.grad_accum >= 2 and train.noise_scale_every > 0)"
-            )
-        return make_plan(
-            inputs.cfg,
-            inputs.tokens,
+        return plan_for(
+            inputs,
             devices,
             spec,
             mfu,
-            inputs.n_params,
-            inputs.seq_len,
-            inputs.micro_batch,
-            inputs.global_batch_tokens,
-            {"tp": tp, "pp": pp, "dp": dp, "zero": zero, "checkpointing": checkpointing},
-            inference_tokens,
-            not no_master,
-            reserve_gb * 1e9,
-            sequence_parallel,
-            inputs.notes,
-            run_cfg=inputs.run_cfg,
-            noise=noise,
-            noise_source=str(noise_dir),
+            layout={"tp": tp, "pp": pp, "dp": dp, "zero": zero, "checkpointing": checkpointing},
+            inference_tokens=inference_tokens,
+            master_weights=not no_master,
+            reserve_bytes=reserve_gb * 1e9,
+            sequence_parallel=sequence_parallel,
+            **_plan_noise(noise_from, run_cfg),
         )
 
-    result = _guard(go)
+    _print_plan(_guard(go), as_json)
+
+
+def _plan_noise(noise_from: Optional[Path], run_cfg: Optional[RunConfig]) -> dict[str, Any]:
+    """make_plan's `noise` (the measured gradient noise scale that judges the batch) and
+    `noise_source` (the run it came from): --noise-from's, else the --config run's own (None where it has none)."""
+    from tokenmill.scaling.critical_batch import run_noise
+
+    noise_dir = noise_from or (Path(run_cfg.root) / run_cfg.name if run_cfg is not None else None)
+    noise = run_noise(noise_dir) if noise_dir is not None else None
+    if noise_from is not None and noise is None:
+        raise UserError(
+            f"--noise-from {noise_from}: no measured noise scale in its events.jsonl (train with "
+            f"train.grad_accum >= 2 and train.noise_scale_every > 0)"
+        )
+    return {"noise": noise, "noise_source": str(noise_dir)}
+
+
+def _print_plan(result: Any, as_json: bool) -> None:
+    """The plan as tables (or JSON); exit 1 when no layout fits, after printing everything else."""
+    from tokenmill.scaling.plan_report import render_plan
+
     if as_json:
-        typer.echo(_json.dumps(result.as_dict(), indent=1))
+        typer.echo(json.dumps(result.as_dict(), indent=1))
     else:
         for part in render_plan(result):
             Console(width=120, soft_wrap=True).print(part)

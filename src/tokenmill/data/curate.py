@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, cast
 
 import numpy as np
 import pyarrow as pa
@@ -800,6 +800,36 @@ def curate(
     for step in build_doc_steps(tuple(s for s in selected if s not in CORPUS_STEPS), cfg, Path(job.base_dir)):
         step.prepare(work / "prepared")
 
+    _run_phases(job, specs, emit, started, progress)
+    funnel = _checked_funnel(job)
+    final = final_dir(job.work)
+    canaries = insert_canaries(cfg, seed, final, funnel)  # after the removal check: canaries never hide an empty bucket
+    funnel_data = funnel.write(final / FUNNEL_FILE)
+    _write_decontamination(job, final)
+    if not (final / REJECTED_DIR).exists():
+        write_table_atomic([], REJECTED_SCHEMA, final / REJECTED_DIR / "part-00000-00000-a.parquet")
+    summary = _summary(funnel_data, final, time.time() - started)
+    _publish(final, out, owned)
+    shutil.rmtree(work, ignore_errors=True)  # the work directory is tokenmill's: _claim_output checked it
+    for name in job.funnel_steps:
+        emit("step", step=name, **funnel_data["total"][name])
+    if canaries:
+        emit(
+            "canaries_inserted",
+            bucket=canaries[0].bucket,
+            canaries=len(canaries),
+            docs=sum(c.count for c in canaries),
+            counts=sorted({c.count for c in canaries}),
+        )
+    emit("funnel", steps=list(job.funnel_steps), d_eff=funnel_data["d_eff"])
+    emit("done", **summary)
+    return summary
+
+
+def _run_phases(job: Job, specs: list[ShardSpec], emit: Callable[..., Any], started: float, progress: bool) -> None:
+    """The parallel phases in order (ids, map, classifier cut, dedup, lines, substrings, final), on one
+    executor and progress bar, each emitting its time since `started`."""
+    cfg, selected = job.cfg, job.steps
     with make_executor(cfg.executor, cfg.workers) as executor, _progress(progress) as bar:
         id_stats = ids_phase(job, specs, executor)
         if id_stats is not None:
@@ -827,35 +857,17 @@ def curate(
         task = bar.add_task("final", total=len(specs))
         executor.map(final_shard, [(job, s, dj.shard_bases[s.index]) for s in specs], on_done=lambda i, r: bar.advance(task))
 
+
+def _checked_funnel(job: Job) -> Funnel:
+    """All phases' funnels merged, refused if its counts do not add up or a step removed too much."""
     funnel = _merged_funnel(job, "map")
     funnel.merge(_merged_funnel(job, classifier_cut.CUT_DIR))
     funnel.merge(_merged_funnel(job, "finalized"))
     problems = funnel.violations()
     if problems:
         raise RuntimeError("curate funnel does not add up (a bug):\n" + "\n".join(problems[:20]))
-    check_removal(funnel, cfg, job.funnel_steps)
-    final = final_dir(job.work)
-    canaries = insert_canaries(cfg, seed, final, funnel)  # after the removal check: canaries never hide an empty bucket
-    funnel_data = funnel.write(final / FUNNEL_FILE)
-    _write_decontamination(job, final)
-    if not (final / REJECTED_DIR).exists():
-        write_table_atomic([], REJECTED_SCHEMA, final / REJECTED_DIR / "part-00000-00000-a.parquet")
-    summary = _summary(funnel_data, final, time.time() - started)
-    _publish(final, out, owned)
-    shutil.rmtree(work, ignore_errors=True)  # the work directory is tokenmill's: _claim_output checked it
-    for name in job.funnel_steps:
-        emit("step", step=name, **funnel_data["total"][name])
-    if canaries:
-        emit(
-            "canaries_inserted",
-            bucket=canaries[0].bucket,
-            canaries=len(canaries),
-            docs=sum(c.count for c in canaries),
-            counts=sorted({c.count for c in canaries}),
-        )
-    emit("funnel", steps=list(job.funnel_steps), d_eff=funnel_data["d_eff"])
-    emit("done", **summary)
-    return summary
+    check_removal(funnel, job.cfg, job.funnel_steps)
+    return funnel
 
 
 def _write_decontamination(job: Job, final: Path) -> None:

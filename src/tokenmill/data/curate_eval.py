@@ -238,6 +238,30 @@ def eval_quality(labelled: Path, cfg: CurateConfig, min_docs: int = MIN_DOCS) ->
             s["good_kept"] += kept and not low
         if rec.get("group") is not None:
             groups[str(rec["group"])][rec["language"]] = kept
+    by_language = _by_language(per_lang, groups)
+    rates = [v["keep_rate"] for v in by_language.values() if v["docs"] >= min_docs and v["keep_rate"] is not None]
+    multi = [g for g in groups.values() if len(g) >= 2]
+    return {
+        "file": str(labelled),
+        "min_docs": min_docs,
+        "by_language": by_language,
+        "spread": max(rates) - min(rates) if rates else None,
+        "max_gap_to_english": max(
+            (
+                abs(v["gap_to_english"])
+                for v in by_language.values()
+                if v["shared_with_english"] >= min_docs and v["gap_to_english"] is not None
+            ),
+            default=None,
+        ),
+        "agreement": _ratio(sum(len(set(g.values())) == 1 for g in multi), len(multi)),
+        "groups": len(multi),
+    }
+
+
+def _by_language(per_lang: dict[str, dict[str, Any]], groups: dict[str, dict[str, bool]]) -> dict[str, dict[str, Any]]:
+    """Per language, sorted: its keep rate, gap to English on shared groups, top rules and, where
+    labelled, the share of low-quality documents removed and of good ones kept."""
     by_language = {}
     for lang, s in sorted(per_lang.items()):
         rate = _ratio(s["kept"], s["docs"])
@@ -259,24 +283,7 @@ def eval_quality(labelled: Path, cfg: CurateConfig, min_docs: int = MIN_DOCS) ->
                 else {}
             ),
         }
-    rates = [v["keep_rate"] for v in by_language.values() if v["docs"] >= min_docs and v["keep_rate"] is not None]
-    multi = [g for g in groups.values() if len(g) >= 2]
-    return {
-        "file": str(labelled),
-        "min_docs": min_docs,
-        "by_language": by_language,
-        "spread": max(rates) - min(rates) if rates else None,
-        "max_gap_to_english": max(
-            (
-                abs(v["gap_to_english"])
-                for v in by_language.values()
-                if v["shared_with_english"] >= min_docs and v["gap_to_english"] is not None
-            ),
-            default=None,
-        ),
-        "agreement": _ratio(sum(len(set(g.values())) == 1 for g in multi), len(multi)),
-        "groups": len(multi),
-    }
+    return by_language
 
 
 def _gap_to_english(

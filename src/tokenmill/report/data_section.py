@@ -684,7 +684,25 @@ def section_tokenizer(run: RunDir, meta: dict | None = None) -> str:
         "of curated training text; audited on held-out documents it never saw.</p>"
     )
     buckets = audit.get("buckets") or {}
-    out.append(
+    out.append(_tokenizer_buckets(buckets))
+    fast = audit.get("fast_encoder")
+    if fast:
+        ok = fast.get("identical")
+        out.append(
+            f"<p>Fast encoder ({html.escape(str(fast.get('encoder')))}): "
+            f"<span class={'good' if ok else 'bad'}>{'identical' if ok else 'differs'}</span> to the reference "
+            f"on {fast.get('docs', 0):,} documents ({fast.get('mismatched_docs', 0):,} mismatched).</p>"
+        )
+    terms = audit.get("key_terms") or {}
+    if isinstance(terms, dict) and terms:
+        out.append(_key_terms_table(terms))
+    out.append(token_store_table(meta))
+    return "".join(out)
+
+
+def _tokenizer_buckets(buckets: dict) -> str:
+    """The held-out audit per bucket: a table, and a bytes-per-token chart when there are buckets."""
+    out = [
         _table(
             [
                 "bucket",
@@ -714,7 +732,7 @@ def section_tokenizer(run: RunDir, meta: dict | None = None) -> str:
                 for b, a in buckets.items()
             ],
         )
-    )
+    ]
     if buckets:
         names = list(buckets)
         out.append(
@@ -725,40 +743,30 @@ def section_tokenizer(run: RunDir, meta: dict | None = None) -> str:
                 ylabel="bytes per token",
             )
         )
-    fast = audit.get("fast_encoder")
-    if fast:
-        ok = fast.get("identical")
-        out.append(
-            f"<p>Fast encoder ({html.escape(str(fast.get('encoder')))}): "
-            f"<span class={'good' if ok else 'bad'}>{'identical' if ok else 'differs'}</span> to the reference "
-            f"on {fast.get('docs', 0):,} documents ({fast.get('mismatched_docs', 0):,} mismatched).</p>"
-        )
-    terms = audit.get("key_terms") or {}
-    if isinstance(terms, dict) and terms:
-
-        def split(v: Any, key: str) -> str:
-            toks = v.get(key) if isinstance(v, dict) else (v if key == "tokens" else None)
-            # a leading space is what distinguishes " word" from "word": make it visible
-            return " · ".join(str(t).replace(" ", "␣") for t in toks) if toks else "—"
-
-        out.append(
-            "<p>How key terms are split (at a line start and after a space):</p>"
-            + _table(
-                ["term", "pieces", "tokens", "after a space", "tokens"],
-                [
-                    [
-                        t,
-                        split(v, "tokens"),
-                        len(v.get("tokens", []) if isinstance(v, dict) else v),
-                        split(v, "spaced"),
-                        len(v.get("spaced", [])) if isinstance(v, dict) else None,
-                    ]
-                    for t, v in terms.items()
-                ],
-            )
-        )
-    out.append(token_store_table(meta))
     return "".join(out)
+
+
+def _key_terms_table(terms: dict) -> str:
+    """How each key term is split into tokens, at a line start and after a space."""
+
+    def split(v: Any, key: str) -> str:
+        toks = v.get(key) if isinstance(v, dict) else (v if key == "tokens" else None)
+        # a leading space is what distinguishes " word" from "word": make it visible
+        return " · ".join(str(t).replace(" ", "␣") for t in toks) if toks else "—"
+
+    return "<p>How key terms are split (at a line start and after a space):</p>" + _table(
+        ["term", "pieces", "tokens", "after a space", "tokens"],
+        [
+            [
+                t,
+                split(v, "tokens"),
+                len(v.get("tokens", []) if isinstance(v, dict) else v),
+                split(v, "spaced"),
+                len(v.get("spaced", [])) if isinstance(v, dict) else None,
+            ]
+            for t, v in terms.items()
+        ],
+    )
 
 
 # --------------------------------------------------------------------------- 7. planned vs delivered
@@ -845,38 +853,7 @@ def section_planned_vs_delivered(events: list[dict]) -> str:
         return "".join(out) + _placeholder("No training plan yet (no train_start event).")
     done = trained_steps(events, plan)
     got, exact = delivered(plan, done.steps)
-    rows = []
-    for b, u in sorted(plan["buckets"].items()):
-        d = got[b]
-        warn = u.get("warn")
-        rows.append(
-            [
-                b,
-                u["available_tokens"],
-                u["tokens"],
-                Raw(f"<span class={'bad' if warn else ''}>{u['epochs']:.3g}</span>"),
-                u.get("share"),
-                d["samples"],
-                d["tokens"],
-                d["epochs"],
-                _pct(d["tokens"], u["tokens"]),
-            ]
-        )
-    tot_plan = sum(u["tokens"] for u in plan["buckets"].values())
-    tot_got = sum(d["tokens"] for d in got.values())
-    rows.append(
-        [
-            "all",
-            sum(u["available_tokens"] for u in plan["buckets"].values()),
-            tot_plan,
-            None,
-            1.0,
-            sum(d["samples"] for d in got.values()),
-            tot_got,
-            None,
-            _pct(tot_got, tot_plan),
-        ]
-    )
+    rows = _planned_delivered_rows(plan, got)
     out.append(
         f"<p>Planned: the mixture plan of the last training start ({plan.get('max_steps', 0):,} steps, "
         f"{plan.get('token_budget', 0):,} tokens). Delivered: the samples of the {done.steps:,} steps trained, "
@@ -922,6 +899,43 @@ def section_planned_vs_delivered(events: list[dict]) -> str:
     for w in plan.get("warnings", []):
         out.append(f"<p class=bad>{html.escape(str(w))}</p>")
     return "".join(out)
+
+
+def _planned_delivered_rows(plan: dict, got: dict) -> list[list[Any]]:
+    """One row per bucket (planned tokens and epochs beside the delivered ones), then the total."""
+    rows = []
+    for b, u in sorted(plan["buckets"].items()):
+        d = got[b]
+        warn = u.get("warn")
+        rows.append(
+            [
+                b,
+                u["available_tokens"],
+                u["tokens"],
+                Raw(f"<span class={'bad' if warn else ''}>{u['epochs']:.3g}</span>"),
+                u.get("share"),
+                d["samples"],
+                d["tokens"],
+                d["epochs"],
+                _pct(d["tokens"], u["tokens"]),
+            ]
+        )
+    tot_plan = sum(u["tokens"] for u in plan["buckets"].values())
+    tot_got = sum(d["tokens"] for d in got.values())
+    rows.append(
+        [
+            "all",
+            sum(u["available_tokens"] for u in plan["buckets"].values()),
+            tot_plan,
+            None,
+            1.0,
+            sum(d["samples"] for d in got.values()),
+            tot_got,
+            None,
+            _pct(tot_got, tot_plan),
+        ]
+    )
+    return rows
 
 
 # --------------------------------------------------------------------------- the section

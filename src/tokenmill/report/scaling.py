@@ -199,7 +199,7 @@ def _run_plan(run: Any, events: list[dict]) -> str:
     """`tokenmill plan --config` for this run on this machine, beside what the run measured."""
     from tokenmill.errors import UserError
     from tokenmill.scaling.devices import get_device
-    from tokenmill.scaling.plan import make_plan, resolve_inputs
+    from tokenmill.scaling.plan import plan_for, resolve_inputs
     from tokenmill.scaling.plan_report import ROOFLINE_HEADER, figures_rows, layout_rows, roofline_rows, roofline_title
 
     steps = [e for e in events if e.get("kind") == "train_step"]
@@ -207,19 +207,7 @@ def _run_plan(run: Any, events: list[dict]) -> str:
     try:
         spec = get_device("this")
         inputs = resolve_inputs(run_cfg=run.config, devices=1)
-        plan = make_plan(
-            inputs.cfg,
-            inputs.tokens,
-            1,
-            spec,
-            mfu or 0.38,
-            inputs.n_params,
-            inputs.seq_len,
-            inputs.micro_batch,
-            inputs.global_batch_tokens,
-            notes=inputs.notes,
-            run_cfg=run.config,
-        )
+        plan = plan_for(inputs, 1, spec, mfu or 0.38)  # inputs.run_cfg is run.config
     except UserError as exc:
         return f"<h3>Plan</h3><p class=muted>No plan for this machine: {html.escape(str(exc))}</p>"
     rows = [[k, v] for k, v in figures_rows(plan) + layout_rows(plan)]  # table() escapes

@@ -533,6 +533,20 @@ def _events_table(events: list[dict], limit: int = EVENT_TABLE_ROWS) -> str:
 def event_details(e: dict) -> str:
     """The fields of an event that explain it, as one line of text."""
     kind = e.get("kind")
+    for details in (_guard_details, _run_details, _health_details):
+        text = details(kind, e)
+        if text is not None:
+            return text
+    skip = {"t", "stage", "kind", "step", "plan", "buckets", "model_config"}
+    return ", ".join(
+        f"{k} {_num(v) if isinstance(v, float) else v}"
+        for k, v in e.items()
+        if k not in skip and isinstance(v, (str, int, float, bool)) and v is not None
+    )[:240]
+
+
+def _guard_details(kind: object, e: dict) -> str | None:
+    """A stability-guard event (spike, skip, rollback, recovery, rebaseline) in one line; None for other kinds."""
     if kind == "spike":
         lineage = e.get("lineage") or []
         buckets: dict[str, int] = {}
@@ -557,6 +571,18 @@ def event_details(e: dict) -> str:
             f"{_num(e.get('lr_scale'))}, spike at {e.get('spike_start')} ({e.get('reason')}), "
             f"rollback #{e.get('rollbacks')}"
         )
+    if kind == "recovered":
+        return f"back to {_num(e.get('pre_level'))} {e.get('steps')} steps after the spike at {e.get('spike_start')}"
+    if kind == "rebaseline":
+        return (
+            f"grad norm {_num(e.get('grad_norm'))} stayed above median {_num(e.get('grad_norm_median'))} "
+            f"with a calm loss for {e.get('spikes')} steps: median restarted"
+        )
+    return None
+
+
+def _run_details(kind: object, e: dict) -> str | None:
+    """A run-lifecycle event (resume, restart, preemption, hang, slow rank, checkpoint) in one line; None for other kinds."""
     if kind == "resumed":
         return f"from {e.get('checkpoint')}"
     if kind == "restart":
@@ -581,6 +607,19 @@ def event_details(e: dict) -> str:
             f"rank {e.get('rank')} on {e.get('host')}: {_num(e.get('ratio'))}× the median rank's read + forward "
             f"time ({e.get('cause')}) for {e.get('intervals')} intervals"
         )
+    if kind == "preempt_warning":
+        return (
+            f"a step ({_num(e.get('step_s'))} s) + checkpoint ({_num(e.get('checkpoint_s'))} s) exceed the "
+            f"preemption grace of {_num(e.get('grace_s'))} s: raise train.preempt_grace_s (and the scheduler's)"
+        )
+    if kind == "checkpoint":
+        size = e.get("bytes")
+        return f"{_num(e.get('seconds'))} s" + (f", {size / 2**20:,.1f} MiB" if isinstance(size, (int, float)) else "")
+    return None
+
+
+def _health_details(kind: object, e: dict) -> str | None:
+    """A training-health or eval event (gradient drift, bucket loss, embedding collapse, eval) in one line; None for other kinds."""
     if kind == "grad_drift":
         first, last = e.get("window") or ["?", "?"]
         b0, b1 = e.get("baseline_window") or ["?", "?"]
@@ -601,30 +640,10 @@ def event_details(e: dict) -> str:
             f"embedding sv1/sv2 = {_num(e.get('sv_ratio'))} ≥ {_num(e.get('threshold'))}: its rows crowd into "
             f"one direction (sv1 {_num(e.get('sv1'))}, sv2 {_num(e.get('sv2'))})"
         )
-    if kind == "preempt_warning":
-        return (
-            f"a step ({_num(e.get('step_s'))} s) + checkpoint ({_num(e.get('checkpoint_s'))} s) exceed the "
-            f"preemption grace of {_num(e.get('grace_s'))} s: raise train.preempt_grace_s (and the scheduler's)"
-        )
-    if kind == "checkpoint":
-        size = e.get("bytes")
-        return f"{_num(e.get('seconds'))} s" + (f", {size / 2**20:,.1f} MiB" if isinstance(size, (int, float)) else "")
     if kind == "eval":
         losses = {b: m.get("loss") for b, m in (e.get("buckets") or {}).items() if isinstance(m, dict)}
         return "held-out loss " + ", ".join(f"{b} {_num(v)}" for b, v in losses.items())
-    if kind == "recovered":
-        return f"back to {_num(e.get('pre_level'))} {e.get('steps')} steps after the spike at {e.get('spike_start')}"
-    if kind == "rebaseline":
-        return (
-            f"grad norm {_num(e.get('grad_norm'))} stayed above median {_num(e.get('grad_norm_median'))} "
-            f"with a calm loss for {e.get('spikes')} steps: median restarted"
-        )
-    skip = {"t", "stage", "kind", "step", "plan", "buckets", "model_config"}
-    return ", ".join(
-        f"{k} {_num(v) if isinstance(v, float) else v}"
-        for k, v in e.items()
-        if k not in skip and isinstance(v, (str, int, float, bool)) and v is not None
-    )[:240]
+    return None
 
 
 def _spike_kind(e: dict) -> str:

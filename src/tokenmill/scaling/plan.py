@@ -418,62 +418,11 @@ def make_plan(
         reserve_bytes=reserve_bytes,
         sequence_parallel=sequence_parallel,
     )
-    choice: LayoutChoice | None = None
-    no_fit = None
-    try:
-        choice, reasons = _layout(cfg, device, devices, base, global_batch_tokens, mfu, layout or {})
-    except NoLayoutFits as exc:  # the FLOPs, time and cost do not depend on the layout: still plan them
-        reasons = []
-        no_fit = {"reason": str(exc), **fewest_devices(cfg, device, devices, base, global_batch_tokens, mfu)}
-    n_opt, d_opt = chinchilla_optimal(c)
-    chinchilla = {
-        "compute_optimal_params": n_opt,
-        "compute_optimal_tokens": d_opt,
-        "tokens_per_param": tokens / n,
-        "overtrain_factor": tokens / n / TOKENS_PER_PARAM,
-        "predicted_loss": CHINCHILLA.loss(n, tokens),
-        "compute_optimal_loss": CHINCHILLA.loss(n_opt, d_opt),
-    }
-    aware = None
-    if inference_tokens > 0:
-        aware = inference_aware(CHINCHILLA.loss(n, tokens), inference_tokens)
-        aware["total_flops_of_plan"] = c + INFERENCE_FLOPS_PER_PARAM * n * inference_tokens  # serving this plan's N
-    counts = param_count(cfg)
-    assumptions = [
-        *(notes or []),
-        f"C = 6·N·D with N = {n:.3g} parameters; the exact count adds attention (12·L·d·s per token, s = {seq_len}) "
-        f"and the lm_head of the model shape shown",
-        f"T = 6ND / (n · P_peak · MFU): {devices} × {device.name} at {device.peak_flops / 1e12:.0f} TFLOP/s "
-        f"({device.peak_source}), MFU {mfu:.2f}; no restarts, checkpoints or evals counted",
-        f"cost at ${device.price_per_hour:.2f} per device-hour (override with --price)",
-        f"global batch {global_batch_tokens:,} tokens per step; micro-batch {micro_batch} × {seq_len} tokens",
-        "memory: bf16 weights and gradients, fp32 Adam m and v"
-        + (" and an fp32 master copy" if master_weights else " (no fp32 master copy)")
-        + f", {reserve_bytes / GB:.0f} GB reserved for NCCL/scratch; activations per Korthikanti et al. 2022 with "
-        f"flash attention{' and sequence parallelism' if sequence_parallel else ', no sequence parallelism'}, "
-        "1F1B pipeline",
-        "layouts ranked by a step-time model: exact FLOPs at the MFU, the bubble, TP/PP traffic at its link's "
-        "bandwidth, DP traffic beyond what overlaps compute; it ranks layouts, the wall-clock above is 6ND's",
-        f"Chinchilla: D ≈ {TOKENS_PER_PARAM:.0f}·N; loss law E={CHINCHILLA.E}, A={CHINCHILLA.A}, B={CHINCHILLA.B}, "
-        f"α={CHINCHILLA.alpha}, β={CHINCHILLA.beta} (Hoffmann et al. 2022, approach 3)",
-    ]
-    if aware is not None:
-        assumptions.append(
-            f"inference-aware: same loss as this plan, {inference_tokens:.3g} inference tokens at "
-            "2·N FLOPs each (Sardana et al. 2023)"
-        )
-    model = {
-        "d_model": cfg.d_model,
-        "n_layers": cfg.n_layers,
-        "n_heads": cfg.n_heads,
-        "n_kv_heads": cfg.n_kv_heads or cfg.n_heads,
-        "ffn_hidden": resolve_ffn_hidden(cfg),
-        "ffn": cfg.ffn,
-        "vocab_size": cfg.vocab_size,
-        "params_of_shape": counts["total"],
-    }
+    choice, reasons, no_fit = _layout_or_no_fit(cfg, device, devices, base, global_batch_tokens, mfu, layout or {})
+    chinchilla = _chinchilla_summary(n, tokens, c)
+    aware = _inference_aware_plan(n, tokens, c, inference_tokens)
     return Plan(
-        model=model,
+        model=_model_shape(cfg),
         params=n,
         tokens=tokens,
         devices=devices,
@@ -497,8 +446,104 @@ def make_plan(
         no_fit=no_fit,
         inference_aware=aware,
         batch=critical_batch_plan(global_batch_tokens, chinchilla["predicted_loss"], noise, noise_source),
-        assumptions=assumptions,
+        assumptions=[*(notes or []), *_assumptions(n, devices, device, mfu, global_batch_tokens, base, inference_tokens)],
     )
+
+
+def plan_for(inputs: PlanInputs, devices: int, device: DeviceSpec, mfu: float, **options: Any) -> Plan:
+    """make_plan for resolved flags: the shape, N, D, batch geometry, notes and run config come
+    from `inputs`; `options` are make_plan's keyword arguments (layout, noise...)."""
+    return make_plan(
+        inputs.cfg,
+        inputs.tokens,
+        devices,
+        device,
+        mfu,
+        inputs.n_params,
+        inputs.seq_len,
+        inputs.micro_batch,
+        inputs.global_batch_tokens,
+        notes=inputs.notes,
+        run_cfg=inputs.run_cfg,
+        **options,
+    )
+
+
+def _layout_or_no_fit(
+    cfg: ModelConfig, device: DeviceSpec, devices: int, base: Layout, global_batch_tokens: int, mfu: float, layout: dict[str, Any]
+) -> tuple[LayoutChoice | None, list[str], dict[str, Any] | None]:
+    """The chosen layout and why, or (None, [], why none fits and the fewest devices that would)."""
+    try:
+        choice, reasons = _layout(cfg, device, devices, base, global_batch_tokens, mfu, layout)
+    except NoLayoutFits as exc:  # the FLOPs, time and cost do not depend on the layout: still plan them
+        return None, [], {"reason": str(exc), **fewest_devices(cfg, device, devices, base, global_batch_tokens, mfu)}
+    return choice, reasons, None
+
+
+def _inference_aware_plan(n: float, tokens: float, c: float, inference_tokens: float) -> dict[str, Any] | None:
+    """The inference-aware size for this plan's loss, and what serving this plan's N costs in all (None: no inference)."""
+    if not inference_tokens > 0:  # NaN included, as the flag always read
+        return None
+    aware = inference_aware(CHINCHILLA.loss(n, tokens), inference_tokens)
+    aware["total_flops_of_plan"] = c + INFERENCE_FLOPS_PER_PARAM * n * inference_tokens  # serving this plan's N
+    return aware
+
+
+def _chinchilla_summary(n: float, tokens: float, c: float) -> dict[str, float]:
+    """Where N params × D tokens sit against Chinchilla's compute-optimal split of the same C."""
+    n_opt, d_opt = chinchilla_optimal(c)
+    return {
+        "compute_optimal_params": n_opt,
+        "compute_optimal_tokens": d_opt,
+        "tokens_per_param": tokens / n,
+        "overtrain_factor": tokens / n / TOKENS_PER_PARAM,
+        "predicted_loss": CHINCHILLA.loss(n, tokens),
+        "compute_optimal_loss": CHINCHILLA.loss(n_opt, d_opt),
+    }
+
+
+def _assumptions(
+    n: float, devices: int, device: DeviceSpec, mfu: float, global_batch_tokens: int, base: Layout, inference_tokens: float
+) -> list[str]:
+    """The plan's stated assumptions, one line each, so a reader can check every number's basis."""
+    seq_len = base.seq_len
+    lines = [
+        f"C = 6·N·D with N = {n:.3g} parameters; the exact count adds attention (12·L·d·s per token, s = {seq_len}) "
+        f"and the lm_head of the model shape shown",
+        f"T = 6ND / (n · P_peak · MFU): {devices} × {device.name} at {device.peak_flops / 1e12:.0f} TFLOP/s "
+        f"({device.peak_source}), MFU {mfu:.2f}; no restarts, checkpoints or evals counted",
+        f"cost at ${device.price_per_hour:.2f} per device-hour (override with --price)",
+        f"global batch {global_batch_tokens:,} tokens per step; micro-batch {base.micro_batch} × {seq_len} tokens",
+        "memory: bf16 weights and gradients, fp32 Adam m and v"
+        + (" and an fp32 master copy" if base.master_weights else " (no fp32 master copy)")
+        + f", {base.reserve_bytes / GB:.0f} GB reserved for NCCL/scratch; activations per Korthikanti et al. 2022 with "
+        f"flash attention{' and sequence parallelism' if base.sequence_parallel else ', no sequence parallelism'}, "
+        "1F1B pipeline",
+        "layouts ranked by a step-time model: exact FLOPs at the MFU, the bubble, TP/PP traffic at its link's "
+        "bandwidth, DP traffic beyond what overlaps compute; it ranks layouts, the wall-clock above is 6ND's",
+        f"Chinchilla: D ≈ {TOKENS_PER_PARAM:.0f}·N; loss law E={CHINCHILLA.E}, A={CHINCHILLA.A}, B={CHINCHILLA.B}, "
+        f"α={CHINCHILLA.alpha}, β={CHINCHILLA.beta} (Hoffmann et al. 2022, approach 3)",
+    ]
+    if inference_tokens > 0:
+        lines.append(
+            f"inference-aware: same loss as this plan, {inference_tokens:.3g} inference tokens at "
+            "2·N FLOPs each (Sardana et al. 2023)"
+        )
+    return lines
+
+
+def _model_shape(cfg: ModelConfig) -> dict[str, Any]:
+    """The model shape the plan is for, as the report and JSON show it."""
+    return {
+        "d_model": cfg.d_model,
+        "n_layers": cfg.n_layers,
+        "n_heads": cfg.n_heads,
+        "n_kv_heads": cfg.n_kv_heads or cfg.n_heads,
+        "ffn_hidden": resolve_ffn_hidden(cfg),
+        "ffn": cfg.ffn,
+        "vocab_size": cfg.vocab_size,
+        "params_of_shape": param_count(cfg)["total"],
+    }
 
 
 def critical_batch_plan(

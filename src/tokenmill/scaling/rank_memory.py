@@ -108,7 +108,6 @@ def estimate_rank_memory(
     head_copy = mm["lm_head"] if last and not fused_loss else 0
     copies = dt.itemsize * (layers * mm["per_layer"] // tp + head_copy) if dt != torch.float32 else 0
     fsdp = F32 * (sp["root"] + 3 * sp["per_layer"]) if shard > 1 else 0
-
     layer = layer_activation_bytes(model_cfg, B, T, dt, doc_masking, device, tp)
     kept = F32 * B * T * model_cfg.d_model if train_cfg.activation_checkpointing else layer
     ids = I64 * B * (T + 1) if first and not last else 0  # the head's own count has them on a last stage
@@ -119,7 +118,6 @@ def estimate_rank_memory(
     flight = in_flight(pp, stage, m, schedule)
     others = (flight - 1) * per_micro  # the other micro-batches in flight
     loss = logits_bytes(model_cfg, B, T, dt, fused_loss, loss_chunk(model_cfg, device)) if last else 0
-
     base = params + optimizer + copies + fsdp
     accumulated = grads if m > 1 else 0
     loss_backward = (base + accumulated + others + per_micro + loss) if last else 0
@@ -131,12 +129,7 @@ def estimate_rank_memory(
         # the head's backward is done; the ids, targets and per-row tables are still alive
         held = others + (layers - done - 1) * kept + layer + shared + sent + I64 * B * (2 * T + 1)
         layers_backward = max(layers_backward, base + g + held + transient)
-    # CPU AdamW's two temporaries are the size of the rank's largest tensor: the embedding or head
-    # when the stage holds one, else the widest block matrix's shard
-    table = model_cfg.vocab_size * model_cfg.d_model
-    block = max(model_cfg.d_model * resolve_ffn_hidden(model_cfg), model_cfg.d_model * model_cfg.d_model) // tp
-    largest = table if sp["root"] >= table else block
-    step_tmp = 0 if device.startswith("cuda") else 2 * F32 * largest
+    step_tmp = _optimizer_step_temporaries(model_cfg, sp, tp, device)
     optimizer_step = params + grads + optimizer + step_tmp
     dp_reduce = base + grads + flat if flat else 0  # after the schedule: the gradients and their flat copy
     return {
@@ -156,3 +149,13 @@ def estimate_rank_memory(
         "dp_reduce_total": dp_reduce,
         "peak": max(loss_backward, layers_backward, optimizer_step, dp_reduce),
     }
+
+
+def _optimizer_step_temporaries(model_cfg: ModelConfig, sp: dict[str, int], tp: int, device: str) -> int:
+    """CPU AdamW's two temporaries are the size of the rank's largest tensor: the embedding or head
+    when the stage holds one, else the widest block matrix's shard (none with CUDA's fused kernel)."""
+    assert model_cfg.vocab_size is not None  # estimate_rank_memory checked it
+    table = model_cfg.vocab_size * model_cfg.d_model
+    block = max(model_cfg.d_model * resolve_ffn_hidden(model_cfg), model_cfg.d_model * model_cfg.d_model) // tp
+    largest = table if sp["root"] >= table else block
+    return 0 if device.startswith("cuda") else 2 * F32 * largest

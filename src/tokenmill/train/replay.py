@@ -17,7 +17,9 @@ from typing import Any
 import pyarrow.parquet as pq
 import torch
 
+from tokenmill.config import RunConfig
 from tokenmill.mixture.loader import Loader
+from tokenmill.model.config import ModelConfig
 from tokenmill.model.transformer import Transformer
 from tokenmill.model.rope import phase_model_configs
 from tokenmill.runs import RunDir, read_events
@@ -25,6 +27,7 @@ from tokenmill.tokens.store import TokenStore
 from tokenmill.train.checkpoint import list_checkpoints, read_state, verify_checkpoint
 from tokenmill.train.restore import load_checkpoint
 from tokenmill.train.budget import resolve_budget
+from tokenmill.train.config import TrainConfig
 from tokenmill.train.device import resolve_device, resolve_dtype
 from tokenmill.train.guard import StabilityGuard
 from tokenmill.train.init_from import init_from
@@ -99,6 +102,51 @@ def replay_loss(run: RunDir, step: int) -> dict[str, Any]:
         torch.set_num_threads(prev_threads)
 
 
+def _initial_model(cfg: RunConfig, tc: TrainConfig, base: ModelConfig, ckpt: Path | None, device: torch.device) -> Transformer:
+    """The model in the checkpoint's shape (else the run's, from its seed's init or its init_from
+    weights), on `device`, in train mode; the checkpoint's weights are loaded later, with the optimizer."""
+    mcfg = base if ckpt is None else type(cfg.model).model_validate(read_state(ckpt)["model_config"])
+    model = Transformer(mcfg, generator=torch.Generator().manual_seed(cfg.train_seed))
+    if ckpt is None and tc.init_from:  # the run started from these weights, not from its seed's init
+        init_from(model, tc.init_from)
+    model = model.to(device)
+    model.train()
+    return model
+
+
+def _restore(ckpt: Path, model: Transformer, optimizer: torch.optim.Optimizer, loader: Loader) -> None:
+    """θ, the optimizer state and the RNG of `ckpt`, verified first; refused if its data cursor was for other data."""
+    verify_checkpoint(ckpt)
+    load_checkpoint(ckpt, model, optimizer, restore_rng=True, verify=False)
+    saved = (read_state(ckpt).get("data_cursor") or {}).get("fingerprint")
+    if saved is not None:
+        loader.check_fingerprint(saved, str(ckpt))
+
+
+def _guard_at(tc: TrainConfig, ckpt: Path | None) -> StabilityGuard:
+    """The stability guard as it stood at `ckpt`: the trainer's skip decisions are replayed, not assumed."""
+    guard = StabilityGuard(tc.guard, judge_after=tc.warmup_steps)
+    if ckpt is not None:
+        guard.load_state_dict(read_state(ckpt).get("guard") or {})
+    return guard
+
+
+def _logged(run: RunDir, start: int, step: int) -> tuple[dict[int, float], float | None]:
+    """The logged schedule step of each step after `start` up to `step`, and the logged loss of `step`.
+    A time-budgeted run read its LR schedule at a logged, clock-dependent step (train/time_budget.py);
+    one streamed pass keeps only the steps rolled forward here and the replayed step's loss."""
+    schedule: dict[int, float] = {}
+    logged_loss = None
+    for e in read_events(run.sub("events.jsonl")):
+        if e.get("kind") != "train_step" or not start < e.get("step", 0) <= step:
+            continue
+        if "schedule_step" in e:
+            schedule[e["step"]] = e["schedule_step"]
+        if e["step"] == step:
+            logged_loss = e["loss"]  # the last logged: a step run again after a resume logs the same loss
+    return schedule, logged_loss
+
+
 def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
     cfg, tc = run.config, resolve_budget(run.config.train)
     if not 1 <= step <= tc.max_steps:
@@ -111,25 +159,14 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
     dtype = resolve_dtype(device, tc.dtype)
     start, ckpt = ckpts[-1] if ckpts else (0, None)
     base = resolve_model_config(cfg.model, store, tc.seq_len)
-    mcfg = base if ckpt is None else type(cfg.model).model_validate(read_state(ckpt)["model_config"])
-    model = Transformer(mcfg, generator=torch.Generator().manual_seed(cfg.train_seed))
-    if ckpt is None and tc.init_from:  # the run started from these weights, not from its seed's init
-        init_from(model, tc.init_from)
-    model = model.to(device)
-    model.train()
+    model = _initial_model(cfg, tc, base, ckpt, device)
     optimizer = build_optimizer(model, tc, device)
     loader = _loader(run, store)
     phase_models = phase_model_configs(base, [(p.seq_len, p.rope) for p in loader.phases])  # RoPE per phase
     if ckpt is not None:
-        verify_checkpoint(ckpt)
-        load_checkpoint(ckpt, model, optimizer, restore_rng=True, verify=False)
-        saved = (read_state(ckpt).get("data_cursor") or {}).get("fingerprint")
-        if saved is not None:
-            loader.check_fingerprint(saved, str(ckpt))
+        _restore(ckpt, model, optimizer, loader)
     anneal = next((p.start_step for p in loader.phases if p.anneal), None)
-    guard = StabilityGuard(tc.guard, judge_after=tc.warmup_steps)  # the trainer's skip decisions are replayed, not assumed
-    if ckpt is not None:
-        guard.load_state_dict(read_state(ckpt).get("guard") or {})
+    guard = _guard_at(tc, ckpt)
     draws = {0: loader}
 
     def data_of(s: int) -> Loader:  # after a rewinding rollback: the draw of the data step s trained on
@@ -142,17 +179,7 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
 
     phase = loader.phase_at(max(start, 1)).name
     model.set_rope(phase_models[loader.phase_at(max(start, 1)).index])
-    # a time-budgeted run read its LR schedule at a logged, clock-dependent step (train/time_budget.py);
-    # one streamed pass keeps only the steps rolled forward here and the replayed step's loss
-    schedule: dict[int, float] = {}
-    logged_loss = None
-    for e in read_events(run.sub("events.jsonl")):
-        if e.get("kind") != "train_step" or not start < e.get("step", 0) <= step:
-            continue
-        if "schedule_step" in e:
-            schedule[e["step"]] = e["schedule_step"]
-        if e["step"] == step:
-            logged_loss = e["loss"]  # the last logged: a step run again after a resume logs the same loss
+    schedule, logged_loss = _logged(run, start, step)
     for s in range(start + 1, step):  # roll θ forward to step-1 with the trainer's own update
         if loader.phase_at(s).name != phase:
             phase = loader.phase_at(s).name
