@@ -46,6 +46,12 @@ def total_grad_norm(grads: list[torch.Tensor], across: Any = None) -> torch.Tens
     return sq.sqrt()
 
 
+def clip_on_device(params: Iterable[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
+    """`clip_gradients` of a one-process or DDP run with the pre-clip norm left on the device
+    (torch's clip reads nothing on the host: the coefficient is clamped on the device)."""
+    return torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], max_norm).detach()
+
+
 def clip_gradients(
     params: Iterable[torch.nn.Parameter],
     max_norm: float,

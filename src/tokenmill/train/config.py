@@ -297,6 +297,13 @@ class TrainConfig(Strict):
         lt=1.0,
         description="Decay of the moving averages of |G|² and tr(Σ) whose ratio is the logged B_simple (0.99: about 100 steps; the per-step estimates are noisy, often negative, at batches far below B_simple).",
     )
+    # It changes no number of the run (tests/train/test_host_reads.py), so it stays out of the dumped
+    # config and so of the run's fingerprint: a resume may switch it, and old runs' checkpoints still match.
+    host_reads: Literal["auto", "immediate", "deferred"] = Field(
+        "auto",
+        exclude=True,
+        description="When the host reads a step's loss, norms and metrics: 'deferred' packs them into one read a step late and skips on the device (one process), 'immediate' reads each where used; 'auto': deferred on CUDA, immediate elsewhere and under torchrun.",
+    )
     guard: GuardConfig = Field(default_factory=GuardConfig)
     preempt_grace_s: float = Field(
         30.0,

@@ -64,6 +64,26 @@ class Verdict:
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class SkipLimits:
+    """`check`'s skip rule for one step as thresholds: skip when the loss or norm is non-finite, or
+    grad_norm > grad (a gradient spike, unless this one rebaselines: `rebaseline` and loss <= calm),
+    or, when not a gradient spike, loss > loss. inf / -inf where the guard cannot judge yet."""
+
+    grad: float
+    loss: float
+    calm: float
+    rebaseline: bool
+
+    def skips(self, loss: float, grad_norm: float) -> bool:
+        """The rule on host floats (what the device computes, train/host_reads.py `device_skip`)."""
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            return True
+        if grad_norm > self.grad:
+            return not (self.rebaseline and loss <= self.calm)
+        return loss > self.loss
+
+
 class StabilityGuard:
     def __init__(self, cfg: GuardConfig, judge_after: int = 0):
         self.cfg = cfg
@@ -181,6 +201,20 @@ class StabilityGuard:
         self._push(self.grad_hist, grad_norm)
         self._push(self.loss_hist, loss)
         return Verdict("apply", rebaseline)
+
+    def skip_limits(self, step: int) -> SkipLimits:
+        """What `check(step, ...)` would compare the step's loss and norm with, from the state as it
+        is now: the skip decision as numbers, so the device can take it without a host read
+        (train/host_reads.py). Closing a spike does not change them (the medians are the same)."""
+        inf = math.inf
+        if not self.cfg.enabled:
+            return SkipLimits(inf, inf, -inf, False)
+        judging = step > self.judge_after
+        grad_med, loss_med = self._median(self.grad_hist), self._median(self.loss_hist)
+        grad = self.cfg.spike_factor * grad_med if judging and grad_med is not None else inf
+        loss = self.cfg.loss_spike_factor * loss_med if judging and loss_med is not None else inf
+        calm = loss_med * (1 + self.cfg.recover_tolerance) if loss_med is not None else -inf
+        return SkipLimits(grad, loss, calm, self.calm_spikes + 1 >= self.cfg.rebaseline_after)
 
     def _back(self, loss: float) -> bool:
         level = self.spike["pre_level"] if self.spike is not None else None

@@ -63,16 +63,26 @@ def _sq_norms(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack(torch._foreach_norm([t.detach() for t in tensors])).double().square()
 
 
+def grad_sq_norms(model: nn.Module) -> tuple[list[str], torch.Tensor]:
+    """The names of the parameters with a gradient and Σ g² of each, left on the device."""
+    named = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None]
+    return [n for n, _ in named], _sq_norms([g for _, g in named])
+
+
+def group_sums(names: list[str], sqs: list[float]) -> OrderedDict[str, float]:
+    """{layer group: Σ g² of its parameters}, from `grad_sq_norms` read on the host."""
+    sums: OrderedDict[str, float] = OrderedDict()
+    for name, sq in zip(names, sqs):
+        g = layer_group(name)
+        sums[g] = sums.get(g, 0.0) + sq
+    return sums
+
+
 def grad_norms_by_group(model: nn.Module, across: Any = None) -> dict[str, float]:
     """{layer group: L2 norm of its gradients}, groups in model order; tied weights counted once.
     `across`: the process group of a pipeline's stages, each holding some groups (a collective)."""
-    named = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None]
-    sums: OrderedDict[str, float] = OrderedDict()
-    if named:
-        sqs = _sq_norms([g for _, g in named]).cpu().tolist()  # one device sync
-        for (name, _), sq in zip(named, sqs):
-            g = layer_group(name)
-            sums[g] = sums.get(g, 0.0) + sq
+    names, sq_t = grad_sq_norms(model)
+    sums = group_sums(names, sq_t.cpu().tolist() if names else [])  # one device sync
     if across is not None:
         gathered: list[Any] = [None] * dist.get_world_size(across)
         dist.all_gather_object(gathered, dict(sums), group=across)
@@ -109,7 +119,8 @@ class UpdateRatio:
             torch._foreach_copy_(self._buffer, current)
         self._armed = True
 
-    def after(self) -> float:
+    def sums(self) -> torch.Tensor:
+        """[||Δθ||², ||θ_before||²] of this process's parameters, left on the device."""
         assert self._armed and self._buffer is not None, "before() was not called"
         den_t = _sq_norms(self._buffer).sum()
         if any(hasattr(t, "full_tensor") for t in self._buffer):
@@ -117,16 +128,25 @@ class UpdateRatio:
         else:
             torch._foreach_sub_(self._buffer, [p.detach() for p in self.params])  # θ_before - θ_after
             diffs = self._buffer
-        num, den = torch.stack([_sq_norms(diffs).sum(), den_t]).tolist()  # one device sync for both
+        out = torch.stack([_sq_norms(diffs).sum(), den_t])
+        self._armed = False
+        if not self.keep_buffer:
+            self._buffer = None
+        return out
+
+    @staticmethod
+    def ratio(num: float, den: float) -> float:
+        """||Δθ|| / ||θ_before|| from the two sums."""
+        return float(num**0.5 / den**0.5) if den > 0 else 0.0
+
+    def after(self) -> float:
+        num, den = self.sums().tolist()  # one device sync for both
         if self.across is not None:
             dev = self.params[0].device if dist.get_backend(self.across) == "nccl" else torch.device("cpu")
             t = torch.tensor([num, den], dtype=torch.float64, device=dev)
             dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.across)
             num, den = float(t[0]), float(t[1])
-        self._armed = False
-        if not self.keep_buffer:
-            self._buffer = None
-        return float(num**0.5 / den**0.5) if den > 0 else 0.0
+        return self.ratio(num, den)
 
 
 def embedding_spectrum(weight: torch.Tensor) -> dict[str, float]:

@@ -118,17 +118,37 @@ class NoiseProbe:
     own n_1 targets. Under DDP the first micro-batch runs without gradient sync, so the buffer
     is this rank's alone; the ranks' measurements are averaged afterwards (`average_over`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_device: bool = False) -> None:
         self.small: SmallBatch | None = None
         self.b_big = 0
+        # on_device (train.host_reads deferred): |g|² stays a device tensor (`pending`) until `settle`
+        self.on_device, self._targets = on_device, 0
+        self.pending: torch.Tensor | None = None
 
     def reset(self) -> None:
         self.small, self.b_big = None, 0
 
     def measure(self, params: Iterable[nn.Parameter], micro_targets: int, global_targets: int) -> None:
+        if self.on_device:
+            self.pending = self.measure_on_device(params, micro_targets, global_targets)
+            return
         scale = global_targets / micro_targets if micro_targets > 0 else 0.0
         self.small = SmallBatch(sq=grad_sq_norm(params) * scale * scale, targets=micro_targets)
         self.b_big = global_targets
+
+    def measure_on_device(self, params: Iterable[nn.Parameter], micro_targets: int, global_targets: int) -> torch.Tensor:
+        """`measure` with |g|² left on the device (returned); `settle` takes its host value later."""
+        grads = [p.grad.detach() for p in params if p.grad is not None]
+        sq = torch.nn.utils.get_total_norm(grads, 2.0).double() ** 2 if grads else torch.zeros((), dtype=torch.float64)
+        self.small, self.b_big, self._targets = None, global_targets, micro_targets
+        return sq
+
+    def settle(self, sq: float) -> None:
+        """The first micro-batch's measurement from the host value of `measure_on_device`'s tensor,
+        scaled exactly as `measure` scales it."""
+        micro, total = self._targets, self.b_big
+        scale = total / micro if micro > 0 else 0.0
+        self.small = SmallBatch(sq=sq * scale * scale, targets=micro)
 
     def average_over(self, reduce_sum: Any, ranks: int) -> None:
         """Mean of |G_small|² and of n_1 over `ranks` data-parallel ranks (`reduce_sum`: Σ over them)."""

@@ -68,7 +68,7 @@ from tokenmill.train.verdicts import VerdictReporter, stop_if_unguarded_divergen
 from tokenmill.train.activation_stats import ActivationProbe
 from tokenmill.train.bucket_loss import BucketLoss
 from tokenmill.train.budget import resolve_budget
-from tokenmill.train.clipping import clip_gradients
+from tokenmill.train.clipping import clip_gradients, clip_on_device
 from tokenmill.train.pipeline_parallel import Pipeline, build_pipeline, stage_layers
 from tokenmill.train.compilation import compile_cache_dir, compile_decision, compile_model
 from tokenmill.train.device import autocast, enable_tf32, resolve_dtype
@@ -93,9 +93,10 @@ from tokenmill.train.faults import (
     process_fault,
     slow_read,
 )
-from tokenmill.train.guard import StabilityGuard
+from tokenmill.train.guard import StabilityGuard, Verdict
+from tokenmill.train.host_reads import PackedRead, apply_unless, device_skip, resolve_host_reads
 from tokenmill.train.sharding import sharding_report
-from tokenmill.train.metrics import UpdateRatio, grad_norms_by_group, memory_bytes
+from tokenmill.train.metrics import UpdateRatio, grad_norms_by_group, grad_sq_norms, group_sums, memory_bytes
 from tokenmill.train.mfu import MfuPeak
 from tokenmill.train.noise_scale import NoiseProbe, NoiseScale, unavailable_reason
 from tokenmill.train.optimizer import build_optimizer, lr_at, set_lr
@@ -273,7 +274,13 @@ class _ForwardClock:
         return self.total
 
 
-def step_loss(
+def step_loss(*args: Any, **kwargs: Any) -> tuple[float, float]:
+    """`step_loss_tensor` with the loss read on the host (its arguments, its description)."""
+    total, r_pad = step_loss_tensor(*args, **kwargs)
+    return total.item(), r_pad
+
+
+def step_loss_tensor(
     model: nn.Module,
     loader: Loader,
     step: int,
@@ -287,7 +294,8 @@ def step_loss(
     probe: NoiseProbe | None = None,
     buckets: BucketLoss | None = None,
     fault_step: int | None = None,
-) -> tuple[float, float]:
+    clocks: list[_ForwardClock] | None = None,
+) -> tuple[torch.Tensor, float]:
     """(loss, r_pad) of the global batch of `step`: Σ NLL over its counted targets / their number,
     so every target weighs the same whatever micro-batch (or rank) it falls in; with
     backward=True the gradients of that loss (plus z-loss / MoE aux when configured; reported
@@ -300,7 +308,9 @@ def step_loss(
     the first micro-batch's gradient for the noise scale (train/noise_scale.py). `buckets` (causal
     path) accumulates each row's detached NLL by data bucket (train/bucket_loss.py). `fault_step`
     (default `step`) is where injected faults are looked up: the run's attempt number, which
-    differs from the step after a rewinding rollback."""
+    differs from the step after a rewinding rollback. The loss is a device scalar (`step_loss`
+    reads it); `clocks` (train.host_reads deferred) takes the forward clock unread, so measuring
+    the forward seconds does not wait for the GPU inside the step."""
     fs = step if fault_step is None else fault_step
     objective = "clm" if tc is None else getattr(tc, "objective", "clm")
     faults = getattr(tc, "faults", None)
@@ -312,24 +322,18 @@ def step_loss(
     forward = _ForwardClock(device)
     try:
         for micro in range(grad_accum):
-            t0 = time.perf_counter()
-            batch = loader.batch(step, micro)
-            if faults is not None and faults.slow:
-                slow_read(loader.rank, faults)
-            data_wait += time.perf_counter() - t0
-            r_pad += batch.r_pad
+            batch, waited, pad = _micro_batch(loader, step, micro, fs, faults, seed)
+            data_wait += waited
+            r_pad += pad
             set_grad_sync(model, not backward or micro == grad_accum - 1)  # reduce once per step (DDP/FSDP)
-            if faults is not None and fs in faults.corrupt_steps:
-                batch = corrupt_batch(batch, fs, micro, faults, loader.store.vocab_size, seed)
-            if faults is not None and faults.poison_bucket is not None:
-                batch = poison_rows(batch, loader.row_buckets(step, micro), fs, micro, faults, loader.store.vocab_size, seed)
             batch = batch.to(device, non_blocking=True)
+            rows = buckets.indices(loader.row_buckets(step, micro), device) if buckets is not None else None
             with autocast(device, dtype), torch.set_grad_enabled(backward), forward:
                 if objective == "clm":
                     nll = token_nll_batch(model, batch)
                     loss = nll.sum() / n_targets
-                    if buckets is not None:
-                        buckets.add(nll, batch.loss_mask, loader.row_buckets(step, micro))
+                    if buckets is not None and rows is not None:
+                        buckets.add(nll, batch.loss_mask, rows)
                 else:
                     from tokenmill.model.objectives import objective_loss
 
@@ -346,13 +350,50 @@ def step_loss(
     finally:
         reg.close()
     if extras is not None:
-        extras["data_wait_s"] = data_wait
+        _report_extras(extras, data_wait, forward, clocks, reg)
+    return total, r_pad / grad_accum
+
+
+def _micro_batch(loader: Loader, step: int, micro: int, fs: int, faults: Any, seed: int) -> tuple[Any, float, float]:
+    """Micro-batch `micro` of `step` on the host, with the faults configured for attempt `fs`
+    injected, the seconds its read took (data wait) and its padding share as read."""
+    t0 = time.perf_counter()
+    batch = loader.batch(step, micro)
+    if faults is not None and faults.slow:
+        slow_read(loader.rank, faults)
+    waited, pad = time.perf_counter() - t0, batch.r_pad
+    if faults is not None and fs in faults.corrupt_steps:
+        batch = corrupt_batch(batch, fs, micro, faults, loader.store.vocab_size, seed)
+    if faults is not None and faults.poison_bucket is not None:
+        batch = poison_rows(batch, loader.row_buckets(step, micro), fs, micro, faults, loader.store.vocab_size, seed)
+    return batch, waited, pad
+
+
+def _report_extras(
+    extras: dict[str, float], data_wait: float, forward: _ForwardClock, clocks: list[_ForwardClock] | None, reg: _Regularizers
+) -> None:
+    """The step's data wait, its forward clock (read now, or handed over unread when the host
+    reads are deferred) and the regularizers' terms."""
+    extras["data_wait_s"] = data_wait
+    if clocks is not None:
+        clocks.append(forward)
+    else:
         extras["forward_s"] = forward.seconds()
-    if extras is not None and reg.active:
+    if reg.active:
         extras.update({"z_loss": reg.z_sum} if reg.z > 0 else {})
         if reg.moe:
             extras.update({"moe_aux": reg.aux_sum, **reg.terms.moe_stats()})
-    return total.item(), r_pad / grad_accum
+
+
+def _set_step_lr(
+    optimizer: torch.optim.Optimizer, step: int, tc: Any, anneal: int | None, lr_scale: float,
+    fault_step: int | None, schedule_step: float | None,
+) -> float:  # fmt: skip
+    """The step's LR (the schedule's, times the guard's backoff and an injected fault's factor), set."""
+    at = step if schedule_step is None else schedule_step
+    lr = lr_at(at, tc, anneal) * lr_scale * lr_factor(step if fault_step is None else fault_step, tc.faults)
+    set_lr(optimizer, lr)
+    return lr
 
 
 def compute_update(
@@ -385,9 +426,7 @@ def compute_update(
     `schedule_step` (a time-budgeted run, train/time_budget.py) is where the LR schedule is read
     instead of `step`; `fault_step` where injected faults are looked up (default `step`).
     The trainer and `tokenmill replay` share it, so a replayed step is the same computation."""
-    at = step if schedule_step is None else schedule_step
-    lr = lr_at(at, tc, anneal) * lr_scale * lr_factor(step if fault_step is None else fault_step, tc.faults)
-    set_lr(optimizer, lr)
+    lr = _set_step_lr(optimizer, step, tc, anneal, lr_scale, fault_step, schedule_step)
     if pipeline is None:
         loss, r_pad = step_loss(
             model,
@@ -429,6 +468,48 @@ def compute_update(
         counted_elsewhere=pipeline.tied_duplicate() if pipeline is not None else None,
     )
     return lr, loss, grad_norm, r_pad
+
+
+@dataclass
+class DeviceUpdate:
+    """`compute_update`'s results left on the device (train.host_reads deferred)."""
+
+    lr: float
+    loss: torch.Tensor
+    grad_norm: torch.Tensor
+    r_pad: float
+    grad_sq: tuple[list[str], torch.Tensor] | None  # per-parameter Σ g² (group_norms)
+    clocks: list[_ForwardClock]
+
+
+def launch_update(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loader: Loader,
+    step: int,
+    tc: Any,
+    device: torch.device,
+    dtype: torch.dtype,
+    anneal: int | None,
+    extras: dict[str, Any],
+    lr_scale: float = 1.0,
+    group_norms: bool = False,
+    probe: NoiseProbe | None = None,
+    buckets: BucketLoss | None = None,
+    fault_step: int | None = None,
+    schedule_step: float | None = None,
+) -> DeviceUpdate:
+    """`compute_update` of a one-process run with no host read: the same LR, gradients and
+    clipping, its loss, pre-clip norm and per-parameter squares left on the device."""
+    lr = _set_step_lr(optimizer, step, tc, anneal, lr_scale, fault_step, schedule_step)
+    clocks: list[_ForwardClock] = []
+    loss, r_pad = step_loss_tensor(
+        model, loader, step, tc.grad_accum, device, dtype, backward=True, tc=tc, seed=loader.seed,
+        extras=extras, probe=probe, buckets=buckets, fault_step=fault_step, clocks=clocks,
+    )  # fmt: skip
+    grad_sq = grad_sq_norms(model) if group_norms else None
+    grad_norm = clip_on_device(model.parameters(), tc.grad_clip if tc.grad_clip > 0 else float("inf"))
+    return DeviceUpdate(lr, loss, grad_norm, r_pad, grad_sq, clocks)
 
 
 # --------------------------------------------------------------------------- entry point
@@ -578,6 +659,7 @@ class _TrainLoop:
 
             init_optimizer(self.optimizer, self.inherited)
         self.guard = StabilityGuard(tc.guard, judge_after=tc.warmup_steps)
+        self.host_reads = resolve_host_reads(tc.host_reads, device, ctx.distributed)  # train/host_reads.py
         self._build_data()
         self.noise = NoiseScale(tc.noise_scale_ema)
         self.noise_off = unavailable_reason(
@@ -763,7 +845,7 @@ class _TrainLoop:
                 console.quiet = not ctx.is_main
                 self.prog, self.task, self.console = prog, task, console
                 console.print(f"mfu against a peak of {self.peak.flops / 1e12:.3g} TFLOP/s: {self.peak.origin}", highlight=False)
-                self._loop()
+                self._loop_deferred() if self.host_reads == "deferred" else self._loop()
         finally:
             if self.watchdog is not None:
                 self.watchdog.stop()
@@ -827,25 +909,142 @@ class _TrainLoop:
                 process_fault(step, self.ctx.rank, tc.faults, self.run.path)
             self._enter_phase(step)
             done = self._step(step)  # compute, decide, update
-            rewind_to = self._after_verdict(step, done)  # rollback: restored, maybe rewound
-            dt, last = self._timing(step, t0, done, rewind_to)
-            self._log_step(step, t0, dt, last, done)
+            rewind_to, last = self._conclude(step, t0, done)
             if rewind_to is not None:  # the next step is rewind_to + 1 (its checkpoint is written)
                 state.step = rewind_to
                 continue
-            if self.ckpt_policy.due(step, last, self.guard.spike is not None, self.ckpt.saved_step):
-                self.ckpt.save(step, state.last_loss)
-            self._stop_if_asked(step, done.extras)
-            if self.watchdog is not None:
-                self.watchdog.beat(step)
-            if (warning := self.grace.check(step, dt, self.ckpt.last_seconds)) is not None:
-                self.events.write(STAGE, "preempt_warning", **warning)
-            if self.embed_weight is not None and self.schedule.spectrum_due(step, last):
-                self._write(self.health.spectrum(step, self.embed_weight))
-            if self.schedule.due(step, last):
-                self.evaluate(step)
             if last:
                 break
+
+    def _conclude(self, step: int, t0: float, done: _StepResult, dt: float | None = None) -> tuple[int | None, bool]:
+        """Everything after the update: a rollback, the step's time and event, the checkpoint, a
+        requested stop, the watchdog, the spectrum, evaluation. Returns (the step a rollback
+        rewinds to, whether this was the run's last step). `dt`: measured already (CUDA events)."""
+        rewind_to = self._after_verdict(step, done)  # rollback: restored, maybe rewound
+        dt, last = self._timing(step, t0, done, rewind_to, dt)
+        self._log_step(step, t0, dt, last, done)
+        if rewind_to is not None:
+            return rewind_to, False
+        if self.ckpt_policy.due(step, last, self.guard.spike is not None, self.ckpt.saved_step):
+            self.ckpt.save(step, self.state.last_loss)
+        self._stop_if_asked(step, done.extras)
+        if self.watchdog is not None:
+            self.watchdog.beat(step)
+        if (warning := self.grace.check(step, dt, self.ckpt.last_seconds)) is not None:
+            self.events.write(STAGE, "preempt_warning", **warning)
+        if self.embed_weight is not None and self.schedule.spectrum_due(step, last):
+            self._write(self.health.spectrum(step, self.embed_weight))
+        if self.schedule.due(step, last):
+            self.evaluate(step)
+        return None, last
+
+    def _loop_deferred(self) -> None:
+        """`_loop` with train.host_reads deferred: step k+1's forward and backward are queued before
+        the host reads and judges step k (one packed read), and its update is applied after, with
+        the skip decided on the device. A step the run does not take after all (a rollback, the
+        last step, a stop) is discarded unapplied, so the run takes exactly `_loop`'s steps."""
+        tc, state = self.tc, self.state
+        self._enter_phase(max(state.step, 1), announce=False)
+        if self.inherited is not None and state.step == 0:
+            self.evaluate(0)
+        pending: _Launch | None = None
+        while pending is not None or state.step < tc.max_steps:
+            if pending is None:
+                pending = self._apply(self._launch(state.step + 1))
+            ahead = pending.step + 1
+            queued = self._launch(ahead) if ahead <= tc.max_steps and not self._drain_before(ahead) else None
+            state.step = pending.step
+            done, dt = self._settle(pending)
+            rewind_to, last = self._conclude(pending.step, pending.t0, done, dt)
+            if rewind_to is not None or last or done.action == "rollback":
+                if queued is not None:
+                    self._discard(queued)
+                state.step = rewind_to if rewind_to is not None else pending.step
+                pending = None
+                if last:
+                    break
+                continue
+            pending = self._apply(queued) if queued is not None else None
+
+    def _drain_before(self, step: int) -> bool:
+        """Finish the pending step before launching `step`: a new curriculum phase (its reset of
+        the guard's levels must follow the pending verdict), a process fault (the pending step's
+        checkpoint comes first), or a time budget (the schedule reads the pending step's seconds)."""
+        faults = self.tc.faults
+        return self.loader.phase_at(step).name != self.state.phase or faults.kill or faults.hang or self.clock.enabled
+
+    def _launch(self, step: int) -> _Launch:
+        """Queue step `step`'s forward, backward and clipping; nothing is read on the host."""
+        tc, guard = self.tc, self.guard
+        t0, timer = time.perf_counter(), _StepTimer(self.device)
+        if tc.faults.kill or tc.faults.hang:
+            process_fault(step, self.ctx.rank, tc.faults, self.run.path)
+        self._enter_phase(step)
+        extras: dict[str, Any] = {}
+        measure = tc.metrics_every > 0 and step % tc.metrics_every == 0
+        if measure:
+            self.update_ratio.before()
+        probe = NoiseProbe(on_device=True) if self.noise_off is None and step % tc.noise_scale_every == 0 else None
+        at = self.clock.schedule_step(step) if self.clock.enabled else None
+        self.state.read_schedule_at(step, at if at is not None else float(step))
+        data, attempt = self.draws.of(step), guard.attempt(step)
+        if attempt != step:
+            extras.update(attempt=attempt, draw=guard.draw(step))
+        update = launch_update(
+            self.compiled, self.optimizer, data, step, tc, self.device, self.dtype, self.anneal, extras,
+            lr_scale=guard.lr_scale, group_norms=measure, probe=probe, buckets=self.buckets,
+            fault_step=attempt, schedule_step=at,
+        )  # fmt: skip
+        return _Launch(step, t0, timer, extras, data, at, attempt, measure, probe, update)
+
+    def _apply(self, ln: _Launch) -> _Launch:
+        """Apply the launched step unless the guard's rule skips it, decided on the device from the
+        guard's thresholds as they stand after the previous step's verdict; pack what the host reads."""
+        update = ln.update
+        skip = device_skip(update.loss, update.grad_norm, self.guard.skip_limits(ln.step))
+        collapsing = self.collapse_fault.before_update(ln.attempt)
+        apply_unless(self.optimizer, skip)
+        parts = {"loss": update.loss, "grad_norm": update.grad_norm, "skip": skip}
+        if ln.measure:
+            parts["ratio"] = self.update_ratio.sums()
+        if update.grad_sq is not None:
+            parts["grad_sq"] = update.grad_sq[1]
+        if self.buckets is not None:
+            parts["buckets"] = self.buckets.take()
+        if ln.probe is not None and ln.probe.pending is not None:
+            parts["noise"] = ln.probe.pending
+        self.optimizer.zero_grad(set_to_none=True)
+        self.collapse_fault.after_update(collapsing)
+        ln.timer.stop()
+        ln.packed = PackedRead(parts)
+        return ln
+
+    def _discard(self, ln: _Launch) -> None:
+        """Drop a launched step the run does not take: its gradients and its bucket sums."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.buckets is not None:
+            self.buckets.take()
+
+    def _settle(self, ln: _Launch) -> tuple[_StepResult, float]:
+        """The step's one host read, then the host's verdict on it (the same rule the device
+        applied: a disagreement is a bug, never a silent difference) and its seconds."""
+        assert ln.packed is not None
+        vals, extras, update = ln.packed.read(), ln.extras, ln.update
+        loss, grad_norm = vals["loss"][0], vals["grad_norm"][0]
+        extras["forward_s"] = sum(c.seconds() for c in update.clocks)
+        if update.grad_sq is not None:
+            extras["grad_norms"] = {g: v**0.5 for g, v in group_sums(update.grad_sq[0], vals["grad_sq"]).items()}
+        if self.buckets is not None:
+            extras["bucket_loss"] = self.buckets.means(vals["buckets"])
+        if ln.probe is not None and "noise" in vals:
+            ln.probe.settle(vals["noise"][0])
+        verdict = self._judge(ln.step, loss, grad_norm, extras, ln.probe, ln.data)
+        skipped = vals["skip"][0] != 0.0
+        if verdict.action != "rollback" and skipped != (verdict.action == "skip"):
+            raise RuntimeError(f"step {ln.step}: the device skipped={skipped} but the guard says {verdict.action}")
+        ratio = UpdateRatio.ratio(*vals["ratio"]) if ln.measure and verdict.action == "apply" else None
+        done = _StepResult(update.lr, loss, grad_norm, update.r_pad, ratio, verdict.action, extras, ln.data, ln.at)
+        return done, ln.timer.seconds()
 
     def _enter_phase(self, step: int, announce: bool = True) -> None:
         """The curriculum phase of `step`: a new one resets the guard's and the detectors' levels
@@ -887,17 +1086,11 @@ class _TrainLoop:
             lr_scale=guard.lr_scale, group_norms=measure, ctx=ctx, pipeline=self.pipeline, probe=probe,
             schedule_step=at, buckets=self.buckets, fault_step=attempt,
         )  # fmt: skip
-        self.state.last_loss = loss
         if self.buckets is not None:
             extras["bucket_loss"] = self.buckets.result(ctx.dp_group, ctx.distributed)
-        if probe is not None and probe.small is not None:
-            extras.update(self.noise.update(probe.small, grad_norm * grad_norm, probe.b_big))
         if ctx.distributed and tc.checksum_every > 0 and step % tc.checksum_every == 0:
             cross_rank_check(step, self.model, ctx, self.events, loss=loss, grad_norm=grad_norm, lr=lr)
-        verdict = guard.check(step, loss, grad_norm)
-        stop_if_unguarded_divergence(tc.guard, step, loss, grad_norm, self.events)
-        self.verdicts.report(step, verdict, guard, data, self.events)
-        self._write(self.health.after_step(step, extras, applied=verdict.action == "apply"))
+        verdict = self._judge(step, loss, grad_norm, extras, probe, data)
         ratio = None
         collapsing = self.collapse_fault.before_update(attempt)
         if verdict.action == "apply":
@@ -906,6 +1099,19 @@ class _TrainLoop:
         self.optimizer.zero_grad(set_to_none=True)
         self.collapse_fault.after_update(collapsing)
         return _StepResult(lr, loss, grad_norm, r_pad, ratio, verdict.action, extras, data, at)
+
+    def _judge(
+        self, step: int, loss: float, grad_norm: float, extras: dict[str, Any], probe: NoiseProbe | None, data: Loader
+    ) -> Verdict:
+        """The host's part of a step's verdict: the noise scale, the guard, its events, health."""
+        self.state.last_loss = loss
+        if probe is not None and probe.small is not None:
+            extras.update(self.noise.update(probe.small, grad_norm * grad_norm, probe.b_big))
+        verdict = self.guard.check(step, loss, grad_norm)
+        stop_if_unguarded_divergence(self.tc.guard, step, loss, grad_norm, self.events)
+        self.verdicts.report(step, verdict, self.guard, data, self.events)
+        self._write(self.health.after_step(step, extras, applied=verdict.action == "apply"))
+        return verdict
 
     def _after_verdict(self, step: int, done: _StepResult) -> int | None:
         """Carry out a rollback verdict (rollback.py); returns the step to rewind to, if rewinding."""
@@ -922,14 +1128,18 @@ class _TrainLoop:
         self.ckpt.save(to_step, read_state(target).get("loss"))  # same weights, the rewound guard state
         return to_step
 
-    def _timing(self, step: int, t0: float, done: _StepResult, rewind_to: int | None) -> tuple[float, bool]:
-        """The step's seconds (the activation probe included) and whether it is the run's last."""
+    def _timing(
+        self, step: int, t0: float, done: _StepResult, rewind_to: int | None, dt: float | None = None
+    ) -> tuple[float, bool]:
+        """The step's seconds (the activation probe included) and whether it is the run's last;
+        `dt` when CUDA events timed it already (train.host_reads deferred: no synchronize)."""
         if self.act_probe is not None and step % self.act_every == 0:  # after the update: a no-grad look
             with autocast(self.device, self.dtype):
                 done.extras.update(self.act_probe.measure(done.data.rebuild(step, 0).to(self.device)))
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        dt = time.perf_counter() - t0
+        if dt is None:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            dt = time.perf_counter() - t0
         clock = self.clock
         if clock.enabled:
             # every rank must stop at the same step on the same LR: rank 0's clock decides
@@ -1011,6 +1221,46 @@ class _StepResult:
     extras: dict[str, Any]
     data: Loader
     at: float | None  # where the LR schedule was read (a time budget), else None
+
+
+class _StepTimer:
+    """A step's seconds without waiting for the GPU: CUDA events (read after the step's packed
+    values arrived, when both have completed), wall time elsewhere (the CPU runs synchronously)."""
+
+    def __init__(self, device: torch.device):
+        self.t0, self.t1 = time.perf_counter(), 0.0
+        self.events: tuple[Any, Any] | None = None
+        if device.type == "cuda":
+            self.events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            self.events[0].record()
+
+    def stop(self) -> None:
+        self.t1 = time.perf_counter()
+        if self.events is not None:
+            self.events[1].record()
+
+    def seconds(self) -> float:
+        if self.events is None:
+            return self.t1 - self.t0
+        self.events[1].synchronize()
+        return float(self.events[0].elapsed_time(self.events[1])) / 1000.0
+
+
+@dataclass
+class _Launch:
+    """A step queued on the device (train.host_reads deferred), until the host settles it."""
+
+    step: int
+    t0: float
+    timer: _StepTimer
+    extras: dict[str, Any]
+    data: Loader
+    at: float | None
+    attempt: int
+    measure: bool
+    probe: NoiseProbe | None
+    update: DeviceUpdate
+    packed: PackedRead | None = None
 
 
 def _pipeline_info(pipeline: Pipeline | None, mcfg: ModelConfig, grad_accum: int) -> dict[str, Any] | None:
