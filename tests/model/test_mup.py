@@ -54,7 +54,7 @@ def test_mup_init_lr_groups_and_output_multiplier():
     m = Transformer(c, generator=torch.Generator().manual_seed(0))
     assert mup.width_mult(c) == 4.0 and m.output_mult == 0.25
     # hidden matrices: std 0.02 / sqrt(4); embeddings unchanged
-    assert m.layers[0].self_attn.q_proj.weight.std().item() == pytest.approx(0.01, rel=0.05)
+    assert m.layers[0].self_attn.qkv_proj.weight.std().item() == pytest.approx(0.01, rel=0.05)
     assert m.embed_tokens.weight.std().item() == pytest.approx(0.02, rel=0.05)
     assert m.lm_head.weight.std().item() == pytest.approx(0.02, rel=0.05)
     groups = {g["name"]: g for g in param_groups(m, 0.1)}
@@ -70,7 +70,7 @@ def test_mup_init_lr_groups_and_output_multiplier():
     plain = Transformer(cfg(256, False))
     plain.load_state_dict(m.state_dict())
     plain.layers.apply(lambda mod: setattr(mod, "scale", m.layers[0].self_attn.scale)
-                       if hasattr(mod, "q_proj") else None)
+                       if hasattr(mod, "qkv_proj") else None)
     idx = torch.randint(0, 64, (2, 8))
     with torch.no_grad():
         torch.testing.assert_close(m(idx), plain(idx) * 0.25)

@@ -5,6 +5,7 @@ import torch
 
 from tokenmill.config import ModelConfig
 from tokenmill.model.transformer import Transformer, apply_rope, resolve_ffn_hidden, rope_tables
+from tokenmill.model.fused import split_tensors, unpack_qkv
 
 
 def cfg(**kw) -> ModelConfig:
@@ -74,10 +75,10 @@ def test_gqa_shapes_and_equivalence_to_mha_with_repeated_kv_heads():
     gqa = model(n_kv_heads=2)
     att = gqa.layers[0].self_attn
     hd = 32 // 4
-    assert att.q_proj.weight.shape == (4 * hd, 32)
-    assert att.k_proj.weight.shape == (2 * hd, 32) and att.v_proj.weight.shape == (2 * hd, 32)
+    assert att.qkv_proj.weight.shape == ((4 + 2 + 2) * hd, 32)  # q, k, v in one matmul
     mha = model(n_kv_heads=None)
-    sd = gqa.state_dict()
+    sd = split_tensors(gqa.state_dict(), gqa.config)  # separate q/k/v: load_state_dict fuses them
+    assert sd["layers.0.self_attn.k_proj.weight"].shape == (2 * hd, 32)
     for key, w in list(sd.items()):
         if key.endswith(("k_proj.weight", "v_proj.weight")):  # query head i uses kv head i // 2
             sd[key] = w.view(2, hd, 32).repeat_interleave(2, dim=0).reshape(4 * hd, 32)
@@ -127,10 +128,10 @@ def test_init_std_and_scaled_residual_projections():
     blk = m.layers[3]
     assert blk.self_attn.o_proj.weight.std().item() == pytest.approx(resid, rel=0.05)
     assert blk.mlp.down_proj.weight.std().item() == pytest.approx(resid, rel=0.05)
-    assert blk.self_attn.q_proj.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    assert blk.self_attn.qkv_proj.weight.std().item() == pytest.approx(0.02, rel=0.05)
     assert m.embed_tokens.weight.std().item() == pytest.approx(0.02, rel=0.05)
     assert torch.all(blk.input_layernorm.weight == 1) and torch.all(m.norm.weight == 1)
-    assert blk.self_attn.q_proj.weight.mean().abs().item() < 0.002
+    assert blk.self_attn.qkv_proj.weight.mean().abs().item() < 0.002
 
 
 def test_init_is_a_function_of_the_generator_seed():
@@ -143,7 +144,7 @@ def test_init_is_a_function_of_the_generator_seed():
 def test_rope_tables_are_not_in_the_state_dict():
     sd = model().state_dict()
     assert not any("rope" in k for k in sd)
-    assert "layers.0.self_attn.q_proj.weight" in sd and "layers.1.mlp.gate_proj.weight" in sd
+    assert "layers.0.self_attn.qkv_proj.weight" in sd and "layers.1.mlp.gate_up_proj.weight" in sd
     assert "layers.0.input_layernorm.weight" in sd and "norm.weight" in sd
 
 
@@ -205,9 +206,10 @@ def reference_causal_forward(m: Transformer, idx: torch.Tensor, positions: list[
         a = blk.self_attn
         h = blk.input_layernorm(x)
         B = h.shape[0]
-        q = a.q_proj(h).view(B, T, a.n_heads, a.head_dim).transpose(1, 2)
-        k = a.k_proj(h).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
-        v = a.v_proj(h).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
+        wq, wk, wv = unpack_qkv(a.qkv_proj.weight, a.n_heads, a.n_kv_heads, a.head_dim)
+        q = (h @ wq.T).view(B, T, a.n_heads, a.head_dim).transpose(1, 2)
+        k = (h @ wk.T).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
+        v = (h @ wv.T).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         rep = a.n_heads // a.n_kv_heads
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
@@ -366,7 +368,7 @@ def test_gqa_with_n_kv_heads_equal_to_n_heads_is_mha():
 
 def test_mqa_shares_one_kv_head_and_stays_causal():
     m = model(n_kv_heads=1)
-    assert m.layers[0].self_attn.k_proj.weight.shape == (32 // 4, 32)
+    assert m.layers[0].self_attn.qkv_proj.weight.shape == ((4 + 1 + 1) * 32 // 4, 32)
     idx = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(3))
     changed = idx.clone()
     changed[:, 10:] = (changed[:, 10:] + 1) % 97

@@ -74,8 +74,7 @@ def test_logit_max_equals_the_kernels_scores(monkeypatch, kw, docs, kernel):
     m.attn_kernel = kernel
     with torch.no_grad():  # grow the weights so the logits are far from 0
         for layer in m.layers:
-            layer.self_attn.q_proj.weight.mul_(8)
-            layer.self_attn.k_proj.weight.mul_(8)
+            layer.self_attn.qkv_proj.weight.mul_(8)  # q and k (and v)
     want = captured_max(monkeypatch, m, b, rows=2)
     got = ActivationProbe(m, rows=2, queries=64).measure(b)["attn_logit_max"]  # 64 >= T: every query
     assert len(got) == 3 and got == pytest.approx(want, rel=1e-5)

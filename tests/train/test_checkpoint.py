@@ -120,7 +120,7 @@ def test_keep_newest_and_overwrite_same_step(tmp_path):
     verify_checkpoint(tmp_path / "step_40")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_30", "step_40"]
     loaded, _ = load_model(tmp_path / "step_40")
-    assert torch.equal(loaded.layers[0].mlp.up_proj.weight, m2.layers[0].mlp.up_proj.weight)
+    assert torch.equal(loaded.layers[0].mlp.gate_up_proj.weight, m2.layers[0].mlp.gate_up_proj.weight)
 
 
 def test_load_model_for_evaluation(tmp_path):

@@ -40,11 +40,10 @@ def test_weight_decay_groups(tied):
     nn_ = {names[id(p)] for p in no_decay["params"]}
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     for n in dn:
-        assert n.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight",
-                           "gate_proj.weight", "up_proj.weight", "down_proj.weight", "lm_head.weight"))
+        assert n.endswith(("qkv_proj.weight", "o_proj.weight", "gate_up_proj.weight", "down_proj.weight", "lm_head.weight"))
     assert ("lm_head.weight" in dn) == (not tied)
     assert "embed_tokens.weight" in nn_ and all(n == "embed_tokens.weight" or "norm" in n for n in nn_)
-    assert len(dn) == 2 * 7 + (0 if tied else 1)
+    assert len(dn) == 2 * 4 + (0 if tied else 1)  # per block: qkv, o, gate_up, down
     # every parameter exactly once
     assert sum(p.numel() for g in (decay, no_decay) for p in g["params"]) == m.num_params()
 
@@ -77,7 +76,7 @@ def test_mup_model_gets_a_hidden_group_with_lr_over_width_mult():
     m = Transformer(c)
     groups = {g["name"]: g for g in param_groups(m, 0.1)}
     assert groups["mup_hidden"]["lr_mult"] == 0.25
-    assert len(groups["mup_hidden"]["params"]) == 2 * 7 and groups["decay"]["params"] == []
+    assert len(groups["mup_hidden"]["params"]) == 2 * 4 and groups["decay"]["params"] == []
     assert sum(p.numel() for g in groups.values() for p in g["params"]) == m.num_params()
     opt = build_optimizer(m, TrainConfig(lr=0.1, warmup_steps=0, max_steps=10, min_lr_ratio=1.0), torch.device("cpu"))
     assert {g["name"]: g["lr"] for g in opt.param_groups} == {"decay": 0.1, "no_decay": 0.1, "mup_hidden": 0.025}

@@ -12,7 +12,7 @@ def test_an_unwrapped_model_reports_every_parameter_whole_and_blocks_once():
     layout = parameter_layout(model)
     assert all(p["placements"] == [] and p["local"] == p["global"] for p in layout.values())
     assert not any(name.startswith("layers.0.") for name in layout)  # named as layers.*.<name>
-    assert layout["layers.*.self_attn.q_proj.weight"]["global"] == [32, 32]
+    assert layout["layers.*.self_attn.qkv_proj.weight"]["global"] == [3 * 32, 32]  # q, k, v fused
     per_block = sum(p.numel() for p in model.layers[0].parameters())
     outside = sum(p["global"][0] * (p["global"][1] if len(p["global"]) > 1 else 1)
                   for n, p in layout.items() if not n.startswith("layers.*."))

@@ -53,7 +53,7 @@ def check_tp_sharding(sharding: dict, tp: int, dp: int = 1) -> None:
     for module, dim in [(m, 0) for m in COLUMN] + [(m, 1) for m in ROW]:
         name = f"layers.*.{module}.weight"
         if name not in params:
-            assert module == "mlp.gate_proj", f"{name} missing"
+            assert module in ("mlp.gate_up_proj", "mlp.up_proj"), f"{name} missing"  # SwiGLU's or GELU's
             continue
         p = params[name]
         assert p["placements"] and p["placements"][-1] == f"Shard(dim={dim})", (name, p)
@@ -124,8 +124,7 @@ def test_the_plan_shards_attention_and_the_ffn_of_either_kind():
         cols = {n for n, s in plan.items() if isinstance(s, ColwiseParallel)}
         rows = {n for n, s in plan.items() if isinstance(s, RowwiseParallel)}
         assert rows == {"self_attn.o_proj", "mlp.down_proj"}
-        assert cols == ({"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.up_proj"}
-                        | ({"mlp.gate_proj"} if ffn == "swiglu" else set()))
+        assert cols == {"self_attn.qkv_proj", "mlp.gate_up_proj" if ffn == "swiglu" else "mlp.up_proj"}
 
 
 def test_dp2_by_tp2_on_four_ranks_composes_fsdp2_with_tp(single, tmp_path):

@@ -66,9 +66,7 @@ class _CachedDecoder:
 
     def _attend(self, i: int, attn: Attention, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
-        q = attn.q_proj(x).view(B, T, attn.n_heads, attn.head_dim).transpose(1, 2)
-        k = attn.k_proj(x).view(B, T, attn.n_kv_heads, attn.head_dim).transpose(1, 2)
-        v = attn.v_proj(x).view(B, T, attn.n_kv_heads, attn.head_dim).transpose(1, 2)
+        q, k, v = attn.project_qkv(x)
         if attn.q_norm is not None and attn.k_norm is not None:  # both or neither (cfg.qk_norm)
             q, k = attn.q_norm(q), attn.k_norm(k)
         if self.m.embed_positions is None:

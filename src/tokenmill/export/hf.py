@@ -11,7 +11,9 @@
       tokenizer_config.json    PreTrainedTokenizerFast with EOS/BOS/PAD
       special_tokens_map.json
 
-tokenmill's module names already follow HF Llama, so the weights need only the "model." prefix.
+tokenmill's module names follow HF Llama, so the weights need only the "model." prefix, except the
+fused projections (qkv_proj, gate_up_proj), which are split back into HF's q/k/v and gate/up
+matrices (model/fused.py).
 RoPE needs no permutation: `apply_rope` rotates channel pairs (i, i + hd/2) with cos/sin repeated
 over both halves ("rotate_half"), which is HF Llama's convention; the test proves it by comparing
 logits. A static NTK-scaled RoPE is exported as the equivalent base (rope_theta·factor^(hd/(hd-2)));
@@ -40,6 +42,7 @@ from safetensors.torch import save_file
 from tokenmill.model.config import ModelConfig
 from tokenmill.ownership import MARKER, publish_into, read_marker, temporary_name, write_marker
 from tokenmill.errors import UserError
+from tokenmill.model.fused import split_tensors
 from tokenmill.model.transformer import resolve_ffn_hidden
 from tokenmill.model.rope import original_length
 from tokenmill.tokenizer.special import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID
@@ -128,7 +131,8 @@ def llama_config(cfg: ModelConfig) -> dict[str, Any]:
 def hf_state_dict(model: torch.nn.Module, tie: bool) -> dict[str, torch.Tensor]:
     """HF names -> fp32 contiguous CPU tensors; lm_head.weight left out when tied."""
     out: dict[str, torch.Tensor] = {}
-    for name, t in model.state_dict().items():
+    cfg: ModelConfig = getattr(model, "config")  # a Transformer's: the head counts to split qkv by
+    for name, t in split_tensors(model.state_dict(), cfg).items():
         if name == "lm_head.weight":
             if tie:
                 continue

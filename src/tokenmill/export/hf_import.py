@@ -27,6 +27,7 @@ from safetensors import SafetensorError, safe_open
 
 from tokenmill.export.hf_checks import INDEX_FILE, HFImportError, check_config, check_weights, read_json_bounded
 from tokenmill.model.config import ModelConfig
+from tokenmill.model.fused import fuse_tensors
 from tokenmill.model.rope import yarn_attention_scale, yarn_inv_freq
 from tokenmill.model.transformer import Transformer
 
@@ -203,7 +204,7 @@ def import_hf(path: Path | str, tolerance: float = 1e-4, check_tokens: int = 32)
     conf, cfg, files = check_hf_dir(path)
     hf = load_checked(files)
     model = Transformer(cfg)
-    tensors = tokenmill_tensors(hf, cfg.tie_embeddings, path)
+    tensors = fuse_tensors(tokenmill_tensors(hf, cfg.tie_embeddings, path), cfg)  # HF's q/k/v, gate/up: fused
     expected = model.state_dict()
     missing = sorted(set(expected) - set(tensors) - ({"lm_head.weight"} if cfg.tie_embeddings else set()))
     unexpected = sorted(set(tensors) - set(expected))

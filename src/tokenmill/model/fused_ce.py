@@ -110,21 +110,43 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_nll: torch.Tensor):
         h, w, targets, dh, dw = ctx.saved_tensors
-        keep = targets != IGNORE
-        go = grad_nll.reshape(-1).float()
-        counted = go[keep]
-        if counted.numel() == 0:
-            return torch.zeros_like(h), torch.zeros_like(w), None, None, None, None
-        if bool((counted == counted[0]).all()):
-            c = counted[0]
-            grad_h = (dh * c).to(h.dtype)
-            grad_w = (dw * c).to(w.dtype)
-        else:  # a non-uniform upstream gradient: dW must be recomputed with it
-            with torch.autocast(h.device.type, enabled=False):
-                _, dh2, dw2 = _chunk_pass(h, w, targets, ctx.scale, ctx.chunk, ctx.dtype, True, row_weight=go)
-            assert dh2 is not None and dw2 is not None  # want_grads=True returns both
-            grad_h, grad_w = dh2.to(h.dtype), dw2.to(w.dtype)
+        grad_h, grad_w = _lce_backward(grad_nll, h, w, targets, dh, dw, ctx.scale, ctx.chunk, ctx.dtype)
         return grad_h, grad_w, None, None, None, None
+
+
+# The backward picks its path from the upstream gradient's values (uniform: scale the saved grads;
+# not: recompute). A custom op keeps that choice out of torch.compile's view: traced, the boolean
+# index and the branch were graph breaks in every compiled training step (tests/train/test_compilation.py).
+@torch.library.custom_op("tokenmill::linear_ce_backward", mutates_args=())
+def _lce_backward(
+    grad_nll: torch.Tensor,
+    h: torch.Tensor,
+    w: torch.Tensor,
+    targets: torch.Tensor,
+    dh: torch.Tensor,
+    dw: torch.Tensor,
+    scale: float,
+    chunk: int,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    keep = targets != IGNORE
+    go = grad_nll.reshape(-1).float()
+    counted = go[keep]
+    if counted.numel() == 0:
+        return torch.zeros_like(h), torch.zeros_like(w)
+    if bool((counted == counted[0]).all()):
+        c = counted[0]
+        return (dh * c).to(h.dtype), (dw * c).to(w.dtype)
+    # a non-uniform upstream gradient: dW must be recomputed with it
+    with torch.autocast(h.device.type, enabled=False):
+        _, dh2, dw2 = _chunk_pass(h, w, targets, scale, chunk, dtype, True, row_weight=go)
+    assert dh2 is not None and dw2 is not None  # want_grads=True returns both
+    return dh2.to(h.dtype), dw2.to(w.dtype)
+
+
+@_lce_backward.register_fake
+def _(grad_nll, h, w, targets, dh, dw, scale, chunk, dtype):
+    return torch.empty_like(h), torch.empty_like(w)
 
 
 def linear_cross_entropy(

@@ -15,7 +15,7 @@
   takes per-token RoPE positions and a per-token document index; a query then sees only keys
   at or before it in the same document (block-diagonal causal). See "Document masking" below
   for the two kernels and their trade-off;
-- SwiGLU MLP: down(silu(gate(x)) * up(x)), no biases anywhere;
+- SwiGLU MLP: down(silu(gate(x)) * up(x)), no biases anywhere (q/k/v and gate/up each one fused matmul);
 - init: normal(0, init_std) for every matrix, residual output projections (o_proj, down_proj)
   scaled by 1/sqrt(2·n_layers) (GPT-2 / nanoGPT), norm gains 1.
 
@@ -27,9 +27,12 @@ linear/NTK scaling, QK-norm (`q_norm`/`k_norm` per head, before RoPE), sliding-w
 (`Transformer.z_loss`), a Mixture-of-Experts FFN (moe.py; `aux_loss()`, `moe_stats()`) and μP
 (mup.py: init, attention scale, output multiplier; the LR multipliers live in the optimizer).
 
-Module names follow HF `LlamaForCausalLM` (embed_tokens, layers.i.self_attn.{q,k,v,o}_proj,
-layers.i.mlp.{gate,up,down}_proj, input_layernorm, post_attention_layernorm, norm, lm_head), so
-an export only adds the "model." prefix.
+Module names follow HF `LlamaForCausalLM` (embed_tokens, layers.i.self_attn.o_proj,
+layers.i.mlp.down_proj, input_layernorm, post_attention_layernorm, norm, lm_head) except the fused
+projections: layers.i.self_attn.qkv_proj (q, k and v in one matmul) and layers.i.mlp.gate_up_proj
+(gate and up in one), laid out as model/fused.py describes. A state dict with HF's separate
+q/k/v_proj and gate/up_proj matrices (an old checkpoint, an HF import) loads into them; the HF
+export splits them again.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from torch import nn
 
 from tokenmill.model.config import ModelConfig, shape_problem
 from tokenmill.model.rope import rope_tables, tables_for  # noqa: F401  (rope_tables: re-exported)
-from tokenmill.model import mup
+from tokenmill.model import fused, mup
 from tokenmill.model.fused_ce import IGNORE, fused_chunk, linear_cross_entropy, loss_kernel
 from tokenmill.model.moe import MoE
 
@@ -313,9 +316,8 @@ class Attention(nn.Module):
         self.n_kv_heads = cfg.n_kv_heads or cfg.n_heads
         self.head_dim = cfg.d_model // cfg.n_heads
         d = cfg.d_model
-        self.q_proj = nn.Linear(d, self.n_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(d, self.n_kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(d, self.n_kv_heads * self.head_dim, bias=False)
+        # q, k and v in one matmul, grouped by kv head (model/fused.py: whole heads per TP rank)
+        self.qkv_proj = nn.Linear(d, (self.n_heads + 2 * self.n_kv_heads) * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, d, bias=False)
         # QK-norm (seed 000): bounds attention logits, a common fix for loss spikes at high LR
         self.q_norm = make_norm(cfg, self.head_dim) if cfg.qk_norm else None
@@ -326,11 +328,7 @@ class Attention(nn.Module):
         """mask: None (plain causal), a boolean [B, 1, T, T] SDPA mask, or a FlexAttention BlockMask.
         cos/sin None: no rotary embedding (learned absolute positions)."""
         B, T, _ = x.shape
-        # Head counts come from the projections' outputs, not the config: under tensor parallelism
-        # (applied from outside, train/tensor_parallel.py) a rank holds n_heads / tp of them.
-        q = self.q_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        q, k, v = self.project_qkv(x)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if cos is not None and sin is not None:
@@ -350,17 +348,64 @@ class Attention(nn.Module):
         y = y.transpose(1, 2).reshape(B, T, -1)
         return self.o_proj(y)
 
+    def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(q [B, H, T, hd], k and v [B, KV, T, hd]) of x [B, T, d] from the one fused matmul.
+
+        Head counts come from the projection's output, not the config: under tensor parallelism
+        (applied from outside, train/tensor_parallel.py) a rank holds n_kv_heads / tp groups."""
+        B, T, _ = x.shape
+        rep = self.n_heads // self.n_kv_heads
+        groups = self.qkv_proj(x).view(B, T, -1, rep + 2, self.head_dim)
+        q = groups[:, :, :, :rep].reshape(B, T, -1, self.head_dim).transpose(1, 2)
+        return q, groups[:, :, :, rep].transpose(1, 2), groups[:, :, :, rep + 1].transpose(1, 2)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        # an old checkpoint's separate q/k/v matrices (or HF's) load into the fused one
+        names = [prefix + n.removeprefix("self_attn.") for n in fused.SEPARATE_QKV]
+        if all(n in state_dict for n in names):
+            q, k, v = (state_dict.pop(n) for n in names)
+            state_dict[prefix + "qkv_proj.weight"] = fused.pack_qkv(q, k, v, self.head_dim)
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
+    @torch.no_grad()
+    def init_qkv_(self, std: float, generator: torch.Generator | None) -> None:
+        """Draw q, k, v as separate matrices in that order, then pack: the same numbers as the
+        separate projections drew (a fused draw would permute them)."""
+        w, d = self.qkv_proj.weight, self.qkv_proj.in_features
+        parts = [w.new_empty(n * self.head_dim, d) for n in (self.n_heads, self.n_kv_heads, self.n_kv_heads)]
+        for part in parts:
+            _normal_(part, std, generator)
+        w.copy_(fused.pack_qkv(parts[0], parts[1], parts[2], self.head_dim))
+
 
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         hidden = resolve_ffn_hidden(cfg)
-        self.gate_proj = nn.Linear(cfg.d_model, hidden, bias=False)
-        self.up_proj = nn.Linear(cfg.d_model, hidden, bias=False)
+        # gate and up in one matmul, rows interleaved (model/fused.py: matching columns per TP rank)
+        self.gate_up_proj = nn.Linear(cfg.d_model, 2 * hidden, bias=False)
         self.down_proj = nn.Linear(hidden, cfg.d_model, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        pairs = self.gate_up_proj(x).unflatten(-1, (-1, 2))
+        return self.down_proj(F.silu(pairs[..., 0]) * pairs[..., 1])
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        # an old checkpoint's separate gate/up matrices (or HF's) load into the fused one
+        names = [prefix + n for n in fused.SEPARATE_GATE_UP]
+        if all(n in state_dict for n in names):
+            gate, up = (state_dict.pop(n) for n in names)
+            state_dict[prefix + "gate_up_proj.weight"] = fused.pack_gate_up(gate, up)
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
+    @torch.no_grad()
+    def init_gate_up_(self, std: float, generator: torch.Generator | None) -> None:
+        """Draw gate, then up, as separate matrices, then interleave (the separate layout's numbers)."""
+        w = self.gate_up_proj.weight
+        gate, up = w.new_empty(w.shape[0] // 2, w.shape[1]), w.new_empty(w.shape[0] // 2, w.shape[1])
+        _normal_(gate, std, generator)
+        _normal_(up, std, generator)
+        w.copy_(fused.pack_gate_up(gate, up))
 
 
 class GeluMLP(nn.Module):
@@ -462,9 +507,15 @@ class Transformer(nn.Module):
 
         Pass a CPU `generator` for an init that does not touch (or depend on) global RNG state.
         """
+        modules = dict(self.named_modules())
         for name, p in self.named_parameters():  # shared (tied) parameters are visited once
+            owner = modules[name.rpartition(".")[0].rpartition(".")[0]]  # "layers.0.self_attn"
             if p.ndim == 1:
                 p.fill_(1.0)
+            elif isinstance(owner, Attention) and name.endswith("qkv_proj.weight"):
+                owner.init_qkv_(self.init_std_of(name), generator)
+            elif isinstance(owner, MLP) and name.endswith("gate_up_proj.weight"):
+                owner.init_gate_up_(self.init_std_of(name), generator)
             else:
                 _normal_(p, self.init_std_of(name), generator)
 

@@ -64,8 +64,7 @@ def attention_logit_max(
     """max over allowed pairs (query rows per `query_rows`, all keys) of scale·q·kᵀ, in fp32 (a
     0-dim tensor), with q and k built from the layer input `x` [B, T, d] as `Attention.forward` does."""
     B, T, _ = x.shape
-    q = attn.q_proj(x).view(B, T, -1, attn.head_dim).transpose(1, 2)
-    k = attn.k_proj(x).view(B, T, -1, attn.head_dim).transpose(1, 2)
+    q, k, _ = attn.project_qkv(x)
     if attn.q_norm is not None and attn.k_norm is not None:
         q, k = attn.q_norm(q), attn.k_norm(k)
     if cos is not None and sin is not None:

@@ -35,6 +35,7 @@ from safetensors.torch import save as st_save
 from torch import nn
 
 from tokenmill.errors import UserError
+from tokenmill.model import fused
 from tokenmill.runs import EventLog
 
 FORMAT_VERSION = 1
@@ -139,8 +140,26 @@ def model_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def load_model_tensors(model: nn.Module, tensors: dict[str, torch.Tensor], origin: Path) -> None:
-    """Copy stored tensors into the model; the only key allowed missing is a tied duplicate."""
+def fused_layout(
+    model: nn.Module, tensors: dict[str, torch.Tensor], origin: Path, optimizer: bool = False
+) -> dict[str, torch.Tensor]:
+    """A checkpoint's tensors in the model's fused-projection layout (model/fused.py): a checkpoint
+    written before the fusion stores separate q/k/v_proj and gate/up_proj matrices. Its weights
+    convert exactly; its optimizer state is per old parameter, so resuming it (`optimizer`) is refused."""
+    if not any(n.endswith((fused.SEPARATE_QKV[0], fused.SEPARATE_GATE_UP[0])) for n in tensors):
+        return tensors
+    if optimizer:
+        raise CheckpointError(
+            f"{origin}: written with separate q/k/v and gate/up projections, whose optimizer state cannot "
+            f"resume the fused model; start a run from its weights instead (train.init_from)"
+        )
+    return fused.fuse_tensors(tensors, getattr(model, "config"))
+
+
+def load_model_tensors(model: nn.Module, tensors: dict[str, torch.Tensor], origin: Path, optimizer: bool = False) -> None:
+    """Copy stored tensors into the model; the only key allowed missing is a tied duplicate.
+    `optimizer`: the caller loads the optimizer state too (see `fused_layout`)."""
+    tensors = fused_layout(model, tensors, origin, optimizer)
     expected = model.state_dict()
     missing = set(expected) - set(tensors)
     unexpected = set(tensors) - set(expected)

@@ -259,7 +259,7 @@ def load_into(
     elif is_sharded(inner):
         _load_full_into_sharded(path, inner, optimizer)
     else:
-        ckpt.load_model_tensors(inner, st_load((path / "model.safetensors").read_bytes()), path)
+        ckpt.load_model_tensors(inner, st_load((path / "model.safetensors").read_bytes()), path, optimizer is not None)
         if optimizer is not None:
             optimizer.load_state_dict(torch.load(path / "optim.pt", map_location="cpu", weights_only=True))
     if restore_rng:
@@ -314,7 +314,7 @@ def _load_full_into_sharded(path: Path, model: nn.Module, optimizer: torch.optim
     full_state_dict=True)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
-    tensors = st_load((path / "model.safetensors").read_bytes())
+    tensors = ckpt.fused_layout(model, st_load((path / "model.safetensors").read_bytes()), path, optimizer is not None)
     for names in _tied_names(model):  # the file stores a tied tensor once
         present = [n for n in names if n in tensors]
         if present:
@@ -360,7 +360,7 @@ def load_full_into_stage(
     share of the AdamW state, whose indices in optim.pt follow the optimizer of the whole model
     (`full_order`: its parameter names in that optimizer's order; `full`: the whole model, for
     the names a tied tensor is stored under)."""
-    tensors = st_load((path / "model.safetensors").read_bytes())
+    tensors = ckpt.fused_layout(full, st_load((path / "model.safetensors").read_bytes()), path, optimizer=True)
     for names in _tied_names(full):  # the file stores a tied tensor once, under one of its names
         present = [n for n in names if n in tensors]
         for n in names:

@@ -45,7 +45,7 @@ def load_checkpoint(
         )
     if dist_checkpoint.needs_parallel_load(state, model):  # sharded checkpoint, or a DDP/FSDP model
         return dist_checkpoint.load_into(path, state, model, optimizer, restore_rng)
-    load_model_tensors(model, st_load((path / "model.safetensors").read_bytes()), path)
+    load_model_tensors(model, st_load((path / "model.safetensors").read_bytes()), path, optimizer is not None)
     if optimizer is not None:
         opt_state = torch.load(path / "optim.pt", map_location="cpu", weights_only=True)
         optimizer.load_state_dict(opt_state)

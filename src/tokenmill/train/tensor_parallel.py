@@ -1,8 +1,10 @@
 """Tensor parallelism (Megatron-style, Shoeybi et al. 2019) applied to the Transformer from the
 outside with torch's DTensor plans, as torchtitan does: the model code stays free of it.
 
-Per block: q, k, v and the FFN's gate/up are column-parallel (each rank computes n_heads / tp
-heads, n_kv_heads / tp key/value heads and hidden / tp FFN columns), o_proj and down_proj are
+Per block: the fused qkv and gate/up projections are column-parallel (each rank computes n_heads / tp
+heads, n_kv_heads / tp key/value heads and hidden / tp FFN columns: their weights are laid out so
+that the r-th of tp equal row blocks holds whole kv-head groups of q, k and v, and matching gate
+and up rows, model/fused.py), o_proj and down_proj are
 row-parallel (their outputs are summed over the tp ranks, one all-reduce per sub-block in the
 forward and one in the backward). Attention runs on the rank's own heads; the model reads its
 head counts from the projections' shapes, so GQA, RoPE, document masking, QK-norm and every
@@ -23,7 +25,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, parallelize_module
 
-COLUMN = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj")
+COLUMN = ("self_attn.qkv_proj", "mlp.gate_up_proj", "mlp.up_proj")  # mlp.up_proj: the GELU FFN's
 ROW = ("self_attn.o_proj", "mlp.down_proj")
 
 
