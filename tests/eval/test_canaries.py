@@ -172,9 +172,14 @@ def test_repeated_canaries_are_more_exposed_after_training(tmp_path):
     out = json.loads(run.sub("eval", f"{summary['step']}.json").read_text())["canaries"]
     # Measured (seed 4, CPU): mean exposure 1.8 / 3.9 / 7.65 bits empirical (7.65 = log2 201, the
     # cap: both 48x canaries rank first), 1.9 / 3.8 / 9.2 bits extrapolated, of 19.9 possible.
+    # This tiny run at lr 0.01 is chaotic: the fused q/k/v model matches the separate one bit for
+    # bit over the first 8 steps and by 1e-7 in the gradient norms, yet ends 0.2 nats apart at
+    # step 150 (measured in fp32 and bf16). There one 48x canary ranks second (7.15 bits) and the
+    # extrapolated exposures read 2.2 / 2.6 / 3.5. So the test asserts the ordering, the top two
+    # and a margin, not one trajectory's figures.
     groups = [out["by_count"][k] for k in ("1", "8", "48")]
     for key in ("mean_exposure_empirical", "mean_exposure_extrapolated"):
         assert groups[0][key] < groups[1][key] < groups[2][key]
-    assert groups[2]["mean_exposure_empirical"] == pytest.approx(math.log2(201))
-    assert groups[0]["mean_exposure_extrapolated"] < 4 < 6 < groups[2]["mean_exposure_extrapolated"]
+    assert groups[2]["mean_exposure_empirical"] >= math.log2(201 / 2) - 1e-9  # both in the top 2 of 201
+    assert groups[2]["mean_exposure_extrapolated"] > groups[0]["mean_exposure_extrapolated"] + 1
     assert [c.secret for c in load_canaries(run.sub("curated"))["canaries"]] == [r["secret"] for r in out["canaries"]]

@@ -356,8 +356,13 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         rep = self.n_heads // self.n_kv_heads
         groups = self.qkv_proj(x).view(B, T, -1, rep + 2, self.head_dim)
-        q = groups[:, :, :, :rep].reshape(B, T, -1, self.head_dim).transpose(1, 2)
-        return q, groups[:, :, :, rep].transpose(1, 2), groups[:, :, :, rep + 1].transpose(1, 2)
+        # q, k and v are copied out of the fused output: a view of it (q's reshape is one when
+        # rep = 1) would keep all of it alive until the attention's backward (SDPA, QK-norm and
+        # RoPE save their inputs), up to 2·d more bytes per token per layer than the separate
+        # projections kept (tests/scaling/test_memory.py counts them).
+        q = groups[:, :, :, :rep].reshape(B, T, -1, self.head_dim).contiguous().transpose(1, 2)
+        k, v = (groups[:, :, :, rep + i].contiguous().transpose(1, 2) for i in (0, 1))
+        return q, k, v
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
         # an old checkpoint's separate q/k/v matrices (or HF's) load into the fused one

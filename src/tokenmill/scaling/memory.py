@@ -17,8 +17,8 @@ layer, with c = bytes of the compute dtype (4 fp32, 2 under bf16 autocast) and f
     RMSNorm: normalized x before its gain        2 · f·BTd   (+ rsqrt f·BT each; LayerNorm keeps
                                                              mean and rstd, 2·f·BT, instead)
     projection inputs                           fp32: the norm outputs, 2 · f·BTd. bf16: autocast
-                                                casts the fp32 norm output once per Linear (q, k, v;
-                                                gate, up), 5 · c·BTd for SwiGLU, 4 for GELU
+                                                casts the fp32 norm output once per Linear: the
+                                                fused qkv and the fused gate-up (or up), 2 · c·BTd
     SDPA: q, k, v, output                       4 · c·BT·(n_heads·head_dim)  (k and v after the GQA
                                                 repeat, so GQA saves no activation memory)
           log-sum-exp                           f·B·n_heads·T
@@ -139,7 +139,7 @@ def layer_activation_bytes(
     # two pre-norms on the fp32 residual stream
     n += 2 * (F32 * BT * d + (F32 * BT * d + F32 * BT if rms else 2 * F32 * BT))
     # attention projections' input
-    n += 3 * c * BT * d if bf else F32 * BT * d
+    n += c * BT * d if bf else F32 * BT * d  # under bf16 cast once, for the one fused qkv matmul
     if cfg.qk_norm:
         # RMSNorm upcasts to fp32 and keeps its input and normalized value (the latter in c);
         # LayerNorm runs in the input's dtype and keeps a contiguous copy of its input and its
@@ -175,7 +175,7 @@ def _ffn_activation_bytes(cfg: ModelConfig, BT: int, c: int, tp: int = 1) -> int
     gelu = cfg.ffn == "gelu"
     hidden = (2 if gelu else 4) * c * h
     if cfg.n_experts == 0:
-        casts = (1 if gelu else 2) * c * d if bf else F32 * d  # the replicated input, cast per Linear
+        casts = c * d if bf else F32 * d  # the replicated input, cast once (up, or the fused gate-up)
         return BT * (casts + hidden // tp)
     slots = BT * cfg.top_k
     # per routed slot: the expert's input (cast per Linear under bf16), its output, the gate's
