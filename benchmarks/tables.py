@@ -86,6 +86,7 @@ SECTIONS = (
     _table("train_memory", ("train_memory.json",), entry_tables.train_memory),
     _table("train_quality", ("train_quality.json",), entry_tables.train_quality),
     _table("demo_wallclock", ("demo_wallclock.json",), entry_tables.demo_wallclock),
+    _table("demo_wallclock_bf16", ("demo_wallclock_bf16.json",), entry_tables.demo_wallclock),
     _table("minhash", ("minhash.json",), entry_tables.minhash),
     _table("quality_languages", ("quality_languages.json",), entry_tables.quality_languages),
     _table("quality_kinds", ("quality_languages.json",), entry_tables.quality_kinds),
