@@ -5,7 +5,18 @@
 #   .gpu/nanogpt  model.py, train.py, configurator.py and COMMIT of ../shared/peers/nanogpt
 #   .whl          pydantic, pydantic-core, annotated-types, typing-inspection, typing-extensions
 #                 wheels for CPython 3.12 (the device image has no pydantic)
-# and COMMIT=<short hash> in the environment. Each part writes its JSON under $OUT as it goes, so
+# and COMMIT=<short hash> in the environment. Building them here (about 90 s; .gpu and .whl are
+# listed in .git/info/exclude):
+#   .venv/bin/tokenmill curate --config benchmarks/configs/gpu_125m.yaml -w 2
+#   .venv/bin/tokenmill tokenizer train benchmarks/configs/gpu_125m.yaml
+#   .venv/bin/tokenmill tokenize benchmarks/configs/gpu_125m.yaml
+#   mkdir -p .gpu/run .gpu/nanogpt && cp runs/gpu-125m/config.yaml .gpu/run/ && cp -r runs/gpu-125m/tokens .gpu/run/
+#   cp ../shared/peers/nanogpt/{model.py,train.py,configurator.py,COMMIT} .gpu/nanogpt/
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+#     pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 typing-extensions==4.16.0
+# and the device call: run(command="COMMIT=$(git rev-parse --short HEAD) bash benchmarks/lease_issue43.sh",
+# carry=[".gpu", ".whl"], timeout_s=580). Each part writes its JSON under $OUT as it goes, so
 # a part cut short by its timeout keeps what it measured; the parts run in order of what issue 43
 # most needs: tokens/s against nanoGPT, host synchronisations per step, time to loss with Muon.
 set -u
