@@ -15,7 +15,8 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
 #     pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 typing-extensions==4.16.0
-# and the device call: run(command="COMMIT=$(git rev-parse --short HEAD) bash benchmarks/lease_issue43.sh",
+# and the device call, with the hash written out here (the device copy may have no .git):
+#   run(command="COMMIT=<git rev-parse --short HEAD> bash benchmarks/lease_issue43.sh",
 # carry=[".gpu", ".whl"], timeout_s=580). Each part writes its JSON under $OUT as it goes, so
 # a part cut short by its timeout keeps what it measured; the parts run in order of what issue 43
 # most needs: tokens/s against nanoGPT, host synchronisations per step, time to loss with Muon.
