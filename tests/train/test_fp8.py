@@ -7,6 +7,7 @@ against bf16 are a GPU measurement (benchmarks/bench_fp8.py)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,10 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import nn
 
+from tokenmill.config import RunConfig
 from tokenmill.model.config import ModelConfig
 from tokenmill.model.transformer import Transformer
+from tokenmill.runs import RunDir, read_events
 from tokenmill.train.checkpoint import load_model_tensors, model_tensors
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.fp8 import fp8_launch_problem, is_fp8_linear
@@ -116,3 +119,46 @@ def test_a_trained_fp8_models_checkpoint_loads_without_fp8():
     load_model_tensors(plain, stored, origin=Path("fp8-run"))
     for name, t in m.state_dict().items():
         assert torch.equal(plain.state_dict()[name], t), name
+
+
+def fp8_run(run: RunDir, dest: Path, **train) -> RunDir:
+    shutil.copytree(run.path, dest)
+    data = run.config.model_dump()
+    data["train"].update(dtype="bfloat16", compile=False, eval_every=5, **train)
+    return RunDir.create(RunConfig.model_validate(data), dest)
+
+
+def step_losses(run: RunDir) -> dict[int, float]:
+    return {e["step"]: e["loss"] for e in read_events(run.path / "events.jsonl") if e["kind"] == "train_step"}
+
+
+def test_an_fp8_run_resumes_exactly_and_its_checkpoint_loads_without_fp8(tiny_run, tmp_path, monkeypatch):
+    """The real trainer with train.fp8 on the CPU (the launch check, which refuses the CPU, let
+    through: torchao emulates FP8 matmuls here): a crash and resume replays every step."""
+    pytest.importorskip("torchao.float8", reason="torchao is not installed (pip install 'tokenmill[fp8]')")
+    import tokenmill.train.trainer as trainer
+
+    monkeypatch.setattr(trainer, "fp8_launch_problem", lambda device, dtype: None)
+    reference = fp8_run(tiny_run, tmp_path / "ref", fp8=True)
+    trainer.run_train(reference, progress=False)
+    crashing = fp8_run(tiny_run, tmp_path / "crash", fp8=True)
+
+    def crash(step, model):
+        if step == 15:
+            raise RuntimeError("simulated crash")
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        trainer.run_train(crashing, on_eval=crash, progress=False)
+    trainer.run_train(crashing, resume=True, progress=False)
+    assert step_losses(crashing) == step_losses(reference)
+    for name in ("model.safetensors", "optim.pt"):
+        ours = (crashing.path / "checkpoints" / "step_30" / name).read_bytes()
+        assert ours == (reference.path / "checkpoints" / "step_30" / name).read_bytes(), name
+    converted = [e for e in read_events(reference.path / "events.jsonl") if e["kind"] == "fp8"]
+    assert converted and len(converted[0]["converted"]) == 8  # 4 projections × 2 blocks
+    bf16 = fp8_run(tiny_run, tmp_path / "bf16", fp8=False)
+    trainer.run_train(bf16, progress=False)
+    assert step_losses(bf16)[30] != step_losses(reference)[30]  # the FP8 matmuls did run
+    plain = Transformer(reference.config.model.model_copy(update={"vocab_size": 64}))
+    stored = st_load((reference.path / "checkpoints" / "step_30" / "model.safetensors").read_bytes())
+    load_model_tensors(plain, stored, origin=reference.path)  # no Float8Linear, same names
