@@ -90,6 +90,7 @@ LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
     "train": {
         ("init_from",): None,
         ("init_optimizer",): False,
+        ("fp8",): False,
         ("faults", "kill"): None,
         ("faults", "hang"): None,
         ("faults", "slow"): None,

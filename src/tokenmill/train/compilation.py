@@ -38,6 +38,8 @@ def compile_decision(tc: TrainConfig, remaining_steps: int, model_parallel: bool
         return True, "train.compile is true"
     if tc.compile is False:
         return False, "train.compile is false"
+    if tc.fp8:  # eager, each FP8 cast is its own kernels: torchao fuses them only under torch.compile
+        return True, "auto: train.fp8 needs torch.compile to fuse its casts"
     if remaining_steps >= tc.compile_min_steps:
         return True, f"auto: {remaining_steps} steps to run >= train.compile_min_steps ({tc.compile_min_steps})"
     return False, f"auto: {remaining_steps} steps to run < train.compile_min_steps ({tc.compile_min_steps})"

@@ -253,6 +253,10 @@ class TrainConfig(Strict):
         description="Autocast dtype (fp32 master weights); 'auto': bf16 on CUDA and on CPUs with "
         "AVX512-BF16/AMX, fp32 elsewhere.",
     )
+    fp8: bool = Field(
+        False,
+        description="FP8 matmuls in the blocks' projections (torchao Float8Linear, tensorwise scaling, on bf16 autocast); CUDA with compute capability >= 8.9 only, needs torchao.",
+    )
     activation_checkpointing: bool = Field(
         False, description="Recompute each block's activations in backward (less memory, ~1/3 more compute)."
     )
@@ -361,6 +365,22 @@ class TrainConfig(Strict):
             raise ValueError(
                 "train.optimizer=muon needs whole weight matrices on each rank: not with train.distributed=fsdp "
                 "or train.parallel.tp > 1 (use DDP, pipeline parallelism or optimizer=adamw)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _fp8_fits(self) -> "TrainConfig":
+        # FP8 casts sit on bf16 autocast; torchao's Float8Linear needs float8-aware TP plans and the
+        # weight gradient's inner dimension (the micro-batch's tokens) a multiple of 16
+        if not self.fp8:
+            return self
+        if self.dtype == "float32":
+            raise ValueError("train.fp8 runs on top of bf16 autocast: not with train.dtype=float32")
+        if self.parallel.tp > 1 or self.parallel.pp > 1:
+            raise ValueError("train.fp8 is not supported with train.parallel.tp > 1 or pp > 1 (DDP and FSDP are)")
+        if (self.micro_batch * self.seq_len) % 16:
+            raise ValueError(
+                f"train.fp8 needs train.micro_batch × train.seq_len a multiple of 16 (FP8 matmuls), got {self.micro_batch * self.seq_len}"
             )
         return self
 

@@ -71,6 +71,7 @@ from tokenmill.train.budget import resolve_budget
 from tokenmill.train.clipping import clip_gradients, clip_on_device
 from tokenmill.train.pipeline_parallel import Pipeline, build_pipeline, stage_layers
 from tokenmill.train.compilation import compile_cache_dir, compile_decision, compile_model
+from tokenmill.train.fp8 import convert_to_fp8, fp8_launch_problem
 from tokenmill.train.device import autocast, enable_tf32, resolve_dtype
 from tokenmill.train.dist_checkpoint import agreed_latest_checkpoint, load_full_into_stage
 from tokenmill.train.distributed import (
@@ -549,11 +550,14 @@ def _run_train(run: RunDir, ctx: DistContext, resume: bool, on_eval: EvalHook | 
             f"{ctx.sizes.dp} data-parallel replica(s), but train.global_batch_tokens gives "
             f"grad_accum={tc.grad_accum}: raise the global batch or lower train.micro_batch"
         )
+    device = ctx.device  # train.device, or this rank's GPU under torchrun
+    dtype = resolve_dtype(device, tc.dtype)
+    fp8_problem = fp8_launch_problem(device, dtype) if tc.fp8 else None
+    if fp8_problem:
+        raise TrainError(fp8_problem)
     store = TokenStore(run.path / "tokens")
     mcfg = resolve_model_config(cfg.model, store, tc.seq_len)
-    device = ctx.device  # train.device, or this rank's GPU under torchrun
     enable_tf32(device)
-    dtype = resolve_dtype(device, tc.dtype)
     prev_threads = torch.get_num_threads()
     if tc.threads:
         torch.set_num_threads(tc.threads)
@@ -614,6 +618,8 @@ def _build_model(
         if unchecked:
             events.write(STAGE, "init_from_warning", message=unchecked)
     model = model.to(ctx.device)
+    if tc.fp8:  # before FSDP and torch.compile wrap it (train/fp8.py); names and weights unchanged
+        events.write(STAGE, "fp8", recipe="tensorwise", converted=convert_to_fp8(model))
     model.activation_checkpointing = tc.activation_checkpointing
     model.train()
     return model, inherited
