@@ -253,8 +253,10 @@ class TrainConfig(Strict):
         description="Autocast dtype (fp32 master weights); 'auto': bf16 on CUDA and on CPUs with "
         "AVX512-BF16/AMX, fp32 elsewhere.",
     )
-    activation_checkpointing: bool = Field(
-        False, description="Recompute each block's activations in backward (less memory, ~1/3 more compute)."
+    activation_checkpointing: bool | Literal["selective"] = Field(
+        False,
+        description="true: recompute each block in backward (least memory, ~1/3 more compute); 'selective': keep the "
+        "matmul and attention outputs, recompute the elementwise ops (norms, RoPE, SwiGLU, softmax); false: keep all.",
     )
     compile: bool | Literal["auto"] = Field(
         "auto", description="torch.compile the model: true, false, or 'auto' (when at least compile_min_steps steps remain)."
