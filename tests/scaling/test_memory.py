@@ -49,14 +49,19 @@ def test_params_grads_and_adamw_state_are_exact(kw):
     assert estimate_train_memory(cfg, tc, "float32", world_size=2, mode="ddp")["ddp_buckets"] == est["grads"]
 
 
+def batch_inputs(model: Transformer, B: int, T: int, doc_masking: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Token ids [B, T + 1] and the forward's keyword arguments (two documents per row, or none)."""
+    tokens = torch.randint(0, model.config.vocab_size, (B, T + 1), generator=torch.Generator().manual_seed(0))
+    if not doc_masking:
+        return tokens, {}
+    seg = torch.zeros(B, T, dtype=torch.long)
+    seg[:, T // 3:] = 1
+    return tokens, {"segments": seg, "positions": document_positions(seg)}
+
+
 def saved_bytes(model: Transformer, dtype: torch.dtype, B: int, T: int, doc_masking: bool) -> int:
     """Bytes of the distinct non-parameter storages autograd saves in one forward + loss."""
-    tokens = torch.randint(0, model.config.vocab_size, (B, T + 1), generator=torch.Generator().manual_seed(0))
-    kwargs = {}
-    if doc_masking:
-        seg = torch.zeros(B, T, dtype=torch.long)
-        seg[:, T // 3:] = 1
-        kwargs = {"segments": seg, "positions": document_positions(seg)}
+    tokens, kwargs = batch_inputs(model, B, T, doc_masking)
     skip = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
     seen: dict[int, int] = {}
 
@@ -129,7 +134,7 @@ def measured_peak(store: TokenStore, cfg: ModelConfig, tc: TrainConfig, mixture:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("ckpt", [False, True])
+@pytest.mark.parametrize("ckpt", [False, True, "selective"])
 @pytest.mark.parametrize("accum", [1, 2])
 def test_peak_matches_a_profiled_training_step(tmp_path, dtype, ckpt, accum):
     """The real step's peak is within 15% below and 10% above the estimate (the backward's
@@ -213,3 +218,62 @@ def test_checkpointing_and_bf16_shrink_activations_and_errors_are_clear():
         estimate_train_memory(cfg, tc, "float32", mode="zero")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="dtype"):
         estimate_train_memory(cfg, tc, "int8")
+
+
+def forward_kept_bytes(model: Transformer, dtype: torch.dtype, B: int, T: int, doc_masking: bool) -> int:
+    """Net bytes one forward + loss leaves allocated (every CPU allocation minus every free the
+    profiler saw): under checkpointing what a block keeps is held by torch.utils.checkpoint and
+    its selective cache, not by autograd's saved tensors, so saved_tensors_hooks cannot see it."""
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    tokens, kwargs = batch_inputs(model, B, T, doc_masking)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        with autocast(CPU, dtype):
+            logits = model(tokens[:, :-1], **kwargs)
+            loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
+        del logits
+    net, stack = 0, list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        event = stack.pop()
+        if event.tag == _EventType.Allocation and event.extra_fields.device.type == "cpu":
+            net += event.extra_fields.alloc_size
+        stack.extend(event.children)
+    loss.backward()  # the kept tensors were real: the backward runs on them
+    return net
+
+
+@pytest.mark.parametrize("kw", [{}, {"n_kv_heads": 2, "qk_norm": True}, {"ffn": "gelu", "norm": "layernorm"},
+                                {"sliding_window": 8}, {"position": "learned"}, {"n_experts": 4, "top_k": 2}])
+@pytest.mark.parametrize("mode", [True, "selective"])
+def test_checkpointed_activations_equal_what_the_forward_keeps(kw, mode):
+    """Full and selective checkpointing keep what activation_bytes counts (each block's fp32 input;
+    selective also its matmul and attention-kernel outputs; the shared mask and RoPE rows once),
+    fp32 and bf16 autocast, with and without document masking. Measured after autocast has
+    exited, so of the bf16 weight copies only the head's (saved outside the blocks) is held.
+    Tolerance: 0 to 6 KB per block more, the CPU RNG state torch.utils.checkpoint keeps for each
+    checkpointed call (4.8 KB measured; a MoE block ~1 KB more, its router's small tensors)."""
+    cfg = ModelConfig(**{**BASE, **kw})
+    B, T = 3, 20
+    for dtype in (torch.float32, torch.bfloat16):
+        head_copy = 0 if dtype == torch.float32 else 2 * matmul_weights(cfg)["lm_head"]
+        for doc in (False, True):
+            # a fresh model each time: a MoE layer frees the previous forward's statistics
+            model = Transformer(cfg, generator=torch.Generator().manual_seed(0))
+            model.activation_checkpointing = mode
+            expected = activation_bytes(cfg, B, T, dtype, doc, mode) + 4 * B * T * cfg.vocab_size + head_copy
+            got = forward_kept_bytes(model, dtype, B, T, doc)
+            assert 0 <= got - expected <= 6 * 1024 * cfg.n_layers, (dtype, doc, got, expected)
+
+
+def test_selective_checkpointing_sits_between_none_and_full():
+    """At the ~350M config's shape per block: full keeps the input only, selective the matmul
+    outputs too (no T·T scores under SDPA), none everything."""
+    cfg = ModelConfig(vocab_size=32768, d_model=1024, n_layers=24, n_heads=16, max_seq_len=1024)
+    tc = TrainConfig(seq_len=1024, micro_batch=8)
+    acts = {m: estimate_train_memory(cfg, tc.model_copy(update={"activation_checkpointing": m}), "bfloat16",
+                                     device="cuda")["activations"] for m in (False, "selective", True)}
+    assert acts[True] < acts["selective"] < acts[False]
+    assert TrainConfig(activation_checkpointing="selective").activation_checkpointing == "selective"
+    with pytest.raises(ValueError, match="activation_checkpointing"):
+        TrainConfig(activation_checkpointing="sometimes")

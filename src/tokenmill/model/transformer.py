@@ -59,6 +59,9 @@ except ImportError:  # pragma: no cover - depends on the installed torch
     create_block_mask = flex_attention = None  # type: ignore[assignment]
 
 DocMaskBackend = Literal["auto", "sdpa", "flex"]
+# train.activation_checkpointing: False (keep everything), True (recompute each whole block) or
+# "selective" (recompute all but the matmuls' and the attention kernels' outputs, SELECTIVE_SAVE)
+CheckpointMode = bool | Literal["selective"]
 # What the attention layers receive: None (plain causal), a boolean SDPA mask, or a BlockMask.
 AttnMask = Any
 
@@ -221,7 +224,10 @@ class _ExplicitAttention(torch.autograd.Function):
     def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float) -> torch.Tensor:
         with torch.autocast(q.device.type, enabled=False):
             acc = torch.promote_types(q.dtype, torch.float32)  # fp32, or fp64 for fp64 inputs
-            p = torch.softmax((q @ k.transpose(-1, -2)).to(acc).mul_(scale).add_(bias), dim=-1)
+            scores = q @ k.transpose(-1, -2)
+            # in place only on a fresh fp32 copy: selective checkpointing keeps the matmul's output
+            scores = scores.to(acc).mul_(scale) if scores.dtype != acc else scores * scale
+            p = torch.softmax(scores.add_(bias), dim=-1)
             out = p.to(q.dtype) @ v
         ctx.save_for_backward(q, k, v, p)
         ctx.scale = scale
@@ -444,6 +450,48 @@ class Block(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
+# --------------------------------------------------------------------------- selective checkpointing
+# Op-level selective activation checkpointing (the idea of Korthikanti et al. 2022 §5: recompute
+# what is cheap per byte; torchtitan's "op" mode keeps matmuls and the SDPA kernels). The outputs
+# of every matmul (q/k/v, o, gate-up/up, down; the explicit attention's two batched matmuls) and
+# of the fused attention kernels are kept; everything else in a block (the norms, the bf16 casts,
+# RoPE, the q/k/v copies, SiLU and its product, the explicit softmax) is recomputed in backward
+# from the block's input and those outputs: elementwise work only, no matmul, where full
+# checkpointing redoes the whole forward (~1/3 more compute). scaling/memory.py counts what it
+# keeps (`selective_saved_bytes`).
+def _ops(*names: str) -> frozenset[Any]:
+    """The aten / higher-order ops of these names this torch build has (CUDA-only kernels included)."""
+    found = []
+    for name in names:
+        space, _, op = name.rpartition(".")
+        packet = getattr(getattr(torch.ops, space), op, None)
+        if packet is not None:
+            found.append(getattr(packet, "default", packet))
+    return frozenset(found)
+
+
+SELECTIVE_SAVE = _ops(
+    "aten.mm",
+    "aten.addmm",
+    "aten.bmm",
+    "aten._scaled_dot_product_flash_attention_for_cpu",
+    "aten._scaled_dot_product_flash_attention",
+    "aten._scaled_dot_product_efficient_attention",
+    "aten._scaled_dot_product_cudnn_attention",
+    "higher_order.flex_attention",
+)
+
+
+def _selective_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> torch.utils.checkpoint.CheckpointPolicy:
+    policy = torch.utils.checkpoint.CheckpointPolicy
+    return policy.MUST_SAVE if op in SELECTIVE_SAVE else policy.PREFER_RECOMPUTE
+
+
+def selective_checkpoint_contexts() -> tuple[Any, Any]:
+    """The (forward, recompute) contexts of torch.utils.checkpoint under the selective policy."""
+    return torch.utils.checkpoint.create_selective_checkpoint_contexts(_selective_policy)
+
+
 _Part = TypeVar("_Part", bound=nn.Module)
 
 
@@ -483,7 +531,7 @@ class Transformer(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.embed_positions = nn.Embedding(cfg.max_seq_len, cfg.d_model) if cfg.position == "learned" else None
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        self.activation_checkpointing = False  # set by the trainer (train.activation_checkpointing)
+        self.activation_checkpointing: CheckpointMode = False  # set by the trainer (train.activation_checkpointing)
         self.supports_targets = True  # forward(..., targets=) returns the fused per-token NLL
         self.norm = make_norm(cfg, cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
@@ -603,9 +651,16 @@ class Transformer(nn.Module):
         return cos, sin, mask
 
     def run_block(self, layer: nn.Module, x: torch.Tensor, cos: Any, sin: Any, mask: AttnMask) -> torch.Tensor:
-        if self.activation_checkpointing and self.training and torch.is_grad_enabled():
+        mode = self.activation_checkpointing
+        if mode and self.training and torch.is_grad_enabled():
             # Keep only each block's input; backward recomputes the block (non-reentrant: works
             # with autocast, DDP and FSDP2, and replays the same RNG-free computation exactly).
+            # "selective" also keeps the outputs of the ops in SELECTIVE_SAVE, so the recompute
+            # runs only the cheap elementwise ops (norms, RoPE, SwiGLU, softmax, casts).
+            if mode == "selective":
+                return torch.utils.checkpoint.checkpoint(
+                    layer, x, cos, sin, mask, use_reentrant=False, context_fn=selective_checkpoint_contexts
+                )
             return torch.utils.checkpoint.checkpoint(layer, x, cos, sin, mask, use_reentrant=False)
         return layer(x, cos, sin, mask)
 

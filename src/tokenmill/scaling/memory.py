@@ -48,7 +48,9 @@ its peak is one chunk of logits (`logits_bytes`).
 Autocast keeps a bf16 copy of every Linear weight (incl. a tied lm_head, except under the fused
 loss, which casts the head itself) from the forward to the end of the backward (`weight_copies`). With activation checkpointing (each block
 recomputed in backward, torch.utils.checkpoint non-reentrant) a layer keeps only its fp32 input
-f·BTd, and the recomputation of one block holds that block's activations again.
+f·BTd, and the recomputation of one block holds that block's activations again. Selective
+checkpointing (`train.activation_checkpointing: selective`) keeps the fp32 input plus the outputs
+of the block's matmuls and attention kernel (`selective_saved_bytes`), and recomputes the rest.
 
 The peak is the largest of three moments: the loss backward (persistent state, gradients
 already accumulated from earlier micro-batches when grad_accum > 1, weight copies, all
@@ -81,7 +83,7 @@ import torch
 
 from tokenmill.model.config import ModelConfig
 from tokenmill.train.config import TrainConfig
-from tokenmill.model.transformer import attention_kernel, resolve_ffn_hidden
+from tokenmill.model.transformer import CheckpointMode, attention_kernel, resolve_ffn_hidden
 from tokenmill.scaling.flops import param_count
 
 Mode = Literal["single", "ddp", "fsdp"]
@@ -161,6 +163,49 @@ def layer_activation_bytes(
             n += c * (B if doc_masking else 1) * T * T
     n += _ffn_activation_bytes(cfg, BT, c, tp)
     return n
+
+
+def selective_saved_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str, device: str = "cpu", tp: int = 1) -> int:
+    """Bytes selective checkpointing (model.transformer.SELECTIVE_SAVE) keeps per block besides its
+    fp32 input: the matmuls' outputs in the compute dtype, c·BT·(hq + 2·hkv) for the fused qkv,
+    c·BTd for o_proj and down_proj, c·BT·2F for the fused gate-up (GELU: up, c·BTF; MoE: per
+    routed slot, plus the router's c·BT·n_experts), and the attention kernel's: SDPA / flex keep
+    their output and fp32 log-sum-exp, c·BT·hq + f·B·n_heads·T; the explicit kernel its two
+    batched matmuls, the scores c·B·n_heads·T·T and the output c·BT·hq. Per head and per FFN
+    column /tp; o_proj's and down_proj's outputs are whole on every rank."""
+    c = _dtype(dtype).itemsize
+    d, hd = cfg.d_model, cfg.d_model // cfg.n_heads
+    hq, hkv = cfg.n_heads * hd, (cfg.n_kv_heads or cfg.n_heads) * hd
+    BT, h = B * T, resolve_ffn_hidden(cfg)
+    n = c * BT * (hq + 2 * hkv) // tp + c * BT * d
+    if uses_explicit_attention(cfg, T, dtype, device):
+        n += (c * B * cfg.n_heads * T * T + c * BT * hq) // tp
+    else:
+        n += (c * BT * hq + F32 * B * cfg.n_heads * T) // tp
+    hidden = (1 if cfg.ffn == "gelu" else 2) * c * h
+    if cfg.n_experts == 0:
+        return n + BT * (hidden // tp + c * d)
+    return n + c * BT * cfg.n_experts + BT * cfg.top_k * (hidden + c * d)
+
+
+def kept_layer_bytes(
+    cfg: ModelConfig,
+    B: int,
+    T: int,
+    dtype: torch.dtype | str,
+    checkpointing: CheckpointMode = False,
+    doc_masking: bool = False,
+    device: str = "cpu",
+    tp: int = 1,
+) -> int:
+    """Bytes one block keeps from its forward to its backward under `train.activation_checkpointing`:
+    all its activations (False), its fp32 input (True), or that plus `selective_saved_bytes`."""
+    if not checkpointing:
+        return layer_activation_bytes(cfg, B, T, dtype, doc_masking, device, tp)
+    block_input = F32 * B * T * cfg.d_model
+    if checkpointing == "selective":
+        return block_input + selective_saved_bytes(cfg, B, T, dtype, device, tp)
+    return block_input
 
 
 def uses_explicit_attention(cfg: ModelConfig, T: int, dtype: torch.dtype | str, device: str) -> bool:
@@ -263,22 +308,50 @@ def _shared_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str, do
     return 2 * F32 * B * T * (cfg.d_model // cfg.n_heads) if rope_rows else 0
 
 
+def checkpoint_args_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str, doc_masking: bool, device: str) -> int:
+    """What the checkpointed blocks' shared arguments hold, once for all blocks: the attention mask
+    (the explicit kernel's fp32 additive one; SDPA's boolean one with document masking or a window;
+    none for plain causal SDPA or a FlexAttention BlockMask) and, with document masking, the
+    per-row fp32 RoPE tables where `_shared_bytes` has not counted them (bf16: without
+    checkpointing each block keeps its own bf16 cast instead)."""
+    rows = B if doc_masking else 1
+    if uses_explicit_attention(cfg, T, dtype, device):
+        n = F32 * rows * T * T
+    elif cfg.sliding_window is not None or (doc_masking and not device.startswith("cuda")):
+        n = rows * T * T
+    else:
+        n = 0
+    if cfg.position == "rope" and doc_masking and not _shared_bytes(cfg, B, T, dtype, doc_masking):
+        n += 2 * F32 * B * T * (cfg.d_model // cfg.n_heads)
+    return n
+
+
+def held_once_bytes(
+    cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str, doc_masking: bool, device: str, checkpointing: CheckpointMode
+) -> int:
+    """What a forward holds once for all its blocks: `_shared_bytes`, and under checkpointing
+    `checkpoint_args_bytes`."""
+    args = checkpoint_args_bytes(cfg, B, T, dtype, doc_masking, device) if checkpointing else 0
+    return _shared_bytes(cfg, B, T, dtype, doc_masking) + args
+
+
 def activation_bytes(
     cfg: ModelConfig,
     B: int,
     T: int,
     dtype: torch.dtype | str,
     doc_masking: bool = False,
-    checkpointing: bool = False,
+    checkpointing: CheckpointMode = False,
     fused_loss: bool = False,
     device: str = "cpu",
 ) -> int:
     """Bytes kept for the backward of one micro-batch at the end of the forward: all layers plus
-    the head (the loss buffers apart). With checkpointing only each block's fp32 input."""
-    kept = F32 * B * T * cfg.d_model if checkpointing else layer_activation_bytes(cfg, B, T, dtype, doc_masking, device)
+    the head (the loss buffers apart). With checkpointing only each block's fp32 input, and under
+    "selective" its matmul and attention outputs (`kept_layer_bytes`)."""
+    kept = kept_layer_bytes(cfg, B, T, dtype, checkpointing, doc_masking, device)
     return (
         cfg.n_layers * kept
-        + _shared_bytes(cfg, B, T, dtype, doc_masking)
+        + held_once_bytes(cfg, B, T, dtype, doc_masking, device, checkpointing)
         + head_activation_bytes(cfg, B, T, dtype, doc_masking, fused_loss)
     )
 
@@ -354,10 +427,10 @@ def estimate_train_memory(
     # backward of the block k-th from the top: the blocks above are done (their activations freed,
     # their gradients allocated), this one holds its activations (recomputed under checkpointing)
     layer = layer_activation_bytes(model_cfg, B, T, dt, doc_masking, device)
-    kept = F32 * B * T * model_cfg.d_model if ckpt else layer
+    kept = kept_layer_bytes(model_cfg, B, T, dt, ckpt, doc_masking, device)
     head_grads = F32 * (N - L * counts["per_layer"]) // shard
     layer_grads = F32 * counts["per_layer"] // shard
-    shared = _shared_bytes(model_cfg, B, T, dt, doc_masking) + I64 * B * (2 * T + 1)
+    shared = held_once_bytes(model_cfg, B, T, dt, doc_masking, device, ckpt) + I64 * B * (2 * T + 1)
     transient = layer_backward_transient(model_cfg, B, T, dt, device)
     layers_backward = 0
     for done in range(L):

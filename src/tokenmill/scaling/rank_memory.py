@@ -36,9 +36,10 @@ from tokenmill.scaling.memory import (
     F32,
     I64,
     _dtype,
-    _shared_bytes,
     fused_loss_default,
     head_activation_bytes,
+    held_once_bytes,
+    kept_layer_bytes,
     layer_activation_bytes,
     layer_backward_transient,
     logits_bytes,
@@ -109,11 +110,11 @@ def estimate_rank_memory(
     copies = dt.itemsize * (layers * mm["per_layer"] // tp + head_copy) if dt != torch.float32 else 0
     fsdp = F32 * (sp["root"] + 3 * sp["per_layer"]) if shard > 1 else 0
     layer = layer_activation_bytes(model_cfg, B, T, dt, doc_masking, device, tp)
-    kept = F32 * B * T * model_cfg.d_model if train_cfg.activation_checkpointing else layer
+    kept = kept_layer_bytes(model_cfg, B, T, dt, train_cfg.activation_checkpointing, doc_masking, device, tp)
     ids = I64 * B * (T + 1) if first and not last else 0  # the head's own count has them on a last stage
     head = head_activation_bytes(model_cfg, B, T, dt, doc_masking, fused_loss) if last else 0
     sent = 0 if last else F32 * B * T * model_cfg.d_model  # the stage's output, kept for the next stage's gradient
-    shared = _shared_bytes(model_cfg, B, T, dt, doc_masking)
+    shared = held_once_bytes(model_cfg, B, T, dt, doc_masking, device, train_cfg.activation_checkpointing)
     per_micro = layers * kept + ids + head + sent + shared
     flight = in_flight(pp, stage, m, schedule)
     others = (flight - 1) * per_micro  # the other micro-batches in flight

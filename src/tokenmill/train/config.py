@@ -257,8 +257,10 @@ class TrainConfig(Strict):
         False,
         description="FP8 matmuls in the blocks' projections (torchao Float8Linear, tensorwise scaling, on bf16 autocast); CUDA with compute capability >= 8.9 only, needs torchao.",
     )
-    activation_checkpointing: bool = Field(
-        False, description="Recompute each block's activations in backward (less memory, ~1/3 more compute)."
+    activation_checkpointing: bool | Literal["selective"] = Field(
+        False,
+        description="true: recompute each block in backward (least memory, ~1/3 more compute); 'selective': keep the "
+        "matmul and attention outputs, recompute the elementwise ops (norms, RoPE, SwiGLU, softmax); false: keep all.",
     )
     compile: bool | Literal["auto"] = Field(
         "auto", description="torch.compile the model: true, false, or 'auto' (when at least compile_min_steps steps remain)."
