@@ -334,7 +334,8 @@ class Attention(nn.Module):
         """mask: None (plain causal), a boolean [B, 1, T, T] SDPA mask, or a FlexAttention BlockMask.
         cos/sin None: no rotary embedding (learned absolute positions)."""
         B, T, _ = x.shape
-        q, k, v = self.project_qkv(x)
+        # RoPE makes new q and k itself and saves neither: then only v needs copying out
+        q, k, v = self.project_qkv(x, copy_qk=cos is None or self.q_norm is not None)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if cos is not None and sin is not None:
@@ -354,7 +355,7 @@ class Attention(nn.Module):
         y = y.transpose(1, 2).reshape(B, T, -1)
         return self.o_proj(y)
 
-    def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def project_qkv(self, x: torch.Tensor, copy_qk: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(q [B, H, T, hd], k and v [B, KV, T, hd]) of x [B, T, d] from the one fused matmul.
 
         Head counts come from the projection's output, not the config: under tensor parallelism
@@ -362,13 +363,15 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         rep = self.n_heads // self.n_kv_heads
         groups = self.qkv_proj(x).view(B, T, -1, rep + 2, self.head_dim)
-        # q, k and v are copied out of the fused output: a view of it (q's reshape is one when
-        # rep = 1) would keep all of it alive until the attention's backward (SDPA, QK-norm and
-        # RoPE save their inputs), up to 2·d more bytes per token per layer than the separate
-        # projections kept (tests/scaling/test_memory.py counts them).
-        q = groups[:, :, :, :rep].reshape(B, T, -1, self.head_dim).contiguous().transpose(1, 2)
-        k, v = (groups[:, :, :, rep + i].contiguous().transpose(1, 2) for i in (0, 1))
-        return q, k, v
+        # v, and q and k with copy_qk, are copied out of the fused output: a view that reaches an
+        # op saving its input for the backward (SDPA, QK-norm) would keep all of the output
+        # alive until then, up to 2·d more bytes per token per layer than separate projections
+        # kept (tests/scaling/test_memory.py counts them). q's reshape already copies when rep > 1.
+        q = groups[:, :, :, :rep].reshape(B, T, -1, self.head_dim)
+        k, v = groups[:, :, :, rep], groups[:, :, :, rep + 1].contiguous()
+        if copy_qk:
+            q, k = q.contiguous(), k.contiguous()
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
         # an old checkpoint's separate q/k/v matrices (or HF's) load into the fused one
