@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from tokenmill.config_base import Strict
+from tokenmill.ownership import FolderName
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 # An upper limit on a share: 1 or more never removes anything, which is how a rule is turned off alone.
@@ -150,6 +151,7 @@ CURATE_STEPS: tuple[str, ...] = (
     "langid",
     "quality",
     "model_quality",
+    "classify",
     "safety",
     "pii",
     "exact_dedup",
@@ -290,6 +292,47 @@ class ModelQualityConfig(Strict):
     def _cut_needs_classifier(self) -> "ModelQualityConfig":
         if self.keep_top_percent is not None and not self.classifier:
             raise ValueError("keep_top_percent ranks documents by the classifier's score: it needs classifier: true")
+        return self
+
+
+class ClassifierConfig(Strict):
+    """One named classifier of the classify step, trained here from the user's labelled texts (data/steps/classify.py)."""
+
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9_.-]+$", description="Name of the classifier: its key in the `classes` column and in _classify.json."
+    )
+    labelled: str = Field(
+        description='JSONL of {"text": ..., "label": ...} with two or more labels, relative to the config file.'
+    )
+    action: Literal["tag", "filter", "bucket"] = Field(
+        "tag", description="tag: label and probabilities on the row; filter: remove `remove` labels; bucket: route by `buckets`."
+    )
+    remove: list[str] = Field(default_factory=list, description="With action filter: the labels whose documents are removed.")
+    min_probability: float = Field(
+        0.5, ge=0.0, le=1.0, description="With action filter: remove only when the label's probability is at least this."
+    )
+    buckets: dict[str, FolderName] = Field(
+        default_factory=dict, description="With action bucket: label -> bucket; a label not listed keeps the document's bucket."
+    )
+    skip_buckets: list[str] = Field(default_factory=list, description="Buckets the classifier does not apply to.")
+    holdout_every: int = Field(
+        10, ge=2, description="About one labelled text in this many (by hash of the text) is held out for the metrics."
+    )
+    dim_bits: int = Field(18, ge=8, le=24, description="Hashed feature buckets: 2^dim_bits per class.")
+    epochs: int = Field(8, ge=1, description="Passes over the training texts.")
+    seed: int = Field(0, description="Seed of the training batch order.")
+
+    @model_validator(mode="after")
+    def _action_needs_its_fields(self) -> "ClassifierConfig":
+        if self.action == "filter" and not self.remove:
+            raise ValueError(f"classifier {self.name!r}: action filter needs `remove` (the labels to remove)")
+        if self.action == "bucket" and not self.buckets:
+            raise ValueError(f"classifier {self.name!r}: action bucket needs `buckets` (label -> bucket)")
+        hidden = sorted(b for b in self.buckets.values() if b.startswith("_"))
+        if hidden:
+            raise ValueError(
+                f"classifier {self.name!r}: bucket names starting with '_' are not buckets (curated/_* is metadata): {hidden}"
+            )
         return self
 
 
@@ -445,6 +488,9 @@ class CurateConfig(Strict):
     langid: LangIdConfig = Field(default_factory=LangIdConfig)
     quality: QualityConfig = Field(default_factory=QualityConfig, description="Heuristic filters.")
     model_quality: ModelQualityConfig = Field(default_factory=ModelQualityConfig)
+    classify: list[ClassifierConfig] = Field(
+        default_factory=list, description="Named classifiers trained from labelled JSONL: tag, filter or bucket documents."
+    )
     safety: SafetyConfig = Field(default_factory=SafetyConfig)
     pii: PiiConfig = Field(default_factory=PiiConfig)
     minhash_dedup: MinHashConfig = Field(default_factory=MinHashConfig)
@@ -498,4 +544,13 @@ class CurateConfig(Strict):
             unknown = [s for s in v if s not in CURATE_STEPS]
             if unknown:
                 raise ValueError(f"unknown step(s) {unknown}; steps are {', '.join(CURATE_STEPS)}")
+        return v
+
+    @field_validator("classify")
+    @classmethod
+    def _unique_classifier_names(cls, v: list[ClassifierConfig]) -> list[ClassifierConfig]:
+        names = [c.name for c in v]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"classifier names must be unique, repeated: {dupes}")
         return v

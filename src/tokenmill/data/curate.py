@@ -3,9 +3,9 @@
     plan     inputs split into shards (data.shards), fixed by the inputs, not by the workers
     ids      sources whose records carry their own ids are read once: an id that more than one
              record carries is not used as a document id (data.doc_ids)
-    prepare  steps that need a model or an index build it once (model_quality, decontaminate)
+    prepare  steps that need a model or an index build it once (model_quality, classify, decontaminate)
     map      per shard, chunk by chunk: read, extract, normalize, url, langid, quality,
-             model_quality, safety, pii; each kept row also carries its exact-dedup key and
+             model_quality, classify, safety, pii; each kept row also carries its exact-dedup key and
              MinHash signature
     dedup    exact duplicates (first in canonical order survives), then MinHash + LSH near
              duplicates over the survivors (band buckets grouped across shards), verified
@@ -45,6 +45,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tokenmill.data.config import CurateConfig, SourceConfig
 from tokenmill.data import sources as source_step
 from tokenmill.data.classifiers import classifier_cut
+from tokenmill.data.steps import classify as classify_step
 from tokenmill.data.canaries import CANARIES_FILE, canary_bucket, insert_canaries
 from tokenmill.data.dedup.shuffle import PartitionedSet
 from tokenmill.data.dedup.minhash import PERMUTATION_SEED
@@ -83,7 +84,13 @@ STAGE = "curate"
 FUNNEL_FILE = "_funnel.json"
 DECONTAMINATION_FILE = "_decontamination.json"
 MAP_SCHEMA = pa.schema(
-    [*DOC_SCHEMA, pa.field("_format", pa.string()), pa.field("_exact", pa.binary()), pa.field("_sig", pa.binary())]
+    [
+        *DOC_SCHEMA,
+        pa.field("_format", pa.string()),
+        pa.field("_exact", pa.binary()),
+        pa.field("_sig", pa.binary()),
+        pa.field("_funnel_bucket", pa.string()),  # the bucket the map phase counted it in (classify may route it)
+    ]
 )
 # Settings that change how the work runs, never what it produces: a resumed run may change them.
 EXECUTION_KNOBS = {
@@ -318,6 +325,7 @@ def _map_chunk(
 
     funnel = Funnel(job.funnel_steps)
     kept: list[Doc] = []
+    funnel_bucket: list[str] = []  # per kept doc: its bucket when read (the funnel counts it there)
     rejected: list[dict[str, Any]] = []
     for i, raw in enumerate(chunk):
         doc_id, not_taken = id_rule.decide(raw)
@@ -344,6 +352,7 @@ def _map_chunk(
             rejected.append(doc.rejected_row(rejection))
         else:
             kept.append(doc)
+            funnel_bucket.append(bucket)
     sigs = hasher.signatures([d.text for d in kept]) if hasher is not None and kept else None
     rows = []
     for i, doc in enumerate(kept):
@@ -353,6 +362,7 @@ def _map_chunk(
                 "_format": doc.format,
                 "_exact": exact_key(_kept_text(doc)) if "exact_dedup" in job.steps else None,
                 "_sig": sigs[i].tobytes() if sigs is not None else None,
+                "_funnel_bucket": funnel_bucket[i],
             }
         )
     sdir = _map_dir(job, shard)
@@ -428,7 +438,7 @@ def substr_units_shard(job: Job, spec: ShardSpec, base: int) -> None:
         units, rows, ids = [], [], []
         for i, row in enumerate(pq.read_table(path).to_pylist()):
             fmt = row.pop("_format")
-            row.pop("_exact"), row.pop("_sig")
+            row.pop("_exact"), row.pop("_sig"), row.pop("_funnel_bucket", None)
             doc = Doc.from_row(row, fmt)
             if _apply_corpus_steps(job, doc, decisions.get(first + i) or {}, frequent, [], dedup_mod.VERSION) is not None:
                 continue
@@ -618,8 +628,9 @@ def _final_chunk(
     for i, row in enumerate(pq.read_table(path).to_pylist()):
         fmt = row.pop("_format")
         row.pop("_exact"), row.pop("_sig")
+        funnel_bucket = row.pop("_funnel_bucket", None)  # None: a chunk mapped before the column existed
         doc = Doc.from_row(row, fmt)
-        bucket0 = doc.bucket
+        bucket0 = funnel_bucket or doc.bucket
         decision = decisions.get(base + i) or {}
         marks: list[StepMark] = []
         rejection = _apply_corpus_steps(job, doc, decision, frequent, marks, dedup_mod.VERSION)
@@ -797,7 +808,10 @@ def curate(
     specs = _plan(job, fingerprint)
     emit("start", shards=len(specs), steps=list(selected), workers=cfg.workers, executor=cfg.executor)
 
-    for step in build_doc_steps(tuple(s for s in selected if s not in CORPUS_STEPS), cfg, Path(job.base_dir)):
+    if "classify" in selected:
+        classify_step.seed_cache(cfg, out, work / "prepared")  # a finished run's models: no retraining
+    prepared = build_doc_steps(tuple(s for s in selected if s not in CORPUS_STEPS), cfg, Path(job.base_dir))
+    for step in prepared:
         step.prepare(work / "prepared")
 
     _run_phases(job, specs, emit, started, progress)
@@ -806,6 +820,9 @@ def curate(
     canaries = insert_canaries(cfg, seed, final, funnel)  # after the removal check: canaries never hide an empty bucket
     funnel_data = funnel.write(final / FUNNEL_FILE)
     _write_decontamination(job, final)
+    for step in prepared:
+        if isinstance(step, classify_step.Classify):
+            classify_step.publish(cfg, work / "prepared", final, step.trained)
     if not (final / REJECTED_DIR).exists():
         write_table_atomic([], REJECTED_SCHEMA, final / REJECTED_DIR / "part-00000-00000-a.parquet")
     summary = _summary(funnel_data, final, time.time() - started)
@@ -906,7 +923,14 @@ def _summary(funnel_data: dict[str, Any], final: Path, seconds: float) -> dict[s
     }
 
 
-FIXED_OUTPUTS = (REJECTED_DIR, FUNNEL_FILE, DECONTAMINATION_FILE, CANARIES_FILE)
+FIXED_OUTPUTS = (
+    REJECTED_DIR,
+    FUNNEL_FILE,
+    DECONTAMINATION_FILE,
+    CANARIES_FILE,
+    classify_step.REPORT_FILE,
+    classify_step.MODELS_DIR,
+)
 
 
 def _looks_curated(entry: Path) -> bool:
@@ -935,7 +959,11 @@ def _claim_output(cfg: CurateConfig, out: Path, work: Path, overwrite: bool) -> 
         write_marker(out, STAGE, outputs=owned)
     else:
         owned = set(mark["outputs"])
-    buckets = {s.bucket for s in cfg.sources} | {r.bucket for r in cfg.bucket_rules}
+    buckets = (
+        {s.bucket for s in cfg.sources}
+        | {r.bucket for r in cfg.bucket_rules}
+        | {b for c in cfg.classify for b in c.buckets.values()}
+    )
     check_clashes(out, buckets | set(FIXED_OUTPUTS), owned)
     claim_dir(work, "curate-work", legacy=lambda d: (d / "plan.json").is_file())
     return owned

@@ -89,6 +89,17 @@ CONTAMINATION_TYPE = pa.struct([pa.field(k, t) for k, t in CONTAMINATION_FIELDS.
 # (1.0 for a byte-order mark, valid UTF-8 or a declared charset; charset-normalizer's 1 - mess
 # ratio for a detected one) and the method ("bom", "utf-8", "declared", "detected"). Null for
 # text that came as Unicode strings (Parquet columns, the pydoc pages rendered in-process).
+# Classifiers of the classify step (data.steps.classify): name -> best label, its probability, every label's.
+CLASSES_TYPE = pa.map_(
+    pa.string(),
+    pa.struct(
+        [
+            pa.field("label", pa.string()),
+            pa.field("probability", pa.float64()),
+            pa.field("probs", pa.map_(pa.string(), pa.float64())),
+        ]
+    ),
+)
 ENCODING_TYPE = pa.struct([pa.field("name", pa.string()), pa.field("confidence", pa.float64()), pa.field("method", pa.string())])
 LINEAGE_TYPE = pa.list_(pa.struct([pa.field("step", pa.string()), pa.field("version", pa.string())]))
 
@@ -109,6 +120,7 @@ DOC_SCHEMA = pa.schema(
         pa.field("encoding", ENCODING_TYPE),  # how the bytes were decoded (null: the text came as strings)
         pa.field("quality", QUALITY_TYPE),
         pa.field("model_quality", MODEL_QUALITY_TYPE),
+        pa.field("classes", CLASSES_TYPE),  # classify step's results by classifier name; null in shards before it
         pa.field("safety", SAFETY_TYPE),
         pa.field("pii", PII_TYPE),
         pa.field("dup_cluster", pa.string()),
@@ -209,6 +221,7 @@ class Doc:
     encoding: dict[str, Any] | None = None
     quality: dict[str, Any] | None = None
     model_quality: dict[str, Any] | None = None
+    classes: dict[str, dict[str, Any]] | None = None
     safety: dict[str, Any] | None = None
     pii: dict[str, int] = field(default_factory=lambda: {k: 0 for k in PII_FIELDS})
     dup_cluster: str | None = None
@@ -235,6 +248,8 @@ class Doc:
     def from_row(cls, row: dict[str, Any], fmt: str) -> "Doc":
         """The document a map-phase row holds (its `lineage` column popped from `row`), read as `fmt`."""
         lineage = [(x["step"], x["version"]) for x in row.pop("lineage") or []]
+        if row.get("classes") is not None:  # Arrow maps come back as (key, value) pairs
+            row["classes"] = {k: {**v, "probs": dict(v["probs"])} for k, v in row["classes"]}
         return cls(**row, format=fmt, lineage=lineage)
 
     def row(self) -> dict[str, Any]:
@@ -255,6 +270,7 @@ class Doc:
             "encoding": self.encoding,
             "quality": self.quality,
             "model_quality": self.model_quality,
+            "classes": self.classes,
             "safety": self.safety,
             "pii": self.pii,
             "dup_cluster": self.dup_cluster,

@@ -20,6 +20,7 @@ DOC_STEP_CLASSES: dict[str, tuple[str, str]] = {
     "langid": ("tokenmill.data.steps.langid", "LangId"),
     "quality": ("tokenmill.data.steps.quality", "Quality"),
     "model_quality": ("tokenmill.data.steps.model_quality", "ModelQuality"),
+    "classify": ("tokenmill.data.steps.classify", "Classify"),
     "safety": ("tokenmill.data.steps.safety", "Safety"),
     "pii": ("tokenmill.data.steps.pii", "Pii"),
     "decontaminate": ("tokenmill.data.steps.decontaminate", "Decontaminate"),

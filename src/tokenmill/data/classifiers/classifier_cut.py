@@ -139,11 +139,12 @@ def _apply_chunk(job: Any, shard: int, path: Path, pending: Path, done: Path, re
     rejected = []
     for i, row in enumerate(table.to_pylist()):
         n = text_bytes(row["text"])
+        bucket = row.pop("_funnel_bucket", None) or row["bucket"]  # the bucket the map phase counted it in
         if keep[i]:
-            funnel.record(row["bucket"], StepMark(STEP, n, n, bool(scored[i])))
+            funnel.record(bucket, StepMark(STEP, n, n, bool(scored[i])))
             continue
         mark = StepMark(STEP, n, 0, True, RULE)
-        funnel.record(row["bucket"], mark)
+        funnel.record(bucket, mark)
         funnel.outcome(row["language"], mark, row.get("kind"))
         fmt = row.pop("_format")
         row.pop("_exact"), row.pop("_sig")
