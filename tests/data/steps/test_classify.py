@@ -182,3 +182,38 @@ def test_the_cli_says_it_in_one_line(tmp_path):
     )
     assert_clean_error(result, f"{labels}:2: needs a string 'text'")
     assert not (tmp_path / "out").exists()
+
+
+def test_routed_buckets_feed_the_mixture(tmp_path):
+    """curate (bucket action) -> tokenizer -> tokenize -> a mixture whose weights name the routed buckets."""
+    from tokenmill.mixture.loader import Loader
+    from tokenmill.pipeline import run_pipeline
+    from tokenmill.runs import RunDir
+    from tokenmill.tokens.store import TokenStore
+
+    _labels(tmp_path / "labels.jsonl")
+    cfg = load_config(
+        None,
+        [
+            "name=mix",
+            f"root={tmp_path}",
+            "tokenizer.vocab_size=300",
+            "tokenize.val_fraction=0.1",
+            "tokenize.min_val_docs=1",
+            f'curate.sources=[{{"kind": "files", "path": "{_inputs(tmp_path, 6)}", "bucket": "web"}}]',
+            "curate.steps=[normalize,classify,bucket]",
+            "curate.min_chars=50",
+            "curate.workers=1",
+            f'curate.classify=[{{"name": "topic", "labelled": "{tmp_path / "labels.jsonl"}", "action": "bucket", '
+            '"buckets": {"cook": "kitchen", "sport": "games", "code": "software"}}]',
+            'mixture.weights={"kitchen": 0.5, "games": 0.3, "software": 0.2}',
+        ],
+    )
+    run = RunDir.create(cfg)
+    run_pipeline(run, stages=("curate", "tokenizer", "tokenize"))
+    store = TokenStore(run.path / "tokens")
+    assert sorted(store.buckets) == ["games", "kitchen", "software"]
+    loader = Loader(store, cfg.mixture, seq_len=16, micro_batch=4, grad_accum=1, max_steps=20, seed=0)
+    shares = {b: u["share"] for b, u in loader.plan()["buckets"].items()}
+    assert shares == pytest.approx({"kitchen": 0.5, "games": 0.3, "software": 0.2}, abs=0.05)
+    assert loader.batch(1, 0).tokens.shape[0] == 4
