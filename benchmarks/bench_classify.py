@@ -122,7 +122,8 @@ def main() -> None:
         "split": f"by file: every {HOLDOUT_FILE_EVERY}th file of each class (sorted) held out",
         "train": {"passages": len(train), "files": len({r['file'] for r in train}), "per_class": dict(Counter(r["label"] for r in train))},
         "held_out": {"passages": len(test), "files": len({r["file"] for r in test}),
-                     "per_class": dict(Counter(r["label"] for r in test))},
+                     "per_class": dict(Counter(r["label"] for r in test)),
+                     "files_per_class": {c: len({r["file"] for r in test if r["label"] == c}) for c in sorted({r["label"] for r in test})}},
         "model": model,
         "curate": routed,
     }

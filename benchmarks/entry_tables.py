@@ -959,3 +959,21 @@ def summarize_pair(peer: dict[str, Any], ours: dict[str, Any]) -> str:
         base = peer["seconds"] - (peer["first_step_s"] if drop else 0.0)
         out.append("not reached" if t is None else f"{t:.1f} s = {t / base:.2f}×")
     return " / ".join(out)
+
+
+def classify_topic(r: dict[str, Any]) -> list[str]:
+    """bench_classify.py: per class, held-out passages (whole files), AUC and the confusion row; then
+    the totals, the curate stage's routing and the costs."""
+    m, names = r["model"], r["model"]["labels"]
+    lines = ["| true \\ predicted | " + " | ".join(names) + " | held-out passages (files) | one-vs-rest AUC |",
+             "|---|" + "---|" * (len(names) + 2)]
+    files = r["held_out"].get("files_per_class", {})
+    for name, row in zip(names, m["confusion"]):
+        auc = m["auc"].get(name)
+        lines.append(f"| {name} | " + " | ".join(str(c) for c in row)
+                     + f" | {sum(row)} ({files.get(name, '?')}) | {'—' if auc is None else f'{auc:.4f}'} |")
+    c = r["curate"]
+    lines += ["", "| accuracy | macro AUC | routed to the right bucket by `curate` | training | scoring |", "|---|---|---|---|---|",
+              f"| {m['accuracy']:.3f} | {m['macro_auc']:.5f} | {c['routed_accuracy']:.3f} ({c['docs_out']} of {c['docs_in']}) "
+              f"| {m['train_seconds']:.1f} s ({r['train']['passages']} passages) | {m['score_us_per_doc']:.0f} µs per document |"]
+    return lines

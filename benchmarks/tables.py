@@ -101,6 +101,7 @@ SECTIONS = (
     _table("dirty_web_model", ("dirty_web_model.json",), entry_tables.dirty_web_model),
     _table("perplexity_gate", ("perplexity_gate.json",), entry_tables.perplexity_gate),
     _table("kind_detect", ("kind_detect.json",), entry_tables.kind_detect),
+    _table("classify_topic", ("classify_topic.json",), entry_tables.classify_topic),
     _table("context_extension_positions", ("context_extension_h100.json",), entry_tables.context_extension_positions),
     _table("context_extension_passkey", ("context_extension_h100.json",), entry_tables.context_extension_passkey),
     _table("curate_vs_datatrove", ("curate_vs_datatrove.json",), entry_tables.curate_vs_datatrove),
