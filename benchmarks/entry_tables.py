@@ -974,6 +974,6 @@ def classify_topic(r: dict[str, Any]) -> list[str]:
                      + f" | {sum(row)} ({files.get(name, '?')}) | {'—' if auc is None else f'{auc:.4f}'} |")
     c = r["curate"]
     lines += ["", "| accuracy | macro AUC | routed to the right bucket by `curate` | training | scoring |", "|---|---|---|---|---|",
-              f"| {m['accuracy']:.3f} | {m['macro_auc']:.5f} | {c['routed_accuracy']:.3f} ({c['docs_out']} of {c['docs_in']}) "
+              f"| {m['accuracy']:.3f} | {m['macro_auc']:.5f} | {c['routed_accuracy']:.3f} of {c['docs_out']} documents "
               f"| {m['train_seconds']:.1f} s ({r['train']['passages']} passages) | {m['score_us_per_doc']:.0f} µs per document |"]
     return lines
