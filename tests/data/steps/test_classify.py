@@ -146,6 +146,13 @@ def test_config_refuses_repeated_names_and_actions_without_their_fields():
         load_config(None, ['curate.classify=[{"name": "a", "labelled": "x", "action": "bucket"}]'])
 
 
+def test_a_label_the_file_does_not_have_is_refused(tmp_path):
+    _labels(tmp_path / "labels.jsonl")
+    spec = {"name": "topic", "labelled": "labels.jsonl", "action": "filter", "remove": ["sports"]}
+    with pytest.raises(UserError, match=r"label\(s\) \['sports'\] are not in labels.jsonl; its labels are \['code', 'cook', 'sport'\]"):
+        curate(_cfg(tmp_path, [spec]), tmp_path / "out", base_dir=tmp_path, progress=False)
+
+
 BAD_FILES = {
     "missing": (None, "labelled file not found"),
     "empty": ("", "needs two or more labels"),

@@ -106,6 +106,13 @@ def train(texts: list[str], labels: list[str], c: ClassifierConfig) -> tuple[mc.
     return model, {"examples": len(texts), "train_examples": len(train_x), "label_counts": counts, "held_out": report}
 
 
+def _check_labels(c: ClassifierConfig, known: list[str]) -> None:
+    """A label named in `remove` or `buckets` that the file does not have is a typo, not a no-op."""
+    unknown = sorted((set(c.remove) | set(c.buckets)) - set(known))
+    if unknown:
+        raise ClassifyLabelsError(f"classify {c.name!r}: label(s) {unknown} are not in {c.labelled}; its labels are {known}")
+
+
 class Classify(DocStep):
     """Scores documents with every configured classifier; tags, removes or re-buckets them by action."""
 
@@ -142,10 +149,12 @@ class Classify(DocStep):
             old = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
             if old.get("key") == key and (out / f"{c.name}.npz").is_file():
                 self.trained[c.name] = False
+                _check_labels(c, old["labels"])
                 continue
             meta_path.unlink(missing_ok=True)  # a run killed mid-way retrains, never trusts an old key
             texts, labels = read_labelled(self.resolve(c.labelled), c.name, self.cfg.normalize.fix_mojibake)
             model, report = train(texts, labels, c)
+            _check_labels(c, model.labels)
             write_npz(out / f"{c.name}.npz", model.to_arrays())
             meta = {"key": key, "labelled": c.labelled, "action": c.action, "labels": model.labels, **report}
             tmp = meta_path.with_name(meta_path.name + ".tmp")
