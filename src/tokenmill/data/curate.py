@@ -801,6 +801,7 @@ def curate(
             "cfg": cfg.model_dump(mode="json", exclude=EXECUTION_KNOBS),
             "steps": selected,
             "inputs": inputs_fingerprint if inputs_fingerprint is not None else curate_inputs_fingerprint(cfg),
+            **({"labelled": classify_step.labelled_digests(cfg, Path(job.base_dir))} if "classify" in selected else {}),
         }
     )
     emit = (lambda kind, **f: events.write(STAGE, kind, **f)) if events else (lambda kind, **f: None)

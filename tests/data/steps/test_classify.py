@@ -118,7 +118,7 @@ def test_cached_model_is_reused_until_file_or_knobs_change(tmp_path):
     curate(_cfg(tmp_path, [spec]), out, base_dir=tmp_path, progress=False)
     assert trained() is False  # same file, same knobs
     curate(_cfg(tmp_path, [{**spec, "action": "filter", "remove": ["code"]}]), out, base_dir=tmp_path, progress=False)
-    assert trained() is False  # the action is not part of the model
+    assert trained() is False and _report(out)["topic"]["action"] == "filter"  # the action is not part of the model
     curate(_cfg(tmp_path, [{**spec, "epochs": 3}]), out, base_dir=tmp_path, progress=False)
     assert trained() is True
     labels.write_text(labels.read_text() + json.dumps({"text": _text("cook", 99), "label": "cook"}) + "\n")

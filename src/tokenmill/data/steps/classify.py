@@ -156,7 +156,7 @@ class Classify(DocStep):
             model, report = train(texts, labels, c)
             _check_labels(c, model.labels)
             write_npz(out / f"{c.name}.npz", model.to_arrays())
-            meta = {"key": key, "labelled": c.labelled, "action": c.action, "labels": model.labels, **report}
+            meta = {"key": key, "labelled": c.labelled, "labels": model.labels, **report}
             tmp = meta_path.with_name(meta_path.name + ".tmp")
             tmp.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
             os.replace(tmp, meta_path)
@@ -222,7 +222,16 @@ def publish(cfg: CurateConfig, work_dir: Path, final: Path, trained: dict[str, b
     for c in cfg.classify:
         for ext in ("npz", "json"):
             (models / f"{c.name}.{ext}").write_bytes((cache / f"{c.name}.{ext}").read_bytes())
-        report[c.name] = {**json.loads((cache / f"{c.name}.json").read_text()), "trained_this_run": trained.get(c.name, False)}
+        meta = json.loads((cache / f"{c.name}.json").read_text())
+        report[c.name] = {**meta, "action": c.action, "trained_this_run": trained.get(c.name, False)}
     tmp = final / (REPORT_FILE + ".tmp")
     tmp.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, final / REPORT_FILE)
+
+
+def labelled_digests(cfg: CurateConfig, base_dir: Path) -> dict[str, str | None]:
+    """sha256 of each classifier's labelled file (None: missing, prepare says so): part of the run's
+    fingerprint, so a file edited between a killed run and its resume starts the run over instead
+    of mixing documents scored by two models."""
+    step = Classify(cfg, base_dir)
+    return {c.name: _sha256(p) if (p := step.resolve(c.labelled)).is_file() else None for c in cfg.classify}
