@@ -106,11 +106,12 @@ def test_cache_is_reused_and_retrained_on_change(tmp_path):
     ("", "needs both toxic and clean texts (0 toxic, 0 clean)"),
     ('{"text": "a calm note", "label": "clean"}\n', "needs both toxic and clean texts (0 toxic, 1 clean)"),
     ('{"text": "a calm note", "label": "nice"}\n', ":1: needs a string 'text' and a 'label' of toxic, offensive or clean"),
+    (b'{"text": "caf\xe9", "label": "clean"}\n', "not UTF-8 text"),
 ])
 def test_unusable_labelled_file_is_one_line_naming_it(tmp_path, content, message):
     path = tmp_path / "tox.jsonl"
     if content is not None:
-        path.write_text(content, encoding="utf-8")
+        path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
     with pytest.raises(SafetyLabelsError, match="tox.jsonl") as exc:
         read_labelled(path) if content is not None else Safety(
             CurateConfig(safety={"labelled": str(path)}), tmp_path).prepare(tmp_path / "w")

@@ -87,18 +87,21 @@ def read_labelled(path: Path, mojibake: bool = True) -> tuple[list[str], list[st
     """(toxic texts, clean texts) of a labelled file, normalized as the documents are."""
     if not path.is_file():
         raise SafetyLabelsError(f"safety.labelled {path}: file not found")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise SafetyLabelsError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     toxic: list[str] = []
     clean: list[str] = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, rec in json_objects(fh, path, SafetyLabelsError):
-            label = rec.get("label")
-            if not isinstance(rec.get("text"), str) or not isinstance(label, str) or label.lower() not in LABELS:
-                raise SafetyLabelsError(
-                    f"{path}:{lineno}: needs a string 'text' and a 'label' of toxic, offensive or clean, got label {label!r}"
-                )
-            text = normalize_text(rec["text"], mojibake=mojibake)
-            if text.strip():
-                (toxic if LABELS[label.lower()] else clean).append(text)
+    for lineno, rec in json_objects(lines, path, SafetyLabelsError):
+        label = rec.get("label")
+        if not isinstance(rec.get("text"), str) or not isinstance(label, str) or label.lower() not in LABELS:
+            raise SafetyLabelsError(
+                f"{path}:{lineno}: needs a string 'text' and a 'label' of toxic, offensive or clean, got label {label!r}"
+            )
+        text = normalize_text(rec["text"], mojibake=mojibake)
+        if text.strip():
+            (toxic if LABELS[label.lower()] else clean).append(text)
     if not toxic or not clean:
         raise SafetyLabelsError(f"{path}: needs both toxic and clean texts ({len(toxic)} toxic, {len(clean)} clean)")
     return toxic, clean
@@ -170,6 +173,7 @@ class Safety(DocStep):
         self.retrained = True
 
     def setup_terms(self) -> None:
+        """Load the word list (the user's, else the built-in one): the first pass."""
         path = self.resolve(self.cfg.safety.word_list) if self.cfg.safety.word_list else BUILTIN_LIST
         self.terms = read_terms(path)
 
