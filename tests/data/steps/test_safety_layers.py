@@ -142,3 +142,30 @@ def test_shards_written_before_the_new_fields_stay_readable(tmp_path):
     assert back.safety == {"toxicity": 0.5, "matched_terms": 1}
     written = pa.Table.from_pylist([back.row()], schema=DOC_SCHEMA).to_pylist()[0]["safety"]
     assert written == {"toxicity": 0.5, "matched_terms": 1, "decided_by": None, "classifier_probability": None}
+
+
+def test_a_curation_run_loads_the_classifier_in_every_worker_and_decides_alike(tmp_path):
+    """The real pipeline: prepare trains in the driver, each worker loads the npz; 1 or 2 workers
+    give the same decisions, and the rejected row names the pass and its score."""
+    from tokenmill.config import SourceConfig
+    from tokenmill.data.curate import curate
+    from tokenmill.data.document import read_parts
+
+    docs = [{"id": "band", "text": IN_BAND}, {"id": "below", "text": BELOW}, {"id": "above", "text": " ".join([ABOVE] * 3)}]
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
+    labels = _small_labelled(tmp_path / "labels.jsonl")
+    decisions = []
+    for workers in (1, 2):
+        cfg = CurateConfig(sources=[SourceConfig(path=str(tmp_path / "docs.jsonl"), bucket="web")], steps=["safety"],
+                           safety={"labelled": str(labels), "band": (0.01, 0.5), "classifier_threshold": 0.0},
+                           min_chars=5, chunk_docs=1, workers=workers, max_removal_share=1.0)
+        out = tmp_path / f"out{workers}"
+        curate(cfg, out, progress=False)
+        rejected = {r["id"]: r for r in read_parts(out / "_rejected").to_pylist()}
+        kept = {r["id"]: r for r in read_parts(out / "web").to_pylist()}
+        decisions.append(({k: (r["rule"], r["value"], r["safety"]) for k, r in rejected.items()}, kept["below"]["safety"]))
+    assert decisions[0] == decisions[1]
+    rejected, below = decisions[0]
+    assert rejected["band"][0] == "toxicity_classifier" and rejected["band"][2]["decided_by"] == "classifier"
+    assert rejected["above"][:2] == ("toxicity", format_value(2 / 3)) and rejected["above"][2]["decided_by"] == "word_list"
+    assert below["decided_by"] == "word_list" and below["classifier_probability"] is None
