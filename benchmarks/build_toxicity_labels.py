@@ -14,7 +14,7 @@ Labels ("toxic" / "offensive" removed; "clean" kept; see data/steps/safety.py):
              (fiction), the US constitution and fortunes' law.txt (law), fortunes' medicine.txt and
              dictionary entries of bodily, sexual, drug and crime words (medicine / reference),
              dictionary entries of the obscenities themselves (gcide, jargon, foldoc, devil),
-             manual pages (kill, abort, ...), and Debian's non-offensive fortunes (Debian's own
+             English manual pages (passages with kill, abort, dead, slave, ...), and Debian's non-offensive fortunes (Debian's own
              editorial label, even where one quotes an obscenity).
 Book and manual texts are cut into passages of about PASSAGE_CHARS at blank lines; a passage is
 taken when it holds a SENSITIVE word (plus every SPARE-th other passage). The split is by source
@@ -84,7 +84,9 @@ def pick(texts: list[str]) -> list[str]:
 
 
 def strip_roff(text: str) -> str:
-    lines = [ln for ln in text.splitlines() if not ln.startswith((".", "'\\\""))]
+    """Roff source as plain text: paragraph and section macros become blank lines, others go."""
+    lines = ["" if ln.startswith((".PP", ".SH", ".SS", ".TP", ".IP", ".LP", ".P ")) else ln for ln in text.splitlines()]
+    lines = [ln for ln in lines if not ln.startswith((".", "'\\\""))]
     return re.sub(r"\\f[BIRP]|\\-|\\\(..|\\&", lambda m: "-" if m.group() == "\\-" else "", "\n".join(lines))
 
 
@@ -96,12 +98,10 @@ def book_records(root: Path) -> Iterator[dict]:
         for path in sorted((root / folder).glob(pattern)):
             for t in pick(list(passages(path.read_text(encoding="utf-8", errors="replace")))):
                 yield {"text": t, "label": "clean", "slice": topic, "source": str(path.relative_to(root)), "kind": "books"}
-    for name in ("kill.1", "kill.2", "abort.3", "killall.1", "pkill.1", "signal.7", "sigaction.2", "raise.3", "exit.3",
-                 "wait.2", "shutdown.8", "reboot.2"):
-        for path in sorted((root / "reference/manpages/en").glob(f"man*/{name}")):
-            text = strip_roff(path.read_text(encoding="utf-8", errors="replace"))
-            for t in pick(list(passages(text))):
-                yield {"text": t, "label": "clean", "slice": "manual", "source": str(path.relative_to(root)), "kind": "reference"}
+    for path in sorted((root / "reference/manpages/en").glob("man*/*")):
+        hot = [t for t in passages(strip_roff(path.read_text(encoding="utf-8", errors="replace"))) if sensitive(t)]
+        for t in hot[:2]:  # manuals: only passages with a sensitive word (kill, abort, dead, slave ...)
+            yield {"text": t, "label": "clean", "slice": "manual", "source": str(path.relative_to(root)), "kind": "reference"}
 
 
 def dict_entries(path: Path, index: Path) -> Iterator[tuple[str, str]]:
