@@ -961,7 +961,8 @@ def summarize_pair(peer: dict[str, Any], ours: dict[str, Any]) -> str:
     return " / ".join(out)
 
 
-def _pct(x: float | None) -> str:
+def _pct1(x: float | None) -> str:
+    """A share as a percentage with one decimal ("–" for none)."""
     return "–" if x is None else f"{100 * x:.1f}%"
 
 
@@ -976,9 +977,9 @@ def toxicity_layers(r: dict[str, Any]) -> list[str]:
         t, cost = c["total"], c["cost"]
         first, both = t["first_pass"], t["both_passes"]
         lines.append(f"| {c['word_list']} | [{c['band'][0]}, {c['band'][1]}] | {c['classifier_threshold']} "
-                     f"| {first['false_positives']} ({_pct(first['false_positive_rate'])}) → **{both['false_positives']}** "
-                     f"({_pct(both['false_positive_rate'])}) | {first['true_positives']} → **{both['true_positives']}** "
-                     f"| {_pct(t['to_classifier'] / t['docs'])} | {cost['first_pass_us_per_doc']:.0f} "
+                     f"| {first['false_positives']} ({_pct1(first['false_positive_rate'])}) → **{both['false_positives']}** "
+                     f"({_pct1(both['false_positive_rate'])}) | {first['true_positives']} → **{both['true_positives']}** "
+                     f"| {_pct1(t['to_classifier'] / t['docs'])} | {cost['first_pass_us_per_doc']:.0f} "
                      f"| {cost['classifier_us_per_scored_doc']:.0f}; {cost['classifier_us_per_doc_amortised']:.1f} |")
     return lines
 
@@ -992,7 +993,7 @@ def toxicity_slices(r: dict[str, Any]) -> list[str]:
              "|---|---|---|---|"]
     for name in sorted(k for k in a if k.startswith("slice=")):
         x, y = a[name], b[name]
-        cells = [f"{z['false_positives_first']} ({_pct(z['fp_first'])}) → **{z['false_positives_both']}** ({_pct(z['fp_both'])})"
+        cells = [f"{z['false_positives_first']} ({_pct1(z['fp_first'])}) → **{z['false_positives_both']}** ({_pct1(z['fp_both'])})"
                  for z in (x, y)]
         lines.append(f"| {name[6:]} | {x['clean']} / {x['toxic']} | {cells[0]} | {cells[1]} |")
     return lines
