@@ -977,3 +977,41 @@ def classify_topic(r: dict[str, Any]) -> list[str]:
               f"| {m['accuracy']:.3f} | {m['macro_auc']:.5f} | {c['routed_accuracy']:.3f} of {c['docs_out']} documents "
               f"| {m['train_seconds']:.1f} s ({r['train']['passages']} passages) | {m['score_us_per_doc']:.0f} µs per document |"]
     return lines
+
+
+def _pct1(x: float | None) -> str:
+    """A share as a percentage with one decimal ("–" for none)."""
+    return "–" if x is None else f"{100 * x:.1f}%"
+
+
+def toxicity_layers(r: dict[str, Any]) -> list[str]:
+    """bench_toxicity_layers.py: per configuration, false positives and recall of the word list
+    alone vs with the second pass, the share sent to the classifier and each pass's µs per document."""
+    toxic = next(iter(r["configs"].values()))["total"]["toxic"]
+    lines = [f"| word list | band | P(toxic) > | clean removed: list alone → both passes | offensive caught (of {toxic}): alone → both "
+             "| sent to classifier | µs/doc list | µs/doc classifier (per scored doc; amortised) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for c in r["configs"].values():
+        t, cost = c["total"], c["cost"]
+        first, both = t["first_pass"], t["both_passes"]
+        lines.append(f"| {c['word_list']} | [{c['band'][0]}, {c['band'][1]}] | {c['classifier_threshold']} "
+                     f"| {first['false_positives']} ({_pct1(first['false_positive_rate'])}) → **{both['false_positives']}** "
+                     f"({_pct1(both['false_positive_rate'])}) | {first['true_positives']} → **{both['true_positives']}** "
+                     f"| {_pct1(t['to_classifier'] / t['docs'])} | {cost['first_pass_us_per_doc']:.0f} "
+                     f"| {cost['classifier_us_per_scored_doc']:.0f}; {cost['classifier_us_per_doc_amortised']:.1f} |")
+    return lines
+
+
+def toxicity_slices(r: dict[str, Any]) -> list[str]:
+    """bench_toxicity_layers.py: clean documents removed per topic slice, each list alone vs with
+    the second pass in the default band at P > 0.5."""
+    a, b = r["configs"]["builtin_default_p0.5"]["slices"], r["configs"]["broad_default_p0.5"]["slices"]
+    lines = ["| slice | documents (clean / offensive) | clean removed, built-in list: alone → both "
+             "| clean removed, broad list: alone → both |",
+             "|---|---|---|---|"]
+    for name in sorted(k for k in a if k.startswith("slice=")):
+        x, y = a[name], b[name]
+        cells = [f"{z['false_positives_first']} ({_pct1(z['fp_first'])}) → **{z['false_positives_both']}** ({_pct1(z['fp_both'])})"
+                 for z in (x, y)]
+        lines.append(f"| {name[6:]} | {x['clean']} / {x['toxic']} | {cells[0]} | {cells[1]} |")
+    return lines

@@ -90,6 +90,8 @@ SECTIONS = (
     _table("minhash", ("minhash.json",), entry_tables.minhash),
     _table("quality_languages", ("quality_languages.json",), entry_tables.quality_languages),
     _table("quality_kinds", ("quality_languages.json",), entry_tables.quality_kinds),
+    _table("toxicity_layers", ("toxicity_layers.json",), entry_tables.toxicity_layers),
+    _table("toxicity_slices", ("toxicity_layers.json",), entry_tables.toxicity_slices),
     _table("ablate_deltas", ("ablate.json",), entry_tables.ablate_deltas),
     _table("ablate_ranking", ("ablate.json",), entry_tables.ablate_ranking),
     _table("continued_pretraining", ("continued_pretraining.json",), entry_tables.continued_pretraining),

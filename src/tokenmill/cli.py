@@ -232,10 +232,12 @@ def curate_eval(
     labelled: Path = typer.Argument(..., help="Labelled JSONL file (see `tokenmill.data.curate_eval`)."),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="Run config whose curate section is used."),
     set_: Optional[list[str]] = SetOpt,
+    as_json: bool = typer.Option(False, "--json", help="Print the safety result as JSON, not a table."),
 ) -> None:
     """Measure a curation filter on labelled data: PII recall and over-removal per bucket,
-    toxicity false-positive rate and recall per slice (news, medicine, law, code, fiction...), or
-    the quality rules' keep rate per language on parallel text, with the spread across languages."""
+    toxicity false-positive rate and recall per slice (news, medicine, law, code, fiction...; the
+    word list alone and with its second-pass classifier), or the quality rules' keep rate per
+    language on parallel text, with the spread across languages."""
     import json as _json
 
     def go() -> None:
@@ -245,7 +247,10 @@ def curate_eval(
         if what == "pii":
             result = ce.eval_pii(labelled, cfg)
         elif what == "safety":
-            result = ce.eval_safety(labelled, cfg)
+            result = ce.eval_safety(labelled, cfg, base_dir=config.parent if config else None)
+            if not as_json:
+                typer.echo(ce.safety_table(result))
+                return
         elif what == "quality":
             result = ce.eval_quality(labelled, cfg)
         else:

@@ -160,3 +160,50 @@ def test_quality_eval_names_the_bad_line(tmp_path):
         eval_quality(path, CurateConfig())
     with pytest.raises(LabelledFileError, match=r"bad2\.jsonl:1"):
         eval_quality(_write(tmp_path / "bad2.jsonl", [{"text": "x"}]), CurateConfig())
+
+
+def test_layered_safety_eval_per_slice_equals_an_independent_count(tmp_path):
+    """Every slice key the records carry is counted, for each pass, as an independent recount
+    with the word list and the classifier the eval trained (the same file, trained here again)."""
+    from tokenmill.data.steps.safety import Safety
+
+    train = Path(__file__).resolve().parents[2] / "benchmarks" / "labels" / "toxicity_train.jsonl"
+    rows = [json.loads(line) for line in train.read_text(encoding="utf-8").splitlines()]
+    small = [r for r in rows if r["label"] != "clean"][:30] + [r for r in rows if r["label"] == "clean"][::9][:90]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in small), encoding="utf-8")
+    recs = [
+        {"text": "you clueless troll, shit like this is why this thread is garbage", "label": "offensive", "topic": "forum"},
+        {"text": "The bastard son of the king was hanged for murder, as the law then required.", "toxic": False,
+         "topic": "law", "language": "en"},
+        {"text": "Fuck shit fuck.", "label": "toxic", "topic": "forum", "kind": "web"},
+        {"text": "Excrement, shit: the dung of animals. See also manure.", "label": "clean", "topic": "dictionary",
+         "kind": "reference"},
+        {"text": "A calm note on the weather and the harvest.", "label": "clean", "language": "en"},
+    ]
+    path = tmp_path / "eval.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
+    cfg = CurateConfig(safety={"labelled": str(tmp_path / "train.jsonl"), "band": (0.01, 0.5)})
+    res = eval_safety(path, cfg)
+    json.dumps(res)
+    step = Safety(cfg)
+    step.prepare(tmp_path / "work")
+    step.setup(tmp_path / "work")
+    toxic = [r.get("toxic", r.get("label") in ("toxic", "offensive")) for r in recs]
+    first = [toxicity(r["text"], step.terms)[0] > 0.02 for r in recs]
+    both = [step.decide(step.score(r["text"])) is not None for r in recs]
+    assert set(res["slices"]) == {"topic", "language", "kind"} and res["by_slice"] == {}
+    for key, by in res["slices"].items():
+        for value, s in by.items():
+            rows_ = [i for i, r in enumerate(recs) if r.get(key) == value]
+            for name, flags in (("first_pass", first), ("both_passes", both)):
+                fp = sum(flags[i] and not toxic[i] for i in rows_)
+                tp = sum(flags[i] and toxic[i] for i in rows_)
+                assert (s[name]["false_positives"], s[name]["true_positives"]) == (fp, tp), (key, value, name)
+            assert s["docs"] == len(rows_) and s["toxic"] == sum(toxic[i] for i in rows_)
+    assert res["total"]["to_classifier"] == sum(step.in_band(toxicity(r["text"], step.terms)[0]) for r in recs) >= 1
+    assert res["classifier"]["examples"] == {"toxic": 30, "clean": 90}
+    from tokenmill.data.curate_eval import safety_table
+
+    table = safety_table(res).splitlines()
+    assert "FP both" in table[2] and table[-1].split()[:2] == ["TOTAL", "5"]
+    assert any(line.startswith("topic=forum ") for line in table)

@@ -337,11 +337,30 @@ class ClassifierConfig(Strict):
 
 
 class SafetyConfig(Strict):
-    """Toxicity scoring with a word list (the share of a document's words that are listed terms); no trained classifier."""
+    """Toxicity in layers: a word list (share of listed words) first; with `labelled`, a classifier
+    trained here decides the documents whose word-list score falls inside `band`."""
 
     word_list: str | None = Field(None, description="File of terms, one per line (None: the built-in list).")
     threshold: float = Field(0.02, ge=0.0, description="Remove documents whose toxicity score exceeds this.")
     skip_buckets: list[str] = Field(["code"], description="Buckets the step does not apply to.")
+    labelled: str | None = Field(
+        None, description='JSONL of {"text", "label": "toxic" | "offensive" | "clean"} training the second pass (None: none).'
+    )
+    band: tuple[float, float] = Field(
+        (0.005, 0.25), description="Word-list scores in [low, high] go to the classifier; below kept, above removed."
+    )
+    classifier_threshold: float = Field(
+        0.5, ge=0.0, le=1.0, description="The second pass removes an in-band document whose P(toxic) exceeds this."
+    )
+
+    @model_validator(mode="after")
+    def _band_around_threshold(self) -> "SafetyConfig":
+        low, high = self.band
+        if self.labelled is not None and not 0.0 <= low <= self.threshold <= high:
+            raise ValueError(
+                f"safety.band [{low}, {high}] must hold the threshold {self.threshold} (0 <= low <= threshold <= high)"
+            )
+        return self
 
 
 class PiiConfig(Strict):

@@ -16,11 +16,16 @@ Offsets are Python string indices into "text", end exclusive; kinds are those of
   false_spans   predicted spans that touch no gold span, per kind
 
 Safety file, one object per line:
-    {"text": ..., "slice": "news" | "medicine" | "law" | "code" | "fiction" | ..., "toxic": true}
-  false_positive_rate  non-toxic documents scored above the threshold / non-toxic documents
-  recall               toxic documents above the threshold / toxic documents
-per slice and overall, with the line numbers of the false positives for review. Every text is
-scored, whatever the step's skip_buckets: the evaluation is of the scorer.
+    {"text": ..., "toxic": true (or "label": "toxic" | "offensive" | "clean"),
+     "slice": "news" | "medicine" | ..., "language", "kind", "source", "topic" (each optional)}
+  false_positive_rate  clean documents removed / clean documents
+  recall               toxic documents removed / toxic documents
+per value of every slice key the records carry ("slices"; "by_slice" is the "slice" key) and
+overall, with the line numbers of the false positives for review, for the word list alone
+("first_pass") and, with safety.labelled, for both passes ("both_passes": the classifier trained
+on that file decides the band) with the number sent to the classifier ("to_classifier"); the
+top-level figures are the gate as configured. Every text is scored, whatever the step's
+skip_buckets: the evaluation is of the scorer. The CLI prints it as a table (--json: JSON).
 
 Quality file, one object per line (seed 002 §2.4: "do not let filters become a hidden bias"):
     {"text": ..., "language": "de", "group": "page-07" (optional), "kind": "web" (optional),
@@ -38,6 +43,8 @@ Every text goes through the quality step as the curation would judge it: its lan
 
 from __future__ import annotations
 
+import json
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterator, cast
@@ -48,6 +55,8 @@ from tokenmill.data.config import CurateConfig, QualityKind
 from tokenmill.data.document import PII_FIELDS
 from tokenmill.data.jsonl import json_objects
 from tokenmill.data.steps.pii import Span, find_pii
+from tokenmill.data.steps.safety import LABELS as SAFETY_LABELS
+from tokenmill.data.steps.safety import SUBDIR as SAFETY_SUBDIR
 from tokenmill.data.steps.safety import Safety
 from tokenmill.data.steps.text_kinds import FAMILIES
 from tokenmill.errors import UserError
@@ -152,41 +161,129 @@ def eval_pii(labelled: Path, cfg: CurateConfig) -> dict[str, Any]:
     }
 
 
-def eval_safety(labelled: Path, cfg: CurateConfig, base_dir: Path | None = None) -> dict[str, Any]:
-    """False-positive rate and recall per slice of the toxicity score at the configured threshold."""
-    step = Safety(cfg, base_dir)
-    step.setup(Path("."))
-    per_slice: dict[str, dict[str, Any]] = defaultdict(
-        lambda: {"docs": 0, "toxic": 0, "flagged": 0, "true_positives": 0, "false_positives": 0, "false_positive_lines": []}
-    )
-    for lineno, rec in _records(labelled, {"text": str, "slice": str, "toxic": bool}):
-        flagged = step.score(rec["text"])["toxicity"] > cfg.safety.threshold
-        s = per_slice[rec["slice"]]
-        s["docs"] += 1
-        s["toxic"] += rec["toxic"]
-        s["flagged"] += flagged
-        s["true_positives"] += flagged and rec["toxic"]
-        if flagged and not rec["toxic"]:
-            s["false_positives"] += 1
-            if len(s["false_positive_lines"]) < MAX_EXAMPLES:
-                s["false_positive_lines"].append(lineno)
+SLICE_KEYS = ("slice", "language", "kind", "source", "topic")  # a record's fields the safety eval slices by
+PASSES = ("first_pass", "both_passes")
 
-    def rates(s: dict[str, Any]) -> dict[str, Any]:
-        return {
-            **s,
-            "false_positive_rate": _ratio(s["false_positives"], s["docs"] - s["toxic"]),
-            "recall": _ratio(s["true_positives"], s["toxic"]),
+
+def _toxic_label(path: Path, lineno: int, rec: dict[str, Any]) -> bool:
+    """A record's gold label: "toxic": true/false, or "label": toxic / offensive / clean."""
+    if "toxic" in rec or "label" not in rec:
+        if not isinstance(rec.get("toxic"), bool):
+            raise LabelledFileError(f"{path}:{lineno}: field 'toxic' missing or not a bool (or give 'label': toxic/clean)")
+        return rec["toxic"]
+    label = rec["label"]
+    if not isinstance(label, str) or label.lower() not in SAFETY_LABELS:
+        raise LabelledFileError(f"{path}:{lineno}: field 'label' must be one of {', '.join(SAFETY_LABELS)}, got {label!r}")
+    return SAFETY_LABELS[label.lower()]
+
+
+def _new_counts() -> dict[str, Any]:
+    gate = lambda: {"flagged": 0, "true_positives": 0, "false_positives": 0, "false_positive_lines": []}  # noqa: E731
+    return {"docs": 0, "toxic": 0, "to_classifier": 0, **{p: gate() for p in PASSES}}
+
+
+def _count(c: dict[str, Any], lineno: int, toxic: bool, sent: bool, flags: tuple[bool, bool]) -> None:
+    c["docs"] += 1
+    c["toxic"] += toxic
+    c["to_classifier"] += sent
+    for name, flagged in zip(PASSES, flags):
+        g = c[name]
+        g["flagged"] += flagged
+        g["true_positives"] += flagged and toxic
+        if flagged and not toxic:
+            g["false_positives"] += 1
+            if len(g["false_positive_lines"]) < MAX_EXAMPLES:
+                g["false_positive_lines"].append(lineno)
+
+
+def _rates(c: dict[str, Any], layered: bool) -> dict[str, Any]:
+    """Counts with each pass's false-positive rate (clean removed / clean) and recall; without a
+    classifier "both_passes" is None. The top-level fields are the gate as configured."""
+    clean = c["docs"] - c["toxic"]
+    gates = {
+        p: {
+            **c[p],
+            "false_positive_rate": _ratio(c[p]["false_positives"], clean),
+            "recall": _ratio(c[p]["true_positives"], c["toxic"]),
         }
+        for p in PASSES
+    }
+    configured = gates["both_passes" if layered else "first_pass"]
+    return {
+        "docs": c["docs"],
+        "toxic": c["toxic"],
+        "clean": clean,
+        "to_classifier": c["to_classifier"],
+        **configured,
+        "first_pass": gates["first_pass"],
+        "both_passes": gates["both_passes"] if layered else None,
+    }
 
-    total = {k: sum(s[k] for s in per_slice.values()) for k in ("docs", "toxic", "flagged", "true_positives", "false_positives")}
-    total = {key: value for key, value in rates({**total, "false_positive_lines": []}).items() if key != "false_positive_lines"}
+
+def eval_safety(labelled: Path, cfg: CurateConfig, base_dir: Path | None = None) -> dict[str, Any]:
+    """False-positive rate and recall of the toxicity gate, per value of every slice key the
+    records carry (SLICE_KEYS), for the word list alone and, with safety.labelled, both passes."""
+    step = Safety(cfg, base_dir)
+    with tempfile.TemporaryDirectory(prefix="tokenmill-safety-eval-") as work:
+        step.prepare(Path(work))  # trains the classifier, when there is one, on its labelled file
+        step.setup(Path(work))
+        manifest_path = Path(work) / SAFETY_SUBDIR / "manifest.json"
+        classifier = json.loads(manifest_path.read_text()) if manifest_path.is_file() else None
+    layered = classifier is not None
+    counts: dict[str, dict[str, dict[str, Any]]] = defaultdict(lambda: defaultdict(_new_counts))
+    total = _new_counts()
+    for lineno, rec in _records(labelled, {"text": str}):
+        toxic = _toxic_label(labelled, lineno, rec)
+        sig = step.score(rec["text"])
+        flags = (sig["toxicity"] > cfg.safety.threshold, step.decide(sig) is not None)
+        sent = sig["decided_by"] == "classifier"
+        _count(total, lineno, toxic, sent, flags)
+        for key in SLICE_KEYS:
+            if isinstance(rec.get(key), str):
+                _count(counts[key][rec[key]], lineno, toxic, sent, flags)
+    slices = {key: {v: _rates(c, layered) for v, c in sorted(counts[key].items())} for key in SLICE_KEYS if key in counts}
+    total_rates = _rates(total, layered)
+    total_rates.pop("false_positive_lines")
     return {
         "file": str(labelled),
         "threshold": cfg.safety.threshold,
         "word_list": cfg.safety.word_list or "built-in",
-        "by_slice": {name: rates(s) for name, s in sorted(per_slice.items())},
-        "total": total,
+        "band": list(cfg.safety.band) if layered else None,
+        "classifier_threshold": cfg.safety.classifier_threshold if layered else None,
+        "classifier": classifier,
+        "by_slice": slices.get("slice", {}),
+        "slices": slices,
+        "total": total_rates,
     }
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def safety_table(result: dict[str, Any]) -> str:
+    """eval_safety's result as a table: per slice, false positives and recall of each pass."""
+    layered = result["classifier"] is not None
+    head = f"{'slice':<32} {'docs':>6} {'clean':>6} {'toxic':>6}  {'FP 1st':>7} {'rec 1st':>7}"
+    head += f"  {'FP both':>7} {'rec both':>8} {'to 2nd':>6}" if layered else ""
+    lines = [f"{result['file']}: word list {result['word_list']}, threshold {result['threshold']}"]
+    if layered:
+        clf = result["classifier"]
+        lines.append(
+            f"second pass: band {result['band']}, P(toxic) > {result['classifier_threshold']}, "
+            f"held-out AUC {clf.get('auc')}, trained on {clf['examples']}"
+        )
+    lines.append(head)
+    rows = [(f"{key}={value}", r) for key, by in result["slices"].items() for value, r in by.items()]
+    for name, r in [*rows, ("TOTAL", result["total"])]:
+        first = r["first_pass"]
+        line = f"{name[-32:]:<32} {r['docs']:>6} {r['clean']:>6} {r['toxic']:>6}  {_pct(first['false_positive_rate']):>7} "
+        line += f"{_pct(first['recall']):>7}"
+        if layered:
+            both = r["both_passes"]
+            line += f"  {_pct(both['false_positive_rate']):>7} {_pct(both['recall']):>8} {r['to_classifier']:>6}"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 MIN_DOCS = 10  # a language's keep rate enters the spread from this many documents

@@ -71,8 +71,15 @@ MODEL_QUALITY_FIELDS: dict[str, pa.DataType] = {
     "context_ratio": pa.float64(),
     "perplexity_judged": pa.bool_(),
 }
-# Safety (data.steps.safety): toxicity score in [0, 1] and how many listed terms matched.
-SAFETY_FIELDS: dict[str, pa.DataType] = {"toxicity": pa.float64(), "matched_terms": pa.int64()}
+# Safety (data.steps.safety): toxicity score in [0, 1], how many listed terms matched, which pass
+# decided ("word_list" or "classifier") and the classifier's P(toxic) when it ran. Shards written
+# before the last two have them missing in the struct (read back as absent keys, written as null).
+SAFETY_FIELDS: dict[str, pa.DataType] = {
+    "toxicity": pa.float64(),
+    "matched_terms": pa.int64(),
+    "decided_by": pa.string(),
+    "classifier_probability": pa.float64(),
+}
 # Decontamination (data.steps.decontaminate): the largest share of one eval item's n-grams found here.
 CONTAMINATION_FIELDS: dict[str, pa.DataType] = {
     "max_overlap": pa.float64(),

@@ -63,7 +63,8 @@ def test_user_list_replaces_builtin_and_missing_list_is_an_error(tmp_path):
     step = Safety(CurateConfig(safety={"word_list": "words.txt"}), base_dir=tmp_path)
     step.setup(tmp_path)
     assert step.terms == {"grumble", "moan"}
-    assert step.score("grumble grumble fuck") == {"toxicity": pytest.approx(2 / 3), "matched_terms": 2}
+    assert step.score("grumble grumble fuck") == {"toxicity": pytest.approx(2 / 3), "matched_terms": 2,
+                                                 "decided_by": "word_list", "classifier_probability": None}
     with pytest.raises(FileNotFoundError, match="nope.txt"):
         Safety(CurateConfig(safety={"word_list": "nope.txt"}), base_dir=tmp_path).prepare(tmp_path)
 
