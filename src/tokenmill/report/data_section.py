@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tokenmill.report.charts import _svg, bar_chart
-from tokenmill.report.license_section import license_table
+from tokenmill.report.license_section import license_table, license_tokens_table
 from tokenmill.report.page import read_json
 from tokenmill.runs import RunDir
 
@@ -955,6 +955,7 @@ def section_data(run: RunDir, events: list[dict]) -> str:
             section_distributions(parts),
             section_effective(funnel, last_plan(events), meta),
             section_tokenizer(run, meta),
+            license_tokens_table(meta),
             section_planned_vs_delivered(events),
         ]
     )

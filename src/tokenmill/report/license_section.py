@@ -49,3 +49,24 @@ def license_table(licenses: dict[str, dict[str, Any]] | None) -> str:
         "permissions from <code>curate.licenses</code> or the built-in table):</p>"
         + table(HEADER + [label for _, label in PERMISSIONS], rows)
     )
+
+
+def license_tokens_table(meta: dict[str, Any] | None) -> str:
+    """Documents and tokens per license in the token store (`licenses` of tokens/_meta.json)."""
+    per = (meta or {}).get("licenses")
+    if not per:
+        return ""
+    zero = {"docs": 0, "tokens": 0}
+    rows = [
+        [
+            lic,
+            s.get("train", zero)["docs"],
+            s.get("train", zero)["tokens"],
+            s.get("val", zero)["docs"],
+            s.get("val", zero)["tokens"],
+        ]
+        for lic, s in per.items()
+    ]
+    return "<p>Token store per license:</p>" + table(
+        ["license", "train docs", "train tokens", "held-out docs", "held-out tokens"], rows
+    )
