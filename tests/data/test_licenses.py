@@ -50,13 +50,13 @@ def test_license_spec_needs_every_permission_said():
 
 
 def test_unknown_id_is_an_error_only_with_a_policy():
-    _cfg("some free text")  # old configs: a free-text license still loads (counted as unknown)
-    with pytest.raises(ValidationError, match=r"curate.sources\[1\] \(/data/s1\): license 'some free text' is not a known"):
-        _cfg("MIT", "some free text", license_policy=LicensePolicy(require=["training"]))
-    with pytest.raises(ValidationError, match="Foo"):
-        _cfg("Foo", license_policy=LicensePolicy(bucket_by_permission={"commercial_use": "nc"}))
+    licenses.check_sources(_cfg("some free text"))  # old configs: a free-text license still runs (counted as unknown)
+    with pytest.raises(ValueError, match=r"curate.sources\[1\] \(/data/s1\): license 'some free text' is not a known"):
+        licenses.check_sources(_cfg("MIT", "some free text", license_policy=LicensePolicy(require=["training"])))
+    with pytest.raises(ValueError, match="Foo"):
+        licenses.check_sources(_cfg("Foo", license_policy=LicensePolicy(bucket_by_permission={"commercial_use": "nc"})))
     mine = LicenseSpec(training=True, redistribution=True, commercial_use=True, attribution_required=False)
-    _cfg("Foo", licenses={"foo": mine}, license_policy=LicensePolicy(require=["training"]))  # declared: fine
+    licenses.check_sources(_cfg("Foo", licenses={"foo": mine}, license_policy=LicensePolicy(require=["training"])))
 
 
 def test_policy_keys_are_checked():

@@ -544,10 +544,3 @@ class CurateConfig(Strict):
             if unknown:
                 raise ValueError(f"unknown step(s) {unknown}; steps are {', '.join(CURATE_STEPS)}")
         return v
-
-    @model_validator(mode="after")
-    def _known_licenses(self) -> "CurateConfig":
-        from tokenmill.data.licenses import check_sources  # lazy: licenses.py imports this module
-
-        check_sources(self)
-        return self

@@ -751,10 +751,11 @@ def check_removal(funnel: Funnel, cfg: CurateConfig, steps: Iterable[str]) -> No
 
 def check_config(cfg: CurateConfig) -> None:
     """What makes the config unusable, found before any work: no sources, a bad bucket name, a
-    missing source path."""
+    license id the policy cannot judge, a missing source path."""
     if not cfg.sources:
         raise ValueError("curate.sources is empty: there is nothing to curate")
     _check_buckets(cfg)
+    licenses.check_sources(cfg)  # with a policy, every source's license must be one the table knows
     if cfg.canaries.counts:
         canary_bucket(cfg)  # an unknown bucket fails now, not after the work
     for src in cfg.sources:
