@@ -167,7 +167,8 @@ def curate(
 
     With INPUTs: `tokenmill curate INPUT... -o OUT` curates those files into OUT. Without:
     `tokenmill curate --config RUN.yaml` curates the config's sources into the run directory.
-    Steps (canonical order): extract, normalize, url, langid, quality, model_quality, classify, safety, pii,
+    Steps (canonical order): license (off without curate.license_policy), extract, normalize, url, langid,
+    quality, model_quality, classify, safety, pii,
     exact_dedup, minhash_dedup, line_dedup, substring_dedup (off unless curate.substring_dedup.enabled),
     decontaminate, bucket. Writes OUT/<bucket>/part-*.parquet,
     OUT/_rejected/ (every removed document with the step, rule and measured value) and

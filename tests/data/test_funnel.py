@@ -86,3 +86,24 @@ def test_a_funnel_from_before_languages_were_counted_drops_the_claim():
     del legacy["languages"]
     new.merge(Funnel.from_dict(legacy))
     assert new.violations() == [] and "languages" not in new.to_dict()
+
+
+def test_license_counts_merge_round_trip_and_are_not_claimed_after_an_older_funnel():
+    a, b = Funnel(), Funnel()
+    a.license_bytes("MIT", bytes_in=100)
+    a.outcome("en", None, "prose", "MIT")
+    a.license_bytes("MIT", bytes_kept=80)
+    b.license_bytes("MIT", bytes_in=50)
+    b.outcome("en", StepMark("license", 50, 0, True, "missing_training"), "prose", "MIT")
+    b.license_bytes("unknown", bytes_in=7)
+    b.outcome(None, StepMark("quality", 7, 0, True, "min_words"), None, "unknown")
+    a.merge(Funnel.from_dict(b.to_dict()))
+    mit = a.to_dict()["licenses"]["MIT"]
+    assert (mit["docs"], mit["kept"], mit["bytes_in"], mit["bytes_kept"]) == (2, 1, 150, 80)
+    assert mit["removed_by_policy"] == 1 and mit["removed_by_other_steps"] == 0
+    assert a.to_dict()["licenses"]["unknown"]["removed_by_other_steps"] == 1
+    assert Funnel.from_dict(a.to_dict()).to_dict()["licenses"] == a.to_dict()["licenses"]
+    older = b.to_dict()
+    del older["licenses"]
+    a.merge(Funnel.from_dict(older))
+    assert "licenses" not in a.to_dict()

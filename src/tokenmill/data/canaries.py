@@ -83,6 +83,7 @@ def random_secrets(rng: np.random.Generator, n: int, digits: int, exclude: Itera
 def canary_bucket(cfg: CurateConfig) -> str:
     """The bucket canaries go to: the configured one, which must be a bucket of the sources."""
     known = [s.bucket for s in cfg.sources] + [r.bucket for r in cfg.bucket_rules]
+    known += list(cfg.license_policy.bucket_by_permission.values())  # a license route's bucket is one too
     bucket = cfg.canaries.bucket or (known[0] if known else "")
     if bucket not in known:
         raise CanaryError(

@@ -145,6 +145,7 @@ class QualityConfig(Strict):
 
 CURATE_STEPS: tuple[str, ...] = (
     "select",
+    "license",
     "extract",
     "normalize",
     "url",
@@ -459,6 +460,43 @@ class BucketRule(Strict):
     tier: str | None = Field(None, description="Quality tier (head / middle / tail).")
 
 
+# What a license grants (a document whose license lacks one cannot be used that way), and the
+# conditions it sets on the use it grants (data/licenses.py).
+LicenseGrant = Literal["training", "redistribution", "commercial_use"]
+LicenseCondition = Literal["attribution_required", "share_alike"]
+
+
+class LicenseSpec(Strict):
+    """A license's permissions, as curation's license policy reads them (data/licenses.py)."""
+
+    training: bool = Field(..., description="Documents may be used to train a model.")
+    redistribution: bool = Field(..., description="Documents (and copies of them) may be passed on.")
+    commercial_use: bool = Field(..., description="Use for commercial purposes is allowed.")
+    attribution_required: bool = Field(..., description="Use or redistribution must credit the authors / keep the notice.")
+    share_alike: bool = Field(False, description="Derived works passed on must carry the same license (copyleft).")
+    notice: str | None = Field(None, description="Free text: the license's name or the notice to keep.")
+    url: str | None = Field(None, description="Where the license text is.")
+
+
+class LicensePolicy(Strict):
+    """What curation does with a document by its source's license (data/steps/license.py); empty: nothing."""
+
+    require: list[LicenseGrant] = Field(
+        default_factory=list, description="Remove documents whose license does not grant all of these (rule missing_<grant>)."
+    )
+    exclude_if: list[LicenseCondition] = Field(
+        default_factory=list, description="Remove documents whose license sets any of these conditions (rule has_<condition>)."
+    )
+    bucket_by_permission: dict[LicenseGrant | LicenseCondition, str] = Field(
+        default_factory=dict,
+        description="Grant or condition -> bucket: a kept document whose license lacks the grant (or sets the condition) goes to that bucket; first listed wins, over bucket_rules.",
+    )
+
+    @property
+    def removes(self) -> bool:
+        return bool(self.require or self.exclude_if)
+
+
 class CanaryConfig(Strict):
     """Memorization canaries (Carlini et al. 2019, "The Secret Sharer"): a template with a random
     digit secret, inserted into the training data a chosen number of times during curation; the
@@ -518,6 +556,13 @@ class CurateConfig(Strict):
     decontaminate: DecontaminateConfig = Field(default_factory=DecontaminateConfig)
     bucket_rules: list[BucketRule] = Field(
         default_factory=list, description="Bucket assignment rules (none: the source's bucket)."
+    )
+    licenses: dict[str, LicenseSpec] = Field(
+        default_factory=dict,
+        description="License id -> permissions, added to (or replacing) the built-in table of data/licenses.py.",
+    )
+    license_policy: LicensePolicy = Field(
+        default_factory=LicensePolicy, description="Remove or bucket documents by their source's license permissions."
     )
     min_chars: int = Field(200, ge=0, description="Documents shorter than this after extraction are dropped.")
     max_doc_bytes: int = Field(2_000_000, ge=1, description="Larger raw records are quarantined, not parsed.")

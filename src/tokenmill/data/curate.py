@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tokenmill.data.config import CurateConfig, SourceConfig
-from tokenmill.data import sources as source_step
+from tokenmill.data import licenses, sources as source_step
 from tokenmill.data.classifiers import classifier_cut
 from tokenmill.data.steps import classify as classify_step
 from tokenmill.data.canaries import CANARIES_FILE, canary_bucket, insert_canaries
@@ -335,9 +335,10 @@ def _map_chunk(
         bucket = doc.bucket
         id_kind = None if raw.record_id is None else (not_taken or "user")
         funnel.source_in(doc.source, bucket, raw.n_bytes, raw.encoding.name if raw.encoding else None, id_kind)
+        funnel.license_bytes(doc.license, bytes_in=raw.n_bytes)
         if raw.problem is not None:
             funnel.record(bucket, mark := StepMark("read", raw.n_bytes, 0, True, raw.problem.rule))
-            funnel.outcome(doc.language, mark, doc.kind)
+            funnel.outcome(doc.language, mark, doc.kind, doc.license)
             rejected.append(doc.rejected_row(raw.problem))
             continue
         marks = [StepMark("read", raw.n_bytes, text_bytes(doc.text), True)]
@@ -348,7 +349,7 @@ def _map_chunk(
         rejection = run_doc_steps(doc, names, steps, marks, clock)
         _record(funnel, bucket, marks)
         if rejection is not None:
-            funnel.outcome(doc.language, marks[-1], doc.kind)  # kept ones are decided in the final phase
+            funnel.outcome(doc.language, marks[-1], doc.kind, doc.license)  # kept ones are decided in the final phase
             rejected.append(doc.rejected_row(rejection))
         else:
             kept.append(doc)
@@ -640,11 +641,12 @@ def _final_chunk(
             clock.start(k, i)
             rejection = run_doc_steps(doc, names, steps, marks, clock)
         _record(funnel, bucket0, marks)
-        funnel.outcome(doc.language, marks[-1] if rejection is not None else None, doc.kind)
+        funnel.outcome(doc.language, marks[-1] if rejection is not None else None, doc.kind, doc.license)
         if rejection is not None:
             rejected.append(doc.rejected_row(rejection))
             continue
         funnel.source_out(doc.source, text_bytes(doc.text), bucket0)
+        funnel.license_bytes(doc.license, bytes_kept=text_bytes(doc.text))
         by_bucket.setdefault(doc.bucket, []).append(doc.row())
     out = final_dir(job.work)
     for bucket, rows in by_bucket.items():
@@ -737,7 +739,8 @@ def check_removal(funnel: Funnel, cfg: CurateConfig, steps: Iterable[str]) -> No
     total = funnel.total()
     for step in steps:
         c = total[step]
-        if step in (classifier_cut.STEP, "select"):  # keep_top_percent and an id list state what they keep
+        # keep_top_percent, an id list and a license policy state what they keep
+        if step in (classifier_cut.STEP, "select", "license"):
             continue
         if c.docs_in and c.docs_rejected / c.docs_in > cfg.max_removal_share:
             rules = ", ".join(f"{r}: {v['docs']}" for r, v in sorted(c.rejected.items()))
@@ -759,10 +762,11 @@ def check_removal(funnel: Funnel, cfg: CurateConfig, steps: Iterable[str]) -> No
 
 def check_config(cfg: CurateConfig) -> None:
     """What makes the config unusable, found before any work: no sources, a bad bucket name, a
-    missing source path."""
+    license id the policy cannot judge, a missing source path."""
     if not cfg.sources:
         raise ValueError("curate.sources is empty: there is nothing to curate")
     _check_buckets(cfg)
+    licenses.check_sources(cfg)  # with a policy, every source's license must be one the table knows
     if cfg.canaries.counts:
         canary_bucket(cfg)  # an unknown bucket fails now, not after the work
     for src in cfg.sources:
@@ -819,6 +823,7 @@ def curate(
     funnel = _checked_funnel(job)
     final = final_dir(job.work)
     canaries = insert_canaries(cfg, seed, final, funnel)  # after the removal check: canaries never hide an empty bucket
+    funnel.license_permissions = {lic: licenses.permissions_row(licenses.table(cfg), lic) for lic in funnel.licenses}
     funnel_data = funnel.write(final / FUNNEL_FILE)
     _write_decontamination(job, final)
     for step in prepared:
@@ -960,11 +965,7 @@ def _claim_output(cfg: CurateConfig, out: Path, work: Path, overwrite: bool) -> 
         write_marker(out, STAGE, outputs=owned)
     else:
         owned = set(mark["outputs"])
-    buckets = (
-        {s.bucket for s in cfg.sources}
-        | {r.bucket for r in cfg.bucket_rules}
-        | {b for c in cfg.classify for b in c.buckets.values()}
-    )
+    buckets = set(_bucket_names(cfg))
     check_clashes(out, buckets | set(FIXED_OUTPUTS), owned)
     claim_dir(work, "curate-work", legacy=lambda d: (d / "plan.json").is_file())
     return owned
@@ -998,9 +999,15 @@ def _progress(enabled: bool) -> Progress:
     )
 
 
+def _bucket_names(cfg: CurateConfig) -> list[str]:
+    """Every bucket the config can send a document to: sources', bucket rules', license routes', classifiers'."""
+    routes = list(cfg.license_policy.bucket_by_permission.values())
+    classified = [b for c in cfg.classify for b in c.buckets.values()]
+    return [src.bucket for src in cfg.sources] + [r.bucket for r in cfg.bucket_rules] + routes + classified
+
+
 def _check_buckets(cfg: CurateConfig) -> None:
-    names = [src.bucket for src in cfg.sources] + [r.bucket for r in cfg.bucket_rules]
-    for b in names:
+    for b in _bucket_names(cfg):
         if not b or b.startswith(("_", ".")) or "/" in b or "\\" in b or b != b.strip():
             raise ValueError(f"curate: bucket {b!r} is not a valid directory name (no '/', must not start with '_' or '.')")
 

@@ -137,6 +137,31 @@ class LanguageCounts:
         }
 
 
+@dataclass
+class LicenseCounts(LanguageCounts):
+    """The fate of the documents of one license id: read (documents, raw bytes), kept (documents,
+    bytes of curated text), removed by which step's rule; `license/...` rules are the policy's."""
+
+    bytes_in: int = 0
+    bytes_kept: int = 0
+
+    def merge(self, other: "LanguageCounts") -> None:
+        super().merge(other)
+        if isinstance(other, LicenseCounts):
+            self.bytes_in += other.bytes_in
+            self.bytes_kept += other.bytes_kept
+
+    def to_dict(self) -> dict[str, Any]:
+        by_policy = sum(n for rule, n in self.rejected.items() if rule.startswith("license/"))
+        return {
+            **super().to_dict(),
+            "bytes_in": self.bytes_in,
+            "bytes_kept": self.bytes_kept,
+            "removed_by_policy": by_policy,
+            "removed_by_other_steps": self.docs - self.kept - by_policy,
+        }
+
+
 def _ratio(num: int, den: int) -> float | None:
     return num / den if den else None
 
@@ -186,6 +211,10 @@ class Funnel:
         # False once a funnel written before languages were counted is merged in (a curation
         # resumed across versions): its documents' fates are unknown, so none are claimed
         self.languages_complete = True
+        # the same fates (and bytes) by the license id of the document's source (data/licenses.py)
+        self.licenses: dict[str, LicenseCounts] = {}
+        self.licenses_complete = True  # False once a funnel written before licenses were counted is merged in
+        self.license_permissions: dict[str, dict[str, Any]] = {}  # set by the driver before writing
 
     def merge(self, other: "Funnel") -> None:
         """Add another funnel's counts (of a shard or chunk) to this one."""
@@ -207,6 +236,9 @@ class Funnel:
         for kind, kc in other.kinds.items():
             self.kinds.setdefault(kind, LanguageCounts()).merge(kc)
         self.languages_complete = self.languages_complete and other.languages_complete
+        for lic, lc in other.licenses.items():
+            self.licenses.setdefault(lic, LicenseCounts()).merge(lc)
+        self.licenses_complete = self.licenses_complete and other.licenses_complete
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Funnel":
@@ -221,6 +253,9 @@ class Funnel:
         for kind, c in data.get("kinds", {}).items():
             f.kinds[kind] = LanguageCounts(c["docs"], c["kept"], dict(c["rejected"]))
         f.languages_complete = "languages" in data
+        for lic, c in data.get("licenses", {}).items():
+            f.licenses[lic] = LicenseCounts(c["docs"], c["kept"], dict(c["rejected"]), c["bytes_in"], c["bytes_kept"])
+        f.licenses_complete = "licenses" in data
         return f
 
     def _bucket(self, bucket: str) -> dict[str, StepCounts]:
@@ -233,11 +268,19 @@ class Funnel:
             raise KeyError(f"unknown step {mark.step!r}; the funnel's steps are {self.steps}")
         self._bucket(bucket)[mark.step].add(mark)
 
-    def outcome(self, language: str | None, removed_by: StepMark | None, kind: str | None = None) -> None:
+    def outcome(
+        self, language: str | None, removed_by: StepMark | None, kind: str | None = None, license: str | None = None
+    ) -> None:
         """A document's final fate, once: kept (None) or removed by the step and rule of
-        `removed_by`; counted under its language and under its kind of text."""
-        for table, key in ((self.languages, language), (self.kinds, kind)):
-            counts = table.setdefault(key or UNDETERMINED, LanguageCounts())
+        `removed_by`; counted under its language, its kind of text and (when given) its license."""
+        tables: list[tuple[dict[str, Any], str | None, type[LanguageCounts]]] = [
+            (self.languages, language, LanguageCounts),
+            (self.kinds, kind, LanguageCounts),
+        ]
+        if license is not None:
+            tables.append((self.licenses, license, LicenseCounts))
+        for table, key, make in tables:
+            counts = table.setdefault(key or UNDETERMINED, make())
             counts.docs += 1
             if removed_by is None:
                 counts.kept += 1
@@ -253,6 +296,12 @@ class Funnel:
             counts.encodings[encoding] = counts.encodings.get(encoding, 0) + 1
         if id_kind is not None:
             counts.ids[id_kind] = counts.ids.get(id_kind, 0) + 1
+
+    def license_bytes(self, license: str, bytes_in: int = 0, bytes_kept: int = 0) -> None:
+        """Raw bytes read, or curated bytes kept, of a document of this license."""
+        counts = self.licenses.setdefault(license, LicenseCounts())
+        counts.bytes_in += bytes_in
+        counts.bytes_kept += bytes_kept
 
     def source_out(self, source: str, n_bytes: int, bucket: str | None = None) -> None:
         """A kept document leaves the funnel (possibly counted in another chunk's funnel than
@@ -315,8 +364,17 @@ class Funnel:
                 if self.kinds_complete()
                 else {}
             ),
+            **({"licenses": self._licenses_dict()} if self.licenses_complete else {}),
             "d_eff": {"total": d_eff_inputs(total), "buckets": {b: d_eff_inputs(per) for b, per in sorted(self.buckets.items())}},
         }
+
+    def _licenses_dict(self) -> dict[str, Any]:
+        """Per license id (most documents first): its counts, and its permissions when the driver set them."""
+        out = {}
+        for lic, c in sorted(self.licenses.items(), key=lambda kv: (-kv[1].docs, kv[0])):
+            perms = self.license_permissions.get(lic)
+            out[lic] = {**c.to_dict(), **({"permissions": perms} if perms is not None else {})}
+        return out
 
     def write(self, path: Path) -> dict[str, Any]:
         data = self.to_dict()

@@ -14,6 +14,7 @@ from tokenmill.data.step import DocStep
 
 DOC_STEP_CLASSES: dict[str, tuple[str, str]] = {
     "select": ("tokenmill.data.steps.select", "Select"),
+    "license": ("tokenmill.data.steps.license", "License"),
     "extract": ("tokenmill.data.steps.extract", "Extract"),
     "normalize": ("tokenmill.data.steps.normalize", "Normalize"),
     "url": ("tokenmill.data.steps.urlfilter", "UrlFilter"),

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tokenmill.report.charts import _svg, bar_chart
+from tokenmill.report.license_section import license_table, license_tokens_table
 from tokenmill.report.page import read_json
 from tokenmill.runs import RunDir
 
@@ -250,6 +251,7 @@ def section_funnel(funnel: dict | None) -> str:
         for b, d in sorted(buckets.items()):
             out.append(f"<details><summary>funnel of bucket {html.escape(b)}</summary>{funnel_table(steps, d)}</details>")
     out.append(language_table(funnel.get("languages") or {}))
+    out.append(license_table(funnel.get("licenses")))
     sources = funnel.get("sources") or {}
     if sources:
         out.append(
@@ -953,6 +955,7 @@ def section_data(run: RunDir, events: list[dict]) -> str:
             section_distributions(parts),
             section_effective(funnel, last_plan(events), meta),
             section_tokenizer(run, meta),
+            license_tokens_table(meta),
             section_planned_vs_delivered(events),
         ]
     )

@@ -73,14 +73,18 @@ class PartTask:
 
 
 # --------------------------------------------------------------------------- encode (worker side)
-def _read_part(part: Path, batch_docs: int) -> Iterator[tuple[list[str], list[str], list[int]]]:
-    """(ids, texts, UTF-8 byte lengths) of a part, batch by batch, row order preserved."""
-    for batch in pq.ParquetFile(part).iter_batches(batch_size=batch_docs, columns=["id", "text"]):
+def _read_part(part: Path, batch_docs: int) -> Iterator[tuple[list[str], list[str], list[int], list[str | None]]]:
+    """(ids, texts, UTF-8 byte lengths, license ids) of a part, batch by batch, row order preserved
+    (license ids None for a part written without the column)."""
+    pf = pq.ParquetFile(part)
+    has_license = "license" in pf.schema_arrow.names
+    for batch in pf.iter_batches(batch_size=batch_docs, columns=["id", "text", *(["license"] if has_license else [])]):
         text = batch.column("text")
         if text.null_count:
             row = text.to_pylist().index(None)
             raise ValueError(f"{part}: document {batch.column('id')[row]} has no text")
-        yield batch.column("id").to_pylist(), text.to_pylist(), pc.binary_length(text).to_pylist()
+        lics = batch.column("license").to_pylist() if has_license else [None] * batch.num_rows
+        yield batch.column("id").to_pylist(), text.to_pylist(), pc.binary_length(text).to_pylist(), lics
 
 
 def _with_eos(ids: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -144,10 +148,14 @@ def encode_part(task: PartTask) -> dict[str, Any]:
     enc = _spot_check(task, fast, first[1] if first else [])
     dtype = np.dtype(task.dtype)
     writers = {s: ShardWriter(out / s, dtype) for s in SPLITS}
-    for ids, texts, n_bytes in itertools.chain([first] if first else [], batches):
-        for doc_id, arr, nb in zip(ids, enc.encode(texts), n_bytes):
-            held = task.cut.holds(doc_id) and doc_id not in task.moved
-            writers["val" if held else "train"].add(doc_id, _with_eos(arr, dtype), nb)
+    per_license: dict[str, dict[str, dict[str, int]]] = {}  # license -> split -> docs, tokens
+    for ids, texts, n_bytes, lics in itertools.chain([first] if first else [], batches):
+        for doc_id, arr, nb, lic in zip(ids, enc.encode(texts), n_bytes, lics):
+            split = "val" if task.cut.holds(doc_id) and doc_id not in task.moved else "train"
+            writers[split].add(doc_id, _with_eos(arr, dtype), nb)
+            slot = per_license.setdefault(lic or "unknown", {}).setdefault(split, {"docs": 0, "tokens": 0})
+            slot["docs"] += 1
+            slot["tokens"] += arr.size + 1  # with its EOS, as the store counts
     record = {
         "key": task.key,
         "bucket": task.bucket,
@@ -157,6 +165,7 @@ def encode_part(task: PartTask) -> dict[str, Any]:
         "seconds": time.perf_counter() - t0,
         "pid": os.getpid(),
         "splits": {s: w.close() for s, w in writers.items()},
+        "licenses": per_license,
     }
     atomic_write_text(marker, json.dumps(record, indent=1))  # last: the part counts as done only now
     return {**record, "skipped": False}
@@ -438,6 +447,18 @@ def _encode_all(run: RunDir, tasks: list[PartTask]) -> list[dict[str, Any]]:
         return run_parts(tasks, processes, processes if processes > 1 else threads, done)
 
 
+def license_tokens(records: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, int]]]:
+    """Documents and tokens per license id and split, summed over the parts' records."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for record in records:
+        for lic, splits in record["licenses"].items():
+            for split, c in splits.items():
+                slot = out.setdefault(lic, {}).setdefault(split, {"docs": 0, "tokens": 0})
+                slot["docs"] += c["docs"]
+                slot["tokens"] += c["tokens"]
+    return dict(sorted(out.items()))
+
+
 def run_tokenize(run: RunDir) -> dict[str, Any]:
     cfg = run.config.tokenize
     tok_dir = run.sub("tokenizer")
@@ -485,6 +506,8 @@ def run_tokenize(run: RunDir) -> dict[str, Any]:
         meta["buckets"][bucket] = {s: w.totals for s, w in writers.items()}
         run.events.write("tokenize", "bucket", bucket=bucket, **meta["buckets"][bucket])
 
+    if all("licenses" in r for r in records):  # parts encoded before licenses were counted: none claimed
+        meta["licenses"] = license_tokens(records)
     atomic_write_text(tmp / "_meta.json", json.dumps(meta, indent=1))
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)

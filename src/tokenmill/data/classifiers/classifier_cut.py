@@ -145,7 +145,7 @@ def _apply_chunk(job: Any, shard: int, path: Path, pending: Path, done: Path, re
             continue
         mark = StepMark(STEP, n, 0, True, RULE)
         funnel.record(bucket, mark)
-        funnel.outcome(row["language"], mark, row.get("kind"))
+        funnel.outcome(row["language"], mark, row.get("kind"), row.get("license"))
         fmt = row.pop("_format")
         row.pop("_exact"), row.pop("_sig")
         doc = Doc.from_row(row, fmt)

@@ -13,7 +13,8 @@ source gave it. Conditions:
   tier      the quality tier model_quality gave it (doc.model_quality["tier"])
 
 A rule with a condition the document has no value for (no domain, language never identified)
-does not match. The step runs last and never removes a document; it is off without rules.
+does not match. The step runs last and never removes a document; it is off without rules and
+without `license_policy.bucket_by_permission`, whose routing (data/licenses.py) wins over the rules.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from tokenmill.data import licenses
 from tokenmill.data.config import BucketRule, CurateConfig
 from tokenmill.data.document import Doc, Rejection
 from tokenmill.data.step import DocStep
@@ -81,10 +83,17 @@ class Bucket(DocStep):
     def __init__(self, cfg: CurateConfig, base_dir: Path | None = None):
         super().__init__(cfg, base_dir)
         self.rules = [CompiledRule.of(r) for r in cfg.bucket_rules]
+        self.license_table = licenses.table(cfg) if cfg.license_policy.bucket_by_permission else None
+        self._routes: dict[str, str | None] = {}  # license id -> bucket it is routed to
 
     def enabled(self) -> bool:
-        return bool(self.rules)
+        return bool(self.rules) or self.license_table is not None
 
     def process(self, doc: Doc) -> Rejection | None:
         doc.bucket = assign_bucket(self.rules, doc)
+        if self.license_table is not None:
+            if doc.license not in self._routes:
+                spec = licenses.permissions(self.license_table, doc.license)
+                self._routes[doc.license] = licenses.routed_bucket(spec, self.cfg.license_policy)
+            doc.bucket = self._routes[doc.license] or doc.bucket
         return None
