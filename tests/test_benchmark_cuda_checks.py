@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -36,3 +38,34 @@ def test_a_part_that_fails_keeps_the_others_results(tmp_path):
     assert parts == json.loads(json.dumps(result["parts"]))
     assert parts["no_such_part"]["ok"] is False and "no_such_part" in parts["no_such_part"]["error"]
     assert parts["probe_cost"]["ok"] is True and parts["probe_cost"]["repeats"] == 3
+
+
+TINY_1B = ["--set", "model.d_model=32", "--set", "model.n_layers=2", "--set", "model.n_heads=4", "--set", "model.n_kv_heads=2",
+           "--set", "model.ffn_hidden=64", "--set", "model.max_seq_len=32", "--set", "train.seq_len=32",
+           "--set", "train.micro_batch=2", "--set", "train.threads=1"]
+
+
+def bench_fp8(monkeypatch, *args: str) -> None:
+    import bench_fp8 as bench
+
+    monkeypatch.setattr(sys, "argv", ["bench_fp8.py", *args])
+    bench.main()
+
+
+def test_bench_fp8_takes_the_1b_config_one_arm_per_call(tiny_run, tmp_path, monkeypatch):
+    """The ~1B lease's two calls (bf16, then fp8 into the same JSON) on the CPU, the model shrunk:
+    the second call keeps the first's arm and adds the ratios and issue 43's targets."""
+    out = tmp_path / "fp8_1b.json"
+    common = ["--smoke-cpu", "--run", str(tiny_run.path), "--config", str(ROOT / "benchmarks/configs/gpu_1b.yaml"),
+              "--steps", "3", "--warmup", "1", "--eval-docs", "2", "--json", str(out), "--commit", "c1", *TINY_1B]
+    bench_fp8(monkeypatch, *common, "--arms", "bf16")
+    first = json.loads(out.read_text())
+    assert list(first["arms"]) == ["bf16"] and "fp8_over_bf16" not in first
+    assert first["shape"]["activation_checkpointing"] == "selective"  # gpu_1b.yaml's recipe, not the run's
+    assert first["config"].endswith("gpu_1b.yaml") and 0 < first["arms"]["bf16"]["epochs"] < 1
+    bench_fp8(monkeypatch, *common, "--arms", "fp8")
+    both = json.loads(out.read_text())
+    assert both["arms"]["bf16"] == first["arms"]["bf16"] and both["arms"]["fp8"]["steps"] == 3
+    assert set(both["fp8_over_bf16"]) >= {"speedup_tokens_per_s", "target_speedup_1_2", "target_loss_within_1pct"}
+    with pytest.raises(SystemExit, match="written by another comparison \\(steps differ\\)"):
+        bench_fp8(monkeypatch, *[a if a != "3" else "4" for a in common], "--arms", "fp8")

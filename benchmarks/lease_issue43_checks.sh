@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One GPU lease for issue 43's "CUDA paths that have only run on the CPU" (at most ~470 s of command on
+# an H100 or H200; run it with timeout_s=540), prepared and smoke-tested on the CPU
+# (cuda_path_checks.py --smoke, tests/test_benchmark_cuda_checks.py). Run it as the device tool's
+# command, carrying .gpu (.gpu/run: gpu_125m.yaml's token store and config.yaml, the GPT-2-small
+# shape; benchmarks/lease_issue43.sh's header says how to build it) and .whl (pydantic's wheels: the
+# image has none; torchao's may be there too, unused), with COMMIT=<short hash> in the environment:
+#   run(command="COMMIT=<git rev-parse --short HEAD> bash benchmarks/lease_issue43_checks.sh",
+#       carry=[".gpu", ".whl"], timeout_s=540)
+# Each part in its own process under its own timeout, writing its own JSON under $OUT:
+#   forward_clock  (~30 s)  forward seconds by CUDA events: positive, finite, within the step, and
+#                           against the wall time of synchronised forwards
+#   probe_cost     (~90 s)  the activation probe's cost on a compiled GPT-2-small step (ABBA, medians)
+#   rope_phase     (~120 s) RoPE rebuilt at a phase boundary under torch.compile: recompiles, losses
+#                           against eager in bf16
+set -euo pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD/src:$PWD/benchmarks PYTHONUNBUFFERED=1
+COMMIT=${COMMIT:-unknown}
+echo "commit $COMMIT" | tee "$OUT/device.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader | tee -a "$OUT/device.txt"
+python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$OUT/device.txt"
+
+# A part that fails or runs out of time says so and leaves the next part its turn.
+part() {
+    local name=$1 secs=$2 rc=0
+    timeout "$secs" python3 benchmarks/cuda_path_checks.py --run .gpu/run --parts "$name" \
+        --json "$OUT/checks_$name.json" --commit "$COMMIT" >> "$OUT/checks.log" 2>&1 || rc=$?
+    echo "$name rc=$rc"
+}
+part forward_clock 100
+part probe_cost 170
+part rope_phase 190
+grep -E "^(forward_clock|probe_cost|rope_phase):" "$OUT/checks.log" | cut -c1-400 || true

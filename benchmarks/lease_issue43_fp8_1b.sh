@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# One GPU lease for issue 43's FP8 target at ~1 B: FP8 >= 1.2x bf16 tokens/s with the training loss
+# within 1% over >= 300 steps (at most ~550 s of command on an H100 or H200; run it with
+# timeout_s=600), prepared and smoke-tested on the CPU (bench_fp8.py --smoke-cpu). Run it as the
+# device tool's command, carrying .gpu and .whl:
+#   .gpu/run      the token store of benchmarks/configs/gpu_125m.yaml (tokens/ and config.yaml; how
+#                 to build it: benchmarks/lease_issue43.sh's header). gpu_1b.yaml has the same
+#                 tokenizer and 32,768-token vocabulary; its 14.5 M training tokens hold the 4.9 M
+#                 each arm trains (300 steps x 16 x 1024): no epoch is repeated.
+#   .whl          pydantic's wheels (benchmarks/lease_issue43.sh's header; the image has none) and
+#                 torchao's for CPython 3.12 (the image has none), fetched here with
+#                   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#                     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
+#                     -d .whl torchao==0.18.0
+#                 (0.18.0 is the release checked against torch 2.13 here; the image's torch is 2.11:
+#                 if `import torchao.float8` fails there, the fp8 arm fails and the bf16 arm's
+#                 figures still come back; carry the torchao release built for torch 2.11 then)
+# and COMMIT=<short hash> in the environment:
+#   run(command="COMMIT=<git rev-parse --short HEAD> bash benchmarks/lease_issue43_fp8_1b.sh",
+#       carry=[".gpu", ".whl"], timeout_s=600)
+# gpu_1b.yaml's model and recipe (d 2048 x 16 layers, selective activation checkpointing,
+# micro-batch 16 x 1024, compiled, bf16 autocast), one process per arm, each under its own timeout:
+# ~80 s of bf16 steps and ~65 s of FP8 steps by the FLOP estimate in bench_fp8.py's docstring, plus
+# compilation, start-up and a held-out score. Both write $OUT/fp8_1b.json (the second adds the ratios).
+set -euo pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD/src:$PWD/benchmarks PYTHONUNBUFFERED=1
+COMMIT=${COMMIT:-unknown}
+echo "commit $COMMIT" | tee "$OUT/device.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader | tee -a "$OUT/device.txt"
+python3 -c "import torch, torchao.float8, torchao; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'torchao', torchao.__version__)" \
+    2>&1 | tail -1 | tee -a "$OUT/device.txt" || true
+
+# A part that fails or runs out of time says so and leaves the next part its turn.
+part() {
+    local name=$1 secs=$2 rc=0
+    shift 2
+    timeout "$secs" "$@" >> "$OUT/fp8_1b.log" 2>&1 || rc=$?
+    echo "$name rc=$rc"
+}
+ARGS=(--run .gpu/run --config benchmarks/configs/gpu_1b.yaml --steps 300 --eval-docs 8
+      --json "$OUT/fp8_1b.json" --commit "$COMMIT")
+part bf16 265 python3 benchmarks/bench_fp8.py --arms bf16 "${ARGS[@]}"
+part fp8 265 python3 benchmarks/bench_fp8.py --arms fp8 "${ARGS[@]}"
+grep -E "^(bf16|fp8)" "$OUT/fp8_1b.log" | cut -c1-400 || true
