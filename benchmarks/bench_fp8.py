@@ -151,6 +151,8 @@ def main() -> None:
     ap.add_argument("--commit", default="unknown", help="The tokenmill commit that ran (recorded).")
     ap.add_argument("--smoke-cpu", action="store_true", help="Check the plumbing on a CPU (fp8 off, eager, fp32).")
     args = ap.parse_args()
+    if not args.smoke_cpu and not torch.cuda.is_available():
+        ap.error("no CUDA device here (--smoke-cpu checks the plumbing on a CPU)")
     if not set(args.arms.split(",")) <= {"bf16", "fp8"}:
         ap.error(f"--arms {args.arms}: the arms are bf16 and fp8")
     from tokenmill.eval.evaluate import Evaluator

@@ -14,12 +14,7 @@
 #   rope_phase     (~120 s) RoPE rebuilt at a phase boundary under torch.compile: recompiles, losses
 #                           against eager in bf16
 set -euo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD/src:$PWD/benchmarks PYTHONUNBUFFERED=1
-COMMIT=${COMMIT:-unknown}
-echo "commit $COMMIT" | tee "$OUT/device.txt"
-nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader | tee -a "$OUT/device.txt"
-python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$OUT/device.txt"
+source benchmarks/lease_common.sh  # wheels, PYTHONPATH, COMMIT, $OUT/device.txt
 
 # A part that fails or runs out of time says so and leaves the next part its turn.
 part() {

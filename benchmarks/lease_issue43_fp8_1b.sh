@@ -23,13 +23,7 @@
 # ~80 s of bf16 steps and ~65 s of FP8 steps by the FLOP estimate in bench_fp8.py's docstring, plus
 # compilation, start-up and a held-out score. Both write $OUT/fp8_1b.json (the second adds the ratios).
 set -euo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD/src:$PWD/benchmarks PYTHONUNBUFFERED=1
-COMMIT=${COMMIT:-unknown}
-echo "commit $COMMIT" | tee "$OUT/device.txt"
-nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader | tee -a "$OUT/device.txt"
-python3 -c "import torch, torchao.float8, torchao; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'torchao', torchao.__version__)" \
-    2>&1 | tail -1 | tee -a "$OUT/device.txt" || true
+source benchmarks/lease_common.sh  # wheels, PYTHONPATH, COMMIT, $OUT/device.txt
 
 # A part that fails or runs out of time says so and leaves the next part its turn.
 part() {

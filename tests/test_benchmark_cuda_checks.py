@@ -28,6 +28,7 @@ def test_every_part_runs_and_passes_its_checks_on_the_cpu(tmp_path):
     assert clock["trainer_steps"] > 0 and all(0 < f < s for f, s in zip(clock["trainer_forward_s"], clock["trainer_step_s"]))
     rope = parts["rope_phase"]
     assert rope["rope_changed"] and rope["recompiles_at_boundary"] >= 1  # longer sequences: a new graph
+    assert rope["no_recompiles_within_phases"]
     assert rope["losses_compiled"] == rope["losses_eager"]  # fp32, Dynamo only: the same arithmetic
 
 
