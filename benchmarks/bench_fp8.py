@@ -16,18 +16,22 @@ CPU refuses it), no figures.
 
 At ~1 B (issue 43's target: FP8 >= 1.2x bf16 tokens/s, training loss within 1%, >= 300 steps):
 `--config benchmarks/configs/gpu_1b.yaml` takes the model and recipe from that file (d 2048 x 16
-layers, GQA 32/8, SwiGLU 8192, selective activation checkpointing, micro-batch 16 x 1024: the
-memory model's choice, 34.4 GiB planned) and the tokens from --run (the store of gpu_125m.yaml:
-the same tokenizer and 32,768-token vocabulary as gpu_1b.yaml). The selective policy keeps the FP8
-projections' outputs as it keeps bf16 ones (it sees aten.mm on torchao's float8 tensors: MUST_SAVE,
-checked on the CPU), so neither arm recomputes a matmul. The lease's budget, estimated from FLOPs:
-6 x 1.04e9 params x 16,384 tokens = 1.02e14 FLOP per step (attention adds ~3%), at ~400 TFLOP/s
-bf16 (about half the H100's measured 800 peak) ~0.26 s/step, so 300 steps ~80 s for bf16 and
-~65 s for FP8 at 1.2x; with ~60-120 s of compilation, start-up and an 8-document held-out score
-each arm needs ~3-4 min, hence one process per arm (`--arms bf16`, then `--arms fp8` into the same
---json, which adds the ratios when both arms are there) each under its own timeout
-(benchmarks/lease_issue43_fp8_1b.sh). 300 steps x 16,384 tokens = 4.9 M tokens per arm, a third of
-the store's 14.5 M training tokens: no epoch is repeated (the JSON records `epochs`).
+layers, GQA 32/8, SwiGLU 8192, selective activation checkpointing, seq 1024) and the tokens from
+--run (the store of gpu_125m.yaml: the same tokenizer and 32,768-token vocabulary as gpu_1b.yaml).
+The selective policy keeps the FP8 projections' outputs as it keeps bf16 ones (it sees aten.mm on
+torchao's float8 tensors: MUST_SAVE, checked on the CPU), so neither arm recomputes a matmul.
+
+The lease's budget, estimated from FLOPs: 6.64 GFLOP per token (scaling/flops.py: 6 x 1.04e9
+parameters plus attention) at ~400 TFLOP/s bf16 (about half the H100's measured ~800 peak) is
+0.27 s per step at the config's micro-batch 16 (34.4 GiB planned by the memory model) and 0.14 s at
+micro-batch 8 (24.0 GiB planned). Each arm also needs ~60-120 s of compilation, ~20 s of start-up
+(the 1B init, the peak timing) and ~10 s of held-out scoring (8 documents per bucket, fp32), so at
+micro-batch 16 one arm is ~3.5-4.5 min and two do not fit one 10-minute command with margin; at
+micro-batch 8 one arm is ~2.5-3 min (300 steps ~41 s bf16, ~34 s FP8 at 1.2x), which is what
+benchmarks/lease_issue43_fp8_1b.sh runs: one process per arm (`--arms bf16`, then `--arms fp8` into
+the same --json, which adds the ratios once both arms are there), each under its own timeout.
+300 steps x 8 x 1,024 tokens = 2.5 M tokens per arm, a sixth of the store's 14.5 M training tokens:
+no epoch is repeated (the JSON records `epochs`).
 """
 
 from __future__ import annotations
