@@ -8,8 +8,8 @@
 #   run(command="COMMIT=<git rev-parse --short HEAD> bash benchmarks/lease_issue43_checks.sh",
 #       carry=[".gpu", ".whl"], timeout_s=540)
 # Each part in its own process under its own timeout, writing its own JSON under $OUT:
-#   forward_clock  (~30 s)  forward seconds by CUDA events: positive, finite, within the step, and
-#                           against the wall time of synchronised forwards
+#   forward_clock  (~40 s)  forward seconds by CUDA events: positive, finite, within the step (host
+#                           reads deferred and immediate), and against the wall time of synchronised forwards
 #   probe_cost     (~90 s)  the activation probe's cost on a compiled GPT-2-small step (ABBA, medians)
 #   rope_phase     (~120 s) RoPE rebuilt at a phase boundary under torch.compile: recompiles, losses
 #                           against eager in bf16

@@ -25,7 +25,9 @@ def test_every_part_runs_and_passes_its_checks_on_the_cpu(tmp_path):
     assert list(parts) == ["forward_clock", "probe_cost", "rope_phase"]
     assert all(p["ok"] for p in parts.values()), {k: p.get("error") for k, p in parts.items()}
     clock = parts["forward_clock"]
-    assert clock["trainer_steps"] > 0 and all(0 < f < s for f, s in zip(clock["trainer_forward_s"], clock["trainer_step_s"]))
+    for mode in ("deferred", "immediate"):
+        run = clock["trainer"][mode]
+        assert run["steps"] == 6 and all(0 < f < s for f, s in zip(run["forward_s"], run["step_s"]))
     rope = parts["rope_phase"]
     assert rope["rope_changed"] and rope["recompiles_at_boundary"] >= 1  # longer sequences: a new graph
     assert rope["no_recompiles_within_phases"]
