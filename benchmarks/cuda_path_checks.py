@@ -15,7 +15,8 @@ probe_cost     the activation probe (train/activation_stats.py) on a GPU step at
                shape (the run's config: d 768 x 12 layers, micro-batch 16 x 1024, compiled, bf16):
                steps with and without one probe call, interleaved ABBA (drift cancels), each
                timed between synchronizes; medians, the cost of a call and its share per step at
-               health.activation_stats_every.
+               health.activation_stats_every. Then as the real trainer pays it: two short runs
+               (probe every step, never), wall seconds per step from the events' times.
 rope_phase     RoPE tables rebuilt at a phase boundary under torch.compile: the real trainer with
                two curriculum phases (seq_len doubled and rope_theta x4 at the second), compiled
                and eager from the same init and batches: Dynamo's graph count before and after
@@ -149,6 +150,22 @@ def forward_clock(args: argparse.Namespace) -> dict[str, Any]:
             "all_positive_finite": finite, "repeats": len(clocked)}
 
 
+def trainer_probe_cost(args: argparse.Namespace) -> dict[str, Any]:
+    """The probe's cost as the real trainer pays it (default host reads: deferred on CUDA, where a
+    step's event-timed seconds leave the probe out, but its host read stalls the queued next step):
+    wall seconds per step between train_step events after the first `warm`, probe every step
+    against never, two runs (the second compiles from the first's warm cache)."""
+    steps, warm = (6, 2) if args.smoke else (40, 10)
+    out: dict[str, Any] = {"steps": steps, "from_step": warm}
+    for every in (1, 0):
+        rows = [e for e in train(args, [f"train.max_steps={steps}", f"train.compile={str(not args.smoke).lower()}",
+                                        f"train.health.activation_stats_every={every}"]) if e["kind"] == "train_step"]
+        out[f"every_{every}_wall_s_per_step"] = (rows[-1]["t"] - rows[warm - 1]["t"]) / (len(rows) - warm)
+        out[f"every_{every}_probed_steps"] = sum("act_rms" in e for e in rows)
+    out["probe_call_s"] = out["every_1_wall_s_per_step"] - out["every_0_wall_s_per_step"]
+    return out
+
+
 def probe_cost(args: argparse.Namespace) -> dict[str, Any]:
     """Part probe_cost (module docstring)."""
     from tokenmill.train.activation_stats import ActivationProbe
@@ -194,7 +211,7 @@ def probe_cost(args: argparse.Namespace) -> dict[str, Any]:
             "step_off_median_s": m_off, "step_on_median_s": m_on, "probe_call_s": m_on - m_off,
             "probe_share_per_call": (m_on - m_off) / m_off, "activation_stats_every": every,
             "probe_share_amortized": (m_on - m_off) / m_off / every if every else 0.0,
-            "step_off_s": off, "step_on_s": on}
+            "step_off_s": off, "step_on_s": on, "trainer": trainer_probe_cost(args)}
 
 
 def rope_phase(args: argparse.Namespace) -> dict[str, Any]:
