@@ -22,7 +22,8 @@ rope_phase     RoPE tables rebuilt at a phase boundary under torch.compile: the 
                and eager from the same init and batches: Dynamo's graph count before and after
                the boundary (the recompiles it caused: at most ROPE_MAX_RECOMPILES) and within each
                phase (none: a graph per phase, not per step), the rope_changed events, and
-               every step's loss compiled against eager within ROPE_LOSS_REL (bf16 autocast: Inductor reorders sums; fp32 on a CPU: 1e-4).
+               every step's loss compiled against eager within ROPE_LOSS_REL (bf16 autocast:
+               Inductor reorders sums; fp32 on a CPU: 1e-4).
 
     python benchmarks/cuda_path_checks.py --run .gpu/run --json $OUT/cuda_checks.json --commit <hash>
 
@@ -252,7 +253,8 @@ def rope_phase(args: argparse.Namespace) -> dict[str, Any]:
     ok = (loss_c.keys() == loss_e.keys() and rel <= ROPE_LOSS_REL[dtype] and len(changed) == 1 and steady
           and after - before <= ROPE_MAX_RECOMPILES)
     return {"ok": ok, "steps": steps, "boundary_step": changed[0][0] if changed else None, "rope_changed": changed,
-            "graphs_at_eval_steps": graphs, "graphs_before_boundary": before, "recompiles_at_boundary": after - before, "no_recompiles_within_phases": steady,
+            "graphs_at_eval_steps": graphs, "graphs_before_boundary": before, "recompiles_at_boundary": after - before,
+            "no_recompiles_within_phases": steady,
             "max_rel_loss_diff": rel, "tolerance": ROPE_LOSS_REL[dtype], "dtype": dtype,
             "backend": "eager (smoke: Dynamo only)" if args.smoke else "inductor",
             "losses_compiled": [loss_c[s] for s in sorted(loss_c)], "losses_eager": [loss_e[s] for s in sorted(loss_e)]}
