@@ -108,7 +108,7 @@ def trainer_forward(args: argparse.Namespace, size: list[str], mode: str) -> dic
     finite and below the step's seconds (CUDA events when deferred, a synchronised wall clock when
     immediate: their medians side by side are events against wall time for whole steps, though the
     two modes' host work differs, so the ratio is recorded, not judged)."""
-    steps = 6 if args.smoke else 15
+    steps = 4 if args.smoke else 15
     events = train(args, [*size, f"train.max_steps={steps}", "train.compile=false", "train.rank_stats_every=5",
                           f"train.host_reads={mode}"])
     rows = [e for e in events if e["kind"] == "train_step"]
@@ -156,7 +156,7 @@ def trainer_probe_cost(args: argparse.Namespace) -> dict[str, Any]:
     step's event-timed seconds leave the probe out, but its host read stalls the queued next step):
     wall seconds per step between train_step events after the first `warm`, probe every step
     against never, two runs (the second compiles from the first's warm cache)."""
-    steps, warm = (6, 2) if args.smoke else (40, 10)
+    steps, warm = (4, 2) if args.smoke else (40, 10)
     out: dict[str, Any] = {"steps": steps, "from_step": warm}
     for every in (1, 0):
         rows = [e for e in train(args, [f"train.max_steps={steps}", f"train.compile={str(not args.smoke).lower()}",

@@ -32,9 +32,9 @@ def test_every_part_runs_and_passes_its_checks_on_the_cpu(tmp_path):
     clock = parts["forward_clock"]
     for mode in ("deferred", "immediate"):
         run = clock["trainer"][mode]
-        assert run["steps"] == 6 and all(0 < f < s for f, s in zip(run["forward_s"], run["step_s"]))
+        assert run["steps"] == 4 and all(0 < f < s for f, s in zip(run["forward_s"], run["step_s"]))
     paid = parts["probe_cost"]["trainer"]
-    assert paid["every_1_probed_steps"] == 6 and paid["every_0_probed_steps"] == 0  # the probe ran where asked
+    assert paid["every_1_probed_steps"] == 4 and paid["every_0_probed_steps"] == 0  # the probe ran where asked
     rope = parts["rope_phase"]
     assert rope["rope_changed"] and rope["recompiles_at_boundary"] >= 1  # longer sequences: a new graph
     assert rope["no_recompiles_within_phases"]
