@@ -47,8 +47,9 @@ from typing import Callable, Iterable, Iterator
 
 from tokenmill.data.document import PII_FIELDS, Doc, Rejection
 from tokenmill.data.step import DocStep
+from tokenmill.data.steps.pii_names import addresses, names
 
-VERSION = "1"
+VERSION = "2"
 
 PLACEHOLDERS: dict[str, str] = {
     "email": "<EMAIL>",
@@ -57,8 +58,12 @@ PLACEHOLDERS: dict[str, str] = {
     "card": "<CARD>",
     "national_id": "<ID>",
     "phone": "<PHONE>",
+    "address": "<ADDRESS>",
+    "name": "<NAME>",
 }
-PRIORITY: tuple[str, ...] = ("email", "ip", "iban", "card", "national_id", "phone")
+# Addresses before phones (a ZIP+4 is never a phone, but a street line holds digits), names last.
+PRIORITY: tuple[str, ...] = ("email", "ip", "iban", "card", "national_id", "address", "phone", "name")
+NEEDS_DIGIT = frozenset({"ip", "iban", "card", "national_id", "address", "phone"})
 assert set(PRIORITY) == set(PII_FIELDS) == set(PLACEHOLDERS)
 
 
@@ -365,6 +370,8 @@ DETECTORS: dict[str, Callable[[str], Iterable[tuple[int, int]]]] = {
     "card": _cards,
     "national_id": _national_ids,
     "phone": _phones,
+    "address": addresses,
+    "name": names,
 }
 
 
@@ -376,7 +383,7 @@ def find_pii(text: str, kinds: Iterable[str] = PII_FIELDS) -> list[Span]:
     starts: list[int] = []  # accepted spans, kept sorted by start for the overlap test
     spans: list[Span] = []
     for kind in PRIORITY:
-        if kind not in wanted or (kind != "email" and not has_digit):
+        if kind not in wanted or (kind in NEEDS_DIGIT and not has_digit):
             continue
         for start, end in DETECTORS[kind](text):
             i = bisect_left(starts, start)
