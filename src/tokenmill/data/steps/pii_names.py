@@ -6,6 +6,7 @@ first:
 
   context      the text says a person is here: a Debian changelog trailer (" -- Jane Doe <j@x>"),
                an e-mail display name ('"Jane Doe" <j@x>', 'Jane Doe <j@x>', 'j@x (Jane Doe)'),
+               a Debian team-upload line ("  [ Jane Doe ]"),
                a header or trailer field (From:, To:, Cc:, Author:, Maintainer:, Uploaders:,
                Signed-off-by: and the other *-by: tags), a copyright holder ("Copyright (C) 2001
                Jane Doe"), an honorific (Mr, Mrs, Ms, Dr, Prof, Sir ...), a sign-off line after
@@ -39,8 +40,8 @@ RESOURCES = Path(__file__).with_name("resources")
 # A capitalised word (Unicode letters; O'Brien, Jean-Pierre, McDonald) or an initial ("J.").
 _WORD = r"[^\W\d_][^\W\d_]*(?:['’-][^\W\d_]+)*"
 _PARTICLE = r"(?:van|von|de|da|del|della|der|den|di|du|dos|la|le|bin|ibn|al|ter|zu)"
-# Capitalised words (Latin-1 and Latin Extended-A capitals too: Érik, Łukasz), initials, particles.
-_CAP_WORD = r"[A-ZÀ-ÖØ-ÞĀ-ž][^\W\d_]*(?:['’-][^\W\d_]+)*"
+# Capitalised words (Latin-1, Latin Extended-A, Greek and Cyrillic capitals too: Érik, Łukasz, Иван), initials, particles.
+_CAP_WORD = r"[A-ZÀ-ÖØ-ÞĀ-žΑ-ΩА-ЯЁ][^\W\d_]*(?:['’-][^\W\d_]+)*"
 _INITIALS = r"(?:[A-Z]\.)+"
 # One blank between words: a run of spaces separates columns of a signature block, not names.
 _SEQ = rf"(?:{_INITIALS}|{_CAP_WORD})(?:[ \t](?:{_INITIALS}|{_CAP_WORD}|{_PARTICLE}\b))*"
@@ -51,7 +52,7 @@ _ORG_WORDS = frozenset(
     "Contributors Community Debian GNU Linux Apache Mozilla Microsoft Google Oracle Sun IBM Intel Regents Trust Council "
     "Committee Organization Organisation Office Department Government List Mailing Support Server Bot Robot Administrator "
     "Packages Package QA Release Security Press Publishing Books Media Network Networks Services Solutions Unknown Various "
-    "Mail Delivery Subsystem Daemon Postmaster Webmaster Admin Center Centre Hospital School College Bank Museum Library".split()
+    "Janitor Mail Delivery Subsystem Daemon Postmaster Webmaster Admin Center Centre Hospital School College Bank Museum Library".split()
 )
 # Capitalised words that are never a name word even when no dictionary says so.
 _STOP = frozenset(
@@ -62,18 +63,26 @@ _STOP = frozenset(
     "Monday Tuesday Wednesday Thursday Friday Saturday Sunday Mon Tue Wed Thu Fri Sat Sun Jan Feb Mar Apr Jun Jul Aug Sep "
     "Oct Nov Dec Re Fwd Subject Date Message".split()
 )
-_HONORIFIC = r"(?:Mr|Mrs|Ms|Mx|Miss|Dr|Prof|Professor|Sir|Dame|Lady|Lord|Herr|Frau|Mme|Mlle)"
-_CONTEXTS = re.compile(
-    r"^[ \t]*--[ \t]+(?P<trailer>[^<\n]{2,80}?)[ \t]*<"  # Debian changelog trailer
-    r"|^[ \t>#*/;%-]*(?:(?:Signed-off|Acked|Reviewed|Tested|Reported|Suggested|Co-authored|Co-developed|Written|Requested)-by"
-    r"|Author|Authors|Maintainer|Maintainers|Uploaders?|From|To|Cc|Bcc|Reply-To|Sender|Translator|Packager|Contact)"
-    r"[ \t]*:[ \t]*(?P<field>[^\n]{2,})"
-    r"|(?:Copyright|\([Cc]\)|©)[ \t:]*(?:\([Cc]\)|©)?[ \t,]*(?:\d{4}(?:[ \t]*[-–,][ \t]*\d{2,4})*[ \t,]+)+(?:by[ \t]+)?(?P<holder>[^\n]{2,})"
-    rf"|\b{_HONORIFIC}\.?[ \t]+(?P<honorific>{_SEQ})"
-    r"|^[ \t]*(?:--|-|Regards|Best regards|Kind regards|Cheers|Thanks|Sincerely|Yours|Best)[ \t]*[,!]?[ \t]*\n"
-    rf"[ \t]*(?P<signoff>{_SEQ})[ \t]*$"
-    rf"|\b(?:[Bb]y|[Ff]rom|[Tt]hanks[ \t]+to|[Tt]hanks|[Cc]ourtesy[ \t]+of|[Cc]redits?[ \t]+to|[Cc]c)[ \t]+(?P<cue>{_SEQ})",
-    re.MULTILINE,
+# Each context is its own pattern, and the word-level ones start with a character class and test the
+# word boundary after it: the regex engine then jumps between candidate first characters instead of
+# trying a dozen alternatives at every position (one alternation of all of them was 2-5x slower).
+_CONTEXTS: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(p, re.MULTILINE)
+    for p in (
+        r"^[ \t]*--[ \t]+(?P<trailer>[^<\n]{2,80}?)[ \t]*<",  # Debian changelog trailer
+        rf"^[ \t]+\[ (?P<bracket>{_SEQ}) \][ \t]*$",  # "  [ Jane Doe ]": whose changes follow in a team upload
+        r"^[ \t>#*/;%-]*(?:(?:Signed-off|Acked|Reviewed|Tested|Reported|Suggested|Co-authored|Co-developed|Written|Requested)-by"
+        r"|Author|Authors|Maintainer|Maintainers|Uploaders?|From|To|Cc|Bcc|Reply-To|Sender|Translator|Packager|Contact)"
+        r"[ \t]*:[ \t]*(?P<field>[^\n]{2,})",
+        r"(?:Copyright|\([Cc]\)|©)[ \t:]*(?:\([Cc]\)|©)?[ \t,]*(?:\d{4}(?:[ \t]*[-–,][ \t]*\d{2,4})*[ \t,]+)+(?:by[ \t]+)?"
+        r"(?P<holder>[^\n]{2,})",
+        r"[DLMPSHF](?<!\w.)(?:(?<=D)(?:r|ame)|(?<=M)(?:rs|r|s|x|iss|me|lle)|(?<=P)rof(?:essor)?|(?<=S)ir|(?<=L)(?:ady|ord)"
+        rf"|(?<=H)err|(?<=F)rau)\.?[ \t]+(?P<honorific>{_SEQ})",  # Mr, Mrs, Ms, Dr, Prof, Sir ...
+        r"^[ \t]*(?:--|-|Regards|Best regards|Kind regards|Cheers|Thanks|Sincerely|Yours|Best)[ \t]*[,!]?[ \t]*\n"
+        rf"[ \t]*(?P<signoff>{_SEQ})[ \t]*$",
+        r"[BbFfTtCc](?<!\w.)(?:(?<=[Bb])y|(?<=[Ff])rom|(?<=[Tt])hanks(?:[ \t]+to)?|(?<=[Cc])ourtesy[ \t]+of|(?<=[Cc])redits?[ \t]+to"
+        rf"|(?<=[Cc])c)[ \t]+(?P<cue>{_SEQ})",  # by, from, thanks (to), courtesy of, credit(s) to, cc
+    )
 )
 # The name before an e-mail in angle brackets (also POD's E<lt>), or in parentheses after one.
 _DISPLAY_BEFORE = re.compile(rf"(?:\"(?P<quoted>[^\"\n<>]{{2,80}})\"|(?P<bare>{_SEQ}))[ \t]*$")
@@ -147,11 +156,12 @@ def _cue_ok(text: str, s: int, e: int) -> bool:
     words = [w for w in text[s:e].split() if _is_name_word(w)]
     if len(words) < 2:
         return False
-    return words[0] in given_names() or not any(_ordinary(w) for w in words)
+    # "from South Carolina": "South" is a proper noun too, but also a plain English word.
+    return words[0] in given_names() or not any(_dictionary(w) for w in words)
 
 
 def _context_names(text: str) -> Iterator[tuple[int, int]]:
-    for m in _CONTEXTS.finditer(text):
+    for m in (m for pattern in _CONTEXTS for m in pattern.finditer(text)):
         group = m.lastgroup
         assert group is not None
         s, e = m.span(group)
@@ -185,7 +195,7 @@ def _display_names(text: str) -> Iterator[tuple[int, int]]:
             g = "quoted" if d.group("quoted") else "bare"
             # A bare name is the run of name words just before the address: "Patch from Jane Doe <j@x>".
             span = _name_run(text, base + d.start(g), base + d.end(g), from_end=g == "bare")
-            if span:
+            if span and span[1] - span[0] > 2:  # "See Message Id <...@...>": a lone two-letter word is no name
                 yield span
     for m in _DISPLAY_AFTER.finditer(text):
         span = _name_run(text, *m.span("paren"))
@@ -237,38 +247,64 @@ _STREET_SUFFIX = (
     r"|Pkwy|Highway|Hwy|Circle|Plaza|Row|Crescent|Close|Gardens|Park|Strasse|Straße|Str)"
 )
 _SUFFIX_RE = re.compile(_STREET_SUFFIX)
-_STREET = re.compile(
-    rf"\b\d{{1,5}}[A-Za-z]?(?:[ \t]+(?:[NSEW]\.?|North|South|East|West))?(?:[ \t]+(?:\d+(?:st|nd|rd|th)|[A-Z][\w'’-]+)){{1,4}}"
+_STREET = re.compile(  # first a digit, then "not inside a longer token": see the note on _CONTEXTS
+    rf"\d(?<![\w.,/-]\d)\d{{0,4}}[A-Za-z]?(?:[ \t]+(?:[NSEW]\.?|North|South|East|West))?"
+    rf"(?:[ \t]+(?:\d+(?:st|nd|rd|th)|[A-Z][\w'’-]+)){{1,4}}"
     rf"[ \t]+{_STREET_SUFFIX}\b\.?(?:[ \t]+[NS]?[EW]?\.(?!\w)|[ \t]+(?:NE|NW|SE|SW)\b)?"
-    r"(?:,?[ \t]*(?:(?:Suite|Ste|Apt|Unit|Floor|Room|Rm)\.?[ \t]*#?\w+|#\w+|\w+[ \t]+Floor))?"
+    r"(?:(?:,|[ \t]+-)?[ \t]*(?:(?:Suite|Ste|Apt|Unit|Floor|Room|Rm)\.?[ \t]*#?\w+|#\w+|\w+[ \t]+Floor))?"
 )
-_PO_BOX = re.compile(r"\b(?:P\.?[ \t]?O\.?[ \t]?Box|Post[ \t]+Office[ \t]+Box|Postfach|BP)[ \t]+\d{1,6}\b")
-_US_STATES = (
-    "AL|AK|AZ|AR|CA|CO|CT|DE|DC|FL|GA|HI|ID|IL|IN|IA|KS|KY|LA|ME|MD|MA|MI|MN|MS|MO|MT|NE|NV|NH|NJ|NM|NY|NC|ND|OH|OK|OR|PA|RI|SC"
-    "|SD|TN|TX|UT|VT|VA|WA|WV|WI|WY"
+_PO_BOX = re.compile(
+    r"[PpB](?<!\w.)(?:(?<=P)\.?[ \t]?O\.?[ \t]?Box|(?<=P)ost[ \t]+Office[ \t]+Box|(?<=P)ostfach|(?<=B)P)[ \t]+\d{1,6}\b"
 )
-_TOWN = re.compile(
-    rf"[A-Z][\w'’.-]+(?:[ \t]+[A-Z][\w'’.-]+){{0,2}},?[ \t]+(?:{_US_STATES})[ \t]+\d{{5}}(?:-\d{{4}})?\b"  # Boston, MA 02110-1301
-    r"|[A-Z][\w'’-]+,?[ \t]+[A-Z]{1,2}\d[A-Z\d]?[ \t]\d[ABD-HJLNP-UW-Z]{2}\b"  # Cambridge CB2 1TN
-    r"|\b[A-Z]{1,2}-\d{4,5}[ \t]+[A-Z][\w'’-]+"  # D-80333 München
+_US_STATES = frozenset(
+    "AL AK AZ AR CA CO CT DE DC FL GA HI ID IL IN IA KS KY LA ME MD MA MI MN MS MO MT NE NV NH NJ NM NY NC ND OH OK OR PA RI SC "
+    "SD TN TX UT VT VA WA WV WI WY".split()
 )
-_BLOCK_GAP = re.compile(r"[ \t]*(?:,[ \t]*|\n[ \t]*)(?:[A-Z][\w'’-]+[ \t]*,?[ \t]*)?")
+# A town line is found from its code (a class-first pattern), then the town words are matched backwards.
+_TOWN_CODE = re.compile(
+    r"[A-Z](?<![\w-][A-Z])(?:(?P<us>[A-Z][ \t]+\d{5}(?:-\d{4})?(?![\w-]))"  # MA 02110-1301 (state checked below)
+    r"|(?P<uk>[A-Z]?\d[A-Z\d]?[ \t]\d[ABD-HJLNP-UW-Z]{2}(?!\w))"  # CB2 1TN
+    r"|(?P<de>[A-Z]?-\d{4,5}[ \t]+[A-Z][\w'’-]+))"  # D-80333 München
+)
+_TOWN_BEFORE = re.compile(r"[A-Z][\w'’.-]+(?:[ \t]+[A-Z][\w'’.-]+){0,2},?[ \t]+$")
+# Between a street line and its town: ", " or a line break (or both), at most one word ("Fifth Floor" is in the street).
+_BLOCK_GAP = re.compile(r"[ \t]*,?[ \t]*\n?[ \t]*(?:[A-Z][\w'’-]+[ \t]*,?[ \t]*)?")
 
 
 def _organisation_before(text: str, start: int) -> bool:
     """An organisation's address ("Free Software Foundation, Inc., 51 Franklin Street") locates no person."""
-    return any(w.strip(".,;:()") in _ORG_WORDS for w in text[max(0, start - 60) : start].split()[-2:])
+    before = text[max(0, start - 60) : start].split()[-2:]
+    return any(w.strip('.,;:()"') in _ORG_WORDS or w.lower() in _OFFICE_WORDS for w in before)
+
+
+# "... having an office at 1895 Preston White Drive": the address of a business.
+_OFFICE_WORDS = frozenset({"office", "offices", "headquarters", "located", "headquartered"})
+
+
+def _towns(text: str) -> list[tuple[int, int]]:
+    """Town lines: "Boston, MA 02110-1301", "Cambridge CB2 1TN" (town words before the code), "D-80333 München"."""
+    out = []
+    for m in _TOWN_CODE.finditer(text):
+        if m.group("de"):
+            out.append(m.span())
+            continue
+        if m.group("us") and m.group()[:2] not in _US_STATES:
+            continue
+        before = _TOWN_BEFORE.search(text, max(0, m.start() - 60), m.start())
+        if before:
+            out.append((before.start(), m.end()))
+    return out
 
 
 def addresses(text: str) -> Iterator[tuple[int, int]]:
     """Street lines joined with a following town line, PO boxes, town lines (each yielded once)."""
-    towns = list(_TOWN.finditer(text))
+    towns = _towns(text)
     used: set[int] = set()
     for m in _STREET.finditer(text):
         end = m.end()
-        for i, t in enumerate(towns):
-            if t.start() >= end and i not in used and _BLOCK_GAP.fullmatch(text, end, t.start()):
-                end = t.end()
+        for i, (ts, te) in enumerate(towns):
+            if ts >= end and i not in used and _BLOCK_GAP.fullmatch(text, end, ts):
+                end = te
                 used.add(i)
                 break
         if not _organisation_before(text, m.start()):
@@ -276,6 +312,6 @@ def addresses(text: str) -> Iterator[tuple[int, int]]:
     for m in _PO_BOX.finditer(text):
         if not _organisation_before(text, m.start()):
             yield m.span()
-    for i, t in enumerate(towns):
-        if i not in used and not _organisation_before(text, t.start()):
-            yield t.span()
+    for i, (ts, te) in enumerate(towns):
+        if i not in used and not _organisation_before(text, ts):
+            yield ts, te
