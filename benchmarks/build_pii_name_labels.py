@@ -21,6 +21,9 @@ Gold spans, and where each comes from ("gold" field of a record):
   hand        HAND_CHANGELOG: 50 changelog entries (hash order, among those whose body names someone
               or says "thanks"/"by"/"from"), read line by line; every person name in the entry is listed,
               free text included ("Thanks to Craig Small", "Patch by ..."); those spans carry "origin": "hand".
+              HAND_CREDITS: 40 more entries, outside that sample, whose body credits someone (CREDIT:
+              "thanks to", "patch from", "reported by" ...), read the same way. In both, the lines with a
+              cue or two capitalised words were read.
               complete = true.
   none        code, dictionary, manpage records: meant to hold no names, but read by hand wherever the
               detector fired, and the real names found there are labelled (HAND_NONAME: WordNet glosses
@@ -75,6 +78,28 @@ HAND_CHANGELOG: dict[str, list[str]] = {
     "1972a1a067": [], "1981c69d09": [], "1a28baa215": [], "1a86ba375d": ["Matt Kraai"], "1aac95bcf2": [],
     "1ab4a964ba": [], "1bddae6259": [], "1c4b525dfc": ["Antonio Terceiro"], "1cbf61066a": [], "1d3d75e326": [],
     "1dc40c6c51": [], "1dfb978ff2": [],  # "Collins Westminster Desk Companion": a book
+}
+# A second hand-read set: the first 40 (hash order) of the other entries whose body has a credit cue
+# (CREDIT), so free-text names are not a handful. Names wrapped over two lines are labelled whole.
+CREDIT = re.compile(
+    r"[Tt]hanks? (?:to|for)|[Pp]atch (?:from|by)|[Rr]eported by|[Nn]oted by|[Ss]potted by|[Ss]uggested by|[Bb]ased on .* by"
+    r"|[Cc]ontributed by|[Pp]rovided by"
+)
+HAND_CREDITS: dict[str, list[str]] = {
+    "228c2ee092": ["Matt Kraai"], "2667ec7d42": ["Pádraig Brady"], "268bfe4d2c": ["Sven Joachim"],
+    "290d33cb7b": ["Helmut Grohne"], "2b0fad10db": ["Barack Obama", "Dean Bob", "Joseph Smidt"], "2e1b46dee4": [],
+    "343887ecf3": ["Vikas N Kumar", "Vikas"], "363da54030": ["Ben Wong"], "41e73a0f78": ["Joel Stanley"],
+    "4440c1f104": ["Cyril Brulebois"], "481871a93e": ["Ben Asselstine"], "4b2dadf399": ["Matthew Wilcox"],
+    "4daad2f880": ["Alexandre Ghiti", "Eduard Bloch", "Vincent Smeets", "Mark Hindley"], "504150d9af": ["Igor Khavkine"],
+    "5972a2c861": ["Michael Walle"], "59c375df59": ["Steve Langasek"], "5c4672e788": ["Alan Curry"],
+    "63df88d551": ["Stuart Lamble"], "64f74e831c": ["Laszlo Boszormenyi"], "69e71f3726": ["Guillem Jover"],
+    "6afc35ecfa": ["Andreas Beckmann"], "6d0618da6c": ["David Engel"], "6d76118b12": [], "6ed88cb92c": ["Craig Small"],
+    "712cd509eb": ["Manoj Srivastava"], "716c0745f7": ["Petr Salinger"], "726adb82b9": ["Guillaume Rousse"],
+    "74bb74aabf": ["Niels Thykier", "Tobias"], "75febc4670": ["Peter Palfrader", "George Miller"],
+    "794b495029": ["Matthew Chapman", "Reuben Thomas"], "7c49846e03": [], "7dd0588a97": ["Steve Langasek", "Jakub Wilk"],
+    "7efdabcf90": ["Branden Robinson"], "8160728a9f": [], "82dfaa82cf": ["Dean Menezes", "Benoit Sibaud"],
+    "83b15a442b": ["Leonardo Rochael Almeida"], "8448529873": ["Malcolm Parsons", "Malcolm"], "8695ce8656": ["Mike Hommey"],
+    "8ad84b7618": ["Sven Joachim"], "8af16f60d2": ["Andreas Jochens"],
 }
 # Real names found by hand in code / dictionary / manpage records: record key -> names.
 HAND_NONAME: dict[str, list[str]] = {
@@ -140,10 +165,14 @@ def _split(source: str) -> str:
 
 
 def _spans_of(text: str, names: list[str], kind: str = "name") -> list[dict[str, Any]]:
-    spans = []
-    for name in dict.fromkeys(names):
-        for m in re.finditer(re.escape(name), text):
-            spans.append({"start": m.start(), "end": m.end(), "kind": kind})
+    """Every occurrence of each name (its words may be split by any white space, a line break too);
+    longer names first, and a shorter one inside a longer one ("Vikas" in "Vikas N Kumar") is skipped."""
+    spans: list[dict[str, Any]] = []
+    for name in sorted(set(names), key=len, reverse=True):
+        pattern = r"\s+".join(re.escape(w) for w in name.split(" "))
+        for m in re.finditer(rf"(?<!\w){pattern}(?!\w)", text):
+            if not any(s["start"] < m.end() and m.start() < s["end"] for s in spans):
+                spans.append({"start": m.start(), "end": m.end(), "kind": kind})
     return sorted(spans, key=lambda s: (s["start"], s["end"]))
 
 
@@ -169,18 +198,38 @@ def changelog_entries(root: Path) -> Iterator[tuple[str, str]]:
             yield path.name, e
 
 
+def credit_entries(root: Path, sampled: set[str]) -> Iterator[tuple[str, str]]:
+    """The first 40 (hash order) entries outside the sample whose body credits someone (CREDIT)."""
+    seen: set[str] = set()
+    found = []
+    for path in sorted((root / "pii/debian-changelogs").iterdir()):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        starts = [m.start() for m in ENTRY_HEAD.finditer(text)] + [len(text)]
+        for a, b in zip(starts, starts[1:]):
+            e = text[a:b].strip("\n") + "\n"
+            if len(e) > 4000 or e in seen or e in sampled or not TRAILER.search(e):
+                continue
+            seen.add(e)
+            body = [ln for ln in e.splitlines()[1:] if not ln.startswith(" -- ") and not BRACKET.match(ln)]
+            if any(CREDIT.search(ln) for ln in body):
+                found.append((path.name, e))
+    yield from sorted(found, key=lambda x: _sha(x[1]))[:40]
+
+
 def changelog_records(root: Path) -> Iterator[dict[str, Any]]:
-    for source, entry in changelog_entries(root):
+    sampled = list(changelog_entries(root))
+    hand = {**HAND_CHANGELOG, **HAND_CREDITS}
+    for source, entry in [*sampled, *credit_entries(root, {e for _, e in sampled})]:
         key = _sha(entry)[:10]
         rec = {"text": entry, "bucket": "changelog", "source": source, "key": key, "split": _split(source)}
         spans = _group_spans(entry, TRAILER, ORGANISATIONS) + _group_spans(entry, BRACKET, ORGANISATIONS)
-        if key in HAND_CHANGELOG:  # free-text names read by hand, marked so their recall is reported apart
-            spans += [{**sp, "origin": "hand"} for sp in _spans_of(entry, HAND_CHANGELOG[key])]
+        if key in hand:  # free-text names read by hand, marked so their recall is reported apart
+            spans += [{**sp, "origin": "hand"} for sp in _spans_of(entry, hand[key])]
         unique: dict[tuple[int, int], dict[str, Any]] = {}
         for sp in spans:  # a trailer name also listed by hand stays structural
             unique.setdefault((sp["start"], sp["end"]), sp)
         spans = sorted(unique.values(), key=lambda s: s["start"])
-        if key in HAND_CHANGELOG:
+        if key in hand:
             yield {**rec, "gold": "hand", "complete": True, "pii": spans}
         else:
             yield {**rec, "gold": "structural", "complete": False, "pii": spans}

@@ -41,6 +41,7 @@ def _masked(text: str) -> str:
     ("Dr. G.W. Wettstein met Mr Sherlock Holmes.", "Dr. <NAME> met Mr <NAME>."),
     ("Thanks to Jakub Wilk for the report, written by Linus Torvalds.", "Thanks to <NAME> for the report, written by <NAME>."),
     ("Regards,\nJohn Smith\n", "Regards,\n<NAME>\n"),
+    ("Thanks to Alexandre Ghiti, Eduard Bloch and Craig Small (Closes: #1)", "Thanks to <NAME>, <NAME> and <NAME> (Closes: #1)"),
     ("__author__ = 'Bob Ippolito <bob@redivi.com>'", "__author__ = '<NAME> <<EMAIL>>'"),
 ])
 def test_names_in_context_are_replaced_by_a_typed_placeholder(text, want):

@@ -183,6 +183,24 @@ def _context_names(text: str) -> Iterator[tuple[int, int]]:
         if group == "signoff" and len(text[span[0] : span[1]].split()) == 1 and text[span[0] : span[1]] not in given_names():
             continue
         yield span
+        if group == "cue":
+            yield from _cue_list(text, span[1])
+
+
+_LIST_SEP = re.compile(rf"(?:,[ \t]*|[ \t]+and[ \t]+|[ \t]*&[ \t]*)(?={_SEQ})")
+
+
+def _cue_list(text: str, end: int) -> Iterator[tuple[int, int]]:
+    """The names that follow a credited one in a list: "Thanks to Alexandre Ghiti, Eduard Bloch and ..."."""
+    for _ in range(8):
+        sep = _LIST_SEP.match(text, end)
+        if sep is None:
+            return
+        span = _name_run(text, sep.end(), min(len(text), sep.end() + 80))
+        if span is None or span[0] != sep.end() or not _cue_ok(text, *span):
+            return
+        yield span
+        end = span[1]
 
 
 def _display_names(text: str) -> Iterator[tuple[int, int]]:
