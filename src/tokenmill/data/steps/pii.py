@@ -45,7 +45,8 @@ of dotted and dashed digits. What is found, and what is deliberately not:
 Detectors run in the order email, ip, iban, card, national_id, address, phone, name; where two
 candidates overlap, the earlier kind wins (an email's digits are never a phone). Text without "@" skips the email scan, text without a
 digit skips the numeric ones and addresses (~11–16 MB/s on one core on real code, docs and books
-for the pattern kinds; names and addresses make the step about 2.5x slower). The step
+for the pattern kinds; names and addresses make the step about 3x slower: 2.1 ms vs 0.74 ms
+for a 5 KB document). The step
 never removes a document; it rewrites doc.text and fills doc.pii with the count of each kind
 (keys of PII_FIELDS). Measured on 110 MB of real code, man pages, changelogs and books
 (/work/real_corpora): no card, IBAN or ID false positive; the phone matches are example
