@@ -36,7 +36,7 @@ def test_rows_fit_the_schemas():
     table = pa.Table.from_pylist([doc.row()], schema=DOC_SCHEMA)
     row = table.to_pylist()[0]
     assert row["lineage"] == [{"step": "read", "version": "1"}, {"step": "normalize", "version": "1"}]
-    assert row["pii"] == {k: 0 for k in ("email", "phone", "ip", "card", "iban", "national_id")}
+    assert row["pii"] == {k: 0 for k in ("email", "phone", "ip", "card", "iban", "national_id", "name", "address")}
     assert row["language"] is None and row["dup_cluster"] is None
     rej = doc.rejected_row(Rejection("quality", "min_words", "12", "words 12 < min_words 50"))
     rtable = pa.Table.from_pylist([rej], schema=REJECTED_SCHEMA)

@@ -12,7 +12,7 @@ Offsets are Python string indices into "text", end exclusive; kinds are those of
                 gone either way) / gold spans; per kind and per bucket
   typed_recall  the same, counting only masks of the gold span's kind
   over_removal  masked characters outside every gold span / characters outside gold spans,
-                per bucket (the training text lost to false positives), with the character count
+                per bucket and per kind (the training text lost to false positives), with the character count
   false_spans   predicted spans that touch no gold span, per kind
 
 Safety file, one object per line:
@@ -107,9 +107,13 @@ def _masks(n: int, spans: list[Span], kinds: tuple[str, ...]) -> np.ndarray:
 
 
 def eval_pii(labelled: Path, cfg: CurateConfig) -> dict[str, Any]:
-    """Recall per kind and per bucket, over-removal per bucket, of the PII step on a labelled file."""
+    """Recall and over-removal per kind and per bucket of the PII step on a labelled file."""
     kinds = tuple(PII_FIELDS)
-    per_kind = {k: {"gold": 0, "recalled": 0, "typed": 0, "predicted": 0, "false_spans": 0} for k in kinds}
+    per_kind = {
+        k: {"gold": 0, "recalled": 0, "typed": 0, "predicted": 0, "false_spans": 0, "masked_chars": 0, "over_removed_chars": 0}
+        for k in kinds
+    }
+    non_pii_chars = 0
     per_bucket: dict[str, dict[str, int]] = defaultdict(
         lambda: {"docs": 0, "chars": 0, "pii_chars": 0, "gold": 0, "recalled": 0, "masked_chars": 0, "over_removed_chars": 0}
     )
@@ -132,9 +136,13 @@ def eval_pii(labelled: Path, cfg: CurateConfig) -> dict[str, Any]:
             per_kind[s.kind]["gold"] += 1
             per_kind[s.kind]["recalled"] += recalled
             per_kind[s.kind]["typed"] += bool((covered == kinds.index(s.kind) + 1).all())
+        non_pii_chars += len(text) - int(np.count_nonzero(g))
         for s in pred:
-            per_kind[s.kind]["predicted"] += 1
-            per_kind[s.kind]["false_spans"] += not g[s.start : s.end].any()
+            k = per_kind[s.kind]
+            k["predicted"] += 1
+            k["false_spans"] += not g[s.start : s.end].any()
+            k["masked_chars"] += s.end - s.start
+            k["over_removed_chars"] += int(np.count_nonzero(g[s.start : s.end] == 0))
     buckets = {
         name: {
             **b,
@@ -153,7 +161,13 @@ def eval_pii(labelled: Path, cfg: CurateConfig) -> dict[str, Any]:
         "file": str(labelled),
         "kinds_enabled": list(cfg.pii.kinds),
         "by_kind": {
-            k: {**v, "recall": _ratio(v["recalled"], v["gold"]), "typed_recall": _ratio(v["typed"], v["gold"])}
+            k: {
+                **v,
+                "recall": _ratio(v["recalled"], v["gold"]),
+                "typed_recall": _ratio(v["typed"], v["gold"]),
+                # Share of all unlabelled characters this kind masked: its own over-removal.
+                "over_removal": _ratio(v["over_removed_chars"], non_pii_chars),
+            }
             for k, v in per_kind.items()
         },
         "by_bucket": buckets,

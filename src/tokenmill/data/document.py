@@ -61,7 +61,7 @@ QUALITY_FIELDS: dict[str, pa.DataType] = {
 }
 
 # Counts of what PII masking replaced, by kind (data.steps.pii).
-PII_FIELDS: tuple[str, ...] = ("email", "phone", "ip", "card", "iban", "national_id")
+PII_FIELDS: tuple[str, ...] = ("email", "phone", "ip", "card", "iban", "national_id", "name", "address")
 
 # Model-based quality (data.steps.model_quality): n-gram LM perplexity, classifier score, tier.
 MODEL_QUALITY_FIELDS: dict[str, pa.DataType] = {
