@@ -317,16 +317,20 @@ def build(root: Path) -> list[dict[str, Any]]:
     return recs
 
 
+def write(recs: list[dict[str, Any]], out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", encoding="utf-8") as f:
+        for r in recs:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", type=Path, default=Path("/work/real_corpora"))
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     recs = build(args.root)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", encoding="utf-8") as f:
-        for r in recs:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    write(recs, args.out)
     counts: dict[str, int] = {}
     for r in recs:
         counts[f"{r['bucket']}/{r['gold']}/{r['split']}"] = counts.get(f"{r['bucket']}/{r['gold']}/{r['split']}", 0) + 1

@@ -43,8 +43,10 @@ _PARTICLE = r"(?:van|von|de|da|del|della|der|den|di|du|dos|la|le|bin|ibn|al|ter|
 # Capitalised words (Latin-1, Latin Extended-A, Greek and Cyrillic capitals too: Érik, Łukasz, Иван), initials, particles.
 _CAP_WORD = r"[A-ZÀ-ÖØ-ÞĀ-žΑ-ΩА-ЯЁ][^\W\d_]*(?:['’-][^\W\d_]+)*"
 _INITIALS = r"(?:[A-Z]\.)+"
+# An elided particle glued to a capitalised word: "Amaury Forgeot d'Arc".
+_ELIDED = rf"[dl]['’]{_CAP_WORD}"
 # One blank between words: a run of spaces separates columns of a signature block, not names.
-_SEQ = rf"(?:{_INITIALS}|{_CAP_WORD})(?:[ \t](?:{_INITIALS}|{_CAP_WORD}|{_PARTICLE}\b))*"
+_SEQ = rf"(?:{_INITIALS}|{_CAP_WORD})(?:[ \t](?:{_INITIALS}|{_CAP_WORD}|{_ELIDED}|{_PARTICLE}\b))*"
 _SEQ_RE = re.compile(_SEQ)
 _ORG_WORDS = frozenset(
     "Foundation Inc Inc. Ltd Ltd. LLC GmbH Corp Corporation Company Co Team Group Project Projects University Institute "
@@ -80,8 +82,8 @@ _CONTEXTS: tuple[re.Pattern[str], ...] = tuple(
         rf"|(?<=H)err|(?<=F)rau)\.?[ \t]+(?P<honorific>{_SEQ})",  # Mr, Mrs, Ms, Dr, Prof, Sir ...
         r"^[ \t]*(?:--|-|Regards|Best regards|Kind regards|Cheers|Thanks|Sincerely|Yours|Best)[ \t]*[,!]?[ \t]*\n"
         rf"[ \t]*(?P<signoff>{_SEQ})[ \t]*$",
-        r"[BbFfTtCc](?<!\w.)(?:(?<=[Bb])y|(?<=[Ff])rom|(?<=[Tt])hanks(?:[ \t]+to)?|(?<=[Cc])ourtesy[ \t]+of|(?<=[Cc])redits?[ \t]+to"
-        rf"|(?<=[Cc])c)[ \t]+(?P<cue>{_SEQ})",  # by, from, thanks (to), courtesy of, credit(s) to, cc
+        r"[BbFfTtCc](?<!\w.)(?:(?<=[Bb])y|(?<=[Ff])rom|(?<=[Tt])hanks(?:[ \t]+to|,)?|(?<=[Cc])ourtesy[ \t]+of|(?<=[Cc])redits?[ \t]+to"
+        rf"|(?<=[Cc])c)(?:[ \t]+|[ \t]*\n[ \t]*)(?P<cue>{_SEQ})",  # by, from, thanks (to), courtesy of, credit(s) to, cc
     )
 )
 # The name before an e-mail in angle brackets (also POD's E<lt>), or in parentheses after one.
@@ -109,6 +111,8 @@ def english_words() -> frozenset[str]:
 
 
 def _is_name_word(w: str) -> bool:
+    if _ELIDED_RE.fullmatch(w):
+        return True
     return w[0].isupper() and not (len(w) > 2 and w.isupper()) and w not in _STOP and w.rstrip(".") not in _ORG_WORDS
 
 
@@ -122,6 +126,7 @@ def _ordinary(w: str) -> bool:
 
 
 _INITIAL = re.compile(_INITIALS)
+_ELIDED_RE = re.compile(_ELIDED)
 _PARTICLE_RE = re.compile(_PARTICLE)
 
 
@@ -152,12 +157,57 @@ def _name_run(text: str, start: int, end: int, min_words: int = 1, from_end: boo
     return m.start() + run[0].start(), m.start() + run[-1].end()
 
 
-def _cue_ok(text: str, s: int, e: int) -> bool:
-    words = [w for w in text[s:e].split() if _is_name_word(w)]
+def _cue_ok(text: str, s: int, e: int, credit: bool = False) -> bool:
+    """Whether the run after a cue is a person: "Thanks to Jakub Wilk", not "by Red Hat" nor "from Default Settings".
+
+    After a credit ("Contributed by", "Patch from", "Thanks to") a person is expected, so a lone given
+    name ("Thanks, Kirk"), a first word no dictionary calls ordinary ("Damien Miller", "Nir Aides") or
+    a particle inside the run ("Just van Rossum") is enough.
+    """
+    run = text[s:e].split()
+    words = [w for w in run if _is_name_word(w)]
+    if credit and len(words) == 1:
+        return words[0] in given_names() and words[0] not in _STOP
     if len(words) < 2:
         return False
+    if credit and (not _ordinary(words[0]) or any(_PARTICLE_RE.fullmatch(w) for w in run[1:-1])):
+        return True
     # "from South Carolina": "South" is a proper noun too, but also a plain English word.
     return words[0] in given_names() or not any(_dictionary(w) for w in words)
+
+
+# The verb before "by" / "from" that makes it a credit: "(Contributed by ...", "PEP written and implemented by".
+_CREDIT_VERB = re.compile(
+    r"(?:contributed|patch(?:es|ed)?|written|reported|suggested|implemented|designed|proposed|fixed|added|noted|spotted"
+    r"|provided|reviewed|maintained|developed|reworked|submitted|sponsored|translated|translation|fix|fixes|idea|work"
+    r"|code|bug|report|help|original|originally|updated|rewritten|ported|debugged|diagnosed|found|investigated|tested)"
+    r"[ \t]*\n?[ \t]*$",
+    re.IGNORECASE,
+)
+
+
+def _is_credit(text: str, cue_start: int) -> bool:
+    """A cue that credits a person: thanks, courtesy of, credit to, or "by"/"from" after a credit verb."""
+    if text[cue_start] not in "BbFf":
+        return text[cue_start] in "Tt" or text[cue_start + 1] in "or"  # thanks / courtesy, credit (not "cc")
+    return _CREDIT_VERB.search(text, max(0, cue_start - 40), cue_start) is not None
+
+
+_WRAP = re.compile(r"[ \t]*\n[ \t]*(?=[^\W\d_])")
+
+
+def _wrap(text: str, span: tuple[int, int]) -> tuple[int, int]:
+    """A one-word run at a line end goes on at the next line's start: "(Contributed by Ross\n  Light; ...)"."""
+    s, e = span
+    if len(text[s:e].split()) != 1:
+        return span
+    gap = _WRAP.match(text, e)
+    if gap is None:
+        return span
+    nxt = _name_run(text, gap.end(), min(len(text), gap.end() + 80))
+    if nxt is None or nxt[0] != gap.end():
+        return span
+    return s, nxt[1]
 
 
 def _context_names(text: str) -> Iterator[tuple[int, int]]:
@@ -178,26 +228,33 @@ def _context_names(text: str) -> Iterator[tuple[int, int]]:
         span = _name_run(text, s, e)
         if span is None:
             continue
-        if group == "cue" and not _cue_ok(text, *span):
-            continue
+        credit = group == "cue" and _is_credit(text, m.start())
+        if group == "cue":
+            span = _wrap(text, span)
+            if not _cue_ok(text, *span, credit=credit):
+                continue
         if group == "signoff" and len(text[span[0] : span[1]].split()) == 1 and text[span[0] : span[1]] not in given_names():
             continue
         yield span
         if group == "cue":
-            yield from _cue_list(text, span[1])
+            yield from _cue_list(text, span[1], credit)
 
 
-_LIST_SEP = re.compile(rf"(?:,[ \t]*|[ \t]+and[ \t]+|[ \t]*&[ \t]*)(?={_SEQ})")
+# ", " / " and " / " & " between listed names, either side of a line break: "Dave Cole and Barry\n  Warsaw".
+_LIST_SEP = re.compile(rf"(?:[ \t]*,[ \t]*\n?[ \t]*|[ \t]*\n?[ \t]+and[ \t]*\n?[ \t]*(?<=\s)|[ \t]*&[ \t]*)(?={_SEQ})")
 
 
-def _cue_list(text: str, end: int) -> Iterator[tuple[int, int]]:
+def _cue_list(text: str, end: int, credit: bool) -> Iterator[tuple[int, int]]:
     """The names that follow a credited one in a list: "Thanks to Alexandre Ghiti, Eduard Bloch and ..."."""
     for _ in range(8):
         sep = _LIST_SEP.match(text, end)
         if sep is None:
             return
         span = _name_run(text, sep.end(), min(len(text), sep.end() + 80))
-        if span is None or span[0] != sep.end() or not _cue_ok(text, *span):
+        if span is None or span[0] != sep.end():
+            return
+        span = _wrap(text, span)
+        if not _cue_ok(text, *span, credit=credit):
             return
         yield span
         end = span[1]
