@@ -72,7 +72,24 @@ TUNE: dict[str, list[str]] = {
     "c00efd29": ["Vincent Lefevre", "Edward Betts"], "f230c195": ["Andreas Beckmann"], "eba8be67": ["Edward Betts", "Carlos Maddela"],
     "ebe96bcd": ["Andreas Jochens"], "b4247b3f": ["Kirk Hilliard", "Kirk"],
 }
-FRESH: dict[str, list[str]] = {}
+# Annotated from the printed paragraphs, then committed on its own, before the detector saw them.
+# "SilentGhost" (03d43f10) is a user handle, not a person's name: not labelled.
+FRESH: dict[str, list[str]] = {
+    "0025fef7": ["Inada Naoki"], "003a5f6c": ["Raymond Hettinger"], "003bb91f": ["Antoine Pitrou"],
+    "0057524f": ["Nick Coghlan", "Claudiu Popa"], "0065b4d1": ["Serhiy Storchaka"], "00b9f9c0": ["Demian Brecht", "Senthil Kumaran"],
+    "00c2b5ac": ["Ethan Furman"], "00ddba65": ["Victor Stinner"], "00df030c": ["Antoine Pitrou"], "00ee2375": ["Pablo Galindo"],
+    "010dae70": ["Jörn Heissler"], "011bee5e": ["Lisa Roach"], "01908e2c": ["Rafik Draoui", "Serhiy Storchaka"],
+    "01ba371d": ["Eric N. Vander Weele"], "01d52e1d": ["Serhiy Storchaka"], "0201ca66": ["Victor Stinner"],
+    "0236587f": ["Victor Stinner"], "028ee834": ["Scott Sanderson"], "02bff6fb": ["Milan Oberkirch"],
+    "02e6fea9": ["Yurii Karabas"], "02e9abf3": ["Pablo Galindo"], "02fe0c60": ["Victor Stinner"], "03436be5": ["Zachary Ware"],
+    "03865b24": ["Jordon Xu"], "03c4fae4": ["Eric Snow"], "03d43f10": ["Serhiy Storchaka"], "03f651d7": ["Pablo Galindo"],
+    "040954dc": ["Bo Bayles"], "040dee7e": ["Vinay Sajip"], "046a6b21": ["Christian Heimes"], "049886ad": ["Serhiy Storchaka"],
+    "04b1b46c": ["Serhiy Storchaka"], "04c43711": ["Marian Horban"], "052e61b1": ["Barry Warsaw"],
+    "05314bc8": ["Barry Warsaw", "Brett Cannon"], "0558a577": ["Carl Bordum Hansen"], "0564b457": ["Serhiy Storchaka"],
+    "056d9186": ["Antoine Pitrou", "Serhiy Storchaka"], "05bf25e3": ["Paul Moore"], "05c2cdf3": ["Vinay Sajip"],
+    "05d59264": ["R. David Murray"], "061d3b14": ["Weipeng Hong"], "06458e4b": ["Josh Rosenberg"], "067b8f25": ["Lisa Roach"],
+    "06865e29": ["INADA Naoki"],
+}
 N_TUNE, N_FRESH = 64, 45
 
 
