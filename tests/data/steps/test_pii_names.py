@@ -17,6 +17,7 @@ from tokenmill.data.steps.pii import Pii, find_pii, mask
 
 LABELS = Path(__file__).parents[3] / "benchmarks" / "labels" / "pii_names.jsonl"
 RECORDS = [json.loads(line) for line in LABELS.read_text(encoding="utf-8").splitlines() if line.strip()]
+RUNNING = [json.loads(line) for line in LABELS.with_name("pii_names_running.jsonl").read_text(encoding="utf-8").splitlines() if line]
 
 
 NEW_KINDS = ("name", "address")
@@ -43,6 +44,15 @@ def _masked(text: str) -> str:
     ("Regards,\nJohn Smith\n", "Regards,\n<NAME>\n"),
     ("Thanks to Alexandre Ghiti, Eduard Bloch and Craig Small (Closes: #1)", "Thanks to <NAME>, <NAME> and <NAME> (Closes: #1)"),
     ("__author__ = 'Bob Ippolito <bob@redivi.com>'", "__author__ = '<NAME> <<EMAIL>>'"),
+    # after a credit cue: wrapped over a line break, a lone given name, a dictionary surname, particles, lists over lines
+    ("(Contributed by Ross\n  Light; :issue:`4285`.)", "(Contributed by <NAME>; :issue:`4285`.)"),
+    ("  * Applied patch from Kirk Hilliard.  Thanks, Kirk.\n", "  * Applied patch from <NAME>.  Thanks, <NAME>.\n"),
+    ("(Contributed by Damien Miller.) (Fixed by Nir Aides in :issue:`1625`.)",
+     "(Contributed by <NAME>.) (Fixed by <NAME> in :issue:`1625`.)"),
+    ("Written by Just van Rossum and Paul Moore.", "Written by <NAME> and <NAME>."),
+    ("(Contributed by Amaury Forgeot d'Arc and Antoine Pitrou.)", "(Contributed by <NAME> and <NAME>.)"),
+    ("(Contributed by Dave Cole and Barry\n  Warsaw.)", "(Contributed by <NAME> and <NAME>.)"),
+    ("and by Raymond Hettinger and\n  Antoine Pitrou in :issue:`10314`.", "and by <NAME> and\n  <NAME> in :issue:`10314`."),
 ])
 def test_names_in_context_are_replaced_by_a_typed_placeholder(text, want):
     assert _masked(text) == want
@@ -57,6 +67,9 @@ def test_names_in_context_are_replaced_by_a_typed_placeholder(text, want):
     "# See Message Id <87y3gtcwa2.fsf@hope.eyrie.org>",
     "Table Of Contents\nNew Features\nBug Fixes\nMay Contain Nuts\n",
     "inhabits streams from South Carolina to Florida",
+    # a credit verb before "by" expects a person, but not a dictionary word, a bare product or a group
+    "Fixed by Default Settings; reported by Red Hat; contributed by the Unladen Swallow team; Thanks, Python.",
+    "the rows are sorted by\nName and then by Size\n",
 ])
 def test_capitalised_words_organisations_and_code_are_not_names(text):
     found = find_pii(text, NEW_KINDS)
@@ -121,6 +134,19 @@ def test_acceptance_on_the_real_label_file_heldout_part():
                 pos += len(w)
     assert gold > 500 and hit / gold >= 0.9, (hit, gold)
     assert words > 20000 and lost / words <= 0.02, (lost, words)
+
+
+def test_running_text_names_on_the_fresh_hand_read_set():
+    """Names in release notes, annotated and committed before the detector saw them: recall >= 0.9, no false span."""
+    gold = hit = false = 0
+    for r in (r for r in RUNNING if r["split"] == "fresh"):
+        cov = _covered(r["text"])
+        for s in r["pii"]:
+            gold += 1
+            hit += all(i in cov for i in range(s["start"], s["end"]))
+        labelled = {i for s in r["pii"] for i in range(s["start"], s["end"])}
+        false += sum(not any(i in labelled for i in range(s.start, s.end)) for s in find_pii(r["text"], NEW_KINDS))
+    assert gold >= 50 and hit / gold >= 0.9 and false == 0, (hit, gold, false)
 
 
 def test_code_and_man_pages_without_names_lose_nothing():

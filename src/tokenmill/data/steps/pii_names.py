@@ -170,7 +170,7 @@ def _cue_ok(text: str, s: int, e: int, credit: bool = False) -> bool:
         return words[0] in given_names() and words[0] not in _STOP
     if len(words) < 2:
         return False
-    if credit and (not _ordinary(words[0]) or any(_PARTICLE_RE.fullmatch(w) for w in run[1:-1])):
+    if credit and (not _dictionary(words[0]) or any(_PARTICLE_RE.fullmatch(w) for w in run[1:-1])):
         return True
     # "from South Carolina": "South" is a proper noun too, but also a plain English word.
     return words[0] in given_names() or not any(_dictionary(w) for w in words)
