@@ -15,6 +15,10 @@ first:
   cue + list   after "by", "from", "thanks to", "patch by", "courtesy of": two or more capitalised
                words whose first is a given name, or none of which is an ordinary English word
                ("Thanks to Jakub Wilk", not "by Red Hat" nor "from Default Settings").
+               After a credit ("Contributed by", "Patch from", "written and implemented by", "Thanks,")
+               a lone given name ("Thanks, Kirk"), a first word no dictionary knows ("Nir Aides") or
+               a particle ("Just van Rossum", "Forgeot d'Arc") is enough; a one-word run at a line end
+               goes on at the next line ("Ross\n  Light"), and a list may wrap ("Cole and Barry\n Warsaw").
   list only    a given name that is not also an English word ("Linus", not "Mark") followed by a
                surname that is either not an English word or a known proper noun ("Linus Torvalds",
                "John Smith"), not "Jack Russell terrier" ... unless the surname is an ordinary word.
