@@ -86,7 +86,7 @@ _CONTEXTS: tuple[re.Pattern[str], ...] = tuple(
         rf"|(?<=H)err|(?<=F)rau)\.?[ \t]+(?P<honorific>{_SEQ})",  # Mr, Mrs, Ms, Dr, Prof, Sir ...
         r"^[ \t]*(?:--|-|Regards|Best regards|Kind regards|Cheers|Thanks|Sincerely|Yours|Best)[ \t]*[,!]?[ \t]*\n"
         rf"[ \t]*(?P<signoff>{_SEQ})[ \t]*$",
-        r"[BbFfTtCc](?<!\w.)(?:(?<=[Bb])y|(?<=[Ff])rom|(?<=[Tt])hanks(?:[ \t]+to|,)?|(?<=[Cc])ourtesy[ \t]+of|(?<=[Cc])redits?[ \t]+to"
+        r"[BbFfTtCc](?<!\w.)(?:(?<=[Bb])y|(?<=[Ff])rom|(?<=[Tt])hank(?:s|[ \t]+you(?:['’]s)?)(?:[ \t]+to|,)?|(?<=[Cc])ourtesy[ \t]+of|(?<=[Cc])redits?[ \t]+to"
         rf"|(?<=[Cc])c)(?:[ \t]+|[ \t]*\n[ \t]*)(?P<cue>{_SEQ})",  # by, from, thanks (to), courtesy of, credit(s) to, cc
     )
 )
@@ -161,17 +161,18 @@ def _name_run(text: str, start: int, end: int, min_words: int = 1, from_end: boo
     return m.start() + run[0].start(), m.start() + run[-1].end()
 
 
-def _cue_ok(text: str, s: int, e: int, credit: bool = False) -> bool:
+def _cue_ok(text: str, s: int, e: int, credit: bool = False, listed: bool = False) -> bool:
     """Whether the run after a cue is a person: "Thanks to Jakub Wilk", not "by Red Hat" nor "from Default Settings".
 
     After a credit ("Contributed by", "Patch from", "Thanks to") a person is expected, so a lone given
-    name ("Thanks, Kirk"), a first word no dictionary calls ordinary ("Damien Miller", "Nir Aides") or
-    a particle inside the run ("Just van Rossum") is enough.
+    name ("Thanks, Kirk"; further down a list only one no dictionary knows: "and Tobias", not
+    ", Revised 1994"), a first word no dictionary knows ("Damien Miller", "Nir Aides") or a particle
+    inside the run ("Just van Rossum") is enough.
     """
     run = text[s:e].split()
     words = [w for w in run if _is_name_word(w)]
     if credit and len(words) == 1:
-        return words[0] in given_names() and words[0] not in _STOP
+        return words[0] in given_names() and words[0] not in _STOP and not (listed and _dictionary(words[0]))
     if len(words) < 2:
         return False
     if credit and (not _dictionary(words[0]) or any(_PARTICLE_RE.fullmatch(w) for w in run[1:-1])):
@@ -184,7 +185,8 @@ def _cue_ok(text: str, s: int, e: int, credit: bool = False) -> bool:
 _CREDIT_VERB = re.compile(
     r"(?:contributed|patch(?:es|ed)?|written|reported|suggested|implemented|designed|proposed|fixed|added|noted|spotted"
     r"|provided|reviewed|maintained|developed|reworked|submitted|sponsored|translated|translation|fix|fixes|idea|work"
-    r"|code|bug|report|help|original|originally|updated|rewritten|ported|debugged|diagnosed|found|investigated|tested)"
+    r"|code|bug|report|help|original|originally|updated|rewritten|ported|debugged|diagnosed|found|investigated|tested"
+    r"|comments?|articles?|discussion|recommendation|suggestions?|input|feedback|reviews?|ideas?|improved|improvements)"
     r"[ \t]*\n?[ \t]*$",
     re.IGNORECASE,
 )
@@ -245,21 +247,29 @@ def _context_names(text: str) -> Iterator[tuple[int, int]]:
 
 
 # ", " / " and " / " & " between listed names, either side of a line break: "Dave Cole and Barry\n  Warsaw".
-_LIST_SEP = re.compile(rf"(?:[ \t]*,[ \t]*\n?[ \t]*|[ \t]*\n?[ \t]+and[ \t]*\n?[ \t]*(?<=\s)|[ \t]*&[ \t]*)(?={_SEQ})")
+_LIST_SEP = re.compile(
+    rf"(?:[ \t]*,(?:[ \t]*\n?[ \t]*and)?[ \t]*\n?[ \t]*(?<=\s)|[ \t]*\n?[ \t]+and[ \t]*\n?[ \t]*(?<=\s)|[ \t]*&[ \t]*)(?={_SEQ})"
+)
 
 
 def _cue_list(text: str, end: int, credit: bool) -> Iterator[tuple[int, int]]:
     """The names that follow a credited one in a list: "Thanks to Alexandre Ghiti, Eduard Bloch and ..."."""
-    for _ in range(8):
+    missed = False
+    for _ in range(40):  # acknowledgements list 20 names and more
         sep = _LIST_SEP.match(text, end)
         if sep is None:
             return
         span = _name_run(text, sep.end(), min(len(text), sep.end() + 80))
-        if span is None or span[0] != sep.end():
-            return
-        span = _wrap(text, span)
-        if not _cue_ok(text, *span, credit=credit):
-            return
+        if span is not None and span[0] == sep.end():
+            span = _wrap(text, span)
+        if span is None or span[0] != sep.end() or not _cue_ok(text, *span, credit=credit, listed=True):
+            # One item that is not a name ("Jan Kara": "Jan" is a month) does not end a list of names.
+            skipped = _SEQ_RE.match(text, sep.end())
+            if skipped is None or missed:
+                return
+            missed, end = True, skipped.end()
+            continue
+        missed = False
         yield span
         end = span[1]
 
