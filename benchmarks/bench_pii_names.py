@@ -18,8 +18,12 @@ detector's rules were adjusted on) and the "heldout" split:
 The running-text names of benchmarks/labels/pii_names_running.jsonl (built by
 benchmarks/build_pii_running_labels.py, new source files) are scored the same way: "running_tune"
 (the records the credit-cue and line-break rules were tuned on) and "fresh_heldout" (annotated and
-committed before the detector was run on it). The first file's "heldout" split was looked at while
-those rules were written (its misses named the cases), so it is reported as seen ("heldout_seen").
+committed before the detector was run on it; its release-notes part was scored before any rule saw
+it, its documentation part (acknowledgement lists) then led to the list rules, so fresh_heldout as
+recorded after that is partly seen: the first recorded result is in the history of this file) and
+"fresh2_heldout" (Perl module docs and man pages, committed before the list rules and scored once
+after them). The first file's "heldout" split was looked at while the rules were written (its
+misses named the cases), so it is reported as seen ("heldout_seen").
 
 and the cost of the PII step per document (µs/doc, best of --repeat, one core) with the six pattern
 kinds alone and with name and address added, on the labelled texts and on real files of code, man
@@ -172,6 +176,7 @@ def main() -> None:
     result["heldout_seen"] = "heldout's hand-read names were looked at while the running-text rules were written"
     result["running_tune"] = score([r for r in running if r["split"] == "tune"])
     result["fresh_heldout"] = score([r for r in running if r["split"] == "fresh"])
+    result["fresh2_heldout"] = score([r for r in running if r["split"] == "fresh2"])
     result["cost"] = cost([r["text"] for r in records], args.root, args.repeat)
     print(json.dumps(result))
 

@@ -142,7 +142,7 @@ def test_acceptance_on_the_real_label_file_heldout_part():
     assert words > 20000 and lost / words <= 0.02, (lost, words)
 
 
-@pytest.mark.parametrize("split, floor", [("fresh", 0.9), ("fresh2", 0.85)])
+@pytest.mark.parametrize("split, floor", [("fresh", 0.9), ("fresh2", 0.9)])
 def test_running_text_names_on_the_fresh_hand_read_sets(split, floor):
     """Names in release notes, docs and code comments, each set annotated and committed before the detector
     saw it: recall at or above what was measured (results/pii_names.json), no false span."""
