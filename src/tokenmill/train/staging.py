@@ -20,8 +20,12 @@ so the launch overhead leaves the critical path, and the compiled forward receiv
 an input (FlexAttention's documented pattern) instead of tracing its construction. The kernels
 themselves stay on the default stream, in order, between the backward and the next forward
 (tens of µs); a side stream would need the BlockMask's tensors fenced and kept alive across
-streams for that little. Staging after the backward, not before, keeps one mask alive at a time:
-the previous micro-batch's is dropped first, so the peak memory (scaling/memory.py) is unchanged.
+streams for that little.
+
+Memory: staging after the backward, not before, keeps one mask alive at a time (the previous
+micro-batch's is dropped first), and once the forward has run the batch lets go of its mask, so
+the step holds what the forward kept of it (autograd's saved tensors, checkpoint's arguments), as
+when the model built it: scaling/memory.py's count is unchanged (tests/train/test_staging.py).
 """
 
 from __future__ import annotations

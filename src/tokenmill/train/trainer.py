@@ -334,6 +334,11 @@ def step_loss_tensor(
             with autocast(device, dtype), torch.set_grad_enabled(backward), forward:
                 if objective == "clm":
                     nll = token_nll_batch(model, batch)
+                    # the forward has taken what it keeps of the mask (autograd's saved tensors,
+                    # checkpoint's arguments): the batch lets go, so the step holds what
+                    # scaling/memory.py counts, as when the model built the mask itself
+                    if getattr(batch, "prebuilt_mask", None) is not None:
+                        batch.prebuilt_mask = None
                     loss = nll.sum() / n_targets
                     if buckets is not None and rows is not None:
                         buckets.add(nll, batch.loss_mask, rows)
