@@ -1,6 +1,7 @@
 """The fused q/k/v and gate/up projections (model/fused.py): old separate-projection state dicts
 load into them exactly, the layouts give each tensor-parallel row block whole heads, and the
-compiled forward (with the fused loss) has no graph break, document-masked or plain causal."""
+compiled forward (with the fused loss) has no graph break, document-masked (the mask built in the
+graph or prebuilt) or plain causal, and a RoPE phase boundary recompiles once."""
 
 import time
 from pathlib import Path
@@ -109,23 +110,78 @@ def test_init_draws_the_numbers_of_the_separate_projections():
         assert torch.equal(split[name], torch.empty(shape).normal_(0.0, std, generator=g)), name
 
 
-@pytest.mark.parametrize("masking", ["document", "causal"])
+@pytest.mark.parametrize("masking", ["document", "document-prebuilt", "causal"])
 def test_compiled_training_forward_has_no_graph_break(masking):
     """What the trainer compiles: the model called with targets (the fused loss on a CPU), in
-    training mode with gradients, under bf16 autocast; document masking is the default recipe's."""
+    training mode with gradients, under bf16 autocast; document masking is the default recipe's,
+    its mask built in the graph or, as the trainer stages it, passed in prebuilt. RoPE (per-token
+    positions gathered from the rope_cos/rope_sin buffers) is traced into the same one graph."""
     m = Transformer(cfg(n_layers=1)).train()
     idx = torch.randint(0, 61, (2, 16), generator=torch.Generator().manual_seed(0))
     kw = {}
-    if masking == "document":
+    if masking.startswith("document"):
         segments = torch.tensor([[0] * 6 + [1] * 10, [0] * 16])
         kw = {"positions": document_positions(segments), "segments": segments}
     start = time.perf_counter()
     torch._dynamo.reset()
     with torch.autocast("cpu", dtype=torch.bfloat16):
+        if masking == "document-prebuilt":
+            kw["prebuilt_mask"] = m.mask_for(16, idx.device, kw["segments"])
         explained = torch._dynamo.explain(m)(idx, targets=idx, **kw)
     assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]
     assert explained.graph_count == 1
     assert time.perf_counter() - start < 30
+
+
+def test_flex_prebuilt_block_masks_compile_into_one_graph_once():
+    """FlexAttention's path (CUDA's default), its BlockMask passed in as the trainer stages it: one
+    graph (a break would hand the backend a second), and a new batch's BlockMask, whose mask_mod is
+    a new closure over new segments, does not recompile. Forward only: a CPU has no flex backward."""
+    from torch._dynamo.testing import CompileCounter
+
+    m = Transformer(cfg(n_layers=1, max_seq_len=16)).eval()
+    m.doc_mask_backend = "flex"
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compiled = torch.compile(m, backend=counter)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        segments = (torch.rand(2, 16, generator=g) < 0.2).long().cumsum(1)
+        idx = torch.randint(0, 61, (2, 16), generator=g)
+        with torch.no_grad():
+            mask = m.mask_for(16, idx.device, segments)
+            kw = {"positions": document_positions(segments), "segments": segments}
+            assert torch.equal(compiled(idx, targets=idx, prebuilt_mask=mask, **kw), m(idx, targets=idx, **kw))
+    assert counter.frame_count == 1
+
+
+def test_a_rope_phase_boundary_recompiles_once_not_every_step():
+    """Context extension (train/trainer.py _enter_phase -> set_rope) swaps the RoPE buffers: the
+    compiled model recompiles once for the longer rows and tables, not on every step after; a
+    phase that changes only rope_theta keeps its graph, and the graph reads the new tables."""
+    from torch._dynamo.testing import CompileCounter
+
+    m = Transformer(cfg(n_layers=1, max_seq_len=16), generator=torch.Generator().manual_seed(0)).train()
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compiled = torch.compile(m, backend=counter)
+    g = torch.Generator().manual_seed(1)
+
+    def step(T: int) -> int:
+        segments = (torch.rand(2, T, generator=g) < 0.2).long().cumsum(1)
+        idx = torch.randint(0, 61, (2, T), generator=g)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            kw = {"positions": document_positions(segments), "segments": segments}
+            nll = compiled(idx, targets=idx, prebuilt_mask=m.mask_for(T, idx.device, segments), **kw)
+            nll.sum().backward()
+            assert torch.equal(nll, m(idx, targets=idx, **kw))  # the graph reads the current tables
+        return counter.frame_count
+
+    assert [step(16), step(16)] == [1, 1]
+    m.set_rope(m.config.model_copy(update={"max_seq_len": 64, "rope_theta": 40_000.0}))
+    assert [step(64), step(64)] == [2, 2]
+    m.set_rope(m.config.model_copy(update={"rope_theta": 90_000.0}))
+    assert [step(64), step(64)] == [2, 2]
 
 
 def test_an_old_checkpoints_optimizer_state_is_refused_with_one_line():

@@ -21,6 +21,7 @@ r_pad of a batch = share of its B·T targets that do not count = 1 - mean(loss_m
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,6 +38,9 @@ class Batch:
     step: int = 0
     micro: int = 0
     phase: str = ""
+    # the model's attention mask for `segments`, built once on the device the batch was staged to
+    # (train/staging.py); None: the model builds it in its forward. Never carried by `to()`.
+    prebuilt_mask: Any = None
 
     @property
     def n_targets(self) -> int:
@@ -54,6 +58,7 @@ class Batch:
 
         return replace(
             self,
+            prebuilt_mask=None,  # built for the device the batch was on: the model rebuilds it there
             tokens=self.tokens.to(device, non_blocking=non_blocking),
             positions=move(self.positions),
             segments=move(self.segments),

@@ -89,7 +89,11 @@ def token_nll_batch(model: nn.Module, batch: PackedBatch) -> torch.Tensor:
     over micro-batches before dividing gives a token-weighted mean across gradient accumulation.
     """
     inputs, targets = _shift(batch.tokens)
-    kwargs = {name: value for name in ("positions", "segments") if (value := _batch_field(batch, name, inputs.shape)) is not None}
+    kwargs: dict[str, Any] = {
+        name: value for name in ("positions", "segments") if (value := _batch_field(batch, name, inputs.shape)) is not None
+    }
+    if (prebuilt := getattr(batch, "prebuilt_mask", None)) is not None:  # staged by the trainer (train/staging.py)
+        kwargs["prebuilt_mask"] = prebuilt
     loss_mask = _batch_field(batch, "loss_mask", targets.shape)
     if loss_mask is not None:
         if loss_mask.dtype != torch.bool:

@@ -592,6 +592,7 @@ class Transformer(nn.Module):
         segments: torch.Tensor | None = None,
         attn_mask: torch.Tensor | None = None,
         targets: torch.Tensor | None = None,
+        prebuilt_mask: AttnMask = None,
     ) -> torch.Tensor:
         """Logits [B, T, V] for token ids idx[B, T]; with `targets` [B, T] (-100: not counted), the
         per-token NLL [B, T] (fp32, 0 where not counted) instead: on a CPU (or beyond
@@ -606,12 +607,15 @@ class Transformer(nn.Module):
             and attention stays inside it (None: plain causal attention over the whole row).
         attn_mask: bool [B, T, T], True where query t may attend to key s. It REPLACES the causal
             rule (bidirectional MLM, prefix LM); segments and sliding_window are still AND-ed in.
+        prebuilt_mask: what `self.mask_for(T, device, segments, attn_mask)` returns for these
+            inputs under the same autocast, built ahead of the forward (the trainer builds it once
+            per micro-batch when it stages the batch: `prebuild_mask`); None: built here.
         A packed row run with `segments` and `document_positions(segments)` gives each document
         the logits it would get alone.
         """
         self._check_inputs(idx, positions, segments, attn_mask)
         x = self.embed(idx, positions)
-        cos, sin, mask = self.block_inputs(idx.shape[1], idx.device, positions, segments, attn_mask)
+        cos, sin, mask = self.block_inputs(idx.shape[1], idx.device, positions, segments, attn_mask, prebuilt_mask)
         for layer in self.blocks():
             x = self.run_block(layer, x, cos, sin, mask)
         return self.output(x, targets)
@@ -637,21 +641,34 @@ class Transformer(nn.Module):
         positions: torch.Tensor | None = None,
         segments: torch.Tensor | None = None,
         attn_mask: torch.Tensor | None = None,
+        prebuilt_mask: AttnMask = None,
     ) -> tuple[Any, Any, AttnMask]:
-        """(cos, sin, mask) every block of a forward over rows of T tokens takes."""
+        """(cos, sin, mask) every block of a forward over rows of T tokens takes; the mask is
+        `prebuilt_mask` when one is given (see forward), else built here once for all blocks.
+
+        RoPE: cos/sin are slices (or a per-token gather) of the buffers `rope_cos`/`rope_sin`, and
+        `apply_rope` is plain elementwise torch, so under torch.compile the rotation is traced into
+        the model's one graph, where Inductor fuses the gather, casts, products and rotate_half into
+        the pointwise kernels reading q and k (no graph break: tests/model/test_fused.py)."""
         cos = sin = None
         if self.embed_positions is None and positions is None:
             cos, sin = self.rope_cos[:T], self.rope_sin[:T]
         elif self.embed_positions is None:  # gather per token; [B, 1, T, hd] broadcasts over heads
             cos, sin = self.rope_cos[positions].unsqueeze(1), self.rope_sin[positions].unsqueeze(1)
+        mask = self.mask_for(T, device, segments, attn_mask) if prebuilt_mask is None else prebuilt_mask
+        return cos, sin, mask
+
+    def mask_for(
+        self, T: int, device: torch.device, segments: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None
+    ) -> AttnMask:
+        """The attention mask every block of a forward over rows of T tokens takes, in the form the
+        kernel chosen here consumes (AdditiveMask, FlexAttention BlockMask, boolean or None). The
+        kernel choice reads autocast's dtype: call it under the autocast the forward runs in."""
         if attn_mask is None and self.config.sliding_window is None:
             if self.uses_explicit_attention(T, device):
-                mask: AttnMask = causal_bias(T, device, segments)
-            else:
-                mask = None if segments is None else self.attention_mask(segments)
-        else:
-            mask = self.dense_mask(T, device, segments, attn_mask)
-        return cos, sin, mask
+                return causal_bias(T, device, segments)
+            return None if segments is None else self.attention_mask(segments)
+        return self.dense_mask(T, device, segments, attn_mask)
 
     def run_block(self, layer: nn.Module, x: torch.Tensor, cos: Any, sin: Any, mask: AttnMask) -> torch.Tensor:
         mode = self.activation_checkpointing

@@ -126,6 +126,10 @@ class StageForward(nn.Module):
             if self.first:
                 x = m.embed(x, positions)
             x = _Clock.apply(x, self.clock.ends)
+            # Each stage builds its micro-batch's mask once, on its own device, for all its
+            # blocks (checkpointing recomputes from it; the backward never rebuilds it): the
+            # schedule splits keyword inputs by rows, which a BlockMask cannot be, so the
+            # trainer's prebuilt mask (train/staging.py) does not travel here.
             cos, sin, mask = m.block_inputs(x.shape[1], x.device, positions, segments)
             for layer in m.blocks():
                 x = m.run_block(layer, x, cos, sin, mask)

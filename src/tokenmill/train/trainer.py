@@ -73,6 +73,7 @@ from tokenmill.train.pipeline_parallel import Pipeline, build_pipeline, stage_la
 from tokenmill.train.compilation import compile_cache_dir, compile_decision, compile_model
 from tokenmill.train.fp8 import convert_to_fp8, fp8_launch_problem
 from tokenmill.train.device import autocast, enable_tf32, resolve_dtype
+from tokenmill.train.staging import prebuild_mask
 from tokenmill.train.dist_checkpoint import agreed_latest_checkpoint, load_full_into_stage
 from tokenmill.train.distributed import (
     DistContext,
@@ -323,15 +324,21 @@ def step_loss_tensor(
     forward = _ForwardClock(device)
     try:
         for micro in range(grad_accum):
-            batch, waited, pad = _micro_batch(loader, step, micro, fs, faults, seed)
+            # staged (copied, its mask built) once the previous micro-batch's backward is queued
+            # and its batch dropped (`del` below): one mask alive at a time (train/staging.py)
+            batch, waited, pad = _staged_micro_batch(model, loader, step, micro, fs, faults, seed, device, dtype, objective)
             data_wait += waited
             r_pad += pad
             set_grad_sync(model, not backward or micro == grad_accum - 1)  # reduce once per step (DDP/FSDP)
-            batch = batch.to(device, non_blocking=True)
             rows = buckets.indices(loader.row_buckets(step, micro), device) if buckets is not None else None
             with autocast(device, dtype), torch.set_grad_enabled(backward), forward:
                 if objective == "clm":
                     nll = token_nll_batch(model, batch)
+                    # the forward has taken what it keeps of the mask (autograd's saved tensors,
+                    # checkpoint's arguments): the batch lets go, so the step holds what
+                    # scaling/memory.py counts, as when the model built the mask itself
+                    if getattr(batch, "prebuilt_mask", None) is not None:
+                        batch.prebuilt_mask = None
                     loss = nll.sum() / n_targets
                     if buckets is not None and rows is not None:
                         buckets.add(nll, batch.loss_mask, rows)
@@ -348,11 +355,23 @@ def step_loss_tensor(
                 if probe is not None and micro == 0 and objective == "clm":
                     probe.measure(model.parameters(), counted_targets(batch), n_targets)
             total += loss.detach()
+            del batch
     finally:
         reg.close()
     if extras is not None:
         _report_extras(extras, data_wait, forward, clocks, reg)
     return total, r_pad / grad_accum
+
+
+def _staged_micro_batch(
+    model: nn.Module, loader: Loader, step: int, micro: int, fs: int, faults: Any, seed: int,
+    device: torch.device, dtype: torch.dtype, objective: str,
+) -> tuple[Any, float, float]:  # fmt: skip
+    """`_micro_batch` copied to `device`, with its document mask prebuilt there on the causal path
+    (the other objectives build their own masks from a corrupted batch)."""
+    batch, waited, pad = _micro_batch(loader, step, micro, fs, faults, seed)
+    batch = batch.to(device, non_blocking=True)
+    return (prebuild_mask(model, batch, dtype) if objective == "clm" else batch), waited, pad
 
 
 def _micro_batch(loader: Loader, step: int, micro: int, fs: int, faults: Any, seed: int) -> tuple[Any, float, float]:
