@@ -18,14 +18,14 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from tokenmill.config import RunConfig
 from tokenmill.runs import RunDir
 from tokenmill.train.config import LossScaleConfig, TrainConfig
 from tokenmill.train.errors import TrainError
 from tokenmill.train.loss_scale import LossScaler
 from tokenmill.train.trainer import run_train
 
-from tests.conftest import write_tiny_store
+from tests.train.dist_helpers import events, make_run, max_rel_diff, run_ok, series
+from tests.train.test_distributed import FSDP_RTOL
 from tests.train.test_host_reads import _events, _same_state
 
 WORKER = Path(__file__).parent / "train_worker.py"
@@ -35,22 +35,21 @@ OVERFLOWING = {"init_scale": 2.0**24, "growth_interval": 2}
 
 
 def _config(root: Path, name: str, mode: str = "immediate", **train: Any) -> RunDir:
-    cfg = RunConfig.model_validate({
-        "name": name, "root": str(root), "seed": 11,
-        "model": {"d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 32},
-        "train": {"seq_len": 32, "micro_batch": 4, "grad_accum": 2, "max_steps": 12, "lr": 0.01, "warmup_steps": 3,
-                  "ckpt_every": 4, "keep_checkpoints": 10, "device": "cpu", "dtype": "float16", "threads": 1,
-                  "log_every": 0, "eval_every": 0, "host_reads": mode, "peak_tflops": 1.0, **train},
-    })  # fmt: skip
-    run = RunDir.create(cfg, root / name)
-    write_tiny_store(run.path / "tokens")
-    return run
+    """The distributed tests' tiny run (global batch 512 tokens: grad_accum 2 in one process) in fp16."""
+    train = {"dtype": "float16", "host_reads": mode, "peak_tflops": 1.0, "checksum_every": 0, **train}
+    return make_run(root / name, **train)
 
 
 def _run(root: Path, name: str, mode: str = "immediate", **train: Any) -> RunDir:
     run = _config(root, name, mode, **train)
     run_train(run, progress=False)
     return run
+
+
+@pytest.fixture(scope="module")
+def overflowing(tmp_path_factory: pytest.TempPathFactory) -> RunDir:
+    """One process, immediate host reads, the overflowing scale: the reference of three tests."""
+    return _run(tmp_path_factory.mktemp("fp16"), "overflowing", loss_scale=OVERFLOWING)
 
 
 def _steps(run: RunDir) -> dict[int, dict[str, Any]]:
@@ -72,20 +71,24 @@ def test_fp16_trains_like_fp32(tmp_path: Path) -> None:
     assert state["loss_scale"] == {"scale": 2.0**16, "growth_tracker": 12, "overflows": 0, "in_a_row": 0}
 
 
-def test_overflow_is_skipped_backed_off_and_deferred_decides_the_same(tmp_path: Path) -> None:
+def test_overflow_is_skipped_backed_off_and_deferred_decides_the_same(overflowing: RunDir, tmp_path: Path) -> None:
     """A 2^24 scale overflows the fp16 backward: each such step is an `overflow` skip (not a spike,
-    no rollback), the next runs at half the scale, the scale regrows after 2 clean steps; the
+    no rollback, its loss finite), the next runs at half the scale, the scale regrows after 2 clean
+    steps (GradScaler's rule with growth_interval 2); the
     deferred mode (skip and scale update on the device) gives the same events and checkpoints."""
-    kw = {"loss_scale": OVERFLOWING, "max_steps": 12}
-    imm, dfr = _run(tmp_path, "imm", **kw), _run(tmp_path, "dfr", "deferred", **kw)
+    imm, dfr = overflowing, _run(tmp_path, "dfr", "deferred", loss_scale=OVERFLOWING)
     ev = _events(imm)
     steps = _steps(imm)
     overflows = [e["step"] for e in ev if e["kind"] == "overflow"]
-    assert overflows[:3] == [1, 2, 3] and len(overflows) >= 4 and not [e for e in ev if e["kind"] in ("spike", "skip", "rollback")]
-    for s in overflows:
-        assert steps[s]["action"] == "skip" and math.isfinite(steps[s]["loss"]) and not math.isfinite(steps[s]["grad_norm"])
-        assert s == 12 or steps[s + 1]["loss_scale"] == steps[s]["loss_scale"] / 2
-    assert [steps[s]["loss_scale"] for s in (1, 2, 3, 4)] == [2.0**24, 2.0**23, 2.0**22, 2.0**21]
+    assert overflows[:2] == [1, 2] and len(overflows) >= 4 and not [e for e in ev if e["kind"] in ("spike", "skip", "rollback")]
+    scale, clean = 2.0**24, 0  # the rule, replayed: halve on overflow, double after 2 clean steps
+    for s in range(1, 13):
+        assert steps[s]["loss_scale"] == scale, s
+        overflowed = s in overflows
+        assert steps[s]["action"] == ("skip" if overflowed else "apply") and math.isfinite(steps[s]["loss"])
+        assert math.isfinite(steps[s]["grad_norm"]) != overflowed
+        clean = 0 if overflowed else clean + 1
+        scale, clean = (scale / 2, 0) if overflowed else ((scale * 2, 0) if clean == 2 else (scale, clean))
     assert steps[12]["loss"] < steps[1]["loss"] - 0.5  # it trains between the overflows
     state = json.loads((imm.path / "checkpoints" / "step_12" / "state.json").read_text())
     assert state["guard"]["overflows"] == len(overflows) == state["loss_scale"]["overflows"]
@@ -93,13 +96,12 @@ def test_overflow_is_skipped_backed_off_and_deferred_decides_the_same(tmp_path: 
     _same_state(imm, dfr)
 
 
-def test_sigkilled_fp16_run_resumes_with_its_scale_exactly(tmp_path: Path) -> None:
+def test_sigkilled_fp16_run_resumes_with_its_scale_exactly(overflowing: RunDir, tmp_path: Path) -> None:
     """A real process SIGKILLed at step 7 (faults.kill), resumed from step 4's checkpoint: every
     step's loss, norm and scale, the overflow steps after the resume and the final weights, optimizer
     state and scaler state are those of the uninterrupted run, byte for byte."""
-    kw = {"loss_scale": OVERFLOWING}
-    reference = _run(tmp_path, "ref", **kw)
-    killed = _config(tmp_path, "killed", faults={"kill": [7, 0]}, **kw)
+    reference = overflowing
+    killed = _config(tmp_path, "killed", faults={"kill": [7, 0]}, loss_scale=OVERFLOWING)
     proc = subprocess.run([sys.executable, str(WORKER), str(killed.path)], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})  # fmt: skip
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
@@ -120,7 +122,9 @@ def test_a_scale_stuck_at_its_floor_stops_the_run() -> None:
     """Overflow after overflow at min_scale is not transient: a one-line TrainError naming it."""
     scaler = LossScaler(LossScaleConfig(init_scale=4.0, min_scale=1.0, max_overflows_at_floor=3), torch.device("cpu"))
     seen = []
-    with pytest.raises(TrainError, match="fp16 loss scale collapsed: 3 overflowing steps in a row up to step 5 with the scale at its floor"):
+    with pytest.raises(
+        TrainError, match="fp16 loss scale collapsed: 3 overflowing steps in a row up to step 5 with the scale at its floor"
+    ):
         for step in range(1, 10):
             seen.append(float(scaler.scale))
             scaler.note(step, True, seen[-1])
@@ -140,3 +144,17 @@ def test_fp16_combinations_that_cannot_run_are_refused(fields: dict[str, Any], m
         TrainConfig(dtype="float16", **fields)
     TrainConfig(dtype="float16", optimizer="muon")  # Muon steps on unscaled gradients: allowed
 
+
+def test_fsdp2_ranks_skip_and_scale_as_one_process(overflowing: RunDir, tmp_path: Path) -> None:
+    """2 gloo ranks under FSDP2 (each holds half of every gradient): the overflow is found from the
+    all-reduced global norm, so both ranks skip the same steps and keep the one-process run's
+    scale; losses within the FSDP tolerance; the sharded checkpoint carries the scaler's state."""
+    single = overflowing
+    fsdp = _config(tmp_path, "fsdp", distributed="fsdp", loss_scale=OVERFLOWING)
+    run_ok(fsdp)
+    assert max_rel_diff(series(fsdp), series(single)) <= FSDP_RTOL
+    for key in ("loss_scale", "action"):
+        assert series(fsdp, key) == series(single, key)
+    assert [e["step"] for e in events(fsdp, "overflow")] == [e["step"] for e in events(single, "overflow")]
+    sa, sb = (json.loads((r.path / "checkpoints" / "step_12" / "state.json").read_text()) for r in (fsdp, single))
+    assert sa["kind"] == "dcp" and sa["loss_scale"] == sb["loss_scale"]
