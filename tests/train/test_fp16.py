@@ -158,3 +158,19 @@ def test_fsdp2_ranks_skip_and_scale_as_one_process(overflowing: RunDir, tmp_path
     assert [e["step"] for e in events(fsdp, "overflow")] == [e["step"] for e in events(single, "overflow")]
     sa, sb = (json.loads((r.path / "checkpoints" / "step_12" / "state.json").read_text()) for r in (fsdp, single))
     assert sa["kind"] == "dcp" and sa["loss_scale"] == sb["loss_scale"]
+
+
+def test_bench_fp16_smoke_runs_both_arms_on_the_cpu(tiny_run: RunDir, tmp_path: Path) -> None:
+    """benchmarks/bench_fp16.py --smoke: bf16 then fp16 through the real trainer on the CPU, the
+    JSON with both arms, the fp16 arm's scale and overflow steps, and the ratios."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import bench_fp16
+
+    out = tmp_path / "fp16.json"
+    result = bench_fp16.main(["--smoke", "--run", str(tiny_run.path), "--steps", "3", "--warmup", "1", "--eval-docs", "2",
+                              "--json", str(out), "--commit", "c1", "--set", "train.threads=1"])  # fmt: skip
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    bf16, fp16 = result["arms"]["bf16"], result["arms"]["fp16"]
+    assert bf16["dtype"] == "bfloat16" and bf16["final_scale"] is None and bf16["steps"] == fp16["steps"] == 3
+    assert fp16["final_scale"] == 2.0**16 and fp16["overflow_steps"] == [] and fp16["held_out_loss"] > 0
+    assert set(result["fp16_over_bf16"]) >= {"tokens_per_s", "final_train_loss", "target_loss_within_1pct"}
