@@ -299,7 +299,7 @@ class StabilityGuard:
             "rollbacks": list(self.rollbacks),
             "offset": self.offset,
             "rewinds": [list(w) for w in self.rewinds],
-            "overflows": self.overflows,
+            **({"overflows": self.overflows} if self.overflows else {}),  # fp16 only: other runs' state as before
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
