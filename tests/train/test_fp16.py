@@ -174,3 +174,15 @@ def test_bench_fp16_smoke_runs_both_arms_on_the_cpu(tiny_run: RunDir, tmp_path: 
     assert bf16["dtype"] == "bfloat16" and bf16["final_scale"] is None and bf16["steps"] == fp16["steps"] == 3
     assert fp16["final_scale"] == 2.0**16 and fp16["overflow_steps"] == [] and fp16["held_out_loss"] > 0
     assert set(result["fp16_over_bf16"]) >= {"tokens_per_s", "final_train_loss", "target_loss_within_1pct"}
+
+
+def test_replay_rolls_an_fp16_run_forward_with_its_scale(overflowing: RunDir) -> None:
+    """`tokenmill replay` of steps 7 and 11 (from checkpoints 4 and 8, rolling forward over overflow
+    skips with the checkpointed scale): the logged losses, bit for bit."""
+    from tokenmill.train.replay import replay_loss
+
+    overflows = {e["step"] for e in _events(overflowing) if e["kind"] == "overflow"}
+    assert overflows & {5, 6, 9, 10}  # the rolled-forward steps include overflow skips
+    for step in (7, 11):
+        r = replay_loss(overflowing, step)
+        assert r["matches_log"] and r["rolled_forward_steps"] == 2, r

@@ -100,6 +100,15 @@ def build_scaler(dtype: torch.dtype, cfg: LossScaleConfig, device: torch.device)
     return LossScaler(cfg, device) if dtype == torch.float16 else None
 
 
+def after_step(scaler: LossScaler | None, loss: float, grad_norm: float) -> bool:
+    """A step judged on the host (immediate reads, `tokenmill replay`): S updated from its global
+    gradient norm (backed off on any non-finite one); whether it was an overflow."""
+    if scaler is None:
+        return False
+    scaler.update(torch.tensor(0.0 if math.isfinite(grad_norm) else 1.0))
+    return is_overflow(scaler, loss, grad_norm)
+
+
 def is_overflow(scaler: LossScaler | None, loss: float, grad_norm: float) -> bool:
     """A scaled step overflowed: the loss is finite but its gradients are not. A non-finite loss is
     not an overflow (scaling cannot cause it): the guard's `nonfinite` skip, a real fault."""

@@ -29,7 +29,6 @@ thread count (CPU); on CUDA up to kernel non-determinism.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import random
 import sys
@@ -74,7 +73,7 @@ from tokenmill.train.pipeline_parallel import Pipeline, build_pipeline, stage_la
 from tokenmill.train.compilation import compile_cache_dir, compile_decision, compile_model
 from tokenmill.train.fp8 import convert_to_fp8, fp8_launch_problem
 from tokenmill.train.device import autocast, enable_tf32, resolve_dtype
-from tokenmill.train.loss_scale import LossScaler, build_scaler, is_overflow
+from tokenmill.train.loss_scale import LossScaler, after_step, build_scaler, is_overflow
 from tokenmill.train.dist_checkpoint import agreed_latest_checkpoint, load_full_into_stage
 from tokenmill.train.distributed import (
     DistContext,
@@ -1142,8 +1141,7 @@ class _TrainLoop:
         if self.scaler is None:
             return False
         extras["loss_scale"] = float(self.scaler.scale)
-        self.scaler.update(torch.tensor(0.0 if math.isfinite(grad_norm) else 1.0))
-        return is_overflow(self.scaler, loss, grad_norm)
+        return after_step(self.scaler, loss, grad_norm)
 
     def _judge(
         self, step: int, loss: float, grad_norm: float, extras: dict[str, Any], probe: NoiseProbe | None, data: Loader,
