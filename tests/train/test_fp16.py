@@ -186,3 +186,15 @@ def test_replay_rolls_an_fp16_run_forward_with_its_scale(overflowing: RunDir) ->
     for step in (7, 11):
         r = replay_loss(overflowing, step)
         assert r["matches_log"] and r["rolled_forward_steps"] == 2, r
+
+
+def test_memory_model_counts_fp16_as_bf16_on_cuda() -> None:
+    """fp16 and bf16 hold 2-byte activations and weight copies and take the same CUDA attention
+    kernel; the scaler adds two scalars. So the planned bytes of every part are the same."""
+    from tokenmill.model.config import ModelConfig
+    from tokenmill.scaling.memory import estimate_train_memory
+
+    cfg = ModelConfig(d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=64, vocab_size=512)
+    tc = TrainConfig(seq_len=64, micro_batch=4)
+    fp16, bf16 = (estimate_train_memory(cfg, tc, d, device="cuda") for d in ("float16", "bfloat16"))
+    assert fp16 == bf16 and fp16["activations"] < estimate_train_memory(cfg, tc, "float32", device="cuda")["activations"]
