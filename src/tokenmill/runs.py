@@ -91,6 +91,14 @@ LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
         ("init_from",): None,
         ("init_optimizer",): False,
         ("fp8",): False,
+        ("loss_scale",): {
+            "init_scale": 65536.0,
+            "growth_factor": 2.0,
+            "backoff_factor": 0.5,
+            "growth_interval": 2000,
+            "min_scale": 1.0,
+            "max_overflows_at_floor": 10,
+        },  # fmt: skip
         ("faults", "kill"): None,
         ("faults", "hang"): None,
         ("faults", "slow"): None,

@@ -52,7 +52,7 @@ WALL_CLOCK = {
     "saved_at",
 }
 # train fields added after the golden was recorded: left out of the final state's config at their defaults
-ADDED_SINCE = ("optimizer", "muon_lr", "muon_momentum", "muon_weight_decay", "muon_ns_steps", "muon_adjust_lr", "fp8")
+ADDED_SINCE = ("optimizer", "muon_lr", "muon_momentum", "muon_weight_decay", "muon_ns_steps", "muon_adjust_lr", "fp8", "loss_scale")
 # Losses, norms and the other float fields are compared to this relative tolerance, so the golden
 # survives another CPU's kernels; on the machine that recorded it they are bit-identical
 # (TOKENMILL_GOLDEN_EXACT=1 compares them exactly).

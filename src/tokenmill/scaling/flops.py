@@ -158,7 +158,9 @@ def peak_of(device: torch.device | str, dtype: torch.dtype | None = None, config
     entry = find_calibration(device, dtype)
     if entry is not None:
         return Peak(float(entry["peak_flops"]), "calibration", f"`tokenmill calibrate` entry of {entry.get('date', '?')}")
-    n = 1024
+    # a CPU without AVX512-FP16/AMX-FP16 emulates fp16 matmuls at ~1 GFLOP/s (40-80x below fp32 on
+    # the dev machine): a 1024² product takes 4 s there, a 256² one 30 ms at the same rate
+    n = 256 if device.type == "cpu" and dtype == torch.float16 else 1024
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         peak = gpu_peak_from_table(name, dtype)

@@ -104,7 +104,7 @@ def _dtype(dtype: torch.dtype | str) -> torch.dtype:
         "fp16": torch.float16,
     }
     if dtype not in named:
-        raise ValueError(f"dtype {dtype!r}: expected float32 or bfloat16")
+        raise ValueError(f"dtype {dtype!r}: expected float32, bfloat16 or float16")
     return named[dtype]
 
 

@@ -124,6 +124,25 @@ class ParallelConfig(Strict):
     )
 
 
+class LossScaleConfig(Strict):
+    """Dynamic loss scaling of train.dtype=float16 (train/loss_scale.py); torch's GradScaler defaults."""
+
+    init_scale: float = Field(
+        2.0**16, gt=0, description="The loss scale of the first step (a power of two keeps unscaling exact)."
+    )
+    growth_factor: float = Field(2.0, gt=1, description="Scale × this after growth_interval steps in a row without overflow.")
+    backoff_factor: float = Field(
+        0.5, gt=0, lt=1, description="Scale × this at every step whose gradients overflow (that step is skipped)."
+    )
+    growth_interval: int = Field(2000, ge=1, description="Overflow-free steps in a row before the scale grows.")
+    min_scale: float = Field(1.0, gt=0, description="The scale never backs off below this floor.")
+    max_overflows_at_floor: int = Field(
+        10,
+        ge=1,
+        description="This many overflows in a row with the scale at min_scale stop the run (fp16 cannot hold its gradients).",
+    )
+
+
 class HealthConfig(Strict):
     """Early-warning signals (seed 004 "aggressive monitoring", seed 002 §5): activation and
     attention-logit magnitudes per layer, the loss per data bucket, a slow upward drift of the
@@ -248,10 +267,13 @@ class TrainConfig(Strict):
     )
     grad_clip: float = Field(1.0, ge=0.0, description="Global gradient-norm clip (0: off).")
     device: str = Field("auto", description="'auto' (cuda if present, else cpu), 'cpu', 'cuda', 'cuda:1'.")
-    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto",
         description="Autocast dtype (fp32 master weights); 'auto': bf16 on CUDA and on CPUs with "
-        "AVX512-BF16/AMX, fp32 elsewhere.",
+        "AVX512-BF16/AMX, fp32 elsewhere; float16 (GPUs without bf16: V100, T4) adds dynamic loss scaling.",
+    )
+    loss_scale: LossScaleConfig = Field(
+        default_factory=LossScaleConfig, description="Dynamic loss scaling under train.dtype=float16 (ignored otherwise)."
     )
     fp8: bool = Field(
         False,
@@ -376,14 +398,22 @@ class TrainConfig(Strict):
         # weight gradient's inner dimension (the micro-batch's tokens) a multiple of 16
         if not self.fp8:
             return self
-        if self.dtype == "float32":
-            raise ValueError("train.fp8 runs on top of bf16 autocast: not with train.dtype=float32")
+        if self.dtype in ("float32", "float16"):
+            raise ValueError(f"train.fp8 runs on top of bf16 autocast: not with train.dtype={self.dtype}")
         if self.parallel.tp > 1 or self.parallel.pp > 1:
             raise ValueError("train.fp8 is not supported with train.parallel.tp > 1 or pp > 1 (DDP and FSDP are)")
         if (self.micro_batch * self.seq_len) % 16:
             raise ValueError(
                 f"train.fp8 needs train.micro_batch × train.seq_len a multiple of 16 (FP8 matmuls), got {self.micro_batch * self.seq_len}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _fp16_fits(self) -> "TrainConfig":
+        # the pipeline schedule runs each stage's backward inside torch's PipelineSchedule, whose
+        # loss function this trainer does not scale: fp16 there would underflow unscaled gradients
+        if self.dtype == "float16" and self.parallel.pp > 1:
+            raise ValueError("train.dtype=float16 (loss scaling) is not supported with train.parallel.pp > 1 (use bfloat16)")
         return self
 
     @model_validator(mode="after")

@@ -47,8 +47,10 @@ def resolve_dtype(device: torch.device, spec: str) -> torch.dtype:
         return torch.float32
     if spec == "bfloat16":
         return torch.bfloat16
+    if spec == "float16":  # never chosen by 'auto': it needs loss scaling (train/loss_scale.py)
+        return torch.float16
     if spec != "auto":
-        raise ValueError(f"train.dtype={spec!r}: expected 'auto', 'float32' or 'bfloat16'")
+        raise ValueError(f"train.dtype={spec!r}: expected 'auto', 'float32', 'bfloat16' or 'float16'")
     if device.type == "cuda" and torch.cuda.is_bf16_supported():
         return torch.bfloat16
     if device.type == "cpu" and cpu_has_native_bf16():
@@ -65,9 +67,10 @@ def enable_tf32(device: torch.device) -> None:
 
 @contextlib.contextmanager
 def autocast(device: torch.device, dtype_spec: str | torch.dtype = "auto") -> Iterator[None]:
-    """Mixed-precision region: bf16 autocast where chosen, nothing at all for fp32.
+    """Mixed-precision region: bf16 or fp16 autocast where chosen, nothing at all for fp32.
 
-    Parameters, gradients and optimizer state stay fp32; only matmul inputs/outputs are bf16.
+    Parameters, gradients and optimizer state stay fp32; only matmul inputs/outputs are bf16/fp16
+    (norms, softmax and the loss run in fp32 in the model's code, whatever autocast's lists say).
     """
     dtype = dtype_spec if isinstance(dtype_spec, torch.dtype) else resolve_dtype(device, dtype_spec)
     if dtype == torch.float32:

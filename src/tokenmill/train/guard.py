@@ -13,6 +13,8 @@ practice, which the guard turns into rules over the global loss and gradient nor
       skipped steps in a row                skip the data window since it,
                                               rewind the step counter to it
     more than max_rollbacks rollbacks       stop: TrainingDiverged
+    fp16: finite loss, non-finite gradient  skip, scale backs off           `overflow` event
+      (the loss scale overflowed)             (train/loss_scale.py; no spike, never a rollback)
     rebaseline_after grad spikes in a row   accept: the norm's new level    `rebaseline` event
       with the loss at its usual level        becomes the median's baseline
 
@@ -98,6 +100,7 @@ class StabilityGuard:
         self.rollbacks: list[dict[str, Any]] = []
         self.offset = 0  # steps rewound so far: attempt = step + offset
         self.rewinds: list[list[int]] = []  # [to_step + 1, step] of each rewound window, in order
+        self.overflows = 0  # fp16 steps skipped because the loss scale overflowed (not spikes)
 
     # ------------------------------------------------------------------ rewinds
     def attempt(self, step: int) -> int:
@@ -121,8 +124,16 @@ class StabilityGuard:
             level = statistics.median(self.loss_hist) if self.loss_hist else None
             self.spike = {"start": step, "pre_level": level, "reason": reason}
 
-    def check(self, step: int, loss: float, grad_norm: float) -> Verdict:
-        """The verdict on step `step`, whose global batch had this loss and pre-clip gradient norm."""
+    def check(self, step: int, loss: float, grad_norm: float, overflow: bool = False) -> Verdict:
+        """The verdict on step `step`, whose global batch had this loss and pre-clip gradient norm.
+        `overflow` (fp16): the norm is non-finite because the loss scale was too large, which says
+        nothing about the batch or the model: skipped (even with the guard off) but no spike opens,
+        no skip counts towards a rollback and no median moves."""
+        if overflow:
+            self.overflows += 1
+            return Verdict(
+                "skip", [("overflow", {"step": step, "loss": loss, "grad_norm": grad_norm, "overflows": self.overflows})]
+            )
         if not self.cfg.enabled:
             return Verdict("apply")
         finite = math.isfinite(loss) and math.isfinite(grad_norm)
@@ -288,6 +299,7 @@ class StabilityGuard:
             "rollbacks": list(self.rollbacks),
             "offset": self.offset,
             "rewinds": [list(w) for w in self.rewinds],
+            **({"overflows": self.overflows} if self.overflows else {}),  # fp16 only: other runs' state as before
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -303,3 +315,4 @@ class StabilityGuard:
         self.rollbacks = list(state.get("rollbacks", []))
         self.offset = int(state.get("offset", 0))
         self.rewinds = [[int(a), int(b)] for a, b in state.get("rewinds", [])]
+        self.overflows = int(state.get("overflows", 0))

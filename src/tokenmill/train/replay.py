@@ -31,6 +31,7 @@ from tokenmill.train.config import TrainConfig
 from tokenmill.train.device import resolve_device, resolve_dtype
 from tokenmill.train.guard import StabilityGuard
 from tokenmill.train.init_from import init_from
+from tokenmill.train.loss_scale import LossScaler, after_step, build_scaler
 from tokenmill.train.optimizer import build_optimizer
 from tokenmill.train.trainer import TrainError, compute_update, draw_seed, resolve_model_config, step_loss
 
@@ -131,6 +132,14 @@ def _guard_at(tc: TrainConfig, ckpt: Path | None) -> StabilityGuard:
     return guard
 
 
+def _scaler_at(tc: TrainConfig, dtype: torch.dtype, device: torch.device, ckpt: Path | None) -> LossScaler | None:
+    """An fp16 run's loss scaler as it stood at `ckpt` (the rolled-forward steps scale as the run did)."""
+    scaler = build_scaler(dtype, tc.loss_scale, device)
+    if scaler is not None and ckpt is not None:
+        scaler.load_state_dict(read_state(ckpt).get("loss_scale"))
+    return scaler
+
+
 def _logged(run: RunDir, start: int, step: int) -> tuple[dict[int, float], float | None]:
     """The logged schedule step of each step after `start` up to `step`, and the logged loss of `step`.
     A time-budgeted run read its LR schedule at a logged, clock-dependent step (train/time_budget.py);
@@ -166,7 +175,7 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
     if ckpt is not None:
         _restore(ckpt, model, optimizer, loader)
     anneal = next((p.start_step for p in loader.phases if p.anneal), None)
-    guard = _guard_at(tc, ckpt)
+    guard, scaler = _guard_at(tc, ckpt), _scaler_at(tc, dtype, device, ckpt)
     draws = {0: loader}
 
     def data_of(s: int) -> Loader:  # after a rewinding rollback: the draw of the data step s trained on
@@ -197,8 +206,9 @@ def _replay_loss(run: RunDir, step: int) -> dict[str, Any]:
             lr_scale=guard.lr_scale,
             schedule_step=schedule.get(s),
             fault_step=guard.attempt(s),
+            scaler=scaler,
         )
-        action = guard.check(s, loss, grad_norm).action
+        action = guard.check(s, loss, grad_norm, after_step(scaler, loss, grad_norm)).action
         if action == "rollback":
             raise TrainError(
                 f"the stability guard rolled back at step {s}, between the checkpoint of step "

@@ -74,6 +74,7 @@ from tokenmill.train.compilation import compile_cache_dir, compile_decision, com
 from tokenmill.train.fp8 import convert_to_fp8, fp8_launch_problem
 from tokenmill.train.device import autocast, enable_tf32, resolve_dtype
 from tokenmill.train.staging import prebuild_mask
+from tokenmill.train.loss_scale import LossScaler, after_step, build_scaler, is_overflow
 from tokenmill.train.dist_checkpoint import agreed_latest_checkpoint, load_full_into_stage
 from tokenmill.train.distributed import (
     DistContext,
@@ -297,6 +298,7 @@ def step_loss_tensor(
     buckets: BucketLoss | None = None,
     fault_step: int | None = None,
     clocks: list[_ForwardClock] | None = None,
+    scaler: LossScaler | None = None,
 ) -> tuple[torch.Tensor, float]:
     """(loss, r_pad) of the global batch of `step`: Σ NLL over its counted targets / their number,
     so every target weighs the same whatever micro-batch (or rank) it falls in; with
@@ -312,7 +314,8 @@ def step_loss_tensor(
     (default `step`) is where injected faults are looked up: the run's attempt number, which
     differs from the step after a rewinding rollback. The loss is a device scalar (`step_loss`
     reads it); `clocks` (train.host_reads deferred) takes the forward clock unread, so measuring
-    the forward seconds does not wait for the GPU inside the step."""
+    the forward seconds does not wait for the GPU inside the step. `scaler` (fp16): backward runs
+    on the loss times its scale; the gradients stay scaled until `compute_update` unscales them."""
     fs = step if fault_step is None else fault_step
     objective = "clm" if tc is None else getattr(tc, "objective", "clm")
     faults = getattr(tc, "faults", None)
@@ -351,7 +354,8 @@ def step_loss_tensor(
                 if faults is not None:
                     loss = poison_loss(loss, fs, faults)
             if backward:
-                (loss + extra if extra is not None else loss).backward()
+                objective_total = loss + extra if extra is not None else loss
+                (scaler.scaled(objective_total) if scaler is not None else objective_total).backward()
                 if probe is not None and micro == 0 and objective == "clm":
                     probe.measure(model.parameters(), counted_targets(batch), n_targets)
             total += loss.detach()
@@ -434,6 +438,7 @@ def compute_update(
     schedule_step: float | None = None,
     buckets: BucketLoss | None = None,
     fault_step: int | None = None,
+    scaler: LossScaler | None = None,
 ) -> tuple[float, float, float, float]:
     """Everything of optimizer step `step` before `optimizer.step()`: set the LR (the schedule's,
     times the guard's backoff `lr_scale`, times an injected fault's factor), accumulate the
@@ -444,7 +449,8 @@ def compute_update(
     step's micro-batches through this rank's pipeline stage instead of one after another;
     `probe` catches the first micro-batch's gradient norm (averaged over the data-parallel ranks).
     `schedule_step` (a time-budgeted run, train/time_budget.py) is where the LR schedule is read
-    instead of `step`; `fault_step` where injected faults are looked up (default `step`).
+    instead of `step`; `fault_step` where injected faults are looked up (default `step`);
+    `scaler` (fp16) scales the backward and unscales the gradients before the norms and the clip.
     The trainer and `tokenmill replay` share it, so a replayed step is the same computation."""
     lr = _set_step_lr(optimizer, step, tc, anneal, lr_scale, fault_step, schedule_step)
     if pipeline is None:
@@ -462,7 +468,10 @@ def compute_update(
             probe=probe,
             buckets=buckets,
             fault_step=fault_step,
+            scaler=scaler,
         )
+        if scaler is not None:  # everything below (norms, clip, guard, optimizer) sees true gradients
+            scaler.unscale(model.parameters())
     else:
         loss, r_pad, data_wait = pipeline.step_loss(loader, step, tc.grad_accum)
         if extras is not None:
@@ -518,6 +527,7 @@ def launch_update(
     buckets: BucketLoss | None = None,
     fault_step: int | None = None,
     schedule_step: float | None = None,
+    scaler: LossScaler | None = None,
 ) -> DeviceUpdate:
     """`compute_update` of a one-process run with no host read: the same LR, gradients and
     clipping, its loss, pre-clip norm and per-parameter squares left on the device."""
@@ -525,8 +535,10 @@ def launch_update(
     clocks: list[_ForwardClock] = []
     loss, r_pad = step_loss_tensor(
         model, loader, step, tc.grad_accum, device, dtype, backward=True, tc=tc, seed=loader.seed,
-        extras=extras, probe=probe, buckets=buckets, fault_step=fault_step, clocks=clocks,
+        extras=extras, probe=probe, buckets=buckets, fault_step=fault_step, clocks=clocks, scaler=scaler,
     )  # fmt: skip
+    if scaler is not None:  # on the device: the scale is never read here
+        scaler.unscale(model.parameters())
     grad_sq = grad_sq_norms(model) if group_norms else None
     grad_norm = clip_on_device(model.parameters(), tc.grad_clip if tc.grad_clip > 0 else float("inf"))
     return DeviceUpdate(lr, loss, grad_norm, r_pad, grad_sq, clocks)
@@ -684,12 +696,15 @@ class _TrainLoop:
 
             init_optimizer(self.optimizer, self.inherited)
         self.guard = StabilityGuard(tc.guard, judge_after=tc.warmup_steps)
+        self.scaler = build_scaler(dtype, tc.loss_scale, device)  # fp16 only (train/loss_scale.py)
         self.host_reads = resolve_host_reads(tc.host_reads, device, ctx.distributed)  # train/host_reads.py
         self._build_data()
         self.noise = NoiseScale(tc.noise_scale_ema)
         self.noise_off = unavailable_reason(
             tc.grad_accum, tc.objective, ctx.model_parallel, ctx.distributed and tc.distributed == "fsdp", tc.noise_scale_every
         )
+        if self.scaler is not None and self.noise_off is None:
+            self.noise_off = "under train.dtype=float16 the first micro-batch's gradient is still loss-scaled when measured"
         self.health = HealthSignals(tc.health, tc.warmup_steps)
         self.spike_history = SpikeHistory()
         self.state = LoopState(step=0, last_loss=None)
@@ -752,6 +767,8 @@ class _TrainLoop:
         else:
             load_training_state(ckpt, self.model, self.optimizer, restore_rng=True)
         self.guard.load_state_dict(state.get("guard") or {})
+        if self.scaler is not None:
+            self.scaler.load_state_dict(state.get("loss_scale"))
         self.noise.load_state_dict(state.get("noise_scale") or {})
         self.health.load_state_dict(state.get("health"))
         self.spike_history.load_state_dict(state.get("spike_history"))
@@ -834,6 +851,7 @@ class _TrainLoop:
             "tokens": step * self.tokens_per_step,
             # which model this one continues (export and `replay` read it from any checkpoint)
             "init_from": None if inherited is None else {k: v for k, v in inherited.items() if k != "model_config"},
+            **({"loss_scale": self.scaler.state_dict()} if self.scaler is not None else {}),
         }
 
     def train(self, on_eval: EvalHook | None, progress: bool) -> dict[str, Any]:
@@ -1018,7 +1036,7 @@ class _TrainLoop:
         update = launch_update(
             self.compiled, self.optimizer, data, step, tc, self.device, self.dtype, self.anneal, extras,
             lr_scale=guard.lr_scale, group_norms=measure, probe=probe, buckets=self.buckets,
-            fault_step=attempt, schedule_step=at,
+            fault_step=attempt, schedule_step=at, scaler=self.scaler,
         )  # fmt: skip
         return _Launch(step, t0, timer, extras, data, at, attempt, measure, probe, update)
 
@@ -1030,6 +1048,9 @@ class _TrainLoop:
         collapsing = self.collapse_fault.before_update(ln.attempt)
         apply_unless(self.optimizer, skip)
         parts = {"loss": update.loss, "grad_norm": update.grad_norm, "skip": skip}
+        if self.scaler is not None:  # the scale this step ran at, then its update: on the device
+            parts["loss_scale"] = self.scaler.scale.clone()
+            self.scaler.update(~torch.isfinite(update.grad_norm))
         if ln.measure:
             parts["ratio"] = self.update_ratio.sums()
         if update.grad_sq is not None:
@@ -1063,7 +1084,12 @@ class _TrainLoop:
             extras["bucket_loss"] = self.buckets.means(vals["buckets"])
         if ln.probe is not None and "noise" in vals:
             ln.probe.settle(vals["noise"][0])
-        verdict = self._judge(ln.step, loss, grad_norm, extras, ln.probe, ln.data)
+        overflow = is_overflow(self.scaler, loss, grad_norm)
+        if self.scaler is not None:
+            extras["loss_scale"] = vals["loss_scale"][0]
+        verdict = self._judge(ln.step, loss, grad_norm, extras, ln.probe, ln.data, overflow)
+        if self.scaler is not None:
+            self.scaler.note(ln.step, overflow, extras["loss_scale"])
         skipped = vals["skip"][0] != 0.0
         if verdict.action != "rollback" and skipped != (verdict.action == "skip"):
             raise RuntimeError(f"step {ln.step}: the device skipped={skipped} but the guard says {verdict.action}")
@@ -1109,13 +1135,16 @@ class _TrainLoop:
         lr, loss, grad_norm, r_pad = compute_update(
             self.compiled, self.optimizer, data, step, tc, self.device, self.dtype, self.anneal, extras,
             lr_scale=guard.lr_scale, group_norms=measure, ctx=ctx, pipeline=self.pipeline, probe=probe,
-            schedule_step=at, buckets=self.buckets, fault_step=attempt,
+            schedule_step=at, buckets=self.buckets, fault_step=attempt, scaler=self.scaler,
         )  # fmt: skip
         if self.buckets is not None:
             extras["bucket_loss"] = self.buckets.result(ctx.dp_group, ctx.distributed)
         if ctx.distributed and tc.checksum_every > 0 and step % tc.checksum_every == 0:
             cross_rank_check(step, self.model, ctx, self.events, loss=loss, grad_norm=grad_norm, lr=lr)
-        verdict = self._judge(step, loss, grad_norm, extras, probe, data)
+        overflow = self._scale_step(step, loss, grad_norm, extras)
+        verdict = self._judge(step, loss, grad_norm, extras, probe, data, overflow)
+        if self.scaler is not None:
+            self.scaler.note(step, overflow, extras["loss_scale"])
         ratio = None
         collapsing = self.collapse_fault.before_update(attempt)
         if verdict.action == "apply":
@@ -1125,15 +1154,24 @@ class _TrainLoop:
         self.collapse_fault.after_update(collapsing)
         return _StepResult(lr, loss, grad_norm, r_pad, ratio, verdict.action, extras, data, at)
 
+    def _scale_step(self, step: int, loss: float, grad_norm: float, extras: dict[str, Any]) -> bool:
+        """fp16 (immediate host reads): log the scale step `step` ran at and update it (backed off
+        on any non-finite gradient, grown after a clean interval); whether the step overflowed."""
+        if self.scaler is None:
+            return False
+        extras["loss_scale"] = float(self.scaler.scale)
+        return after_step(self.scaler, loss, grad_norm)
+
     def _judge(
-        self, step: int, loss: float, grad_norm: float, extras: dict[str, Any], probe: NoiseProbe | None, data: Loader
-    ) -> Verdict:
+        self, step: int, loss: float, grad_norm: float, extras: dict[str, Any], probe: NoiseProbe | None, data: Loader,
+        overflow: bool = False,
+    ) -> Verdict:  # fmt: skip
         """The host's part of a step's verdict: the noise scale, the guard, its events, health."""
         self.state.last_loss = loss
         if probe is not None and probe.small is not None:
             extras.update(self.noise.update(probe.small, grad_norm * grad_norm, probe.b_big))
-        verdict = self.guard.check(step, loss, grad_norm)
-        stop_if_unguarded_divergence(self.tc.guard, step, loss, grad_norm, self.events)
+        verdict = self.guard.check(step, loss, grad_norm, overflow)
+        stop_if_unguarded_divergence(self.tc.guard, step, loss, grad_norm, self.events, overflow)
         self.verdicts.report(step, verdict, self.guard, data, self.events)
         self._write(self.health.after_step(step, extras, applied=verdict.action == "apply"))
         return verdict

@@ -15,9 +15,12 @@ from tokenmill.train.guard import StabilityGuard, Verdict
 from tokenmill.train.spike_kinds import SpikeHistory, documents, is_severe, magnitude
 
 
-def stop_if_unguarded_divergence(cfg: GuardConfig, step: int, loss: float, grad_norm: float, events: Any) -> None:
-    """With train.guard.enabled false nothing skips a NaN/Inf step: stop before it is applied."""
-    if cfg.enabled or (math.isfinite(loss) and math.isfinite(grad_norm)):
+def stop_if_unguarded_divergence(
+    cfg: GuardConfig, step: int, loss: float, grad_norm: float, events: Any, overflow: bool = False
+) -> None:
+    """With train.guard.enabled false nothing skips a NaN/Inf step: stop before it is applied
+    (an fp16 overflow is skipped by the loss scaler's rule, guard or not)."""
+    if cfg.enabled or overflow or (math.isfinite(loss) and math.isfinite(grad_norm)):
         return
     events.write(STAGE, "diverged", step=step, loss=loss, grad_norm=grad_norm)
     raise TrainingDiverged(
