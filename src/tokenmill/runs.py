@@ -116,7 +116,16 @@ LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
         ("muon_ns_steps",): 5,
         ("muon_adjust_lr",): "original",
     },
-    "curate": {("decontaminate", "set_max_overlap"): {}, ("model_quality", "keep_top_percent"): None},
+    "curate": {
+        ("decontaminate", "set_max_overlap"): {},
+        ("model_quality", "keep_top_percent"): None,
+        ("classify",): [],
+        ("licenses",): {},
+        ("license_policy",): {"require": [], "exclude_if": [], "bucket_by_permission": {}},
+        ("safety", "labelled"): None,
+        ("safety", "band"): [0.005, 0.25],
+        ("safety", "classifier_threshold"): 0.5,
+    },
 }
 
 
