@@ -87,7 +87,7 @@ def layout_problems(model: Any, train: Any) -> list[str]:
 
 
 def _cp_problems(model: Any, train: Any) -> list[str]:
-    """Why train.parallel.cp cannot split this run's rows (phases' seq_len are checked by check_phases)."""
+    """Why train.parallel.cp cannot split this run's rows (each phase's seq_len: cp_phase_problems)."""
     cp = train.parallel.cp
     if cp == 1:
         return []
@@ -119,15 +119,16 @@ def resolve_sizes(train: Any, world_size: int) -> LayoutSizes:
     """dp, tp, pp for a job of `world_size` ranks; LayoutError when they do not multiply to it."""
     par = train.parallel
     mp = par.tp * par.pp * par.cp
+    axes, sizes = ("tp · pp · cp", f"{par.tp} · {par.pp} · {par.cp}") if par.cp > 1 else ("tp · pp", f"{par.tp} · {par.pp}")
     if world_size % mp:
         raise LayoutError(
-            f"world size {world_size} is not divisible by tp · pp · cp = {par.tp} · {par.pp} · {par.cp} = {mp}: "
+            f"world size {world_size} is not divisible by {axes} = {sizes} = {mp}: "
             f"start torchrun with a multiple of {mp} processes"
         )
     dp = par.dp if par.dp is not None else world_size // mp
     if dp * mp != world_size:
         raise LayoutError(
-            f"train.parallel dp={dp} × tp={par.tp} × pp={par.pp} × cp={par.cp} = {dp * mp} ranks, but the job has "
+            f"train.parallel dp={dp} × tp={par.tp} × pp={par.pp}{f' × cp={par.cp}' if par.cp > 1 else ''} = {dp * mp} ranks, but the job has "
             f"{world_size}: set train.parallel.dp to {world_size // mp} or leave it unset"
         )
     return LayoutSizes(dp=dp, tp=par.tp, pp=par.pp, cp=par.cp)
