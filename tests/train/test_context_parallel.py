@@ -34,19 +34,23 @@ def test_cp2_gives_the_one_process_losses_with_document_masks_and_gqa(single, cp
     assert start["sharding"]["numel_by_rank"] == [start["params"]] * 2
 
 
-def test_saved_at_cp2_resumed_at_dp2_continues_the_same_curve(cp2, tmp_path):
+def test_saved_at_cp2_resumed_at_dp2_by_cp2_under_fsdp_continues_the_same_curve(cp2, tmp_path):
+    """4 ranks: two data-parallel groups of two cp ranks, FSDP2 sharding over all four (the
+    gradients are summed over dp × cp), resumed from the cp=2 DDP checkpoint of step 8."""
     resumed = copy_run(cp2, tmp_path / "resumed", keep_steps=8)
-    resumed = reconfigure(resumed, parallel={"cp": 1})
-    run_ok(resumed, "--resume")
+    resumed = reconfigure(resumed, distributed="fsdp", metrics_every=0)
+    run_ok(resumed, "--resume", nproc=4)
     (start,) = [e for e in events(resumed, "train_start") if e["step"] == 8]
-    assert start["layout"] == "dp=2 × tp=1 × pp=1"
+    assert start["layout"] == "dp=2 × tp=1 × pp=1 × cp=2" and start["world_size"] == 4
+    assert sum(start["sharding"]["numel_by_rank"]) == start["params"]  # FSDP2: every element on one rank
     theirs, ours = series(cp2), series(resumed)
     assert [s for s in ours if s > 8] == [9, 10, 11, 12]
     assert max(abs(ours[s] - theirs[s]) / theirs[s] for s in range(9, 13)) <= CP_RTOL
 
 
 # --------------------------------------------------------------------------- the model's forward on 2 ranks
-VARIANTS = [{}, {"sliding_window": 5, "position": "learned"}, {"qk_norm": True, "n_kv_heads": 4}]
+# (model fields, activation checkpointing): the recompute in backward gathers K and V again
+VARIANTS = [({}, False), ({"sliding_window": 5, "position": "learned"}, True), ({"qk_norm": True, "n_kv_heads": 4}, False)]
 MEM_T = 1024  # long enough that the per-token activations dominate the weights' 100 kB
 MEM_MODEL = {"vocab_size": 256, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "ffn_hidden": 128, "max_seq_len": MEM_T}
 MEM_TRAIN = {"seq_len": MEM_T, "micro_batch": 1, "dtype": "float32"}
@@ -99,11 +103,12 @@ def _rank_checks(rank: int, store_path: str, out: dict) -> None:
         g = torch.Generator().manual_seed(3)
         tokens = torch.randint(0, 64, (2, 25), generator=g)
         seg = torch.tensor([[0] * 7 + [1] * 10 + [2] * 7, [0] * 24])
-        for kw in VARIANTS:
+        for kw, ckpt in VARIANTS:
             cfg = ModelConfig(**{"vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 32, **kw})
             grads, nlls = [], []
             for cp in (False, True):
                 model = Transformer(cfg, generator=torch.Generator().manual_seed(0))
+                model.activation_checkpointing = ckpt
                 if cp:
                     attach(model, dist.group.WORLD)
                 nll = model(tokens[:, :-1], document_positions(seg), seg, targets=tokens[:, 1:])
@@ -129,7 +134,8 @@ def _rank_checks(rank: int, store_path: str, out: dict) -> None:
 
 
 def test_cp_forward_backward_and_activation_memory_on_two_ranks(tmp_path):
-    """Per variant (GQA + RoPE; a sliding window with learned positions; QK-norm without GQA), the
+    """Per variant (GQA + RoPE; a sliding window with learned positions and activation
+    checkpointing; QK-norm without GQA), the
     2-rank NLL and gradients are the whole row's; and at 1024 tokens a rank saves about half the
     activations of one process, as `context_parallel_activation_bytes` estimates."""
     import torch.multiprocessing as mp
