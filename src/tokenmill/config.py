@@ -104,9 +104,9 @@ class RunConfig(Strict):
 
     @model_validator(mode="after")
     def _layout_fits_model(self) -> "RunConfig":
-        from tokenmill.train.layout import layout_problems  # the layout rules live with the trainer
+        from tokenmill.train.layout import cp_phase_problems, layout_problems  # the layout rules live with the trainer
 
-        problems = layout_problems(self.model, self.train)
+        problems = layout_problems(self.model, self.train) + cp_phase_problems(self.train, self.mixture.phases)
         if problems:
             raise ValueError("train.parallel does not fit this model: " + "; ".join(problems))
         return self

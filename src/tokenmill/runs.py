@@ -109,6 +109,7 @@ LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
         ("faults", "poison_steps"): None,
         ("faults", "collapse_embedding"): None,
         ("faults", "collapse_rate"): 0.95,
+        ("parallel", "cp"): 1,
         ("optimizer",): "adamw",
         ("muon_lr",): 0.02,
         ("muon_momentum",): 0.95,

@@ -56,6 +56,7 @@ WALL_CLOCK = {
 }
 # train fields added after the golden was recorded: left out of the final state's config at their defaults
 ADDED_SINCE = ("optimizer", "muon_lr", "muon_momentum", "muon_weight_decay", "muon_ns_steps", "muon_adjust_lr", "fp8", "loss_scale")
+NESTED_ADDED_SINCE = {("parallel", "cp"): 1}  # fields added inside a train sub-section since, with their default
 # Losses, norms and the other float fields are compared to this relative tolerance, so the golden
 # survives another CPU's kernels; on the machine that recorded it they are bit-identical
 # (TOKENMILL_GOLDEN_EXACT=1 compares them exactly).
@@ -140,6 +141,12 @@ def _final_state(run: RunDir) -> dict[str, Any]:
     for key in ADDED_SINCE:  # at its default a later field is the same recipe (its fingerprint says so too)
         if train.get(key, LATER_DEFAULTS["train"][(key,)]) == LATER_DEFAULTS["train"][(key,)]:
             train.pop(key, None)
+    for (*parents, key), default in NESTED_ADDED_SINCE.items():
+        section = train
+        for name in parents:
+            section = section.get(name) or {}
+        if section.get(key, default) == default:
+            section.pop(key, None)
     return {"checkpoints": [s for s, _ in ckpts], "state": state}
 
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
-from typing import Any, Iterable, Literal, NamedTuple, TypeVar
+from typing import Any, Callable, Iterable, Literal, NamedTuple, TypeVar
 
 import torch
 import torch.utils.checkpoint
@@ -195,6 +195,15 @@ class AdditiveMask(NamedTuple):
     bias: torch.Tensor
 
 
+class ContextShard(NamedTuple):
+    """The mask of a context-parallel forward (train/context_parallel.py): the queries are this
+    rank's share of the row, the keys the whole row, whose K and V `gather` collects from the
+    other ranks. `mask` is boolean [B or 1, 1, T_local, T] over the gathered key order."""
+
+    mask: torch.Tensor
+    gather: Callable[[torch.Tensor], torch.Tensor]
+
+
 def attention_kernel(device_type: str, compute_dtype: torch.dtype, T: int, choice: AttnKernel = "auto") -> str:
     """'explicit' or 'sdpa': the kernel a causal (optionally document-masked) attention of rows of
     T tokens runs on this device in this compute dtype. Shared by the model and the memory estimate."""
@@ -341,6 +350,8 @@ class Attention(nn.Module):
         if cos is not None and sin is not None:
             q = apply_rope(q, cos, sin)
             k = apply_rope(k, cos, sin)
+        if isinstance(mask, ContextShard):  # keys and values of the whole row, from every cp rank
+            k, v, mask = mask.gather(k), mask.gather(v), mask.mask
         if mask is not None and not isinstance(mask, (torch.Tensor, AdditiveMask)):
             y = _flex_attention(q, k, v, mask, self.scale)
         else:
@@ -516,6 +527,7 @@ class Transformer(nn.Module):
     doc_mask_backend: DocMaskBackend = "auto"
     attn_kernel: AttnKernel = "auto"  # "explicit" / "sdpa" force a kernel (tests, benchmarks)
     loss_kernel: str = "auto"  # "fused" / "plain" force the loss path (fused_ce.loss_kernel)
+    context_parallel: Any = None  # train/context_parallel.py's ContextParallel: training forward on a share of each row
     rope_cos: torch.Tensor  # buffers registered in __init__ when cfg.position == "rope"
     rope_sin: torch.Tensor
     # A pipeline stage (train/pipeline_parallel.py prune_to_stage) drops the parts it does not run:
@@ -614,6 +626,8 @@ class Transformer(nn.Module):
         the logits it would get alone.
         """
         self._check_inputs(idx, positions, segments, attn_mask)
+        if self.context_parallel is not None and self.training and attn_mask is None:
+            return self.context_parallel.forward(self, idx, positions, segments, targets)
         x = self.embed(idx, positions)
         cos, sin, mask = self.block_inputs(idx.shape[1], idx.device, positions, segments, attn_mask, prebuilt_mask)
         for layer in self.blocks():

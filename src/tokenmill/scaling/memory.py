@@ -482,3 +482,41 @@ def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
         s = t.untyped_storage()
         seen[s.data_ptr()] = s.nbytes()
     return sum(seen.values())
+
+
+def context_parallel_layer_bytes(cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str, doc_masking: bool, cp: int) -> int:
+    """`layer_activation_bytes` of one block on one of `cp` context-parallel ranks
+    (train/context_parallel.py): everything per token is that of T/cp tokens, except that the
+    attention keeps the all-gathered K and V of the whole row (after the GQA repeat, 2·c·B·T·hq
+    instead of 2·c·B·(T/cp)·hq) and SDPA's additive mask of T/cp queries by T keys (c·T/cp·T, ·B
+    with document masking; context parallelism always passes a mask). RoPE tables are per row."""
+    c = _dtype(dtype).itemsize
+    t = T // cp
+    hd = cfg.d_model // cfg.n_heads
+    # the SDPA path ("cuda" never picks the explicit kernel), no mask term: the cp mask is added below
+    layer = layer_activation_bytes(cfg, B, t, dtype, doc_masking=False, device="cuda")
+    if cfg.sliding_window is not None:
+        layer -= c * t * t
+    if c != F32 and cfg.position == "rope" and not (cfg.qk_norm and cfg.norm == "rmsnorm"):
+        layer += 4 * c * t * hd * (B - 1)  # per-row RoPE casts
+    return layer + 2 * c * B * (T - t) * cfg.n_heads * hd + c * (B if doc_masking else 1) * t * T
+
+
+def context_parallel_activation_bytes(
+    cfg: ModelConfig,
+    B: int,
+    T: int,
+    dtype: torch.dtype | str,
+    doc_masking: bool = False,
+    cp: int = 1,
+    fused_loss: bool = False,
+) -> int:
+    """`activation_bytes` on one of `cp` context-parallel ranks, no activation checkpointing: the
+    blocks' `context_parallel_layer_bytes`, the per-row RoPE tables and the head of T/cp tokens."""
+    if cp == 1:
+        return activation_bytes(cfg, B, T, dtype, doc_masking, fused_loss=fused_loss)
+    t = T // cp
+    layer = context_parallel_layer_bytes(cfg, B, T, dtype, doc_masking, cp)
+    return (
+        cfg.n_layers * layer + _shared_bytes(cfg, B, t, dtype, True) + head_activation_bytes(cfg, B, t, dtype, True, fused_loss)
+    )

@@ -83,11 +83,15 @@ def estimate_rank_memory(
     device: str = "cpu",
     fused_loss: bool | None = None,
     schedule: str = "1f1b",
+    cp: int = 1,
 ) -> dict[str, Any]:
     """Bytes of one rank of stage `stage` (None: the stage with the largest peak), same parts and
-    moments as `estimate_train_memory`, plus "stage" and "in_flight"."""
+    moments as `estimate_train_memory`, plus "stage" and "in_flight". `cp` > 1: a rank of a
+    dp × cp job (tp = pp = 1), `context_parallel_rank_memory`."""
     if model_cfg.vocab_size is None:
         raise ValueError("model.vocab_size must be set to estimate memory (take it from the token store)")
+    if cp > 1:
+        return context_parallel_rank_memory(model_cfg, train_cfg, dtype, dp, cp, doc_masking, device, fused_loss)
     if stage is None:
         per_stage = [
             estimate_rank_memory(model_cfg, train_cfg, dtype, dp, tp, pp, s, doc_masking, device, fused_loss, schedule)
@@ -160,3 +164,37 @@ def _optimizer_step_temporaries(model_cfg: ModelConfig, sp: dict[str, int], tp: 
     block = max(model_cfg.d_model * resolve_ffn_hidden(model_cfg), model_cfg.d_model * model_cfg.d_model) // tp
     largest = table if sp["root"] >= table else block
     return 0 if device.startswith("cuda") else 2 * F32 * largest
+
+
+def context_parallel_rank_memory(
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    dtype: torch.dtype | str,
+    dp: int,
+    cp: int,
+    doc_masking: bool = False,
+    device: str = "cpu",
+    fused_loss: bool | None = None,
+) -> dict[str, Any]:
+    """One rank of a dp × cp job (train/context_parallel.py): the one-process estimate of rows of
+    T/cp tokens under the trainer's DDP or FSDP2 over dp · cp ranks, plus what does not shrink
+    with cp in each block — the gathered K and V of the whole row and the T/cp × T mask
+    (`context_parallel_layer_bytes`): in every kept block without checkpointing, in the block
+    being recomputed with it. The loss head and the per-token terms are those of T/cp tokens."""
+    from tokenmill.scaling.memory import context_parallel_layer_bytes, estimate_train_memory
+
+    B, T, L = train_cfg.micro_batch, train_cfg.seq_len, model_cfg.n_layers
+    local = train_cfg.model_copy(update={"seq_len": T // cp})
+    if fused_loss is None:
+        fused_loss = fused_loss_default(model_cfg, local, device)
+    mode = train_cfg.distributed if dp * cp > 1 else "single"
+    est: dict[str, Any] = estimate_train_memory(model_cfg, local, dtype, dp * cp, mode, True, device, fused_loss)
+    extra = context_parallel_layer_bytes(model_cfg, B, T, dtype, doc_masking, cp) - layer_activation_bytes(
+        model_cfg, B, T // cp, dtype, True, device
+    )
+    kept = 0 if train_cfg.activation_checkpointing else L * extra
+    est["activations"] += kept
+    est["loss_backward"] += kept
+    est["layers_backward"] += kept if kept else extra
+    est["peak"] = max(est["loss_backward"], est["layers_backward"], est["optimizer_step_total"])
+    return {**est, "stage": 0, "in_flight": 1}

@@ -122,6 +122,11 @@ class ParallelConfig(Strict):
     pp_schedule: Literal["1f1b", "gpipe"] = Field(
         "1f1b", description="Pipeline schedule: 1F1B (activations of <= pp micro-batches alive) or GPipe (all of them)."
     )
+    cp: int = Field(
+        1,
+        ge=1,
+        description="Context-parallel ranks: every row split cp ways (zig-zag), K/V all-gathered per block; needs tp = pp = 1.",
+    )
 
 
 class LossScaleConfig(Strict):

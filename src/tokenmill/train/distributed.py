@@ -79,6 +79,7 @@ class DistContext:
     owns_group: bool = False
     sizes: LayoutSizes | None = None  # dp × tp × pp; None: pure data parallelism over the world
     mesh: Any = None  # DeviceMesh ("pp", "dp", "tp") when tp or pp > 1
+    cp_group: Any = None  # the context-parallel peers of this rank (cp > 1): they read the same rows
 
     @property
     def is_main(self) -> bool:
@@ -89,12 +90,18 @@ class DistContext:
         return self.sizes is not None and self.sizes.model_parallel
 
     @property
+    def cp_size(self) -> int:
+        return self.sizes.cp if self.sizes is not None else 1
+
+    @property
     def dp_size(self) -> int:
-        """Ranks that read different data (the loader's world): tp and pp ranks share a batch."""
-        return self.sizes.dp if self.model_parallel else self.world_size  # type: ignore[union-attr]
+        """Ranks that read different data (the loader's world): tp, pp and cp ranks share a batch."""
+        return self.sizes.dp if self.model_parallel or self.cp_size > 1 else self.world_size  # type: ignore[union-attr]
 
     @property
     def dp_rank(self) -> int:
+        if self.cp_size > 1:  # rank = dp index · cp + cp index (the (dp, cp) mesh)
+            return self.rank // self.cp_size
         return self.sizes.coords(self.rank)[1] if self.model_parallel else self.rank  # type: ignore[union-attr]
 
     @property
@@ -246,9 +253,15 @@ def init_distributed(tc: Any) -> DistContext:
         # tp composes with FSDP2 on the dp axis (torch's supported way); pipeline stages are
         # replicated over dp and their gradients all-reduced after the schedule (DDP's sum)
         mode = "single" if sizes.dp == 1 else "ddp" if sizes.pp > 1 else "fsdp"
+    cp_group = None
+    if sizes.cp > 1:  # gradients are summed over dp × cp = the whole world: DDP / FSDP2 as for data parallelism
+        from torch.distributed.device_mesh import init_device_mesh
+
+        cp_group = init_device_mesh(device.type, (sizes.dp, sizes.cp), mesh_dim_names=("dp", "cp"))["cp"].get_group()
     return DistContext(
-        world_size=world, rank=rank, local_rank=local, mode=mode, device=device, owns_group=owns, sizes=sizes, mesh=mesh
-    )
+        world_size=world, rank=rank, local_rank=local, mode=mode, device=device, owns_group=owns, sizes=sizes, mesh=mesh,
+        cp_group=cp_group,
+    )  # fmt: skip
 
 
 def _comm_device(ctx: DistContext) -> torch.device:
@@ -328,6 +341,10 @@ def wrap_model(model: nn.Module, ctx: DistContext, tc: Any = None) -> nn.Module:
     the schedule, `Pipeline.reduce_over_dp`)."""
     if ctx.model_parallel:
         return _wrap_model_parallel(model, ctx)
+    if ctx.cp_group is not None:
+        from tokenmill.train.context_parallel import attach
+
+        attach(model, ctx.cp_group)
     if ctx.mode == "single" or not ctx.distributed:
         return model
     if ctx.mode == "ddp":

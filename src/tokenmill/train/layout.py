@@ -26,10 +26,11 @@ class LayoutSizes:
     dp: int = 1
     tp: int = 1
     pp: int = 1
+    cp: int = 1  # context parallelism: each row split over cp ranks (train/context_parallel.py)
 
     @property
     def world(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.cp
 
     @property
     def model_parallel(self) -> bool:
@@ -40,7 +41,7 @@ class LayoutSizes:
         return rank // (self.dp * self.tp), (rank // self.tp) % self.dp, rank % self.tp
 
     def describe(self) -> str:
-        return f"dp={self.dp} × tp={self.tp} × pp={self.pp}"
+        return f"dp={self.dp} × tp={self.tp} × pp={self.pp}" + (f" × cp={self.cp}" if self.cp > 1 else "")
 
 
 def layout_problems(model: Any, train: Any) -> list[str]:
@@ -81,25 +82,56 @@ def layout_problems(model: Any, train: Any) -> list[str]:
             )
     if par.dp is not None and par.dp < 1:
         out.append(f"dp={par.dp} must be >= 1")
+    out += _cp_problems(model, train)
     return out
+
+
+def _cp_problems(model: Any, train: Any) -> list[str]:
+    """Why train.parallel.cp cannot split this run's rows (each phase's seq_len: cp_phase_problems)."""
+    cp = train.parallel.cp
+    if cp == 1:
+        return []
+    out: list[str] = []
+    if train.parallel.tp > 1 or train.parallel.pp > 1:
+        out.append(
+            f"cp={cp} with tp={train.parallel.tp}, pp={train.parallel.pp}: context parallelism runs with tp = pp = 1 only (dp × cp)"
+        )
+    if train.seq_len % (2 * cp):
+        out.append(
+            f"cp={cp} needs train.seq_len ({train.seq_len}) divisible by 2·cp = {2 * cp}: each rank keeps two equal chunks of every row"
+        )
+    if train.objective != "clm" or model.z_loss > 0 or model.n_experts > 0:
+        out.append(f"cp={cp} trains the causal-LM objective without z-loss or MoE (their terms are not split over the row)")
+    return out
+
+
+def cp_phase_problems(train: Any, phases: Any) -> list[str]:
+    """Every phase's seq_len (context extension: a 32 k phase) must split into 2·cp equal chunks too."""
+    cp = train.parallel.cp
+    return [
+        f"cp={cp} needs mixture.phases[{i}].seq_len ({p.seq_len}) divisible by 2·cp = {2 * cp}"
+        for i, p in enumerate(phases or [])
+        if cp > 1 and p.seq_len is not None and p.seq_len % (2 * cp)
+    ]
 
 
 def resolve_sizes(train: Any, world_size: int) -> LayoutSizes:
     """dp, tp, pp for a job of `world_size` ranks; LayoutError when they do not multiply to it."""
     par = train.parallel
-    mp = par.tp * par.pp
+    mp = par.tp * par.pp * par.cp
+    axes, sizes = ("tp · pp · cp", f"{par.tp} · {par.pp} · {par.cp}") if par.cp > 1 else ("tp · pp", f"{par.tp} · {par.pp}")
     if world_size % mp:
         raise LayoutError(
-            f"world size {world_size} is not divisible by tp · pp = {par.tp} · {par.pp} = {mp}: "
+            f"world size {world_size} is not divisible by {axes} = {sizes} = {mp}: "
             f"start torchrun with a multiple of {mp} processes"
         )
     dp = par.dp if par.dp is not None else world_size // mp
     if dp * mp != world_size:
         raise LayoutError(
-            f"train.parallel dp={dp} × tp={par.tp} × pp={par.pp} = {dp * mp} ranks, but the job has "
+            f"train.parallel dp={dp} × tp={par.tp} × pp={par.pp}{f' × cp={par.cp}' if par.cp > 1 else ''} = {dp * mp} ranks, but the job has "
             f"{world_size}: set train.parallel.dp to {world_size // mp} or leave it unset"
         )
-    return LayoutSizes(dp=dp, tp=par.tp, pp=par.pp)
+    return LayoutSizes(dp=dp, tp=par.tp, pp=par.pp, cp=par.cp)
 
 
 def check_launch(model: Any, train: Any, nproc: int) -> LayoutSizes:

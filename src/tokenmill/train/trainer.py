@@ -483,7 +483,9 @@ def compute_update(
         if extras is not None:
             extras["pipeline_idle"] = pipeline.idle_by_stage()
     # this rank's share -> the global batch's (over the data-parallel ranks: tp ranks share a batch)
-    loss, r_pad = reduce_step_stats(loss, r_pad, extras, loader.world_size, ctx.dp_group if ctx else None)
+    # (cp ranks hold shares of the same rows: the loss sums over dp × cp, r_pad is the mean over them)
+    loss_ranks = loader.world_size * (ctx.cp_size if ctx else 1)
+    loss, r_pad = reduce_step_stats(loss, r_pad, extras, loss_ranks, ctx.dp_group if ctx else None)
     if probe is not None and ctx is not None and ctx.distributed:
         probe.average_over(lambda v: all_reduce_sum(v, ctx, group=ctx.dp_group), loader.world_size)
     across = pipeline.group if pipeline is not None else None
@@ -701,7 +703,11 @@ class _TrainLoop:
         self._build_data()
         self.noise = NoiseScale(tc.noise_scale_ema)
         self.noise_off = unavailable_reason(
-            tc.grad_accum, tc.objective, ctx.model_parallel, ctx.distributed and tc.distributed == "fsdp", tc.noise_scale_every
+            tc.grad_accum,
+            tc.objective,
+            ctx.model_parallel or ctx.cp_size > 1,
+            ctx.distributed and tc.distributed == "fsdp",
+            tc.noise_scale_every,
         )
         if self.scaler is not None and self.noise_off is None:
             self.noise_off = "under train.dtype=float16 the first micro-batch's gradient is still loss-scaled when measured"
@@ -915,7 +921,7 @@ class _TrainLoop:
         if self.watchdog is not None:
             self.watchdog.start()
         self.loader.start_prefetch(start_step + 1)
-        use_compile, why = compile_decision(tc, tc.max_steps - start_step, model_parallel=ctx.model_parallel)
+        use_compile, why = compile_decision(tc, tc.max_steps - start_step, model_parallel=ctx.model_parallel or ctx.cp_size > 1)
         self.events.write(
             STAGE, "compile", enabled=use_compile, reason=why, cache_dir=str(compile_cache_dir()) if use_compile else None
         )
@@ -929,9 +935,9 @@ class _TrainLoop:
         )
         self.embed_weight = model.embed_tokens.weight if model.embed_tokens is not None else None
         self.collapse_fault = EmbeddingCollapseFault(self.embed_weight, tc.faults)
-        bucketed = tc.health.bucket_loss and tc.objective == "clm" and pipeline is None
+        bucketed = tc.health.bucket_loss and tc.objective == "clm" and pipeline is None and ctx.cp_size == 1
         self.buckets = BucketLoss(list(self.store.buckets)) if bucketed else None
-        self.act_every = tc.health.activation_stats_every if not ctx.model_parallel else 0  # bare model: one process, DDP, FSDP
+        self.act_every = tc.health.activation_stats_every if not ctx.model_parallel and ctx.cp_size == 1 else 0  # bare model
         self.act_probe = (
             ActivationProbe(model, tc.health.activation_rows, tc.health.attn_logit_queries) if self.act_every else None
         )
