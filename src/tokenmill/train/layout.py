@@ -84,6 +84,18 @@ def layout_problems(model: Any, train: Any) -> list[str]:
     return out
 
 
+def zero_stage(train: Any, sizes: LayoutSizes) -> int:
+    """The ZeRO stage the job runs over its dp axis: train.parallel.zero, else what
+    train.distributed meant before zero existed (ddp 0, fsdp 3; tp without pp always FSDP2, 3).
+    One data-parallel rank has nothing to shard: 0."""
+    if sizes.dp <= 1:
+        return 0
+    zero = train.parallel.zero
+    if zero is None:
+        zero = 3 if train.distributed == "fsdp" or (sizes.tp > 1 and sizes.pp == 1) else 0
+    return int(zero)
+
+
 def resolve_sizes(train: Any, world_size: int) -> LayoutSizes:
     """dp, tp, pp for a job of `world_size` ranks; LayoutError when they do not multiply to it."""
     par = train.parallel
@@ -99,7 +111,24 @@ def resolve_sizes(train: Any, world_size: int) -> LayoutSizes:
             f"train.parallel dp={dp} × tp={par.tp} × pp={par.pp} = {dp * mp} ranks, but the job has "
             f"{world_size}: set train.parallel.dp to {world_size // mp} or leave it unset"
         )
-    return LayoutSizes(dp=dp, tp=par.tp, pp=par.pp)
+    sizes = LayoutSizes(dp=dp, tp=par.tp, pp=par.pp)
+    _check_zero(par.zero, sizes)
+    return sizes
+
+
+def _check_zero(zero: int | None, sizes: LayoutSizes) -> None:
+    """What train.parallel.zero cannot do with these sizes (one line naming the field)."""
+    if zero is None:
+        return
+    if zero > 0 and sizes.dp == 1:
+        raise LayoutError(
+            f"train.parallel.zero={zero} needs dp > 1 (it shards over the data-parallel ranks), but {sizes.describe()}"
+        )
+    if zero <= 1 and sizes.tp > 1 and sizes.pp == 1 and sizes.dp > 1:
+        raise LayoutError(
+            f"train.parallel.zero={zero} with tp > 1 and pp = 1: the data axis around tensor parallelism is FSDP2 "
+            f"here (use zero 2 or 3, or pipeline stages, pp > 1, whose dp replicas take zero 0 or 1)"
+        )
 
 
 def check_launch(model: Any, train: Any, nproc: int) -> LayoutSizes:
