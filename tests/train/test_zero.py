@@ -123,3 +123,41 @@ def test_zero1_checkpoint_resumes_under_zero2_and_in_one_process(single, zero1_d
     run_train(one, resume=True, progress=False)
     ours = _tail(one, 8)
     assert sorted(ours) == [9, 10, 11, 12] and max(abs(ours[s] - theirs[s]) / theirs[s] for s in ours) <= RTOL
+
+
+# ------------------------------------------------------------------ refusals, before any process starts
+def _train(**train):
+    from tokenmill.config import RunConfig
+
+    cfg = RunConfig.model_validate({"name": "t", "model": {"d_model": 32, "n_layers": 2, "n_heads": 4, "vocab_size": 64},
+                                    "train": train})
+    return cfg.model, cfg.train
+
+
+@pytest.mark.parametrize("parallel, nproc, words", [
+    ({"zero": 2}, 1, "train.parallel.zero=2 needs dp > 1"),
+    ({"zero": 1, "tp": 2}, 4, "train.parallel.zero=1 with tp > 1 and pp = 1"),
+])
+def test_a_zero_stage_the_layout_cannot_run_is_one_line_naming_the_field(parallel, nproc, words):
+    from tokenmill.train.layout import LayoutError, check_launch
+
+    model, train = _train(parallel=parallel, grad_accum=2)
+    with pytest.raises(LayoutError) as err:
+        check_launch(model, train, nproc)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_zero_and_distributed_must_agree_and_muon_needs_whole_matrices():
+    from pydantic import ValidationError
+
+    from tokenmill.train.layout import LayoutSizes, zero_stage
+
+    with pytest.raises(ValidationError, match="train.parallel.zero=1 contradicts train.distributed=fsdp"):
+        _train(distributed="fsdp", parallel={"zero": 1})
+    with pytest.raises(ValidationError, match="train.parallel.zero >= 2"):
+        _train(optimizer="muon", parallel={"zero": 2})
+    _train(optimizer="muon", parallel={"zero": 1})  # whole tensors per owner: Muon runs
+    dp2 = LayoutSizes(dp=2)
+    assert zero_stage(_train()[1], dp2) == 0 and zero_stage(_train(distributed="fsdp")[1], dp2) == 3
+    assert zero_stage(_train(parallel={"zero": 2})[1], dp2) == 2 and zero_stage(_train(parallel={"zero": 2})[1], LayoutSizes()) == 0
+    assert zero_stage(_train(parallel={"tp": 2})[1], LayoutSizes(dp=2, tp=2)) == 3  # tp without pp: FSDP2, as before

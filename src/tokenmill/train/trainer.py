@@ -664,8 +664,8 @@ class _TrainLoop:
         if self.inherited is not None and tc.init_optimizer:
             if ctx.model_parallel or ctx.zero > 0:
                 raise TrainError(
-                    "train.init_optimizer loads a one-process optimizer state: not with FSDP, tensor "
-                    "or pipeline parallelism (DDP and one process are fine)"
+                    "train.init_optimizer loads a one-process optimizer state: not with train.parallel.zero >= 1 "
+                    "(FSDP), tensor or pipeline parallelism (DDP and one process are fine)"
                 )
             from tokenmill.train.init_from import init_optimizer
 
