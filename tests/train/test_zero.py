@@ -119,7 +119,7 @@ def test_zero1_checkpoint_resumes_under_zero2_and_in_one_process(single, zero1_d
     assert max(done["grad_bytes"]) <= 1.02 * est["grads"] and max(done["optimizer_bytes"]) <= 1.02 * est["optimizer"]
     assert est["grads"] == -(-F32 * n // 2) and est["fsdp_unsharded"] == F32 * n  # the whole model gathered until its backward
 
-    one = reconfigure(copy_run(zero1_ddp, tmp_path / "one", keep_steps=8), parallel={"zero": None})
+    one = copy_run(zero1_ddp, tmp_path / "one", keep_steps=8)  # the same config: one process ignores zero
     run_train(one, resume=True, progress=False)
     ours = _tail(one, 8)
     assert sorted(ours) == [9, 10, 11, 12] and max(abs(ours[s] - theirs[s]) / theirs[s] for s in ours) <= RTOL
@@ -161,3 +161,18 @@ def test_zero_and_distributed_must_agree_and_muon_needs_whole_matrices():
     assert zero_stage(_train()[1], dp2) == 0 and zero_stage(_train(distributed="fsdp")[1], dp2) == 3
     assert zero_stage(_train(parallel={"zero": 2})[1], dp2) == 2 and zero_stage(_train(parallel={"zero": 2})[1], LayoutSizes()) == 0
     assert zero_stage(_train(parallel={"tp": 2})[1], LayoutSizes(dp=2, tp=2)) == 3  # tp without pp: FSDP2, as before
+
+
+def test_the_rank_memory_model_shards_what_each_zero_stage_shards():
+    from tokenmill.config import ModelConfig, TrainConfig
+
+    cfg = ModelConfig(d_model=256, n_layers=4, n_heads=4, vocab_size=4096, max_seq_len=128)
+    tc = TrainConfig(micro_batch=4, seq_len=128, grad_accum=2)
+    est = {z: estimate_rank_memory(cfg, tc, "float32", dp=4, zero=z) for z in range(4)}
+    assert est[0]["optimizer"] == 4 * est[1]["optimizer"] and est[1]["optimizer"] == est[2]["optimizer"] == est[3]["optimizer"]
+    assert est[1]["grads"] == 4 * est[2]["grads"] and est[0]["ddp_buckets"] == est[1]["ddp_buckets"] == est[0]["grads"]
+    assert est[2]["params"] == est[3]["params"] and est[2]["fsdp_unsharded"] > est[3]["fsdp_unsharded"]
+    assert est[0]["peak"] > est[1]["peak"] > est[2]["peak"] > est[3]["peak"]
+    assert estimate_rank_memory(cfg, tc, "float32", dp=4) == est[3]  # the trainer's default without a pipeline
+    piped = estimate_rank_memory(cfg, tc, "float32", dp=2, pp=2, stage=0)
+    assert piped == estimate_rank_memory(cfg, tc, "float32", dp=2, pp=2, stage=0, zero=0)  # around a pipeline: 0
