@@ -110,6 +110,7 @@ LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
         ("faults", "collapse_embedding"): None,
         ("faults", "collapse_rate"): 0.95,
         ("parallel", "cp"): 1,
+        ("parallel", "zero"): None,
         ("optimizer",): "adamw",
         ("muon_lr",): 0.02,
         ("muon_momentum",): 0.95,

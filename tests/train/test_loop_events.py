@@ -50,13 +50,39 @@ GOLDEN = Path(__file__).with_name("fixtures") / "loop_events_golden.json"
 #   bytes             a checkpoint's size on disk: torch.save's pickle framing may vary across versions
 #   saved_at          when a checkpoint's state.json was written
 WALL_CLOCK = {
-    "t", "seconds", "tokens_per_s", "mfu", "data_wait_s", "forward_s", "ckpt_age_s", "step_s", "checkpoint_s",
-    "seconds_since_signal", "within_grace", "memory_peak", "peak_flops", "peak_source", "peak_origin", "bytes",
+    "t",
+    "seconds",
+    "tokens_per_s",
+    "mfu",
+    "data_wait_s",
+    "forward_s",
+    "ckpt_age_s",
+    "step_s",
+    "checkpoint_s",
+    "seconds_since_signal",
+    "within_grace",
+    "memory_peak",
+    "peak_flops",
+    "peak_source",
+    "peak_origin",
+    "bytes",
     "saved_at",
 }
 # train fields added after the golden was recorded: left out of the final state's config at their defaults
-ADDED_SINCE = ("optimizer", "muon_lr", "muon_momentum", "muon_weight_decay", "muon_ns_steps", "muon_adjust_lr", "fp8", "loss_scale")
-NESTED_ADDED_SINCE = {("parallel", "cp"): 1}  # fields added inside a train sub-section since, with their default
+ADDED_SINCE = (
+    "optimizer",
+    "muon_lr",
+    "muon_momentum",
+    "muon_weight_decay",
+    "muon_ns_steps",
+    "muon_adjust_lr",
+    "fp8",
+    "loss_scale",
+)
+NESTED_ADDED_SINCE = {
+    ("parallel", "cp"): 1,
+    ("parallel", "zero"): None,
+}  # fields added inside a train sub-section since, with their default
 # Losses, norms and the other float fields are compared to this relative tolerance, so the golden
 # survives another CPU's kernels; on the machine that recorded it they are bit-identical
 # (TOKENMILL_GOLDEN_EXACT=1 compares them exactly).
@@ -64,8 +90,15 @@ REL = 0.0 if os.environ.get("TOKENMILL_GOLDEN_EXACT") else 1e-4
 LOG_LINE = re.compile(r"^step \d+/\d+ .*")
 THROUGHPUT = re.compile(r"[\d,]+ tok/s mfu [\d.]+%")
 
-HEALTH = {"activation_stats_every": 3, "bucket_loss": True, "drift_window": 6, "drift_ratio": 1.05,
-          "collapse_ratio": 1.01, "bucket_alert_ratio": 1.2, "bucket_alert_patience": 2}
+HEALTH = {
+    "activation_stats_every": 3,
+    "bucket_loss": True,
+    "drift_window": 6,
+    "drift_ratio": 1.05,
+    "collapse_ratio": 1.01,
+    "bucket_alert_ratio": 1.2,
+    "bucket_alert_patience": 2,
+}
 FAULTS = {"nan_steps": [12], "corrupt_steps": [16], "lr_blowup": [24, 25], "lr_blowup_factor": 100.0}
 GUARD = {"min_history": 5, "window": 20, "recover_steps": 6, "keep_spike_states": 1}
 REWIND = {**GUARD, "rollback_rewind": True, "max_consecutive_skips": 5, "lr_backoff": 1.0}
@@ -75,15 +108,35 @@ JUMP = {**GUARD, "rollback_rewind": False, "max_consecutive_skips": 20, "lr_back
 def _run(root: Path, name: str, max_steps: int, guard: dict[str, Any], **train: Any) -> RunDir:
     from tests.conftest import write_tiny_store
 
-    cfg = RunConfig.model_validate({
-        "name": name, "root": str(root), "seed": 11,
-        "model": {"d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 32},
-        "train": {"seq_len": 32, "micro_batch": 4, "grad_accum": 2, "max_steps": max_steps, "lr": 0.01,
-                  "warmup_steps": 3, "ckpt_every": 4, "keep_checkpoints": 3, "device": "cpu", "dtype": "float32",
-                  "threads": 1, "log_every": 10, "metrics_every": 2, "noise_scale_every": 2,
-                  "preempt_grace_s": 1e-6,  # any step + save exceeds it: the preempt_warning fires once
-                  "health": HEALTH, "guard": guard, "faults": FAULTS, **train},
-    })
+    cfg = RunConfig.model_validate(
+        {
+            "name": name,
+            "root": str(root),
+            "seed": 11,
+            "model": {"d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 32},
+            "train": {
+                "seq_len": 32,
+                "micro_batch": 4,
+                "grad_accum": 2,
+                "max_steps": max_steps,
+                "lr": 0.01,
+                "warmup_steps": 3,
+                "ckpt_every": 4,
+                "keep_checkpoints": 3,
+                "device": "cpu",
+                "dtype": "float32",
+                "threads": 1,
+                "log_every": 10,
+                "metrics_every": 2,
+                "noise_scale_every": 2,
+                "preempt_grace_s": 1e-6,  # any step + save exceeds it: the preempt_warning fires once
+                "health": HEALTH,
+                "guard": guard,
+                "faults": FAULTS,
+                **train,
+            },
+        }
+    )
     run = RunDir.create(cfg, root / name)
     write_tiny_store(run.path / "tokens")
     return run
@@ -185,8 +238,9 @@ def _same(got: Any, want: Any, where: str) -> None:
 
 def test_the_event_stream_matches_the_golden(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     got = record(tmp_path, [])
-    got["log_lines"] = [THROUGHPUT.sub("<throughput>", line) for line in capsys.readouterr().err.splitlines()
-                        if LOG_LINE.match(line)]
+    got["log_lines"] = [
+        THROUGHPUT.sub("<throughput>", line) for line in capsys.readouterr().err.splitlines() if LOG_LINE.match(line)
+    ]
     want = json.loads(GOLDEN.read_text())
     for name in ("rewound", "jumped"):
         kinds = [e["kind"] for e in got[name]["events"]]
@@ -198,12 +252,26 @@ def test_the_golden_exercises_every_concern() -> None:
     """The golden is only a proof where its runs reach each part of the loop."""
     want = json.loads(GOLDEN.read_text())
     kinds = {e["kind"] for e in want["rewound"]["events"]} | {e["kind"] for e in want["jumped"]["events"]}
-    assert {"train_start", "train_step", "checkpoint", "skip", "spike", "rollback", "interrupted", "resumed",
-            "preempt_warning", "embedding_spectrum", "compile", "train_done"} <= kinds
+    assert {
+        "train_start",
+        "train_step",
+        "checkpoint",
+        "skip",
+        "spike",
+        "rollback",
+        "interrupted",
+        "resumed",
+        "preempt_warning",
+        "embedding_spectrum",
+        "compile",
+        "train_done",
+    } <= kinds
     assert want["log_lines"]  # the console's step lines
     rollbacks = {name: [e for e in want[name]["events"] if e["kind"] == "rollback"] for name in ("rewound", "jumped")}
     assert rollbacks["rewound"][0]["rewind"] and not rollbacks["jumped"][0]["rewind"]
-    assert [e[0] for e in want["rewound"]["extra"][0] if e != ["interrupted"]].count(24) == 3  # the crashed one, again on resume, again after the rewind
+    assert [e[0] for e in want["rewound"]["extra"][0] if e != ["interrupted"]].count(
+        24
+    ) == 3  # the crashed one, again on resume, again after the rewind
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--record"]:
@@ -216,7 +284,8 @@ if __name__ == "__main__" and sys.argv[1:] == ["--record"]:
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
             golden = record(Path(tmp).resolve(), [])
-        golden["log_lines"] = [THROUGHPUT.sub("<throughput>", line) for line in err.getvalue().splitlines()
-                               if LOG_LINE.match(line)]
+        golden["log_lines"] = [
+            THROUGHPUT.sub("<throughput>", line) for line in err.getvalue().splitlines() if LOG_LINE.match(line)
+        ]
     GOLDEN.write_text(json.dumps(golden, allow_nan=True) + "\n")
     print(f"wrote {GOLDEN}")

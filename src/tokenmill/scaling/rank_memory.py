@@ -8,9 +8,12 @@ Persistent state on a rank (fp32 weights, fp32 gradients, AdamW m and v):
 - pipeline: the stage's L/pp blocks; the embedding on the first stage; the final norm and the head
   on the last, whose head is a copy of the embedding when the embeddings are tied (two stages
   hold that table; in one process it is one tensor).
-- FSDP2 over dp (> 1, no pipeline): all of it /dp, plus the unsharded root and two blocks while
-  they run. Around a pipeline the stage is replicated over dp instead, and its gradients are
-  summed through one flat buffer of their size after the schedule.
+- ZeRO over dp (> 1; `zero`, train.parallel.zero), the same inside a pipeline stage: 3 (FSDP2)
+  all of it /dp, plus the unsharded root and two blocks while they run; 2 (FSDP2 without
+  resharding after forward) gradients and m, v /dp, the parameters /dp at rest but the whole stage
+  unsharded from the forward to the backward; 1 m, v /dp, gradients reduced whole through one flat
+  buffer of their size (DDP's buckets, or a stage's flat all-reduce after the schedule); 0 that
+  buffer only. Without a pipeline the trainer's default is 3, around one 0.
 
 Activations of one micro-batch on a stage: its blocks (`layer_activation_bytes` with the per-head
 and per-column terms /tp), the token ids on the first stage, the head's on the last. A pipeline
@@ -84,17 +87,19 @@ def estimate_rank_memory(
     fused_loss: bool | None = None,
     schedule: str = "1f1b",
     cp: int = 1,
+    zero: int | None = None,
 ) -> dict[str, Any]:
     """Bytes of one rank of stage `stage` (None: the stage with the largest peak), same parts and
     moments as `estimate_train_memory`, plus "stage" and "in_flight". `cp` > 1: a rank of a
-    dp × cp job (tp = pp = 1), `context_parallel_rank_memory`."""
+    dp × cp job (tp = pp = 1), `context_parallel_rank_memory`. `zero`: the ZeRO stage over
+    dp (None: the trainer's default, layout.zero_stage: 3 without a pipeline, 0 around one)."""
     if model_cfg.vocab_size is None:
         raise ValueError("model.vocab_size must be set to estimate memory (take it from the token store)")
     if cp > 1:
         return context_parallel_rank_memory(model_cfg, train_cfg, dtype, dp, cp, doc_masking, device, fused_loss)
     if stage is None:
         per_stage = [
-            estimate_rank_memory(model_cfg, train_cfg, dtype, dp, tp, pp, s, doc_masking, device, fused_loss, schedule)
+            estimate_rank_memory(model_cfg, train_cfg, dtype, dp, tp, pp, s, doc_masking, device, fused_loss, schedule, zero=zero)
             for s in range(pp)
         ]
         return max(per_stage, key=lambda e: e["peak"])
@@ -104,15 +109,21 @@ def estimate_rank_memory(
     B, T, m = train_cfg.micro_batch, train_cfg.seq_len, train_cfg.grad_accum
     first, last = stage == 0, stage == pp - 1
     sp = stage_params(model_cfg, tp, pp, stage)
-    # FSDP2 shards over dp, except around a pipeline: there the stage is replicated and its
-    # gradients all-reduced through one flat buffer
-    layers, shard = sp["layers"], dp if dp > 1 and pp == 1 else 1
-    flat = F32 * sp["total"] if dp > 1 and pp > 1 else 0
-    params, grads, optimizer = (-(-k * F32 * sp["total"] // shard) for k in (1, 1, 2))
+    zero = (3 if pp == 1 else 0) if zero is None else zero
+    zero = zero if dp > 1 else 0
+    # zero 2/3: FSDP2 shards parameters (at rest), gradients and AdamW's m, v over dp; zero 1 only
+    # m, v (whole tensors per owner, train/zero.py); zero 0/1 reduce replicated gradients through
+    # one flat buffer of their size (DDP's buckets, or a pipeline stage's flat all-reduce)
+    layers, shard = sp["layers"], dp if zero >= 2 else 1
+    flat = F32 * sp["total"] if zero <= 1 and dp > 1 else 0
+    params, grads = (-(-F32 * sp["total"] // shard) for _ in range(2))
+    optimizer = -(-2 * F32 * sp["total"] // (dp if zero >= 1 else 1))
     mm = matmul_weights(model_cfg)
     head_copy = mm["lm_head"] if last and not fused_loss else 0
     copies = dt.itemsize * (layers * mm["per_layer"] // tp + head_copy) if dt != torch.float32 else 0
-    fsdp = F32 * (sp["root"] + 3 * sp["per_layer"]) if shard > 1 else 0
+    # unsharded while they run: zero 3 the root and two or three blocks; zero 2 keeps every block
+    # gathered from its forward to its backward, so the whole stage at the start of the backward
+    fsdp = F32 * (sp["root"] + 3 * sp["per_layer"]) if zero == 3 else F32 * sp["total"] if zero == 2 else 0
     layer = layer_activation_bytes(model_cfg, B, T, dt, doc_masking, device, tp)
     kept = kept_layer_bytes(model_cfg, B, T, dt, train_cfg.activation_checkpointing, doc_masking, device, tp)
     ids = I64 * B * (T + 1) if first and not last else 0  # the head's own count has them on a last stage
@@ -123,7 +134,8 @@ def estimate_rank_memory(
     flight = in_flight(pp, stage, m, schedule)
     others = (flight - 1) * per_micro  # the other micro-batches in flight
     loss = logits_bytes(model_cfg, B, T, dt, fused_loss, loss_chunk(model_cfg, device)) if last else 0
-    base = params + optimizer + copies + fsdp
+    ddp = flat if pp == 1 else 0  # DDP's buckets live as long as the wrapper
+    base = params + optimizer + copies + fsdp + ddp
     accumulated = grads if m > 1 else 0
     loss_backward = (base + accumulated + others + per_micro + loss) if last else 0
     root_grads, layer_grads = F32 * sp["root"] // shard, F32 * sp["per_layer"] // shard
@@ -135,8 +147,8 @@ def estimate_rank_memory(
         held = others + (layers - done - 1) * kept + layer + shared + sent + I64 * B * (2 * T + 1)
         layers_backward = max(layers_backward, base + g + held + transient)
     step_tmp = _optimizer_step_temporaries(model_cfg, sp, tp, device)
-    optimizer_step = params + grads + optimizer + step_tmp
-    dp_reduce = base + grads + flat if flat else 0  # after the schedule: the gradients and their flat copy
+    optimizer_step = params + grads + optimizer + step_tmp + ddp
+    dp_reduce = base + grads + flat if flat and pp > 1 else 0  # after the schedule: the gradients and their flat copy
     return {
         "stage": stage,
         "in_flight": flight,
@@ -148,6 +160,8 @@ def estimate_rank_memory(
         "logits": loss,
         "optimizer_step": step_tmp,
         "fsdp_unsharded": fsdp,
+        "ddp_buckets": ddp,
+        "zero": zero,
         "loss_backward": loss_backward,
         "layers_backward": layers_backward,
         "optimizer_step_total": optimizer_step,

@@ -128,6 +128,11 @@ class ParallelConfig(Strict):
         description="Context-parallel ranks: every row split cp ways (zig-zag), K/V all-gathered per block; needs tp = pp = 1.",
     )
 
+    zero: Literal[0, 1, 2, 3] | None = Field(
+        None,
+        description="ZeRO stage over the dp axis (also inside each pipeline stage): 0 replicas, 1 optimizer state sharded, 2 gradients too (FSDP2 without resharding after forward), 3 parameters too (FSDP2); None: from train.distributed (ddp 0, fsdp 3; with tp > 1 and pp = 1 always 3).",
+    )
+
 
 class LossScaleConfig(Strict):
     """Dynamic loss scaling of train.dtype=float16 (train/loss_scale.py); torch's GradScaler defaults."""
@@ -305,7 +310,7 @@ class TrainConfig(Strict):
     keep_every: int = Field(0, ge=0, description="Also keep every checkpoint whose step is a multiple of this (0: none).")
     distributed: Literal["ddp", "fsdp"] = Field(
         "ddp",
-        description="Data parallelism under torchrun: DDP, or FSDP2 (fully_shard); with tp > 1 the data axis is always FSDP2; with pp > 1 each stage is replicated over it and its gradients summed after the schedule.",
+        description="Data parallelism under torchrun: DDP (train.parallel.zero 0) or FSDP2 (zero 3); train.parallel.zero, when set, decides (and must agree if both are set).",
     )
     parallel: ParallelConfig = Field(
         default_factory=ParallelConfig, description="Data × tensor × pipeline layout of a torchrun job."
@@ -390,10 +395,23 @@ class TrainConfig(Strict):
     @model_validator(mode="after")
     def _muon_fits_the_layout(self) -> "TrainConfig":
         # torch's Muon orthogonalizes each whole matrix: an FSDP or TP shard (a DTensor) is not one
-        if self.optimizer == "muon" and (self.distributed == "fsdp" or self.parallel.tp > 1):
+        zero = self.parallel.zero
+        if self.optimizer == "muon" and (self.distributed == "fsdp" or self.parallel.tp > 1 or (zero or 0) >= 2):
             raise ValueError(
-                "train.optimizer=muon needs whole weight matrices on each rank: not with train.distributed=fsdp "
-                "or train.parallel.tp > 1 (use DDP, pipeline parallelism or optimizer=adamw)"
+                "train.optimizer=muon needs whole weight matrices on each rank: not with train.distributed=fsdp, "
+                "train.parallel.zero >= 2 or train.parallel.tp > 1 (use DDP, zero 1, pipeline parallelism or optimizer=adamw)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _zero_agrees_with_distributed(self) -> "TrainConfig":
+        # train.distributed is the older name of the same choice. Its default (ddp) cannot be told
+        # from an explicit ddp once a config is dumped and reloaded, so zero overrides ddp; but
+        # fsdp (sharded parameters) with zero 0/1 (replicated parameters) is a contradiction
+        zero = self.parallel.zero
+        if zero is not None and zero <= 1 and self.distributed == "fsdp":
+            raise ValueError(
+                f"train.parallel.zero={zero} contradicts train.distributed=fsdp (FSDP2 is zero 2 or 3): set only train.parallel.zero"
             )
         return self
 

@@ -34,9 +34,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
-from tokenmill.model.transformer import ContextShard, _document_runs
+from tokenmill.model.transformer import ContextShard, Transformer, _document_runs
 
 
 def zigzag_index(T: int, cp: int, rank: int, device: torch.device | None = None) -> torch.Tensor:
@@ -97,7 +96,7 @@ class ContextParallel:
 
     def forward(
         self,
-        model: nn.Module,
+        model: Transformer,
         idx: torch.Tensor,
         positions: torch.Tensor | None,
         segments: torch.Tensor | None,
@@ -121,7 +120,7 @@ class ContextParallel:
         return nll.new_zeros(B, T).index_copy(1, mine, nll)
 
 
-def attach(model: nn.Module, group: Any) -> nn.Module:
+def attach(model: Transformer, group: Any) -> Transformer:
     """Make `model` (a Transformer, not wrapped yet) run its training forward context-parallel."""
     model.context_parallel = ContextParallel(group)
     return model

@@ -6,7 +6,8 @@ SHA256SUMS over every file, state.json with the same fields):
 - full (one process, DDP): model.safetensors + optim.pt + rng.safetensors + state.json, exactly
   the single-process format. DDP state is replicated, so rank 0 writes it alone while the other
   ranks wait; any world size (and `tokenmill eval`) reads it as it reads a one-process checkpoint.
-- dcp (FSDP2 or tensor parallel: any DTensor parameter): the sharded model and optimizer state
+- dcp (FSDP2 or tensor parallel: any DTensor parameter; a pipeline stage; ZeRO-1, whose ranks
+  each hold the optimizer state of their own parameters): the sharded model and optimizer state
   through torch.distributed.checkpoint, every rank writing its own shards into step_<N>.tmp/dcp/
   (`__<rank>_0.distcp` + `.metadata`), keyed by parameter name (DCP's state_dict API), so it
   reshards on load; rank 0 adds rng.safetensors
@@ -44,6 +45,7 @@ from torch import nn
 
 from tokenmill.train import checkpoint as ckpt
 from tokenmill.train.distributed import DistContext, is_sharded, unwrap
+from tokenmill.train.zero import is_partitioned, whole_groups
 
 DCP_DIR = "dcp"
 KIND_DCP = ckpt.DCP_KIND
@@ -177,7 +179,8 @@ def save_train_checkpoint(
     process and DDP (rank 0 writes), the sharded dcp format for FSDP. Returns the final path."""
     root = Path(root)
     inner = unwrap(model)
-    if not is_sharded(inner) and not ctx.model_parallel:  # a pipeline stage holds part of the model
+    # a pipeline stage holds part of the model; a ZeRO-1 rank part of the optimizer state
+    if not is_sharded(inner) and not ctx.model_parallel and not is_partitioned(optimizer):
         if ctx.is_main:
             ckpt.save_checkpoint(root, step, inner, optimizer, state, keep=keep, keep_every=keep_every)
         ctx.barrier()  # nobody goes on (or resumes, or prunes) before the checkpoint exists
@@ -205,7 +208,9 @@ def _save_dcp(
         tmp.mkdir()
     ctx.barrier()
     if optimizer is not None:
-        msd, osd = get_state_dict(model, optimizer)
+        with whole_groups(optimizer):  # ZeRO-1: this rank's state, every parameter's group
+            msd, osd = get_state_dict(model, optimizer)
+        _union_groups(osd, ctx)
         payload: dict[str, Any] = {"model": msd, "optim": osd}
     else:
         payload = {"model": get_model_state_dict(model)}
@@ -242,6 +247,24 @@ def _save_dcp(
         _prune(root, step, keep, keep_every)
     ctx.barrier()
     return final
+
+
+def _union_groups(osd: dict[str, Any], ctx: DistContext) -> None:
+    """Every rank's parameter names in each optimizer group, on every rank. DCP writes one rank's
+    copy of the groups (whichever it picks), and a load takes a group's hyper-parameters from the
+    saved group that names one of its parameters: a pipeline stage (or a ZeRO-1 rank) lists only
+    its own, so the copy must list those of every stage for any layout to find its groups."""
+    if not ctx.distributed:
+        return
+    import torch.distributed as dist
+
+    mine = [list(g["params"]) for g in osd["param_groups"]]
+    every: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(every, mine)
+    if any(len(lists) != len(mine) for lists in every):
+        return  # groups that do not line up (another optimizer per rank): leave each rank's own
+    for i, group in enumerate(osd["param_groups"]):
+        group["params"] = list(dict.fromkeys(name for lists in every for name in lists[i]))
 
 
 # --------------------------------------------------------------------------- load
@@ -287,11 +310,15 @@ def _load_dcp_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimiz
             dcp.load({"model": msd}, storage_reader=_safe_reader(path / DCP_DIR), planner=_safe_planner(), no_dist=no_dist)
             set_model_state_dict(model, msd)
             return
-        msd, osd = get_state_dict(model, optimizer)  # sets up Adam's state with an lr-0 step (no change)
-        dcp.load(
-            {"model": msd, "optim": osd}, storage_reader=_safe_reader(path / DCP_DIR), planner=_safe_planner(), no_dist=no_dist
-        )
-        set_state_dict(model, optimizer, model_state_dict=msd, optim_state_dict=osd)
+        with whole_groups(optimizer):  # ZeRO-1: loads every parameter's state, then keeps its own
+            msd, osd = get_state_dict(model, optimizer)  # sets up Adam's state with an lr-0 step (no change)
+            dcp.load(
+                {"model": msd, "optim": osd},
+                storage_reader=_safe_reader(path / DCP_DIR),
+                planner=_safe_planner(),
+                no_dist=no_dist,
+            )
+            set_state_dict(model, optimizer, model_state_dict=msd, optim_state_dict=osd)
     except (RuntimeError, KeyError, ValueError) as exc:
         if isinstance(exc, ckpt.CheckpointError):
             raise

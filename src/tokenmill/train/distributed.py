@@ -42,7 +42,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from tokenmill.errors import UserError
-from tokenmill.train.layout import LayoutSizes, resolve_sizes
+from tokenmill.train.layout import LayoutSizes, resolve_sizes, zero_stage
 
 Mode = Literal["single", "ddp", "fsdp"]
 # A collective waits this long for the other ranks (rank 0 evaluating while the others wait at a
@@ -80,6 +80,7 @@ class DistContext:
     sizes: LayoutSizes | None = None  # dp × tp × pp; None: pure data parallelism over the world
     mesh: Any = None  # DeviceMesh ("pp", "dp", "tp") when tp or pp > 1
     cp_group: Any = None  # the context-parallel peers of this rank (cp > 1): they read the same rows
+    zero: int = 0  # ZeRO stage over the dp axis (layout.zero_stage): 1 optimizer state, 2 + gradients, 3 + parameters
 
     @property
     def is_main(self) -> bool:
@@ -248,20 +249,28 @@ def init_distributed(tc: Any) -> DistContext:
         from torch.distributed.device_mesh import init_device_mesh
 
         mesh = init_device_mesh(device.type, (sizes.pp, sizes.dp, sizes.tp), mesh_dim_names=("pp", "dp", "tp"))
-    mode: Mode = tc.distributed
-    if sizes.model_parallel:
-        # tp composes with FSDP2 on the dp axis (torch's supported way); pipeline stages are
-        # replicated over dp and their gradients all-reduced after the schedule (DDP's sum)
-        mode = "single" if sizes.dp == 1 else "ddp" if sizes.pp > 1 else "fsdp"
+    zero = zero_stage(tc, sizes)
+    # zero 2/3 is FSDP2 over dp (composed with tp's DTensors, or inside each pipeline stage);
+    # zero 0/1 keeps parameters and gradients replicated (DDP, or a stage's flat all-reduce)
+    mode: Mode = "single" if sizes.dp == 1 else "fsdp" if zero >= 2 else "ddp"
     cp_group = None
     if sizes.cp > 1:  # gradients are summed over dp × cp = the whole world: DDP / FSDP2 as for data parallelism
         from torch.distributed.device_mesh import init_device_mesh
 
+        mode, zero = tc.distributed, 3 if tc.distributed == "fsdp" else 0
         cp_group = init_device_mesh(device.type, (sizes.dp, sizes.cp), mesh_dim_names=("dp", "cp"))["cp"].get_group()
     return DistContext(
-        world_size=world, rank=rank, local_rank=local, mode=mode, device=device, owns_group=owns, sizes=sizes, mesh=mesh,
+        world_size=world,
+        rank=rank,
+        local_rank=local,
+        mode=mode,
+        device=device,
+        owns_group=owns,
+        sizes=sizes,
+        mesh=mesh,
         cp_group=cp_group,
-    )  # fmt: skip
+        zero=zero,
+    )
 
 
 def _comm_device(ctx: DistContext) -> torch.device:
@@ -338,12 +347,17 @@ def wrap_model(model: nn.Module, ctx: DistContext, tc: Any = None) -> nn.Module:
     Tensor parallelism (tp > 1) shards the blocks over the mesh's "tp" axis first, then FSDP2
     shards over its "dp" axis when dp > 1 (2-D parameters: Shard over dp of a Shard over tp). A
     pipeline stage is left replicated over dp (its gradients are summed over the dp group after
-    the schedule, `Pipeline.reduce_over_dp`)."""
+    the schedule, `Pipeline.reduce_over_dp`) under zero 0/1; under zero 2/3 the trainer shards the
+    stage over dp (`Pipeline.shard_over_dp`). zero 2 keeps the gathered parameters from the forward
+    to the backward (reshard_after_forward=False): one all-gather per step instead of two."""
     if ctx.model_parallel:
         return _wrap_model_parallel(model, ctx)
     if ctx.cp_group is not None:
+        from tokenmill.model.transformer import Transformer
         from tokenmill.train.context_parallel import attach
 
+        if not isinstance(model, Transformer):
+            raise DistributedError(f"train.parallel.cp needs tokenmill's Transformer, got {type(model).__name__}")
         attach(model, ctx.cp_group)
     if ctx.mode == "single" or not ctx.distributed:
         return model
@@ -358,7 +372,7 @@ def wrap_model(model: nn.Module, ctx: DistContext, tc: Any = None) -> nn.Module:
         ddp.register_comm_hook(None, _sum_allreduce_hook)
         return ddp
     if ctx.mode == "fsdp":
-        return _fully_shard(model)
+        return fully_shard_blocks(model, reshard=ctx.zero != 2)
     raise DistributedError(f"train.distributed={ctx.mode!r}: expected 'ddp' or 'fsdp'")
 
 
@@ -369,12 +383,15 @@ def _wrap_model_parallel(model: nn.Module, ctx: DistContext) -> nn.Module:
 
         apply_tensor_parallel(model, ctx.mesh["tp"])
     if ctx.sizes.dp > 1 and ctx.sizes.pp == 1:
-        _fully_shard(model, ctx.mesh["dp"])
+        fully_shard_blocks(model, ctx.mesh["dp"], reshard=ctx.zero != 2)
     return model
 
 
-def _fully_shard(model: nn.Module, mesh: Any = None) -> nn.Module:
-    """FSDP2 on every block, then the root, over `mesh` (None: the whole world), with Σ-reduction."""
+def fully_shard_blocks(model: nn.Module, mesh: Any = None, reshard: bool = True, root: nn.Module | None = None) -> nn.Module:
+    """FSDP2 on every block of `model`, then on `root` (default: the model itself), over `mesh`
+    (None: the whole world), with Σ-reduction. reshard=False (ZeRO-2) keeps each block's gathered
+    parameters from its forward until its backward. `root` is a pipeline stage's wrapper, whose
+    forward (not the model's) runs the embedding and head."""
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
     policy = MixedPrecisionPolicy(param_dtype=None, reduce_dtype=torch.float32)
@@ -382,8 +399,10 @@ def _fully_shard(model: nn.Module, mesh: Any = None) -> nn.Module:
     if blocks is None:
         raise DistributedError(f"FSDP needs a model with a `layers` list of blocks, got {type(model).__name__}")
     for block in blocks.values() if isinstance(blocks, nn.ModuleDict) else blocks:
-        fully_shard(block, mesh=mesh, mp_policy=policy)
-    fully_shard(model, mesh=mesh, mp_policy=policy)
+        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
+    root = model if root is None else root
+    fully_shard(root, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
+    model = root
     for m in model.modules():
         if isinstance(m, FSDPModule):
             m.set_gradient_divide_factor(1.0)  # Σ over ranks, see the module docstring

@@ -96,6 +96,11 @@ def _cp_problems(model: Any, train: Any) -> list[str]:
         out.append(
             f"cp={cp} with tp={train.parallel.tp}, pp={train.parallel.pp}: context parallelism runs with tp = pp = 1 only (dp × cp)"
         )
+    if train.parallel.zero is not None:
+        out.append(
+            f"cp={cp} with train.parallel.zero={train.parallel.zero}: under cp the gradients are reduced over dp × cp by "
+            "train.distributed (ddp or fsdp); ZeRO-1/2 over that group are not implemented"
+        )
     if train.seq_len % (2 * cp):
         out.append(
             f"cp={cp} needs train.seq_len ({train.seq_len}) divisible by 2·cp = {2 * cp}: each rank keeps two equal chunks of every row"
@@ -115,14 +120,26 @@ def cp_phase_problems(train: Any, phases: Any) -> list[str]:
     ]
 
 
+def zero_stage(train: Any, sizes: LayoutSizes) -> int:
+    """The ZeRO stage the job runs over its dp axis: train.parallel.zero, else what
+    train.distributed meant before zero existed (ddp 0, fsdp 3; tp without pp always FSDP2, 3).
+    One data-parallel rank has nothing to shard: 0."""
+    if sizes.dp <= 1:
+        return 0
+    zero = train.parallel.zero
+    if zero is None:
+        zero = 3 if train.distributed == "fsdp" or (sizes.tp > 1 and sizes.pp == 1) else 0
+    return int(zero)
+
+
 def resolve_sizes(train: Any, world_size: int) -> LayoutSizes:
     """dp, tp, pp for a job of `world_size` ranks; LayoutError when they do not multiply to it."""
     par = train.parallel
     mp = par.tp * par.pp * par.cp
-    axes, sizes = ("tp · pp · cp", f"{par.tp} · {par.pp} · {par.cp}") if par.cp > 1 else ("tp · pp", f"{par.tp} · {par.pp}")
+    axes, factors = ("tp · pp · cp", f"{par.tp} · {par.pp} · {par.cp}") if par.cp > 1 else ("tp · pp", f"{par.tp} · {par.pp}")
     if world_size % mp:
         raise LayoutError(
-            f"world size {world_size} is not divisible by {axes} = {sizes} = {mp}: "
+            f"world size {world_size} is not divisible by {axes} = {factors} = {mp}: "
             f"start torchrun with a multiple of {mp} processes"
         )
     dp = par.dp if par.dp is not None else world_size // mp
@@ -131,7 +148,24 @@ def resolve_sizes(train: Any, world_size: int) -> LayoutSizes:
             f"train.parallel dp={dp} × tp={par.tp} × pp={par.pp}{f' × cp={par.cp}' if par.cp > 1 else ''} = {dp * mp} ranks, but the job has "
             f"{world_size}: set train.parallel.dp to {world_size // mp} or leave it unset"
         )
-    return LayoutSizes(dp=dp, tp=par.tp, pp=par.pp, cp=par.cp)
+    sizes = LayoutSizes(dp=dp, tp=par.tp, pp=par.pp, cp=par.cp)
+    _check_zero(par.zero, sizes)
+    return sizes
+
+
+def _check_zero(zero: int | None, sizes: LayoutSizes) -> None:
+    """What train.parallel.zero cannot do with these sizes (one line naming the field)."""
+    if zero is None:
+        return
+    if zero > 0 and sizes.dp == 1:
+        raise LayoutError(
+            f"train.parallel.zero={zero} needs dp > 1 (it shards over the data-parallel ranks), but {sizes.describe()}"
+        )
+    if zero <= 1 and sizes.tp > 1 and sizes.pp == 1 and sizes.dp > 1:
+        raise LayoutError(
+            f"train.parallel.zero={zero} with tp > 1 and pp = 1: the data axis around tensor parallelism is FSDP2 "
+            f"here (use zero 2 or 3, or pipeline stages, pp > 1, whose dp replicas take zero 0 or 1)"
+        )
 
 
 def check_launch(model: Any, train: Any, nproc: int) -> LayoutSizes:

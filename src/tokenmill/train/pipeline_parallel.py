@@ -20,9 +20,11 @@ gradients are summed between the two before clipping, and the two copies, starti
 taking the same update, stay equal. Clipping sums the squared norms over the stages (the tied
 copy counted once).
 
-Data parallelism around the pipeline: each stage is replicated over the dp ranks that hold it
-(every replica reads its own share of the step's batch) and its gradients are summed over them
-after the schedule, before clipping, in one flat all-reduce.
+Data parallelism around the pipeline: under ZeRO 0/1 each stage is replicated over the dp ranks
+that hold it (every replica reads its own share of the step's batch) and its gradients are summed
+over them after the schedule, before clipping, in one flat all-reduce (ZeRO-1 then shards only the
+optimizer state, train/zero.py). Under ZeRO 2/3 the stage is FSDP2-sharded over those ranks
+(`shard_over_dp`): the reduce-scatter happens in the last micro-batch's backward.
 
 Bubble: with p stages and m micro-batches a stage idles (p-1)/(m+p-1) of the step in both
 schedules (1F1B only keeps fewer micro-batches' activations alive: at most p instead of m), when
@@ -157,7 +159,25 @@ class Pipeline:
     n_targets: int = 1
     clock: BusyClock = field(default_factory=BusyClock)
     idle: float = 0.0  # share of the last step this stage did not compute (bubble + transfers)
+    sharded: bool = False  # the stage is FSDP2-sharded over dp (zero 2/3): FSDP reduces its gradients
     _schedules: dict[tuple[int, ...], Any] = field(default_factory=dict)
+    _forward: StageForward | None = None
+
+    @property
+    def stage_module(self) -> StageForward:
+        """The one module every schedule runs (FSDP2's root when the stage is sharded over dp)."""
+        if self._forward is None:
+            self._forward = StageForward(self.model, self.first, self.last, self.device, self.dtype, self.clock)
+        return self._forward
+
+    def shard_over_dp(self, mesh: Any, zero: int) -> None:
+        """FSDP2 inside the stage over its dp ranks (`mesh`: the dp axis): every block, then the stage's
+        forward as the root (its embedding and head are used there, not in the model's forward), so
+        torch's PipelineStage sees an FSDP module and reduces gradients at the last micro-batch only."""
+        from tokenmill.train.distributed import fully_shard_blocks
+
+        fully_shard_blocks(self.model, mesh, reshard=zero >= 3, root=self.stage_module)
+        self.sharded, self.dp_group = True, None
 
     @property
     def first(self) -> bool:
@@ -181,7 +201,7 @@ class Pipeline:
             from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
             stage = PipelineStage(
-                StageForward(self.model, self.first, self.last, self.device, self.dtype, self.clock),
+                self.stage_module,
                 self.stage,
                 self.n_stages,
                 self.device,
@@ -230,7 +250,9 @@ class Pipeline:
             return
         w = held(self.model.embed_tokens, "embed_tokens").weight
         grad = w.grad if w.grad is not None else torch.zeros_like(w)
-        dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=self.tie_group)
+        # FSDP inside the stages: both copies are the same dp shard of the table (same dp index)
+        local = grad.to_local() if hasattr(grad, "to_local") else grad
+        dist.all_reduce(local, op=dist.ReduceOp.SUM, group=self.tie_group)
         w.grad = grad
 
     def reduce_over_dp(self) -> None:

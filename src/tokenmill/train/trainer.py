@@ -99,6 +99,7 @@ from tokenmill.train.faults import (
 from tokenmill.train.guard import StabilityGuard, Verdict
 from tokenmill.train.host_reads import PackedRead, apply_unless, device_skip, resolve_host_reads
 from tokenmill.train.sharding import sharding_report
+from tokenmill.train.zero import broadcast_updates, grad_bytes, is_partitioned, owned_state_bytes, partition_optimizer
 from tokenmill.train.metrics import UpdateRatio, grad_norms_by_group, grad_sq_norms, group_sums, memory_bytes
 from tokenmill.train.mfu import MfuPeak
 from tokenmill.train.noise_scale import NoiseProbe, NoiseScale, unavailable_reason
@@ -687,12 +688,17 @@ class _TrainLoop:
         if ctx.sizes is not None and ctx.sizes.pp > 1:  # this rank keeps its stage's part of the model only
             self.pipeline = build_pipeline(model, ctx.mesh, ctx.sizes, ctx.rank, tc.parallel.pp_schedule, device, dtype)
         self.train_model = wrap_model(model, ctx, tc)  # DDP wrapper, or `model` itself sharded in place (FSDP, TP)
+        if self.pipeline is not None and ctx.zero >= 2:
+            self.pipeline.shard_over_dp(ctx.mesh["dp"], ctx.zero)  # FSDP2 inside the stage, after tp
         self.optimizer = build_optimizer(model, tc, device)
+        if ctx.zero == 1:  # ZeRO-1: this rank keeps (and steps) the optimizer state of its own parameters
+            partition_optimizer(self.optimizer, model, ctx.dp_group, ctx.dp_rank, ctx.dp_size)
+        self.grad_bytes = 0  # gradients held at the last update (the ZeRO memory check)
         if self.inherited is not None and tc.init_optimizer:
-            if ctx.model_parallel or (ctx.distributed and tc.distributed == "fsdp"):
+            if ctx.model_parallel or ctx.zero > 0:
                 raise TrainError(
-                    "train.init_optimizer loads a one-process optimizer state: not with FSDP, tensor "
-                    "or pipeline parallelism (DDP and one process are fine)"
+                    "train.init_optimizer loads a one-process optimizer state: not with train.parallel.zero >= 1 "
+                    "(FSDP), tensor or pipeline parallelism (DDP and one process are fine)"
                 )
             from tokenmill.train.init_from import init_optimizer
 
@@ -706,7 +712,7 @@ class _TrainLoop:
             tc.grad_accum,
             tc.objective,
             ctx.model_parallel or ctx.cp_size > 1,
-            ctx.distributed and tc.distributed == "fsdp",
+            ctx.mode == "fsdp",
             tc.noise_scale_every,
         )
         if self.scaler is not None and self.noise_off is None:
@@ -767,7 +773,8 @@ class _TrainLoop:
         saved = (state.get("data_cursor") or {}).get("fingerprint")
         if saved is not None:
             self.loader.check_fingerprint(saved, str(ckpt))  # refuses to resume on changed data
-        if self.pipeline is not None and state.get("kind") != "dcp":  # a one-process/DDP checkpoint: this stage's part
+        if (self.pipeline is not None or is_partitioned(self.optimizer)) and state.get("kind") != "dcp":
+            # a one-process/DDP checkpoint: this stage's part, or (ZeRO-1) this rank's optimizer share
             whole, order = _whole_model_order(self.mcfg, self.tc)
             load_full_into_stage(ckpt, state, self.model, self.optimizer, whole, order)
         else:
@@ -910,8 +917,17 @@ class _TrainLoop:
             seconds=seconds,
             stopped_by="time" if clock.spent() else "steps",
             **({"elapsed_s": clock.elapsed, "max_seconds": clock.max_seconds} if clock.enabled else {}),
+            **({"zero": self._zero_bytes()} if ctx.distributed else {}),
         )
         return _summary(step, loss, self.tokens_per_step, seconds, self.params, self.resumed_from)
+
+    def _zero_bytes(self) -> dict[str, Any]:
+        """The ZeRO stage and every rank's optimizer-state and gradient bytes, measured from the
+        tensors it holds (a collective): what the memory model's `optimizer` and `grads` predict."""
+        mine = [owned_state_bytes(self.optimizer), self.grad_bytes]
+        every: list[Any] = [None] * self.ctx.world_size
+        torch.distributed.all_gather_object(every, mine)
+        return {"stage": self.ctx.zero, "optimizer_bytes": [e[0] for e in every], "grad_bytes": [e[1] for e in every]}
 
     def _prepare_steps(self) -> None:
         """What the steps need once: rank clocks, the watchdog, prefetch, compilation, the probes."""
@@ -1053,6 +1069,7 @@ class _TrainLoop:
         skip = device_skip(update.loss, update.grad_norm, self.guard.skip_limits(ln.step))
         collapsing = self.collapse_fault.before_update(ln.attempt)
         apply_unless(self.optimizer, skip)
+        broadcast_updates(self.optimizer)  # ZeRO-1: every owner's parameters to the other dp ranks
         parts = {"loss": update.loss, "grad_norm": update.grad_norm, "skip": skip}
         if self.scaler is not None:  # the scale this step ran at, then its update: on the device
             parts["loss_scale"] = self.scaler.scale.clone()
@@ -1065,6 +1082,7 @@ class _TrainLoop:
             parts["buckets"] = self.buckets.take()
         if ln.probe is not None and ln.probe.pending is not None:
             parts["noise"] = ln.probe.pending
+        self.grad_bytes = grad_bytes(self.model)
         self.optimizer.zero_grad(set_to_none=True)
         self.collapse_fault.after_update(collapsing)
         ln.timer.stop()
@@ -1155,7 +1173,9 @@ class _TrainLoop:
         collapsing = self.collapse_fault.before_update(attempt)
         if verdict.action == "apply":
             self.optimizer.step()
+            broadcast_updates(self.optimizer)  # ZeRO-1: every owner's parameters to the other dp ranks
             ratio = self.update_ratio.after() if measure else None
+        self.grad_bytes = grad_bytes(self.model)
         self.optimizer.zero_grad(set_to_none=True)
         self.collapse_fault.after_update(collapsing)
         return _StepResult(lr, loss, grad_norm, r_pad, ratio, verdict.action, extras, data, at)
