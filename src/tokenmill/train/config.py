@@ -122,6 +122,10 @@ class ParallelConfig(Strict):
     pp_schedule: Literal["1f1b", "gpipe"] = Field(
         "1f1b", description="Pipeline schedule: 1F1B (activations of <= pp micro-batches alive) or GPipe (all of them)."
     )
+    sequence_parallel: bool = Field(
+        True,
+        description="With tp > 1, split the residual stream and the norms along the sequence between the tensor-parallel regions (their activations /tp; false: whole on every tp rank).",
+    )
 
 
 class HealthConfig(Strict):

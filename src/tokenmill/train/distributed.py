@@ -327,7 +327,7 @@ def wrap_model(model: nn.Module, ctx: DistContext, tc: Any = None) -> nn.Module:
     pipeline stage is left replicated over dp (its gradients are summed over the dp group after
     the schedule, `Pipeline.reduce_over_dp`)."""
     if ctx.model_parallel:
-        return _wrap_model_parallel(model, ctx)
+        return _wrap_model_parallel(model, ctx, tc)
     if ctx.mode == "single" or not ctx.distributed:
         return model
     if ctx.mode == "ddp":
@@ -345,12 +345,13 @@ def wrap_model(model: nn.Module, ctx: DistContext, tc: Any = None) -> nn.Module:
     raise DistributedError(f"train.distributed={ctx.mode!r}: expected 'ddp' or 'fsdp'")
 
 
-def _wrap_model_parallel(model: nn.Module, ctx: DistContext) -> nn.Module:
+def _wrap_model_parallel(model: nn.Module, ctx: DistContext, tc: Any = None) -> nn.Module:
     assert ctx.sizes is not None and ctx.mesh is not None
     if ctx.sizes.tp > 1:
         from tokenmill.train.tensor_parallel import apply_tensor_parallel
 
-        apply_tensor_parallel(model, ctx.mesh["tp"])
+        sequence_parallel = bool(getattr(getattr(tc, "parallel", None), "sequence_parallel", False))
+        apply_tensor_parallel(model, ctx.mesh["tp"], sequence_parallel)
     if ctx.sizes.dp > 1 and ctx.sizes.pp == 1:
         _fully_shard(model, ctx.mesh["dp"])
     return model

@@ -81,6 +81,11 @@ def layout_problems(model: Any, train: Any) -> list[str]:
             )
     if par.dp is not None and par.dp < 1:
         out.append(f"dp={par.dp} must be >= 1")
+    if par.tp > 1 and par.sequence_parallel and train.seq_len % par.tp:
+        out.append(
+            f"train.parallel.sequence_parallel splits each row over tp={par.tp}, but train.seq_len={train.seq_len} "
+            f"is not a multiple of {par.tp} (set train.parallel.sequence_parallel: false or change seq_len)"
+        )
     return out
 
 
