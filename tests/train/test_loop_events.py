@@ -137,6 +137,8 @@ def _final_state(run: RunDir) -> dict[str, Any]:
     for key in ADDED_SINCE:  # at its default a later field is the same recipe (its fingerprint says so too)
         if train.get(key, LATER_DEFAULTS["train"][(key,)]) == LATER_DEFAULTS["train"][(key,)]:
             train.pop(key, None)
+    if train.get("parallel", {}).get("sequence_parallel") is True:  # added later, at its default
+        train["parallel"].pop("sequence_parallel")
     return {"checkpoints": [s for s, _ in ckpts], "state": state}
 
 
