@@ -14,7 +14,7 @@ import subprocess
 import pytest
 from torch.distributed.tensor.parallel import PrepareModuleInput, RowwiseParallel, SequenceParallel
 
-from tokenmill.config import ModelConfig, TrainConfig
+from tokenmill.config import ConfigError, ModelConfig, TrainConfig, load_config
 from tokenmill.model.transformer import Block
 from tokenmill.scaling.memory import layer_activation_bytes
 from tokenmill.scaling.rank_memory import estimate_rank_memory
@@ -82,6 +82,16 @@ def test_rows_that_do_not_split_over_tp_are_refused_before_launch():
     with pytest.raises(LayoutError, match="sequence_parallel"):
         check_launch(PROBE, train, 2)
     assert layout_problems(PROBE, train.model_copy(update={"parallel": train.parallel.model_copy(update={"sequence_parallel": False})})) == []
+
+
+def test_a_phase_whose_rows_do_not_split_fails_the_config_in_one_line(tmp_path):
+    overrides = ["model.max_seq_len=64", "train.seq_len=32", "train.parallel.tp=2", "model.n_kv_heads=2"]
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("mixture:\n  phases:\n    - {name: short, fraction: 0.5, seq_len: 15}\n    - {name: main, fraction: 0.5}\n")
+    with pytest.raises(ConfigError, match=r"a mixture.phases\[\].seq_len=15 is not a multiple of 2") as err:
+        load_config(cfg, overrides)
+    assert "\n" not in str(err.value)
+    assert load_config(cfg, [*overrides, "train.parallel.sequence_parallel=false"]).train.parallel.tp == 2
 
 
 def test_rank_memory_counts_sequence_parallel_only_when_the_trainer_runs_it():
