@@ -102,3 +102,7 @@ def test_rank_memory_counts_sequence_parallel_only_when_the_trainer_runs_it():
     saved = 2 * (4 * 8 * 128 * 128 * 2 + 4 * 8 * 128) // 2  # two norms' input, normalised value, rsqrt: half each
     assert without - with_sp == cfg.n_layers * saved
     assert estimate_rank_memory(cfg, on, "bfloat16")["activations"] == estimate_rank_memory(cfg, off, "bfloat16")["activations"]
+    # checkpointed: every block keeps half its fp32 input, except the first, which splits it itself
+    ckpt_on, ckpt_off = (tc.model_copy(update={"activation_checkpointing": True}) for tc in (on, off))
+    with_sp, without = (estimate_rank_memory(cfg, tc, "bfloat16", tp=2)["activations"] for tc in (ckpt_on, ckpt_off))
+    assert without - with_sp == (cfg.n_layers - 1) * 4 * 8 * 128 * 128 // 2

@@ -118,7 +118,9 @@ def estimate_rank_memory(
     head = head_activation_bytes(model_cfg, B, T, dt, doc_masking, fused_loss) if last else 0
     sent = 0 if last else F32 * B * T * model_cfg.d_model  # the stage's output, kept for the next stage's gradient
     shared = held_once_bytes(model_cfg, B, T, dt, doc_masking, device, train_cfg.activation_checkpointing)
-    per_micro = layers * kept + ids + head + sent + shared
+    # a checkpointed stack's first block keeps its whole input: the sequence split happens inside it
+    edge = F32 * B * T * model_cfg.d_model * (tp - 1) // tp if seq and train_cfg.activation_checkpointing else 0
+    per_micro = layers * kept + edge + ids + head + sent + shared
     flight = in_flight(pp, stage, m, schedule)
     others = (flight - 1) * per_micro  # the other micro-batches in flight
     loss = logits_bytes(model_cfg, B, T, dt, fused_loss, loss_chunk(model_cfg, device)) if last else 0
