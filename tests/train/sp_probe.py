@@ -7,8 +7,8 @@ two more copies over the tp=2 mesh, with and without sequence parallelism. For e
 dtype: the per-token NLL of a document-masked batch against the whole model's, the norm gains'
 gradients (gathered) against the whole model's, the local shapes every block's norms and FFN see,
 and the bytes autograd saves inside each block (distinct storages, parameters excluded), which the
-test compares with scaling/memory.py's estimate; and what the SP model says to rows of an odd
-length. Rank r writes OUT_DIR/rank<r>.json.
+test compares with scaling/memory.py's estimate; the QK-norm gains' gradients (RMSNorm and
+LayerNorm, with and without SP); and what the SP model says to rows of an odd length. Rank r writes OUT_DIR/rank<r>.json.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def probe(model: Transformer, dtype: torch.dtype) -> dict[str, Any]:
     norms = {
         n: p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
         for n, p in model.named_parameters()
-        if "layernorm" in n
+        if "norm" in n
     }
     model.zero_grad(set_to_none=True)
     return {"nll": nll.detach(), "norm_grads": norms, "shapes": shapes, "saved": [sum(s.values()) for s in saved]}
@@ -94,7 +94,7 @@ def main() -> int:
     whole = Transformer(CFG, generator=torch.Generator().manual_seed(0))
 
     report: dict[str, Any] = {}
-    for sp in (False, True):  # the SP model last: the odd-row check below uses it
+    for sp in (False, True):
         sharded = apply_tensor_parallel(copy.deepcopy(whole), mesh, sequence_parallel=sp)
         for dtype in (torch.float32, torch.bfloat16):
             ref, got = probe(whole, dtype), probe(sharded, dtype)
@@ -109,6 +109,13 @@ def main() -> int:
                 "saved_per_block": got["saved"],
                 "saved_whole_model": ref["saved"],
             }
+    for norm in ("rmsnorm", "layernorm"):  # QK-norm: gains shared by the heads that tp splits
+        qk = Transformer(CFG.model_copy(update={"qk_norm": True, "norm": norm}), generator=torch.Generator().manual_seed(0))
+        for sp in (False, True):
+            sharded = apply_tensor_parallel(copy.deepcopy(qk), mesh, sequence_parallel=sp)
+            ref, got = probe(qk, torch.float32)["norm_grads"], probe(sharded, torch.float32)["norm_grads"]
+            report[f"qk_norm {norm} sp={sp}"] = all(torch.allclose(got[n], g, atol=1e-5) for n, g in ref.items())
+    sharded = apply_tensor_parallel(copy.deepcopy(whole), mesh, sequence_parallel=True)
     try:  # an odd row length cannot split in two: refused before any collective
         sharded(torch.zeros(1, T - 1, dtype=torch.long))
         report["odd_rows"] = "accepted"

@@ -42,6 +42,8 @@ def test_sequence_parallel_blocks_compute_what_the_whole_model_does(probe):
     for rank in probe:
         for case in ("sp=True torch.float32", "sp=True torch.bfloat16", "sp=False torch.float32"):
             assert rank[case]["nll_ok"] and rank[case]["norm_grads_ok"], (case, rank[case]["nll_max_diff"])
+        for norm in ("rmsnorm", "layernorm"):  # QK-norm gains, shared by the heads tp splits: gradients summed over tp
+            assert rank[f"qk_norm {norm} sp=False"] and rank[f"qk_norm {norm} sp=True"]
         assert rank["odd_rows"] == "sequence parallelism over tp=2 needs rows whose length divides by 2, got 31 tokens"
 
 

@@ -7,8 +7,9 @@ that the r-th of tp equal row blocks holds whole kv-head groups of q, k and v, a
 and up rows, model/fused.py), o_proj and down_proj are
 row-parallel (their outputs are summed over the tp ranks, one all-reduce per sub-block in the
 forward and one in the backward). Attention runs on the rank's own heads; the model reads its
-head counts from the projections' shapes, so GQA, RoPE, document masking, QK-norm and every
-attention kernel work unchanged.
+head counts from the projections' shapes, so GQA, RoPE, document masking and every attention
+kernel work unchanged. QK-norm gains (one per head dim, shared by all heads) are Replicate DTensors
+over the rank's heads, so their gradients are summed over tp.
 
 Sequence parallelism (Korthikanti et al. 2022, `train.parallel.sequence_parallel`, on by default):
 between the tensor-parallel regions the residual stream and the two pre-norms of every block are
@@ -49,16 +50,20 @@ from tokenmill.train.layout import LayoutError
 COLUMN = ("self_attn.qkv_proj", "mlp.gate_up_proj", "mlp.up_proj")  # mlp.up_proj: the GELU FFN's
 ROW = ("self_attn.o_proj", "mlp.down_proj")
 NORMS = ("input_layernorm", "post_attention_layernorm")  # sequence-parallel under SP
+QK_NORMS = ("self_attn.q_norm", "self_attn.k_norm")
 SEQ = Shard(1)  # [B, T, d] split along T
 
 
 def block_plan(block: nn.Module, sequence_parallel: bool = False) -> dict[str, ParallelStyle]:
     """{submodule name: style} for one block (SwiGLU or GELU FFN: those linears it has)."""
     names = {name for name, _ in block.named_modules()}
+    # QK-norm gains are shared by all heads but each rank normalises only its own: as Replicate
+    # DTensors over q/k [B, heads, T, hd] split on dim 1, their gradients are summed over tp
+    per_head = {n: SequenceParallel(sequence_dim=1, use_local_output=True) for n in QK_NORMS if n in names}
     if not sequence_parallel:
         plan: dict[str, ParallelStyle] = {n: ColwiseParallel() for n in COLUMN if n in names}
         plan.update({n: RowwiseParallel() for n in ROW if n in names})
-        return plan
+        return {**plan, **per_head}
     # Block.forward calls self_attn(h, cos, sin, mask) and mlp(h): only h changes layout
     gather = {
         "self_attn": PrepareModuleInput(
@@ -70,7 +75,7 @@ def block_plan(block: nn.Module, sequence_parallel: bool = False) -> dict[str, P
     plan.update(gather)
     plan.update({n: ColwiseParallel() for n in COLUMN if n in names})
     plan.update({n: RowwiseParallel(output_layouts=SEQ) for n in ROW if n in names})
-    return plan
+    return {**plan, **per_head}
 
 
 def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool = False) -> nn.Module:
