@@ -106,7 +106,8 @@ class RunConfig(Strict):
     def _layout_fits_model(self) -> "RunConfig":
         from tokenmill.train.layout import cp_phase_problems, layout_problems  # the layout rules live with the trainer
 
-        problems = layout_problems(self.model, self.train) + cp_phase_problems(self.train, self.mixture.phases)
+        phase_lengths = [p.seq_len for p in self.mixture.phases if p.seq_len is not None]
+        problems = layout_problems(self.model, self.train, phase_lengths) + cp_phase_problems(self.train, self.mixture.phases)
         if problems:
             raise ValueError("train.parallel does not fit this model: " + "; ".join(problems))
         return self

@@ -117,6 +117,7 @@ LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
         ("muon_weight_decay",): 0.0,
         ("muon_ns_steps",): 5,
         ("muon_adjust_lr",): "original",
+        ("parallel", "sequence_parallel"): True,
     },
     "curate": {
         ("decontaminate", "set_max_overlap"): {},

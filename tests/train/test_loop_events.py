@@ -82,6 +82,7 @@ ADDED_SINCE = (
 NESTED_ADDED_SINCE = {
     ("parallel", "cp"): 1,
     ("parallel", "zero"): None,
+    ("parallel", "sequence_parallel"): True,
 }  # fields added inside a train sub-section since, with their default
 # Losses, norms and the other float fields are compared to this relative tolerance, so the golden
 # survives another CPU's kernels; on the machine that recorded it they are bit-identical

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from tokenmill.train.checkpoint import verify_checkpoint
 from tokenmill.train.restore import load_model
-from tokenmill.train.tensor_parallel import COLUMN, ROW, block_plan
+from tokenmill.train.tensor_parallel import COLUMN, NORMS, ROW, block_plan
 
 from tests.train.dist_helpers import copy_run, events, make_run, max_rel_diff, reconfigure, run_ok, series
 
@@ -44,10 +44,11 @@ def test_tp2_gives_the_one_process_losses_with_document_masks_and_gqa(single, tp
         assert ours["update_ratio"] == pytest.approx(theirs["update_ratio"], rel=1e-3)
 
 
-def check_tp_sharding(sharding: dict, tp: int, dp: int = 1) -> None:
+def check_tp_sharding(sharding: dict, tp: int, dp: int = 1, sequence_parallel: bool = True) -> None:
     """Each rank holds 1/tp of every column- and row-parallel weight (DTensor Shard(0) / Shard(1)
     on the tp mesh dimension), the rest whole (or 1/dp of it under FSDP2), and no element twice
-    beyond the replication the layout implies."""
+    beyond the replication the layout implies. Under sequence parallelism the blocks' norm gains
+    are Replicate DTensors on the tp mesh dimension (the norms run on the rank's tokens)."""
     params = sharding["params"]
     plain = {n: p for n, p in params.items() if not any(n.startswith(f"layers.*.{m}.") for m in COLUMN + ROW)}
     for module, dim in [(m, 0) for m in COLUMN] + [(m, 1) for m in ROW]:
@@ -58,8 +59,11 @@ def check_tp_sharding(sharding: dict, tp: int, dp: int = 1) -> None:
         p = params[name]
         assert p["placements"] and p["placements"][-1] == f"Shard(dim={dim})", (name, p)
         assert p["local"][dim] * tp * (dp if dim == 0 else 1) == p["global"][dim], (name, p)
+    over_dp = [] if dp == 1 else ["Shard(dim=0)"]
     for name, p in plain.items():  # embeddings, norms: whole on each tp rank (FSDP2 splits dim 0 over dp)
-        assert p["placements"] == ([] if dp == 1 else ["Shard(dim=0)"]), (name, p)
+        seq_norm = sequence_parallel and any(name == f"layers.*.{n}.weight" for n in NORMS)
+        assert p["placements"] == over_dp + (["Replicate()"] if seq_norm else []), (name, p)
+        assert p["local"] == p["global"] or dp > 1, (name, p)
     ranks = sharding["numel_by_rank"]
     assert len(ranks) == tp * dp
 

@@ -123,13 +123,21 @@ def matmul_weights(cfg: ModelConfig) -> dict[str, int]:
 
 
 def layer_activation_bytes(
-    cfg: ModelConfig, B: int, T: int, dtype: torch.dtype | str, doc_masking: bool = False, device: str = "cpu", tp: int = 1
+    cfg: ModelConfig,
+    B: int,
+    T: int,
+    dtype: torch.dtype | str,
+    doc_masking: bool = False,
+    device: str = "cpu",
+    tp: int = 1,
+    sequence_parallel: bool = False,
 ) -> int:
     """Bytes one transformer block keeps for its backward (see the module doc, term by term).
 
     `tp`: on one rank of a tensor-parallel block (train/tensor_parallel.py) everything per head
-    and per FFN column is /tp; the residual stream, the norms, the projections' (replicated)
-    inputs, the RoPE tables and the masks are whole on every rank."""
+    and per FFN column is /tp; the projections' (replicated, all-gathered) inputs, the RoPE tables
+    and the masks are whole on every rank, and so are the residual stream and the norms unless
+    `sequence_parallel` splits them along the sequence (/tp)."""
     c = _dtype(dtype).itemsize
     bf = c != F32
     d, hd = cfg.d_model, cfg.d_model // cfg.n_heads
@@ -139,7 +147,7 @@ def layer_activation_bytes(
     explicit = uses_explicit_attention(cfg, T, dtype, device)
     n = 0
     # two pre-norms on the fp32 residual stream
-    n += 2 * (F32 * BT * d + (F32 * BT * d + F32 * BT if rms else 2 * F32 * BT))
+    n += 2 * (F32 * BT * d + (F32 * BT * d + F32 * BT if rms else 2 * F32 * BT)) // (tp if sequence_parallel else 1)
     # attention projections' input
     n += c * BT * d if bf else F32 * BT * d  # under bf16 cast once, for the one fused qkv matmul
     if cfg.qk_norm:
@@ -197,12 +205,14 @@ def kept_layer_bytes(
     doc_masking: bool = False,
     device: str = "cpu",
     tp: int = 1,
+    sequence_parallel: bool = False,
 ) -> int:
     """Bytes one block keeps from its forward to its backward under `train.activation_checkpointing`:
-    all its activations (False), its fp32 input (True), or that plus `selective_saved_bytes`."""
+    all its activations (False), its fp32 input (True; /tp under sequence parallelism), or that plus
+    `selective_saved_bytes`."""
     if not checkpointing:
-        return layer_activation_bytes(cfg, B, T, dtype, doc_masking, device, tp)
-    block_input = F32 * B * T * cfg.d_model
+        return layer_activation_bytes(cfg, B, T, dtype, doc_masking, device, tp, sequence_parallel)
+    block_input = F32 * B * T * cfg.d_model // (tp if sequence_parallel else 1)
     if checkpointing == "selective":
         return block_input + selective_saved_bytes(cfg, B, T, dtype, device, tp)
     return block_input

@@ -4,7 +4,9 @@ train/tensor_parallel.py and train/pipeline_parallel.py split the model.
 
 Persistent state on a rank (fp32 weights, fp32 gradients, AdamW m and v):
 - tensor parallel: every block matrix /tp, the norms' gains whole; embedding, final norm and head
-  whole (replicated) on every tp rank.
+  whole (replicated) on every tp rank. Sequence parallelism (train.parallel.sequence_parallel, the
+  default with tp > 1) also splits each block's residual stream and norm activations /tp (and a
+  checkpointed block's kept input); the stack's edges, the head and a stage's output stay whole.
 - pipeline: the stage's L/pp blocks; the embedding on the first stage; the final norm and the head
   on the last, whose head is a copy of the embedding when the embeddings are tied (two stages
   hold that table; in one process it is one tensor).
@@ -124,13 +126,16 @@ def estimate_rank_memory(
     # unsharded while they run: zero 3 the root and two or three blocks; zero 2 keeps every block
     # gathered from its forward to its backward, so the whole stage at the start of the backward
     fsdp = F32 * (sp["root"] + 3 * sp["per_layer"]) if zero == 3 else F32 * sp["total"] if zero == 2 else 0
-    layer = layer_activation_bytes(model_cfg, B, T, dt, doc_masking, device, tp)
-    kept = kept_layer_bytes(model_cfg, B, T, dt, train_cfg.activation_checkpointing, doc_masking, device, tp)
+    seq = tp > 1 and train_cfg.parallel.sequence_parallel  # the residual stream and norms /tp
+    layer = layer_activation_bytes(model_cfg, B, T, dt, doc_masking, device, tp, seq)
+    kept = kept_layer_bytes(model_cfg, B, T, dt, train_cfg.activation_checkpointing, doc_masking, device, tp, seq)
     ids = I64 * B * (T + 1) if first and not last else 0  # the head's own count has them on a last stage
     head = head_activation_bytes(model_cfg, B, T, dt, doc_masking, fused_loss) if last else 0
     sent = 0 if last else F32 * B * T * model_cfg.d_model  # the stage's output, kept for the next stage's gradient
     shared = held_once_bytes(model_cfg, B, T, dt, doc_masking, device, train_cfg.activation_checkpointing)
-    per_micro = layers * kept + ids + head + sent + shared
+    # a checkpointed stack's first block keeps its whole input: the sequence split happens inside it
+    edge = F32 * B * T * model_cfg.d_model * (tp - 1) // tp if seq and train_cfg.activation_checkpointing else 0
+    per_micro = layers * kept + edge + ids + head + sent + shared
     flight = in_flight(pp, stage, m, schedule)
     others = (flight - 1) * per_micro  # the other micro-batches in flight
     loss = logits_bytes(model_cfg, B, T, dt, fused_loss, loss_chunk(model_cfg, device)) if last else 0

@@ -133,6 +133,11 @@ class ParallelConfig(Strict):
         description="ZeRO stage over the dp axis (also inside each pipeline stage): 0 replicas, 1 optimizer state sharded, 2 gradients too (FSDP2 without resharding after forward), 3 parameters too (FSDP2); None: from train.distributed (ddp 0, fsdp 3; with tp > 1 and pp = 1 always 3).",
     )
 
+    sequence_parallel: bool = Field(
+        True,
+        description="With tp > 1, split the residual stream and the norms along the sequence between the tensor-parallel regions (their activations /tp; false: whole on every tp rank).",
+    )
+
 
 class LossScaleConfig(Strict):
     """Dynamic loss scaling of train.dtype=float16 (train/loss_scale.py); torch's GradScaler defaults."""

@@ -351,7 +351,7 @@ def wrap_model(model: nn.Module, ctx: DistContext, tc: Any = None) -> nn.Module:
     stage over dp (`Pipeline.shard_over_dp`). zero 2 keeps the gathered parameters from the forward
     to the backward (reshard_after_forward=False): one all-gather per step instead of two."""
     if ctx.model_parallel:
-        return _wrap_model_parallel(model, ctx)
+        return _wrap_model_parallel(model, ctx, tc)
     if ctx.cp_group is not None:
         from tokenmill.model.transformer import Transformer
         from tokenmill.train.context_parallel import attach
@@ -376,12 +376,13 @@ def wrap_model(model: nn.Module, ctx: DistContext, tc: Any = None) -> nn.Module:
     raise DistributedError(f"train.distributed={ctx.mode!r}: expected 'ddp' or 'fsdp'")
 
 
-def _wrap_model_parallel(model: nn.Module, ctx: DistContext) -> nn.Module:
+def _wrap_model_parallel(model: nn.Module, ctx: DistContext, tc: Any = None) -> nn.Module:
     assert ctx.sizes is not None and ctx.mesh is not None
     if ctx.sizes.tp > 1:
         from tokenmill.train.tensor_parallel import apply_tensor_parallel
 
-        apply_tensor_parallel(model, ctx.mesh["tp"])
+        sequence_parallel = bool(getattr(getattr(tc, "parallel", None), "sequence_parallel", False))
+        apply_tensor_parallel(model, ctx.mesh["tp"], sequence_parallel)
     if ctx.sizes.dp > 1 and ctx.sizes.pp == 1:
         fully_shard_blocks(model, ctx.mesh["dp"], reshard=ctx.zero != 2)
     return model

@@ -10,7 +10,7 @@ are neighbours (on GPUs: the same node, on NVLink), as Megatron and torchtitan o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from tokenmill.errors import UserError
 
@@ -44,8 +44,9 @@ class LayoutSizes:
         return f"dp={self.dp} × tp={self.tp} × pp={self.pp}" + (f" × cp={self.cp}" if self.cp > 1 else "")
 
 
-def layout_problems(model: Any, train: Any) -> list[str]:
-    """Why `train.parallel` cannot split `model` (empty: it can). World size is not known here."""
+def layout_problems(model: Any, train: Any, phase_lengths: Sequence[int] = ()) -> list[str]:
+    """Why `train.parallel` cannot split `model` (empty: it can). World size is not known here.
+    `phase_lengths`: the curriculum phases' own seq_len values (mixture.phases[].seq_len)."""
     from tokenmill.model.transformer import resolve_ffn_hidden
 
     par = train.parallel
@@ -83,6 +84,13 @@ def layout_problems(model: Any, train: Any) -> list[str]:
     if par.dp is not None and par.dp < 1:
         out.append(f"dp={par.dp} must be >= 1")
     out += _cp_problems(model, train)
+    odd = [n for n in (train.seq_len, *phase_lengths) if n % par.tp]
+    if par.tp > 1 and par.sequence_parallel and odd:
+        where = "train.seq_len" if odd[0] == train.seq_len else "a mixture.phases[].seq_len"
+        out.append(
+            f"train.parallel.sequence_parallel splits each row over tp={par.tp}, but {where}={odd[0]} "
+            f"is not a multiple of {par.tp} (set train.parallel.sequence_parallel: false or change seq_len)"
+        )
     return out
 
 
