@@ -103,6 +103,7 @@ from tokenmill.train.noise_scale import NoiseProbe, NoiseScale, unavailable_reas
 from tokenmill.train.optimizer import build_optimizer, lr_at, set_lr
 from tokenmill.train.rank_times import RankClock, SlowRanks, rank_hosts, step_end_agreement
 from tokenmill.train.spike_kinds import SpikeHistory
+from tokenmill.train.multinode import agree_on_resume, check_shared_run_dir
 from tokenmill.train.stop_signals import NONE, StopRequests, TrainingInterrupted, TrainingPreempted, stop_now  # noqa: F401
 from tokenmill.train.time_budget import TimeBudget
 from tokenmill.train.watchdog import Watchdog, job_store, restart_attempt
@@ -541,6 +542,8 @@ def run_train(run: RunDir, resume: bool = False, on_eval: EvalHook | None = None
 
 def _run_train(run: RunDir, ctx: DistContext, resume: bool, on_eval: EvalHook | None, progress: bool) -> dict[str, Any]:
     cfg = run.config
+    check_shared_run_dir(run.path, ctx)  # several nodes: one run directory, or no start
+    resume = agree_on_resume(ctx, resume)  # a node started again joins ranks that resume
     tc = resolve_budget(cfg.train, world_size=ctx.dp_size)  # token-denominated knobs -> steps, once
     if tc.grad_accum < 1 or tc.max_steps < 1 or tc.micro_batch < 1 or tc.seq_len < 1:
         raise TrainError("train.grad_accum, max_steps, micro_batch and seq_len must all be >= 1")
