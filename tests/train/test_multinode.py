@@ -4,6 +4,7 @@ example, and the refusals of bad node options."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import socket
@@ -15,7 +16,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.adversarial.conftest import assert_clean_error, run_cli
+from tokenmill.train.multinode import MultinodeError, check_nodes, rdzv_id
+
+from tests.adversarial.conftest import assert_clean_error, assert_untouched, run_cli, tree_snapshot
 from tests.train.dist_helpers import REPO, env, events, make_run, series
 
 SBATCH = REPO / "examples" / "slurm" / "train.sbatch"
@@ -62,7 +65,8 @@ def test_two_nodes_one_killed_and_started_again_resume_with_the_undisturbed_loss
     gloo rank each). Node 1 dies (its whole process tree SIGKILLed) after the step-4 checkpoint;
     node 0's rank fails its collective, its agent restarts it into the rendezvous, node 1 is
     started again with the same command and rejoins: every logged loss equals the one-process run."""
-    run = make_run(tmp_path / "run", distributed="ddp", preempt_grace_s=5, faults={"slow": [0, 0.15]})
+    run = make_run(tmp_path / "run", distributed="ddp", preempt_grace_s=5, peak_tflops=1.0,
+                   faults={"slow": [0, 0.1]})
     port, logs = _free_port(), [tmp_path / "node0.log", tmp_path / "node1.log"]
     nodes = [_node(run.path, r, port, logs[r]) for r in (0, 1)]
     try:
@@ -81,3 +85,72 @@ def test_two_nodes_one_killed_and_started_again_resume_with_the_undisturbed_loss
     assert [e["step"] for e in events(run, "resumed")] == [4], text
     assert len(events(run, "train_step")) > 12  # step 5 ran twice
     assert series(run) == series(single) and series(run, "grad_norm") == series(single, "grad_norm")
+
+
+FAKE_SRUN = """#!/bin/bash
+# srun on a fake allocation: skips its own options, runs the task once per node at once, as Slurm does
+while [[ $1 == --* ]]; do shift; done
+for ((i = 0; i < SLURM_NNODES; i++)); do SLURM_NODEID=$i "$@" & done
+for ((i = 0; i < SLURM_NNODES; i++)); do wait -n || exit $?; done
+"""
+FAKE_SCONTROL = """#!/bin/bash
+[[ "$1 $2" == "show hostnames" ]] && printf 'node-a\\nnode-b\\n'
+"""
+
+
+def test_the_slurm_example_runs_one_agent_per_node_meeting_at_the_first_node(tmp_path):
+    """examples/slurm/train.sbatch on a fake 2-node allocation (srun and scontrol faked, the real
+    tokenmill with --print-launch): each node's torchrun line, as `tokenmill train` checks and builds it."""
+    assert subprocess.run(["bash", "-n", str(SBATCH)]).returncode == 0
+    run = make_run(tmp_path / "run")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
+        (fake / name).write_text(text)
+        (fake / name).chmod(0o755)
+    slurm = {"SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "node-[a-b]", "SLURM_GPUS_ON_NODE": "1",
+             "TOKENMILL": f"{sys.executable} -m tokenmill", "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    out = subprocess.run(["bash", str(SBATCH), str(run.path / "config.yaml"), "--run-dir", str(run.path), "--print-launch"],
+                         env={**env(), **slurm}, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = sorted((shlex.split(line) for line in out.stdout.splitlines() if "torch.distributed.run" in line),
+                   key=lambda argv: next(a for a in argv if a.startswith("--node-rank=")))
+    assert len(lines) == 2, out.stdout
+    ids = set()
+    for rank, argv in enumerate(lines):
+        assert argv[0] == "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"
+        opts = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in argv if a.startswith("--") and "=" in a}
+        assert opts["--nnodes"] == "2" and opts["--node-rank"] == str(rank) and opts["--nproc-per-node"] == "1"
+        assert opts["--rdzv-backend"] == "c10d" and opts["--rdzv-endpoint"] == "node-a:29500"
+        assert opts["--max-restarts"] == "3" and f"is_host={int(rank == 0)}" in opts["--rdzv-conf"]
+        ids.add(opts["--rdzv-id"])
+        assert argv[argv.index("--run-dir") + 1] == str(run.path.resolve())
+    assert len(ids) == 1 and ids != {rdzv_id(tmp_path / "another_run")}  # one job; another run another id
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--nnodes", "2", "--node-rank", "2", "--rdzv", "h:29500"], "--node-rank 2: must be in 0..1"),
+    (["--nnodes", "2", "--rdzv", "h:port"], "--rdzv 'h:port': expected HOST:PORT"),
+    (["--nnodes", "2", "--rdzv", "h:70000"], "--rdzv 'h:70000': expected HOST:PORT"),
+    (["--nnodes", "2"], "--nnodes 2 needs --rdzv HOST:PORT"),
+    (["--rdzv", "h:29500"], "--rdzv is for --nnodes > 1"),
+])
+def test_bad_node_options_are_one_line_before_anything_starts(args, says):
+    with pytest.raises(MultinodeError, match=re.escape(says)):
+        check_nodes(*_parse(args))
+
+
+def _parse(args: list[str]) -> tuple[int, int, str | None]:
+    opts = dict(zip(args[::2], args[1::2]))
+    return int(opts.get("--nnodes", 1)), int(opts.get("--node-rank", 0)), opts.get("--rdzv")
+
+
+def test_the_cli_refuses_a_node_rank_past_the_nodes_in_one_line_touching_nothing(tmp_path):
+    """Through the real CLI: refused before the config is read, the run directory made or torchrun started."""
+    workdir = tmp_path / "case"
+    workdir.mkdir()
+    before = tree_snapshot(workdir)
+    result = run_cli("train", workdir / "absent.yaml", "--run-dir", workdir / "run", "--nnodes", "2",
+                     "--node-rank", "2", "--rdzv", "node-a:29500", cwd=workdir)
+    assert_clean_error(result, "--node-rank 2", max_lines=1)
+    assert_untouched(before, tree_snapshot(workdir))
