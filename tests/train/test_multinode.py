@@ -154,3 +154,44 @@ def test_the_cli_refuses_a_node_rank_past_the_nodes_in_one_line_touching_nothing
                      "--node-rank", "2", "--rdzv", "node-a:29500", cwd=workdir)
     assert_clean_error(result, "--node-rank 2", max_lines=1)
     assert_untouched(before, tree_snapshot(workdir))
+
+
+def _shared_rank(rank: int, init: str, shared: str, own: str, out: str) -> None:
+    """One rank of a 2-node job (GROUP_WORLD_SIZE=2): the run directory is first one directory for
+    both ranks, then each rank's own (the same path on two machines without a shared filesystem)."""
+    import json
+
+    import torch.distributed as dist
+
+    from tokenmill.train.distributed import DistContext
+    from tokenmill.train.errors import TrainError
+    from tokenmill.train.multinode import check_shared_run_dir
+
+    os.environ["GROUP_WORLD_SIZE"] = "2"
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    ctx = DistContext(world_size=2, rank=rank)
+    check_shared_run_dir(Path(shared), ctx)  # passes
+    try:
+        check_shared_run_dir(Path(own) / str(rank), ctx)
+        said = ""
+    except TrainError as exc:
+        said = str(exc)
+    Path(out, f"{rank}.json").write_text(json.dumps(said))
+    dist.destroy_process_group()
+
+
+def test_a_run_directory_the_nodes_do_not_share_is_refused_by_every_rank(tmp_path):
+    import json
+
+    import torch.multiprocessing as mp
+
+    for r in (0, 1):
+        (tmp_path / "own" / str(r)).mkdir(parents=True)
+    args = (f"file://{tmp_path / 'store'}", str(tmp_path), str(tmp_path / "own"), str(tmp_path))
+    mp.start_processes(_shared_rank, args=args, nprocs=2, join=True, start_method="fork")
+    said = [json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1)]
+    for r in (0, 1):  # every rank refuses, naming the directory and the ranks that cannot see rank 0's marker
+        assert said[r].startswith(f"{tmp_path / 'own' / str(r)} is not shared by every node: "), said
+    assert said[0].split(": ", 1)[1] == said[1].split(": ", 1)[1]
+    assert f"rank 1 on {socket.gethostname()} cannot read" in said[0] and "rank 0 on" not in said[0]
+    assert not (tmp_path / "own" / "1" / ".shared_fs_check").exists()  # only rank 0 writes the marker
