@@ -484,7 +484,7 @@ def _launch_ranks(
     sizes = check_launch(run.config.model, run.config.train, nproc * nodes.nnodes)
     if nodes.print_only:
         env = [f"{k}={v}" for k, v in AGENT_ENV.items()] if endpoint else []
-        typer.echo(shlex.join(env + cmd))
+        typer.echo(shlex.join(env + cmd + (["--resume"] if resume else [])))
         return 0
     if nodes.nnodes > 1:
         if not run.is_fresh("tokenize"):  # N nodes running the data stages at once would race on one run dir

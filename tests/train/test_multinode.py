@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tokenmill.train.checkpoint import list_checkpoints
 from tokenmill.train.multinode import MultinodeError, check_nodes, rdzv_id
 
 from tests.adversarial.conftest import assert_clean_error, assert_untouched, run_cli, tree_snapshot
@@ -72,6 +73,7 @@ def test_two_nodes_one_killed_and_started_again_resume_with_the_undisturbed_loss
     try:
         _wait(lambda: any(e["step"] >= 5 for e in events(run, "train_step")), nodes, logs)
         _kill_machine(nodes[1])
+        newest = list_checkpoints(run.path / "checkpoints")[-1][0]  # step 4, or 8 on a slow machine
         nodes[1] = _node(run.path, 1, port, logs[1])  # the node comes back: same command
         for p in nodes:
             p.wait(timeout=90)
@@ -82,8 +84,8 @@ def test_two_nodes_one_killed_and_started_again_resume_with_the_undisturbed_loss
     text = "\n".join(f"--- {log.name}\n{log.read_text()[-4000:]}" for log in logs)
     assert [p.returncode for p in nodes] == [0, 0], text
     assert "on 2 nodes × 1 ranks" in logs[0].read_text()
-    assert [e["step"] for e in events(run, "resumed")] == [4], text
-    assert len(events(run, "train_step")) > 12  # step 5 ran twice
+    assert [e["step"] for e in events(run, "resumed")] == [newest] and newest < 12, text
+    assert len(events(run, "train_step")) > 12  # the steps after the checkpoint ran twice
     assert series(run) == series(single) and series(run, "grad_norm") == series(single, "grad_norm")
 
 
@@ -165,7 +167,8 @@ def _shared_rank(rank: int, init: str, shared: str, own: str, out: str) -> None:
 
     from tokenmill.train.distributed import DistContext
     from tokenmill.train.errors import TrainError
-    from tokenmill.train.multinode import check_shared_run_dir
+    from tokenmill.train.checkpoint import list_checkpoints
+from tokenmill.train.multinode import check_shared_run_dir
 
     os.environ["GROUP_WORLD_SIZE"] = "2"
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
