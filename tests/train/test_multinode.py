@@ -167,8 +167,7 @@ def _shared_rank(rank: int, init: str, shared: str, own: str, out: str) -> None:
 
     from tokenmill.train.distributed import DistContext
     from tokenmill.train.errors import TrainError
-    from tokenmill.train.checkpoint import list_checkpoints
-from tokenmill.train.multinode import check_shared_run_dir
+    from tokenmill.train.multinode import check_shared_run_dir
 
     os.environ["GROUP_WORLD_SIZE"] = "2"
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
