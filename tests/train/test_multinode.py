@@ -85,6 +85,8 @@ def test_two_nodes_one_killed_and_started_again_resume_with_the_undisturbed_loss
     assert [p.returncode for p in nodes] == [0, 0], text
     assert "on 2 nodes × 1 ranks" in logs[0].read_text()
     assert [e["step"] for e in events(run, "resumed")] == [newest] and newest < 12, text
+    (restart,) = events(run, "restart")  # whichever node holds rank 0 now: the job's count, not its agent's
+    assert restart["by"] == "torchrun" and restart["attempt"] == 1 and restart["resume_step"] == newest
     assert len(events(run, "train_step")) > 12  # the steps after the checkpoint ran twice
     assert series(run) == series(single) and series(run, "grad_norm") == series(single, "grad_norm")
 

@@ -104,6 +104,19 @@ def agree_on_resume(ctx: Any, resume: bool) -> bool:
     return ctx.any(resume) if ctx.distributed else resume
 
 
+def job_attempt(ctx: Any, attempt: int) -> int:
+    """The job's restart count: the highest of its ranks' (torchrun counts per agent, and a node
+    started again counts from 0 while its peers' agents count their restarts)."""
+    if not ctx.distributed or node_count() <= 1:
+        return attempt
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([attempt], dtype=torch.int64, device=ctx.device if ctx.device.type == "cuda" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
 def check_shared_run_dir(run_path: Path, ctx: Any) -> None:
     """Refuse (on every rank, in one line) a multi-node job whose run directory is not one shared
     directory: rank 0 writes a fresh token to it, every rank must read it back. Without this,
