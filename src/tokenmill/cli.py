@@ -509,6 +509,13 @@ def _launch_ranks(
             return PREEMPTED_EXIT
         if ends and ends[-1] == "interrupted":
             return 130
+    if endpoint is not None and done.returncode != 0 and not done.interrupted:
+        _say(
+            f"node {nodes.node_rank}: training ended (torchrun exit code {done.returncode})",
+            "red",
+            f"a RendezvousTimeoutError above means not all {nodes.nnodes} nodes joined {nodes.rdzv} within "
+            f"--rdzv-timeout {nodes.rdzv_timeout}; start the missing node(s) with the same command (add --resume to go on)",
+        )
     return shell_exit_code(done.returncode)
 
 
