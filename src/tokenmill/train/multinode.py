@@ -9,12 +9,13 @@ collectives fail (the peer's sockets close), their agents count a failure and, w
 --restarts allows, go back to the rendezvous and wait (up to --rdzv-timeout) for the missing node.
 Started again with the same command, it joins the next round, and every rank resumes from the
 newest checkpoint: a rank that asked for no resume follows the others (`agree_on_resume`), and a
-job whose ranks all start fresh still refuses a run that holds checkpoints. The node hosting the
-rendezvous (rank 0) cannot be lost this way: without its store the job ends, and is started again
-with the same commands (it resumes from the checkpoint).
+job whose ranks all start fresh still refuses a run that holds checkpoints. torchrun counts
+restarts per agent (the node started again counts from 0): `job_attempt` takes the highest. The
+node hosting the rendezvous (node rank 0) cannot be lost this way: without its store the job ends,
+and is started again with the same commands plus --resume.
 
 torch shares the rendezvous store with the ranks by default, and caches its address on the
-surviving agent: a node that joins a later round waits forever for an address nobody publishes.
+surviving agent: a node that joins a later round waits, until it times out, for an address nobody publishes.
 The agents here run with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, so every round's rank 0 publishes a
 fresh store. Checkpoints, events and the token store live in the run directory, which every node
 must see (a shared filesystem): `check_shared_run_dir` refuses to start otherwise.
