@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -326,7 +327,21 @@ def train(
         min=1,
         help="Train on K processes of this machine (torchrun "
         "--standalone) laid out as train.parallel (dp × tp × pp = K), checked against "
-        "the model before any process starts; the data stages run first, here.",
+        "the model before any process starts; the data stages run first, here. With --nnodes: "
+        "processes per node.",
+    ),
+    nnodes: int = typer.Option(
+        1, "--nnodes", min=1, help="Train on N machines, each running this command (torchrun, elastic c10d rendezvous)."
+    ),
+    node_rank: int = typer.Option(0, "--node-rank", min=0, help="This machine's index, 0..N-1; node 0 hosts the rendezvous."),
+    rdzv: Optional[str] = typer.Option(
+        None, "--rdzv", help="HOST:PORT where the nodes meet: node 0's address and a free port (needed with --nnodes > 1)."
+    ),
+    rdzv_timeout: int = typer.Option(
+        600, "--rdzv-timeout", min=1, help="Seconds the nodes wait for each other to (re)join the rendezvous."
+    ),
+    print_launch: bool = typer.Option(
+        False, "--print-launch", help="Check the options, print the torchrun command line this node would run, exit."
     ),
 ) -> None:
     """Train the model on the token store: AdamW, warmup + cosine, clipping, atomic checkpoints.
@@ -345,8 +360,9 @@ def train(
     from tokenmill.train.watchdog import restart_attempt
 
     resume = resume or restart_attempt() > 0  # a rank of a group torchrun restarted goes on from the checkpoint
-    if nproc > 1:
-        rc = _guard(lambda: _launch_ranks(config, list(set_ or []), run_dir, nproc, resume, restarts))
+    if nproc > 1 or nnodes > 1 or print_launch:
+        nodes = _Nodes(nnodes, node_rank, rdzv, rdzv_timeout, print_launch)
+        rc = _guard(lambda: _launch_ranks(config, list(set_ or []), run_dir, nproc, resume, restarts, nodes))
         if rc != 0:
             raise typer.Exit(rc)
         return
@@ -394,49 +410,92 @@ def _train_here(config: Path, overrides: list[str] | None, run_dir: Optional[Pat
         raise typer.Exit(CRASH_EXIT)
 
 
+@dataclass(frozen=True)
+class _Nodes:
+    """`tokenmill train`'s multi-node options (one node: nnodes 1, no rendezvous)."""
+
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv: Optional[str] = None
+    rdzv_timeout: int = 600
+    print_only: bool = False
+
+
+def _torchrun_command(
+    config: Path,
+    overrides: list[str],
+    run_path: Path,
+    nproc: int,
+    restarts: int,
+    grace: int,
+    nodes: _Nodes,
+    endpoint: Optional[tuple[str, int]],
+) -> list[str]:
+    """The torchrun command line of this node: --standalone for one node, else an elastic c10d
+    rendezvous at `endpoint` (--rdzv)."""
+    from tokenmill.train.multinode import torchrun_node_args
+
+    where = (
+        ["--standalone"]
+        if endpoint is None
+        else torchrun_node_args(nodes.nnodes, nodes.node_rank, endpoint, run_path, nodes.rdzv_timeout)
+    )
+    cmd = [sys.executable, "-m", "torch.distributed.run", *where, f"--nproc-per-node={nproc}"]
+    cmd += [f"--max-restarts={restarts}", f"--shutdown-timeout={grace}", "-m", "tokenmill", "train", str(config)]
+    cmd += ["--run-dir", str(run_path)]
+    for o in overrides:
+        cmd += ["--set", o]
+    return cmd
+
+
 def _launch_ranks(
-    config: Path, overrides: list[str], run_dir: Optional[Path], nproc: int, resume: bool, restarts: int = 0
+    config: Path,
+    overrides: list[str],
+    run_dir: Optional[Path],
+    nproc: int,
+    resume: bool,
+    restarts: int = 0,
+    nodes: _Nodes = _Nodes(),
 ) -> int:
-    """`tokenmill train --nproc K`: refuse a layout that cannot work, finish the data stages in this
-    process, then run K ranks under torchrun (which restarts the group up to `restarts` times
-    after a rank fails); returns the exit code for the shell.
+    """`tokenmill train --nproc K [--nnodes N ...]`: refuse a layout or node options that cannot
+    work, finish the data stages in this process (one node; several nodes need them finished),
+    then run K ranks under torchrun (which restarts the group up to `restarts` times after a rank
+    fails); returns the exit code for the shell.
 
     torchrun runs as a child in its own process group: a SIGINT or SIGTERM reaching this process
     is passed on to it once (it passes it to the ranks, which stop together at a step end with a
     checkpoint), and its --shutdown-timeout is train.preempt_grace_s, the time the ranks get
     before SIGKILL."""
+    import os
+    import shlex
     import signal
-    import sys
 
     from tokenmill.pipeline import run_pipeline
     from tokenmill.runs import read_events
     from tokenmill.train.layout import check_launch
+    from tokenmill.train.multinode import AGENT_ENV, MultinodeError, check_nodes
     from tokenmill.train.stop_signals import PREEMPTED_EXIT
     from tokenmill.train.supervisor import shell_exit_code, supervise
 
+    endpoint = check_nodes(nodes.nnodes, nodes.node_rank, nodes.rdzv)  # before anything is touched
     run = _open(config, overrides, run_dir)  # a layout that does not fit the model is a config error
-    sizes = check_launch(run.config.model, run.config.train, nproc)
-    if not run.is_fresh("tokenize"):  # torchrun ranks only train, on finished data
-        run_pipeline(run, stages=("curate", "tokenizer", "tokenize"))
-    _say("▶ train", "bold", f"on {nproc} ranks: {sizes.describe()}", sep=" ")
     grace = max(1, math.ceil(run.config.train.preempt_grace_s))
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={nproc}",
-        f"--max-restarts={restarts}",
-        f"--shutdown-timeout={grace}",
-        "-m",
-        "tokenmill",
-        "train",
-        str(config),
-        "--run-dir",
-        str(run.path.resolve()),
-    ]
-    for o in overrides:
-        cmd += ["--set", o]
+    cmd = _torchrun_command(config, overrides, run.path.resolve(), nproc, restarts, grace, nodes, endpoint)
+    sizes = check_launch(run.config.model, run.config.train, nproc * nodes.nnodes)
+    if nodes.print_only:
+        env = [f"{k}={v}" for k, v in AGENT_ENV.items()] if endpoint else []
+        typer.echo(shlex.join(env + cmd + (["--resume"] if resume else [])))
+        return 0
+    if nodes.nnodes > 1:
+        if not run.is_fresh("tokenize"):  # N nodes running the data stages at once would race on one run dir
+            raise MultinodeError(
+                f"--nnodes {nodes.nnodes} trains on finished data: run `tokenmill tokenize {config}` once (one node) first"
+            )
+        os.environ.update(AGENT_ENV)
+    elif not run.is_fresh("tokenize"):  # torchrun ranks only train, on finished data
+        run_pipeline(run, stages=("curate", "tokenizer", "tokenize"))
+    where = f"{nodes.nnodes} nodes × {nproc}" if nodes.nnodes > 1 else f"{nproc}"
+    _say("▶ train", "bold", f"on {where} ranks: {sizes.describe()}", sep=" ")
     # restarts are torchrun's (one agent for the job); should this process die, torchrun gets SIGTERM
     # and stops its ranks the preemption way (checkpoint, exit) instead of leaving them orphaned
     done = supervise(cmd, run.path, restarts=0, resume=resume, death_signal=signal.SIGTERM)
@@ -450,6 +509,13 @@ def _launch_ranks(
             return PREEMPTED_EXIT
         if ends and ends[-1] == "interrupted":
             return 130
+    if endpoint is not None and done.returncode != 0 and not done.interrupted:
+        _say(
+            f"node {nodes.node_rank}: training ended (torchrun exit code {done.returncode})",
+            "red",
+            f"a RendezvousTimeoutError above means not all {nodes.nnodes} nodes joined {nodes.rdzv} within "
+            f"--rdzv-timeout {nodes.rdzv_timeout}; start the missing node(s) with the same command (add --resume to go on)",
+        )
     return shell_exit_code(done.returncode)
 
 

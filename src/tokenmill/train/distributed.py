@@ -241,7 +241,9 @@ def init_distributed(tc: Any) -> DistContext:
     if owns:
         backend = "nccl" if device.type == "cuda" else "gloo"
         kwargs: dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
-        if _restart_attempt() > 0:
+        if _restart_attempt() > 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True):
+            # a shared agent store outlives restarts (one node); a multi-node job's agents make a
+            # fresh store every round, and their restart counts differ (a node started again is at 0)
             kwargs.update(store=_fresh_store(world, rank), rank=rank, world_size=world)
         dist.init_process_group(backend=backend, timeout=TIMEOUT, **kwargs)
     mesh = None

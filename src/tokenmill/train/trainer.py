@@ -106,6 +106,7 @@ from tokenmill.train.noise_scale import NoiseProbe, NoiseScale, unavailable_reas
 from tokenmill.train.optimizer import build_optimizer, lr_at, set_lr
 from tokenmill.train.rank_times import RankClock, SlowRanks, rank_hosts, step_end_agreement
 from tokenmill.train.spike_kinds import SpikeHistory
+from tokenmill.train.multinode import agree_on_resume, check_shared_run_dir, job_attempt
 from tokenmill.train.stop_signals import NONE, StopRequests, TrainingInterrupted, TrainingPreempted, stop_now  # noqa: F401
 from tokenmill.train.time_budget import TimeBudget
 from tokenmill.train.watchdog import Watchdog, job_store, restart_attempt
@@ -575,6 +576,8 @@ def run_train(run: RunDir, resume: bool = False, on_eval: EvalHook | None = None
 
 def _run_train(run: RunDir, ctx: DistContext, resume: bool, on_eval: EvalHook | None, progress: bool) -> dict[str, Any]:
     cfg = run.config
+    check_shared_run_dir(run.path, ctx)  # several nodes: one run directory, or no start
+    resume = agree_on_resume(ctx, resume)  # a node started again joins ranks that resume
     tc = resolve_budget(cfg.train, world_size=ctx.dp_size)  # token-denominated knobs -> steps, once
     if tc.grad_accum < 1 or tc.max_steps < 1 or tc.micro_batch < 1 or tc.seq_len < 1:
         raise TrainError("train.grad_accum, max_steps, micro_batch and seq_len must all be >= 1")
@@ -794,11 +797,12 @@ class _TrainLoop:
     def announce(self) -> None:
         """A torchrun restart, then train_start: what runs, on what, from where."""
         tc, ctx, start_step = self.tc, self.ctx, self.state.step
-        if restart_attempt() > 0:  # torchrun --max-restarts started this group again after a rank failed
+        attempt = job_attempt(ctx, restart_attempt())  # the highest of every node's agent's count
+        if attempt > 0:  # torchrun --max-restarts started this group again after a rank failed
             self.events.write(
                 STAGE,
                 "restart",
-                attempt=restart_attempt(),
+                attempt=attempt,
                 by="torchrun",
                 restarts=int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0),
                 resume_from=self.resumed_from,
