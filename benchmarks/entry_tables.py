@@ -1015,3 +1015,43 @@ def toxicity_slices(r: dict[str, Any]) -> list[str]:
                  for z in (x, y)]
         lines.append(f"| {name[6:]} | {x['clean']} / {x['toxic']} | {cells[0]} | {cells[1]} |")
     return lines
+
+
+def pii_names(r: dict[str, Any]) -> list[str]:
+    """bench_pii_names.py: recall of person names and addresses per annotated set, each marked by
+    whether the detector's rules were written before the set was first scored (held out) or after
+    (seen), then the words lost on texts without names."""
+    res = r["result"]
+    h, f, f2 = res["heldout"]["recall"], res["fresh_heldout"]["recall"], res["fresh2_heldout"]["recall"]
+    rows = [
+        ("trailer, header and copyright lines of changelogs, copyright files and mail (names derived from the format)",
+         "held out", h["kind=name|origin=structural"]),
+        ("running text of changelogs and mail, read by hand", "seen: its misses shaped the credit rules", h["kind=name|origin=hand"]),
+        ("running text of Python 3.4–3.10 release notes, read by hand", "held out", f["kind=name|bucket=release_notes"]),
+        ("running text of kernel docs and Debian history, read by hand", "seen: its misses shaped the list rules",
+         f["kind=name|bucket=documentation"]),
+        ("running text of Perl module docs and man pages, read by hand", "held out, scored once", f2["kind=name|origin=hand"]),
+        ("postal addresses in changelogs and copyright files, read by hand", "held out", h["kind=address"]),
+    ]
+    lines = ["| gold spans | status | recalled / gold | recall |", "|---|---|---|---|"]
+    lines += [f"| {label} | {status} | {x['recalled']} / {x['gold']} | {x['recall']:.3f} |" for label, status, x in rows]
+    a = res["heldout"]["over_removal_no_name_texts"]["any"]
+    c = res["cost"]["real_files_400"]
+    lines += ["", "| texts without names (code, dictionary, man pages) | words | words masked | share |", "|---|---|---|---|",
+              f"| name or address | {a['words']:,} | {a['over_removed_words']} | {100 * a['word_share']:.2f}% |",
+              "", f"| PII step on {c['docs']} real files ({c['mean_chars']:,} characters on average) | µs per document |", "|---|---|",
+              f"| the six pattern kinds | {c['us_per_doc_pattern_kinds']:,.0f} |",
+              f"| with names and addresses | {c['us_per_doc_with_name_address']:,.0f} ({c['ratio']:.2f}×) |"]
+    return lines
+
+
+def gate_costs(r: dict[str, Any]) -> list[str]:
+    """bench_gate_costs.py: µs per document of each gate on the same real documents, median of
+    interleaved rounds, with the driver-side training time of the two classifier gates."""
+    g, docs = r["gates"], r["documents"]
+    lines = [f"| gate ({docs['count']} documents, {docs['mb']} MB) | µs per document | MB/s | trained once in the driver |",
+             "|---|---|---|---|"]
+    for name, x in g.items():
+        prep = f"{x['prepare_seconds']:.1f} s" if x["prepare_seconds"] >= 0.05 else "—"
+        lines.append(f"| {name} | {x['us_per_doc']:,.1f} | {x['mb_per_s']:,.1f} | {prep} |")
+    return lines

@@ -104,6 +104,8 @@ SECTIONS = (
     _table("perplexity_gate", ("perplexity_gate.json",), entry_tables.perplexity_gate),
     _table("kind_detect", ("kind_detect.json",), entry_tables.kind_detect),
     _table("classify_topic", ("classify_topic.json",), entry_tables.classify_topic),
+    _table("pii_names", ("pii_names.json",), entry_tables.pii_names),
+    _table("gate_costs", ("gate_costs.json",), entry_tables.gate_costs),
     _table("context_extension_positions", ("context_extension_h100.json",), entry_tables.context_extension_positions),
     _table("context_extension_passkey", ("context_extension_h100.json",), entry_tables.context_extension_passkey),
     _table("curate_vs_datatrove", ("curate_vs_datatrove.json",), entry_tables.curate_vs_datatrove),
