@@ -318,3 +318,16 @@ def test_a_number_changed_in_a_results_file_fails_its_claim():
 def test_there_are_enough_claims_and_each_names_a_results_file():
     assert len(CLAIMS) >= 20 and len({c.name for c in CLAIMS}) == len(CLAIMS)
     assert all((RESULTS / c.source).is_file() for c in CLAIMS)
+
+
+def test_the_gate_cost_readings_hold_for_their_results() -> None:
+    """BENCHMARKS "What each curation gate costs": the reading's orderings and its quiet-machine
+    statement, checked against gate_costs.json (they are words, not numbers the claims can fill)."""
+    d = load("gate_costs.json")
+    cost = {name: g["us_per_doc"] for name, g in d["gates"].items()}
+    assert max(cost, key=cost.__getitem__) == "classify"  # "the classify gate is the dearest per document"
+    assert cost["license"] < 0.01 * min(v for k, v in cost.items() if k != "license")  # "costs nothing next to ..."
+    assert cost["pii: default"] > 2 * cost["pii: six patterns"]  # "names and addresses are most of the PII step's cost"
+    assert d["load"]["others_cpu_share"]["mean"] < 0.01  # "other processes used under 1% of the two cores"
+    text = (ROOT / "BENCHMARKS.md").read_text()
+    assert "Other processes used under 1% of the two\ncores while it ran" in text
