@@ -325,7 +325,8 @@ def test_the_gate_cost_readings_hold_for_their_results() -> None:
     statement, checked against gate_costs.json (they are words, not numbers the claims can fill)."""
     d = load("gate_costs.json")
     cost = {name: g["us_per_doc"] for name, g in d["gates"].items()}
-    assert max(cost, key=cost.__getitem__) == "classify"  # "the classify gate is the dearest per document"
+    ranked = sorted(cost, key=cost.__getitem__, reverse=True)
+    assert ranked[:2] == ["pii: default", "classify"]  # "PII ... is the dearest gate ...; the classify gate comes next"
     assert cost["license"] < 0.01 * min(v for k, v in cost.items() if k != "license")  # "costs nothing next to ..."
     assert cost["pii: default"] > 2 * cost["pii: six patterns"]  # "names and addresses are most of the PII step's cost"
     assert d["load"]["others_cpu_share"]["mean"] < 0.01  # "other processes used under 1% of the two cores"
