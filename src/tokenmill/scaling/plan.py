@@ -18,7 +18,11 @@ Every figure is a pure function of the inputs, and every assumption is returned 
   those that fit the device memory (scaling/parallel.py) and pick the fastest by a simple
   step-time model: compute / (1 - bubble) plus the communication of each axis at its link's
   bandwidth; TP and PP traffic on the critical path, DP traffic hidden under compute up to the
-  backward's share (ZeRO-0/1/2) or all of it (ZeRO-3's prefetched gathers).
+  backward's share (ZeRO-0/1/2) or all of it (ZeRO-3's prefetched gathers). Only layouts that
+  tokenmill's trainer runs are searched: each candidate goes through the trainer's own checks
+  (scaling/plan_train.py, which argues where the planner gave way) and is printed as the train
+  settings that run it; the trainer's memory per rank (scaling/rank_memory.py) is shown beside
+  this planner's Megatron-style figure.
 """
 
 from __future__ import annotations
