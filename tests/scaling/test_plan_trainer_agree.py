@@ -120,6 +120,22 @@ def test_a_fixed_layout_the_trainer_refuses_says_so_and_a_chosen_one_prints_its_
     lay = seed.layout["layout"]
     lines = seed.layout["train_config"]
     assert f"train.parallel.zero: {lay['zero']}" in lines and f"train.parallel.dp: {lay['dp']}" in lines
-    assert seed.layout["train_command"].startswith("tokenmill train CONFIG --nproc 512 --set train.parallel.dp=")
+    assert seed.layout["train_command"].startswith("torchrun --nnodes 64 --nproc-per-node 8 ")
+    assert "-m tokenmill train CONFIG --set train.parallel.dp=" in seed.layout["train_command"]
+    small = make_plan(cfg, 1e12, 8, H100, layout={"tp": 8, "pp": 1, "dp": 1})
+    assert small.layout is not None and small.layout["train_command"].startswith("tokenmill train CONFIG --nproc 8 --set")
     # the trainer's own memory model is shown beside the planner's, with the layout's ZeRO stage
     assert seed.trainer_memory is not None and seed.trainer_memory["zero"] == (lay["zero"] if lay["dp"] > 1 else 0)
+
+
+def test_the_printed_plan_shows_the_settings_to_paste():
+    from typer.testing import CliRunner
+
+    from tokenmill.cli import app
+
+    result = CliRunner().invoke(app, ["plan", "--params", "7e9", "--tokens", "1e12", "--devices", "512", "--device", "h100"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "DP 512, ZeRO-2" in text and "train.parallel.zero: 2" in text and "train.distributed: fsdp" in text
+    assert "--set train.parallel.zero=2" in text and "tokenmill trainer per rank" in text
+    assert "does not run dp × pp" not in text

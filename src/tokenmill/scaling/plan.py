@@ -37,6 +37,7 @@ from tokenmill.model.transformer import resolve_ffn_hidden
 from tokenmill.scaling.devices import GB, DeviceSpec
 from tokenmill.scaling.flops import flops_per_token, param_count
 from tokenmill.scaling.parallel import BF16, DeviceMemory, Layout, bubble_fraction, device_memory
+from tokenmill.scaling.plan_train import train_command
 
 TOKENS_PER_PARAM = 20.0  # Chinchilla's compute-optimal ratio D/N
 INFERENCE_FLOPS_PER_PARAM = 2.0  # one forward pass per served token
@@ -244,14 +245,13 @@ class LayoutChoice:
     refused: tuple[str, ...] = ()  # why `tokenmill train` would refuse this layout (scaling/plan_train.py); () it runs it
 
     def as_dict(self) -> dict[str, Any]:
-        from tokenmill.scaling.plan_train import config_lines, train_command
+        from tokenmill.scaling.plan_train import config_lines
 
         return {
             "layout": self.layout.model_dump(),
             "memory_bytes": self.memory.as_dict(),
             "step_seconds": {**self.time.__dict__, "total": self.time.total},
             "train_config": config_lines(self.layout),
-            "train_command": train_command(self.layout),
             "trainer_refuses": list(self.refused),
         }
 
@@ -468,7 +468,9 @@ def make_plan(
         device_hours=hours,
         cost_usd=hours * device.price_per_hour,
         chinchilla=chinchilla,
-        layout=None if choice is None else choice.as_dict(),
+        layout=None
+        if choice is None
+        else {**choice.as_dict(), "train_command": train_command(choice.layout, device.devices_per_node)},
         layout_reasons=reasons,
         no_fit=no_fit,
         inference_aware=aware,

@@ -205,7 +205,7 @@ def render_plan(plan: Plan) -> list[Any]:
         _kv("layout", layout_rows(plan)),
         *batch,
         *roof,
-        "[bold]to train it[/] (these train settings; `tokenmill train` accepts every layout plan prints)",
+        "[bold]to train it[/] (this layout as train settings: paste them into the run's config, or launch with)",
         *(f"  {line}" for line in plan.layout.get("train_config", [])),
         f"  [dim]{plan.layout.get('train_command', '')}[/]",
         *(f"  [bold red]tokenmill's trainer refuses it: {why}[/]" for why in plan.layout.get("trainer_refuses", [])),

@@ -71,9 +71,17 @@ def set_overrides(layout: Layout) -> list[str]:
     return [f"{k}={_yaml(v)}" for k, v in layout_settings(layout).items()]
 
 
-def train_command(layout: Layout) -> str:
-    """The command line that launches `layout` on one node's worth of ranks (torchrun for more)."""
-    return f"tokenmill train CONFIG --nproc {layout.devices} " + " ".join(f"--set {o}" for o in set_overrides(layout))
+def train_command(layout: Layout, devices_per_node: int) -> str:
+    """The command line that launches `layout`: `tokenmill train --nproc` on one node, torchrun's
+    multi-node form (one agent per node, c10d rendezvous) across nodes."""
+    sets = " ".join(f"--set {o}" for o in set_overrides(layout))
+    if layout.devices <= devices_per_node:
+        return f"tokenmill train CONFIG --nproc {layout.devices} {sets}"
+    nodes = -(-layout.devices // devices_per_node)
+    return (
+        f"torchrun --nnodes {nodes} --nproc-per-node {devices_per_node} --rdzv-backend c10d --rdzv-endpoint HOST:PORT "
+        f"-m tokenmill train CONFIG {sets}  (on every node, after the data stages)"
+    )
 
 
 def trainer_problems(cfg: ModelConfig, layout: Layout, train: Any = None, phase_lengths: Sequence[int] = ()) -> list[str]:
