@@ -1,10 +1,13 @@
-"""Peak memory per rank of real tensor- and pipeline-parallel training steps against the planner's
-estimate (`scaling/rank_memory.py`), layout by layout, side by side.
+"""Peak memory per rank of real data-, tensor-, pipeline- and context-parallel training steps (ZeRO
+0-3, sequence parallelism) against the planner's estimate (`scaling/rank_memory.py`), layout by
+layout, side by side.
 
 Each layout is a torchrun job of real processes (gloo on CPU) building what the trainer builds:
 the model with the run's seed, pruned to the rank's pipeline stage (`build_pipeline`), sharded
-with the tensor-parallel plans and FSDP2 over dp (`wrap_model`), AdamW, the loader over the demo's
-token store; then three steps of the trainer's own `compute_update` + `optimizer.step()`. Step 3
+with the tensor-parallel plans (sequence parallel or not) and the data axis as train.parallel.zero
+says (`wrap_model`; FSDP2 inside the stages, `shard_over_dp`; ZeRO-1's optimizer partition),
+AdamW, the loader over the demo's token store; then three steps of the trainer's own
+`compute_update` + `optimizer.step()` (+ ZeRO-1's broadcast of each owner's parameters). Step 3
 runs under torch.profiler(profile_memory=True) on every rank: the peak of the live bytes the step
 allocated (the profiler's running total), plus what the rank held before it (its parameter shards,
 buffers and AdamW state, tensor by tensor) is the rank's measured peak, the CPU analogue of CUDA's
@@ -33,21 +36,26 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SAME_SHAPE = ["mixture.phases=[]"]
-# (name, ranks, dp, tp, pp, grad_accum, schedule)
+# (name, ranks, dp, tp, pp, grad_accum, schedule, zero, cp, sequence_parallel); zero None: one dp rank,
+# nothing to shard (or the trainer's default, 3, around tensor parallelism)
 LAYOUTS = [
-    ("one process", 1, 1, 1, 1, 2, "1f1b"),
-    ("tp=2", 2, 1, 2, 1, 2, "1f1b"),
-    ("pp=2, 1F1B, m=2", 2, 1, 1, 2, 2, "1f1b"),
-    ("pp=2, 1F1B, m=4", 2, 1, 1, 2, 4, "1f1b"),
-    ("pp=2, GPipe, m=4", 2, 1, 1, 2, 4, "gpipe"),
-    ("dp=2 × tp=2 (FSDP2 + TP)", 4, 2, 2, 1, 2, "1f1b"),
-    ("tp=2 × pp=2", 4, 1, 2, 2, 2, "1f1b"),
-    ("dp=2 × pp=2 (replicated stages)", 4, 2, 1, 2, 2, "1f1b"),
+    ("one process", 1, 1, 1, 1, 2, "1f1b", None, 1, True),
+    ("tp=2 + SP", 2, 1, 2, 1, 2, "1f1b", None, 1, True),
+    ("tp=2, no SP", 2, 1, 2, 1, 2, "1f1b", None, 1, False),
+    ("pp=2, 1F1B, m=2", 2, 1, 1, 2, 2, "1f1b", None, 1, True),
+    ("pp=2, 1F1B, m=4", 2, 1, 1, 2, 4, "1f1b", None, 1, True),
+    ("pp=2, GPipe, m=4", 2, 1, 1, 2, 4, "gpipe", None, 1, True),
+    ("dp=2, ZeRO-1 (DDP + owned optimizer state)", 2, 2, 1, 1, 2, "1f1b", 1, 1, True),
+    ("dp=2, ZeRO-2 (FSDP2, no reshard)", 2, 2, 1, 1, 2, "1f1b", 2, 1, True),
+    ("cp=2", 2, 1, 1, 1, 2, "1f1b", None, 2, True),
+    ("dp=2 × tp=2 (FSDP2 + TP + SP)", 4, 2, 2, 1, 2, "1f1b", 3, 1, True),
+    ("tp=2 × pp=2", 4, 1, 2, 2, 2, "1f1b", None, 1, True),
+    ("dp=2 × pp=2 (replicated stages)", 4, 2, 1, 2, 2, "1f1b", 0, 1, True),
+    ("dp=2 × pp=2, ZeRO-3 inside the stages", 4, 2, 1, 2, 2, "1f1b", 3, 1, True),
 ]
 
 
-def worker(run: Path, out: Path, dtype_name: str, dp: int, tp: int, pp: int, accum: int, schedule: str,
-           overrides: list[str]) -> None:
+def worker(run: Path, out: Path, dtype_name: str, layout: list[Any], overrides: list[str]) -> None:
     """One rank: build like the trainer, three steps, measure step 3, write rank_<r>.json."""
     from tokenmill.config import load_config
     from tokenmill.mixture.loader import Loader
@@ -60,11 +68,17 @@ def worker(run: Path, out: Path, dtype_name: str, dp: int, tp: int, pp: int, acc
     from tokenmill.train.optimizer import build_optimizer
     from tokenmill.train.pipeline_parallel import build_pipeline
     from tokenmill.train.trainer import compute_update, resolve_model_config
+    from tokenmill.train.zero import broadcast_updates, partition_optimizer
 
+    _, _, dp, tp, pp, accum, schedule, zero, cp, seq = layout
     torch.set_num_threads(1)
+    # zero 0/1 run over DDP (train.distributed=fsdp with them is a contradiction the config refuses)
+    mode = "ddp" if zero is not None and zero <= 1 else "fsdp"
     cfg = load_config(run / "config.yaml", [*SAME_SHAPE, f"train.dtype={dtype_name}", f"train.grad_accum={accum}",
-                                            f"train.parallel.tp={tp}", f"train.parallel.pp={pp}",
-                                            f"train.parallel.pp_schedule={schedule}", "train.distributed=fsdp",
+                                            f"train.parallel.tp={tp}", f"train.parallel.pp={pp}", f"train.parallel.cp={cp}",
+                                            f"train.parallel.pp_schedule={schedule}", f"train.distributed={mode}",
+                                            f"train.parallel.sequence_parallel={str(seq).lower()}",
+                                            *([f"train.parallel.zero={zero}"] if zero is not None else []),
                                             "train.device=cpu", *overrides])
     ctx = init_distributed(cfg.train)
     tc = resolve_budget(cfg.train, world_size=ctx.dp_size)
@@ -77,13 +91,18 @@ def worker(run: Path, out: Path, dtype_name: str, dp: int, tp: int, pp: int, acc
     if ctx.sizes is not None and ctx.sizes.pp > 1:
         pipeline = build_pipeline(model, ctx.mesh, ctx.sizes, ctx.rank, schedule, device, dtype)
     train_model = wrap_model(model, ctx, tc)
+    if pipeline is not None and ctx.zero >= 2:
+        pipeline.shard_over_dp(ctx.mesh["dp"], ctx.zero)  # FSDP2 inside the stage, as the trainer does
     opt = build_optimizer(model, tc, device)
+    if ctx.zero == 1:  # ZeRO-1: this rank keeps the optimizer state of the parameters it owns
+        partition_optimizer(opt, model, ctx.dp_group, ctx.dp_rank, ctx.dp_size)
     loader = Loader(store, cfg.mixture, tc.seq_len, tc.micro_batch, tc.grad_accum, 10, cfg.train_seed,
                     world_size=ctx.dp_size, rank=ctx.dp_rank)
 
     def step(s: int) -> None:
         compute_update(train_model, opt, loader, s, tc, device, dtype, None, {}, ctx=ctx, pipeline=pipeline)
         opt.step()
+        broadcast_updates(opt)
         opt.zero_grad(set_to_none=True)
 
     def local(t: torch.Tensor) -> torch.Tensor:
@@ -97,9 +116,9 @@ def worker(run: Path, out: Path, dtype_name: str, dp: int, tp: int, pp: int, acc
     step(2)
     before = held()
     delta, _ = profiled_peak_bytes(lambda: step(3))
-    stage = ctx.sizes.coords(ctx.rank)[0] if ctx.sizes is not None else 0
-    est = estimate_rank_memory(mcfg, tc, dtype, dp=dp if (tp > 1 or pp > 1) else 1, tp=tp, pp=pp, stage=stage,
-                               doc_masking=cfg.mixture.doc_masking, schedule=schedule)
+    stage = ctx.sizes.coords(ctx.rank)[0] if ctx.sizes is not None and pp > 1 else 0  # cp ranks: one stage
+    est = estimate_rank_memory(mcfg, tc, dtype, dp=dp, tp=tp, pp=pp, stage=stage, doc_masking=cfg.mixture.doc_masking,
+                               schedule=schedule, cp=cp, zero=ctx.zero if ctx.distributed else None)
     (out / f"rank_{ctx.rank}.json").write_text(json.dumps(
         {"rank": ctx.rank, "stage": stage, "held_before_step": before, "measured_peak": before + delta,
          "estimate": est, "micro_batch": tc.micro_batch, "seq_len": tc.seq_len}))
@@ -107,10 +126,10 @@ def worker(run: Path, out: Path, dtype_name: str, dp: int, tp: int, pp: int, acc
 
 
 def run_layout(run: Path, dtype_name: str, layout: tuple, overrides: list[str]) -> list[dict[str, Any]]:
-    name, ranks, dp, tp, pp, accum, schedule = layout
+    name, ranks = layout[0], layout[1]
     with tempfile.TemporaryDirectory() as tmp:
         # everything in one argument: torchrun would take "--run" for an abbreviation of its own options
-        args = ["--worker", json.dumps([str(run), dtype_name, tmp, dp, tp, pp, accum, schedule, overrides])]
+        args = ["--worker", json.dumps([str(run), dtype_name, tmp, list(layout), overrides])]
         cmd = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", __file__]
                if ranks > 1 else [sys.executable, __file__])
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src")}
@@ -128,29 +147,41 @@ def main() -> None:
     ap.add_argument("--dtype", default=None, help="float32 or bfloat16 (default: both).")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="Config override (smoke runs).")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "parallel_memory.json")
+    ap.add_argument("--only", default=None, help="Only the layouts whose name contains this (a quick check).")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        run, dtype_name, tmp, dp, tp, pp, accum, schedule, overrides = json.loads(args.worker)
-        worker(Path(run), Path(tmp), dtype_name, dp, tp, pp, accum, schedule, overrides)
+        run, dtype_name, tmp, layout, overrides = json.loads(args.worker)
+        worker(Path(run), Path(tmp), dtype_name, layout, overrides)
         return
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from provenance import LoadSampler, provenance
+
+    prov = provenance()
+    with LoadSampler(interval=2.0) as load:
+        rows = measure_all(args.run, args.dtype, args.overrides, args.only)
+    worst = max(max(r["estimate_over_measured"], 1 / r["estimate_over_measured"]) for r in rows)
+    print(f"\nworst estimate/measured (either way): {worst:.3f}× (target <= 1.2×)")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({**prov, "load": load.summary(), "torch": torch.__version__,
+                                    "python": platform.python_version(), "cpu": platform.processor() or platform.machine(),
+                                    "cores": os.cpu_count(), "run": str(args.run), "overrides": args.overrides,
+                                    "rows": rows, "worst_ratio": worst}, indent=1))
+
+
+def measure_all(run: Path, dtype: str | None, overrides: list[str], only: str | None) -> list[dict[str, Any]]:
+    """Every layout (those whose name contains `only`) in each dtype, one row per rank."""
     rows = []
-    for dtype_name in ([args.dtype] if args.dtype else ["bfloat16", "float32"]):
-        for layout in LAYOUTS:
-            for r in run_layout(args.run, dtype_name, layout, args.overrides):
+    for dtype_name in ([dtype] if dtype else ["bfloat16", "float32"]):
+        for layout in [x for x in LAYOUTS if only is None or only in x[0]]:
+            for r in run_layout(run, dtype_name, layout, overrides):
                 ratio = r["estimate"]["peak"] / r["measured_peak"]
                 rows.append({"dtype": dtype_name, "layout": layout[0], "ranks": layout[1], "grad_accum": layout[5],
                              **r, "estimate_over_measured": ratio})
                 print(f"{dtype_name:8s} {layout[0]:28s} rank {r['rank']} (stage {r['stage']}): measured "
                       f"{r['measured_peak'] / 2**20:7.1f} MiB, estimate {r['estimate']['peak'] / 2**20:7.1f} MiB "
                       f"({ratio:.3f}×)", flush=True)
-    worst = max(max(r["estimate_over_measured"], 1 / r["estimate_over_measured"]) for r in rows)
-    print(f"\nworst estimate/measured (either way): {worst:.3f}× (target <= 1.2×)")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"torch": torch.__version__, "python": platform.python_version(),
-                                    "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                                    "run": str(args.run), "overrides": args.overrides, "rows": rows,
-                                    "worst_ratio": worst}, indent=1))
+    return rows
 
 
 if __name__ == "__main__":

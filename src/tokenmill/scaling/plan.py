@@ -18,7 +18,11 @@ Every figure is a pure function of the inputs, and every assumption is returned 
   those that fit the device memory (scaling/parallel.py) and pick the fastest by a simple
   step-time model: compute / (1 - bubble) plus the communication of each axis at its link's
   bandwidth; TP and PP traffic on the critical path, DP traffic hidden under compute up to the
-  backward's share (ZeRO-0/1/2) or all of it (ZeRO-3's prefetched gathers).
+  backward's share (ZeRO-0/1/2) or all of it (ZeRO-3's prefetched gathers). Only layouts that
+  tokenmill's trainer runs are searched: each candidate goes through the trainer's own checks
+  (scaling/plan_train.py, which argues where the planner gave way) and is printed as the train
+  settings that run it; the trainer's memory per rank (scaling/rank_memory.py) is shown beside
+  this planner's Megatron-style figure.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from tokenmill.model.transformer import resolve_ffn_hidden
 from tokenmill.scaling.devices import GB, DeviceSpec
 from tokenmill.scaling.flops import flops_per_token, param_count
 from tokenmill.scaling.parallel import BF16, DeviceMemory, Layout, bubble_fraction, device_memory
+from tokenmill.scaling.plan_train import train_command
 
 TOKENS_PER_PARAM = 20.0  # Chinchilla's compute-optimal ratio D/N
 INFERENCE_FLOPS_PER_PARAM = 2.0  # one forward pass per served token
@@ -237,12 +242,17 @@ class LayoutChoice:
     layout: Layout
     memory: DeviceMemory
     time: StepTime
+    refused: tuple[str, ...] = ()  # why `tokenmill train` would refuse this layout (scaling/plan_train.py); () it runs it
 
     def as_dict(self) -> dict[str, Any]:
+        from tokenmill.scaling.plan_train import config_lines
+
         return {
             "layout": self.layout.model_dump(),
             "memory_bytes": self.memory.as_dict(),
             "step_seconds": {**self.time.__dict__, "total": self.time.total},
+            "train_config": config_lines(self.layout),
+            "trainer_refuses": list(self.refused),
         }
 
 
@@ -252,10 +262,20 @@ def micro_batches_for(global_batch_tokens: int, dp: int, micro_batch: int, seq_l
 
 
 def layout_candidates(
-    cfg: ModelConfig, device: DeviceSpec, devices: int, base: Layout, global_batch_tokens: int, mfu: float
+    cfg: ModelConfig,
+    device: DeviceSpec,
+    devices: int,
+    base: Layout,
+    global_batch_tokens: int,
+    mfu: float,
+    run_cfg: Any = None,
+    keep_refused: bool = False,
 ) -> list[LayoutChoice]:
     """Every TP (power of two up to a node), PP (dividing the layers), DP, ZeRO stage and
-    checkpointing setting on `devices` devices, with memory and step time; not filtered."""
+    checkpointing setting on `devices` devices, with memory and step time; those that tokenmill's
+    trainer refuses (scaling/plan_train.py, for `run_cfg`'s train section when given) are left out
+    unless `keep_refused`. Not filtered by memory. Sequence parallelism stays on where the base
+    layout has it and seq_len splits over tp; elsewhere the candidate runs without it."""
     out = []
     for t in (1, 2, 4, 8, 16):
         if t > device.devices_per_node or devices % t or cfg.n_heads % t:
@@ -265,12 +285,17 @@ def layout_candidates(
                 continue
             d = devices // (t * p)
             m = micro_batches_for(global_batch_tokens, d, base.micro_batch, base.seq_len)
+            sp = base.sequence_parallel and base.seq_len % t == 0
             for zero in (0, 1, 2, 3) if d > 1 else (0,):
                 for ckpt in (False, True):
                     layout = base.model_copy(
                         update={"tp": t, "pp": p, "dp": d, "zero": zero, "micro_batches": m, "checkpointing": ckpt}
+                        | {"sequence_parallel": sp}
                     )
-                    out.append(LayoutChoice(layout, device_memory(cfg, layout), step_time(cfg, layout, device, mfu)))
+                    refused = tuple(_refusal(cfg, layout, run_cfg))
+                    if refused and not keep_refused:
+                        continue
+                    out.append(LayoutChoice(layout, device_memory(cfg, layout), step_time(cfg, layout, device, mfu), refused))
     return out
 
 
@@ -367,7 +392,9 @@ class Plan:
     layout_reasons: list[str]
     inference_aware: dict[str, float] | None = None
     roofline: dict[str, Any] | None = None  # op classes of a step on one device of the layout (scaling/roofline.py)
-    trainer_memory: dict[str, Any] | None = None  # tokenmill's own trainer per rank (scaling/rank_memory.py), --config
+    trainer_memory: dict[str, Any] | None = (
+        None  # tokenmill's own trainer per rank (scaling/rank_memory.py); --config: its train section
+    )
     batch: dict[str, Any] | None = None  # the global batch against the critical batch (scaling/critical_batch.py)
     no_fit: dict[str, Any] | None = None  # why no layout fits these devices, and the fewest devices that fit
     assumptions: list[str] = field(default_factory=list)
@@ -418,7 +445,7 @@ def make_plan(
         reserve_bytes=reserve_bytes,
         sequence_parallel=sequence_parallel,
     )
-    choice, reasons, no_fit = _layout_or_no_fit(cfg, device, devices, base, global_batch_tokens, mfu, layout or {})
+    choice, reasons, no_fit = _layout_or_no_fit((cfg, device, devices, base, global_batch_tokens, mfu), layout or {}, run_cfg)
     chinchilla = _chinchilla_summary(n, tokens, c)
     aware = _inference_aware_plan(n, tokens, c, inference_tokens)
     return Plan(
@@ -429,7 +456,7 @@ def make_plan(
         device=device.model_dump(),
         mfu=mfu,
         roofline=None if choice is None else _roofline(cfg, choice.layout, device),
-        trainer_memory=(None if run_cfg is None or choice is None else _trainer_memory(cfg, choice.layout, device, run_cfg)),
+        trainer_memory=None if choice is None else _trainer_memory(cfg, choice.layout, device, run_cfg),
         global_batch_tokens=global_batch_tokens,
         seq_len=seq_len,
         flops_6nd=c,
@@ -441,7 +468,9 @@ def make_plan(
         device_hours=hours,
         cost_usd=hours * device.price_per_hour,
         chinchilla=chinchilla,
-        layout=None if choice is None else choice.as_dict(),
+        layout=None
+        if choice is None
+        else {**choice.as_dict(), "train_command": train_command(choice.layout, device.devices_per_node)},
         layout_reasons=reasons,
         no_fit=no_fit,
         inference_aware=aware,
@@ -470,13 +499,14 @@ def plan_for(inputs: PlanInputs, devices: int, device: DeviceSpec, mfu: float, *
 
 
 def _layout_or_no_fit(
-    cfg: ModelConfig, device: DeviceSpec, devices: int, base: Layout, global_batch_tokens: int, mfu: float, layout: dict[str, Any]
+    search: tuple[ModelConfig, DeviceSpec, int, Layout, int, float], layout: dict[str, Any], run_cfg: Any = None
 ) -> tuple[LayoutChoice | None, list[str], dict[str, Any] | None]:
-    """The chosen layout and why, or (None, [], why none fits and the fewest devices that would)."""
+    """The chosen layout and why, or (None, [], why none fits and the fewest devices that would).
+    `search`: (model, device, devices, base layout, global batch tokens, MFU)."""
     try:
-        choice, reasons = _layout(cfg, device, devices, base, global_batch_tokens, mfu, layout)
+        choice, reasons = _layout(*search, layout, run_cfg)
     except NoLayoutFits as exc:  # the FLOPs, time and cost do not depend on the layout: still plan them
-        return None, [], {"reason": str(exc), **fewest_devices(cfg, device, devices, base, global_batch_tokens, mfu)}
+        return None, [], {"reason": str(exc), **fewest_devices(*search, run_cfg=run_cfg)}
     return choice, reasons, None
 
 
@@ -574,7 +604,14 @@ def critical_batch_plan(
 
 
 def fewest_devices(
-    cfg: ModelConfig, device: DeviceSpec, devices: int, base: Layout, global_batch_tokens: int, mfu: float, limit: int = 1 << 17
+    cfg: ModelConfig,
+    device: DeviceSpec,
+    devices: int,
+    base: Layout,
+    global_batch_tokens: int,
+    mfu: float,
+    limit: int = 1 << 17,
+    run_cfg: Any = None,
 ) -> dict[str, Any]:
     """The fewest devices (a multiple of a node, above `devices`) on which some layout fits, and
     that layout: doubling finds a count that fits, then the nodes in between are tried in order."""
@@ -582,7 +619,7 @@ def fewest_devices(
 
     def fit(n: int) -> LayoutChoice | None:
         try:
-            return recommend_layout(layout_candidates(cfg, device, n, base, global_batch_tokens, mfu), device)[0]
+            return recommend_layout(layout_candidates(cfg, device, n, base, global_batch_tokens, mfu, run_cfg), device)[0]
         except NoLayoutFits:
             return None
 
@@ -598,36 +635,51 @@ def fewest_devices(
 
 
 def _trainer_memory(cfg: ModelConfig, layout: Layout, device: DeviceSpec, run_cfg: Any) -> dict[str, Any]:
-    """Bytes per rank of tokenmill's trainer running `run_cfg` under `layout` (its busiest pipeline
-    stage), in the dtype the trainer would pick on that device (this machine: its own rule; a GPU
-    preset: bf16), composed over dp as the trainer composes it: FSDP2 over dp when tp > 1 (or ZeRO-3),
-    each pipeline stage replicated over dp when pp > 1."""
+    """Bytes per rank of tokenmill's trainer running `layout` (its busiest pipeline stage) with
+    `run_cfg`'s train section (None: the defaults), in the dtype the trainer would pick on that
+    device (this machine: its own rule; a GPU preset: bf16): scaling/rank_memory.py with the
+    layout's dp, ZeRO stage and sequence parallelism as plan_train.layout_settings sets them. It
+    differs from scaling/parallel.py's Megatron-style model where the trainer differs: fp32
+    master weights and gradients, and under SP each block's gathered projection inputs kept whole."""
     import torch
 
+    from tokenmill.mixture.config import MixtureConfig
     from tokenmill.scaling.rank_memory import estimate_rank_memory
+    from tokenmill.train.config import TrainConfig
     from tokenmill.train.device import resolve_dtype
 
-    tc = run_cfg.train.model_copy(
+    train = run_cfg.train if run_cfg is not None else TrainConfig()
+    parallel = train.parallel.model_copy(
+        update={
+            "dp": layout.dp,
+            "tp": layout.tp,
+            "pp": layout.pp,
+            "zero": layout.zero,
+            "sequence_parallel": layout.sequence_parallel,
+        }
+    )
+    tc = train.model_copy(
         update={
             "micro_batch": layout.micro_batch,
             "seq_len": layout.seq_len,
             "grad_accum": layout.micro_batches,
             "activation_checkpointing": layout.checkpointing,
+            "parallel": parallel,
         }
     )
     on_cpu = device.name == "this" and not torch.cuda.is_available()
     dtype = resolve_dtype(torch.device("cpu"), tc.dtype) if on_cpu else torch.bfloat16
-    dp = layout.dp if (layout.tp > 1 or layout.pp > 1 or layout.zero >= 3) else 1
     est = estimate_rank_memory(
         cfg,
         tc,
         dtype,
-        dp=dp,
+        dp=layout.dp,
         tp=layout.tp,
         pp=layout.pp,
-        doc_masking=run_cfg.mixture.doc_masking,
+        doc_masking=(run_cfg.mixture if run_cfg is not None else MixtureConfig()).doc_masking,
         device="cpu" if on_cpu else "cuda",
-        schedule=run_cfg.train.parallel.pp_schedule,
+        schedule=train.parallel.pp_schedule,
+        zero=layout.zero,
     )
     return {"dtype": str(dtype).replace("torch.", ""), **est}
 
@@ -660,11 +712,26 @@ def _roofline(cfg: ModelConfig, layout: Layout, device: DeviceSpec) -> dict[str,
     }
 
 
+def _refusal(cfg: ModelConfig, layout: Layout, run_cfg: Any) -> list[str]:
+    """trainer_problems for `run_cfg`'s train section and phases (None: the defaults)."""
+    from tokenmill.scaling.plan_train import trainer_problems
+
+    phases = [p.seq_len for p in run_cfg.mixture.phases if p.seq_len is not None] if run_cfg is not None else []
+    return trainer_problems(cfg, layout, run_cfg.train if run_cfg is not None else None, phases)
+
+
 def _layout(
-    cfg: ModelConfig, device: DeviceSpec, devices: int, base: Layout, global_batch_tokens: int, mfu: float, fixed: dict[str, Any]
+    cfg: ModelConfig,
+    device: DeviceSpec,
+    devices: int,
+    base: Layout,
+    global_batch_tokens: int,
+    mfu: float,
+    fixed: dict[str, Any],
+    run_cfg: Any = None,
 ) -> tuple[LayoutChoice, list[str]]:
     """The recommended layout among those matching `fixed` (a fully fixed layout is only evaluated,
-    with a warning reason when it does not fit)."""
+    with a warning reason when it does not fit or tokenmill's trainer would refuse it)."""
     fixed = {k: v for k, v in fixed.items() if v is not None}
     unknown = set(fixed) - {"tp", "pp", "dp", "zero", "checkpointing"}
     if unknown:
@@ -675,23 +742,27 @@ def _layout(
                 f"--tp {fixed['tp']} × --pp {fixed['pp']} × --dp {fixed['dp']} = "
                 f"{fixed['tp'] * fixed['pp'] * fixed['dp']}, not --devices {devices}"
             )
-    every = layout_candidates(cfg, device, devices, base, global_batch_tokens, mfu)
-    wanted = [c for c in every if all(getattr(c.layout, k) == v for k, v in fixed.items())]
+    every = layout_candidates(cfg, device, devices, base, global_batch_tokens, mfu, run_cfg, keep_refused=True)
+    matching = [c for c in every if all(getattr(c.layout, k) == v for k, v in fixed.items())]
+    wanted = [c for c in matching if not c.refused]
+    if matching and not wanted:  # the trainer refuses every one: evaluate one, its refusal first among the reasons
+        wanted = [min(matching, key=lambda c: c.memory.total)]
     if not wanted and {"tp", "pp", "dp"} <= set(fixed):
         m = micro_batches_for(global_batch_tokens, fixed["dp"], base.micro_batch, base.seq_len)
         layout = base.model_copy(update={**fixed, "micro_batches": m})
-        wanted = [LayoutChoice(layout, device_memory(cfg, layout), step_time(cfg, layout, device, mfu))]
+        refused = tuple(_refusal(cfg, layout, run_cfg))
+        wanted = [LayoutChoice(layout, device_memory(cfg, layout), step_time(cfg, layout, device, mfu), refused)]
     if not wanted:
         raise PlanError(
             f"no layout on {devices} devices matches {fixed} (TP must be a power of two up to "
             f"{device.devices_per_node} dividing the heads, PP must divide the {cfg.n_layers} layers)"
         )
-    if len(wanted) == 1 and wanted[0].memory.total > device.memory_bytes:
+    if len(wanted) == 1 and (wanted[0].memory.total > device.memory_bytes or wanted[0].refused):
         only = wanted[0]
-        return only, [
-            f"DOES NOT FIT: {only.memory.total / GB:.1f} GB per device > {device.memory_bytes / GB:.0f} GB",
-            *layout_reasons(only, device, [only]),
-        ]
+        warn = [f"TOKENMILL'S TRAINER REFUSES IT: {why}" for why in only.refused]
+        if only.memory.total > device.memory_bytes:
+            warn.append(f"DOES NOT FIT: {only.memory.total / GB:.1f} GB per device > {device.memory_bytes / GB:.0f} GB")
+        return only, [*warn, *layout_reasons(only, device, [only])]
     chosen, fits = recommend_layout(wanted, device)
     return chosen, layout_reasons(chosen, device, fits)
 

@@ -89,8 +89,14 @@ def layout_rows(plan: Plan) -> list[tuple[str, str]]:
             (
                 "tokenmill trainer per rank",
                 f"{tm['peak'] / GB:.3f} GB peak on pipeline stage {tm['stage']} "
-                f"({tm['dtype']}, fp32 master weights and Adam, measured within "
-                f"1.2× on CPU: scaling/rank_memory.py)",
+                f"({tm['dtype']} compute, fp32 weights, gradients and Adam, ZeRO-{lay['zero'] if lay['dp'] > 1 else 0} "
+                f"as the trainer runs it; measured within 1.2× on CPU: scaling/rank_memory.py, BENCHMARKS.md)"
+                + (
+                    f"; OVER the device's {plan.device['memory_bytes'] / GB:.0f} GB: the trainer holds more than this "
+                    "plan's model (fp32 weights and gradients): pick a layout with more sharding (--zero 3, --tp, --pp)"
+                    if tm["peak"] > plan.device["memory_bytes"]
+                    else ""
+                ),
             )
         )
     rows.append(
@@ -199,6 +205,10 @@ def render_plan(plan: Plan) -> list[Any]:
         _kv("layout", layout_rows(plan)),
         *batch,
         *roof,
+        "[bold]to train it[/] (this layout as train settings: paste them into the run's config, or launch with)",
+        *(f"  {line}" for line in plan.layout.get("train_config", [])),
+        f"  [dim]{plan.layout.get('train_command', '')}[/]",
+        *(f"  [bold red]tokenmill's trainer refuses it: {why}[/]" for why in plan.layout.get("trainer_refuses", [])),
         "[bold]why this layout[/]",
         *(f"  • {r}" for r in plan.layout_reasons),
         "[bold]assumptions[/]",
