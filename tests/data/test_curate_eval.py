@@ -208,3 +208,39 @@ def test_layered_safety_eval_per_slice_equals_an_independent_count(tmp_path):
     table = safety_table(res).splitlines()
     assert "FP both" in table[2] and table[-1].split()[:2] == ["TOTAL", "5"]
     assert any(line.startswith("topic=forum ") for line in table)
+
+
+def test_safety_eval_slices_by_the_configs_own_topic_classifier(tmp_path):
+    """With a curate.classify entry, every record is also counted under the label that classifier
+    predicts (slice `classify:<name>`), so false positives per topic show without topic fields in
+    the eval file; the counts equal an independent prediction with the model the classify step trains."""
+    from tokenmill.data.classifiers.ngram_lm import tokenize
+    from tokenmill.data.steps.classify import Classify
+
+    topics = [{"text": f"the patient was given {w} for the infection and the fever", "label": "medicine"} for w in
+              ("penicillin", "aspirin", "antibiotics", "morphine", "quinine", "iodine")]
+    topics += [{"text": f"the court held that the {w} was void under the statute", "label": "law"} for w in
+               ("contract", "will", "lease", "deed", "marriage", "sale")]
+    (tmp_path / "topics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in topics * 3), encoding="utf-8")
+    recs = [
+        {"text": "The court held that the bastard child could inherit under the statute.", "label": "clean"},
+        {"text": "The patient was given morphine for the pain; shit, the nurse said.", "label": "clean"},
+        {"text": "Fuck shit fuck you idiot.", "label": "toxic"},
+    ]
+    path = tmp_path / "eval.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
+    cfg = CurateConfig(classify=[{"name": "topic", "labelled": str(tmp_path / "topics.jsonl"), "action": "tag"}])
+    res = eval_safety(path, cfg)
+    step = Classify(cfg)
+    step.prepare(tmp_path / "work")
+    step.setup(tmp_path / "work")
+    model = step.models["topic"]
+    predicted = [model.labels[int(model.predict_proba(tokenize(r["text"])).argmax())] for r in recs]
+    assert predicted[:2] == ["law", "medicine"]
+    by = res["slices"]["classify:topic"]
+    assert {label: s["docs"] for label, s in by.items()} == dict(Counter(predicted))
+    first = [toxicity(r["text"], read_terms(BUILTIN_LIST))[0] > 0.02 for r in recs]
+    for label, s in by.items():
+        rows = [i for i, p in enumerate(predicted) if p == label]
+        fp = sum(first[i] and recs[i]["label"] == "clean" for i in rows)
+        assert s["first_pass"]["false_positives"] == fp, label

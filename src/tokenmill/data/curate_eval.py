@@ -54,6 +54,8 @@ import numpy as np
 from tokenmill.data.config import CurateConfig, QualityKind
 from tokenmill.data.document import PII_FIELDS
 from tokenmill.data.jsonl import json_objects
+from tokenmill.data.classifiers.ngram_lm import tokenize
+from tokenmill.data.steps.classify import Classify
 from tokenmill.data.steps.pii import Span, find_pii
 from tokenmill.data.steps.safety import LABELS as SAFETY_LABELS
 from tokenmill.data.steps.safety import SUBDIR as SAFETY_SUBDIR
@@ -237,12 +239,15 @@ def _rates(c: dict[str, Any], layered: bool) -> dict[str, Any]:
 def eval_safety(labelled: Path, cfg: CurateConfig, base_dir: Path | None = None) -> dict[str, Any]:
     """False-positive rate and recall of the toxicity gate, per value of every slice key the
     records carry (SLICE_KEYS), for the word list alone and, with safety.labelled, both passes."""
-    step = Safety(cfg, base_dir)
+    step, topics = Safety(cfg, base_dir), Classify(cfg, base_dir)
     with tempfile.TemporaryDirectory(prefix="tokenmill-safety-eval-") as work:
         step.prepare(Path(work))  # trains the classifier, when there is one, on its labelled file
         step.setup(Path(work))
         manifest_path = Path(work) / SAFETY_SUBDIR / "manifest.json"
         classifier = json.loads(manifest_path.read_text()) if manifest_path.is_file() else None
+        if cfg.classify:  # the config's own classifiers (curate.classify) slice too: "topic when one exists"
+            topics.prepare(Path(work))
+            topics.setup(Path(work))
     layered = classifier is not None
     counts: dict[str, dict[str, dict[str, Any]]] = defaultdict(lambda: defaultdict(_new_counts))
     total = _new_counts()
@@ -255,7 +260,10 @@ def eval_safety(labelled: Path, cfg: CurateConfig, base_dir: Path | None = None)
         for key in SLICE_KEYS:
             if isinstance(rec.get(key), str):
                 _count(counts[key][rec[key]], lineno, toxic, sent, flags)
-    slices = {key: {v: _rates(c, layered) for v, c in sorted(counts[key].items())} for key in SLICE_KEYS if key in counts}
+        for name, label in _predicted_labels(topics, rec["text"]).items():
+            _count(counts[f"classify:{name}"][label], lineno, toxic, sent, flags)
+    keys = [k for k in SLICE_KEYS if k in counts] + sorted(k for k in counts if k not in SLICE_KEYS)
+    slices = {key: {v: _rates(c, layered) for v, c in sorted(counts[key].items())} for key in keys}
     total_rates = _rates(total, layered)
     total_rates.pop("false_positive_lines")
     return {
@@ -269,6 +277,14 @@ def eval_safety(labelled: Path, cfg: CurateConfig, base_dir: Path | None = None)
         "slices": slices,
         "total": total_rates,
     }
+
+
+def _predicted_labels(topics: Classify, text: str) -> dict[str, str]:
+    """{classifier name: its most probable label} for every curate.classify model loaded in `topics`."""
+    if not topics.models:
+        return {}
+    tokens = tokenize(text)
+    return {name: model.labels[int(model.predict_proba(tokens).argmax())] for name, model in topics.models.items()}
 
 
 def _pct(x: float | None) -> str:
