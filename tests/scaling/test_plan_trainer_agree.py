@@ -120,8 +120,8 @@ def test_a_fixed_layout_the_trainer_refuses_says_so_and_a_chosen_one_prints_its_
     lay = seed.layout["layout"]
     lines = seed.layout["train_config"]
     assert f"train.parallel.zero: {lay['zero']}" in lines and f"train.parallel.dp: {lay['dp']}" in lines
-    assert seed.layout["train_command"].startswith("torchrun --nnodes 64 --nproc-per-node 8 ")
-    assert "-m tokenmill train CONFIG --set train.parallel.dp=" in seed.layout["train_command"]
+    assert seed.layout["train_command"].startswith("tokenmill train CONFIG --nnodes 64 --node-rank R --rdzv HOST:PORT --nproc 8 ")
+    assert "--nproc 8 --set train.parallel.dp=" in seed.layout["train_command"]
     small = make_plan(cfg, 1e12, 8, H100, layout={"tp": 8, "pp": 1, "dp": 1})
     assert small.layout is not None and small.layout["train_command"].startswith("tokenmill train CONFIG --nproc 8 --set")
     # the trainer's own memory model is shown beside the planner's, with the layout's ZeRO stage

@@ -72,15 +72,16 @@ def set_overrides(layout: Layout) -> list[str]:
 
 
 def train_command(layout: Layout, devices_per_node: int) -> str:
-    """The command line that launches `layout`: `tokenmill train --nproc` on one node, torchrun's
-    multi-node form (one agent per node, c10d rendezvous) across nodes."""
+    """The command line that launches `layout`: `tokenmill train --nproc` on one node, and across
+    nodes the same on every node with --nnodes/--node-rank/--rdzv (one torchrun agent per node,
+    c10d rendezvous: docs/parallelism.md, More than one machine)."""
     sets = " ".join(f"--set {o}" for o in set_overrides(layout))
     if layout.devices <= devices_per_node:
         return f"tokenmill train CONFIG --nproc {layout.devices} {sets}"
     nodes = -(-layout.devices // devices_per_node)
     return (
-        f"torchrun --nnodes {nodes} --nproc-per-node {devices_per_node} --rdzv-backend c10d --rdzv-endpoint HOST:PORT "
-        f"-m tokenmill train CONFIG {sets}  (on every node, after the data stages)"
+        f"tokenmill train CONFIG --nnodes {nodes} --node-rank R --rdzv HOST:PORT --nproc {devices_per_node} {sets}"
+        "  (on every node R = 0..nnodes-1, after the data stages)"
     )
 
 
