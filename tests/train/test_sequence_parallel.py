@@ -1,5 +1,6 @@
 """Sequence parallelism on the tensor-parallel axis (train.parallel.sequence_parallel). One real
-2-rank gloo launch of tests/train/sp_probe.py checks the sharded model against the whole one
+2-rank gloo run of tests/train/sp_probe.py (its main() on 2 forked processes, which need not import
+torch again as torchrun's fresh ones would) checks the sharded model against the whole one
 (per-token NLL of a document-masked batch, the norm gains' gradients), that the norms see only
 their rank's [B, T/tp, d] tokens while the FFN sees the whole sequence, and that the activation
 bytes it saves are what scaling/memory.py subtracts for it. The trainer's losses, placements and
@@ -9,7 +10,9 @@ tp2 × pp2): SP is on there by default."""
 from __future__ import annotations
 
 import json
-import subprocess
+import os
+import socket
+import sys
 
 import pytest
 from torch.distributed.tensor.parallel import PrepareModuleInput, RowwiseParallel, SequenceParallel
@@ -21,20 +24,33 @@ from tokenmill.scaling.rank_memory import estimate_rank_memory
 from tokenmill.train.layout import LayoutError, check_launch, layout_problems
 from tokenmill.train.tensor_parallel import block_plan
 
-from tests.train.dist_helpers import env, torchrun
 
 PROBE = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=32)  # sp_probe.py's
 B, T, D = 4, 32, 32
 
 
+def _probe_rank(rank: int, out: str, port: int) -> None:
+    """One forked rank: the environment torchrun would give it, then the probe's main()."""
+    import torch
+
+    from tests.train import sp_probe
+
+    os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"})
+    torch.set_num_threads(1)
+    sys.argv = ["sp_probe.py", out]
+    sp_probe.main()
+
+
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory) -> list[dict]:
-    out = tmp_path_factory.mktemp("sp")
-    from tests.train.dist_helpers import WORKER
+    import torch.multiprocessing as mp
 
-    script = WORKER.with_name("sp_probe.py")
-    done = subprocess.run(torchrun(str(script), str(out)), capture_output=True, text=True, env=env(), timeout=120)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-8000:]
+    out = tmp_path_factory.mktemp("sp")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.start_processes(_probe_rank, args=(str(out), port), nprocs=2, join=True, start_method="fork")
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 
