@@ -11,6 +11,10 @@ from tokenmill.scaling.sweep import (SweepError, base_config, load_sweep, plan_s
 
 BUDGETS = [4.0e9, 8.0e9]
 SHAPES = [{"d_model": 16, "n_layers": 1}, {"d_model": 32, "n_layers": 1}, {"d_model": 64, "n_layers": 2}]
+# the tests that train: a quarter of the compute (5 to 98 steps a run instead of 18 to 390; the held-out
+# run 29 steps instead of 299, at a budget of its own) still gives every shape of every budget a run of its own
+SMALL = [1.0e9, 2.0e9]
+TRAIN = {"budgets": SMALL, "min_steps": 4, "holdout": [{"shape": {"d_model": 32, "n_layers": 1}, "flops": 1.5e9}]}
 
 
 def _sweep(tmp_path: Path, data: RunDir, name: str, **extra) -> Path:
@@ -58,7 +62,7 @@ def test_plan_spends_each_budget_to_within_one_step_and_says_why_pairs_are_left_
 
 
 def test_sweep_trains_normal_runs_collects_results_and_continues_where_it_stopped(tmp_path, data_run):
-    whole = run_sweep(_sweep(tmp_path, data_run, "whole"))
+    whole = run_sweep(_sweep(tmp_path, data_run, "whole", **TRAIN))
     assert whole["finished"] == whole["planned"] == 7
     sweep_dir = tmp_path / "sweeps" / "whole"
     results = json.loads((sweep_dir / "results.json").read_text())["runs"]
@@ -74,10 +78,10 @@ def test_sweep_trains_normal_runs_collects_results_and_continues_where_it_stoppe
     by_budget = {}
     for r in results:
         by_budget.setdefault(r["budget"], []).append(r["loss"])
-    assert all(len(v) == 3 for b, v in by_budget.items() if b in BUDGETS)
+    assert all(len(v) == 3 for b, v in by_budget.items() if b in SMALL)
 
     # in two calls (one run first, the rest later): the same results, to the bit
-    path = _sweep(tmp_path, data_run, "parts")
+    path = _sweep(tmp_path, data_run, "parts", **TRAIN)
     first = run_sweep(path, only=[results[0]["name"]])
     assert first["finished"] == 1
     run_sweep(path)
@@ -140,8 +144,8 @@ def test_parallel_jobs_train_the_same_runs_as_one_at_a_time(tmp_path, data_run):
     """Two worker processes (one thread each) give bit-identical losses to the runs trained one after
     the other with one thread; a repeat with the run seed equals its sweep run, another seed differs."""
     seed = data_run.config.seed
-    extra = {"budgets": [4.0e9], "holdout": [],
-             "repeats": [{"shape": {"d_model": 32, "n_layers": 1}, "flops": 4.0e9, "seeds": [seed, 7]}]}
+    extra = {"budgets": [1.0e9], "holdout": [], "min_steps": 4,  # 5 to 49 steps a run: cheap, still 5 runs
+             "repeats": [{"shape": {"d_model": 32, "n_layers": 1}, "flops": 1.0e9, "seeds": [seed, 7]}]}
     serial = run_sweep(_sweep(tmp_path, data_run, "serial", **extra))
     parallel = run_sweep(_sweep(tmp_path, data_run, "parallel", jobs=2, **extra))
     assert serial["finished"] == parallel["finished"] == 5 and not parallel["failed"]
@@ -151,8 +155,8 @@ def test_parallel_jobs_train_the_same_runs_as_one_at_a_time(tmp_path, data_run):
         loss[name] = {r["name"]: r["loss"] for r in runs}
     assert loss["serial"] == loss["parallel"]
     s = loss["serial"]
-    assert s["repeat4.0e09-d32-l1-s1234"] == s["c4.0e09-d32-l1"]
-    assert s["repeat4.0e09-d32-l1-s7"] != s["c4.0e09-d32-l1"]
+    assert s["repeat1.0e09-d32-l1-s1234"] == s["c1.0e09-d32-l1"]
+    assert s["repeat1.0e09-d32-l1-s7"] != s["c1.0e09-d32-l1"]
 
 
 def test_no_holdout_leaves_the_held_out_runs_for_later(tmp_path, data_run):

@@ -47,11 +47,12 @@ class LayoutSizes:
 def layout_problems(model: Any, train: Any, phase_lengths: Sequence[int] = ()) -> list[str]:
     """Why `train.parallel` cannot split `model` (empty: it can). World size is not known here.
     `phase_lengths`: the curriculum phases' own seq_len values (mixture.phases[].seq_len)."""
-    from tokenmill.model.transformer import resolve_ffn_hidden
-
     par = train.parallel
     out: list[str] = []
     if par.tp > 1:
+        # imported here, only when needed: it imports torch (~1 s), which curate/tokenize never load otherwise
+        from tokenmill.model.transformer import resolve_ffn_hidden
+
         kv = model.n_kv_heads or model.n_heads
         for what, n in (
             ("model.n_heads", model.n_heads),
