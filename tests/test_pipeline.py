@@ -35,6 +35,11 @@ def finish(proc: subprocess.Popen, timeout: float = 420) -> tuple[int, str]:
     return proc.returncode, out
 
 
+# The report's TensorBoard scalars (imports TensorBoard, writes every event) are asserted by the
+# report tests; the launches here that only check caching and resuming leave them out.
+NO_TENSORBOARD = ("--set", "report.tensorboard='off'")
+
+
 def losses(run_dir: Path) -> dict[int, float]:
     """Per-step loss; a step replayed after a resume must repeat the same value."""
     seen: dict[int, float] = {}
@@ -85,30 +90,42 @@ def test_model_beats_the_unigram_baseline_on_every_bucket(tiny_pipeline):
 def test_second_run_skips_unchanged_stages_and_reruns_changed_ones(tiny_pipeline, tmp_path):
     run_dir = tmp_path / "tiny"
     shutil.copytree(tiny_pipeline[0], run_dir)  # the shared run stays untouched for other tests
-    rc, out = finish(tokenmill("run", str(TINY), "--set", f"root={run_dir.parent}"))
+    root = ("--set", f"root={run_dir.parent}", *NO_TENSORBOARD)  # the report is not a cached stage either way
+    rc, out = finish(tokenmill("run", str(TINY), *root))
     assert rc == 0, out
     assert sum(f"{s}: unchanged" in out for s in STAGES) == 5  # all but the report
     before = losses(run_dir)
-    rc, out = finish(tokenmill("run", str(TINY), "--set", f"root={run_dir.parent}", "--set", "train.max_steps=30",
-                               "--set", "train.eval_every=0"))
+    # A shorter budget changes the train config; a few steps show the restart as well as thirty would.
+    shorter = ("--set", "train.max_steps=6", "--set", "train.eval_every=0")
+    rc, out = finish(tokenmill("run", str(TINY), *root, *shorter))
     assert rc == 0, out
     assert all(f"{s}: unchanged" in out for s in ("curate", "tokenizer", "tokenize"))
     assert "starting over" in out
-    after = [e for e in read_events(run_dir / "events.jsonl") if e["kind"] == "train_step"][-30:]
-    assert [e["step"] for e in after] == list(range(1, 31))
+    after = [e for e in read_events(run_dir / "events.jsonl") if e["kind"] == "train_step"][-6:]
+    assert [e["step"] for e in after] == list(range(1, 7))
     assert before  # (the data order depends on the budget, so step 1 of a shorter run is another batch)
 
-    rc, out = finish(tokenmill("run", str(TINY), "--set", f"root={run_dir.parent}", "--set", "train.max_steps=30",
-                               "--set", "train.eval_every=0", "--force", "train"))
+    rc, out = finish(tokenmill("run", str(TINY), *root, *shorter, "--force", "train"))
     assert rc == 0, out
     assert "forced" in out and "eval: unchanged" not in out
-    again = [e for e in read_events(run_dir / "events.jsonl") if e["kind"] == "train_step"][-30:]
+    again = [e for e in read_events(run_dir / "events.jsonl") if e["kind"] == "train_step"][-6:]
     assert [(e["step"], e["loss"]) for e in again] == [(e["step"], e["loss"]) for e in after]  # deterministic
+
+
+def upstream_of_training(shared: Path, run_dir: Path) -> None:
+    """The shared run's curated data, tokenizer and token store with their finished records, and
+    nothing of its training (no checkpoint, no event): training starts from step 0 here."""
+    for part in ("curated", "tokenizer", "tokens"):
+        shutil.copytree(shared / part, run_dir / part)
+    (run_dir / ".stages").mkdir()
+    for stage in ("curate", "tokenizer", "tokenize"):
+        shutil.copy2(shared / ".stages" / f"{stage}.json", run_dir / ".stages")
 
 
 def test_ctrl_c_during_training_then_rerun_continues_exactly(tiny_pipeline, tmp_path):
     reference = losses(tiny_pipeline[0])
-    proc = tokenmill("run", str(TINY), "--set", f"root={tmp_path}")
+    upstream_of_training(tiny_pipeline[0], tmp_path / "tiny")  # what is interrupted is training
+    proc = tokenmill("run", str(TINY), "--set", f"root={tmp_path}", *NO_TENSORBOARD)
     ckpt = tmp_path / "tiny" / "checkpoints" / "step_40"
     deadline = time.time() + 300
     while not ckpt.exists() and proc.poll() is None and time.time() < deadline:
@@ -119,7 +136,9 @@ def test_ctrl_c_during_training_then_rerun_continues_exactly(tiny_pipeline, tmp_
     assert rc == 130, out
     interrupted = [e for e in read_events(tmp_path / "tiny" / "events.jsonl") if e["kind"] == "interrupted"]
     assert interrupted and interrupted[0]["step"] < 80
-    rc, out = finish(tokenmill("run", str(TINY), "--set", f"root={tmp_path}"))
+    assert all(f"{s}: unchanged" in out for s in ("curate", "tokenizer", "tokenize"))
+    assert not (tmp_path / "tiny" / "checkpoints" / "step_80").exists()
+    rc, out = finish(tokenmill("run", str(TINY), "--set", f"root={tmp_path}", *NO_TENSORBOARD))
     assert rc == 0, out
     assert "continuing from" in out
     assert losses(tmp_path / "tiny") == reference

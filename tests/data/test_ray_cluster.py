@@ -159,6 +159,40 @@ def _node_of(i: int) -> tuple[int, str]:
     return i * i, ray.get_runtime_context().get_node_id()
 
 
+def test_killed_driver_resumes_against_the_cluster(cluster, parts, reference, tmp_path):
+    """`tokenmill curate --executor ray` SIGKILLed mid-run, then the same command again."""
+    cluster.restart_worker()
+    cfg_file = tmp_path / "run.yaml"  # JSON is YAML
+    cfg_file.write_text(json.dumps({"curate": cluster_config(parts).model_dump(mode="json", exclude={"sources"})}))
+    out, work = tmp_path / "out", tmp_path / ".out.work"
+    cmd = [sys.executable, "-m", "tokenmill", "curate", *map(str, parts), "-o", str(out), "--bucket", "reference",
+           "--executor", "ray", "--config", str(cfg_file)]
+    env = {**cluster.env, "RAY_ADDRESS": cluster.address}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while proc.poll() is None and time.time() < deadline and len(list(work.glob("map/*/chunk-*.done"))) < 3:
+        time.sleep(0.005)
+    if proc.poll() is not None:
+        pytest.fail(f"the run ended (exit {proc.returncode}) before it could be killed")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "_funnel.json").exists()
+    time.sleep(1)  # the cluster ends the dead driver's tasks; a late one may still finish a chunk
+    watch = ChunkWatch(work, done_chunks(work))
+    watch.start()
+    try:
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        watch.stopping.set()
+        watch.join()
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert len(watch.before) >= 3 and not watch.changed
+    assert not work.exists()
+    assert_same_output(reference, out)
+
+
+# The node-loss test comes last: its SIGKILLed node is restarted by the next test that needs two
+# nodes (restart_worker), and none does after it, so the module starts the second node only once.
 def test_curation_survives_the_loss_of_a_node(cluster, parts, reference, tmp_path):
     """The second node dies mid-map (every one of its processes SIGKILLed): its tasks run again
     on the head, the chunks it had finished are not redone, the output is the undisturbed one."""
@@ -190,35 +224,3 @@ def _curate_on_the_cluster(parts: list[str], out: str, work: str) -> ChunkStats:
     curate_mod._publish = publish
     curate(cluster_config([Path(p) for p in parts], executor="ray", workers=2), Path(out), progress=False)
     return at_publish
-
-
-def test_killed_driver_resumes_against_the_cluster(cluster, parts, reference, tmp_path):
-    """`tokenmill curate --executor ray` SIGKILLed mid-run, then the same command again."""
-    cluster.restart_worker()
-    cfg_file = tmp_path / "run.yaml"  # JSON is YAML
-    cfg_file.write_text(json.dumps({"curate": cluster_config(parts).model_dump(mode="json", exclude={"sources"})}))
-    out, work = tmp_path / "out", tmp_path / ".out.work"
-    cmd = [sys.executable, "-m", "tokenmill", "curate", *map(str, parts), "-o", str(out), "--bucket", "reference",
-           "--executor", "ray", "--config", str(cfg_file)]
-    env = {**cluster.env, "RAY_ADDRESS": cluster.address}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 60
-    while proc.poll() is None and time.time() < deadline and len(list(work.glob("map/*/chunk-*.done"))) < 3:
-        time.sleep(0.005)
-    if proc.poll() is not None:
-        pytest.fail(f"the run ended (exit {proc.returncode}) before it could be killed")
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert not (out / "_funnel.json").exists()
-    time.sleep(1)  # the cluster ends the dead driver's tasks; a late one may still finish a chunk
-    watch = ChunkWatch(work, done_chunks(work))
-    watch.start()
-    try:
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    finally:
-        watch.stopping.set()
-        watch.join()
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert len(watch.before) >= 3 and not watch.changed
-    assert not work.exists()
-    assert_same_output(reference, out)
