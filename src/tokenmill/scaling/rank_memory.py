@@ -113,19 +113,11 @@ def estimate_rank_memory(
     sp = stage_params(model_cfg, tp, pp, stage)
     zero = (3 if pp == 1 else 0) if zero is None else zero
     zero = zero if dp > 1 else 0
-    # zero 2/3: FSDP2 shards parameters (at rest), gradients and AdamW's m, v over dp; zero 1 only
-    # m, v (whole tensors per owner, train/zero.py); zero 0/1 reduce replicated gradients through
-    # one flat buffer of their size (DDP's buckets, or a pipeline stage's flat all-reduce)
     layers, shard = sp["layers"], dp if zero >= 2 else 1
-    flat = F32 * sp["total"] if zero <= 1 and dp > 1 else 0
-    params, grads = (-(-F32 * sp["total"] // shard) for _ in range(2))
-    optimizer = -(-2 * F32 * sp["total"] // (dp if zero >= 1 else 1))
+    params, grads, optimizer, flat, fsdp = _state_bytes(sp, dp, zero)
     mm = matmul_weights(model_cfg)
     head_copy = mm["lm_head"] if last and not fused_loss else 0
     copies = dt.itemsize * (layers * mm["per_layer"] // tp + head_copy) if dt != torch.float32 else 0
-    # unsharded while they run: zero 3 the root and two or three blocks; zero 2 keeps every block
-    # gathered from its forward to its backward, so the whole stage at the start of the backward
-    fsdp = F32 * (sp["root"] + 3 * sp["per_layer"]) if zero == 3 else F32 * sp["total"] if zero == 2 else 0
     seq = tp > 1 and train_cfg.parallel.sequence_parallel  # the residual stream and norms /tp
     layer = layer_activation_bytes(model_cfg, B, T, dt, doc_masking, device, tp, seq)
     kept = kept_layer_bytes(model_cfg, B, T, dt, train_cfg.activation_checkpointing, doc_masking, device, tp, seq)
@@ -143,36 +135,46 @@ def estimate_rank_memory(
     base = params + optimizer + copies + fsdp + ddp
     accumulated = grads if m > 1 else 0
     loss_backward = (base + accumulated + others + per_micro + loss) if last else 0
-    root_grads, layer_grads = F32 * sp["root"] // shard, F32 * sp["per_layer"] // shard
     transient = layer_backward_transient(model_cfg, B, T, dt, device, tp)
-    layers_backward = 0
-    for done in range(layers):
-        g = grads if accumulated else root_grads * last + (done + 1) * layer_grads
-        # the head's backward is done; the ids, targets and per-row tables are still alive
-        held = others + (layers - done - 1) * kept + layer + shared + sent + I64 * B * (2 * T + 1)
-        layers_backward = max(layers_backward, base + g + held + transient)
+    # the head's backward is done; the ids, targets and per-row tables are still alive
+    alive = others + layer + shared + sent + I64 * B * (2 * T + 1) + transient
+    layers_backward = _layers_backward_peak(sp, shard, last, grads if accumulated else 0, base + alive, kept)
     step_tmp = _optimizer_step_temporaries(model_cfg, sp, tp, device)
     optimizer_step = params + grads + optimizer + step_tmp + ddp
     dp_reduce = base + grads + flat if flat and pp > 1 else 0  # after the schedule: the gradients and their flat copy
-    return {
-        "stage": stage,
-        "in_flight": flight,
-        "params": params,
-        "grads": grads,
-        "optimizer": optimizer,
-        "weight_copies": copies,
-        "activations": flight * per_micro,
-        "logits": loss,
-        "optimizer_step": step_tmp,
-        "fsdp_unsharded": fsdp,
-        "ddp_buckets": ddp,
-        "zero": zero,
-        "loss_backward": loss_backward,
-        "layers_backward": layers_backward,
-        "optimizer_step_total": optimizer_step,
-        "dp_reduce_total": dp_reduce,
-        "peak": max(loss_backward, layers_backward, optimizer_step, dp_reduce),
-    }
+    out = {"stage": stage, "in_flight": flight, "params": params, "grads": grads, "optimizer": optimizer, "weight_copies": copies}
+    out |= {"activations": flight * per_micro, "logits": loss, "optimizer_step": step_tmp, "fsdp_unsharded": fsdp}
+    out |= {"ddp_buckets": ddp, "zero": zero, "loss_backward": loss_backward, "layers_backward": layers_backward}
+    out |= {"optimizer_step_total": optimizer_step, "dp_reduce_total": dp_reduce}
+    out["peak"] = max(loss_backward, layers_backward, optimizer_step, dp_reduce)
+    return out
+
+
+def _state_bytes(sp: dict[str, int], dp: int, zero: int) -> tuple[int, int, int, int, int]:
+    """(params, grads, AdamW's m and v, the flat reduce buffer, FSDP's unsharded blocks) of one
+    rank. zero 2/3: FSDP2 shards parameters (at rest), gradients and m, v over dp; zero 1 only m, v
+    (whole tensors per owner, train/zero.py); zero 0/1 reduce replicated gradients through one flat
+    buffer of their size (DDP's buckets, or a pipeline stage's flat all-reduce). Unsharded while
+    they run: zero 3 the root and two or three blocks; zero 2 keeps every block gathered from its
+    forward to its backward, so the whole stage at the start of the backward."""
+    shard = dp if zero >= 2 else 1
+    flat = F32 * sp["total"] if zero <= 1 and dp > 1 else 0
+    params = grads = -(-F32 * sp["total"] // shard)
+    optimizer = -(-2 * F32 * sp["total"] // (dp if zero >= 1 else 1))
+    fsdp = F32 * (sp["root"] + 3 * sp["per_layer"]) if zero == 3 else F32 * sp["total"] if zero == 2 else 0
+    return params, grads, optimizer, flat, fsdp
+
+
+def _layers_backward_peak(sp: dict[str, int], shard: int, last: bool, accumulated: int, fixed: int, kept: int) -> int:
+    """The largest moment of the blocks' backward: `fixed` bytes always alive, the blocks not yet
+    back-propagated still holding `kept` each, and the gradients so far (all of them when they
+    accumulate over micro-batches, else the head's on a last stage and one block's per block done)."""
+    peak, layers = 0, sp["layers"]
+    root_grads, layer_grads = F32 * sp["root"] // shard, F32 * sp["per_layer"] // shard
+    for done in range(layers):
+        g = accumulated if accumulated else root_grads * last + (done + 1) * layer_grads
+        peak = max(peak, fixed + g + (layers - done - 1) * kept)
+    return peak
 
 
 def _optimizer_step_temporaries(model_cfg: ModelConfig, sp: dict[str, int], tp: int, device: str) -> int:

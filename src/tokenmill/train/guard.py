@@ -163,29 +163,7 @@ class StabilityGuard:
         if not finite:
             reason = "nonfinite"
         elif judging and grad_med is not None and grad_norm > self.cfg.spike_factor * grad_med:
-            reason = "grad_spike"
-            calm = loss_med is not None and loss <= loss_med * (1 + self.cfg.recover_tolerance)
-            self.calm_spikes = self.calm_spikes + 1 if calm else 0
-            if self.calm_spikes >= self.cfg.rebaseline_after:
-                # The norm stays high while the loss is fine: a new regime (e.g. the LR just reached
-                # its peak), not a bad batch. Skipping on would freeze the model; restart the median.
-                rebaseline = [
-                    (
-                        "rebaseline",
-                        {
-                            "step": step,
-                            "grad_norm": grad_norm,
-                            "grad_norm_median": grad_med,
-                            "loss": loss,
-                            "loss_median": loss_med,
-                            "spikes": self.calm_spikes,
-                        },
-                    )
-                ]
-                self.grad_hist.clear()
-                self.calm_spikes = 0
-                self.spike = None
-                reason = None
+            reason, rebaseline = self._grad_spike(step, loss, grad_norm, grad_med, loss_med)
         elif judging and loss_med is not None and loss > self.cfg.loss_spike_factor * loss_med:
             reason = "loss_spike"
         if reason != "grad_spike":
@@ -212,6 +190,24 @@ class StabilityGuard:
         self._push(self.grad_hist, grad_norm)
         self._push(self.loss_hist, loss)
         return Verdict("apply", rebaseline)
+
+    def _grad_spike(
+        self, step: int, loss: float, grad_norm: float, grad_med: float, loss_med: float | None
+    ) -> tuple[str | None, list[tuple[str, dict[str, Any]]]]:
+        """A gradient-norm spike: ("grad_spike", []) — unless it is the `rebaseline_after`-th in a row
+        with a calm loss, when the norm's median restarts: (None, [the rebaseline event])."""
+        calm = loss_med is not None and loss <= loss_med * (1 + self.cfg.recover_tolerance)
+        self.calm_spikes = self.calm_spikes + 1 if calm else 0
+        if self.calm_spikes < self.cfg.rebaseline_after:
+            return "grad_spike", []
+        # The norm stays high while the loss is fine: a new regime (e.g. the LR just reached its
+        # peak), not a bad batch. Skipping on would freeze the model; restart the median.
+        info: dict[str, Any] = {"step": step, "grad_norm": grad_norm, "grad_norm_median": grad_med, "loss": loss}
+        info |= {"loss_median": loss_med, "spikes": self.calm_spikes}
+        self.grad_hist.clear()
+        self.calm_spikes = 0
+        self.spike = None
+        return None, [("rebaseline", info)]
 
     def skip_limits(self, step: int) -> SkipLimits:
         """What `check(step, ...)` would compare the step's loss and norm with, from the state as it

@@ -338,15 +338,7 @@ def step_loss_tensor(
             rows = buckets.indices(loader.row_buckets(step, micro), device) if buckets is not None else None
             with autocast(device, dtype), torch.set_grad_enabled(backward), forward:
                 if objective == "clm":
-                    nll = token_nll_batch(model, batch)
-                    # the forward has taken what it keeps of the mask (autograd's saved tensors,
-                    # checkpoint's arguments): the batch lets go, so the step holds what
-                    # scaling/memory.py counts, as when the model built the mask itself
-                    if getattr(batch, "prebuilt_mask", None) is not None:
-                        batch.prebuilt_mask = None
-                    loss = nll.sum() / n_targets
-                    if buckets is not None and rows is not None:
-                        buckets.add(nll, batch.loss_mask, rows)
+                    loss = _causal_micro_loss(model, batch, n_targets, buckets, rows)
                 else:
                     from tokenmill.model.objectives import objective_loss
 
@@ -367,6 +359,21 @@ def step_loss_tensor(
     if extras is not None:
         _report_extras(extras, data_wait, forward, clocks, reg)
     return total, r_pad / grad_accum
+
+
+def _causal_micro_loss(
+    model: nn.Module, batch: Any, n_targets: int, buckets: BucketLoss | None, rows: torch.Tensor | None
+) -> torch.Tensor:
+    """One micro-batch's Σ NLL / the step's counted targets; each row's NLL into its data bucket."""
+    nll = token_nll_batch(model, batch)
+    # the forward has taken what it keeps of the mask (autograd's saved tensors, checkpoint's
+    # arguments): the batch lets go, so the step holds what scaling/memory.py counts, as when the
+    # model built the mask itself
+    if getattr(batch, "prebuilt_mask", None) is not None:
+        batch.prebuilt_mask = None
+    if buckets is not None and rows is not None:
+        buckets.add(nll, batch.loss_mask, rows)
+    return nll.sum() / n_targets
 
 
 def _staged_micro_batch(
