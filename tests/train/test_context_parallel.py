@@ -1,8 +1,7 @@
 """Context parallelism with real processes: 2 CPU ranks (gloo) under torchrun, each holding a
 zig-zag half of every row and all-gathering K and V per block, give the one-process loss sequence
 (document-masked attention, GQA); the run resumes onto plain data parallelism on the same curve.
-Also: the layout refusals, and the activation memory a rank holds (about 1/cp), checked on 2 forked
-gloo ranks (forked, so they do not import torch again)."""
+Also: the layout refusals, and the activation memory a rank holds (about 1/cp)."""
 
 from __future__ import annotations
 
@@ -144,8 +143,7 @@ def test_cp_forward_backward_and_activation_memory_on_two_ranks(tmp_path):
 
     with mp.Manager() as manager:
         out = manager.dict()
-        # forked, not spawned: the ranks start without importing torch again (real processes all the same)
-        mp.start_processes(_rank_checks, args=(str(tmp_path / "store"), out), nprocs=2, join=True, start_method="fork")
+        mp.spawn(_rank_checks, args=(str(tmp_path / "store"), out), nprocs=2, join=True)
         got = [dict(out[r]) for r in range(2)]
     assert [g["cp2"] for g in got] == [got[0]["cp2"]] * 2, got  # the zig-zag shares are the same size
     m = {**got[0], **{k: max(g[k] for g in got) for k in ("peak_cp1", "peak_cp2")}}
