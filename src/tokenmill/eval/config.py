@@ -12,17 +12,37 @@ from pydantic import Field
 from tokenmill.config_base import Strict
 
 
+class GenerationConfig(Strict):
+    """How a generative task's answers are produced (greedy or sampled, stop sequences, a token limit)."""
+
+    max_new_tokens: int = Field(64, ge=1, description="Most new tokens generated per answer.")
+    stop: list[str] = Field(
+        default_factory=lambda: ["\n\n"], description="Generation ends at the first of these strings (cut from the answer)."
+    )
+    temperature: float = Field(0.0, ge=0.0, description="0: greedy decoding; above 0: sampling at this temperature.")
+    top_p: float | None = Field(None, gt=0.0, le=1.0, description="Nucleus sampling mass (None: off).")
+    samples: int = Field(1, ge=1, description="Answers generated per item (pass@k needs samples >= k).")
+    pass_k: list[int] = Field(default_factory=lambda: [1], description="The k of pass@k reported for code tasks.")
+    seed: int = Field(0, description="Seed of the sampling generator (per item: seed + item index).")
+
+
 class TaskConfig(Strict):
-    """A downstream task read from a local JSONL file in a public layout."""
+    """A downstream task read from a local file in a public layout."""
 
     name: str = Field(..., min_length=1, description="Task name shown in eval results and the report.")
     path: str = Field(
         ..., description="JSONL file of the task's items ('package:tasks/NAME.jsonl': a file shipped with tokenmill)."
     )
-    format: Literal["hellaswag", "arc", "piqa", "winogrande", "lambada"] = Field(
+    format: Literal["hellaswag", "arc", "piqa", "winogrande", "lambada", "mmlu", "bigbench", "jsonl"] = Field(
         ...,
-        description="Item layout: multiple choice by log-likelihood (hellaswag, arc, piqa, winogrande) or cloze last word (lambada).",
+        description="Item layout: multiple choice by log-likelihood (hellaswag, arc, piqa, winogrande, mmlu), cloze last word "
+        "(lambada), BIG-bench task.json, or tokenmill's generic JSONL (README: multiple choice, generative or code items).",
     )
+    mode: Literal["auto", "multiple_choice", "generate"] = Field(
+        "auto",
+        description="Which form of the items is scored where a layout holds both (bigbench, jsonl); auto: the form the file's items take.",
+    )
+    generation: GenerationConfig = Field(default_factory=GenerationConfig, description="Decoding of generative and code items.")
     shots: int = Field(
         0,
         ge=0,

@@ -35,7 +35,7 @@ import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -64,6 +64,24 @@ class Item:
     def solved(self) -> str:
         """The item with its correct answer: what a k-shot prompt shows."""
         return self.contexts[self.gold] + self.continuations[self.gold]
+
+
+@dataclass
+class GenItem:
+    """A generative item: the model continues `prompt`. Exact-match items list their accepted
+    `answers`; code items instead carry `tests`, a Python program run (in the sandbox) after the
+    prompt and the completion, passing when it exits 0, and a reference `solution` (what a k-shot
+    prompt shows). `line` is the item's 1-based line in the file."""
+
+    prompt: str
+    answers: list[str]
+    line: int
+    tests: str | None = None
+    solution: str | None = None
+
+    def solved(self) -> str:
+        """The item with its reference answer: what a k-shot prompt shows."""
+        return self.prompt + (self.solution if self.solution is not None else self.answers[0])
 
 
 @dataclass
@@ -180,7 +198,39 @@ def _lambada(rec: dict, where: str) -> Item:
     return Item([ctx], [" " + word], 0, 0)
 
 
-PARSERS = {"hellaswag": _hellaswag, "arc": _arc, "piqa": _piqa, "winogrande": _winogrande, "lambada": _lambada}
+def _str_list(rec: dict, key: str, where: str) -> list[str]:
+    v = _need(rec, key, where)
+    if isinstance(v, str):
+        return [v]
+    if not isinstance(v, list) or not v or not all(isinstance(x, str) for x in v):
+        raise TaskError(f"{where}: field {key!r} must be a string or a non-empty list of strings")
+    return v
+
+
+def _jsonl(rec: dict, where: str) -> Item | GenItem:
+    """tokenmill's generic layout, one of three item kinds by its fields:
+    multiple choice {"prompt", "choices": [...], "answer": index}, generative {"prompt", "answer":
+    string or list of accepted strings}, code {"prompt", "tests", "solution"}."""
+    prompt = _str(rec, "prompt", where)
+    if "choices" in rec:
+        choices = _str_list(rec, "choices", where)
+        if len(choices) < 2:
+            raise TaskError(f"{where}: field 'choices' needs at least 2 strings")
+        gold = _index(_need(rec, "answer", where), len(choices), "answer", where)
+        return Item([prompt] * len(choices), [" " + c.lstrip() for c in choices], gold, 0)
+    if "tests" in rec:
+        return GenItem(prompt, [], 0, tests=_str(rec, "tests", where), solution=_str(rec, "solution", where))
+    return GenItem(prompt, _str_list(rec, "answer", where), 0)
+
+
+PARSERS: dict[str, Callable[[dict, str], Item | GenItem]] = {
+    "hellaswag": _hellaswag,
+    "arc": _arc,
+    "piqa": _piqa,
+    "winogrande": _winogrande,
+    "lambada": _lambada,
+    "jsonl": _jsonl,
+}
 
 
 PACKAGE_PREFIX = "package:"
@@ -196,13 +246,13 @@ def task_path(spec: str) -> Path:
     return Path(spec)
 
 
-def load_task(cfg: TaskConfig) -> list[Item]:
+def load_task(cfg: TaskConfig) -> list[Item | GenItem]:
     """Every item of the task file (not limited by `cfg.limit`: shots may come from any item)."""
     path = task_path(cfg.path)
     if not path.is_file():
         raise TaskError(f"{path}: task {cfg.name!r}: no such file")
     parse = PARSERS[cfg.format]
-    items: list[Item] = []
+    items: list[Item | GenItem] = []
     with path.open(encoding="utf-8") as f:
         for n, rec in json_objects(f, path, TaskError):
             item = parse(rec, f"{path}:{n} ({cfg.format})")
@@ -224,7 +274,7 @@ def shot_indices(index: int, n_items: int, shots: int) -> list[int]:
     return [j if j < index else j + 1 for j in picks]
 
 
-def prompt_prefix(items: list[Item], index: int, shots: int) -> str:
+def prompt_prefix(items: list[Item] | list[Item | GenItem], index: int, shots: int) -> str:
     """The solved examples placed before item `index`'s context ("" for zero-shot)."""
     if shots == 0:
         return ""
@@ -344,5 +394,8 @@ def score_task(
 
     `tokenizer`: the run's `tokenizers.Tokenizer`; `max_seq_len`: the model's window;
     `eos_id`: the token every prompt starts with; `pad_id`: right padding (never scored)."""
-    items = load_task(cfg)
+    loaded = load_task(cfg)
+    items = [it for it in loaded if isinstance(it, Item)]
+    if len(items) != len(loaded):  # generative scoring is being added (issue 46)
+        raise TaskError(f"{cfg.path}: task {cfg.name!r} has generative items, which this build cannot score yet")
     return summarize(cfg, item_scores(model, tokenizer, cfg, items, device, batch_size, max_seq_len, eos_id, pad_id))
