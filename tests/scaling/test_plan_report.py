@@ -75,12 +75,14 @@ def test_rows_format_the_plan():
     plan = make_plan(inputs.cfg, inputs.tokens, 512, get_device("h100"), n_params=7e9)
     rows = dict(figures_rows(plan))
     assert rows["training FLOPs 6ND"] == "4.2e+22" and rows["parameters N"] == "7e+09"
-    assert dict(layout_rows(plan))["memory per device"].endswith("of 80 GB")
+    assert "of 80 GB" in dict(layout_rows(plan))["memory per device"]
 
 
 def test_no_layout_fits_still_prints_the_plan_and_the_fewest_devices():
+    # 32, not the Megatron-style model's 24: tokenmill's trainer (fp32 master weights gathered
+    # by FSDP, whole projection inputs) must fit too, and needs 70.5 GB on 32 H100s
     result = runner.invoke(app, ["plan", "--params", "70e9", "--tokens", "2e12"])
     assert result.exit_code == 1
     out = " ".join(result.output.split())
-    for text in ("training FLOPs 6ND", "wall-clock", "cost", "no layout fits h100", "fewest devices that fit: 24 × h100"):
+    for text in ("training FLOPs 6ND", "wall-clock", "cost", "no layout fits h100", "fewest devices that fit: 32 × h100"):
         assert text in out, text

@@ -45,8 +45,10 @@ the log-probabilities, their gradient and the logits' gradient at once, 3 · f·
 head input and the gradients it computed in the forward, dh [B·T, d] and dW [V, d] in fp32, and
 its peak is one chunk of logits (`logits_bytes`).
 
-Autocast keeps a bf16 copy of every Linear weight (incl. a tied lm_head, except under the fused
-loss, which casts the head itself) from the forward to the end of the backward (`weight_copies`). With activation checkpointing (each block
+Autocast makes a bf16 copy of every Linear weight (incl. a tied lm_head, except under the fused
+loss, which casts the head itself), which the matmul keeps from the forward to the end of its
+backward (`weight_copies`); under activation checkpointing only the running block's (its
+recompute makes them again; autocast's cache is off, train/device.py). With activation checkpointing (each block
 recomputed in backward, torch.utils.checkpoint non-reentrant) a layer keeps only its fp32 input
 f·BTd, and the recomputation of one block holds that block's activations again. Selective
 checkpointing (`train.activation_checkpointing: selective`) keeps the fp32 input plus the outputs
@@ -421,7 +423,7 @@ def estimate_train_memory(
     mm = matmul_weights(model_cfg)
     # the fused loss casts the head's weight itself and keeps no copy
     head_copy = 0 if fused_loss else mm["lm_head"]
-    copies = dt.itemsize * (L * mm["per_layer"] + head_copy) if dt != torch.float32 else 0
+    copies = weight_copy_bytes(mm, L, dt, head_copy, ckpt)
     acts = activation_bytes(model_cfg, B, T, dt, doc_masking, ckpt, fused_loss, device)
     loss = logits_bytes(model_cfg, B, T, dt, fused_loss, loss_chunk(model_cfg, device))
     step_tmp = 0 if device.startswith("cuda") else 2 * F32 * mm["largest_tensor"]
@@ -463,6 +465,19 @@ def estimate_train_memory(
         "optimizer_step_total": optimizer_step,
         "peak": max(loss_backward, layers_backward, optimizer_step),
     }
+
+
+def weight_copy_bytes(
+    mm: dict[str, int], layers: int, dtype: torch.dtype, head_copy: int, checkpointing: bool | str, tp: int = 1
+) -> int:
+    """Bytes of the bf16/fp16 weight copies autocast makes (none in fp32): every block's without
+    checkpointing (each matmul saves its copy for its backward), one block's with it (full or
+    selective: the casts are recomputed with the block, and train/device.py turns autocast's
+    cache off so the forward does not keep them either); plus the head's copy."""
+    if dtype == torch.float32:
+        return 0
+    blocks = min(layers, 1) if checkpointing else layers
+    return dtype.itemsize * (blocks * mm["per_layer"] // tp + head_copy)
 
 
 def profiled_peak_bytes(fn: Callable[[], Any]) -> tuple[int, Any]:

@@ -243,6 +243,13 @@ class LayoutChoice:
     memory: DeviceMemory
     time: StepTime
     refused: tuple[str, ...] = ()  # why `tokenmill train` would refuse this layout (scaling/plan_train.py); () it runs it
+    trainer_peak: float | None = None  # bytes per rank of tokenmill's own trainer (scaling/rank_memory.py); None: not computed
+
+    def needed(self) -> float:
+        """Bytes per device this layout needs: the larger of the Megatron-style model (with its
+        reserve) and tokenmill's trainer's peak plus the same reserve, since the trainer is what runs."""
+        trainer = 0.0 if self.trainer_peak is None else self.trainer_peak + self.layout.reserve_bytes
+        return max(self.memory.total, trainer)
 
     def as_dict(self) -> dict[str, Any]:
         from tokenmill.scaling.plan_train import config_lines
@@ -253,6 +260,8 @@ class LayoutChoice:
             "step_seconds": {**self.time.__dict__, "total": self.time.total},
             "train_config": config_lines(self.layout),
             "trainer_refuses": list(self.refused),
+            "trainer_peak_bytes": self.trainer_peak,
+            "needed_bytes": self.needed(),
         }
 
 
@@ -274,7 +283,8 @@ def layout_candidates(
     """Every TP (power of two up to a node), PP (dividing the layers), DP, ZeRO stage and
     checkpointing setting on `devices` devices, with memory and step time; those that tokenmill's
     trainer refuses (scaling/plan_train.py, for `run_cfg`'s train section when given) are left out
-    unless `keep_refused`. Not filtered by memory. Sequence parallelism stays on where the base
+    unless `keep_refused`. Each one it runs carries the trainer's own peak per rank
+    (`_trainer_memory`, ~0.4 ms a layout). Not filtered by memory. Sequence parallelism stays on where the base
     layout has it and seq_len splits over tp; elsewhere the candidate runs without it."""
     out = []
     for t in (1, 2, 4, 8, 16):
@@ -295,25 +305,30 @@ def layout_candidates(
                     refused = tuple(_refusal(cfg, layout, run_cfg))
                     if refused and not keep_refused:
                         continue
-                    out.append(LayoutChoice(layout, device_memory(cfg, layout), step_time(cfg, layout, device, mfu), refused))
+                    peak = None if refused else _trainer_memory(cfg, layout, device, run_cfg)["peak"]
+                    out.append(
+                        LayoutChoice(layout, device_memory(cfg, layout), step_time(cfg, layout, device, mfu), refused, peak)
+                    )
     return out
 
 
 def recommend_layout(candidates: list[LayoutChoice], device: DeviceSpec) -> tuple[LayoutChoice, list[LayoutChoice]]:
-    """(the fastest candidate that fits the device memory, every one that fits). Step times within
-    0.5% of the fastest count as ties, which go to less memory, then smaller TP and PP (the seed's
-    order: TP inside a node, PP across nodes, DP/FSDP for the rest)."""
-    fits = [c for c in candidates if c.memory.total <= device.memory_bytes]
+    """(the fastest candidate that fits the device memory, every one that fits). A candidate fits
+    when both the Megatron-style model and tokenmill's trainer's own peak (plus the reserve) fit:
+    `LayoutChoice.needed`. Step times within 0.5% of the fastest count as ties, which go to less
+    memory, then smaller TP and PP (the seed's order: TP inside a node, PP across nodes, DP/FSDP
+    for the rest)."""
+    fits = [c for c in candidates if c.needed() <= device.memory_bytes]
     if not fits:
-        smallest = min(candidates, key=lambda c: c.memory.total)
+        smallest = min(candidates, key=lambda c: c.needed())
         raise NoLayoutFits(
             f"no layout fits {device.name} ({device.memory_bytes / GB:.0f} GB): the smallest needs "
-            f"{smallest.memory.total / GB:.1f} GB per device ({_describe(smallest.layout)}); use more "
+            f"{smallest.needed() / GB:.1f} GB per device ({_describe(smallest.layout)}); use more "
             f"devices, a larger device, a smaller --micro-batch or --seq-len"
         )
     fastest = min(c.time.total for c in fits)
     ties = [c for c in fits if c.time.total <= fastest * 1.005]
-    chosen = min(ties, key=lambda c: (c.memory.total, c.layout.tp, c.layout.pp))
+    chosen = min(ties, key=lambda c: (c.needed(), c.layout.tp, c.layout.pp))
     return chosen, sorted(fits, key=lambda c: c.time.total)
 
 
@@ -359,8 +374,9 @@ def layout_reasons(choice: LayoutChoice, device: DeviceSpec, fits: list[LayoutCh
             f"{t.dp_exposed:.2f} s not hidden under compute"
         )
     reasons.append(f"activation checkpointing {'on: +1/3 compute to fit memory' if lay.checkpointing else 'off'}")
+    trainer = "" if choice.trainer_peak is None else f" (tokenmill's trainer: {choice.trainer_peak / GB:.1f} GB + reserve)"
     reasons.append(
-        f"memory {choice.memory.total / GB:.1f} of {device.memory_bytes / GB:.0f} GB per device; "
+        f"memory {choice.needed() / GB:.1f} of {device.memory_bytes / GB:.0f} GB per device{trainer}; "
         f"step ≈ {t.total:.2f} s (compute {t.compute:.2f} s), the fastest of {len(fits)} fitting layout(s) compared"
     )
     return reasons
@@ -631,7 +647,7 @@ def fewest_devices(
     n = next(k for k in range(-(-(lo + 1) // node) * node, hi + 1, node) if fit(k) is not None)
     choice = fit(n)
     assert choice is not None
-    return {"fewest_devices": n, "fewest_layout": _describe(choice.layout), "fewest_memory_bytes": choice.memory.total}
+    return {"fewest_devices": n, "fewest_layout": _describe(choice.layout), "fewest_memory_bytes": choice.needed()}
 
 
 def _trainer_memory(cfg: ModelConfig, layout: Layout, device: DeviceSpec, run_cfg: Any) -> dict[str, Any]:
@@ -751,17 +767,18 @@ def _layout(
         m = micro_batches_for(global_batch_tokens, fixed["dp"], base.micro_batch, base.seq_len)
         layout = base.model_copy(update={**fixed, "micro_batches": m})
         refused = tuple(_refusal(cfg, layout, run_cfg))
-        wanted = [LayoutChoice(layout, device_memory(cfg, layout), step_time(cfg, layout, device, mfu), refused)]
+        peak = None if refused else _trainer_memory(cfg, layout, device, run_cfg)["peak"]
+        wanted = [LayoutChoice(layout, device_memory(cfg, layout), step_time(cfg, layout, device, mfu), refused, peak)]
     if not wanted:
         raise PlanError(
             f"no layout on {devices} devices matches {fixed} (TP must be a power of two up to "
             f"{device.devices_per_node} dividing the heads, PP must divide the {cfg.n_layers} layers)"
         )
-    if len(wanted) == 1 and (wanted[0].memory.total > device.memory_bytes or wanted[0].refused):
+    if len(wanted) == 1 and (wanted[0].needed() > device.memory_bytes or wanted[0].refused):
         only = wanted[0]
         warn = [f"TOKENMILL'S TRAINER REFUSES IT: {why}" for why in only.refused]
-        if only.memory.total > device.memory_bytes:
-            warn.append(f"DOES NOT FIT: {only.memory.total / GB:.1f} GB per device > {device.memory_bytes / GB:.0f} GB")
+        if only.needed() > device.memory_bytes:
+            warn.append(f"DOES NOT FIT: {only.needed() / GB:.1f} GB per device > {device.memory_bytes / GB:.0f} GB")
         return only, [*warn, *layout_reasons(only, device, [only])]
     chosen, fits = recommend_layout(wanted, device)
     return chosen, layout_reasons(chosen, device, fits)

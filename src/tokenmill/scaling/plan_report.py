@@ -82,20 +82,24 @@ def layout_rows(plan: Plan) -> list[tuple[str, str]]:
         ("activation checkpointing", "on" if lay["checkpointing"] else "off"),
     ]
     rows += [(f"memory: {k}", f"{v / GB:.2f} GB") for k, v in mem.items() if k != "total"]
-    rows.append(("memory per device", f"{mem['total'] / GB:.2f} GB of {plan.device['memory_bytes'] / GB:.0f} GB"))
+    rows.append(
+        ("memory per device", f"{mem['total'] / GB:.2f} GB of {plan.device['memory_bytes'] / GB:.0f} GB (Megatron-style model)")
+    )
     tm = plan.trainer_memory
     if tm is not None:
+        reserve = lay["reserve_bytes"]
+        over = tm["peak"] + reserve > plan.device["memory_bytes"]
         rows.append(
             (
                 "tokenmill trainer per rank",
-                f"{tm['peak'] / GB:.3f} GB peak on pipeline stage {tm['stage']} "
+                f"{tm['peak'] / GB:.3f} GB peak on pipeline stage {tm['stage']} + {reserve / GB:.0f} GB reserve "
                 f"({tm['dtype']} compute, fp32 weights, gradients and Adam, ZeRO-{lay['zero'] if lay['dp'] > 1 else 0} "
-                f"as the trainer runs it; measured within 1.2× on CPU: scaling/rank_memory.py, BENCHMARKS.md)"
+                f"as the trainer runs it; measured within 1.2× on CPU: scaling/rank_memory.py, BENCHMARKS.md); "
                 + (
-                    f"; OVER the device's {plan.device['memory_bytes'] / GB:.0f} GB: the trainer holds more than this "
-                    "plan's model (fp32 weights and gradients): pick a layout with more sharding (--zero 3, --tp, --pp)"
-                    if tm["peak"] > plan.device["memory_bytes"]
-                    else ""
+                    f"OVER the device's {plan.device['memory_bytes'] / GB:.0f} GB: the trainer holds more than a "
+                    "Megatron-style trainer (fp32 weights and gradients): pick a layout with more sharding (--zero 3, --tp, --pp)"
+                    if over
+                    else "the search keeps only layouts where this fits too"
                 ),
             )
         )

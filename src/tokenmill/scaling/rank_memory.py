@@ -50,6 +50,7 @@ from tokenmill.scaling.memory import (
     logits_bytes,
     loss_chunk,
     matmul_weights,
+    weight_copy_bytes,
 )
 
 
@@ -117,7 +118,7 @@ def estimate_rank_memory(
     params, grads, optimizer, flat, fsdp = _state_bytes(sp, dp, zero)
     mm = matmul_weights(model_cfg)
     head_copy = mm["lm_head"] if last and not fused_loss else 0
-    copies = dt.itemsize * (layers * mm["per_layer"] // tp + head_copy) if dt != torch.float32 else 0
+    copies = weight_copy_bytes(mm, layers, dt, head_copy, train_cfg.activation_checkpointing, tp)
     seq = tp > 1 and train_cfg.parallel.sequence_parallel  # the residual stream and norms /tp
     layer = layer_activation_bytes(model_cfg, B, T, dt, doc_masking, device, tp, seq)
     kept = kept_layer_bytes(model_cfg, B, T, dt, train_cfg.activation_checkpointing, doc_masking, device, tp, seq)

@@ -71,10 +71,16 @@ def autocast(device: torch.device, dtype_spec: str | torch.dtype = "auto") -> It
 
     Parameters, gradients and optimizer state stay fp32; only matmul inputs/outputs are bf16/fp16
     (norms, softmax and the loss run in fp32 in the model's code, whatever autocast's lists say).
+
+    Autocast's weight cache is off: it would keep a bf16 copy of every weight until the region
+    ends, i.e. the whole model's copies at the end of the forward, even where activation
+    checkpointing (or FSDP's resharding) has let each block's copy go. Every weight is used once
+    per forward, so the cache saves no casts; without it a checkpointed block's copies live only
+    while it runs (scaling/memory.py `weight_copies`).
     """
     dtype = dtype_spec if isinstance(dtype_spec, torch.dtype) else resolve_dtype(device, dtype_spec)
     if dtype == torch.float32:
         yield
         return
-    with torch.autocast(device_type=device.type, dtype=dtype):
+    with torch.autocast(device_type=device.type, dtype=dtype, cache_enabled=False):
         yield
