@@ -84,7 +84,7 @@ def load_mmlu_csv(path: Path) -> list[Item]:
     items: list[Item] = []
     try:
         with path.open(encoding="utf-8", newline="") as f:
-            reader, start = csv.reader(f), 1
+            reader, start = csv.reader(f, strict=True), 1
             for row in reader:
                 where = f"{path}:{start} (mmlu)"
                 if any(cell.strip() for cell in row):
