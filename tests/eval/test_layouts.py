@@ -10,13 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from tokenmill.config import ModelConfig, TaskConfig, TokenizerConfig
+from tokenmill.config import TaskConfig
 from tokenmill.eval.tasks import (GenItem, Item, TaskError, item_scores, load_task, prompt_prefix, score_task,
                                   shot_indices, summarize)
-from tokenmill.model.transformer import Transformer
-from tokenmill.tokenizer.bpe import train_bpe
 
-from tests.conftest import ContextFreeModel, real_documents
+from tests.conftest import ContextFreeModel
+from tests.eval import test_tasks
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MMLU_JSONL = FIXTURES / "mmlu" / "european_geography.jsonl"
@@ -26,6 +25,7 @@ AUTO_DEBUGGING = FIXTURES / "bigbench" / "auto_debugging" / "task.json"
 REAL_BIGBENCH = Path("/work/real_corpora/eval/bigbench")
 HEADER = "The following are multiple choice questions (with answers) about european geography.\n\n"
 CPU = torch.device("cpu")
+tok, model = test_tasks.tok, test_tasks.model  # the tiny tokenizer and model fixtures the other task tests score with
 
 
 def mmlu(path: Path, **kw) -> TaskConfig:
@@ -34,20 +34,6 @@ def mmlu(path: Path, **kw) -> TaskConfig:
 
 def bigbench(path: Path, **kw) -> TaskConfig:
     return TaskConfig(name="bb", path=str(path), format="bigbench", **kw)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return train_bpe(real_documents()["prose"][:20], TokenizerConfig(vocab_size=400, n_sentinels=0))
-
-
-@pytest.fixture(scope="module")
-def model(tok):
-    cfg = ModelConfig(vocab_size=tok.get_vocab_size(), d_model=32, n_layers=2, n_heads=4, max_seq_len=512)
-    m = Transformer(cfg, generator=torch.Generator().manual_seed(5))
-    with torch.no_grad():  # larger logits than the init gives, so choices differ clearly
-        m.lm_head.weight.mul_(20)
-    return m.eval()
 
 
 # --------------------------------------------------------------------------- MMLU
@@ -79,13 +65,13 @@ def test_mmlu_scores_equal_the_generic_jsonl_layout_of_the_same_items(tmp_path, 
     generic.write_text("".join(json.dumps({"prompt": it.header + it.contexts[0], "choices": list("ABCD"), "answer": it.gold}) + "\n"
                                for it in items))
     generic_cfg = TaskConfig(name="mmlu", path=str(generic), format="jsonl")
-    runs = [(cfg, item_scores(model, tok, cfg, load_task(cfg), CPU, b, 512))
+    runs = [(cfg, item_scores(model, tok, cfg, load_task(cfg), CPU, b, 256))
             for cfg, b in ((mmlu(MMLU_CSV), 8), (mmlu(MMLU_JSONL), 5), (generic_cfg, 16))]
     flat = [[lp for s in scores for lp in s.logprobs] for _, scores in runs]
     assert len(flat[0]) == 40 and flat[0] == pytest.approx(flat[1], abs=1e-6) and flat[0] == pytest.approx(flat[2], abs=1e-6)
     ours, theirs = summarize(*runs[0]), summarize(*runs[2])
     assert (ours["acc"], ours["acc_norm"], ours["n"]) == (theirs["acc"], theirs["acc_norm"], 10)
-    assert ours == score_task(model, tok, mmlu(MMLU_CSV), CPU, 8, 512)
+    assert ours == score_task(model, tok, mmlu(MMLU_CSV), CPU, 8, 256)
 
 
 def test_a_model_that_always_says_b_scores_the_share_of_b_answers(tok):
@@ -95,7 +81,7 @@ def test_a_model_that_always_says_b_scores_the_share_of_b_answers(tok):
     logits = torch.full((tok.get_vocab_size(),), -10.0)
     logits[letters[1][-1]] = 0.0
     for shots in (0, 3):
-        res = score_task(ContextFreeModel(logits), tok, mmlu(MMLU_JSONL, shots=shots), CPU, 3, 512)
+        res = score_task(ContextFreeModel(logits), tok, mmlu(MMLU_JSONL, shots=shots), CPU, 3, 256)
         golds = [it.gold for it in load_task(mmlu(MMLU_JSONL))]
         assert res["acc"] == golds.count(1) / 10 == 0.3
 
@@ -145,8 +131,8 @@ def test_a_real_bigbench_task_scores_as_the_generic_jsonl_layout_of_its_items(tm
     generic = tmp_path / "generic.jsonl"
     generic.write_text("".join(json.dumps({"prompt": it.header + it.contexts[0], "choices": list(s), "answer": it.gold}) + "\n"
                                for it, s in zip(items, scores)))
-    ours = score_task(model, tok, bigbench(CRASH_BLOSSOM, limit=20), CPU, 8, 512)
-    theirs = score_task(model, tok, TaskConfig(name="bb", path=str(generic), format="jsonl", limit=20), CPU, 8, 512)
+    ours = score_task(model, tok, bigbench(CRASH_BLOSSOM, limit=20), CPU, 8, 256)
+    theirs = score_task(model, tok, TaskConfig(name="bb", path=str(generic), format="jsonl", limit=20), CPU, 8, 256)
     assert ours["n"] == theirs["n"] == 20 and (ours["acc"], ours["acc_norm"]) == (theirs["acc"], theirs["acc_norm"])
 
 
