@@ -1,5 +1,6 @@
 """Downstream tasks read from local JSONL files in the public layouts (hellaswag, arc, piqa,
-winogrande, lambada), scored by log-likelihood the way lm-evaluation-harness does.
+winogrande, lambada; MMLU and BIG-bench task.json in eval/layouts.py), scored by log-likelihood the
+way lm-evaluation-harness does.
 
 Every item becomes one or more (context, continuation) requests; a request's score is the summed
 log-probability of the continuation's tokens given the context.
@@ -41,47 +42,10 @@ import torch
 
 from tokenmill.eval.config import TaskConfig
 from tokenmill.data.jsonl import json_objects
-from tokenmill.errors import UserError
+from tokenmill.eval.layouts import load_bigbench, load_mmlu_csv, mmlu_record
+from tokenmill.eval.items import GenItem, Item, TaskError, index_field, need, str_field, str_list
 
 MULTIPLE_CHOICE = ("hellaswag", "arc", "piqa", "winogrande")
-SHOT_SEPARATOR = "\n\n"
-
-
-class TaskError(UserError):
-    """A task file that cannot be read or has a malformed item."""
-
-
-@dataclass
-class Item:
-    """One task item: parallel lists of contexts and continuations (one pair per choice; lambada
-    has one pair) and the index of the correct one. `line` is the item's 1-based line in the file."""
-
-    contexts: list[str]
-    continuations: list[str]
-    gold: int
-    line: int
-
-    def solved(self) -> str:
-        """The item with its correct answer: what a k-shot prompt shows."""
-        return self.contexts[self.gold] + self.continuations[self.gold]
-
-
-@dataclass
-class GenItem:
-    """A generative item: the model continues `prompt`. Exact-match items list their accepted
-    `answers`; code items instead carry `tests`, a Python program run (in the sandbox) after the
-    prompt and the completion, passing when it exits 0, and a reference `solution` (what a k-shot
-    prompt shows). `line` is the item's 1-based line in the file."""
-
-    prompt: str
-    answers: list[str]
-    line: int
-    tests: str | None = None
-    solution: str | None = None
-
-    def solved(self) -> str:
-        """The item with its reference answer: what a k-shot prompt shows."""
-        return self.prompt + (self.solution if self.solution is not None else self.answers[0])
 
 
 @dataclass
@@ -96,29 +60,6 @@ class ItemScore:
 
 
 # --------------------------------------------------------------------------- parsing
-def _need(rec: dict, key: str, where: str) -> Any:
-    if key not in rec or rec[key] is None:
-        raise TaskError(f"{where}: missing field {key!r}")
-    return rec[key]
-
-
-def _str(rec: dict, key: str, where: str) -> str:
-    v = _need(rec, key, where)
-    if not isinstance(v, str):
-        raise TaskError(f"{where}: field {key!r} must be a string, got {type(v).__name__}")
-    return v
-
-
-def _index(value: Any, n: int, key: str, where: str) -> int:
-    try:
-        i = int(value)
-    except (TypeError, ValueError):
-        raise TaskError(f"{where}: field {key!r} must be an integer, got {value!r}") from None
-    if not 0 <= i < n:
-        raise TaskError(f"{where}: field {key!r}={value!r} is out of range for {n} choices")
-    return i
-
-
 def _hellaswag_text(text: str) -> str:
     """lm-eval's hellaswag preprocessing (WikiHow artifacts such as " [title]", "[header]")."""
     text = text.strip().replace(" [title]", ". ")
@@ -128,34 +69,34 @@ def _hellaswag_text(text: str) -> str:
 
 def _hellaswag(rec: dict, where: str) -> Item:
     if "ctx_a" in rec:
-        ctx = _str(rec, "ctx_a", where) + " " + _str(rec, "ctx_b", where).capitalize()
+        ctx = str_field(rec, "ctx_a", where) + " " + str_field(rec, "ctx_b", where).capitalize()
     else:
-        ctx = _str(rec, "ctx", where)
+        ctx = str_field(rec, "ctx", where)
     if isinstance(rec.get("activity_label"), str) and rec["activity_label"]:
         ctx = rec["activity_label"] + ": " + ctx
-    endings = _need(rec, "endings", where)
+    endings = need(rec, "endings", where)
     if not isinstance(endings, list) or len(endings) < 2 or not all(isinstance(e, str) for e in endings):
         raise TaskError(f"{where}: field 'endings' must be a list of at least 2 strings")
-    gold = _index(_need(rec, "label", where), len(endings), "label", where)
+    gold = index_field(need(rec, "label", where), len(endings), "label", where)
     ctx = _hellaswag_text(ctx)
     return Item([ctx] * len(endings), [" " + _hellaswag_text(e) for e in endings], gold, 0)
 
 
 def _arc(rec: dict, where: str) -> Item:
-    q = _need(rec, "question", where)
+    q = need(rec, "question", where)
     if isinstance(q, dict):  # the original ARC layout: question = {stem, choices: [{text, label}]}
-        stem = _str(q, "stem", where + " (question)")
-        choices = _need(q, "choices", where + " (question)")
+        stem = str_field(q, "stem", where + " (question)")
+        choices = need(q, "choices", where + " (question)")
         if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
             raise TaskError(f"{where}: field 'question.choices' must be a list of {{text, label}} objects")
-        texts = [_str(c, "text", where + " (question.choices)") for c in choices]
-        labels = [str(_need(c, "label", where + " (question.choices)")) for c in choices]
+        texts = [str_field(c, "text", where + " (question.choices)") for c in choices]
+        labels = [str(need(c, "label", where + " (question.choices)")) for c in choices]
     elif isinstance(q, str):  # the Hugging Face layout: question, choices = {text: [...], label: [...]}
         stem = q
-        choices = _need(rec, "choices", where)
+        choices = need(rec, "choices", where)
         if not isinstance(choices, dict):
             raise TaskError(f"{where}: field 'choices' must be an object {{text: [...], label: [...]}}")
-        texts, labels = _need(choices, "text", where + " (choices)"), _need(choices, "label", where + " (choices)")
+        texts, labels = need(choices, "text", where + " (choices)"), need(choices, "label", where + " (choices)")
         if not isinstance(texts, list) or not isinstance(labels, list) or len(texts) != len(labels):
             raise TaskError(f"{where}: 'choices.text' and 'choices.label' must be lists of the same length")
         labels = [str(x) for x in labels]
@@ -163,7 +104,7 @@ def _arc(rec: dict, where: str) -> Item:
         raise TaskError(f"{where}: field 'question' must be a string or an object with 'stem'")
     if len(texts) < 2:
         raise TaskError(f"{where}: an ARC item needs at least 2 choices")
-    key = str(_need(rec, "answerKey", where))
+    key = str(need(rec, "answerKey", where))
     if key not in labels:
         raise TaskError(f"{where}: answerKey {key!r} is not one of the choice labels {labels}")
     ctx = f"Question: {stem}\nAnswer:"
@@ -171,18 +112,18 @@ def _arc(rec: dict, where: str) -> Item:
 
 
 def _piqa(rec: dict, where: str) -> Item:
-    ctx = f"Question: {_str(rec, 'goal', where)}\nAnswer:"
-    sols = [_str(rec, "sol1", where), _str(rec, "sol2", where)]
-    gold = _index(_need(rec, "label", where), 2, "label", where)
+    ctx = f"Question: {str_field(rec, 'goal', where)}\nAnswer:"
+    sols = [str_field(rec, "sol1", where), str_field(rec, "sol2", where)]
+    gold = index_field(need(rec, "label", where), 2, "label", where)
     return Item([ctx, ctx], [" " + s for s in sols], gold, 0)
 
 
 def _winogrande(rec: dict, where: str) -> Item:
-    sentence = _str(rec, "sentence", where)
+    sentence = str_field(rec, "sentence", where)
     if "_" not in sentence:
         raise TaskError(f"{where}: field 'sentence' has no blank '_'")
-    options = [_str(rec, "option1", where), _str(rec, "option2", where)]
-    answer = str(_need(rec, "answer", where))
+    options = [str_field(rec, "option1", where), str_field(rec, "option2", where)]
+    answer = str(need(rec, "answer", where))
     if answer not in ("1", "2"):
         raise TaskError(f'{where}: field \'answer\' must be "1" or "2", got {answer!r}')
     cut = sentence.index("_")
@@ -191,36 +132,27 @@ def _winogrande(rec: dict, where: str) -> Item:
 
 
 def _lambada(rec: dict, where: str) -> Item:
-    text = _str(rec, "text", where).strip()
+    text = str_field(rec, "text", where).strip()
     if " " not in text:
         raise TaskError(f"{where}: field 'text' needs a context and a last word separated by a space")
     ctx, word = text.rsplit(" ", 1)
     return Item([ctx], [" " + word], 0, 0)
 
 
-def _str_list(rec: dict, key: str, where: str) -> list[str]:
-    v = _need(rec, key, where)
-    if isinstance(v, str):
-        return [v]
-    if not isinstance(v, list) or not v or not all(isinstance(x, str) for x in v):
-        raise TaskError(f"{where}: field {key!r} must be a string or a non-empty list of strings")
-    return v
-
-
 def _jsonl(rec: dict, where: str) -> Item | GenItem:
     """tokenmill's generic layout, one of three item kinds by its fields:
     multiple choice {"prompt", "choices": [...], "answer": index}, generative {"prompt", "answer":
     string or list of accepted strings}, code {"prompt", "tests", "solution"}."""
-    prompt = _str(rec, "prompt", where)
+    prompt = str_field(rec, "prompt", where)
     if "choices" in rec:
-        choices = _str_list(rec, "choices", where)
+        choices = str_list(rec, "choices", where)
         if len(choices) < 2:
             raise TaskError(f"{where}: field 'choices' needs at least 2 strings")
-        gold = _index(_need(rec, "answer", where), len(choices), "answer", where)
+        gold = index_field(need(rec, "answer", where), len(choices), "answer", where)
         return Item([prompt] * len(choices), [" " + c.lstrip() for c in choices], gold, 0)
     if "tests" in rec:
-        return GenItem(prompt, [], 0, tests=_str(rec, "tests", where), solution=_str(rec, "solution", where))
-    return GenItem(prompt, _str_list(rec, "answer", where), 0)
+        return GenItem(prompt, [], 0, tests=str_field(rec, "tests", where), solution=str_field(rec, "solution", where))
+    return GenItem(prompt, str_list(rec, "answer", where), 0)
 
 
 PARSERS: dict[str, Callable[[dict, str], Item | GenItem]] = {
@@ -230,6 +162,7 @@ PARSERS: dict[str, Callable[[dict, str], Item | GenItem]] = {
     "winogrande": _winogrande,
     "lambada": _lambada,
     "jsonl": _jsonl,
+    "mmlu": mmlu_record,
 }
 
 
@@ -246,11 +179,12 @@ def task_path(spec: str) -> Path:
     return Path(spec)
 
 
-def load_task(cfg: TaskConfig) -> list[Item | GenItem]:
-    """Every item of the task file (not limited by `cfg.limit`: shots may come from any item)."""
-    path = task_path(cfg.path)
-    if not path.is_file():
-        raise TaskError(f"{path}: task {cfg.name!r}: no such file")
+def _read_items(path: Path, cfg: TaskConfig) -> list[Item | GenItem]:
+    """BIG-bench task.json and MMLU CSV are read whole; every other layout is JSONL, one item a line."""
+    if cfg.format == "bigbench":
+        return load_bigbench(path, cfg.mode)
+    if cfg.format == "mmlu" and path.suffix.lower() == ".csv":
+        return [*load_mmlu_csv(path)]
     parse = PARSERS[cfg.format]
     items: list[Item | GenItem] = []
     with path.open(encoding="utf-8") as f:
@@ -258,6 +192,15 @@ def load_task(cfg: TaskConfig) -> list[Item | GenItem]:
             item = parse(rec, f"{path}:{n} ({cfg.format})")
             item.line = n
             items.append(item)
+    return items
+
+
+def load_task(cfg: TaskConfig) -> list[Item | GenItem]:
+    """Every item of the task file (not limited by `cfg.limit`: shots may come from any item)."""
+    path = task_path(cfg.path)
+    if not path.is_file():
+        raise TaskError(f"{path}: task {cfg.name!r}: no such file")
+    items = _read_items(path, cfg)
     if not items:
         raise TaskError(f"{path}: task {cfg.name!r} has no items")
     if cfg.shots > len(items) - 1:
@@ -275,10 +218,13 @@ def shot_indices(index: int, n_items: int, shots: int) -> list[int]:
 
 
 def prompt_prefix(items: list[Item] | list[Item | GenItem], index: int, shots: int) -> str:
-    """The solved examples placed before item `index`'s context ("" for zero-shot)."""
+    """What precedes item `index`'s context: its task header (MMLU's subject line, BIG-bench's
+    task_prefix; "" for most layouts) once, then the solved examples, each followed by the item's
+    shot separator ("" for a zero-shot item without header)."""
+    item = items[index]
     if shots == 0:
-        return ""
-    return "".join(items[j].solved() + SHOT_SEPARATOR for j in shot_indices(index, len(items), shots))
+        return item.header
+    return item.header + "".join(items[j].solved() + item.shot_separator for j in shot_indices(index, len(items), shots))
 
 
 def encode_request(
