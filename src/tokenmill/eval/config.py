@@ -5,9 +5,10 @@ Composed into the run config by `tokenmill.config.RunConfig`.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from tokenmill.config_base import Strict
 
@@ -24,6 +25,30 @@ class GenerationConfig(Strict):
     samples: int = Field(1, ge=1, description="Answers generated per item (pass@k needs samples >= k).")
     pass_k: list[int] = Field(default_factory=lambda: [1], description="The k of pass@k reported for code tasks.")
     seed: int = Field(0, description="Seed of the sampling generator (per item: seed + item index).")
+
+
+class ExactMatchConfig(Strict):
+    """How a generated answer is compared with a task's accepted answers: lm-evaluation-harness's
+    exact_match (regexes removed first, then case, punctuation, digits), after stripping whitespace.
+    The defaults are lm-eval's for short-answer QA (triviaqa): case and punctuation ignored."""
+
+    strip: bool = Field(True, description="Strip leading and trailing whitespace first (lm-eval's remove_whitespace filter).")
+    regexes_to_ignore: list[str] = Field(
+        default_factory=list, description="Regular expressions removed from both strings before the options below."
+    )
+    ignore_case: bool = Field(True, description="Compare lowercased strings.")
+    ignore_punctuation: bool = Field(True, description="Remove ASCII punctuation (Python's string.punctuation) before comparing.")
+    ignore_numbers: bool = Field(False, description="Remove the digits 0-9 before comparing.")
+
+    @field_validator("regexes_to_ignore")
+    @classmethod
+    def _compiles(cls, v: list[str]) -> list[str]:
+        for rx in v:
+            try:
+                re.compile(rx)
+            except re.error as e:
+                raise ValueError(f"{rx!r} is not a regular expression: {e}") from None
+        return v
 
 
 class TaskConfig(Strict):
@@ -43,6 +68,9 @@ class TaskConfig(Strict):
         description="Which form of the items is scored where a layout holds both (bigbench, jsonl); auto: the form the file's items take.",
     )
     generation: GenerationConfig = Field(default_factory=GenerationConfig, description="Decoding of generative and code items.")
+    exact_match: ExactMatchConfig = Field(
+        default_factory=ExactMatchConfig, description="Normalisation of generated and accepted answers before exact match."
+    )
     shots: int = Field(
         0,
         ge=0,

@@ -13,7 +13,7 @@ batch, each row drawing from its own generator), which is what sampling a corpus
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Callable, cast
 
 import torch
 import torch.nn.functional as F
@@ -216,13 +216,14 @@ def generate_batch(
     min_new_tokens: int = 0,
     generators: list[torch.Generator] | None = None,
     device: torch.device | None = None,
+    stop: Callable[[list[int]], bool] | None = None,
 ) -> list[list[int]]:
     """Several prompts of one length continued at once: one forward per new token for the whole
     batch, through the KV cache while the sequences fit max_context. The same filters as
     `generate` (temperature, top-k, top-p); row i draws only from generators[i], so a row samples
-    the same tokens in any batch; a row that reaches stop_id leaves the batch. The stop token is
-    not sampled before min_new_tokens new tokens. Returns each row's new tokens (the stop token
-    included)."""
+    the same tokens in any batch; a row that reaches stop_id, or whose new tokens so far satisfy
+    `stop` (e.g. their text holds a stop string), leaves the batch. The stop token is not sampled
+    before min_new_tokens new tokens. Returns each row's new tokens (the stop token included)."""
     device = device or torch.device("cpu")
     if len({len(p) for p in prompts}) > 1 or not prompts or not prompts[0]:
         raise ValueError("generate_batch needs non-empty prompts of one length")
@@ -241,7 +242,7 @@ def generate_batch(
         picks = _pick_rows(logits, temperature, top_k, top_p, [gens[i] for i in active])
         for row, tok in zip(active, picks):
             out[row].append(tok)
-        keep = [j for j, tok in enumerate(picks) if tok != stop_id]
+        keep = [j for j, tok in enumerate(picks) if tok != stop_id and not (stop is not None and stop(out[active[j]]))]
         if not keep:
             break
         nxt = torch.tensor(picks, dtype=torch.long, device=device)[:, None]

@@ -325,6 +325,61 @@ def summarize(cfg: TaskConfig, scores: list[ItemScore]) -> dict[str, Any]:
     return out
 
 
+def generate_answers(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    cfg: TaskConfig,
+    items: list[GenItem],
+    device: torch.device,
+    max_seq_len: int,
+    eos_id: int = 0,
+    pad_id: int = 0,
+    batch_size: int = 16,
+) -> list[list[str]]:
+    """`cfg.generation.samples` completions for each of the first `cfg.limit` items (all when
+    None), each cut at its first stop string (eval/generative.py). The prompt is [EOS] + shots +
+    the item's prompt, cut on the left to leave room for max_new_tokens in the window. `pad_id`
+    is unused: rows are batched by prompt length, never padded."""
+    from tokenmill.eval.generative import generate_texts
+
+    n = len(items) if cfg.limit is None else min(cfg.limit, len(items))
+    room = max_seq_len - cfg.generation.max_new_tokens
+    if room < 1:
+        raise TaskError(
+            f"{cfg.path}: task {cfg.name!r}: generation.max_new_tokens={cfg.generation.max_new_tokens} "
+            f"leaves no room for a prompt in the model's {max_seq_len}-token window"
+        )
+    prompts = []
+    for i in range(n):
+        text = prompt_prefix(items, i, cfg.shots) + items[i].prompt
+        prompts.append(([eos_id] + tokenizer.encode(text, add_special_tokens=False).ids)[-room:])
+    return generate_texts(model, tokenizer, prompts, cfg.generation, device, max_seq_len, eos_id, batch_size)
+
+
+def _kind(item: Item | GenItem) -> str:
+    if isinstance(item, Item):
+        return "choices"
+    return "exact" if item.tests is None else "code"
+
+
+def _scored_form(cfg: TaskConfig, items: list[Item | GenItem]) -> str:
+    """One of "choices", "exact", "code": how the file's items are scored under cfg.mode; a file that
+    mixes kinds, or a mode its items cannot take, is one TaskError naming the file."""
+    path = task_path(cfg.path)
+    first: dict[str, int] = {}
+    for it in items:
+        first.setdefault(_kind(it), it.line)
+    if len(first) > 1:
+        kinds = ", ".join(f"{k} from line {line}" for k, line in sorted(first.items(), key=lambda kv: kv[1]))
+        raise TaskError(f"{path}: task {cfg.name!r} mixes item kinds ({kinds})")
+    (kind,) = first
+    if cfg.mode == "multiple_choice" and kind != "choices":
+        raise TaskError(f"{path}: task {cfg.name!r}: mode multiple_choice, but its items are generative (no choices)")
+    if cfg.mode == "generate" and kind == "choices":
+        return "exact"  # asked generatively: exact match against the gold choice's text
+    return kind
+
+
 def score_task(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -335,13 +390,25 @@ def score_task(
     eos_id: int = 0,
     pad_id: int = 0,
 ) -> dict[str, Any]:
-    """{"name", "format", "shots", "n", "acc", "acc_norm"} (multiple choice) or
-    {"name", "format", "shots", "n", "acc", "mean_logprob"} (lambada).
+    """{"name", "format", "shots", "n", "acc", "acc_norm"} (multiple choice),
+    {"name", "format", "shots", "n", "acc", "mean_logprob"} (lambada), or for generative items
+    {"name", "format", "shots", "n", "acc", "exact_match", ["exact_match_mean"], "outputs"}
+    (eval/generative.py; acc = exact_match).
 
     `tokenizer`: the run's `tokenizers.Tokenizer`; `max_seq_len`: the model's window;
     `eos_id`: the token every prompt starts with; `pad_id`: right padding (never scored)."""
     loaded = load_task(cfg)
+    form = _scored_form(cfg, loaded)
+    if form == "code":  # replaced by the sandbox's pass@k at merge (issue 46)
+        raise TaskError(f"{task_path(cfg.path)}: task {cfg.name!r}: code items need the sandbox")
+    if form == "exact":
+        from tokenmill.eval.generative import exact_match_summary
+
+        gen_items = [
+            it if isinstance(it, GenItem) else GenItem(it.contexts[it.gold], [it.continuations[it.gold]], it.line)
+            for it in loaded
+        ]
+        answers = generate_answers(model, tokenizer, cfg, gen_items, device, max_seq_len, eos_id, pad_id, batch_size)
+        return exact_match_summary(cfg, gen_items, answers)
     items = [it for it in loaded if isinstance(it, Item)]
-    if len(items) != len(loaded):  # generative scoring is being added (issue 46)
-        raise TaskError(f"{cfg.path}: task {cfg.name!r} has generative items, which this build cannot score yet")
     return summarize(cfg, item_scores(model, tokenizer, cfg, items, device, batch_size, max_seq_len, eos_id, pad_id))
