@@ -154,3 +154,24 @@ class EvalConfig(Strict):
     temperature: float = Field(0.8, ge=0.0, description="Sampling temperature.")
     top_k: int = Field(50, ge=1, description="Sample from the k most likely tokens.")
     prompt_tokens: int = Field(16, ge=1, description="Prompt length taken from the start of held-out documents.")
+    sandbox: SandboxConfig = Field(
+        default_factory=lambda: SandboxConfig(), description="Limits of code tasks' candidate programs."
+    )
+
+
+class SandboxConfig(Strict):
+    """Limits of the separate process a code task's candidate program runs in (eval/sandbox.py)."""
+
+    timeout_s: float = Field(10.0, gt=0.0, description="Wall-clock seconds before the program's whole process group is killed.")
+    cpu_s: int = Field(10, ge=1, description="CPU seconds (RLIMIT_CPU); past it the kernel kills the program.")
+    memory_mb: int = Field(512, ge=64, description="Address space in MiB (RLIMIT_AS); allocations past it fail.")
+    file_size_mb: int = Field(16, ge=1, description="Largest file the program may write, stderr included, in MiB (RLIMIT_FSIZE).")
+    open_files: int = Field(64, ge=16, description="Open file descriptors (RLIMIT_NOFILE).")
+    max_processes: int = Field(
+        4, ge=0, description="Tasks beyond the user's running ones (RLIMIT_NPROC; per user, not enforced for root)."
+    )
+    isolate_network: bool = Field(
+        True, description="Run in a new empty network namespace (`unshare -rn`) where the kernel allows it unprivileged."
+    )
+    workers: int = Field(2, ge=1, description="Candidate programs run at the same time.")
+    stderr_lines: int = Field(20, ge=1, description="Last lines of the program's stderr kept in its verdict.")

@@ -1,0 +1,225 @@
+"""Running a candidate program (prompt + completion + tests, one file) in a separate, limited
+process, and pass@k over the results (code tasks).
+
+What `run_program` does, in layers:
+
+* A fresh process: `sys.executable -I -B` (isolated: no PYTHON* variables, no user site, no cwd
+  on sys.path; no .pyc writes) in a fresh temporary directory that is its cwd, HOME and TMPDIR,
+  with a minimal environment, its own session and process group, stdin closed, stdout discarded,
+  stderr kept (its last lines go into the Verdict). The directory is removed afterwards, always.
+* Limits: a wall-clock timeout (the whole process group is killed with SIGKILL), RLIMIT_CPU,
+  RLIMIT_AS (memory), RLIMIT_FSIZE (largest file written, stderr included), RLIMIT_NOFILE, no
+  core files, RLIMIT_NPROC set to the user's running tasks plus `max_processes`.
+* A Python audit hook (eval/sandbox_bootstrap.py), installed before the program runs, ends the
+  process at once (exit 86, counted as `refused` with the rule) on: process creation (fork, exec,
+  spawn, system, subprocess), any socket operation, a write/create/remove/rename/chmod outside the
+  directory, signals to other processes, ctypes, and gc's object walks (which could reach the hook).
+* No network: when the kernel lets an unprivileged user make namespaces (`unshare -rn true`
+  works), the program also runs in a new, empty network namespace: no interface but a down
+  loopback, whatever the hook misses.
+
+What it does NOT guarantee. This is a guard against model-written programs that loop, fork, hog
+memory or touch files by mistake, not a security boundary against a determined attacker: audit
+hooks are documented by CPython as not a sandbox (native extensions already loaded, interpreter
+internals and bugs can get around them), reads anywhere the user can read are allowed, and
+RLIMIT_NPROC is per user and not enforced at all for root (measured here: as root, 30 of 30
+forks succeed under RLIMIT_NPROC=5), so as root only the audit hook stops forks. Run untrusted
+code under an unprivileged user inside a container or VM (no network, read-only root file system,
+cgroup memory/pids limits, e.g. `docker run --network none --pids-limit 64 --memory 512m
+--read-only`) when the programs come from anyone but your own model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from tokenmill.errors import UserError
+from tokenmill.eval.config import SandboxConfig, TaskConfig
+from tokenmill.eval.tasks import GenItem
+
+REFUSED_EXIT = 86  # the bootstrap's exit code for a refusal (sandbox_bootstrap.REFUSED_EXIT)
+REFUSAL_MARK = "tokenmill-sandbox: refused "
+BOOTSTRAP = (Path(__file__).with_name("sandbox_bootstrap.py")).read_text(encoding="utf-8")
+
+Status = Literal["passed", "failed", "timeout", "killed", "refused"]
+
+
+@dataclass
+class Verdict:
+    """How one program ended: `passed` (exit 0), `failed` (another exit code), `timeout` (wall clock),
+    `killed` (a signal: CPU or file-size limit, out of memory), `refused` (an audit-hook rule, named
+    in `rule`: process, network, write, native)."""
+
+    status: Status
+    exit_code: int | None
+    stderr_tail: str
+    seconds: float
+    rule: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+
+@lru_cache(maxsize=1)
+def network_namespace_available() -> bool:
+    """Whether `unshare -rn` works for this user here (a new user + network namespace)."""
+    exe = shutil.which("unshare")
+    if exe is None:
+        return False
+    try:
+        return subprocess.run([exe, "-rn", "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _limits(cfg: SandboxConfig) -> str:
+    keys = ("cpu_s", "memory_mb", "file_size_mb", "open_files", "max_processes")
+    return json.dumps({k: getattr(cfg, k) for k in keys})
+
+
+def _command(cfg: SandboxConfig) -> list[str]:
+    cmd = [sys.executable, "-I", "-B", "-c", BOOTSTRAP, _limits(cfg)]
+    if cfg.isolate_network and network_namespace_available():
+        cmd = [shutil.which("unshare") or "unshare", "-rn", *cmd]
+    return cmd
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL every process left in the program's group (children it may have made)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _remove_tree(path: str) -> None:
+    """rmtree that first gives back permissions the program may have taken from its own files."""
+
+    def retry(func, p, _exc) -> None:  # noqa: ANN001 - shutil's onerror signature
+        os.chmod(os.path.dirname(p), stat.S_IRWXU)
+        if os.path.isdir(p) and not os.path.islink(p):
+            os.chmod(p, stat.S_IRWXU)
+        func(p)
+
+    shutil.rmtree(path, onerror=retry)
+
+
+def _tail(f, lines: int) -> str:  # noqa: ANN001 - a binary temporary file
+    f.seek(0, os.SEEK_END)
+    f.seek(max(0, f.tell() - 16384))
+    return "\n".join(f.read().decode("utf-8", "replace").splitlines()[-lines:])
+
+
+def _verdict(rc: int | None, timed_out: bool, stderr: str, seconds: float) -> Verdict:
+    if timed_out:
+        return Verdict("timeout", rc, stderr, seconds)
+    if rc == REFUSED_EXIT and REFUSAL_MARK in stderr:
+        rule = stderr.rsplit(REFUSAL_MARK, 1)[1].split(":", 1)[0]
+        return Verdict("refused", rc, stderr, seconds, rule=rule)
+    if rc is not None and rc < 0:
+        return Verdict("killed", rc, stderr, seconds)
+    return Verdict("passed" if rc == 0 else "failed", rc, stderr, seconds)
+
+
+def run_program(source: str, limits: SandboxConfig) -> Verdict:
+    """Run `source` as a Python program in the sandbox described in the module docstring."""
+    root = tempfile.mkdtemp(prefix="tokenmill-sandbox-")
+    start = time.monotonic()
+    try:
+        Path(root, "program.py").write_text(source, encoding="utf-8")
+        env = {"PATH": "/usr/bin:/bin", "HOME": root, "TMPDIR": root, "LANG": "C.UTF-8"}
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(
+                _command(limits),
+                cwd=root,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+                close_fds=True,
+            )
+            timed_out = False
+            try:
+                rc = proc.wait(timeout=limits.timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(proc.pid)
+                rc = proc.wait()
+            _kill_group(proc.pid)  # leftovers of a program that exited
+            return _verdict(rc, timed_out, _tail(err, limits.stderr_lines), round(time.monotonic() - start, 3))
+    finally:
+        _remove_tree(root)
+
+
+def program_source(item: GenItem, completion: str) -> str:
+    """The file a code item's candidate runs as: prompt + completion, then the tests."""
+    return f"{item.prompt}{completion}\n\n\n{item.tests}\n"
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k (Chen et al. 2021): 1 - C(n-c, k) / C(n, k), the chance that k of the n
+    samples drawn without replacement hold at least one of the c correct ones; computed as the
+    product prod_{i=n-c+1..n} (1 - k/i), which never forms the huge binomials."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    if n - c < k:
+        return 1.0
+    miss = 1.0
+    for i in range(n - c + 1, n + 1):
+        miss *= 1.0 - k / i
+    return 1.0 - miss
+
+
+def _check_k(cfg: TaskConfig, items: list[GenItem], completions: list[list[str]]) -> None:
+    """Every k of pass@k needs at least k samples, per item too (k > n has no unbiased estimate)."""
+    for k in cfg.generation.pass_k:
+        if k > cfg.generation.samples:
+            raise UserError(f"task {cfg.name!r}: pass@{k} needs generation.samples >= {k}, got {cfg.generation.samples}")
+        for it, comps in zip(items, completions):
+            if len(comps) < k:
+                raise UserError(f"task {cfg.name!r}: pass@{k} needs {k} samples, the item at line {it.line} has {len(comps)}")
+
+
+def score_code_items(
+    items: list[GenItem], completions: list[list[str]], cfg: TaskConfig, sandbox: SandboxConfig | None = None
+) -> dict:
+    """pass@k for every k in cfg.generation.pass_k (mean over items) and every item's verdicts;
+    candidates run in parallel, at most `sandbox.workers` processes at a time."""
+    sandbox = sandbox or SandboxConfig()
+    where = f"task {cfg.name!r}"
+    if len(completions) != len(items):
+        raise UserError(f"{where}: {len(completions)} completion lists for {len(items)} items")
+    _check_k(cfg, items, completions)
+    for it in items:
+        if it.tests is None:
+            raise UserError(f"{where}: item at line {it.line} has no 'tests', it is not a code item")
+    jobs = [(i, program_source(it, comp)) for i, (it, comps) in enumerate(zip(items, completions)) for comp in comps]
+    with ThreadPoolExecutor(max_workers=sandbox.workers) as pool:
+        verdicts = list(pool.map(lambda job: run_program(job[1], sandbox), jobs))
+    per_item: list[list[Verdict]] = [[] for _ in items]
+    for (i, _), v in zip(jobs, verdicts):
+        per_item[i].append(v)
+    result: dict = {"n_items": len(items)}
+    for k in cfg.generation.pass_k:
+        scores = [pass_at_k(len(vs), sum(v.passed for v in vs), k) for vs in per_item]
+        result[f"pass@{k}"] = sum(scores) / len(scores) if scores else 0.0
+    result["items"] = [
+        {"line": it.line, "n": len(vs), "passed": sum(v.passed for v in vs), "verdicts": [asdict(v) for v in vs]}
+        for it, vs in zip(items, per_item)
+    ]
+    return result

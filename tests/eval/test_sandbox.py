@@ -1,0 +1,185 @@
+"""The code sandbox with real processes: hostile programs are stopped and counted as failures,
+the process group and the temporary directory are gone afterwards; pass@k against brute force;
+the shipped code task set (every reference solution passes, every empty completion fails)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import socket
+from pathlib import Path
+
+import pytest
+
+from tokenmill.errors import UserError
+from tokenmill.eval.config import EvalConfig, SandboxConfig, TaskConfig
+from tokenmill.eval.sandbox import network_namespace_available, pass_at_k, run_program, score_code_items
+from tokenmill.eval.tasks import GenItem, load_task
+
+# Every hostile program first says where it runs, so the test can check what is left afterwards.
+HEADER = "import os, sys\nprint('WHERE', os.getcwd(), os.getpid(), file=sys.stderr, flush=True)\n"
+FAST = SandboxConfig(timeout_s=5, cpu_s=5)
+
+
+def run(body: str, cfg: SandboxConfig = FAST):
+    """Run HEADER + body; assert its directory was removed and its process group is gone."""
+    verdict = run_program(HEADER + body, cfg)
+    m = re.search(r"WHERE (\S+) (\d+)", verdict.stderr_tail)
+    assert m, verdict
+    assert not Path(m.group(1)).exists(), "the sandbox directory must be removed"
+    with pytest.raises(ProcessLookupError):
+        os.killpg(int(m.group(2)), 0)
+    return verdict
+
+
+def test_exit_codes_give_passed_and_failed():
+    assert run("print('hi')").status == "passed"
+    v = run("assert 1 + 1 == 3")
+    assert v.status == "failed" and v.exit_code == 1 and "AssertionError" in v.stderr_tail
+    assert run("open('scratch.txt', 'w').write('inside is fine')").passed
+
+
+def test_infinite_loop_times_out_and_its_group_is_killed():
+    v = run("while True:\n    pass\n", SandboxConfig(timeout_s=1.0, cpu_s=30))
+    assert v.status == "timeout" and 1.0 <= v.seconds < 4
+
+
+def test_cpu_limit_kills_a_busy_program():
+    v = run("while True:\n    pass\n", SandboxConfig(timeout_s=10, cpu_s=1))
+    assert v.status == "killed" and v.exit_code is not None and v.exit_code < 0 and v.seconds < 5
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # Bounded even if the rules failed: at most 30 children, each exits at once.
+        "for _ in range(30):\n    if os.fork() == 0:\n        os._exit(0)\n",
+        "os.system('true')",
+        "import subprocess\nsubprocess.run(['true'])",
+        "import multiprocessing\nmultiprocessing.Process(target=print).start()",
+    ],
+)
+def test_process_creation_is_refused(body: str):
+    v = run(body)
+    assert v.status == "refused" and v.rule in ("process", "native"), v
+    assert not v.passed
+
+
+def test_refusal_cannot_be_caught():
+    v = run("try:\n    os.fork()\nexcept BaseException:\n    pass\nprint('escaped')\n")
+    assert v.status == "refused" and "escaped" not in v.stderr_tail
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="the kernel does not enforce RLIMIT_NPROC for root (the audit hook stops forks)")
+def test_nproc_limits_threads_for_an_unprivileged_user():
+    body = (
+        "import threading, time\nmade = 0\nfor _ in range(40):\n    try:\n"
+        "        threading.Thread(target=time.sleep, args=(0.5,), daemon=True).start()\n        made += 1\n"
+        "    except RuntimeError:\n        break\nassert made < 40, made\n"
+    )
+    assert run(body, SandboxConfig(timeout_s=5, max_processes=4)).passed
+
+
+def test_writes_outside_the_directory_are_refused(tmp_path: Path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    for body in (
+        f"open({str(tmp_path / 'new.txt')!r}, 'w')",
+        f"open({str(victim)!r}, 'a').write('x')",
+        f"os.open({str(tmp_path / 'new.txt')!r}, os.O_WRONLY | os.O_CREAT)",
+        f"os.remove({str(victim)!r})",
+        f"os.rename({str(victim)!r}, 'stolen.txt')",
+        f"os.symlink({str(victim)!r}, 'link')\nopen('link', 'w')",
+        "open('../escape.txt', 'w')",
+    ):
+        v = run(body)
+        assert v.status == "refused" and v.rule == "write", (body, v)
+    assert victim.read_text() == "keep" and sorted(p.name for p in tmp_path.iterdir()) == ["victim.txt"]
+
+
+def test_network_is_refused():
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        v = run(f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\ns.sendall(b'hi')\n")
+        assert v.status == "refused" and v.rule == "network"
+        server.settimeout(0.2)
+        with pytest.raises(socket.timeout):
+            server.accept()  # nothing ever connected
+
+
+@pytest.mark.skipif(not network_namespace_available(), reason="unshare -rn is not allowed here")
+def test_network_namespace_has_no_interface_up():
+    # /proc/self/net/dev lists the process's namespace's interfaces: a fresh one has only loopback.
+    body = (
+        "names = [l.split(':')[0].strip() for l in open('/proc/self/net/dev').readlines()[2:]]\nassert names == ['lo'], names\n"
+    )
+    assert run(body).passed
+
+
+def test_memory_hog_is_stopped():
+    v = run("x = bytearray(1024 * 1024 * 1024)", SandboxConfig(timeout_s=5, memory_mb=256))
+    assert v.status in ("failed", "killed") and ("MemoryError" in v.stderr_tail or v.status == "killed")
+
+
+def test_huge_file_inside_is_stopped_by_the_file_size_limit():
+    body = "with open('big.bin', 'wb') as f:\n    for _ in range(64):\n        f.write(b'x' * 65536)\n"
+    v = run(body, SandboxConfig(timeout_s=5, file_size_mb=1))
+    assert v.status in ("failed", "killed") and ("File too large" in v.stderr_tail or v.status == "killed"), v
+    assert run(body, SandboxConfig(timeout_s=5, file_size_mb=8)).passed  # the same program under a larger limit
+
+
+def brute_force_pass_at_k(n: int, c: int, k: int) -> float:
+    """Share of the k-subsets of n samples (the first c correct) that hold a correct one."""
+    subsets = list(itertools.combinations(range(n), k))
+    return sum(any(i < c for i in s) for s in subsets) / len(subsets)
+
+
+def test_pass_at_k_matches_brute_force():
+    for n in range(1, 8):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                assert pass_at_k(n, c, k) == pytest.approx(brute_force_pass_at_k(n, c, k), abs=1e-12), (n, c, k)
+    assert pass_at_k(200, 1, 1) == pytest.approx(1 / 200)
+    with pytest.raises(ValueError):
+        pass_at_k(3, 1, 4)
+
+
+CODE_TASK = TaskConfig(name="python-code", path="package:tasks/python_code.jsonl", format="jsonl")
+
+
+def test_shipped_code_tasks_solutions_pass_and_empty_completions_fail():
+    items = load_task(CODE_TASK)
+    assert len(items) >= 20 and all(isinstance(it, GenItem) and it.tests for it in items)
+    res = score_code_items(
+        items, [[it.solution, ""] for it in items], TaskConfig(**{**CODE_TASK.model_dump(), "generation": {"samples": 2}})
+    )
+    bad = [
+        (r["line"], [v["status"] for v in r["verdicts"]])
+        for r in res["items"]
+        if [v["status"] for v in r["verdicts"]][0] != "passed"
+    ]
+    assert not bad, bad
+    empty_passed = [r["line"] for r in res["items"] if r["verdicts"][1]["status"] == "passed"]
+    assert not empty_passed, empty_passed
+    assert res["pass@1"] == pytest.approx(0.5) and res["n_items"] == len(items)
+
+
+def test_pass_at_k_over_items_and_clear_errors():
+    items = load_task(CODE_TASK)[:2]
+    cfg = TaskConfig(name="py", path="x", format="jsonl", generation={"samples": 3, "pass_k": [1, 2]})
+    wrong = "    return None\n"
+    res = score_code_items(items, [[items[0].solution, wrong, ""], [wrong, wrong, wrong]], cfg)
+    assert res["pass@1"] == pytest.approx((1 / 3 + 0) / 2) and res["pass@2"] == pytest.approx((2 / 3 + 0) / 2)
+    assert [r["passed"] for r in res["items"]] == [1, 0]
+    with pytest.raises(UserError, match=r"pass@4 needs generation.samples >= 4"):
+        score_code_items(items, [["a"], ["b"]], TaskConfig(**{**cfg.model_dump(), "generation": {"samples": 3, "pass_k": [4]}}))
+    with pytest.raises(UserError, match=r"line 2 has 1"):
+        score_code_items(items, [["a", "b", "c"], ["a"]], cfg)
+
+
+def test_sandbox_config_lives_in_eval_config():
+    cfg = EvalConfig.model_validate({"sandbox": {"timeout_s": 3, "workers": 4}})
+    assert cfg.sandbox.timeout_s == 3 and cfg.sandbox.workers == 4 and cfg.sandbox.memory_mb == 512
+    with pytest.raises(Exception, match="unknown_limit"):
+        EvalConfig.model_validate({"sandbox": {"unknown_limit": 1}})
