@@ -159,3 +159,34 @@ def test_run_without_token_store(run: RunDir, tmp_path: Path) -> None:
     shutil.copytree(run.path, bare, ignore=shutil.ignore_patterns("tokens", "trace"))
     with pytest.raises(TraceError, match="no token store"):
         trace_outputs(RunDir(config=run.config, path=bare), [PLANT])
+
+
+def test_report_shows_traces_beside_memorization_and_canary_hits(run: RunDir) -> None:
+    """An evaluation record with a memorized passage (the planted document's tokens, as memorization()
+    records a hit) and a canary: attach_traces adds their documents, the Evaluation section shows them."""
+    from tokenmill.eval.trace import attach_traces
+    from tokenmill.report.eval_section import _eval_audits
+    from tokenmill.tokens.store import TokenStore
+
+    store = TokenStore(run.sub("tokens"))
+    shard = store.shards("prose", "train")[0]
+    planted = next(i for i, d in enumerate(shard.doc_table().column("id").to_pylist()) if d == planted_id(run))
+    rates = {"n": 1, "exact": 1.0, "token_match": 1.0}
+    record = {
+        "memorization": {"overall": {"train": rates, "heldout": rates}, "hits": [{"bucket": "prose", "tokens": shard.doc(planted)[:64].tolist()}]},
+        "canaries": {
+            "canaries": [{"count": 1, "index": 0, "exposure_empirical": 3.0}],
+            "by_count": {"1": {"canaries": 1, "mean_exposure_empirical": 3.0, "mean_exposure_extrapolated": 3.0, "mean_log_ppl": 9.0}},
+            "candidates": 10,
+            "max_exposure": 30.0,
+        },
+    }
+    attach_traces(run, record, [REWORDED])
+    hit = record["memorization"]["hits"][0]
+    assert hit["documents"][0]["doc_id"] == planted_id(run) and hit["documents"][0]["ngram_overlap"] == hit["ngrams"] == 52
+    assert record["canaries"]["canaries"][0]["trace"][0]["doc_id"] == planted_id(run)
+    page = _eval_audits(record)
+    assert "memorized passages, traced" in page and "canaries, traced to their documents" in page
+    assert page.count(planted_id(run)) == 2
+    steps = ", ".join(map(str, hit["documents"][0]["steps"][:8]))
+    assert steps in page

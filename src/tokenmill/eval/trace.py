@@ -278,3 +278,30 @@ def read_outputs(path: Path) -> list[str]:
             raise TraceError(f"{path}:{no}: a JSONL output needs a string 'text' field")
         texts.append(rec["text"])
     return texts
+
+
+MAX_TRACED = 20  # memorization hits traced per evaluation (bounds the eval's time)
+REPORT_TOP = 3  # documents kept beside each hit
+
+
+def attach_traces(run: RunDir, out: dict[str, Any], canary_texts: list[str]) -> None:
+    """The nearest training documents beside every memorization hit (replacing its token ids by
+    its text) and every canary of an evaluation record. A trace that cannot run leaves a note."""
+    from tokenmill.tokenizer.bpe import load_tokenizer
+
+    mem = out.get("memorization") or {}
+    hits = mem.get("hits") or []
+    try:
+        if hits:
+            tok = load_tokenizer(run.sub("tokenizer", "tokenizer.json"))
+            ids = [np.asarray(h["tokens"], dtype=np.int64) for h in hits[:MAX_TRACED]]
+            found = trace_outputs(run, [tok.decode(t.tolist()) for t in ids], REPORT_TOP, tokens=ids)
+            mem["hits"] = [{"bucket": h["bucket"], **f} for h, f in zip(hits, found)]
+            mem["hits_total"] = len(hits)
+        rows = (out.get("canaries") or {}).get("canaries") or []
+        if rows and len(canary_texts) == len(rows):
+            for row, f in zip(rows, trace_outputs(run, canary_texts, REPORT_TOP)):
+                row["trace"] = f["documents"]
+    except (UserError, ValueError, OSError) as exc:  # the audit numbers stand without their traces
+        mem.pop("hits", None)
+        out["trace_error"] = " ".join(str(exc).split())
