@@ -637,6 +637,56 @@ def replay(
     _guard(go)
 
 
+@app.command()
+def trace(
+    run_path: Path = typer.Argument(..., metavar="RUN", help="Run directory (holds config.yaml)."),
+    text: Optional[str] = typer.Option(None, "--text", help="One model output to trace."),
+    file: Optional[Path] = typer.Option(None, "--file", help="Outputs: one per line, or JSONL with a 'text' field."),
+    top: int = typer.Option(5, "--top", help="Training documents listed per output."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+) -> None:
+    """The training documents nearest each output: id, bucket, source, exact token n-gram overlap,
+    embedding similarity and the steps that trained on them (index cached in <run>/trace/)."""
+
+    def go() -> None:
+        from tokenmill.eval.trace import TraceError, read_outputs, trace_outputs
+
+        if (text is None) == (file is None):
+            raise TraceError("give the output to trace with --text or --file (one of them)")
+        cfg_file = run_path / "config.yaml"
+        if not cfg_file.is_file():
+            raise TraceError(f"{cfg_file}: not a run directory (no config.yaml)")
+        r = RunDir(config=load_config(cfg_file), path=run_path)
+        results = trace_outputs(r, [text] if text is not None else read_outputs(file), top)  # type: ignore[arg-type]
+        if as_json:
+            typer.echo(json.dumps(results, indent=1))
+            return
+        _print_traces(results)
+
+    _guard(go)
+
+
+def _print_traces(results: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    for i, res in enumerate(results, 1):
+        table = Table(title=f"output {i}: {res['ngrams']} token {res['n']}-grams")
+        for col in ("rank", "doc_id", "bucket", "source", "n-gram overlap", "similarity", "steps"):
+            table.add_column(col, overflow="fold")
+        for k, d in enumerate(res["documents"], 1):
+            steps = ", ".join(map(str, d["steps"][:10])) + (f" … ({d['steps_count']})" if d["steps_count"] > 10 else "")
+            table.add_row(
+                str(k),
+                d["doc_id"],
+                d["bucket"],
+                str(d["source"] or d["url"] or "—"),
+                f"{d['ngram_overlap']}/{res['ngrams']}",
+                "—" if d["similarity"] is None else f"{d['similarity']:.3f}",
+                steps or "never sampled",
+            )
+        out.print(table)
+
+
 @app.command("stop-signals")
 def stop_signals_(
     run_path: Path = typer.Argument(..., metavar="RUN", help="Run directory (holds config.yaml)."),

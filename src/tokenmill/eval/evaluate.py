@@ -260,6 +260,8 @@ def audits(run: RunDir, model: torch.nn.Module, store: TokenStore, device: torch
             scope: _mem_rates(v) for scope, v in [("overall", mem["overall"]), *sorted(mem["buckets"].items())]
         }
         out["memorization"]["settings"] = {"prefix": mem["prefix"], "suffix": mem["suffix"]}
+        if mem["hits"]:
+            out["memorization"]["hits"] = mem["hits"]
     if cfg.long_context.enabled:  # after a context extension: is the longer context used?
         from tokenmill.eval.long_context import evaluate_long_context
 
@@ -289,6 +291,10 @@ def audits(run: RunDir, model: torch.nn.Module, store: TokenStore, device: torch
             pad_id=store.pad_id,
             dtype=run.config.train.dtype,
         )
+    if out.get("memorization", {}).get("hits") or out.get("canaries"):
+        from tokenmill.eval.trace import attach_traces
+
+        attach_traces(run, out, [c.text for c in canaries["canaries"]] if out.get("canaries") else [])
     return out
 
 

@@ -80,9 +80,10 @@ def memorization(
     batch_size: int = 16,
     dtype: str = "auto",
 ) -> dict[str, Any]:
-    """{"prefix", "suffix", "buckets": {bucket: {"train", "heldout", "gap"}}, "overall": {...}};
+    """{"prefix", "suffix", "buckets": {bucket: {"train", "heldout", "gap"}}, "overall": {...}, "hits"};
     "train"/"heldout" are {"docs", "exact_match", "token_match"} (rates None with no documents),
-    "gap" is train - heldout of both rates."""
+    "gap" is train - heldout of both rates; "hits": the training documents continued exactly
+    ({"bucket", "tokens": prefix + suffix ids})."""
     if prefix < 1 or suffix < 1:
         raise ValueError(f"memorization prefix and suffix must be >= 1, got {prefix} and {suffix}")
     if max_context is None:
@@ -93,6 +94,7 @@ def memorization(
     model.eval()
     totals = {name: [0, 0.0, 0] for name in SPLIT_NAMES.values()}  # exact, token-match sum, docs
     buckets: dict[str, dict] = {}
+    hits: list[dict[str, Any]] = []
     try:
         for bucket in store.buckets:
             entry: dict[str, Any] = {}
@@ -106,6 +108,10 @@ def memorization(
                         gen = greedy_continue(model, seqs_t[:, : prefix + 1], suffix, max_context, batch_size)
                     match = (gen == seqs_t[:, prefix + 1 :]).cpu()
                     exact = int(match.all(dim=1).sum())
+                    if split == "train":  # the memorized passages, for the report to trace back (eval/trace.py)
+                        hits += [
+                            {"bucket": bucket, "tokens": seqs[r, 1:].tolist()} for r in np.nonzero(match.all(dim=1).numpy())[0]
+                        ]
                     token = float(match.float().mean(dim=1).sum())
                 entry[name] = _rates(exact, token, len(docs))
                 t = totals[name]
@@ -118,4 +124,4 @@ def memorization(
         name: _rates(int(e), tok, int(d)) for name, (e, tok, d) in totals.items()
     }  # int(): the lists hold floats too
     overall["gap"] = _gap(overall["train"], overall["heldout"])
-    return {"prefix": prefix, "suffix": suffix, "buckets": buckets, "overall": overall}
+    return {"prefix": prefix, "suffix": suffix, "buckets": buckets, "overall": overall, "hits": hits}

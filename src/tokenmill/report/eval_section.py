@@ -7,6 +7,7 @@ import html
 
 from tokenmill.report.charts import line_chart
 from tokenmill.report.page import table
+from tokenmill.report.trace_section import canary_traces, memorization_traces
 
 
 def _probes(evals: list[dict]) -> str:
@@ -140,6 +141,7 @@ def _eval_audits(last: dict) -> str:
                     ["scope", "docs", "exact (train)", "exact (held-out)", "token match (train)", "token match (held-out)"], rows
                 ),
             ]
+        out.append(memorization_traces(mem))
     out.append(_canaries(last.get("canaries") or {}))
     out.append(_long_context(last.get("long_context") or {}))
     return "".join(out)
@@ -198,6 +200,7 @@ def _canaries(c: dict) -> str:
             ["repetitions k", "canaries", "exposure (empirical, bits)", "exposure (extrapolated, bits)", "log-perplexity (bits)"],
             rows,
         )
+        + canary_traces(c.get("canaries") or [])
     )
 
 
