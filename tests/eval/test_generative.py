@@ -176,8 +176,12 @@ def test_modes_and_item_kinds_are_dispatched_or_refused_with_one_line(model, tok
     assert str(task_path(QUIZ)) in str(e.value) and "\n" not in str(e.value)
     code = tmp_path / "code.jsonl"
     code.write_text(json.dumps({"prompt": "def f():\n", "tests": "assert f() == 1\n", "solution": "    return 1\n"}) + "\n")
-    with pytest.raises(TaskError, match="code items need the sandbox"):
-        score_task(model, tok, quiz(path=str(code)), CPU, 4, 128, eos_id=EOS)
+    cfg = quiz(path=str(code), generation={"samples": 3, "temperature": 1.0, "pass_k": [1, 2], "max_new_tokens": 8})
+    scored = score_task(model, tok, cfg, CPU, 4, 128, eos_id=EOS)  # generated, then run in the sandbox
+    (row,) = scored["outputs"]
+    assert len(row["samples"]) == len(row["verdicts"]) == 3 and scored["n"] == 1
+    passed = sum(v["status"] == "passed" for v in row["verdicts"])
+    assert row["passed"] == passed and scored["pass@1"] == scored["acc"] == passed / 3
     mixed = tmp_path / "mixed.jsonl"
     mixed.write_text(mc.read_text() + json.dumps({"prompt": "Q: 2 x 3?\nA:", "answer": "6"}) + "\n")
     with pytest.raises(TaskError, match=r"mixed\.jsonl.*choices from line 1, exact from line 2"):

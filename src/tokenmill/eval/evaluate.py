@@ -167,7 +167,7 @@ class TaskScorer:
         mcfg = cast("ModelConfig", model.config)  # a tokenmill model's config; nn.Module's __getattr__ reads Tensor | Module
         max_len = min(rc.train.seq_len, mcfg.max_seq_len)
         tasks = [
-            score_task(model, self.tok, t, device, cfg.batch_size, max_len, eos_id=self.store.eos_id, pad_id=self.store.pad_id)
+            score_task(model, self.tok, t, device, cfg.batch_size, max_len, self.store.eos_id, self.store.pad_id, cfg.sandbox)
             for t in cfg.tasks
         ]
         return {"tasks": tasks, "contamination": self.contamination()}
@@ -294,7 +294,8 @@ def audits(run: RunDir, model: torch.nn.Module, store: TokenStore, device: torch
     if out.get("memorization", {}).get("hits") or out.get("canaries"):
         from tokenmill.eval.trace import attach_traces
 
-        attach_traces(run, out, [c.text for c in canaries["canaries"]] if out.get("canaries") else [])
+        planted = canaries["canaries"] if canaries is not None and out.get("canaries") else []
+        attach_traces(run, out, [c.text for c in planted])
     return out
 
 

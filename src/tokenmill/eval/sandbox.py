@@ -48,7 +48,7 @@ from typing import Literal
 
 from tokenmill.errors import UserError
 from tokenmill.eval.config import SandboxConfig, TaskConfig
-from tokenmill.eval.tasks import GenItem
+from tokenmill.eval.items import GenItem
 
 REFUSED_EXIT = 86  # the bootstrap's exit code for a refusal (sandbox_bootstrap.REFUSED_EXIT)
 REFUSAL_MARK = "tokenmill-sandbox: refused "

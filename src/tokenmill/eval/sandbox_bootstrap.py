@@ -86,7 +86,7 @@ def install_hook(root: str) -> None:
     def inside(path: object) -> bool:
         if isinstance(path, int):
             return True  # an already open descriptor: creating it was checked
-        p = realpath(fsdecode(path))
+        p = realpath(fsdecode(path))  # type: ignore[arg-type]  # str, bytes or PathLike: audit args
         return p == root or p.startswith(prefix) or p == "/dev/null"
 
     def hook(event: str, args: tuple) -> None:

@@ -36,11 +36,11 @@ import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
-from tokenmill.eval.config import TaskConfig
+from tokenmill.eval.config import SandboxConfig, TaskConfig
 from tokenmill.data.jsonl import json_objects
 from tokenmill.eval.layouts import load_bigbench, load_mmlu_csv, mmlu_record
 from tokenmill.eval.items import GenItem, Item, TaskError, index_field, need, str_field, str_list
@@ -217,7 +217,7 @@ def shot_indices(index: int, n_items: int, shots: int) -> list[int]:
     return [j if j < index else j + 1 for j in picks]
 
 
-def prompt_prefix(items: list[Item] | list[Item | GenItem], index: int, shots: int) -> str:
+def prompt_prefix(items: Sequence[Item | GenItem], index: int, shots: int) -> str:
     """What precedes item `index`'s context: its task header (MMLU's subject line, BIG-bench's
     task_prefix; "" for most layouts) once, then the solved examples, each followed by the item's
     shot separator ("" for a zero-shot item without header)."""
@@ -356,6 +356,30 @@ def generate_answers(
     return generate_texts(model, tokenizer, prompts, cfg.generation, device, max_seq_len, eos_id, batch_size)
 
 
+def code_summary(
+    cfg: TaskConfig, items: list[GenItem], answers: list[list[str]], sandbox: SandboxConfig | None
+) -> dict[str, Any]:
+    """pass@k of the generated completions of the first len(answers) items, run in the sandbox,
+    with each item's completions and verdicts (status, refusal rule) so a user can read them."""
+    from tokenmill.eval.sandbox import score_code_items
+
+    res = score_code_items(items[: len(answers)], answers, cfg, sandbox)
+    ks = sorted(cfg.generation.pass_k)
+    out: dict[str, Any] = {"name": cfg.name, "format": cfg.format, "shots": cfg.shots, "n": len(answers)}
+    out["acc"] = res[f"pass@{ks[0]}"]
+    out |= {f"pass@{k}": res[f"pass@{k}"] for k in ks}
+    out["outputs"] = [
+        {
+            "line": row["line"],
+            "passed": row["passed"],
+            "samples": texts,
+            "verdicts": [{"status": v["status"], "rule": v.get("rule")} for v in row["verdicts"]],
+        }
+        for row, texts in zip(res["items"], answers)
+    ]
+    return out
+
+
 def _kind(item: Item | GenItem) -> str:
     if isinstance(item, Item):
         return "choices"
@@ -389,18 +413,23 @@ def score_task(
     max_seq_len: int,
     eos_id: int = 0,
     pad_id: int = 0,
+    sandbox: SandboxConfig | None = None,
 ) -> dict[str, Any]:
     """{"name", "format", "shots", "n", "acc", "acc_norm"} (multiple choice),
     {"name", "format", "shots", "n", "acc", "mean_logprob"} (lambada), or for generative items
     {"name", "format", "shots", "n", "acc", "exact_match", ["exact_match_mean"], "outputs"}
-    (eval/generative.py; acc = exact_match).
+    (eval/generative.py; acc = exact_match), or for code items {"name", "format", "shots", "n",
+    "acc", "pass@k" for each k, "outputs"} (acc = pass@ the smallest k; each completion run by
+    eval/sandbox.py under `sandbox`, default limits when None).
 
     `tokenizer`: the run's `tokenizers.Tokenizer`; `max_seq_len`: the model's window;
     `eos_id`: the token every prompt starts with; `pad_id`: right padding (never scored)."""
     loaded = load_task(cfg)
     form = _scored_form(cfg, loaded)
-    if form == "code":  # replaced by the sandbox's pass@k at merge (issue 46)
-        raise TaskError(f"{task_path(cfg.path)}: task {cfg.name!r}: code items need the sandbox")
+    if form == "code":
+        code_items = [it for it in loaded if isinstance(it, GenItem)]
+        answers = generate_answers(model, tokenizer, cfg, code_items, device, max_seq_len, eos_id, pad_id, batch_size)
+        return code_summary(cfg, code_items, answers, sandbox)
     if form == "exact":
         from tokenmill.eval.generative import exact_match_summary
 
