@@ -17,7 +17,8 @@ from tests.conftest import write_tiny_store
 from tokenmill.config import RunConfig
 from tokenmill.eval.config import EvalConfig
 from tokenmill.eval.evaluate import run_eval
-from tokenmill.eval.watch import Watcher, finished_step, is_due, watch_path, watched_evals
+from tokenmill.eval.watch import Watcher, finished_step, is_due, watch_path
+from tokenmill.report.run_files import watch_history
 from tokenmill.runs import RunDir
 from tokenmill.train.checkpoint import list_checkpoints
 
@@ -74,7 +75,7 @@ def test_watcher_scores_every_due_checkpoint_once_and_exits_after_the_run(watche
     run, out, after = watched
     steps = [s for s, _ in list_checkpoints(run.sub("checkpoints"))]
     assert steps == [4, 8, 12, 16, 20, 24]
-    assert [r["step"] for r in watched_evals(run.path)] == [8, 16, 24]  # every 2nd checkpoint (ckpt_every 4), and the last
+    assert [r["step"] for r in watch_history(run.path)] == [8, 16, 24]  # every 2nd checkpoint (ckpt_every 4), and the last
     assert sorted(p.name for p in run.sub("eval", "watch").iterdir()) == ["step_000008.json", "step_000016.json",
                                                                          "step_000024.json"]
     for step in (8, 16, 24):
@@ -128,3 +129,21 @@ def test_due_rule_and_in_training_cadence():
 
 def test_watch_of_a_directory_that_is_not_a_run_is_one_line(tmp_path):
     assert_clean_error(run_cli("eval", "--watch", str(tmp_path)), "not a run directory")
+
+
+def test_the_report_joins_the_watchers_results_on_the_timeline(watched):
+    from tokenmill.report.build import render
+
+    run, _, _ = watched
+    page = render(run)
+    assert "held-out (watcher): a" in page and "held-out: a" in page  # both on the loss panel
+    assert "Scored by the watcher" in page and "3 checkpoint(s) scored by `tokenmill eval --watch`" in page
+
+
+def test_task_lines_keep_in_training_and_watcher_scores_apart():
+    from tokenmill.report.timeline import task_lines
+
+    evals = [{"step": 10, "tasks": [{"name": "arc", "acc": 0.25}]}, {"step": 20, "tasks": [{"name": "arc", "acc": 0.5}]}]
+    watched = [{"step": 20, "tasks": [{"name": "arc", "acc": 0.5}, {"name": "gsm", "acc": 0.0}]}]
+    assert task_lines(evals, watched) == {"arc": ([10, 20], [0.25, 0.5]), "arc (watcher)": ([20], [0.5]),
+                                          "gsm (watcher)": ([20], [0.0])}

@@ -21,7 +21,7 @@ import torch
 from tokenmill.eval.config import TiersConfig
 from tokenmill.runs import RunDir, atomic_write_text, read_events
 
-WATCH_SOURCE = "watch"  # the "source" of every record the watcher writes (the report marks them by it)
+WATCH_SOURCE = "watch"  # the "source" of every record the watcher writes (report/run_files.py reads them back)
 
 
 def watch_path(run: RunDir, step: int) -> Path:
@@ -125,17 +125,3 @@ class Watcher:
             raise KeyboardInterrupt(
                 f"eval --watch stopped after scoring {len(self.scored)} checkpoint(s); run it again to go on"
             ) from None
-
-
-def watched_evals(run_path: Path) -> list[dict[str, Any]]:
-    """The watcher's records of a run, by step (a torn or foreign file is skipped: the report never fails on it)."""
-    folder = Path(run_path) / "eval" / "watch"
-    out = []
-    for p in sorted(folder.glob("step_*.json")) if folder.is_dir() else []:
-        try:
-            rec = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("step"), int) and isinstance(rec.get("buckets"), dict):
-            out.append(rec)
-    return sorted(out, key=lambda r: r["step"])
