@@ -14,7 +14,7 @@ import pytest
 
 from tests.adversarial.conftest import assert_clean_error, run_cli
 from tests.conftest import write_tiny_store
-from tokenmill.config import RunConfig
+from tokenmill.config import RunConfig, load_config
 from tokenmill.eval.config import EvalConfig
 from tokenmill.eval.evaluate import run_eval
 from tokenmill.eval.watch import Watcher, finished_step, is_due, watch_path
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 TRAIN = {"seq_len": 32, "micro_batch": 8, "grad_accum": 1, "max_steps": 24, "lr": 0.01, "warmup_steps": 3,
          "ckpt_every": 4, "keep_checkpoints": 20, "device": "cpu", "dtype": "float32", "threads": 1,
          "log_every": 0, "eval_every": 0}
-TIERS = {"cheap": {"every_steps": 6}, "expensive": {"every_checkpoints": 2, "poll_seconds": 0.1}}
+TIERS = {"cheap": {"every_steps": 6}, "expensive": {"poll_seconds": 0.1}}
 
 
 def _run(path: Path, **train) -> RunDir:
@@ -62,7 +62,9 @@ def watched(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunDir, str, floa
     seconds past the trainer's end."""
     run = _run(tmp_path_factory.mktemp("watch") / "tiny")
     watcher = _tokenmill("eval", "--watch", str(run.path), "--device", "cpu")
-    trainer = _tokenmill("train", str(run.path / "config.yaml"), "--run-dir", str(run.path))
+    # the trainer rewrites config.yaml with its --set when it starts, after the watcher read it
+    trainer = _tokenmill("train", str(run.path / "config.yaml"), "--run-dir", str(run.path),
+                         "--set", "eval.tiers.expensive.every_checkpoints=2")
     train_out, _ = trainer.communicate(timeout=120)
     ended = time.monotonic()
     assert trainer.returncode == 0, train_out
@@ -89,6 +91,7 @@ def test_watcher_scores_every_due_checkpoint_once_and_exits_after_the_run(watche
 
 def test_watcher_results_equal_tokenmill_eval_of_the_same_checkpoint(watched, tmp_path):
     run, _, _ = watched
+    run = RunDir(config=load_config(run.sub("config.yaml")), path=run.path)
     copy = RunDir(config=run.config, path=tmp_path / "copy")  # `eval --checkpoint` writes eval/<step>.json: not in the run
     shutil.copytree(run.path, copy.path)
     res = run_cli("eval", str(copy.path / "config.yaml"), "--run-dir", str(copy.path), "--checkpoint",

@@ -62,14 +62,31 @@ class Watcher:
     """One pass (`poll`) scores every due, unscored checkpoint on disk; `run` polls until the run ends."""
 
     def __init__(self, run: RunDir, device: torch.device, say: Callable[[str], None]):
-        tiers = run.config.eval.tiers or TiersConfig()
         self.run, self.device, self.say = run, device, say
-        self.period = run.config.train.ckpt_every * tiers.expensive.every_checkpoints
-        self.poll_seconds = tiers.expensive.poll_seconds
         self.handled: set[int] = set()  # steps scored, found scored, or gone
         self.scored: list[int] = []
         self.skipped: list[int] = []
         self._scorer: Any = None  # built at the first checkpoint: the token store may not exist before training
+        self._config_text = ""
+        self.use_config(run.config)
+
+    def use_config(self, config: Any) -> None:
+        tiers = config.eval.tiers or TiersConfig()
+        self.run = RunDir(config=config, path=self.run.path)
+        self.period = config.train.ckpt_every * tiers.expensive.every_checkpoints
+        self.poll_seconds = tiers.expensive.poll_seconds
+        self._scorer = None
+
+    def refresh(self) -> None:
+        """Read config.yaml again when it changed: the trainer rewrites it when it starts (with its
+        --set overrides), which may be after this watcher started."""
+        from tokenmill.config import load_config
+
+        path = self.run.sub("config.yaml")
+        text = path.read_text(encoding="utf-8") if path.is_file() else ""
+        if text and text != self._config_text:
+            self.use_config(load_config(path))
+            self._config_text = text
 
     def scorer(self) -> Any:
         from tokenmill.eval.evaluate import CheckpointScorer
@@ -116,6 +133,7 @@ class Watcher:
         files (every result is already written whole)."""
         try:
             while True:
+                self.refresh()
                 final = finished_step(self.run)  # read before listing: the last checkpoint precedes train_done
                 self.poll(final)
                 if final is not None:
