@@ -1055,3 +1055,21 @@ def gate_costs(r: dict[str, Any]) -> list[str]:
         prep = f"{x['prepare_seconds']:.1f} s" if x["prepare_seconds"] >= 0.05 else "—"
         lines.append(f"| {name} | {x['us_per_doc']:,.1f} | {x['mb_per_s']:,.1f} | {prep} |")
     return lines
+
+
+def eval_tiers(r: dict[str, Any]) -> list[str]:
+    """bench_eval_tiers.py: the trainer's tokens/s with all evaluation in it, with the cheap tier in
+    it and `tokenmill eval --watch` beside it, and with none; interleaved runs, medians."""
+    lines = ["| arm | per-step tokens/s (median) | wall tokens/s (median) | wall vs no evaluation | runs |",
+             "|---|---|---|---|---|"]
+    for arm in ("a", "b", "c"):
+        m, runs = r["median"][arm], r["runs"][arm]
+        walls = ", ".join(f"{x['wall_tokens_per_s']:,.0f}" for x in runs)
+        lines.append(f"| {r['labels'][arm]} | {m['step_tokens_per_s_median']:,.0f} | **{m['wall_tokens_per_s']:,.0f}** | "
+                     f"{m['wall_vs_no_eval']:.2f}× | {walls} |")
+    lag = [x["watcher_lag_s"] for x in r["runs"]["b"]]
+    lines.append("")
+    lines.append(f"{r['steps']} steps, evaluation every {r['eval_every']} (checkpoints every {r['ckpt_every']}), "
+                 f"{r['reps']} interleaved repetitions; the watcher ({r['watch_device']}) finished "
+                 f"{min(lag):.1f}–{max(lag):.1f} s after the trainer.")
+    return lines

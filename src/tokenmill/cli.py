@@ -521,18 +521,30 @@ def _launch_ranks(
 
 @app.command("eval")
 def eval_(
-    config: Path = ConfigArg,
+    config: Optional[Path] = typer.Argument(None, help="Run config (YAML); not needed with --watch.", exists=False),
     set_: Optional[list[str]] = SetOpt,
     run_dir: Optional[Path] = RunDirOpt,
     checkpoint: Optional[Path] = typer.Option(None, help="Checkpoint directory (default: latest)."),
+    watch: Optional[Path] = typer.Option(
+        None,
+        "--watch",
+        metavar="RUN",
+        help="Follow RUN's checkpoints in this process and score every due one (eval.tiers.expensive) until training ends.",
+    ),
+    device: str = typer.Option("auto", "--device", help="--watch: device to score on (auto: the last CUDA device, else cpu)."),
 ) -> None:
     """Held-out loss, perplexity and bits-per-byte per bucket, beside a unigram baseline; samples.
 
-    Writes eval/<step>.json and an `eval` event.
+    Writes eval/<step>.json and an `eval` event; with --watch, eval/watch/step_<N>.json per checkpoint.
     """
     from tokenmill.eval.evaluate import run_eval
 
     def go() -> None:
+        if watch is not None:
+            _watch(watch, device)
+            return
+        if config is None:
+            raise ConfigError("eval: give the run config (or --watch RUN)")
         run = _open(config, set_, run_dir)
         if checkpoint is None:
             from tokenmill.pipeline import run_stage
@@ -542,6 +554,20 @@ def eval_(
             console.print(run_eval(run, checkpoint))
 
     _guard(go)
+
+
+def _watch(run_path: Path, device: str) -> None:
+    """`eval --watch RUN`: the run's own config.yaml says what to score (config and --set are not read)."""
+    from tokenmill.eval.watch import Watcher, watch_device
+
+    cfg_file = run_path / "config.yaml"
+    if not cfg_file.is_file():
+        raise FileNotFoundError(f"{cfg_file}: not a run directory (no config.yaml)")
+    run = RunDir(config=load_config(cfg_file), path=run_path)
+    watcher = Watcher(run, watch_device(device), lambda line: _say("watch", "cyan", line))
+    every = f"steps that are multiples of {watcher.period} and the last" if watcher.period else "the last step"
+    _progress(f"watching {run_path / 'checkpoints'} on {watcher.device}: scoring checkpoints at {every}")
+    console.print(watcher.run_until_done())
 
 
 @app.command()

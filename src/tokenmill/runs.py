@@ -63,7 +63,7 @@ NOT_FINGERPRINTED: dict[str, frozenset[str]] = {
             "health",
         }
     ),
-    "eval": frozenset({"batch_size"}),
+    "eval": frozenset({"batch_size", "tiers"}),  # tiers say when and where evaluation runs, never what it computes
     "tokenize": frozenset({"workers"}),
     "tokenizer": frozenset({"audit_docs", "key_terms"}),
     # the collapse guard only refuses a mixture, it never changes what training computes

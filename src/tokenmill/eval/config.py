@@ -118,6 +118,36 @@ class LongContextConfig(Strict):
     passkey_trials: int = Field(40, ge=0, description="Passkey trials, keys at depths spread over the filler (0: off).")
 
 
+class CheapTierConfig(Strict):
+    """What the trainer itself evaluates while `eval.tiers` is set: held-out bpb per bucket, always."""
+
+    every_steps: int | None = Field(
+        None, ge=1, description="Steps between in-training evaluations (None: train.eval_every); the last step is always scored."
+    )
+    probes: bool = Field(True, description="Score the probe sets (eval.probes) at every in-training evaluation.")
+    samples: bool = Field(False, description="Write generation samples at every in-training evaluation (else the watcher does).")
+
+
+class ExpensiveTierConfig(Strict):
+    """What `tokenmill eval --watch RUN` scores in its own process: the full `tokenmill eval` of a checkpoint."""
+
+    every_checkpoints: int = Field(
+        1,
+        ge=1,
+        description="Score the checkpoints whose step is a multiple of this many train.ckpt_every periods (and the run's last one).",
+    )
+    poll_seconds: float = Field(2.0, gt=0.0, description="Seconds between looks at the checkpoint directory.")
+
+
+class TiersConfig(Strict):
+    """Evaluation off the training path: a cheap tier inside the trainer, the expensive one in a watcher process."""
+
+    cheap: CheapTierConfig = Field(default_factory=CheapTierConfig, description="Scored by the trainer (it waits for it).")
+    expensive: ExpensiveTierConfig = Field(
+        default_factory=ExpensiveTierConfig, description="Scored by `tokenmill eval --watch RUN` (the trainer never waits)."
+    )
+
+
 class EvalConfig(Strict):
     """Held-out loss / perplexity / bits-per-byte per bucket, unigram baseline, samples, tasks,
     contamination and memorization audits."""
@@ -157,6 +187,18 @@ class EvalConfig(Strict):
     sandbox: SandboxConfig = Field(
         default_factory=lambda: SandboxConfig(), description="Limits of code tasks' candidate programs."
     )
+
+    tiers: TiersConfig | None = Field(
+        None,
+        description="None: every in-training evaluation scores buckets, probes, samples and (tasks_in_training) tasks. Set: the "
+        "trainer scores only the cheap tier, and tasks and audits are left to `tokenmill eval --watch RUN`.",
+    )
+
+    def in_training_every(self, eval_every: int) -> int:
+        """Steps between in-training evaluations: the cheap tier's when tiers are set, else train.eval_every."""
+        if self.tiers is not None and self.tiers.cheap.every_steps is not None:
+            return self.tiers.cheap.every_steps
+        return eval_every
 
 
 class SandboxConfig(Strict):

@@ -175,14 +175,16 @@ class TaskScorer:
 
 def in_training_evaluator(run: RunDir) -> Callable[[int, torch.nn.Module], None]:
     """The callback the trainer calls every `train.eval_every` steps (and after the last): held-out
-    buckets, probes, tasks (eval.tasks_in_training) and generation samples, on the loss timeline."""
+    buckets, probes, tasks (eval.tasks_in_training) and generation samples, on the loss timeline.
+    With `eval.tiers` set: the cheap tier only (buckets, and probes/samples as it says)."""
     store = TokenStore(run.sub("tokens"))
     cfg = run.config.eval
     ev = Evaluator(store, run.config.train.seq_len, run.config.train.eval_docs, cfg.batch_size)
-    probes = _probe_sets(run, store)
-    tasks = TaskScorer(run, store) if cfg.tasks and cfg.tasks_in_training else None
+    cheap = cfg.tiers.cheap if cfg.tiers is not None else None  # tiers set: tasks and audits go to the watcher
+    probes = _probe_sets(run, store) if cheap is None or cheap.probes else []
+    tasks = TaskScorer(run, store) if cfg.tasks and cfg.tasks_in_training and cheap is None else None
     # Samples need text: a token store written without a tokenizer (synthetic ids) has none to decode.
-    samples = cfg.num_samples > 0 and run.sub("tokenizer", "tokenizer.json").exists()
+    samples = cfg.num_samples > 0 and run.sub("tokenizer", "tokenizer.json").exists() and (cheap is None or cheap.samples)
 
     def on_eval(step: int, model: torch.nn.Module) -> None:
         device = next(model.parameters()).device
@@ -200,22 +202,49 @@ def in_training_evaluator(run: RunDir) -> Callable[[int, torch.nn.Module], None]
     return on_eval
 
 
+class CheckpointScorer:
+    """The full evaluation of checkpoints on one device: held-out buckets (eval.max_docs), samples
+    and the audits. The windows, baseline and task contamination are built once and reused, so a
+    watcher scoring many checkpoints pays for them once; `tokenmill eval` and the watcher share it,
+    which is what makes their numbers equal."""
+
+    def __init__(self, run: RunDir, device: torch.device):
+        self.run, self.device = run, device
+        self.store = TokenStore(run.sub("tokens"))
+        self.ev = Evaluator(self.store, run.config.train.seq_len, run.config.eval.max_docs, run.config.eval.batch_size)
+        self.tasks = TaskScorer(run, self.store) if run.config.eval.tasks else None
+
+    def score(self, ckpt: Path) -> dict[str, Any]:
+        """The record `write_eval` stores for the checkpoint: {"step", "buckets", "samples", "checkpoint", ...audits}."""
+        from tokenmill.train.restore import load_model
+
+        run = self.run
+        model, step = load_model(Path(ckpt), self.device)
+        buckets = self.ev.score(model, self.device, run.config.train.dtype)
+        # a token store written without a tokenizer (synthetic ids) has no text to sample
+        samples = sample_texts(run, model, self.store, self.device) if run.sub("tokenizer", "tokenizer.json").exists() else []
+        extra = audits(run, model, self.store, self.device, self.tasks)
+        return {
+            "step": step,
+            "buckets": buckets,
+            "samples": samples,
+            "checkpoint": str(ckpt),
+            "docs_per_bucket": run.config.eval.max_docs,
+            **extra,
+        }
+
+
 def run_eval(run: RunDir, checkpoint: Path | None = None) -> dict[str, Any]:
     """Evaluate a checkpoint (default: the latest valid one) on the held-out documents."""
     from tokenmill.train.checkpoint import latest_checkpoint
-    from tokenmill.train.restore import load_model
 
     ckpt = checkpoint or latest_checkpoint(run.sub("checkpoints"))
     if ckpt is None:
         raise FileNotFoundError(f"{run.sub('checkpoints')}: no checkpoint to evaluate (run `tokenmill train`)")
-    device = resolve_device(run.config.train.device)
-    model, step = load_model(Path(ckpt), device)
-    store = TokenStore(run.sub("tokens"))
-    ev = Evaluator(store, run.config.train.seq_len, run.config.eval.max_docs, run.config.eval.batch_size)
-    buckets = ev.score(model, device, run.config.train.dtype)
-    samples = sample_texts(run, model, store, device)
-    extra = audits(run, model, store, device)
-    write_eval(run, step, buckets, samples=samples, checkpoint=str(ckpt), docs_per_bucket=run.config.eval.max_docs, **extra)
+    record = CheckpointScorer(run, resolve_device(run.config.train.device)).score(Path(ckpt))
+    step, buckets = record.pop("step"), record.pop("buckets")
+    write_eval(run, step, buckets, **record)
+    extra = record
     summary = {
         "step": step,
         "bpb": {b: round(m["bpb"], 4) for b, m in buckets.items()},
@@ -233,9 +262,12 @@ def run_eval(run: RunDir, checkpoint: Path | None = None) -> dict[str, Any]:
     return summary
 
 
-def audits(run: RunDir, model: torch.nn.Module, store: TokenStore, device: torch.device) -> dict[str, Any]:
+def audits(
+    run: RunDir, model: torch.nn.Module, store: TokenStore, device: torch.device, tasks: TaskScorer | None = None
+) -> dict[str, Any]:
     """Probes, tasks (with each set's contamination next to its score), memorization and canary
-    exposure (when curation inserted canaries), as configured."""
+    exposure (when curation inserted canaries), as configured. `tasks`: a scorer reused across
+    checkpoints (its contamination is computed once)."""
     from tokenmill.eval.memorization import memorization
 
     cfg, out = run.config.eval, {}
@@ -243,7 +275,7 @@ def audits(run: RunDir, model: torch.nn.Module, store: TokenStore, device: torch
     if probes:
         out["probes"] = score_probes(model, probes, device, cfg.batch_size, store.pad_id, run.config.train.dtype)
     if cfg.tasks:
-        out.update(TaskScorer(run, store).score(model, device))
+        out.update((tasks or TaskScorer(run, store)).score(model, device))
     if cfg.memorization_docs > 0:
         mem = memorization(
             model,

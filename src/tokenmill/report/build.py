@@ -17,7 +17,7 @@ from tokenmill.report.data_section import section_data
 from tokenmill.report.eval_section import section_eval
 from tokenmill.report.noise_section import section_noise
 from tokenmill.report.page import CSS, table
-from tokenmill.report.run_files import eval_history
+from tokenmill.report.run_files import eval_history, watch_history
 from tokenmill.report.scaling import section_scaling
 from tokenmill.report.stopping_section import section_stopping
 from tokenmill.report.timeline import section_run
@@ -80,7 +80,7 @@ def section_mixture(events: list[dict]) -> str:
 
 def render(run: RunDir) -> str:
     events = list(read_events(run.sub("events.jsonl")))
-    evals = eval_history(run)
+    evals, watched = eval_history(run), watch_history(run.path)
     title = run.config.report.title or run.config.name
     replay = run.config.mixture.replay
     config_yaml = run.sub("config.yaml").read_text() if run.sub("config.yaml").exists() else ""
@@ -90,14 +90,14 @@ def render(run: RunDir) -> str:
         f"generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>",
         section_experiment(run),
         section_continued(events, evals, list(replay.buckets) if replay else [], replay.share if replay else None),
-        section_eval(evals) if evals else "",
+        section_eval(evals, watched) if evals else "",
         section_stages(run),
         section_data(run, events),
         section_mixture(events),
         section_run(run, events, evals),
         section_stopping(run, events, evals),
         section_noise(events),
-        "" if evals else section_eval(evals),
+        "" if evals else section_eval(evals, watched),
         section_scaling(run, events),
         f"<h2>Config</h2><details><summary>resolved config.yaml</summary><pre>{html.escape(config_yaml)}</pre></details>",
     ]

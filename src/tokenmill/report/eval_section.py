@@ -8,6 +8,7 @@ import html
 from tokenmill.report.charts import line_chart
 from tokenmill.report.page import table
 from tokenmill.report.trace_section import canary_traces, memorization_traces
+from tokenmill.report.timeline import task_lines
 
 
 def _probes(evals: list[dict]) -> str:
@@ -44,17 +45,32 @@ def _slices_over_steps(evals: list[dict]) -> str:
     )
 
 
-def _task_curves(evals: list[dict]) -> str:
-    """Task accuracy over the evaluations that scored tasks (eval.tasks_in_training), beside the loss."""
-    series: dict[str, tuple[list[float], list[float]]] = {}
-    for e in evals:
-        for t in e.get("tasks") or []:
-            xs, ys = series.setdefault(t["name"], ([], []))
-            xs.append(e["step"])
-            ys.append(t["acc"])
+def _task_curves(evals: list[dict], watched: list[dict]) -> str:
+    """Task accuracy over the evaluations that scored tasks (eval.tasks_in_training, and the
+    watcher's checkpoints marked "(watcher)"), beside the loss."""
+    series = task_lines(evals, watched)
     if not any(len(xs) > 1 for xs, _ in series.values()):
         return ""
     return line_chart(series, title="Task accuracy", xlabel="step", ylabel="accuracy", markers=True)
+
+
+def _watched(watched: list[dict]) -> str:
+    """The checkpoints `tokenmill eval --watch` scored in its own process: bpb per bucket, task accuracy."""
+    if not watched:
+        return ""
+    buckets = sorted({b for w in watched for b in w["buckets"]})
+    tasks = sorted({t["name"] for w in watched for t in w.get("tasks") or []})
+    rows = []
+    for w in watched:
+        acc = {t["name"]: t.get("acc") for t in w.get("tasks") or []}
+        bpb = [w["buckets"][b]["bpb"] if b in w["buckets"] else "—" for b in buckets]
+        rows.append([w["step"], *bpb, *(acc.get(n, "—") for n in tasks), html.escape(str(w.get("device", "")))])
+    return (
+        "<h3>Scored by the watcher</h3><p>Checkpoints the expensive tier (eval.tiers) scored in a separate "
+        "process, <code>tokenmill eval --watch RUN</code>, while the trainer went on; the full audits of each "
+        "are in eval/watch/step_&lt;N&gt;.json.</p>"
+        + table(["step", *(f"{b} bpb" for b in buckets), *(f"{n} acc" for n in tasks), "device"], rows)
+    )
 
 
 def _semantic(contamination: dict) -> str:
@@ -204,9 +220,9 @@ def _canaries(c: dict) -> str:
     )
 
 
-def section_eval(evals: list[dict]) -> str:
+def section_eval(evals: list[dict], watched: list[dict] | None = None) -> str:
     if not evals:
-        return "<h2>Model</h2><p class=muted>No evaluation yet.</p>"
+        return "<h2>Model</h2><p class=muted>No evaluation yet.</p>" + _watched(watched or [])
     last = evals[-1]
     rows = []
     for bucket, m in last["buckets"].items():
@@ -228,7 +244,8 @@ def section_eval(evals: list[dict]) -> str:
         out.append(_slices_over_steps(evals))
     out.append(_probes(evals))
     out.append(_eval_audits(last))
-    out.append(_task_curves(evals))
+    out.append(_task_curves(evals, watched or []))
+    out.append(_watched(watched or []))
     samples = last.get("samples") or []
     if samples:
         out.append("<h3>Samples</h3>")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from tokenmill.runs import RunDir
@@ -22,3 +23,18 @@ def train_curve(events: list[dict]) -> dict[str, list[Any]]:
 def eval_history(run: RunDir) -> list[dict]:
     files = sorted(run.sub("eval").glob("*.json"), key=lambda p: int(p.stem)) if run.sub("eval").exists() else []
     return [json.loads(p.read_text()) for p in files]
+
+
+def watch_history(run_path: Path) -> list[dict[str, Any]]:
+    """The records `tokenmill eval --watch` wrote (eval/watch/step_<N>.json), by step; a torn or
+    foreign file is skipped, so the report never fails on one."""
+    folder = Path(run_path) / "eval" / "watch"
+    out = []
+    for p in sorted(folder.glob("step_*.json")) if folder.is_dir() else []:
+        try:
+            rec = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("step"), int) and isinstance(rec.get("buckets"), dict):
+            out.append(rec)
+    return sorted(out, key=lambda r: r["step"])

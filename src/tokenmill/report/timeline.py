@@ -17,6 +17,7 @@ import time
 from typing import Any, Iterable, Sequence
 
 from tokenmill.report.charts import MAX_POINTS, Heatmap, Marker, MarkerStyle, Panel, Span, stacked_panels
+from tokenmill.report.run_files import watch_history
 from tokenmill.runs import RunDir
 
 # Event kinds drawn as markers, in legend order, and how each looks.
@@ -226,7 +227,7 @@ def _step_panels(run: RunDir, records: list[dict], events: list[dict], evals: li
     for bucket, (xs, ys) in heldout_losses(events, evals).items():
         loss_lines[f"held-out: {bucket}"] = (xs, ys)
         loss.point_markers.add(f"held-out: {bucket}")
-    panels = [loss]
+    panels = [loss, *_watcher_panels(run, evals, loss_lines, loss.point_markers, notes)]
     grad = col("grad_norm")
     if has(grad, positive=True):
         panels.append(Panel("grad norm\n(pre-clip)", lines={"grad norm": (steps, grad)}, logy=True))
@@ -285,6 +286,38 @@ def _step_panels(run: RunDir, records: list[dict], events: list[dict], evals: li
             "hides a straggler in its step time, not here."
         )
     return panels, notes
+
+
+def task_lines(evals: Sequence[dict], watched: Sequence[dict]) -> dict[str, tuple[list[int], list[float]]]:
+    """Task accuracy by step: the in-training evaluations' (eval.tasks_in_training) as "task", the
+    watcher's (`tokenmill eval --watch`) as "task (watcher)"."""
+    lines: dict[str, tuple[list[int], list[float]]] = {}
+    for suffix, records in (("", evals), (" (watcher)", watched)):
+        for rec in records:
+            for t in rec.get("tasks") or []:
+                if isinstance(t, dict) and isinstance(t.get("acc"), (int, float)):
+                    xs, ys = lines.setdefault(f"{t.get('name')}{suffix}", ([], []))
+                    xs.append(int(rec["step"]))
+                    ys.append(float(t["acc"]))
+    return lines
+
+
+def _watcher_panels(
+    run: RunDir, evals: Sequence[dict], loss_lines: dict[str, Any], dotted: set[str], notes: list[str]
+) -> list[Panel]:
+    """The watcher's held-out losses joined on the loss panel at their steps, and a task-accuracy
+    panel holding the in-training and the watcher's task scores side by side."""
+    watched = watch_history(run.path)
+    for bucket, (xs, ys) in heldout_losses([], watched).items():
+        loss_lines[f"held-out (watcher): {bucket}"] = (xs, ys)
+        dotted.add(f"held-out (watcher): {bucket}")
+    if watched:
+        notes.append(
+            f"{len(watched)} checkpoint(s) scored by `tokenmill eval --watch` in its own process (eval.tiers): "
+            "their lines say (watcher)."
+        )
+    tasks = task_lines(evals, watched)
+    return [Panel("task accuracy", lines=tasks, point_markers=set(tasks))] if tasks else []
 
 
 def health_lines(records: Sequence[dict], key: str) -> dict[str, tuple[list[int], list[float | None]]]:

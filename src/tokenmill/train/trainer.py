@@ -893,7 +893,7 @@ class _TrainLoop:
             tc.guard, self.spike_history, lambda s: self.ckpt.keep_spike_state(s, tc.guard.keep_spike_states)
         )
         self.schedule, self.evaluate = (
-            EvalSchedule(tc.eval_every, tc.max_steps, tc.spectrum_every),
+            EvalSchedule(self.run.config.eval.in_training_every(tc.eval_every), tc.max_steps, tc.spectrum_every),
             Evaluator(on_eval, self.model, ctx, unwatched),
         )
         t_start = time.perf_counter()
