@@ -115,7 +115,8 @@ def test_fields_added_later_are_left_out_of_fingerprints_only_at_their_current_d
     the config writes for that field today."""
     from tokenmill.config import RunConfig
     from tokenmill.mixture.config import PhaseConfig
-    from tokenmill.runs import LATER_DEFAULTS, LATER_PHASE_DEFAULTS, _without_disabled
+    from tokenmill.eval.config import TaskConfig
+    from tokenmill.runs import LATER_DEFAULTS, LATER_PHASE_DEFAULTS, LATER_TASK_DEFAULTS, _without_disabled
 
     fresh = RunConfig.model_validate({"name": "x"})
     for section, fields in LATER_DEFAULTS.items():
@@ -129,3 +130,6 @@ def test_fields_added_later_are_left_out_of_fingerprints_only_at_their_current_d
     assert all(phase[k] == v for k, v in LATER_PHASE_DEFAULTS.items())
     mixture = {"phases": [dict(phase)], "weights": None}
     assert "rope" not in _without_disabled("mixture", mixture)["phases"][0]
+    task = TaskConfig(name="t", path="t.jsonl", format="arc").model_dump(mode="json")
+    assert all(task[k] == v for k, v in LATER_TASK_DEFAULTS.items())
+    assert set(_without_disabled("eval", {"tasks": [dict(task)]})["tasks"][0]) == set(task) - set(LATER_TASK_DEFAULTS)

@@ -81,11 +81,30 @@ OPTIONAL_STEPS: dict[str, tuple[str, ...]] = {"curate": ("substring_dedup",)}
 LATER_SOURCE_DEFAULTS: dict[str, Any] = {"synthetic": False}
 # Curriculum phase fields added after runs were made: at their default they stay out too.
 LATER_PHASE_DEFAULTS: dict[str, Any] = {"rope": None}
+# Eval task fields added after runs were made (generative tasks): at their default they stay out too.
+LATER_TASK_DEFAULTS: dict[str, Any] = {
+    "mode": "auto",
+    "generation": {"max_new_tokens": 64, "stop": ["\n\n"], "temperature": 0.0, "top_p": None, "samples": 1, "pass_k": [1], "seed": 0},
+    "exact_match": {"strip": True, "regexes_to_ignore": [], "ignore_case": True, "ignore_punctuation": True, "ignore_numbers": False},
+}  # fmt: skip
 # Section fields added after runs were made (a path of keys): at their default they stay out too.
 LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
     "model": {("rope_original_max_seq_len",): None},
     "mixture": {("replay",): None},
-    "eval": {("long_context",): {"enabled": False, "seq_len": None, "position_buckets": 4, "max_docs": 64, "passkey_trials": 40}},
+    "eval": {
+        ("long_context",): {"enabled": False, "seq_len": None, "position_buckets": 4, "max_docs": 64, "passkey_trials": 40},
+        ("sandbox",): {
+            "timeout_s": 10.0,
+            "cpu_s": 10,
+            "memory_mb": 512,
+            "file_size_mb": 16,
+            "open_files": 64,
+            "max_processes": 4,
+            "isolate_network": True,
+            "workers": 2,
+            "stderr_lines": 20,
+        },
+    },
     "tokenizer": {("file",): None},
     "train": {
         ("init_from",): None,
@@ -144,6 +163,10 @@ def _without_disabled(section: str, values: dict[str, Any]) -> dict[str, Any]:
         for key, default in LATER_PHASE_DEFAULTS.items():
             if phase.get(key, default) == default:
                 phase.pop(key, None)
+    for task in values.get("tasks", []) if section == "eval" else []:
+        for key, default in LATER_TASK_DEFAULTS.items():
+            if task.get(key, default) == default:
+                task.pop(key, None)
     for keys, default in LATER_DEFAULTS.get(section, {}).items():
         parent = values
         for key in keys[:-1]:

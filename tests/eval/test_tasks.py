@@ -216,9 +216,10 @@ def test_the_packaged_demo_tasks_load_by_package_path():
     from tokenmill.eval.tasks import load_task, task_path
 
     cfg = load_config(demo_config_path())
-    assert [t.name for t in cfg.eval.tasks] == ["python-mc", "python-cloze"]
+    assert [t.name for t in cfg.eval.tasks] == ["python-mc", "python-cloze", "quiz-qa", "python-code"]
+    sizes = {"python-mc": 12, "python-cloze": 12, "quiz-qa": 149, "python-code": 30}
     for t in cfg.eval.tasks:
         assert task_path(t.path).is_file()
         items = load_task(t)
-        assert len(items) == 12
+        assert len(items) == sizes[t.name]
     assert task_path("data/x.jsonl").as_posix() == "data/x.jsonl"
