@@ -532,6 +532,14 @@ def eval_(
         help="Follow RUN's checkpoints in this process and score every due one (eval.tiers.expensive) until training ends.",
     ),
     device: str = typer.Option("auto", "--device", help="--watch: device to score on (auto: the last CUDA device, else cpu)."),
+    reference_hf: Optional[Path] = typer.Option(
+        None,
+        "--reference-hf",
+        help="An export of the checkpoint (`tokenmill export hf`): score the config's generative and code tasks "
+        "(the shipped quiz_qa and python_code when it has none) with tokenmill and with transformers' generate "
+        "on the export, greedy, side by side; exit 1 when any answer or number differs. Writes nothing.",
+    ),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="With --reference-hf: the first N items of each task."),
 ) -> None:
     """Held-out loss, perplexity and bits-per-byte per bucket, beside a unigram baseline; samples.
 
@@ -546,7 +554,15 @@ def eval_(
         if config is None:
             raise ConfigError("eval: give the run config (or --watch RUN)")
         run = _open(config, set_, run_dir)
-        if checkpoint is None:
+        if reference_hf is not None:
+            from tokenmill.export.hf_reference import check_against_hf, comparison_lines
+
+            rows = check_against_hf(run, reference_hf, checkpoint, limit=limit)
+            typer.echo("\n".join(comparison_lines(rows)))
+            if not all(r["agree"] for r in rows):
+                _say("differ", "red", "tokenmill and the HF reference disagree (items above)")
+                raise typer.Exit(1)
+        elif checkpoint is None:
             from tokenmill.pipeline import run_stage
 
             run_stage(run, "eval")
