@@ -73,6 +73,7 @@ def load_reference(export_dir: Path) -> Reference:
         raise ReferenceError("the HF reference needs transformers: pip install 'tokenmill[test]'") from exc
     if not (export_dir / "config.json").is_file():
         raise ReferenceError(f"{export_dir}: no config.json; write an export with `tokenmill export hf CHECKPOINT {export_dir}`")
+    transformers.utils.logging.disable_progress_bar()  # the caller's output is the comparison table
     model = transformers.AutoModelForCausalLM.from_pretrained(export_dir, local_files_only=True, dtype=torch.float32)
     tok = transformers.AutoTokenizer.from_pretrained(export_dir, local_files_only=True)
     if tok.eos_token_id is None:
@@ -158,7 +159,7 @@ def first_difference(tokenizer: Any, a: str, b: str) -> int:
 
 
 def compare(ours: dict[str, Any], theirs: dict[str, Any], tokenizer: Any) -> dict[str, Any]:
-    """{"name", "n", "tokenmill": metrics, "reference": metrics, "differing": [{line, token,
+    """{"name", "n", "nonempty", "distinct", "tokenmill": metrics, "reference": metrics, "differing": [{line, token,
     tokenmill, reference}], "agree"}: item by item answers (the first differing token by the
     tokenizer's encoding of both answers) and the task's numbers, which must be equal."""
     differing = [
@@ -173,7 +174,17 @@ def compare(ours: dict[str, Any], theirs: dict[str, Any], tokenizer: Any) -> dic
     ]
     mine, ref = _metrics(ours), _metrics(theirs)
     agree = not differing and mine == ref and ours["n"] == theirs["n"]
-    return {"name": ours["name"], "n": ours["n"], "tokenmill": mine, "reference": ref, "differing": differing, "agree": agree}
+    answers = [_answer(a) for a in ours["outputs"]]  # how much was compared: not all empty, not all one string
+    return {
+        "name": ours["name"],
+        "n": ours["n"],
+        "nonempty": sum(a != "" for a in answers),
+        "distinct": len(set(answers)),
+        "tokenmill": mine,
+        "reference": ref,
+        "differing": differing,
+        "agree": agree,
+    }
 
 
 def comparison_lines(rows: list[dict[str, Any]], show: int = 5) -> list[str]:
@@ -197,6 +208,10 @@ def export_step(export_dir: Path) -> int | None:
     """The training step `tokenmill export hf` recorded in the weights' metadata (None: not recorded)."""
     from safetensors import safe_open
 
+    if not (export_dir / "model.safetensors").is_file():
+        raise ReferenceError(
+            f"{export_dir}: no model.safetensors; write an export with `tokenmill export hf CHECKPOINT {export_dir}`"
+        )
     with safe_open(str(export_dir / "model.safetensors"), framework="pt") as fh:
         step = (fh.metadata() or {}).get("tokenmill_step")
     return int(step) if step is not None and step.isdigit() else None
@@ -220,11 +235,11 @@ def check_against_hf(
     from tokenmill.tokens.store import TokenStore
     from tokenmill.train.restore import load_model
 
-    ref = load_reference(export_dir)
     model, step = load_model(checkpoint or run.sub("checkpoints"), "cpu")
     exported = export_step(export_dir)
     if exported is not None and exported != step:
         raise ReferenceError(f"{export_dir}: an export of step {exported}, the checkpoint compared is step {step}")
+    ref = load_reference(export_dir)
     tok = load_tokenizer(run.sub("tokenizer", "tokenizer.json"))
     store = TokenStore(run.sub("tokens"))
     if (store.eos_id, store.pad_id) != (ref.eos_id, ref.pad_id):
