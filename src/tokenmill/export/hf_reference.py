@@ -19,6 +19,7 @@ temperature > 0 is refused. transformers is imported lazily (a test/bench extra)
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -229,7 +230,8 @@ def check_against_hf(
 ) -> list[dict[str, Any]]:
     """`compare` of every task (default: `run_tasks`) scored by tokenmill on `checkpoint` (default:
     the newest valid) and by transformers on `export_dir`, both greedy on CPU in fp32, over the
-    first `limit` items (default: each task's own limit), in tokenmill's window."""
+    first `limit` items (default: each task's own limit), in tokenmill's window; each row also
+    holds both paths' "seconds" (generation and scoring, the sandbox included)."""
     from tokenmill.eval.tasks import score_task
     from tokenmill.tokenizer.bpe import load_tokenizer
     from tokenmill.tokens.store import TokenStore
@@ -250,17 +252,14 @@ def check_against_hf(
     rows = []
     for t in tasks if tasks is not None else run_tasks(run):
         cfg = t if limit is None else t.model_copy(update={"limit": limit})
-        theirs = reference_score(ref, cfg, window, run.config.eval.sandbox)  # first: refuses sampled tasks before any work
+        sandbox = run.config.eval.sandbox
+        t0 = time.perf_counter()
+        theirs = reference_score(ref, cfg, window, sandbox)  # first: refuses sampled tasks before any work
+        t1 = time.perf_counter()
         ours = score_task(
-            model,
-            tok,
-            cfg,
-            torch.device("cpu"),
-            run.config.eval.batch_size,
-            window,
-            store.eos_id,
-            store.pad_id,
-            run.config.eval.sandbox,
+            model, tok, cfg, torch.device("cpu"), run.config.eval.batch_size, window, store.eos_id, store.pad_id, sandbox
         )
-        rows.append(compare(ours, theirs, ref.tokenizer))
+        row = compare(ours, theirs, ref.tokenizer)
+        row["seconds"] = {"tokenmill": round(time.perf_counter() - t1, 2), "reference": round(t1 - t0, 2)}
+        rows.append(row)
     return rows
