@@ -1073,3 +1073,22 @@ def eval_tiers(r: dict[str, Any]) -> list[str]:
                  f"{r['reps']} interleaved repetitions; the watcher ({r['watch_device']}) finished "
                  f"{min(lag):.1f}–{max(lag):.1f} s after the trainer.")
     return lines
+
+
+def eval_hf_reference(r: dict[str, Any]) -> list[str]:
+    """eval_hf_reference.py: the demo model's generative and code scores by tokenmill's scorer on
+    its checkpoint and through HF generate on its export, with the items whose answers differ."""
+    res, v = r["result"], r["versions"]
+    lines = ["| task (greedy) | items | metric | tokenmill | HF reference | items whose answers differ "
+             "| answers not empty / distinct | seconds: tokenmill / HF |",
+             "|---|---|---|---|---|---|---|---|"]
+    for t in res["tasks"]:
+        s = res["settings"][t["name"]]
+        label = f"{t['name']} ({s['shots']}-shot, ≤ {s['max_new_tokens']} new tokens)"
+        for k in (k for k in t["tokenmill"] if k != "acc"):
+            lines.append(f"| {label} | {t['n']} | {k} | {t['tokenmill'][k]:.4f} | {t['reference'][k]:.4f} | **{t['n_differing']}** "
+                         f"| {t['nonempty']} / {t['distinct']} | {t['seconds']['tokenmill']:.1f} / {t['seconds']['reference']:.1f} |")
+    lines.append("")
+    lines.append(f"Checkpoint {res['checkpoint']} of the demo run, fp32 on CPU ({res['threads']} threads), torch {v['torch']}, "
+                 f"transformers {v['transformers']}; export {res['export_seconds']:.1f} s, whole script {r['seconds']:.0f} s.")
+    return lines

@@ -5,8 +5,8 @@ same check for any run).
 Exports the demo run's newest checkpoint to a temporary directory (`tokenmill export hf`), then
 scores the demo config's two generative tasks over every item of their shipped sets (quiz_qa:
 149 questions, 2 shots, exact match; python_code: 30 CPython functions, pass@1 in the sandbox),
-each with the demo config's generation settings (greedy, its token limit and stop strings), once
-with tokenmill's scorer on the checkpoint and once through transformers on the export. Prints
+each with the demo config's generation settings (greedy, its token limit and stop strings), and
+again without stop strings (every generated token compared), once with tokenmill's scorer on the checkpoint and once through transformers on the export. Prints
 one JSON object last (benchmarks/record.py adds commit, command, versions and load): per task
 both paths' numbers, how many items' answers differ (and the first few, with the first
 differing token), how many answers were not empty and how many distinct, and each path's seconds.
@@ -51,6 +51,9 @@ def main() -> None:
         raise SystemExit(f"{args.run}: no checkpoint; run `make demo` first")
     # every item of each set (the demo config scores a prefix of each; the comparison wants them all)
     tasks = [t.model_copy(update={"limit": args.limit}) for t in run_tasks(run)]
+    # The demo model's answers stop early (most quiz answers are empty: its first token is a
+    # newline), so each task is also compared without stop strings: every token it generates.
+    tasks += [t.model_copy(update={"name": f"{t.name}, no stop", "generation": t.generation.model_copy(update={"stop": []})}) for t in tasks]
     with tempfile.TemporaryDirectory(prefix="hfref-") as tmp:
         t0 = time.perf_counter()
         export = export_hf(ckpt, Path(tmp) / "hf")
