@@ -176,6 +176,15 @@ def time_to_loss(d: dict[str, Any]) -> dict[str, Any]:
             "ms_t": ours["s_per_step"] * 1000, "ms_p": peer["s_per_step"] * 1000, "speed": peer["s_per_step"] / ours["s_per_step"]}
 
 
+def hf_reference_no_stop(d: dict[str, Any]) -> dict[str, Any]:
+    """The no-stop rows of eval_hf_reference.json (every answer not empty, so the prose says "all")."""
+    r = res(d)
+    q, c = (next(t for t in r["tasks"] if t["name"] == f"{name}, no stop") for name in ("quiz-qa", "python-code"))
+    assert q["nonempty"] == q["n"] and c["nonempty"] == c["n"] and q["n_differing"] == c["n_differing"] == 0
+    return {"qn": q["n"], "qd": q["distinct"], "cn": c["n"], "cd": c["distinct"],
+            "qm": r["settings"][q["name"]]["max_new_tokens"], "cm": r["settings"][c["name"]]["max_new_tokens"]}
+
+
 CLAIMS = (
     # make demo under 5 minutes: the two CPUs' wall-clocks, as the tables render them
     Claim("demo: wall-clock with and without native bf16", "demo_wallclock_bf16.json",
@@ -286,6 +295,9 @@ CLAIMS = (
     Claim("ablate: web slice at d128", "ablate.json",
           "raw {raw}, no-quality {nq}, no-model-quality {nmq} on web at d128", ablate_web),
     Claim("ablate: bpb-vs-compute slopes", "ablate.json", "(slopes {flat} to {steep};", ablate_slopes),
+    Claim("hf reference: answers compared without stop strings", "eval_hf_reference.json",
+          "all {qn} quiz answers ({qd} distinct) and all {cn} code answers ({cd} distinct) are text the model wrote, "
+          "up to {qm} and {cm} tokens", hf_reference_no_stop),
 )
 
 
