@@ -147,3 +147,21 @@ def test_cli_prints_both_paths_and_refuses_an_export_of_another_step(run: RunDir
     bad = runner.invoke(app, [*base, "--reference-hf", str(old)])
     assert bad.exit_code == 1 and "an export of step 100, the checkpoint compared is step 200" in bad.output
     assert len(bad.output.strip().splitlines()) == 1
+
+
+def test_cli_exits_1_naming_the_items_when_the_export_computes_something_else(run: RunDir, export: Path, tmp_path: Path) -> None:
+    """An export of the same step whose final norm lost its sign (a broken conversion): the answers
+    differ, the CLI lists them with their first differing token and exits 1."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "broken"
+    shutil.copytree(export, broken)
+    weights = load_file(broken / "model.safetensors")
+    weights["model.norm.weight"] = -weights["model.norm.weight"]  # a sign lost in conversion: logits negated
+    save_file(weights, broken / "model.safetensors", metadata={"format": "pt", "tokenmill_step": "200"})
+    base = ["eval", str(run.path / "config.yaml"), "--run-dir", str(run.path), "--reference-hf", str(broken), "--limit", "4"]
+    got = CliRunner().invoke(app, base)
+    assert got.exit_code == 1, got.output
+    assert "first differing token" in got.output and "tokenmill and the HF reference disagree" in got.output
