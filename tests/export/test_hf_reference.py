@@ -102,6 +102,21 @@ def test_known_answers_give_the_same_nonzero_number(run: RunDir, export: Path, t
     assert compare(ours, theirs, ref.tokenizer)["agree"]
 
 
+def test_a_prompt_holding_the_eos_string_is_text_on_both_paths(run: RunDir, export: Path, tmp_path: Path) -> None:
+    """The HF tokenizer would turn "<|endoftext|>" in a prompt into EOS; tokenmill encodes it as text,
+    and so must the reference, or the two paths answer different prompts."""
+    path = tmp_path / "eos.jsonl"
+    prompts = ["Question: what ends <|endoftext|> a document?\nAnswer:", "<|endoftext|><|endoftext|> The capital of France is"]
+    path.write_text("".join(json.dumps({"prompt": p, "answer": " x"}) + "\n" for p in prompts))
+    cfg = TaskConfig.model_validate({**QUIZ, "path": str(path), "shots": 0, "limit": None})
+    model, tok = _tokenmill(run)
+    ref = load_reference(export)
+    ours, theirs = score_task(model, tok, cfg, torch.device("cpu"), 8, 64, 0, 0), reference_score(ref, cfg, 64)
+    assert compare(ours, theirs, ref.tokenizer)["agree"]
+    plain = ref.tokenizer(prompts[1], add_special_tokens=False)["input_ids"]
+    assert plain[:2] == [ref.eos_id, ref.eos_id]  # what the reference would have fed without split_special_tokens
+
+
 def _tokenmill(run: RunDir) -> tuple:
     from tokenmill.tokenizer.bpe import load_tokenizer
     from tokenmill.train.restore import load_model
