@@ -95,11 +95,16 @@ def figures(run: Path) -> dict[str, Any]:
 def one_run(arm: str, src: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     run = fresh_copy(src, work / f"{arm}-{time.monotonic_ns()}")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # --pin: the trainer on core 0 and the watcher on core 1, one thread each, in every arm: on a
+    # CPU box that stands for "the watcher on its own device"; without it they share the cores
+    pin_train, pin_watch = (["taskset", "-c", "0"], ["taskset", "-c", "1"]) if args.pin else ([], [])
+    if args.pin:
+        env |= {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     watcher = None
     if arm == "b":  # started first: it waits for checkpoints, reading files only
-        cmd = tokenmill("eval", "--watch", str(run), "--device", args.watch_device)
+        cmd = pin_watch + tokenmill("eval", "--watch", str(run), "--device", args.watch_device)
         watcher = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    train = tokenmill("train", str(run / "config.yaml"), "--run-dir", str(run))
+    train = pin_train + tokenmill("train", str(run / "config.yaml"), "--run-dir", str(run))
     train += overrides(arm, args.steps, args.eval_every, args.ckpt_every)
     done = subprocess.run(train, env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -123,6 +128,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300, help="training steps per run (the demo's 300)")
     ap.add_argument("--eval-every", type=int, default=100, help="steps between evaluations (the demo's 100)")
     ap.add_argument("--ckpt-every", type=int, default=50, help="checkpoint interval (the demo's 50)")
+    ap.add_argument("--pin", action="store_true", help="trainer on core 0, watcher on core 1, one thread each (taskset)")
     ap.add_argument("--reps", type=int, default=3, help="interleaved a/b/c repetitions")
     ap.add_argument("--watch-device", default="auto", help="the watcher's --device")
     args = ap.parse_args()
@@ -147,6 +153,7 @@ def main() -> None:
         "eval_every": args.eval_every,
         "ckpt_every": args.ckpt_every,
         "reps": args.reps,
+        "pinned": args.pin,
         "watch_device": args.watch_device,
         "labels": LABELS,
         "runs": runs,
