@@ -38,6 +38,15 @@ def test_overrides_are_typed_by_yaml_and_validated():
         load_config(None, ["seed=1", "seed.x=1"])
 
 
+def test_an_override_turns_on_an_optional_section_written_as_null(tmp_path):
+    """A resolved config.yaml writes an unset optional section as null (eval.tiers: null); a key
+    set under it creates the section instead of refusing it."""
+    p = tmp_path / "run.yaml"
+    p.write_text("name: r\neval:\n  tiers: null\n")
+    cfg = load_config(p, ["eval.tiers.cheap.every_steps=100"])
+    assert cfg.eval.tiers is not None and cfg.eval.tiers.cheap.every_steps == 100
+
+
 def test_bad_files(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "missing.yaml")

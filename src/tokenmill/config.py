@@ -163,6 +163,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         node = data
         for i, part in enumerate(path[:-1]):
             child = node.setdefault(part, {})
+            if child is None:  # an optional section that is off (e.g. eval.tiers: null): setting a key turns it on
+                child = node[part] = {}
             if not isinstance(child, dict):
                 raise ConfigError(f"override {text!r}: {'.'.join(path[: i + 1])} is not a section")
             node = child
