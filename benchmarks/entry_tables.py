@@ -5,6 +5,8 @@ hand-written). Each function takes the loaded results file(s) and returns the ta
 
 from __future__ import annotations
 
+import statistics
+
 from typing import Any
 
 MIB = 2 ** 20
@@ -1057,21 +1059,31 @@ def gate_costs(r: dict[str, Any]) -> list[str]:
     return lines
 
 
-def eval_tiers(r: dict[str, Any]) -> list[str]:
+def eval_tiers_paired(r: dict[str, Any], arm: str) -> list[float]:
+    """Each repetition's wall tokens/s of `arm` over the no-evaluation arm's in the same
+    repetition: the machine drifts between repetitions, so ratios within one cancel it."""
+    return [x["wall_tokens_per_s"] / c["wall_tokens_per_s"] for x, c in zip(r["runs"][arm], r["runs"]["c"])]
+
+
+def eval_tiers(rec: dict[str, Any]) -> list[str]:
     """bench_eval_tiers.py: the trainer's tokens/s with all evaluation in it, with the cheap tier in
     it and `tokenmill eval --watch` beside it, and with none; interleaved runs, medians."""
-    lines = ["| arm | per-step tokens/s (median) | wall tokens/s (median) | wall vs no evaluation | runs |",
+    r = rec["result"]
+    lines = ["| arm | per-step tokens/s (median) | wall tokens/s (median) | wall vs no evaluation, paired by repetition: median (range) | runs |",
              "|---|---|---|---|---|"]
     for arm in ("a", "b", "c"):
         m, runs = r["median"][arm], r["runs"][arm]
         walls = ", ".join(f"{x['wall_tokens_per_s']:,.0f}" for x in runs)
-        lines.append(f"| {r['labels'][arm]} | {m['step_tokens_per_s_median']:,.0f} | **{m['wall_tokens_per_s']:,.0f}** | "
-                     f"{m['wall_vs_no_eval']:.2f}× | {walls} |")
+        paired = eval_tiers_paired(r, arm)
+        lines.append(f"| {r['labels'][arm]} | {m['step_tokens_per_s_median']:,.0f} | {m['wall_tokens_per_s']:,.0f} | "
+                     f"**{statistics.median(paired):.3f}×** ({min(paired):.3f}–{max(paired):.3f}) | {walls} |")
     lag = [x["watcher_lag_s"] for x in r["runs"]["b"]]
     lines.append("")
+    pinned = "; trainer on core 0, watcher on core 1, one thread each (`--pin`)" if r.get("pinned") else ""
     lines.append(f"{r['steps']} steps, evaluation every {r['eval_every']} (checkpoints every {r['ckpt_every']}), "
-                 f"{r['reps']} interleaved repetitions; the watcher ({r['watch_device']}) finished "
-                 f"{min(lag):.1f}–{max(lag):.1f} s after the trainer.")
+                 f"{r['reps']} interleaved repetitions{pinned}; the watcher ({r['watch_device']}) finished "
+                 f"{min(lag):.1f}–{max(lag):.1f} s after the trainer. Commit {rec['commit'][:7]}, torch "
+                 f"{rec['versions'].get('torch', '?')}, {rec['machine'].get('cores', '?')} cores.")
     return lines
 
 

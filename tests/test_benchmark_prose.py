@@ -185,6 +185,24 @@ def hf_reference_no_stop(d: dict[str, Any]) -> dict[str, Any]:
             "qm": r["settings"][q["name"]]["max_new_tokens"], "cm": r["settings"][c["name"]]["max_new_tokens"]}
 
 
+def eval_tiers_costs(d: dict[str, Any]) -> dict[str, Any]:
+    """The paired a/c and b/c medians of eval_tiers.json, as the prose rounds them."""
+    import statistics
+
+    r = res(d)
+
+    def paired(arm: str) -> float:
+        return statistics.median(x["wall_tokens_per_s"] / c["wall_tokens_per_s"] for x, c in zip(r["runs"][arm], r["runs"]["c"]))
+
+    a, b = paired("a"), paired("b")
+    assert b - a < max(paired_range(r, "a")) - min(paired_range(r, "a"))  # "smaller than arm a's own spread"
+    return {"ac": 1 - a, "a": a, "bc": 1 - b, "b": b}
+
+
+def paired_range(r: dict[str, Any], arm: str) -> list[float]:
+    return [x["wall_tokens_per_s"] / c["wall_tokens_per_s"] for x, c in zip(r["runs"][arm], r["runs"]["c"])]
+
+
 CLAIMS = (
     # make demo under 5 minutes: the two CPUs' wall-clocks, as the tables render them
     Claim("demo: wall-clock with and without native bf16", "demo_wallclock_bf16.json",
@@ -295,6 +313,9 @@ CLAIMS = (
     Claim("ablate: web slice at d128", "ablate.json",
           "raw {raw}, no-quality {nq}, no-model-quality {nmq} on web at d128", ablate_web),
     Claim("ablate: bpb-vs-compute slopes", "ablate.json", "(slopes {flat} to {steep};", ablate_slopes),
+    Claim("eval tiers: the cost of in-training evaluation with and without tiers", "eval_tiers.json",
+          "{ac:.1%} of its wall throughput (arm a against c, paired within each repetition: {a:.3f}×), with tiers\n  "
+          "{bc:.1%} ({b:.3f}×)", eval_tiers_costs),
     Claim("hf reference: answers compared without stop strings", "eval_hf_reference.json",
           "all {qn} quiz answers ({qd} distinct) and all {cn} code answers ({cd} distinct) are text the model wrote, "
           "up to {qm} and {cm} tokens", hf_reference_no_stop),
