@@ -17,7 +17,7 @@ from tests.conftest import write_tiny_store
 from tokenmill.config import RunConfig, load_config
 from tokenmill.eval.config import EvalConfig
 from tokenmill.eval.evaluate import run_eval
-from tokenmill.eval.watch import Watcher, finished_step, is_due, watch_path
+from tokenmill.eval.watch import TrainEnd, Watcher, finished_step, is_due, watch_path
 from tokenmill.report.run_files import watch_history
 from tokenmill.runs import RunDir
 from tokenmill.train.checkpoint import list_checkpoints
@@ -150,3 +150,31 @@ def test_task_lines_keep_in_training_and_watcher_scores_apart():
     watched = [{"step": 20, "tasks": [{"name": "arc", "acc": 0.5}, {"name": "gsm", "acc": 0.0}]}]
     assert task_lines(evals, watched) == {"arc": ([10, 20], [0.25, 0.5]), "arc (watcher)": ([20], [0.5]),
                                           "gsm (watcher)": ([20], [0.0])}
+
+
+def test_train_end_reads_only_new_lines_and_waits_for_a_torn_one(tmp_path):
+    """The follower's answer after every append equals a fresh read of the whole log, a line being
+    written counts only once it ends, and a rewritten (shorter) log is read again from the start."""
+    log = tmp_path / "events.jsonl"
+    follow = TrainEnd(log)
+    assert follow() is None  # no log yet
+
+    def line(kind: str, step: int = 0) -> str:
+        return json.dumps({"stage": "train", "kind": kind, "step": step}) + "\n"
+
+    def whole() -> int | None:
+        return TrainEnd(log)()
+
+    log.write_text(line("stage_start") + line("train_step", 1))
+    assert follow() is None is whole()
+    with log.open("a") as fh:
+        fh.write(line("train_done", 8)[:-5])  # torn: the trainer is mid-write
+    assert follow() is None and follow.offset < log.stat().st_size
+    with log.open("a") as fh:
+        fh.write(line("train_done", 8)[-5:])
+    assert follow() == 8 == whole()
+    with log.open("a") as fh:
+        fh.write(line("stage_start"))  # resumed
+    assert follow() is None is whole()
+    log.write_text(line("train_done", 3))  # rewritten shorter
+    assert follow() == 3 == whole()

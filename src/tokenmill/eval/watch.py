@@ -19,7 +19,7 @@ from typing import Any, Callable
 import torch
 
 from tokenmill.eval.config import TiersConfig
-from tokenmill.runs import RunDir, atomic_write_text, read_events
+from tokenmill.runs import RunDir, atomic_write_text
 
 WATCH_SOURCE = "watch"  # the "source" of every record the watcher writes (report/run_files.py reads them back)
 
@@ -28,18 +28,47 @@ def watch_path(run: RunDir, step: int) -> Path:
     return run.sub("eval", "watch", f"step_{step:06d}.json")
 
 
-def finished_step(run: RunDir) -> int | None:
-    """The step of the `train_done` that closed the newest training process; None while one runs
-    (a `stage_start` of training after a `train_done` means a resumed or restarted run)."""
-    done: int | None = None
-    for e in read_events(run.sub("events.jsonl")):
-        if e.get("stage") != "train":
-            continue
+class TrainEnd:
+    """Follows the run's events.jsonl from where it last stopped, so a poll reads only the lines
+    written since (a long run's log has a line per step): `()` is the step of the `train_done`
+    that closed the newest training process, None while one runs (a `stage_start` of training
+    after a `train_done` means a resumed or restarted run). A line still being written is read at
+    the next call; a log that shrank (rewritten) is read again from the start."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset = path, 0
+        self.done: int | None = None
+
+    def __call__(self) -> int | None:
+        if not self.path.is_file():
+            return self.done
+        if self.path.stat().st_size < self.offset:
+            self.offset, self.done = 0, None
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            for raw in fh:
+                if not raw.endswith(b"\n"):
+                    break
+                self.offset += len(raw)
+                self._see(raw)
+        return self.done
+
+    def _see(self, raw: bytes) -> None:
+        try:
+            e = json.loads(raw)
+        except ValueError:
+            return
+        if not isinstance(e, dict) or e.get("stage") != "train":
+            return
         if e.get("kind") == "stage_start":
-            done = None
+            self.done = None
         elif e.get("kind") == "train_done":
-            done = int(e.get("step", 0))
-    return done
+            self.done = int(e.get("step", 0))
+
+
+def finished_step(run: RunDir) -> int | None:
+    """TrainEnd read once over the whole log."""
+    return TrainEnd(run.sub("events.jsonl"))()
 
 
 def is_due(step: int, period: int, final: int | None) -> bool:
@@ -68,6 +97,7 @@ class Watcher:
         self.skipped: list[int] = []
         self._scorer: Any = None  # built at the first checkpoint: the token store may not exist before training
         self._config_text = ""
+        self.train_end = TrainEnd(run.sub("events.jsonl"))
         self.use_config(run.config)
 
     def use_config(self, config: Any) -> None:
@@ -134,7 +164,7 @@ class Watcher:
         try:
             while True:
                 self.refresh()
-                final = finished_step(self.run)  # read before listing: the last checkpoint precedes train_done
+                final = self.train_end()  # read before listing: the last checkpoint precedes train_done
                 self.poll(final)
                 if final is not None:
                     return {"scored": self.scored, "skipped": self.skipped, "final_step": final}
