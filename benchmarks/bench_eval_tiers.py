@@ -62,8 +62,23 @@ def tokenmill(*args: str) -> list[str]:
     return [sys.executable, "-m", "tokenmill", *args]
 
 
-def overrides(arm: str, steps: int, eval_every: int, ckpt_every: int) -> list[str]:
+# --tasks heavy: an expensive tier of the size tiers are for, in every arm: the whole quiz (149
+# items) and every code item sampled 5 times for pass@1 and pass@5 (150 sandboxed programs)
+HEAVY_TASKS = (
+    '[{name: python-mc, path: "package:tasks/python_mc.jsonl", format: arc, shots: 2}, '
+    '{name: python-cloze, path: "package:tasks/python_cloze.jsonl", format: lambada}, '
+    '{name: quiz-qa, path: "package:tasks/quiz_qa.jsonl", format: jsonl, shots: 2, '
+    'generation: {max_new_tokens: 12, stop: ["\\n"]}}, '
+    '{name: python-code, path: "package:tasks/python_code.jsonl", format: jsonl, '
+    'generation: {max_new_tokens: 48, temperature: 0.8, samples: 5, pass_k: [1, 5], '
+    'stop: ["\\ndef ", "\\nclass ", "\\nif __name__", "\\nprint("]}}]'
+)
+
+
+def overrides(arm: str, steps: int, eval_every: int, ckpt_every: int, tasks: str = "demo") -> list[str]:
     sets = [f"train.max_steps={steps}", f"train.ckpt_every={ckpt_every}", "train.keep_checkpoints=1000"]
+    if tasks == "heavy":
+        sets.append(f"eval.tasks={HEAVY_TASKS}")
     if arm == "a":
         sets += [f"train.eval_every={eval_every}", "eval.tasks_in_training=true"]
     elif arm == "b":
@@ -105,7 +120,7 @@ def one_run(arm: str, src: Path, work: Path, args: argparse.Namespace) -> dict[s
         cmd = pin_watch + tokenmill("eval", "--watch", str(run), "--device", args.watch_device)
         watcher = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     train = pin_train + tokenmill("train", str(run / "config.yaml"), "--run-dir", str(run))
-    train += overrides(arm, args.steps, args.eval_every, args.ckpt_every)
+    train += overrides(arm, args.steps, args.eval_every, args.ckpt_every, args.tasks)
     done = subprocess.run(train, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"arm {arm}: training exited {done.returncode}: {done.stderr[-2000:]}")
@@ -129,6 +144,7 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=100, help="steps between evaluations (the demo's 100)")
     ap.add_argument("--ckpt-every", type=int, default=50, help="checkpoint interval (the demo's 50)")
     ap.add_argument("--pin", action="store_true", help="trainer on core 0, watcher on core 1, one thread each (taskset)")
+    ap.add_argument("--tasks", choices=("demo", "heavy"), default="demo", help="the demo's tasks, or HEAVY_TASKS")
     ap.add_argument("--reps", type=int, default=3, help="interleaved a/b/c repetitions")
     ap.add_argument("--watch-device", default="auto", help="the watcher's --device")
     args = ap.parse_args()
@@ -154,6 +170,7 @@ def main() -> None:
         "ckpt_every": args.ckpt_every,
         "reps": args.reps,
         "pinned": args.pin,
+        "tasks": args.tasks,
         "watch_device": args.watch_device,
         "labels": LABELS,
         "runs": runs,
