@@ -74,6 +74,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_eval_cost.py --run runs/demo --baseline-src /tmp/tm-eval-base/src
 	$(BIN)/python benchmarks/record.py benchmarks/results/eval_hf_reference.json -- benchmarks/eval_hf_reference.py --run runs/demo  # ~25 s
 	$(BIN)/python benchmarks/record.py benchmarks/results/eval_tiers.json -- benchmarks/bench_eval_tiers.py --run runs/demo --reps 3 --pin  # ~30 min
+	$(BIN)/python benchmarks/record.py benchmarks/results/eval_tiers_heavy.json -- benchmarks/bench_eval_tiers.py --run runs/demo --reps 3 --pin --tasks heavy  # ~36 min
 	$(BIN)/python benchmarks/bench_model_collapse.py  # about 25 minutes
 	$(BIN)/python benchmarks/record.py benchmarks/results/continued_pretraining.json --result /tmp/tm_cpt.json -- \
 		benchmarks/bench_continued_pretraining.py --work runs/cpt --json /tmp/tm_cpt.json  # about 40 minutes

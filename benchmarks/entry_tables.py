@@ -1080,6 +1080,7 @@ def eval_tiers(rec: dict[str, Any]) -> list[str]:
     lag = [x["watcher_lag_s"] for x in r["runs"]["b"]]
     lines.append("")
     pinned = "; trainer on core 0, watcher on core 1, one thread each (`--pin`)" if r.get("pinned") else ""
+    pinned += "; `--tasks heavy`" if r.get("tasks") == "heavy" else ""
     lines.append(f"{r['steps']} steps, evaluation every {r['eval_every']} (checkpoints every {r['ckpt_every']}), "
                  f"{r['reps']} interleaved repetitions{pinned}; the watcher ({r['watch_device']}) finished "
                  f"{min(lag):.1f}–{max(lag):.1f} s after the trainer. Commit {rec['commit'][:7]}, torch "

@@ -113,6 +113,7 @@ SECTIONS = (
     _table("time_to_loss", ("time_to_loss_h200.json", "time_to_loss_h200_seed1.json"), entry_tables.time_to_loss),
     _table("eval_hf_reference", ("eval_hf_reference.json",), entry_tables.eval_hf_reference),
     _table("eval_tiers", ("eval_tiers.json",), entry_tables.eval_tiers),
+    _table("eval_tiers_heavy", ("eval_tiers_heavy.json",), entry_tables.eval_tiers),
     _table("mixture_confirm", ("mixture_opt/confirm.json",), entry_tables.mixture_confirm),
     _table("mixture_compare", ("mixture_opt/compare.json", "mixture_opt/compare_uncapped_regmix.json"),
            entry_tables.mixture_compare),
