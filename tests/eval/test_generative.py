@@ -215,3 +215,14 @@ def test_evaluations_write_each_generated_answer_beside_the_score(tokenized_run)
     assert record["tasks"] == [direct] == audits(run, lm, store, CPU)["tasks"]
     assert len(direct["outputs"]) == 10 and set(direct["outputs"][0]) == {"line", "prompt", "output", "match"}
     assert tasks_table(record) is not None  # the eval table takes a task without acc_norm
+
+
+def test_pass_k_must_name_at_least_one_k_of_at_least_one():
+    from pydantic import ValidationError
+
+    from tokenmill.eval.config import GenerationConfig
+
+    assert GenerationConfig(pass_k=[1, 5]).pass_k == [1, 5]
+    for bad in ([], [0], [1, -2]):
+        with pytest.raises(ValidationError, match="pass_k"):
+            GenerationConfig(pass_k=bad)

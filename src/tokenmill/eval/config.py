@@ -6,7 +6,7 @@ Composed into the run config by `tokenmill.config.RunConfig`.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
@@ -23,7 +23,9 @@ class GenerationConfig(Strict):
     temperature: float = Field(0.0, ge=0.0, description="0: greedy decoding; above 0: sampling at this temperature.")
     top_p: float | None = Field(None, gt=0.0, le=1.0, description="Nucleus sampling mass (None: off).")
     samples: int = Field(1, ge=1, description="Answers generated per item (pass@k needs samples >= k).")
-    pass_k: list[int] = Field(default_factory=lambda: [1], description="The k of pass@k reported for code tasks.")
+    pass_k: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [1], min_length=1, description="The k of pass@k reported for code tasks (each >= 1)."
+    )
     seed: int = Field(0, description="Seed of the sampling generator (per item: seed + item index).")
 
 
