@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from tokenmill import json_limits
+
 
 def json_objects(lines: Iterable[str], path: Path, error: type[Exception]) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) of every non-blank line; raise `error` naming path:line otherwise."""
@@ -17,7 +19,9 @@ def json_objects(lines: Iterable[str], path: Path, error: type[Exception]) -> It
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json_limits.loads(line)
+        except json_limits.TooDeep as exc:
+            raise error(f"{path}:{lineno}: {exc}") from None
         except json.JSONDecodeError as exc:
             raise error(f"{path}:{lineno}: not valid JSON: {exc.msg} (column {exc.colno})") from None
         if not isinstance(record, dict):
