@@ -1,4 +1,5 @@
 import json
+import os
 import random
 import warnings
 
@@ -171,3 +172,87 @@ def test_retention_keeps_everything_without_keep(tmp_path):
     for s in (1, 2, 3):
         save_checkpoint(tmp_path, s, m, opt, {}, keep=None, keep_every=2)
     assert [s for s, _ in list_checkpoints(tmp_path)] == [1, 2, 3]
+
+
+class _RunsCode:
+    """A pickled object whose unpickling would call a function: what weights_only must refuse."""
+
+    def __reduce__(self):
+        return (print, ("code from a checkpoint ran",))
+
+
+def _resum(path):
+    """Rewrite SHA256SUMS to match the files as they are: a tampered checkpoint that verifies."""
+    import hashlib
+
+    names = [n for n in ("model.safetensors", "optim.pt", "rng.safetensors", "state.json")]
+    lines = [f"{hashlib.sha256((path / n).read_bytes()).hexdigest()}  {n}\n" for n in names]
+    (path / "SHA256SUMS").write_text("".join(lines))
+    verify_checkpoint(path)  # the checksums no longer catch it
+
+
+def test_pickled_object_in_optim_pt_is_refused_in_one_line_naming_the_file(tmp_path, capsys):
+    m, opt = trained()
+    path = save(tmp_path, 2, m, opt)
+    torch.save({"state": {}, "param_groups": [], "hook": _RunsCode()}, path / "optim.pt")
+    _resum(path)
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(path, *trained(seed=1, steps=0))
+    msg = str(err.value)
+    assert msg.startswith(f"{path / 'optim.pt'}: not a tensors-only file") and "\n" not in msg
+    assert "Unsupported global" in msg and "tokenmill never runs code from a checkpoint" in msg
+    assert "code from a checkpoint ran" not in capsys.readouterr().out  # refused before it was built
+
+
+@pytest.mark.parametrize("junk", [b"\x00" * 3, b"not a pickle or a zip at all"])
+def test_garbage_optim_pt_is_refused_in_one_line(tmp_path, junk):
+    path = save(tmp_path, 2, *trained())
+    (path / "optim.pt").write_bytes(junk)
+    _resum(path)
+    with pytest.raises(CheckpointError, match=r"optim\.pt: not a tensors-only file") as err:
+        load_checkpoint(path, *trained(seed=1, steps=0))
+    assert "\n" not in str(err.value)
+
+
+def _bad_header(data: bytes) -> bytes:
+    """The same file with its JSON header's first bytes overwritten (length field intact)."""
+    return data[:8] + b"{garbage" + data[16:]
+
+
+def _huge_length(data: bytes) -> bytes:
+    """A header length of 1 TiB: more than the file holds."""
+    return (1 << 40).to_bytes(8, "little") + data[8:]
+
+
+@pytest.mark.parametrize("damage", [_bad_header, _huge_length, lambda d: d[:5]])
+@pytest.mark.parametrize("name", ["model.safetensors", "rng.safetensors"])
+def test_corrupt_safetensors_header_is_refused_in_one_line(tmp_path, damage, name):
+    path = save(tmp_path, 2, *trained())
+    (path / name).write_bytes(damage((path / name).read_bytes()))
+    _resum(path)
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(path, *trained(seed=1, steps=0))
+    msg = str(err.value)
+    assert msg.startswith(f"{path / name}: not a valid safetensors file (") and "\n" not in msg
+    if name == "model.safetensors":  # evaluation and export read the weights the same way
+        with pytest.raises(CheckpointError, match="not a valid safetensors file"):
+            load_model(path)
+
+
+def test_tampered_checkpoint_through_the_cli_gives_one_line(tmp_path):
+    """`tokenmill export hf` of a checkpoint whose weights header is garbage (checksums rewritten):
+    a real process, exit 1, one line naming the file, no traceback."""
+    import subprocess
+    import sys
+
+    path = save(tmp_path / "ckpts", 2, *trained())
+    (path / "model.safetensors").write_bytes(_bad_header((path / "model.safetensors").read_bytes()))
+    _resum(path)
+    tok = tmp_path / "tokenizer.json"
+    tok.write_text("{}")  # only checked to exist before the weights are read
+    out = subprocess.run([sys.executable, "-m", "tokenmill", "export", "hf", str(path), str(tmp_path / "hf"), "--tokenizer",
+                          str(tok)], capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "400"})
+    text = out.stdout + out.stderr
+    assert out.returncode == 1 and "Traceback" not in text and "SafetensorError" not in text
+    assert f"{path / 'model.safetensors'}: not a valid safetensors file (invalid JSON in header" in text
+    assert not (tmp_path / "hf").exists()

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
-from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from tokenmill.ownership import publish_entries, temporary_name
@@ -41,6 +40,7 @@ from tokenmill.train.checkpoint import (
     list_checkpoints,
     model_tensors,
     read_state,
+    read_tensors,
     verify_checkpoint,
 )
 from tokenmill.train.restore import load_model
@@ -111,7 +111,7 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
     into a plain model by `load_model`, in this process."""
     if read_state(path).get("kind") == DCP_KIND:
         return model_tensors(load_model(path)[0])
-    return st_load((path / "model.safetensors").read_bytes())
+    return read_tensors(path / "model.safetensors")
 
 
 def average_checkpoints(paths: Sequence[Path], out: Path) -> Path:

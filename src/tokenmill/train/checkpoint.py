@@ -21,6 +21,7 @@ import hashlib
 import io
 import json
 import os
+import pickle
 import random
 import re
 import shutil
@@ -31,6 +32,8 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import nn
 
@@ -81,6 +84,52 @@ def _sha256_file(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- reading
+# Checksums only say a file is the one SHA256SUMS lists, and whoever can edit a checkpoint can
+# rewrite SHA256SUMS too: what a file holds is checked again when it is parsed, and a refusal
+# names the file in one line (never safetensors' or torch's multi-line error).
+def read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file (model.safetensors, rng.safetensors)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
+    try:
+        return st_load(data)
+    except SafetensorError as exc:
+        reason = str(exc).removeprefix("Error while deserializing: ")
+        raise CheckpointError(
+            f"{path}: not a valid safetensors file ({reason}); the checkpoint is corrupt: "
+            "resume from another one, or evaluate another"
+        ) from exc
+
+
+def _unpickle_reason(exc: Exception) -> str:
+    """The one informative line of torch's refusal (its message is a page of advice on how to
+    load the file with weights_only=False, which tokenmill never does)."""
+    text = str(exc)
+    m = re.search(r"WeightsUnpickler error: (.*?\.)(?: Please|$)", text, re.M)
+    first = m.group(1) if m else next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def read_optimizer_state(path: Path) -> dict[str, Any]:
+    """optim.pt's optimizer state: tensors, numbers and strings only (torch.load weights_only=True
+    refuses any other object before constructing it, so no code from the file ever runs)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
+    except (pickle.UnpicklingError, RuntimeError, ValueError, KeyError, EOFError, TypeError, AttributeError) as exc:
+        raise CheckpointError(
+            f"{path}: not a tensors-only file (torch refused to unpickle it: {_unpickle_reason(exc)}); "
+            "tokenmill never runs code from a checkpoint"
+        ) from exc
+    if not isinstance(state, dict) or not isinstance(state.get("param_groups", []), list):
+        raise CheckpointError(f"{path}: holds a {type(state).__name__}, not an optimizer state dict; the checkpoint is corrupt")
+    return state
 
 
 # --------------------------------------------------------------------------- RNG

@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import nn
 
@@ -94,8 +93,15 @@ def _safe_reader(path: Path) -> Any:
 
         def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
             rank = kwargs.get("rank")
-            with open(self._get_metadata_path(rank), "rb") as fh:
-                metadata = _MetadataUnpickler(fh).load()
+            where = self._get_metadata_path(rank)
+            try:
+                with open(where, "rb") as fh:
+                    metadata = _MetadataUnpickler(fh).load()
+            except (ckpt.CheckpointError, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as exc:
+                reason = exc if isinstance(exc, ckpt.CheckpointError) else f"{type(exc).__name__}: {exc}"
+                raise ckpt.CheckpointError(
+                    f"{where}: not a DCP metadata file tokenmill can read ({reason}); tokenmill never runs code from a checkpoint"
+                ) from exc
             if getattr(metadata, "storage_meta", None) is None:
                 metadata.storage_meta = StorageMeta()
             metadata.storage_meta.load_id = self.load_id
@@ -282,11 +288,11 @@ def load_into(
     elif is_sharded(inner):
         _load_full_into_sharded(path, inner, optimizer)
     else:
-        ckpt.load_model_tensors(inner, st_load((path / "model.safetensors").read_bytes()), path, optimizer is not None)
+        ckpt.load_model_tensors(inner, ckpt.read_tensors(path / "model.safetensors"), path, optimizer is not None)
         if optimizer is not None:
-            optimizer.load_state_dict(torch.load(path / "optim.pt", map_location="cpu", weights_only=True))
+            optimizer.load_state_dict(ckpt.read_optimizer_state(path / "optim.pt"))
     if restore_rng:
-        ckpt.restore_rng_state(state["rng"], st_load((path / "rng.safetensors").read_bytes()))
+        ckpt.restore_rng_state(state["rng"], ckpt.read_tensors(path / "rng.safetensors"))
     return state
 
 
@@ -319,7 +325,7 @@ def _load_dcp_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimiz
                 no_dist=no_dist,
             )
             set_state_dict(model, optimizer, model_state_dict=msd, optim_state_dict=osd)
-    except (RuntimeError, KeyError, ValueError) as exc:
+    except (RuntimeError, KeyError, ValueError, pickle.UnpicklingError) as exc:
         if isinstance(exc, ckpt.CheckpointError):
             raise
         raise ckpt.CheckpointError(
@@ -341,7 +347,7 @@ def _load_full_into_sharded(path: Path, model: nn.Module, optimizer: torch.optim
     full_state_dict=True)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
-    tensors = ckpt.fused_layout(model, st_load((path / "model.safetensors").read_bytes()), path, optimizer is not None)
+    tensors = ckpt.fused_layout(model, ckpt.read_tensors(path / "model.safetensors"), path, optimizer is not None)
     for names in _tied_names(model):  # the file stores a tied tensor once
         present = [n for n in names if n in tensors]
         if present:
@@ -360,7 +366,7 @@ def _load_full_into_sharded(path: Path, model: nn.Module, optimizer: torch.optim
     set_model_state_dict(model, ordered, options=opts)
     if optimizer is None:
         return
-    saved = torch.load(path / "optim.pt", map_location="cpu", weights_only=True)
+    saved = ckpt.read_optimizer_state(path / "optim.pt")
     fqn = {id(p): name for name, p in model.named_parameters()}
     ours = [fqn[id(p)] for g in optimizer.param_groups for p in g["params"]]
     theirs = [i for g in saved["param_groups"] for i in g["params"]]
@@ -387,7 +393,7 @@ def load_full_into_stage(
     share of the AdamW state, whose indices in optim.pt follow the optimizer of the whole model
     (`full_order`: its parameter names in that optimizer's order; `full`: the whole model, for
     the names a tied tensor is stored under)."""
-    tensors = ckpt.fused_layout(full, st_load((path / "model.safetensors").read_bytes()), path, optimizer=True)
+    tensors = ckpt.fused_layout(full, ckpt.read_tensors(path / "model.safetensors"), path, optimizer=True)
     for names in _tied_names(full):  # the file stores a tied tensor once, under one of its names
         present = [n for n in names if n in tensors]
         for n in names:
@@ -398,7 +404,7 @@ def load_full_into_stage(
     if missing:
         raise ckpt.CheckpointError(f"{path}: the checkpoint lacks {missing[:5]} that this pipeline stage holds")
     model.load_state_dict({k: tensors[k] for k in keys})
-    saved = torch.load(path / "optim.pt", map_location="cpu", weights_only=True)
+    saved = ckpt.read_optimizer_state(path / "optim.pt")
     theirs = [i for g in saved["param_groups"] for i in g["params"]]
     if len(theirs) != len(full_order) or len(saved["param_groups"]) != len(optimizer.param_groups):
         raise ckpt.CheckpointError(
@@ -419,7 +425,7 @@ def load_full_into_stage(
         osd["param_groups"].append({**saved_group, "params": ids})
     optimizer.load_state_dict(osd)
     if restore_rng:
-        ckpt.restore_rng_state(state["rng"], st_load((path / "rng.safetensors").read_bytes()))
+        ckpt.restore_rng_state(state["rng"], ckpt.read_tensors(path / "rng.safetensors"))
 
 
 def load_dcp_model(path: Path, model: nn.Module) -> None:

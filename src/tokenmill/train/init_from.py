@@ -56,8 +56,11 @@ def init_optimizer(optimizer: torch.optim.Optimizer, info: dict[str, Any]) -> No
     path = Path(info["checkpoint"]) / "optim.pt"
     if not path.is_file():
         raise InitFromError(f"train.init_optimizer: {path} not found (an FSDP or averaged checkpoint keeps none)")
+    from tokenmill.train.checkpoint import read_optimizer_state
+
+    saved = read_optimizer_state(path)  # a file that is not tensors-only: one line naming it
     try:
-        optimizer.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        optimizer.load_state_dict(saved)
     except (ValueError, KeyError) as exc:
         raise InitFromError(
             f"train.init_optimizer: {path} does not fit this run's optimizer ({exc}); its "

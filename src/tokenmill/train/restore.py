@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load as st_load
 from torch import nn
 
 from tokenmill.model.config import ModelConfig
@@ -22,7 +21,9 @@ from tokenmill.train.checkpoint import (
     latest_checkpoint,
     list_checkpoints,
     load_model_tensors,
+    read_optimizer_state,
     read_state,
+    read_tensors,
     restore_rng_state,
     verify_checkpoint,
 )
@@ -45,12 +46,12 @@ def load_checkpoint(
         )
     if dist_checkpoint.needs_parallel_load(state, model):  # sharded checkpoint, or a DDP/FSDP model
         return dist_checkpoint.load_into(path, state, model, optimizer, restore_rng)
-    load_model_tensors(model, st_load((path / "model.safetensors").read_bytes()), path, optimizer is not None)
+    load_model_tensors(model, read_tensors(path / "model.safetensors"), path, optimizer is not None)
     if optimizer is not None:
-        opt_state = torch.load(path / "optim.pt", map_location="cpu", weights_only=True)
+        opt_state = read_optimizer_state(path / "optim.pt")
         optimizer.load_state_dict(opt_state)
     if restore_rng:
-        restore_rng_state(state["rng"], st_load((path / "rng.safetensors").read_bytes()))
+        restore_rng_state(state["rng"], read_tensors(path / "rng.safetensors"))
     return state
 
 
@@ -73,7 +74,7 @@ def load_model(ckpt_path: Path | str, device: torch.device | str = "cpu") -> tup
     if state.get("kind") == DCP_KIND:  # an FSDP run's shards: DCP reads them in this one process
         dist_checkpoint.load_dcp_model(path, model)
     else:
-        load_model_tensors(model, st_load((path / "model.safetensors").read_bytes()), path)
+        load_model_tensors(model, read_tensors(path / "model.safetensors"), path)
     return model.to(device).eval(), int(state["step"])
 
 
