@@ -8,9 +8,9 @@ import torch
 from tokenmill.config import MixtureConfig
 from tokenmill.mixture.loader import Batch, Loader, MixtureError
 from tokenmill.mixture.plan import effective_tokens
-from tokenmill.tokens.store import TokenStore
+from tokenmill.tokens.store import TokenStore, TokenStoreError
 
-from .conftest import EOS, PAD, write_store
+from .conftest import EOS, PAD, VOCAB, write_store
 
 CURRICULUM = MixtureConfig(weights={"x": 1.0, "y": 1.0}, phases=[
     {"name": "short", "fraction": 0.25, "seq_len": 8},
@@ -308,3 +308,31 @@ def test_epoch_shuffle_is_a_bijection_of_each_epoch_and_phases_never_reread(craf
     n = full._counts[0]["y"]
     assert n > block  # more than an epoch: the first block is read whole, as a permutation
     assert sorted(full._shuffled(0, "y", j) for j in range(block)) == list(range(block))
+
+
+@pytest.mark.parametrize("mixture", [MixtureConfig(), MixtureConfig(packing="padded")])
+def test_token_id_past_the_vocabulary_names_its_shard_and_offset(crafted, mixture):
+    """A corrupt id in a .bin: the batch that reads it is refused naming the file and the token's
+    offset (not an IndexError in the embedding); batches that do not read it are unchanged."""
+    loader = make(crafted, mixture)
+    spans = loader.provenance(3, 1)[2].spans
+    span = spans[-1]
+    shard = next(s for s in crafted.shards(span.bucket, "train") if s.prefix.relative_to(crafted.root).as_posix() == span.shard)
+    position = int(shard.offsets[span.doc]) + span.start
+    untouched = make(crafted, mixture).batch(1, 0)
+    bad = np.memmap(shard.paths[0], dtype=shard.dtype, mode="r+")
+    bad[position] = VOCAB + 5
+    bad.flush()
+    del bad
+    fresh = make(TokenStore(crafted.root), mixture)
+    with pytest.raises(TokenStoreError) as err:
+        fresh.batch(3, 1)
+    msg = str(err.value)
+    assert msg.startswith(f"{shard.paths[0]}: token id {VOCAB + 5} at token {position} "
+                          f"(byte offset {position * shard.dtype.itemsize}; document {span.doc}, ")
+    assert "\n" not in msg and "rerun `tokenmill tokenize`" in msg
+    readers = [(s, m) for s in range(1, 4) for m in range(2)
+               if any(sp.shard == span.shard and sp.doc == span.doc and sp.start <= span.start < sp.end
+                      for src in fresh.provenance(s, m) for sp in src.spans)]
+    if (1, 0) not in readers:
+        assert same(fresh.batch(1, 0), untouched)

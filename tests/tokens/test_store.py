@@ -122,3 +122,28 @@ def test_run_tokenizer_beside_the_store_is_checked(tmp_path):
     tok.write_text("{ }")
     with pytest.raises(TokenStoreError, match=r"tokenizer\.json has sha256 " + hashlib.sha256(b"{ }").hexdigest()):
         TokenStore(root)
+
+
+def _poke(bin_path, position, value, dtype):
+    """Overwrite the token at `position` of a .bin in place (the index and doc map stay valid)."""
+    arr = np.memmap(bin_path, dtype=dtype, mode="r+")
+    arr[position] = value
+    arr.flush()
+    del arr
+
+
+def test_token_id_past_the_vocabulary_is_named_with_file_and_offset(tmp_path):
+    docs = [[5, 6, 7, 0], [8, 0], [9, 9, 9, 9, 9, 0]]
+    store, _ = _store(tmp_path, docs, vocab=1000)
+    bin_path = tmp_path / "b" / "train-00000.bin"
+    _poke(bin_path, 8, 1000, np.uint16)  # document 2, its third token: exactly the vocabulary size
+    (shard,) = TokenStore(tmp_path).shards("b", "train")
+    assert shard.doc(0).tolist() == docs[0] and shard.doc(1).tolist() == docs[1]  # other documents still read
+    with pytest.raises(TokenStoreError) as err:
+        shard.doc(2)
+    assert str(err.value) == (
+        f"{bin_path}: token id 1000 at token 8 (byte offset 16; document 2, token 2) is not below the vocabulary "
+        f"size 1000 of {tmp_path / '_meta.json'}; the shard is corrupt: rerun `tokenmill tokenize`"
+    )
+    _poke(bin_path, 8, 999, np.uint16)  # the largest id the vocabulary has is fine
+    assert shard.doc(2).tolist() == [9, 9, 999, 9, 9, 0]

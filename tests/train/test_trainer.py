@@ -297,3 +297,29 @@ def test_lengthening_the_context_with_rope_unchanged_is_warned(tiny_run, capsys)
     warned = steps(run.path, "rope_warning")
     assert len(warned) == 1 and "raises seq_len from 32 to 64 with RoPE unchanged" in warned[0]["message"]
     assert "RoPE unchanged" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_token_id_past_the_vocabulary_gives_one_line_in_train_and_eval(tmp_path, split):
+    """A .bin holding an id >= the vocabulary (here 60000 of 64): `tokenmill train` (a train
+    shard) and `tokenmill eval` (a val shard) exit 1 with one line naming the file and offset,
+    not an IndexError from the embedding. Real processes on the tiny run."""
+    import numpy as np
+
+    from tests.adversarial.conftest import assert_clean_error, run_cli
+    from tests.train.dist_helpers import make_run
+
+    # train: 12 steps read every token of bucket a; eval: a checkpoint first, of 2 steps
+    run = make_run(tmp_path / "run", max_steps=12 if split == "train" else 2, ckpt_every=2)
+    if split == "val":
+        run_train(run, progress=False)
+    bin_path = run.path / "tokens" / "a" / f"{split}-00000.bin"
+    tokens = np.memmap(bin_path, dtype=np.uint16, mode="r+")
+    tokens[5] = 60000
+    tokens.flush()
+    del tokens
+    result = run_cli("train" if split == "train" else "eval", run.path / "config.yaml", "--run-dir", run.path,
+                     "--set", "train.eval_every=0", timeout=120)
+    assert_clean_error(result, f"{bin_path}: token id 60000 at token 5 (byte offset 10; document 0, token 5) is not "
+                               "below the vocabulary size 64", max_lines=4)
+    assert "IndexError" not in result.stderr + result.stdout

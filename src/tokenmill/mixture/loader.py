@@ -259,6 +259,16 @@ class Loader:
                 doc = np.empty(p.end, np.int64)
                 stream.read(pieces, doc)
                 padded_row(doc, T, self.store.pad_id, out.tokens[r], out.positions[r], out.segments[r], out.loss_mask[r])
+        # One max over the batch's ids (B·(T+1) integers, far below a forward pass over them),
+        # so an id past the vocabulary is named with its shard file and offset here, not met
+        # as an IndexError inside the embedding.
+        if out.tokens.size and int(out.tokens.max()) >= self.store.vocab_size:
+            for bucket, j in self._samples(k, step, *self._local_rows(phase, micro)):
+                self._streams[bucket].check_ids(self._pieces(k, bucket, j))
+            raise MixtureError(  # only a pad id past the vocabulary is left (_meta.json is wrong)
+                f"{self.store.root / '_meta.json'}: pad id {self.store.pad_id} is not below the vocabulary size "
+                f"{self.store.vocab_size}; rerun `tokenmill tokenize`"
+            )
         batch = out.to_batch(doc_masking, step, micro, phase.name)
         return batch.pin_memory() if self.pin_memory else batch
 

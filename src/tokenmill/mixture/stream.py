@@ -92,6 +92,13 @@ class BucketStream:
             s = int(self.doc_start[p.doc])
             out[p.row_start : p.row_start + p.end - p.start] = shard.tokens[s + p.start : s + p.end]
 
+    def check_ids(self, pieces: list[Piece]) -> None:
+        """Refuse, naming the shard file and offset, the first id of `pieces` past the vocabulary."""
+        for p in pieces:
+            shard = self.shards[int(self.doc_shard[p.doc])]
+            s = int(self.doc_start[p.doc]) + p.start
+            shard.check_ids(np.asarray(shard.tokens[s : s + p.end - p.start]), s)
+
     def doc_at(self, k: int) -> tuple[int, int]:
         """(epoch, bucket-wide doc index) of the k-th document of the stream."""
         e, i = divmod(k, self.n_docs)

@@ -95,6 +95,10 @@ class Shard:
     split: str
     prefix: Path
     dtype: np.dtype
+    # ids must be below it (None: unchecked); the embedding would raise an IndexError deep in a
+    # forward pass instead. Checked per document or per batch read, never by a scan at open: a
+    # max over a memmapped multi-GB shard is a full read of it.
+    vocab_size: int | None = None
     tokens: np.memmap = field(init=False, repr=False)
     offsets: np.ndarray = field(init=False, repr=False)
 
@@ -136,7 +140,27 @@ class Shard:
         return int(self.offsets[-1])
 
     def doc(self, i: int) -> np.ndarray:
-        return np.asarray(self.tokens[self.offsets[i] : self.offsets[i + 1]])
+        """Document i's tokens, every id checked against the vocabulary (one max over them)."""
+        start = int(self.offsets[i])
+        tokens = np.asarray(self.tokens[start : self.offsets[i + 1]])
+        self.check_ids(tokens, start)
+        return tokens
+
+    def check_ids(self, tokens: np.ndarray, start: int) -> None:
+        """Refuse, naming this shard and the offset, an id >= vocab_size in `tokens` (this shard's
+        tokens from position `start` on)."""
+        if self.vocab_size is None or not tokens.size or int(tokens.max()) < self.vocab_size:
+            return
+        k = int(np.argmax(tokens >= self.vocab_size))
+        raise self.out_of_vocab(start + k, int(tokens[k]))
+
+    def out_of_vocab(self, position: int, token_id: int) -> TokenStoreError:
+        doc, offset = self.locate(position)
+        return TokenStoreError(
+            f"{self.paths[0]}: token id {token_id} at token {position} (byte offset {position * self.dtype.itemsize}; "
+            f"document {doc}, token {offset}) is not below the vocabulary size {self.vocab_size} of "
+            f"{self.prefix.parent.parent / '_meta.json'}; the shard is corrupt: rerun `tokenmill tokenize`"
+        )
 
     def doc_table(self) -> pa.Table:
         return pq.read_table(self.paths[2])
@@ -213,7 +237,8 @@ class TokenStore:
             prefix = self.root / rel
             bucket, name = prefix.parent.name, prefix.name
             split = name.split("-", 1)[0]
-            self._shards.setdefault((bucket, split), []).append(Shard(bucket, split, prefix, self.dtype))
+            shard = Shard(bucket, split, prefix, self.dtype, self.vocab_size)
+            self._shards.setdefault((bucket, split), []).append(shard)
 
     def _check_tokenizer(self, meta_path: Path, expected: str | None) -> None:
         implicit = expected is None

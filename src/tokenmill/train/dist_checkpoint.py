@@ -97,7 +97,15 @@ def _safe_reader(path: Path) -> Any:
             try:
                 with open(where, "rb") as fh:
                     metadata = _MetadataUnpickler(fh).load()
-            except (ckpt.CheckpointError, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as exc:
+            except (
+                ckpt.CheckpointError,
+                pickle.UnpicklingError,
+                EOFError,
+                ValueError,
+                TypeError,
+                AttributeError,
+                IndexError,
+            ) as exc:
                 reason = exc if isinstance(exc, ckpt.CheckpointError) else f"{type(exc).__name__}: {exc}"
                 raise ckpt.CheckpointError(
                     f"{where}: not a DCP metadata file tokenmill can read ({reason}); tokenmill never runs code from a checkpoint"
