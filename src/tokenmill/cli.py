@@ -473,7 +473,7 @@ def _launch_ranks(
     from tokenmill.pipeline import run_pipeline
     from tokenmill.runs import read_events
     from tokenmill.train.layout import check_launch
-    from tokenmill.train.multinode import AGENT_ENV, MultinodeError, check_nodes
+    from tokenmill.train.multinode import AGENT_ENV, MultinodeError, check_nodes, check_rendezvous
     from tokenmill.train.stop_signals import PREEMPTED_EXIT
     from tokenmill.train.supervisor import shell_exit_code, supervise
 
@@ -491,6 +491,8 @@ def _launch_ranks(
             raise MultinodeError(
                 f"--nnodes {nodes.nnodes} trains on finished data: run `tokenmill tokenize {config}` once (one node) first"
             )
+        assert endpoint is not None
+        check_rendezvous(endpoint, nodes.node_rank, nodes.rdzv_timeout)  # bounded, before torchrun retries for minutes
         os.environ.update(AGENT_ENV)
     elif not run.is_fresh("tokenize"):  # torchrun ranks only train, on finished data
         run_pipeline(run, stages=("curate", "tokenizer", "tokenize"))

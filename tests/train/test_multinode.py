@@ -199,3 +199,24 @@ def test_a_run_directory_the_nodes_do_not_share_is_refused_by_every_rank(tmp_pat
     assert said[0].split(": ", 1)[1] == said[1].split(": ", 1)[1]
     assert f"rank 1 on {socket.gethostname()} cannot read" in said[0] and "rank 0 on" not in said[0]
     assert not (tmp_path / "own" / "1" / ".shared_fs_check").exists()  # only rank 0 writes the marker
+
+
+@pytest.mark.parametrize("node_rank, resolves, timeout", [(0, False, 5), (1, False, 5), (1, True, 3)])
+def test_unusable_rendezvous_fails_within_its_timeout_in_one_line(tmp_path, node_rank, resolves, timeout):
+    """A --rdzv host that does not resolve (.invalid never does: RFC 2606), on any node; on a node
+    other than 0, a resolving HOST:PORT where nothing listens: the real CLI exits 1 within
+    --rdzv-timeout (plus start-up) with one line and no torch stack, before torchrun starts."""
+    run = make_run(tmp_path / "run", max_steps=2)
+    rdzv = f"127.0.0.1:{_free_port()}" if resolves else "no-such-host.invalid:29500"
+    start = time.monotonic()
+    result = run_cli("train", run.path / "config.yaml", "--run-dir", run.path, "--nnodes", "2", "--node-rank",
+                     str(node_rank), "--rdzv", rdzv, "--rdzv-timeout", str(timeout), timeout=120)
+    took = time.monotonic() - start
+    want = ("nothing accepted a connection there within --rdzv-timeout 3 s" if resolves
+            else "the host 'no-such-host.invalid' is not usable: it does not resolve")
+    assert_clean_error(result, f"--rdzv {rdzv}: {want}", max_lines=1)
+    assert "RendezvousTimeoutError" not in result.stderr and "c10d" not in result.stderr
+    assert took < timeout + 15, took
+    if resolves:
+        assert took >= timeout  # it waited for node 0 as long as it was told
+    assert not list(run.path.glob("checkpoints/step_*"))

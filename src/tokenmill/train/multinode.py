@@ -27,6 +27,8 @@ import hashlib
 import os
 import re
 import socket
+import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -79,6 +81,7 @@ def torchrun_node_args(nnodes: int, node_rank: int, endpoint: tuple[str, int], r
         f"join_timeout={rdzv_timeout_s}",  # how long survivors wait for a restarted node
         "keep_alive_interval=1",
         "keep_alive_max_attempt=5",  # a dead node leaves the rendezvous in ~5 s, not 15
+        f"read_timeout={min(rdzv_timeout_s, 60)}",  # torch's store connect/read: 60 s unless --rdzv-timeout is shorter
     ]
     return [
         f"--nnodes={nnodes}",
@@ -88,6 +91,57 @@ def torchrun_node_args(nnodes: int, node_rank: int, endpoint: tuple[str, int], r
         f"--rdzv-id={rdzv_id(run_path)}",
         f"--rdzv-conf={','.join(conf)}",
     ]
+
+
+def _resolve(host: str, port: int, timeout_s: float) -> str | None:
+    """None when `host` resolves within timeout_s, else why not. getaddrinfo has no timeout of its
+    own (a resolver that never answers blocks it for minutes), so it runs in a daemon thread."""
+    found: list[OSError | None] = []
+
+    def look() -> None:
+        try:
+            socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+            found.append(None)
+        except OSError as exc:
+            found.append(exc)
+
+    threading.Thread(target=look, daemon=True, name="rdzv-resolve").start()
+    deadline = time.monotonic() + timeout_s
+    while not found and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if not found:
+        return f"no answer from the resolver within --rdzv-timeout {timeout_s:g} s"
+    exc = found[0]
+    return None if exc is None else f"it does not resolve ({exc.strerror or exc})"
+
+
+def check_rendezvous(endpoint: tuple[str, int], node_rank: int, timeout_s: float) -> None:
+    """Refuse, in one line and within timeout_s, a rendezvous torch would retry for minutes (with a
+    C++ stack): a HOST that does not resolve; on a node other than 0, a HOST:PORT where nothing
+    accepts a connection (node 0 hosts the rendezvous, so it may start a little later: this waits
+    for it up to timeout_s)."""
+    host, port = endpoint
+    deadline = time.monotonic() + timeout_s
+    why = _resolve(host, port, timeout_s)
+    if why is not None:
+        raise MultinodeError(
+            f"--rdzv {host}:{port}: the host {host!r} is not usable: {why}; give node 0's hostname or IP address"
+        )
+    if node_rank == 0:
+        return
+    last: OSError | None = None
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            with socket.create_connection((host.strip("[]"), port), timeout=min(left, 2.0)):
+                return
+        except OSError as exc:
+            last = exc
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+    raise MultinodeError(
+        f"--rdzv {host}:{port}: nothing accepted a connection there within --rdzv-timeout {timeout_s:g} s "
+        f"({(last.strerror or last) if last else 'timed out'}); node 0 hosts the rendezvous: start it first "
+        "with the same command and --node-rank 0, on the machine HOST names"
+    )
 
 
 # what a multi-node torchrun agent needs in its environment (see the module docstring)
