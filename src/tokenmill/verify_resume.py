@@ -128,12 +128,8 @@ class Killer:
         end = data.rfind(b"\n") + 1  # only whole lines: the writer may be mid-line
         self.offset += end
         out = []
-        for line in data[:end].splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out
+        events = (event_from_line(line) for line in data[:end].splitlines())
+        return [e for e in events if e is not None]
 
 
 # --------------------------------------------------------------------------- comparison

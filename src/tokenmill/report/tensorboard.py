@@ -179,10 +179,9 @@ class TensorBoardTail:
         end = chunk.rfind(b"\n") + 1  # up to the last complete line
         self.offset += end
         for line in chunk[:end].splitlines():
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError:  # a torn line left by a killed writer
-                continue
+            event = event_from_line(line)  # None: torn by a killed writer, too deep, not an object
+            if event is not None:
+                yield event
 
     def update(self) -> int:
         """Write what is new; returns the number of scalars written."""
