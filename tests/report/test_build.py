@@ -1,6 +1,8 @@
 import json
 import re
 
+import pytest
+
 from tokenmill.config import load_config
 from tokenmill.report.build import render, run_report
 from tokenmill.report.run_files import train_curve
@@ -159,3 +161,13 @@ def test_report_skips_and_counts_event_lines_that_are_not_objects_and_draws_non_
     page = (run.path / "report.html").read_text()
     assert f"<p class=bad>{note}</p>" in page and "No training steps yet" not in page and "<svg" in page
     assert "skipped" not in render(_run(tmp_path / "clean"))
+
+
+def test_an_evaluation_record_too_deep_is_one_line_naming_it(tmp_path):
+    from tokenmill.json_limits import BadJSONFile
+
+    run = _run(tmp_path)
+    (run.path / "eval").mkdir()
+    (run.path / "eval" / "10.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(BadJSONFile, match=r"eval/10\.json: JSON nested deeper than 200 levels$"):
+        run_report(run)

@@ -11,6 +11,7 @@ import json
 import time
 from typing import Any
 
+from tokenmill import json_limits
 from tokenmill import __version__
 from tokenmill.report.continued_section import section_continued
 from tokenmill.report.data_section import section_data
@@ -29,7 +30,7 @@ def section_experiment(run: RunDir) -> str:
     path = run.sub("experiment.json")
     if not path.is_file():
         return ""
-    link = json.loads(path.read_text())
+    link = json_limits.load_file(path)
     return (
         f"<p>One run of the {html.escape(link['kind'])} experiment <b>{html.escape(link['name'])}</b>: "
         f"<a href='{html.escape(link['page'])}'>its page</a> compares it with the other arms.</p>"
