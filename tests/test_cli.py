@@ -1,5 +1,6 @@
 """The CLI surface: help texts, config errors, overrides (fast, in-process)."""
 
+import shutil
 from pathlib import Path
 
 import yaml
@@ -165,3 +166,23 @@ def test_train_continues_another_runs_model_from_the_cli(tiny_run):
     assert ok.exit_code == 0, ok.output
     start = next(e for e in read_events(cont / "events.jsonl") if e["kind"] == "train_start")
     assert start["init_from"] == str((tiny_run.path / "checkpoints").resolve())
+
+
+def test_stop_signals_and_report_skip_and_count_event_lines_that_are_not_objects(tmp_path):
+    """`[1,2,3]`, `null`, `Infinity` and a line 100,000 levels deep among good events: both commands
+    succeed and say how many lines they left out; an Infinity inside an event is a value."""
+    from tests.report.stopping_synthetic import events, write_run
+    from tokenmill.runs import RunDir
+
+    run = RunDir.create(load_config(None, [f"root={tmp_path}", "name=s"]))
+    write_run(run, *events([100, 200, 300], lambda s: {"web": 4.0 - s / 1000}, lambda s: 3.0, non_embedding=1000))
+    with open(run.sub("events.jsonl"), "a") as fh:
+        fh.write("[1,2,3]\nnull\nInfinity\n" + "[" * 100_000 + "]" * 100_000 + "\n")
+    run.events.write("train", "train_step", step=301, loss=float("inf"), tokens=301_000)
+    note = "events.jsonl: skipped 4 lines that are not JSON objects (first at line 302)"
+    res = runner.invoke(app, ["stop-signals", str(run.path)])
+    assert res.exit_code == 0 and "verdict:" in res.output and f"note: {note}" in " ".join(res.output.split()), res.output
+
+    shutil.rmtree(run.sub("eval"))  # the synthetic evaluations hold only what stop-signals reads
+    res = runner.invoke(app, ["report", str(run.sub("config.yaml")), "--run-dir", str(run.path)])
+    assert res.exit_code == 0 and f"warning: {note}" in " ".join(res.output.split()), res.output

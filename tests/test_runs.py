@@ -1,7 +1,7 @@
 import json
 
 from tokenmill.config import load_config
-from tokenmill.runs import STAGES, RunDir, read_events
+from tokenmill.runs import STAGES, RunDir, SkippedLines, event_from_line, is_event_log, read_events
 
 
 def _run(tmp_path, *overrides):
@@ -133,3 +133,42 @@ def test_fields_added_later_are_left_out_of_fingerprints_only_at_their_current_d
     task = TaskConfig(name="t", path="t.jsonl", format="arc").model_dump(mode="json")
     assert all(task[k] == v for k, v in LATER_TASK_DEFAULTS.items())
     assert set(_without_disabled("eval", {"tasks": [dict(task)]})["tasks"][0]) == set(task) - set(LATER_TASK_DEFAULTS)
+
+
+HOSTILE_LINES = ["[1,2,3]", "null", "Infinity", "[" * 100_000 + "]" * 100_000]
+
+
+def test_lines_that_are_not_json_objects_are_skipped_and_counted(tmp_path):
+    """Bare values, a line 100,000 levels deep (a RecursionError for Python's json), bytes that are
+    not UTF-8 and a torn last line are skipped; the tally counts them and names the first line."""
+    run = _run(tmp_path)
+    run.events.write("train", "train_step", step=1, loss=2.5)
+    with open(run.path / "events.jsonl", "ab") as fh:
+        fh.write("\n".join(HOSTILE_LINES).encode() + b"\n\xff\xfe\n\n")
+    run.events.write("train", "train_step", step=2, loss=float("inf"))
+    with open(run.path / "events.jsonl", "a") as fh:
+        fh.write('{"t": 1, "stage": "tr')
+    skipped = SkippedLines()
+    events = list(read_events(run.path / "events.jsonl", skipped))
+    assert [e["step"] for e in events] == [1, 2] and events[1]["loss"] == float("inf")
+    assert (skipped.count, skipped.first) == (6, 2)
+    assert skipped.message(run.path / "events.jsonl") == "events.jsonl: skipped 6 lines that are not JSON objects (first at line 2)"
+    assert SkippedLines().message(run.path / "events.jsonl") is None
+    assert [event_from_line(line) for line in HOSTILE_LINES] == [None] * 4
+
+
+def test_a_log_whose_first_line_is_too_deep_is_not_an_event_log(tmp_path):
+    log = tmp_path / "events.jsonl"
+    log.write_text(HOSTILE_LINES[-1] + "\n")
+    assert not is_event_log(log)
+    log.write_text(json.dumps({"t": 1, "stage": "s", "kind": "k"}) + "\n")
+    assert is_event_log(log)
+
+
+def test_a_stage_record_that_is_too_deep_or_not_an_object_means_not_finished(tmp_path):
+    run = _run(tmp_path)
+    run.mark_done("curate")
+    assert run.finished("curate") is not None
+    for text in HOSTILE_LINES:
+        (run.path / ".stages" / "curate.json").write_text(text)
+        assert run.finished("curate") is None

@@ -624,6 +624,8 @@ def report(
     def go() -> Path:
         r = _open(config, overrides, run_dir)
         summary = run_stage(r, "report")
+        if summary.get("warning"):  # lines of events.jsonl the report left out
+            console.print(f"warning: {summary['warning']}", style="yellow")
         if summary.get("tensorboard"):
             console.print(f"TensorBoard scalars: {summary['tensorboard']} (tensorboard --logdir {summary['tensorboard']})")
         return r.sub("report.html").resolve()

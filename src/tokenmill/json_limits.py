@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from tokenmill.errors import UserError
 
 MAX_DEPTH = 200  # deeper than any real record (lm-eval, BIG-bench, HF configs nest < 20), far below recursion limits
 
@@ -65,3 +68,21 @@ def loads(text: str | bytes, limit: int = MAX_DEPTH) -> Any:
     """`json.loads` after the depth check: raises `TooDeep` or `json.JSONDecodeError` (both ValueError)."""
     check_depth(text, limit)
     return json.loads(text)
+
+
+class BadJSONFile(UserError, ValueError):
+    """A JSON file that is not UTF-8, not JSON, or nested too deep: one line naming it. A ValueError
+    too, so a caller that treats an unreadable file as absent still catches it."""
+
+
+def load_file(path: Path | str, error: type[Exception] = BadJSONFile, limit: int = MAX_DEPTH) -> Any:
+    """The JSON document in the file at `path`, depth-checked; anything but valid UTF-8 JSON within
+    `limit` levels raises `error` with one line naming the file (and, for bad JSON, where)."""
+    try:
+        return loads(Path(path).read_text(encoding="utf-8"), limit)
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except TooDeep as e:
+        raise error(f"{path}: {e}") from None
+    except json.JSONDecodeError as e:
+        raise error(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Callable, Iterable
 
 from pydantic import AfterValidator
 
+from tokenmill import json_limits
 from tokenmill.errors import UserError
 
 MARKER = ".tokenmill"
@@ -54,7 +55,7 @@ def temporary_name(path: Path, suffix: str = "") -> Path:
 def read_marker(directory: Path) -> dict[str, Any] | None:
     """The marker of a directory tokenmill made, or None (no marker, or not one of tokenmill's)."""
     try:
-        record = json.loads((Path(directory) / MARKER).read_text(encoding="utf-8"))
+        record = json_limits.load_file((Path(directory) / MARKER))
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) and record.get("tool") == "tokenmill" else None

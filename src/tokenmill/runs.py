@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from tokenmill import json_limits
 from tokenmill.config import RunConfig, dump_config
 
 # TEMPORARY and temporary_name lived here first: callers still import them from runs
@@ -230,19 +231,51 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
-def read_events(path: Path) -> Iterator[dict[str, Any]]:
-    """Events in order; a torn last line (the writer was killed mid-write) is skipped."""
+def event_from_line(line: bytes | str) -> dict[str, Any] | None:
+    """The event on one line of an event log, or None when the line is not a JSON object: torn by
+    a killed writer, not UTF-8, nested deeper than json_limits allows, or a bare value (`null`,
+    `[1,2,3]`, `Infinity`). The log may be appended to by anything, so a reader skips such a line."""
+    try:
+        event = json_limits.loads(line)
+    except (ValueError, UnicodeDecodeError):  # JSONDecodeError and TooDeep are ValueErrors
+        return None
+    return event if isinstance(event, dict) else None
+
+
+@dataclass
+class SkippedLines:
+    """How many lines of a log a reader skipped, and the first one's number (1-based)."""
+
+    count: int = 0
+    first: int | None = None
+
+    def add(self, lineno: int) -> None:
+        self.count += 1
+        if self.first is None:
+            self.first = lineno
+
+    def message(self, path: Path) -> str | None:
+        """One line for the user, None when nothing was skipped."""
+        if not self.count:
+            return None
+        lines = "line that is" if self.count == 1 else "lines that are"
+        return f"{path.name}: skipped {self.count} {lines} not JSON objects (first at line {self.first})"
+
+
+def read_events(path: Path, skipped: SkippedLines | None = None) -> Iterator[dict[str, Any]]:
+    """Events in order. A line that is not a JSON object (see event_from_line; also a torn last
+    line, the writer killed mid-write) is skipped, and counted in `skipped` when one is given."""
     if not path.exists():
         return
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
+    with open(path, "rb") as fh:  # bytes: a line that is not UTF-8 is one bad line, not a crash
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
                 continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
-                continue
+            event = event_from_line(line)
+            if event is not None:
+                yield event
+            elif skipped is not None:
+                skipped.add(lineno)
 
 
 def is_event_log(path: Path) -> bool:
@@ -250,10 +283,10 @@ def is_event_log(path: Path) -> bool:
     read (at most 64 KB of it): a user's big file is not scanned for a line that happens to parse."""
     try:
         with open(path, "rb") as fh:
-            first = json.loads(fh.readline(1 << 16))
-    except (OSError, ValueError):
+            first = event_from_line(fh.readline(1 << 16))
+    except OSError:
         return False
-    return isinstance(first, dict) and {"t", "stage", "kind"} <= set(first)
+    return first is not None and {"t", "stage", "kind"} <= set(first)
 
 
 def check_event_log(path: Path) -> None:
@@ -332,9 +365,10 @@ class RunDir:
         if not marker.exists():
             return None
         try:
-            return json.loads(marker.read_text())
-        except json.JSONDecodeError:
+            record = json_limits.loads(marker.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):  # torn or foreign: the stage is not known to be done
             return None
+        return record if isinstance(record, dict) else None
 
     def finished_record(self, stage: str) -> dict[str, Any]:
         """The record of a stage the caller has just run (or found fresh): its absence is a bug, said by name."""

@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 from tokenmill.config import RunConfig
 from tokenmill.errors import UserError
-from tokenmill.runs import RunDir, atomic_write_text, read_events
+from tokenmill.runs import RunDir, atomic_write_text, event_from_line, read_events
 from tokenmill.train.supervisor import Supervised, describe_exit, supervise, train_command
 
 UPSTREAM = ("curate", "tokenizer", "tokenize")
@@ -127,13 +127,8 @@ class Killer:
             return []
         end = data.rfind(b"\n") + 1  # only whole lines: the writer may be mid-line
         self.offset += end
-        out = []
-        for line in data[:end].splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out
+        events = (event_from_line(line) for line in data[:end].splitlines())
+        return [e for e in events if e is not None]
 
 
 # --------------------------------------------------------------------------- comparison

@@ -195,6 +195,8 @@ GOOD_EX = {"input": "i", "target_scores": {"x": 1, "y": 0}}
 
 @pytest.mark.parametrize("text, mode, message", [
     ("{not json", "auto", r"task\.json: not valid JSON"),
+    ('{"examples": ' + "[" * 100_000 + "]" * 100_000 + "}", "auto", r"task\.json: JSON nested deeper than 200 levels$"),
+    (b"{\xff}", "auto", r"task\.json: not UTF-8 text"),
     ("[]", "auto", r"task\.json: a BIG-bench task.json must be one JSON object with an 'examples' list"),
     ({"examples": [GOOD_EX, {"target": "t"}]}, "auto", r"task\.json: example 1: missing field 'input'"),
     ({"examples": [GOOD_EX, {"input": "i"}]}, "auto", r"task\.json: example 1: missing field 'target_scores' or 'target'"),
@@ -213,7 +215,10 @@ GOOD_EX = {"input": "i", "target_scores": {"x": 1, "y": 0}}
 ])
 def test_malformed_bigbench_task_is_one_line_naming_file_and_example(tmp_path, text, mode, message):
     path = tmp_path / "task.json"
-    path.write_text(text if isinstance(text, str) else json.dumps(text))
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text if isinstance(text, str) else json.dumps(text))
     with pytest.raises(TaskError, match=message) as e:
         load_task(bigbench(path, mode=mode))
     assert "\n" not in str(e.value)

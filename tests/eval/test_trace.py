@@ -135,6 +135,9 @@ def test_bad_input_is_one_clear_error(run: RunDir, tmp_path: Path) -> None:
     (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{"prompt": 1}\n')
     with pytest.raises(TraceError, match=r"bad.jsonl:2: .*'text'"):
         read_outputs(tmp_path / "bad.jsonl")
+    (tmp_path / "deep.jsonl").write_text('{"text": "ok"}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(TraceError, match=r"deep.jsonl:2: JSON nested deeper than 200 levels$"):
+        read_outputs(tmp_path / "deep.jsonl")
     (tmp_path / "plain.txt").write_text("first output\n\nsecond output\n")
     assert read_outputs(tmp_path / "plain.txt") == ["first output", "second output"]
 

@@ -178,3 +178,16 @@ def test_train_end_reads_only_new_lines_and_waits_for_a_torn_one(tmp_path):
     assert follow() is None is whole()
     log.write_text(line("train_done", 3))  # rewritten shorter
     assert follow() == 3 == whole()
+
+
+def test_train_end_skips_lines_that_are_not_event_objects(tmp_path):
+    """A line 100,000 levels deep (a RecursionError for Python's json), bare values and bytes that
+    are not UTF-8 are skipped; the train_done after them still ends the run."""
+    log = tmp_path / "events.jsonl"
+    deep = "[" * 100_000 + "]" * 100_000
+    log.write_bytes(f"{deep}\n[1,2,3]\nnull\nInfinity\n".encode() + b"\xff\xfe\n")
+    follow = TrainEnd(log)
+    assert follow() is None and follow.offset == log.stat().st_size
+    with log.open("a") as fh:
+        fh.write(json.dumps({"stage": "train", "kind": "train_done", "step": 5}) + "\n")
+    assert follow() == 5 == TrainEnd(log)()

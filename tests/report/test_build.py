@@ -1,6 +1,8 @@
 import json
 import re
 
+import pytest
+
 from tokenmill.config import load_config
 from tokenmill.report.build import render, run_report
 from tokenmill.report.run_files import train_curve
@@ -136,3 +138,36 @@ def test_a_continued_run_shows_its_source_and_the_forgetting_table(tmp_path):
     page = render(run)
     assert "<h2>Continued pretraining</h2>" in page and "HF Llama directory" in page and "10% of every batch" in page
     assert "+0.2500" in page
+
+
+HOSTILE_LINES = ["[1,2,3]", "null", "Infinity", "[" * 100_000 + "]" * 100_000]
+
+
+def test_report_skips_and_counts_event_lines_that_are_not_objects_and_draws_non_finite_values(tmp_path):
+    """Lines of events.jsonl that are not JSON objects (a bare value, a line 100,000 levels deep)
+    are left out and counted on the page and in the stage's summary; Infinity and NaN inside an
+    event are values the charts draw around."""
+    run = _run(tmp_path)
+    odd = {3: float("inf"), 4: float("nan")}
+    for s in range(1, 11):
+        run.events.write("train", "train_step", step=s, loss=odd.get(s, 6 - s * 0.1), lr=1e-3,
+                         grad_norm=float("inf") if s == 5 else 1.0, tokens_per_s=1000.0, mfu=0.2)
+        if s == 2:
+            with open(run.sub("events.jsonl"), "a") as fh:
+                fh.write("\n".join(HOSTILE_LINES) + "\n")
+    summary = run_report(run)
+    note = "events.jsonl: skipped 4 lines that are not JSON objects (first at line 3)"
+    assert summary["warning"] == note
+    page = (run.path / "report.html").read_text()
+    assert f"<p class=bad>{note}</p>" in page and "No training steps yet" not in page and "<svg" in page
+    assert "skipped" not in render(_run(tmp_path / "clean"))
+
+
+def test_an_evaluation_record_too_deep_is_one_line_naming_it(tmp_path):
+    from tokenmill.json_limits import BadJSONFile
+
+    run = _run(tmp_path)
+    (run.path / "eval").mkdir()
+    (run.path / "eval" / "10.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(BadJSONFile, match=r"eval/10\.json: JSON nested deeper than 200 levels$"):
+        run_report(run)

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
+from tokenmill import json_limits
 from tokenmill.data.config import CanaryConfig, CurateConfig
 from tokenmill.data.document import DOC_SCHEMA, Doc, text_bytes
 from tokenmill.data.funnel import Funnel, StepMark
@@ -166,7 +167,7 @@ def load_canaries(curated_dir: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        data = json.loads(path.read_text())
+        data = json_limits.load_file(path)
         data["canaries"] = [Canary(**{**c, "doc_ids": tuple(c["doc_ids"])}) for c in data["canaries"]]
     except (ValueError, KeyError, TypeError) as exc:
         raise CanaryError(f"{path}: not a canaries file ({exc})") from exc

@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from tokenmill import json_limits
 from tokenmill.data.config import CurateConfig, SourceConfig
 from tokenmill.data import licenses, sources as source_step
 from tokenmill.data.classifiers import classifier_cut
@@ -231,7 +232,7 @@ def collect_ids_shard(job: Job, spec: ShardSpec, partitions: int) -> int:
     out = _ids_dir(job) / "map" / f"{spec.index:05d}.arrow"
     count = out.with_suffix(".json")
     if count.exists():
-        return int(json.loads(count.read_text())["unusable"])
+        return int(json_limits.load_file(count)["unusable"])
     hashes, unusable = collect_shard(read_shard(spec, job.sources, job.cfg.max_doc_bytes, source_step.read_limits(job.cfg)))
     table = pa.table({"h": hashes, "source": np.full(len(hashes), spec.source, dtype=np.int32)}, schema=IDS_SCHEMA)
     write_partitioned(out, table, hash_partition(hashes, partitions), partitions)
@@ -244,7 +245,7 @@ def merge_ids_partition(job: Job, part: int) -> dict[str, int]:
     idir = _ids_dir(job)
     stats_file = idir / SHARED_DIR / f"{part:05d}.json"
     if stats_file.exists():
-        return json.loads(stats_file.read_text())
+        return json_limits.load_file(stats_file)
     t = read_partition(shuffle_files(idir / "map"), part, IDS_SCHEMA)
     shared, stats = merge_partition(t.column("h").to_numpy(), t.column("source").to_numpy())
     out = idir / SHARED_DIR / f"{part:05d}.npy"
@@ -263,14 +264,14 @@ def ids_phase(job: Job, specs: list[ShardSpec], executor: Any) -> dict[str, int]
     from the input bytes and `curate.memory_per_task` (an id costs far less than its record)."""
     idir = _ids_dir(job)
     if (idir / "DONE").exists():
-        return json.loads((idir / "DONE").read_text()) or None
+        return json_limits.load_file((idir / "DONE")) or None
     with_ids = [s for s in specs if _carries_ids(job, s)]
     if not with_ids:
         _mark(idir / "DONE", {})
         return None
     plan = idir / PLAN_FILE
     if plan.exists():
-        partitions = int(json.loads(plan.read_text())["partitions"])
+        partitions = int(json_limits.load_file(plan)["partitions"])
     else:
         size = sum(file_size(Path(f)) for s in with_ids for f in s.files)
         partitions = job.cfg.dedup_partitions or max(job.cfg.workers, -(-size // job.cfg.memory_per_task))
@@ -292,7 +293,7 @@ def map_shard(job: Job, spec: ShardSpec) -> dict[str, int]:
     """Per-document steps over one shard, chunk by chunk; finished chunks are never redone."""
     sdir = _map_dir(job, spec.index)
     if (sdir / "DONE").exists():
-        return json.loads((sdir / "DONE").read_text())
+        return json_limits.load_file((sdir / "DONE"))
     names = tuple(s for s in job.steps if s in MAP_STEPS)
     steps = _worker_steps(job, names)
     hasher = _minhasher(job) if "minhash_dedup" in job.steps else None
@@ -389,7 +390,7 @@ def _dedup_job(job: Job, specs: list[ShardSpec]) -> DedupJob:
         bases.append(bases[-1] + shard_rows(job.work, spec.index))
     plan = Path(job.work) / "dedup_plan.json"
     if plan.exists():
-        partitions = int(json.loads(plan.read_text())["partitions"])
+        partitions = int(json_limits.load_file(plan)["partitions"])
     else:
         partitions = dedup_partitions(job.cfg, bases[-1])
         atomic_write_text(plan, json.dumps({"partitions": partitions, "rows": bases[-1]}))
@@ -403,7 +404,7 @@ def _decisions(job: Job, shard: int) -> dict[int, dict[str, Any]]:
 def _frequent(job: Job) -> PartitionedSet | None:
     if "line_dedup" not in job.steps:
         return None
-    plan = json.loads((Path(job.work) / "dedup_plan.json").read_text())
+    plan = json_limits.load_file((Path(job.work) / "dedup_plan.json"))
     return PartitionedSet.load(Path(job.work) / "lines" / "frequent", int(plan["partitions"]))
 
 
@@ -496,7 +497,7 @@ def substr_phase(job: Job, specs: list[ShardSpec], executor: Any, dj: DedupJob) 
 
     sdir = _substr_dir(job)
     if (sdir / "DONE").exists():
-        return json.loads((sdir / "DONE").read_text())
+        return json_limits.load_file((sdir / "DONE"))
     executor.map(substr_units_shard, [(job, s, dj.shard_bases[s.index]) for s in specs])
     executor.map(substr_store, [(job,)])
     cfg = job.cfg.substring_dedup
@@ -524,7 +525,7 @@ class SubstrState:
     def load(cls, job: Job) -> "SubstrState":
         sdir = _substr_dir(job)
         index = sdir / "index"
-        parts = [sdir / p for p in json.loads((index / "parts.json").read_text())]
+        parts = [sdir / p for p in json_limits.load_file((index / "parts.json"))]
         return cls(
             np.load(index / "first.npy", mmap_mode="r"),
             np.load(index / "bases.npy", mmap_mode="r"),
@@ -705,10 +706,10 @@ def _plan(job: Job, fingerprint: str) -> list[ShardSpec]:
     a different fingerprint means the old work is for other inputs: start over."""
     work = Path(job.work)
     plan_file = work / "plan.json"
-    if plan_file.exists() and json.loads(plan_file.read_text()).get("fingerprint") != fingerprint:
+    if plan_file.exists() and json_limits.load_file(plan_file).get("fingerprint") != fingerprint:
         shutil.rmtree(work)
     if plan_file.exists():
-        return [ShardSpec(**{**s, "files": tuple(s["files"])}) for s in json.loads(plan_file.read_text())["shards"]]
+        return [ShardSpec(**{**s, "files": tuple(s["files"])}) for s in json_limits.load_file(plan_file)["shards"]]
     specs = plan_shards(job.sources)
     work.mkdir(parents=True, exist_ok=True)
     atomic_write_text(
@@ -720,7 +721,7 @@ def _plan(job: Job, fingerprint: str) -> list[ShardSpec]:
 def _merged_funnel(job: Job, phase_dir: str) -> Funnel:
     funnel = Funnel(job.funnel_steps)
     for path in sorted((Path(job.work) / phase_dir).glob("*/chunk-*.funnel.json")):
-        funnel.merge(Funnel.from_dict(json.loads(path.read_text())))
+        funnel.merge(Funnel.from_dict(json_limits.load_file(path)))
     return funnel
 
 
@@ -900,7 +901,7 @@ def _write_decontamination(job: Job, final: Path) -> None:
     else:
         from tokenmill.data.steps.decontaminate import overlap_report
 
-        parts = [json.loads(p.read_text()) for p in sorted((Path(job.work) / "finalized").glob("*/chunk-*.decontamination.json"))]
+        parts = [json_limits.load_file(p) for p in sorted((Path(job.work) / "finalized").glob("*/chunk-*.decontamination.json"))]
         report = overlap_report(
             parts,
             Path(job.work) / "prepared",

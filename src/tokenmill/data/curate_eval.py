@@ -43,7 +43,6 @@ Every text goes through the quality step as the curation would judge it: its lan
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections import defaultdict
 from pathlib import Path
@@ -51,6 +50,7 @@ from typing import Any, Iterator, cast
 
 import numpy as np
 
+from tokenmill import json_limits
 from tokenmill.data.config import CurateConfig, QualityKind
 from tokenmill.data.document import PII_FIELDS
 from tokenmill.data.jsonl import json_objects
@@ -244,7 +244,7 @@ def eval_safety(labelled: Path, cfg: CurateConfig, base_dir: Path | None = None)
         step.prepare(Path(work))  # trains the classifier, when there is one, on its labelled file
         step.setup(Path(work))
         manifest_path = Path(work) / SAFETY_SUBDIR / "manifest.json"
-        classifier = json.loads(manifest_path.read_text()) if manifest_path.is_file() else None
+        classifier = json_limits.load_file(manifest_path) if manifest_path.is_file() else None
         if cfg.classify:  # the config's own classifiers (curate.classify) slice too: "topic when one exists"
             topics.prepare(Path(work))
             topics.setup(Path(work))

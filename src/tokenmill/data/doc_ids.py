@@ -24,7 +24,6 @@ worker count and any chunking give every record the same id.
 
 from __future__ import annotations
 
-import json
 import unicodedata
 from pathlib import Path
 from typing import Iterable
@@ -32,6 +31,7 @@ from typing import Iterable
 import numpy as np
 import xxhash
 
+from tokenmill import json_limits
 from tokenmill.data.canaries import ID_PREFIX as CANARY_PREFIX
 from tokenmill.data.dedup.shuffle import PartitionedSet
 from tokenmill.data.document import RawRecord
@@ -110,7 +110,7 @@ class IdRule:
         plan = directory / PLAN_FILE
         if not plan.exists():
             return cls(np.zeros(0, np.uint64))
-        return cls(PartitionedSet.load(directory / SHARED_DIR, int(json.loads(plan.read_text())["partitions"])))
+        return cls(PartitionedSet.load(directory / SHARED_DIR, int(json_limits.load_file(plan)["partitions"])))
 
     def is_shared(self, record_id: str) -> bool:
         if not len(self.shared):  # the usual case: every id names one record

@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tokenmill import json_limits
 from tokenmill.data.config import DocLimitsConfig
 from tokenmill.data.document import Rejection, format_value
 from tokenmill.runs import atomic_write_text
@@ -157,7 +158,7 @@ class DocClock:
         """(chunk, index) -> (step, CPU seconds) of the documents whose worker the hard timer
         killed in an earlier attempt: the marker holds a stack only after such a kill."""
         killed_file, marker = self.task_dir / KILLED_FILE, self.task_dir / MARKER_FILE
-        killed = json.loads(killed_file.read_text()) if killed_file.exists() else []
+        killed = json_limits.load_file(killed_file) if killed_file.exists() else []
         if marker.exists():
             data = marker.read_bytes()
             if len(data) > HEADER_BYTES and data[HEADER_BYTES:].strip():

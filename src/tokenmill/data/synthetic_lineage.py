@@ -23,6 +23,7 @@ import dataclasses
 import json
 from typing import Any, Iterable, Iterator
 
+from tokenmill import json_limits
 from tokenmill.data.document import RawRecord, Rejection, format_value
 
 LINEAGE_VERSION = 1
@@ -45,8 +46,8 @@ def lineage_of(metadata: str | None) -> dict[str, Any] | None:
     if not metadata or f'"{KEY}"' not in metadata:
         return None
     try:
-        meta = json.loads(metadata)
-    except json.JSONDecodeError:
+        meta = json_limits.loads(metadata)
+    except ValueError:  # not JSON, or too deep: no usable lineage
         return None
     inner = meta.get("metadata") if isinstance(meta, dict) else None
     lineage = inner.get(KEY) if isinstance(inner, dict) else None
@@ -55,7 +56,7 @@ def lineage_of(metadata: str | None) -> dict[str, Any] | None:
 
 def _with_lineage(record: RawRecord) -> RawRecord:
     """The record with its lineage checked, or an outside teacher's lineage added."""
-    meta = json.loads(record.metadata) if record.metadata else {}
+    meta = json_limits.loads(record.metadata) if record.metadata else {}
     inner = meta.get("metadata")
     if isinstance(inner, dict) and KEY in inner:
         problem = lineage_problem(inner[KEY])

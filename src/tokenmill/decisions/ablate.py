@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 import yaml
 
+from tokenmill import json_limits
 from tokenmill.config import RunConfig, load_config
 from tokenmill.decisions.ablate_config import (
     AblateConfig,
@@ -167,7 +168,7 @@ def run_record(run: RunDir, arm: str, size: str, seed: int) -> dict[str, Any]:
     from tokenmill.train.trainer import resolve_model_config
 
     done = run.finished_record("train")["summary"]
-    final = json.loads(run.sub("eval", f"{done['steps']}.json").read_text())
+    final = json_limits.load_file(run.sub("eval", f"{done['steps']}.json"))
     rc = run.config
     model = resolve_model_config(rc.model, TokenStore(run.sub("tokens")), rc.train.seq_len)
     return {

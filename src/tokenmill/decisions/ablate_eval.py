@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
+from tokenmill import json_limits
 from tokenmill.data.curated import curated_buckets, iter_documents
 from tokenmill.data.steps.decontaminate import read_items
 from tokenmill.data.heldout_split import split_score
@@ -39,7 +40,7 @@ def build_eval_set(curated: Path, cfg: AblateEvalConfig, out: Path) -> dict[str,
     and out/manifest.json (counts, bytes and the set's sha256). A finished set is reused."""
     manifest_path = out / MANIFEST
     if manifest_path.is_file():
-        return json.loads(manifest_path.read_text())
+        return json_limits.load_file(manifest_path)
     out.mkdir(parents=True, exist_ok=True)
     slices: dict[str, list[dict[str, str]]] = {}
     for bucket in curated_buckets(curated):

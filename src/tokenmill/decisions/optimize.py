@@ -33,6 +33,7 @@ import torch
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from tokenmill import json_limits
 from tokenmill.config import RunConfig, load_config
 from tokenmill.config_base import Strict
 from tokenmill.errors import UserError
@@ -215,7 +216,7 @@ def train_and_score(rc: RunConfig, data: RunDir, runs_dir: Path, buckets: list[s
     link_data(data, run)
     run_pipeline(run, ("train",))
     steps = run.finished_record("train")["summary"]["steps"]
-    scored: dict[str, dict[str, float]] = json.loads(run.sub("eval", f"{steps}.json").read_text())["buckets"]
+    scored: dict[str, dict[str, float]] = json_limits.load_file(run.sub("eval", f"{steps}.json"))["buckets"]
     return {
         "run": str(run.path),
         "steps": steps,
@@ -291,7 +292,7 @@ def doremi_step(
         ),
     }
     if path.exists():
-        record = json.loads(path.read_text())
+        record = json_limits.load_file(path)
         if record.get("settings") == settings:
             return record
         progress("DoReMi: settings changed since doremi.json was written; training again")

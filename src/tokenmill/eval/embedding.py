@@ -26,6 +26,8 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import svds
 from safetensors.numpy import load_file, save_file
 
+from tokenmill import json_limits
+
 WORD = re.compile(r"\w+", re.UNICODE)
 SIF_A = 1e-3  # Arora et al.'s a: weights fall off for words more frequent than ~1 in 1000
 
@@ -147,4 +149,4 @@ class Embedder:
     @classmethod
     def load(cls, path: Path) -> "Embedder":
         arrays = load_file(str(path / "embedder.safetensors"))
-        return cls(json.loads((path / "vocab.json").read_text()), arrays["vectors"], arrays["prob"], arrays.get("common"))
+        return cls(json_limits.load_file((path / "vocab.json")), arrays["vectors"], arrays["prob"], arrays.get("common"))

@@ -34,7 +34,6 @@ and `output_regex` are not applied (set `generation.stop`); duplicate examples a
 from __future__ import annotations
 
 import csv
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +41,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from tokenmill import json_limits
 from tokenmill.eval.items import GenItem, Item, TaskError, need, str_field
 
 MMLU_LETTERS = "ABCD"
@@ -192,12 +192,7 @@ def _bigbench_example(fmt: BigBenchFormat, ex: Any, mc: bool, index: int, where:
 
 def load_bigbench(path: Path, mode: Literal["auto", "multiple_choice", "generate"]) -> list[Item | GenItem]:
     """Every example of a BIG-bench task.json in the form `mode` picks."""
-    try:
-        task = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:
-        raise TaskError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except json.JSONDecodeError as e:
-        raise TaskError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    task = json_limits.load_file(path, TaskError)  # depth-checked: a 100k-deep file is one line, not a RecursionError
     if not isinstance(task, dict) or not isinstance(task.get("examples"), list):
         raise TaskError(f"{path}: a BIG-bench task.json must be one JSON object with an 'examples' list")
     fmt = _bigbench_format(task, f"{path} (bigbench)")

@@ -6,12 +6,13 @@ perplexity; the numbers come from the newest `eval/<step>.json`, nothing is reco
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
+
+from tokenmill import json_limits
 
 _STEP_JSON = re.compile(r"^(\d+)\.json$")
 
@@ -22,7 +23,7 @@ def latest_eval(run_path: Path) -> dict[str, Any] | None:
     steps = [(int(m.group(1)), p) for p in folder.glob("*.json") if (m := _STEP_JSON.match(p.name))] if folder.is_dir() else []
     if not steps:
         return None
-    return json.loads(max(steps)[1].read_text(encoding="utf-8"))
+    return json_limits.load_file(max(steps)[1])
 
 
 def bpb_table(record: dict[str, Any]) -> Table:

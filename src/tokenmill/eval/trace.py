@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from tokenmill import json_limits
 from tokenmill.errors import UserError
 from tokenmill.eval import trace_index as ti
 from tokenmill.eval.contamination import ngram_hashes
@@ -103,7 +104,7 @@ class TraceIndex:
     @classmethod
     def open(cls, run: RunDir) -> "TraceIndex":
         path = build_index(run)
-        return cls(path, json.loads((path / "index.json").read_text()), TokenStore(run.sub("tokens")))
+        return cls(path, json_limits.load_file((path / "index.json")), TokenStore(run.sub("tokens")))
 
     def _mm(self, name: str, dtype: Any) -> np.ndarray:
         p = self.path / name
@@ -271,7 +272,9 @@ def read_outputs(path: Path) -> list[str]:
     texts = []
     for no, line in enumerate(lines, 1):
         try:
-            rec = json.loads(line)
+            rec = json_limits.loads(line)
+        except json_limits.TooDeep as exc:
+            raise TraceError(f"{path}:{no}: {exc}") from None
         except json.JSONDecodeError as exc:
             raise TraceError(f"{path}:{no}: not valid JSON ({exc.msg})") from exc
         if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):

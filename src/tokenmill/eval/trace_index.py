@@ -27,7 +27,6 @@ RAM; every array is memory-mapped.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -38,6 +37,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from tokenmill import json_limits
 from tokenmill.data.curated import bucket_parts
 from tokenmill.eval.contamination import ngram_hashes
 from tokenmill.ownership import claim_dir, temporary_name, write_marker
@@ -231,6 +231,6 @@ def publish(staged: Path, final: Path) -> None:
 
 def read_key(final: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((final / "index.json").read_text())
+        return json_limits.load_file((final / "index.json"))
     except (OSError, ValueError):
         return None

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import torch
 
 from tokenmill.eval.config import TiersConfig
-from tokenmill.runs import RunDir, atomic_write_text
+from tokenmill.runs import RunDir, atomic_write_text, event_from_line
 
 WATCH_SOURCE = "watch"  # the "source" of every record the watcher writes (report/run_files.py reads them back)
 
@@ -54,11 +54,8 @@ class TrainEnd:
         return self.done
 
     def _see(self, raw: bytes) -> None:
-        try:
-            e = json.loads(raw)
-        except ValueError:
-            return
-        if not isinstance(e, dict) or e.get("stage") != "train":
+        e = event_from_line(raw)  # None for a line that is not a JSON object (deep, torn, a bare value)
+        if e is None or e.get("stage") != "train":
             return
         if e.get("kind") == "stage_start":
             self.done = None

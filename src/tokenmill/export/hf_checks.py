@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tokenmill import json_limits
 from tokenmill.errors import UserError
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -95,10 +96,10 @@ def read_json_bounded(path: Path, what: str) -> Any:
         size = path.stat().st_size
         if size > MAX_JSON_BYTES:
             raise HFImportError(f"{path}: {size} bytes, more than the {MAX_JSON_BYTES} a {what} may have")
-        return json.loads(path.read_bytes())
+        return json_limits.loads(path.read_bytes())
     except OSError as exc:
         raise HFImportError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
-    except (ValueError, RecursionError) as exc:  # RecursionError: nesting deep enough to overflow the parser
+    except ValueError as exc:  # not JSON, or nested deeper than json_limits allows
         raise HFImportError(f"{path}: not valid JSON ({str(exc)[:120]})") from exc
 
 
@@ -278,8 +279,8 @@ def read_header(file: Path) -> dict[str, TensorEntry]:
     """The tensors a safetensors file holds, every entry checked against the file's size."""
     raw, data_len = _read_raw_header(file)
     try:
-        header = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
+        header = json_limits.loads(raw)
+    except ValueError as exc:  # not JSON, or nested deeper than json_limits allows
         raise HFImportError(f"{file}: header is not valid JSON ({str(exc)[:120]})") from exc
     if not isinstance(header, dict):
         raise HFImportError(f"{file}: header must be a JSON object (got {type(header).__name__})")

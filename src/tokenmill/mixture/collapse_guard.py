@@ -29,6 +29,7 @@ from typing import Any, Protocol, Sequence
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tokenmill import json_limits
 from tokenmill.data.synthetic_lineage import KEY, lineage_of
 from tokenmill.mixture.config import MixtureConfig, SyntheticLimitsConfig
 from tokenmill.mixture.curriculum import phase_configs, resolve_weights
@@ -103,7 +104,7 @@ def synthetic_generations(curated: Path, bucket: str) -> dict[str, int]:
     key = [marker.read_text(), *([p.name, p.stat().st_size] for p in parts)]
     cache = curated.parent / ".cache" / "synthetic" / f"{bucket}.json"
     try:
-        saved = json.loads(cache.read_text())
+        saved = json_limits.load_file(cache)
         if saved.get("parts") == key:
             return {k: int(v) for k, v in saved["generations"].items()}
     except (OSError, ValueError, AttributeError, KeyError):

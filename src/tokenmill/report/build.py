@@ -11,6 +11,7 @@ import json
 import time
 from typing import Any
 
+from tokenmill import json_limits
 from tokenmill import __version__
 from tokenmill.report.continued_section import section_continued
 from tokenmill.report.data_section import section_data
@@ -21,7 +22,7 @@ from tokenmill.report.run_files import eval_history, watch_history
 from tokenmill.report.scaling import section_scaling
 from tokenmill.report.stopping_section import section_stopping
 from tokenmill.report.timeline import section_run
-from tokenmill.runs import STAGES, RunDir, atomic_write_text, read_events
+from tokenmill.runs import STAGES, RunDir, SkippedLines, atomic_write_text, read_events
 
 
 def section_experiment(run: RunDir) -> str:
@@ -29,7 +30,7 @@ def section_experiment(run: RunDir) -> str:
     path = run.sub("experiment.json")
     if not path.is_file():
         return ""
-    link = json.loads(path.read_text())
+    link = json_limits.load_file(path)
     return (
         f"<p>One run of the {html.escape(link['kind'])} experiment <b>{html.escape(link['name'])}</b>: "
         f"<a href='{html.escape(link['page'])}'>its page</a> compares it with the other arms.</p>"
@@ -78,8 +79,12 @@ def section_mixture(events: list[dict]) -> str:
     return "".join(out)
 
 
-def render(run: RunDir) -> str:
-    events = list(read_events(run.sub("events.jsonl")))
+def render(run: RunDir, skipped: SkippedLines | None = None) -> str:
+    """The page; lines of events.jsonl that are not JSON objects are left out, counted in
+    `skipped` when one is given, and the page says how many."""
+    skipped = skipped if skipped is not None else SkippedLines()
+    events = list(read_events(run.sub("events.jsonl"), skipped))
+    note = skipped.message(run.sub("events.jsonl"))
     evals, watched = eval_history(run), watch_history(run.path)
     title = run.config.report.title or run.config.name
     replay = run.config.mixture.replay
@@ -88,6 +93,7 @@ def render(run: RunDir) -> str:
         f"<h1>{html.escape(title)}</h1>",
         f"<p class=muted>tokenmill {__version__} · run directory {html.escape(str(run.path))} · "
         f"generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>",
+        f"<p class=bad>{html.escape(note)}</p>" if note else "",
         section_experiment(run),
         section_continued(events, evals, list(replay.buckets) if replay else [], replay.share if replay else None),
         section_eval(evals, watched) if evals else "",
@@ -110,9 +116,12 @@ def render(run: RunDir) -> str:
 def run_report(run: RunDir) -> dict[str, Any]:
     from tokenmill.report.tensorboard import tensorboard_available, write_tensorboard
 
-    path = run.sub("report.html")
-    atomic_write_text(path, render(run))
+    path, skipped = run.sub("report.html"), SkippedLines()
+    atomic_write_text(path, render(run, skipped))
     out = {"path": str(path)}
+    note = skipped.message(run.sub("events.jsonl"))
+    if note:
+        out["warning"] = note
     mode = run.config.report.tensorboard
     if mode == "on" or (mode == "auto" and tensorboard_available()):
         logdir = write_tensorboard(run)  # 'on' without tensorboard: it says how to install it

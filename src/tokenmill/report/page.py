@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 from typing import Any, Iterable
+
+from tokenmill import json_limits
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1000px;color:#222}
@@ -36,4 +37,4 @@ def table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
 
 
 def read_json(path: Path) -> Any:
-    return json.loads(path.read_text()) if path.exists() else None
+    return json_limits.load_file(path) if path.exists() else None

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from tokenmill import json_limits
 from tokenmill.runs import RunDir
 
 
@@ -22,7 +22,7 @@ def train_curve(events: list[dict]) -> dict[str, list[Any]]:
 
 def eval_history(run: RunDir) -> list[dict]:
     files = sorted(run.sub("eval").glob("*.json"), key=lambda p: int(p.stem)) if run.sub("eval").exists() else []
-    return [json.loads(p.read_text()) for p in files]
+    return [json_limits.load_file(p) for p in files]
 
 
 def watch_history(run_path: Path) -> list[dict[str, Any]]:
@@ -32,7 +32,7 @@ def watch_history(run_path: Path) -> list[dict[str, Any]]:
     out = []
     for p in sorted(folder.glob("step_*.json")) if folder.is_dir() else []:
         try:
-            rec = json.loads(p.read_text(encoding="utf-8"))
+            rec = json_limits.load_file(p)
         except (OSError, ValueError):
             continue
         if isinstance(rec, dict) and isinstance(rec.get("step"), int) and isinstance(rec.get("buckets"), dict):

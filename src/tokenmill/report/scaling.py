@@ -8,6 +8,7 @@ import html
 import time
 from typing import Any
 
+from tokenmill import json_limits
 from tokenmill import __version__
 from tokenmill.report.page import CSS, table
 from tokenmill.scaling.analysis import ScalingAnalysis
@@ -238,12 +239,10 @@ def _run_plan(run: Any, events: list[dict]) -> str:
 
 def _sweep_fit(run: Any) -> str:
     """When the run belongs to a sweep that was fitted: the law, and this run's prediction."""
-    import json
-
     fit_path = run.path.parent.parent / "fit.json"
     if not fit_path.is_file():
         return ""
-    d = json.loads(fit_path.read_text())
+    d = json_limits.load_file(fit_path)
     f = d["chinchilla"]["fit"]
     mine = [r for r in d["runs"] if r["name"] == run.path.name]
     out = [

@@ -29,7 +29,7 @@ from tokenmill.report.config import StopConfig
 from tokenmill.report.run_files import eval_history
 from tokenmill.report.data_section import delivered, last_plan
 from tokenmill.report.timeline import last_record_per_step
-from tokenmill.runs import RunDir, read_events
+from tokenmill.runs import RunDir, SkippedLines, read_events
 from tokenmill.scaling.reference_law import PUBLISHED_CHINCHILLA, ReferenceLaw, load_law
 
 KEEP, DIMINISHING, OVERFITTING, TOO_FEW = "keep training", "diminishing returns", "overfitting a bucket", "too few evaluations"
@@ -443,5 +443,10 @@ def _law_notes(s: StopSignals) -> list[str]:
 
 def stop_signals(run: RunDir, law: ReferenceLaw | None = None) -> StopSignals:
     """The signals of a run directory (law: `resolve_law(run)` unless given)."""
-    events = list(read_events(run.sub("events.jsonl")))
-    return compute_signals(events, eval_history(run), law or resolve_law(run), run.config.report.stop)
+    skipped = SkippedLines()
+    events = list(read_events(run.sub("events.jsonl"), skipped))
+    signals = compute_signals(events, eval_history(run), law or resolve_law(run), run.config.report.stop)
+    note = skipped.message(run.sub("events.jsonl"))
+    if note:  # the signals come from the other lines; say that some were left out
+        signals.notes.append(note)
+    return signals

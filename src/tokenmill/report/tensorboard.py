@@ -8,12 +8,12 @@ write nothing.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Iterator
 
-from tokenmill.runs import RunDir, read_events
+from tokenmill import json_limits
+from tokenmill.runs import RunDir, event_from_line, read_events
 
 DEFAULT_LOGDIR = "tensorboard"
 INSTALL_HINT = "TensorBoard is not installed: pip install 'tokenmill[tensorboard]' (or: pip install tensorboard)"
@@ -112,7 +112,7 @@ def run_scalars(run: RunDir) -> Iterator[tuple[Scalar, float | None]]:
         for scalar in step_scalars(by_step[step]):
             yield scalar, _number(by_step[step].get("t"))
     for path in _eval_files(run):
-        for scalar in eval_scalars(json.loads(path.read_text())):
+        for scalar in eval_scalars(json_limits.load_file(path)):
             yield scalar, None
 
 
@@ -179,10 +179,9 @@ class TensorBoardTail:
         end = chunk.rfind(b"\n") + 1  # up to the last complete line
         self.offset += end
         for line in chunk[:end].splitlines():
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError:  # a torn line left by a killed writer
-                continue
+            event = event_from_line(line)  # None: torn by a killed writer, too deep, not an object
+            if event is not None:
+                yield event
 
     def update(self) -> int:
         """Write what is new; returns the number of scalars written."""
@@ -196,8 +195,8 @@ class TensorBoardTail:
             if step in self.evals_done:
                 continue
             try:
-                record = json.loads(path.read_text())
-            except json.JSONDecodeError:
+                record = json_limits.load_file(path)
+            except ValueError:  # torn or too deep: not an evaluation record yet
                 continue
             self.evals_done.add(step)
             for scalar in eval_scalars(record):

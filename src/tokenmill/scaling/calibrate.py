@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from tokenmill import json_limits
 from tokenmill.errors import UserError
 
 FORMAT_VERSION = 1
@@ -191,8 +192,8 @@ def read_calibration(path: Path | None = None) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = json_limits.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8, not JSON, or too deep
         raise CalibrationError(
             f"{path}: not a readable calibration file ({exc}); delete it and run `tokenmill calibrate` again"
         ) from exc

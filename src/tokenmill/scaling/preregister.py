@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tokenmill import json_limits
 from tokenmill.runs import atomic_write_text
 from tokenmill.scaling.analysis import ScalingAnalysis
 from tokenmill.scaling.fit import predict
@@ -29,10 +30,10 @@ def pending_holdouts(sweep_dir: Path) -> list[dict[str, Any]]:
     plan_path, results_path = sweep_dir / "plan.json", sweep_dir / "results.json"
     if not plan_path.exists():
         return []
-    planned = [r for r in json.loads(plan_path.read_text())["runs"] if r["role"] == "holdout"]
+    planned = [r for r in json_limits.load_file(plan_path)["runs"] if r["role"] == "holdout"]
     done = set()
     if results_path.exists():
-        done = {r["name"] for r in json.loads(results_path.read_text())["runs"]}
+        done = {r["name"] for r in json_limits.load_file(results_path)["runs"]}
     return [r for r in planned if r["name"] not in done]
 
 
@@ -59,9 +60,9 @@ def load_registered(sweep_dir: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     try:
-        data = json.loads(path.read_text())
+        data = json_limits.loads(path.read_text(encoding="utf-8"))
         return list(data["predictions"])
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError) as exc:
         raise ScalingResultsError(f"{path}: not a predictions file ({exc})") from None
 
 

@@ -21,12 +21,12 @@ silently dropped run would answer a different question.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
+from tokenmill import json_limits
 from tokenmill.errors import UserError
 
 Role = Literal["sweep", "holdout", "repeat"]
@@ -116,10 +116,10 @@ def parse_results(records: Iterable[Any], source: str = "<results>") -> list[Run
 def read_json_file(path: Path, error: type[UserError], what: str) -> Any:
     """A JSON file's content; a missing or malformed file raises `error` naming the file."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json_limits.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise error(f"{path}: no such {what}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # not UTF-8, not JSON, or too deep
         raise error(f"{path}: not valid JSON ({exc})") from None
 
 

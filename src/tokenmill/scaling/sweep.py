@@ -40,6 +40,7 @@ from typing import Any, Callable, Literal
 import yaml
 from pydantic import Field, ValidationError
 
+from tokenmill import json_limits
 from tokenmill.config import RunConfig, load_config
 from tokenmill.config_base import Strict, config_problem
 from tokenmill.model.config import ModelConfig
@@ -314,7 +315,7 @@ def final_loss(run: RunDir, step: int) -> dict[str, float]:
     path = run.sub("eval", f"{step}.json")
     if not path.exists():
         raise SweepError(f"{path}: missing (the run's final evaluation)")
-    buckets = json.loads(path.read_text())["buckets"]
+    buckets = json_limits.load_file(path)["buckets"]
     nll = sum(b["loss"] * b["tokens"] for b in buckets.values())
     tokens = sum(b["tokens"] for b in buckets.values())
     n_bytes = sum(b["bytes"] for b in buckets.values())

@@ -25,6 +25,7 @@ import numpy as np
 import tiktoken
 from tokenizers import Tokenizer
 
+from tokenmill import json_limits
 from tokenmill.runs import atomic_write_text
 from tokenmill.tokenizer.bpe import load_tokenizer, token_bytes, tokenizer_sha256
 
@@ -193,8 +194,8 @@ def choose_encoder(tokenizer_dir: Path, mode: str = "auto") -> tuple[str, str | 
     path = tokenizer_dir / RECORD_NAME
     sha = tokenizer_sha256(tokenizer_dir / "tokenizer.json")
     try:
-        record = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        record = json_limits.load_file(path)
+    except (OSError, ValueError):
         record = None
     if not isinstance(record, dict):
         why = f"{path} is missing or unreadable (rerun `tokenmill tokenizer train`)"

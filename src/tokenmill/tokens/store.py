@@ -16,7 +16,6 @@ not monotonic, a missing doc map) is refused naming the file.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tokenmill import json_limits
 from tokenmill.errors import UserError
 
 SPLITS = ("train", "val")
@@ -222,8 +222,8 @@ class TokenStore:
         if not meta_path.exists():
             raise FileNotFoundError(f"{meta_path}: no token store here (run `tokenmill tokenize`)")
         try:
-            self.meta = json.loads(meta_path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            self.meta = json_limits.loads(meta_path.read_text(encoding="utf-8"))
+        except ValueError as exc:  # not UTF-8, not JSON, or too deep
             raise TokenStoreError(f"{meta_path}: not valid JSON ({exc}); rerun `tokenmill tokenize`") from exc
         self.tokenizer_sha256: str | None = self.meta.get("tokenizer_sha256")
         self._check_tokenizer(meta_path, expected_tokenizer_hash)

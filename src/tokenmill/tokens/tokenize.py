@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 import xxhash
 from rich.progress import Progress
 
+from tokenmill import json_limits
 from tokenmill.runs import RunDir, atomic_write_text, sha256_json
 from tokenmill.tokenizer.bpe import load_tokenizer, tokenizer_sha256
 from tokenmill.tokenizer.fast_encode import Encoder, choose_encoder, load_encoder
@@ -123,7 +124,7 @@ def _finished(task: PartTask) -> dict[str, Any] | None:
     """The record of this exact task when its pieces are on disk and whole, else None."""
     marker = Path(task.out) / "_done.json"
     try:
-        record = json.loads(marker.read_text())
+        record = json_limits.load_file(marker)
         if record.get("key") != task.key:
             return None
         for split in SPLITS:

@@ -27,6 +27,7 @@ from typing import Any, Sequence
 import torch
 from safetensors.torch import save as st_save
 
+from tokenmill import json_limits
 from tokenmill.ownership import publish_entries, temporary_name
 from tokenmill.runs import RunDir
 from tokenmill.train.checkpoint import (
@@ -162,7 +163,7 @@ def _replaceable(out: Path) -> bool:
     if out.is_dir() and not any(out.iterdir()):
         return True
     try:
-        return json.loads((out / "state.json").read_text(encoding="utf-8")).get("kind") == MODEL_ONLY
+        return json_limits.load_file((out / "state.json")).get("kind") == MODEL_ONLY
     except (OSError, ValueError):
         return False
 

@@ -37,6 +37,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import nn
 
+from tokenmill import json_limits
 from tokenmill.errors import UserError
 from tokenmill.model import fused
 from tokenmill.runs import EventLog
@@ -260,7 +261,7 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
         actual = _sha256_file(f)
         if actual != digest:
             raise CheckpointError(f"{path}: {name} has SHA-256 {actual[:16]}…, SHA256SUMS says {digest[:16]}…")
-    state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+    state = json_limits.load_file((path / "state.json"))
     kind = state.get("kind")  # (state.json is verified: its "kind" can be trusted)
     required = {MODEL_ONLY: MODEL_ONLY_FILES, DCP_KIND: DCP_REQUIRED_FILES}.get(kind, REQUIRED_FILES)
     for name in required:
@@ -363,7 +364,7 @@ def retained_steps(steps: list[int], keep: int, keep_every: int = 0, written: in
 
 
 def read_state(path: Path) -> dict[str, Any]:
-    return json.loads((Path(path) / "state.json").read_text(encoding="utf-8"))
+    return json_limits.load_file((Path(path) / "state.json"))
 
 
 def checkpoint_fingerprint(path: Path) -> str | None:

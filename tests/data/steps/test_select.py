@@ -48,6 +48,9 @@ def test_jsonl_lists_and_their_errors(tmp_path):
     bad.write_text('{"id": "a"}\n{"name": "b"}\n')
     with pytest.raises(SelectError, match=r"bad.jsonl:2: needs an \"id\""):
         read_id_list(bad)
+    bad.write_text('{"id": "a"}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(SelectError, match=r"bad.jsonl:2: JSON nested deeper than 200 levels$"):
+        read_id_list(bad)
     with pytest.raises(SelectError, match="id list not found"):
         read_id_list(tmp_path / "absent.txt")
 

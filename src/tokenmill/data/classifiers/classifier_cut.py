@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tokenmill import json_limits
 from tokenmill.data.classifiers import top_percent as tp
 from tokenmill.data.dedup.workspace import final_dir, map_dir
 from tokenmill.data.document import REJECTED_DIR, REJECTED_SCHEMA, Doc, Rejection, format_value, text_bytes, write_table_atomic
@@ -83,7 +84,7 @@ def select_threshold(job: Any, specs: list[Any], executor: Any) -> dict[str, Any
     """The threshold, computed once and saved (cut/threshold.json) before any chunk changes."""
     path = Path(job.work) / CUT_DIR / "threshold.json"
     if path.exists():
-        return json.loads(path.read_text())
+        return json_limits.load_file(path)
     n = sum(executor.map(count_shard, [(job.work, s.index) for s in specs]))
     percent = job.cfg.model_quality.keep_top_percent
 

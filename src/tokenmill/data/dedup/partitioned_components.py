@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tokenmill import json_limits
 from tokenmill.data.dedup import join
 from tokenmill.data.dedup.components import BYTES_PER_EDGE, edge_set_digest, large_star, small_star, unique_pairs
 from tokenmill.data.dedup.shuffle import files, hash_partition, read_partition, shard_of, write_partitioned
@@ -56,7 +57,7 @@ def run_components(job: DedupJob, run: Map, single_task: Callable[[DedupJob], No
     """The clusters of the edges, by `single_task` when they fit one task, else in rounds."""
     marker = job.root / "near" / "components.json"
     if marker.exists():
-        return json.loads(marker.read_text())
+        return json_limits.load_file(marker)
     n_edges = count_edges(job)
     single, per_part = edges_per_task(job)
     if n_edges <= single:
@@ -123,7 +124,7 @@ def large_step(job: DedupJob, parts: int, r: int, p: int) -> tuple[int, int, int
     out = _cc(job) / f"small-{r:03d}" / f"{p:05d}.arrow"
     digest_file = out.with_suffix(".json")
     if out.exists():
-        return tuple(json.loads(digest_file.read_text()))
+        return tuple(json_limits.load_file(digest_file))
     u, v = unique_pairs(*_read(_cc(job) / f"large-{r:03d}", p))
     digest = edge_set_digest(u, v)
     x, m = large_star(u, v)

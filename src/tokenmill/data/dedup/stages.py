@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tokenmill import json_limits
 from tokenmill.data.dedup import join
 from tokenmill.data.dedup.components import components
 from tokenmill.data.dedup.shuffle import files, hash_partition, read_partition, shard_of, write_partitioned
@@ -372,7 +373,7 @@ def run_dedup(job: DedupJob, run: Map) -> dict[str, Any]:
     Returns the rows, partitions and shards with the seconds each stage took."""
     done = job.root / "DONE"
     if done.exists():
-        return json.loads(done.read_text())
+        return json_limits.load_file(done)
     shards = [(job, s) for s in range(job.n_shards)]
     parts = [(job, p) for p in range(job.partitions)]
     stages: list[tuple[str, Callable[..., Any], list[tuple]]] = []
@@ -438,7 +439,7 @@ def lines_reduce(job: DedupJob, part: int) -> dict[str, int]:
     out = Path(job.work) / "lines" / "frequent" / f"{part:05d}.npy"
     stats = out.with_suffix(".json")
     if stats.exists():
-        return json.loads(stats.read_text())
+        return json_limits.load_file(stats)
     h = read_partition(files(Path(job.work) / "lines" / "map"), part, UNIT_SCHEMA).column("h").to_numpy()
     values, counts = np.unique(h, return_counts=True)
     _save(out, values[counts >= job.cfg.line_dedup.min_docs])
@@ -450,7 +451,7 @@ def lines_reduce(job: DedupJob, part: int) -> dict[str, int]:
 def run_lines(job: DedupJob, run: Map) -> dict[str, int]:
     done = Path(job.work) / "lines" / "DONE"
     if done.exists():
-        return json.loads(done.read_text())
+        return json_limits.load_file(done)
     run(lines_map, [(job, s) for s in range(job.n_shards)])
     per_part = run(lines_reduce, [(job, p) for p in range(job.partitions)])
     stats = {

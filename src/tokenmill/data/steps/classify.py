@@ -35,6 +35,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tokenmill import json_limits
 from tokenmill.data.classifiers import linear_classifier as lc
 from tokenmill.data.classifiers import multiclass as mc
 from tokenmill.data.classifiers.ngram_lm import tokenize
@@ -146,7 +147,7 @@ class Classify(DocStep):
         out.mkdir(parents=True, exist_ok=True)
         for c in self.cfg.classify:
             key, meta_path = self.cache_key(c), out / f"{c.name}.json"
-            old = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+            old = json_limits.load_file(meta_path) if meta_path.is_file() else {}
             if old.get("key") == key and (out / f"{c.name}.npz").is_file():
                 self.trained[c.name] = False
                 _check_labels(c, old["labels"])
@@ -222,7 +223,7 @@ def publish(cfg: CurateConfig, work_dir: Path, final: Path, trained: dict[str, b
     for c in cfg.classify:
         for ext in ("npz", "json"):
             (models / f"{c.name}.{ext}").write_bytes((cache / f"{c.name}.{ext}").read_bytes())
-        meta = json.loads((cache / f"{c.name}.json").read_text())
+        meta = json_limits.load_file((cache / f"{c.name}.json"))
         report[c.name] = {**meta, "action": c.action, "trained_this_run": trained.get(c.name, False)}
     tmp = final / (REPORT_FILE + ".tmp")
     tmp.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")

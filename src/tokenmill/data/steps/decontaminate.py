@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from tokenmill import json_limits
 from tokenmill.data.config import CurateConfig
 from tokenmill.data.document import Doc, Rejection, format_value
 from tokenmill.data.jsonl import json_objects
@@ -158,7 +159,7 @@ class Decontaminate(DocStep):
         out = work_dir / INDEX_DIR
         fp = _fingerprint(paths, names, self.dcfg.text_fields, self.dcfg.n)
         meta_path = out / _META
-        if meta_path.is_file() and json.loads(meta_path.read_text()).get("fingerprint") == fp:
+        if meta_path.is_file() and json_limits.load_file(meta_path).get("fingerprint") == fp:
             return  # a resumed run: same inputs, same index
         meta_path.unlink(missing_ok=True)  # no stale meta may vouch for half-rewritten arrays
         meta = build_index(paths, names, self.dcfg.text_fields, self.dcfg.n, out)
@@ -169,7 +170,7 @@ class Decontaminate(DocStep):
 
     def setup(self, work_dir: Path) -> None:
         d = work_dir / INDEX_DIR
-        self.meta = json.loads((d / _META).read_text())
+        self.meta = json_limits.load_file((d / _META))
         self.ngrams = _load_shared(d / "ngrams.npy")
         self.starts = _load_shared(d / "starts.npy")
         self.owners = _load_shared(d / "owners.npy")
@@ -268,7 +269,7 @@ def overlap_report(
     set_max_overlap: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The per-eval-set report (OUT/_decontamination.json) from the stats of every shard."""
-    meta = json.loads((work_dir / INDEX_DIR / _META).read_text())
+    meta = json_limits.load_file((work_dir / INDEX_DIR / _META))
     merged = merge_overlap_stats(parts)
     report: dict[str, Any] = {"n": meta["n"], "max_overlap": max_overlap, "eval_sets": {}}
     for s in meta["sets"]:

@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from tokenmill import json_limits
 from tokenmill.data.config import QualityConfig
 from tokenmill.data.steps.language_profiles import (
     ENGLISH,
@@ -234,7 +235,7 @@ def check_profile_target(path: Path) -> None:
     if not os.path.lexists(path):
         return
     try:
-        earlier = json.loads(path.read_text(encoding="utf-8")).get("method") == METHOD
+        earlier = json_limits.load_file(path).get("method") == METHOD
     except (OSError, ValueError, AttributeError):
         earlier = False
     if not earlier or path.is_symlink():

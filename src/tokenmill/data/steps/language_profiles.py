@@ -39,13 +39,13 @@ installation guide are the held-out check (benchmarks/bench_quality_languages.py
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
 from pydantic import BaseModel, Field
 
+from tokenmill import json_limits
 from tokenmill.data.config import QualityConfig
 from tokenmill.errors import UserError
 
@@ -73,7 +73,7 @@ def load_profiles(path: str | Path | None = None) -> dict[str, LanguageProfile]:
     """Profiles by ISO code from a calibration file (None: the shipped file)."""
     file = Path(path) if path else SHIPPED
     try:
-        raw = json.loads(file.read_text(encoding="utf-8"))
+        raw = json_limits.load_file(file)
         profiles = {lang: LanguageProfile.model_validate(p) for lang, p in raw["profiles"].items()}
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ProfileFileError(f"{file}: not a language-profile file ({e})") from e

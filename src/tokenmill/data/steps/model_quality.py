@@ -71,6 +71,7 @@ from typing import Any, Iterator
 import numpy as np
 import xxhash
 
+from tokenmill import json_limits
 from tokenmill.data.config import CurateConfig, SourceConfig
 from tokenmill.data.classifiers import linear_classifier as lc
 from tokenmill.data.classifiers import ngram_lm
@@ -325,7 +326,7 @@ class ModelQuality(DocStep):
         out = Path(work_dir) / SUBDIR
         out.mkdir(parents=True, exist_ok=True)
         manifest_path = out / MANIFEST
-        old = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+        old = json_limits.load_file(manifest_path) if manifest_path.is_file() else {}
         t0 = time.perf_counter()
         lm_fp = self._lm_fingerprint()
         rnd_fp = self._random_fingerprint(lm_fp) if self._needs_random() else None
@@ -464,7 +465,7 @@ class ModelQuality(DocStep):
         out = Path(work_dir) / SUBDIR
         if not (out / MANIFEST).is_file():
             raise FileNotFoundError(f"{out / MANIFEST}: no trained models; ModelQuality.prepare must run first")
-        manifest = json.loads((out / MANIFEST).read_text())
+        manifest = json_limits.load_file((out / MANIFEST))
         self.lm = ngram_lm.NgramLM.from_arrays(read_npz(out / LM_FILE))
         self.frequent = self.lm.frequent_words(FREQUENT_WORDS)
         self.calibration = manifest["calibration"]

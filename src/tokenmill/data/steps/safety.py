@@ -41,6 +41,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from tokenmill import json_limits
 from tokenmill.data.config import CurateConfig
 from tokenmill.data.classifiers import linear_classifier as lc
 from tokenmill.data.classifiers.ngram_lm import tokenize
@@ -159,7 +160,7 @@ class Safety(DocStep):
         out = Path(work_dir) / SUBDIR
         manifest_path = out / MANIFEST
         fingerprint = self._fingerprint(labelled)
-        old = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+        old = json_limits.load_file(manifest_path) if manifest_path.is_file() else {}
         if old.get("fingerprint") == fingerprint and (out / CLF_FILE).is_file():
             return
         out.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
+from tokenmill import json_limits
 from tokenmill.data.document import Doc, Rejection
 from tokenmill.data.step import DocStep
 from tokenmill.errors import UserError
@@ -48,7 +49,9 @@ def read_id_list(path: Path) -> list[str]:
                 ids.append(line)
                 continue
             try:
-                obj = json.loads(line)
+                obj = json_limits.loads(line)
+            except json_limits.TooDeep as exc:
+                raise SelectError(f"{path}:{n}: {exc}") from None
             except json.JSONDecodeError as exc:
                 raise SelectError(f"{path}:{n}: not JSON ({exc.msg})") from exc
             rid = obj.get("id") if isinstance(obj, dict) else None
@@ -72,8 +75,8 @@ def record_id(doc: Doc) -> str:
     """The record's own id (metadata.id) when it has one, else the document id."""
     if doc.metadata:
         try:
-            meta = json.loads(doc.metadata)
-        except json.JSONDecodeError:
+            meta = json_limits.loads(doc.metadata)
+        except ValueError:  # not JSON, or too deep: the document id stands
             meta = None
         if isinstance(meta, dict) and isinstance(meta.get("id"), (str, int)) and not isinstance(meta["id"], bool):
             return str(meta["id"])
