@@ -24,7 +24,8 @@ def files_read(names: Iterable[str], listed: int = FILES_LISTED) -> dict[str, An
     """The files a source read, in reading order, in bounded memory however many there are: the
     first `listed` names, their count, and the SHA-256 of the whole list (one name a line, UTF-8)."""
     digest = hashlib.sha256()
-    count, first = 0, []
+    count = 0
+    first: list[str] = []
     for name in names:
         digest.update(name.encode("utf-8", "surrogateescape") + b"\n")  # a name may not be valid UTF-8
         count += 1
