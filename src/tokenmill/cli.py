@@ -159,9 +159,9 @@ def curate(
     overwrite: bool = typer.Option(
         False,
         "--overwrite",
-        help="Write into OUT even if it holds files tokenmill did "
-        "not write: they are kept (a name clash is refused); only tokenmill's own earlier "
-        "output there is replaced.",
+        help="Replace tokenmill's earlier curate output in OUT (only the entries its .tokenmill "
+        "marker lists; other files there are kept). A folder without that marker is refused "
+        "even with --overwrite.",
     ),
 ) -> None:
     """Extract, normalize, filter, deduplicate and decontaminate text into curated Parquet shards.
@@ -174,8 +174,9 @@ def curate(
     decontaminate, bucket. Writes OUT/<bucket>/part-*.parquet,
     OUT/_rejected/ (every removed document with the step, rule and measured value) and
     OUT/_funnel.json. A killed run, started again, continues where it stopped. OUT must be new,
-    empty, or an earlier `tokenmill curate -o` output (a .tokenmill marker): then its earlier
-    output is replaced and any other file there is kept.
+    empty, or an earlier `tokenmill curate -o` output (a .tokenmill marker), which --overwrite
+    replaces (any other file there is kept). An INPUT that exists is read as that file, even when
+    its name holds [ * ?; only one that names nothing is a glob pattern.
     """
     from tokenmill.pipeline import run_stage
 

@@ -85,17 +85,18 @@ def claim_dir(
     *,
     run: str | None = None,
     legacy: Callable[[Path], bool] | None = None,
-    foreign_ok: bool = False,
     hint: str = "",
     create: bool = True,
 ) -> dict[str, Any]:
     """Make `directory` the output of `stage`, or refuse (before any work) with one line.
 
-    Accepted: a new path (created), an empty directory, one whose marker names `stage`, one that
-    `legacy` recognises as an earlier tokenmill version's output, and with `foreign_ok` any
-    directory (its files are kept: the caller replaces only what the marker lists). Returns the
-    marker, with `adopted` set when the directory had none; with create=False a new path is left
-    for the caller to create whole (the returned marker is then not written)."""
+    Accepted: a new path (created), an empty directory, one whose marker names `stage`, and one
+    that `legacy` recognises as an earlier tokenmill version's output. Nothing else, whatever the
+    caller's flags: a folder of someone else's files is never written into (a user's `_funnel.json`
+    and `web/part-00000.parquet` look just like curate output, so a `legacy` test must rest on
+    something the user cannot have made by chance, such as a marked parent). Returns the marker,
+    with `adopted` set when the directory had none; with create=False a new path is left for the
+    caller to create whole (the returned marker is then not written)."""
     d = Path(directory)
     if os.path.lexists(d) and not d.is_dir():
         raise OwnershipError(
@@ -114,7 +115,7 @@ def claim_dir(
     d.mkdir(parents=True, exist_ok=True)
     # a temporary is another tokenmill process claiming the same directory (ranks of one torchrun job)
     empty = not any(e.name != MARKER and not TEMPORARY.match(e.name) for e in d.iterdir())
-    if not (empty or foreign_ok or (legacy is not None and legacy(d))):
+    if not (empty or (legacy is not None and legacy(d))):
         raise OwnershipError(
             f"{d}: not empty and not made by tokenmill (no {MARKER} marker); tokenmill writes "
             f"its {stage} output only into a new, empty or tokenmill-made directory{hint}"

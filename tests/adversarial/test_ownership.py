@@ -46,7 +46,19 @@ def test_curate_into_a_folder_of_other_files_is_refused(workdir: Path) -> None:
     _foreign(workdir, {"out/notes.txt": "mine", "out/data/table.csv": "a,b\n1,2\n"})
     before = tree_snapshot(workdir)
     res = _curate(good, "-o", workdir / "out", cwd=workdir)
-    assert_clean_error(res, str(workdir / "out"), "not made by tokenmill", "--overwrite")
+    assert_clean_error(res, str(workdir / "out"), "not made by tokenmill", "choose a new or empty folder")
+    assert_untouched(before, tree_snapshot(workdir))
+
+
+def test_curate_overwrite_never_replaces_a_users_files_shaped_like_its_output(workdir: Path) -> None:
+    """A folder without a marker holding a user's `_funnel.json` and `web/part-00000.parquet` (the
+    names curate writes) is refused even with --overwrite; every file stays byte-identical."""
+    good = _inputs(workdir)
+    _foreign(workdir, {"mine/_funnel.json": '{"my": "funnel"}\n', "mine/web/part-00000.parquet": "my table",
+                       "mine/_rejected/part-00000-00000-a.parquet": "mine too"})
+    before = tree_snapshot(workdir)
+    res = _curate(good, "-o", workdir / "mine", "--overwrite", cwd=workdir)
+    assert_clean_error(res, str(workdir / "mine"), "not made by tokenmill", "move your files out of this one")
     assert_untouched(before, tree_snapshot(workdir))
 
 
@@ -59,7 +71,7 @@ def test_curate_never_appends_to_a_users_file_named_like_its_event_log(workdir: 
     assert_untouched(before, tree_snapshot(workdir))
     (workdir / ".out.events.jsonl").unlink()  # without it, the same command works and its log is tokenmill's
     assert _curate(good, "-o", workdir / "out", cwd=workdir).returncode == 0
-    assert _curate(good, "-o", workdir / "out", cwd=workdir).returncode == 0
+    assert _curate(good, "-o", workdir / "out", "--overwrite", cwd=workdir).returncode == 0  # its own log: appended
 
 
 @pytest.mark.parametrize("out", ["pwd", "."])
@@ -183,8 +195,9 @@ def test_checkpoint_average_never_touches_a_users_out_tmp_or_out_old(workdir: Pa
 
 
 def test_curate_again_into_its_own_output_replaces_only_its_output(workdir: Path) -> None:
-    """A second `curate -o DIR` into the DIR tokenmill made works: its earlier output (a bucket the
-    new run no longer writes too) is replaced, a file the user put there is kept."""
+    """A second `curate -o DIR` into the DIR tokenmill made is refused without --overwrite (nothing
+    changes); with it, the earlier output (a bucket the new run no longer writes too) is replaced and
+    a file the user put there is kept."""
     good = _inputs(workdir)
     first = _curate(good, "-o", workdir / "out", "--bucket", "news", cwd=workdir)
     assert first.returncode == 0, first.stderr
@@ -192,25 +205,41 @@ def test_curate_again_into_its_own_output_replaces_only_its_output(workdir: Path
         "_decontamination.json", "_funnel.json", "_rejected", "news"]
     _foreign(workdir, {"out/NOTES.md": "mine"})
     before = tree_snapshot(workdir)
-    second = _curate(good, "-o", workdir / "out", "--bucket", "web", cwd=workdir)
+    refused = _curate(good, "-o", workdir / "out", "--bucket", "web", cwd=workdir)
+    assert_clean_error(refused, str(workdir / "out"), "holds an earlier tokenmill curate output", "--overwrite")
+    assert_untouched(before, tree_snapshot(workdir))
+    second = _curate(good, "-o", workdir / "out", "--bucket", "web", "--overwrite", cwd=workdir)
     assert second.returncode == 0, second.stderr
     after = tree_snapshot(workdir)
     assert after["out/NOTES.md"] == before["out/NOTES.md"] and after["good.jsonl"] == before["good.jsonl"]
     assert "out/news" not in after and any(p.startswith("out/web/part-") for p in after)
 
 
-def test_curate_overwrite_writes_beside_foreign_files_and_refuses_a_clash(workdir: Path) -> None:
+def test_curate_overwrite_keeps_a_users_file_beside_its_output_and_refuses_a_clash(workdir: Path) -> None:
+    """In a folder tokenmill made, --overwrite replaces only what its marker lists: a bucket name a
+    user's folder took since is refused before any work, and nothing changes."""
     good = _inputs(workdir)
-    _foreign(workdir, {"out/notes.txt": "mine", "clash/web/mine.txt": "mine"})
+    assert _curate(good, "-o", workdir / "out", "--bucket", "news", cwd=workdir).returncode == 0
+    _foreign(workdir, {"out/web/mine.txt": "mine"})
     before = tree_snapshot(workdir)
-    clash = _curate(good, "-o", workdir / "clash", "--overwrite", cwd=workdir)
-    assert_clean_error(clash, str(workdir / "clash" / "web"), "not written by tokenmill")
-    res = _curate(good, "-o", workdir / "out", "--overwrite", cwd=workdir)
+    clash = _curate(good, "-o", workdir / "out", "--overwrite", cwd=workdir)
+    assert_clean_error(clash, str(workdir / "out" / "web"), "not written by tokenmill")
+    assert_untouched(before, tree_snapshot(workdir))
+
+
+def test_an_earlier_versions_curated_folder_in_a_run_dir_is_replaced(workdir: Path) -> None:
+    """`curated/` without a marker is taken for old output only inside a run directory tokenmill
+    made; there the stage reruns, replacing the entries shaped like curate output."""
+    cfg = _config(workdir, curate={"sources": [{"path": str(_inputs(workdir)), "bucket": "web"}]})
+    assert _curate("--config", cfg, cwd=workdir).returncode == 0
+    curated = workdir / "runs" / "r" / "curated"
+    (curated / ".tokenmill").unlink()  # as an earlier version left it
+    (workdir / "runs" / "r" / ".stages").mkdir(exist_ok=True)
+    for stage in (workdir / "runs" / "r" / ".stages").iterdir():
+        stage.unlink()  # no cached stage: the stage runs again
+    res = _curate("--config", cfg, cwd=workdir)
     assert res.returncode == 0, res.stderr
-    after = tree_snapshot(workdir)
-    assert_untouched(before, after, created_under=("out", "clash/.tokenmill", ".clash.events.jsonl",
-                                                   ".out.events.jsonl"))
-    assert any(p.startswith("out/web/part-") for p in after)
+    assert json.loads((curated / ".tokenmill").read_text())["stage"] == "curate"
 
 
 def test_a_run_dir_is_reused_by_its_config(workdir: Path) -> None:

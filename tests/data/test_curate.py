@@ -259,3 +259,50 @@ def test_legacy_encodings_reach_the_rows_lineage_and_funnel(tmp_path):
     assert "noise.txt" in noise["reason"] and "no encoding decodes it cleanly" in noise["reason"]
     funnel = json.loads((out / "_funnel.json").read_text())
     assert funnel["sources"][str(root)]["encodings"] == {"cp1252": 1, "cp932": 1, "utf-8": 1}
+
+
+def _curate_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`tokenmill curate ARGS` as a real process, as a user runs it."""
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "tokenmill", "curate", *args, "--steps", "normalize", "--workers", "1"],
+                          cwd=cwd, capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
+
+
+PROSE = ("Document {i} tells of a quiet town by the river, where the baker opens at dawn and the children "
+         "walk to school past the old stone bridge while the market fills with voices.")
+
+
+def test_cli_reads_a_file_named_like_a_glob_as_that_file(tmp_path):
+    """`tokenmill curate 'dump[1].jsonl'` curates that file (3 documents), not `dump1.jsonl` beside
+    it (1), and the funnel names the file it read."""
+    (tmp_path / "dump[1].jsonl").write_text("".join(json.dumps({"text": PROSE.format(i=i)}) + "\n" for i in range(3)))
+    (tmp_path / "dump1.jsonl").write_text(json.dumps({"text": "the other file " + PROSE.format(i=9)}) + "\n")
+    res = _curate_cli("dump[1].jsonl", "-o", "out", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    funnel = json.loads((tmp_path / "out" / "_funnel.json").read_text())
+    assert funnel["total"]["read"]["docs_in"] == 3 and funnel["total"]["normalize"]["docs_out"] == 3
+    assert funnel["files_read"]["dump[1].jsonl"] == {
+        "count": 1, "names": ["dump[1].jsonl"], "all_named": True,
+        "sha256": __import__("hashlib").sha256(b"dump[1].jsonl\n").hexdigest()}
+    assert sorted(r["text"] for r in rows(tmp_path / "out")["web"]) == [PROSE.format(i=i) for i in range(3)]
+    glob_res = _curate_cli("dump[12].jsonl", "-o", "globbed", cwd=tmp_path)  # names nothing: a pattern
+    assert glob_res.returncode == 0, glob_res.stderr
+    assert json.loads((tmp_path / "globbed" / "_funnel.json").read_text())["files_read"]["dump[12].jsonl"]["names"] == [
+        "dump1.jsonl"]
+
+
+def test_cli_keeps_the_records_around_a_line_nested_too_deep(tmp_path):
+    """A 4 KB JSONL line nested 2,000 levels deep between good lines: the good lines are curated,
+    the deep one is one `too_deep` row of _rejected naming file:line (it was a RecursionError)."""
+    lines = [json.dumps({"text": PROSE.format(i=0)}), '{"text": "x", "m": ' + "[" * 2000 + "]" * 2000 + "}",
+             json.dumps({"text": PROSE.format(i=1)})]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+    res = _curate_cli("in.jsonl", "-o", "out", "--set", "curate.max_removal_share=0.5", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    r = rows(tmp_path / "out")
+    assert sorted(x["text"] for x in r["web"]) == [PROSE.format(i=0), PROSE.format(i=1)]
+    [deep] = r["_rejected"]
+    assert (deep["step"], deep["rule"], deep["value"]) == ("read", "too_deep", "2")
+    assert deep["reason"] == "in.jsonl:2: line 2: JSON nested deeper than 200 levels"
+    funnel = json.loads((tmp_path / "out" / "_funnel.json").read_text())
+    assert funnel["total"]["read"]["rejected"] == {"too_deep": {"docs": 1, "bytes": len(lines[1]) + 1}}

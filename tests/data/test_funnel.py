@@ -107,3 +107,18 @@ def test_license_counts_merge_round_trip_and_are_not_claimed_after_an_older_funn
     del older["licenses"]
     a.merge(Funnel.from_dict(older))
     assert "licenses" not in a.to_dict()
+
+
+def test_files_read_names_a_bounded_prefix_and_hashes_the_whole_list():
+    """However many files a source read, the funnel keeps `listed` names, the count and a SHA-256 of
+    the full list (one name a line), computed from a stream: a generator is consumed once."""
+    import hashlib
+
+    from tokenmill.data.funnel import files_read
+
+    names = [f"in/part-{i:05d}.jsonl" for i in range(2500)] + ["dump[1].jsonl", "b\udcffad.jsonl"]
+    got = files_read((n for n in names), listed=1000)
+    full = b"".join(n.encode("utf-8", "surrogateescape") + b"\n" for n in names)
+    assert got == {"count": 2502, "sha256": hashlib.sha256(full).hexdigest(), "names": names[:1000], "all_named": False}
+    assert files_read(["dump[1].jsonl"])["names"] == ["dump[1].jsonl"] and files_read(["a"])["all_named"] is True
+    assert files_read([]) == {"count": 0, "sha256": hashlib.sha256(b"").hexdigest(), "names": [], "all_named": True}

@@ -27,6 +27,36 @@ def test_glob_and_single_file(tmp_path):
     assert [r.locator for r in read_source(files_source(tmp_path / "y.md"), 1000)] == ["y.md"]
 
 
+def test_a_file_name_with_glob_characters_is_that_file(tmp_path):
+    """`dump[1].jsonl` that exists is read as itself, not as a pattern for `dump1.jsonl` beside it;
+    the same for a folder named with `*`, `?` or `[`, alone or as the literal head of a pattern."""
+    (tmp_path / "dump[1].jsonl").write_text("".join(f'{{"text": "three-{i}"}}\n' for i in range(3)))
+    (tmp_path / "dump1.jsonl").write_text('{"text": "one"}\n')
+    for name in ("star*", "what?", "set[ab]"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "in.txt").write_text(name)
+    (tmp_path / "stara").mkdir()
+    (tmp_path / "stara" / "in.txt").write_text("not me")
+    records = list(read_source(files_source(tmp_path / "dump[1].jsonl"), 1000))
+    assert [r.text for r in records] == ["three-0", "three-1", "three-2"]
+    assert records[0].locator == "dump[1].jsonl:1"
+    for name in ("star*", "what?", "set[ab]"):
+        assert [r.text for r in read_source(files_source(tmp_path / name), 1000)] == [name]
+        root, files = list_source_files(str(tmp_path / name / "*.txt"))  # existing head: literal
+        assert (root, files) == (tmp_path / name, [tmp_path / name / "in.txt"])
+
+
+def test_a_pattern_that_names_no_path_is_a_glob(tmp_path):
+    """Globbing still applies to a path that names nothing: here `dump[12].jsonl` matches `dump1.jsonl`."""
+    (tmp_path / "dump1.jsonl").write_text('{"text": "one"}\n')
+    (tmp_path / "dump3.jsonl").write_text('{"text": "three"}\n')
+    root, files = list_source_files(str(tmp_path / "dump[12].jsonl"))
+    assert (root, files) == (tmp_path, [tmp_path / "dump1.jsonl"])
+    assert [r.text for r in read_source(files_source(tmp_path / "dump?.jsonl"), 1000)] == ["one", "three"]
+    with pytest.raises(SourceError, match=r"does not exist, and as a glob pattern it matches no file"):
+        list_source_files(str(tmp_path / "dump[9].jsonl"))
+
+
 def test_missing_path_names_it(tmp_path):
     missing = tmp_path / "nope"
     with pytest.raises(SourceError, match=str(missing)):

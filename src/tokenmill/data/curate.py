@@ -69,13 +69,22 @@ from tokenmill.data.document import (
 from tokenmill.data.readers import get_reader
 from tokenmill.data.readers.base import file_size
 from tokenmill.data.executor import make_executor
-from tokenmill.data.funnel import Funnel, StepCounts, StepMark
+from tokenmill.data.funnel import Funnel, StepCounts, StepMark, files_read
 from tokenmill.data.limits import TIMEOUT_RULE, DocClock, DocTimeout
 from tokenmill.data.registry import CORPUS_STEPS, FINAL_STEPS, MAP_STEPS, build_doc_steps, selected_steps
 from tokenmill.data.shards import ShardSpec, plan_shards, read_shard
 from tokenmill.data.step import DocStep
 from tokenmill.errors import UserError
-from tokenmill.ownership import check_clashes, claim_dir, publish_into, remove_own_temporaries, write_marker
+from tokenmill import json_limits
+from tokenmill.ownership import (
+    OwnershipError,
+    check_clashes,
+    claim_dir,
+    publish_into,
+    read_marker,
+    remove_own_temporaries,
+    write_marker,
+)
 from tokenmill.runs import EventLog, RunDir, atomic_write_text, remove_temporaries, sha256_json, temporary_name
 
 if TYPE_CHECKING:
@@ -718,6 +727,16 @@ def _plan(job: Job, fingerprint: str) -> list[ShardSpec]:
     return specs
 
 
+def _files_read(job: Job, specs: list[ShardSpec]) -> dict[str, dict[str, Any]]:
+    """Per files source (by its path as given): the files its shards read, as the plan lists them,
+    so a name taken for a pattern, or a file that was not meant, shows in the funnel."""
+    return {
+        source_step.source_name(src): files_read(f for spec in specs if spec.source == i for f in spec.files)
+        for i, src in enumerate(job.sources)
+        if src.kind == "files"
+    }
+
+
 def _merged_funnel(job: Job, phase_dir: str) -> Funnel:
     funnel = Funnel(job.funnel_steps)
     for path in sorted((Path(job.work) / phase_dir).glob("*/chunk-*.funnel.json")):
@@ -788,7 +807,8 @@ def curate(
 ) -> dict[str, Any]:
     """Curate `cfg.sources` into `out`; resumable: a killed call, called again, continues.
     `seed` (the run seed) fixes the canaries' secrets, if any are configured. `out` must be new,
-    empty or tokenmill's curate output; with `overwrite` any directory, whose other files are kept."""
+    empty or tokenmill's curate output, which only `overwrite` replaces (just what tokenmill wrote
+    there: other files are kept). A folder of files tokenmill did not write is refused either way."""
     check_config(cfg)
     selected = selected_steps(cfg, steps)
     out = Path(os.path.abspath(out))  # `-o .` has no name to put the work directory beside
@@ -825,6 +845,7 @@ def curate(
     final = final_dir(job.work)
     canaries = insert_canaries(cfg, seed, final, funnel)  # after the removal check: canaries never hide an empty bucket
     funnel.license_permissions = {lic: licenses.permissions_row(licenses.table(cfg), lic) for lic in funnel.licenses}
+    funnel.files_read = _files_read(job, specs)
     funnel_data = funnel.write(final / FUNNEL_FILE)
     _write_decontamination(job, final)
     for step in prepared:
@@ -951,25 +972,49 @@ def _looks_curated(entry: Path) -> bool:
     return bool(files) and all(f.is_file() and f.name.startswith("part-") and f.name.endswith(".parquet") for f in files)
 
 
+FOREIGN_HINT = (
+    ": choose a new or empty folder, or move your files out of this one "
+    "(--overwrite replaces only tokenmill's own earlier curate output, never other files)"
+)
+
+
+def _in_a_run_dir(out: Path) -> bool:
+    """`curated/` of a run directory tokenmill made (its marker says "run"): an earlier version
+    wrote it without a marker of its own. A folder elsewhere is never taken for old output by its
+    contents alone: a user's `_funnel.json` and `web/part-00000.parquet` look just like it."""
+    mark = read_marker(out.parent)
+    return out.name == "curated" and mark is not None and mark.get("stage") == "run"
+
+
 def _claim_output(cfg: CurateConfig, out: Path, work: Path, overwrite: bool) -> set[str]:
-    """Refuse, before any work, an output or work directory tokenmill did not make, and an output
-    name taken by a file it did not write; returns the names in `out` that are tokenmill's."""
-    mark = claim_dir(
-        out,
-        STAGE,
-        foreign_ok=overwrite,
-        create=False,  # a new `out` appears only when published
-        hint=" (or pass --overwrite to write beside its files, which are kept)",
-    )
+    """Refuse, before any work, an output or work directory tokenmill did not make, an earlier
+    curate output unless `overwrite`, and an output name taken by a file tokenmill did not write;
+    returns the names in `out` that are tokenmill's (the only ones a publish replaces)."""
+    mark = claim_dir(out, STAGE, legacy=_in_a_run_dir, create=False, hint=FOREIGN_HINT)
     if mark.get("adopted"):  # no marker yet: only entries shaped like curate output are tokenmill's
         owned = {e.name for e in out.iterdir() if _looks_curated(e)}
         write_marker(out, STAGE, outputs=owned)
     else:
         owned = set(mark["outputs"])
+    if not overwrite and any(os.path.lexists(out / name) for name in owned):
+        raise OwnershipError(
+            f"{out}: holds an earlier tokenmill curate output; pass --overwrite to replace it "
+            "(only what tokenmill wrote there is replaced; other files are kept), or choose a new folder"
+        )
     buckets = set(_bucket_names(cfg))
     check_clashes(out, buckets | set(FIXED_OUTPUTS), owned)
-    claim_dir(work, "curate-work", legacy=lambda d: (d / "plan.json").is_file())
+    claim_dir(work, "curate-work", legacy=_earlier_work)
     return owned
+
+
+def _earlier_work(work: Path) -> bool:
+    """A work directory an earlier version left without a marker: its plan.json is the plan it wrote
+    (a fingerprint and a list of shards), not merely a file of that name."""
+    try:
+        plan = json_limits.loads((work / "plan.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(plan, dict) and isinstance(plan.get("fingerprint"), str) and isinstance(plan.get("shards"), list)
 
 
 def _publish(final: Path, out: Path, owned: set[str]) -> None:
@@ -1021,7 +1066,7 @@ def curate_inputs_fingerprint(cfg: CurateConfig) -> list[dict[str, Any]]:
 
 def run_curate(run: RunDir, progress: bool = True) -> dict[str, Any]:
     """The pipeline's curate stage: `run.config.curate` into `<run>/curated/`."""
-    # curated/ lies in a run directory tokenmill owns: one an earlier version made has no marker yet
+    # a stage rerun replaces the run's own curated/ (an earlier version's has no marker yet: _in_a_run_dir)
     return curate(
         run.config.curate,
         run.path / "curated",

@@ -9,13 +9,29 @@ The `d_eff` block holds the inputs of seed 002 §2.3's D_eff = D (1 - r_dup)(1 -
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Iterable, NamedTuple
 
 VERSION = "1"
 STEPS: tuple[str, ...] = ("read", "extract", "normalize", "length", "quality", "exact_dedup")
+FILES_LISTED = 1000  # file names kept per source in _funnel.json: the count and the hash cover the rest
+
+
+def files_read(names: Iterable[str], listed: int = FILES_LISTED) -> dict[str, Any]:
+    """The files a source read, in reading order, in bounded memory however many there are: the
+    first `listed` names, their count, and the SHA-256 of the whole list (one name a line, UTF-8)."""
+    digest = hashlib.sha256()
+    count = 0
+    first: list[str] = []
+    for name in names:
+        digest.update(name.encode("utf-8", "surrogateescape") + b"\n")  # a name may not be valid UTF-8
+        count += 1
+        if len(first) < listed:
+            first.append(name)
+    return {"count": count, "sha256": digest.hexdigest(), "names": first, "all_named": count <= listed}
 
 
 class StepMark(NamedTuple):
@@ -215,6 +231,8 @@ class Funnel:
         self.licenses: dict[str, LicenseCounts] = {}
         self.licenses_complete = True  # False once a funnel written before licenses were counted is merged in
         self.license_permissions: dict[str, dict[str, Any]] = {}  # set by the driver before writing
+        # per files source: the files it read (files_read); set by the driver before writing
+        self.files_read: dict[str, dict[str, Any]] = {}
 
     def merge(self, other: "Funnel") -> None:
         """Add another funnel's counts (of a shard or chunk) to this one."""
@@ -365,6 +383,7 @@ class Funnel:
                 else {}
             ),
             **({"licenses": self._licenses_dict()} if self.licenses_complete else {}),
+            **({"files_read": self.files_read} if self.files_read else {}),
             "d_eff": {"total": d_eff_inputs(total), "buckets": {b: d_eff_inputs(per) for b, per in sorted(self.buckets.items())}},
         }
 

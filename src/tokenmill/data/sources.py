@@ -1,6 +1,7 @@
 """Sources: a SourceConfig in, RawRecords out, in a deterministic (sorted) order.
 
-kind=files reads a file, a directory (recursively, hidden entries skipped) or a glob; each file
+kind=files reads a file, a directory (recursively, hidden entries skipped) or a glob (only a path
+that names nothing existing is a pattern: see _glob_split); each file
 goes to the reader of its format (data.readers: one module per format), which comes from the
 file name unless the config names one. kind=python_stdlib is the embedded demo corpus
 (readers/stdlib.py). Bad input is never fatal and never vanishes (DESIGN §5): see readers/base.py.
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import glob
 import os
-import re
 import sys
 from itertools import islice
 from pathlib import Path
@@ -44,22 +44,43 @@ __all__ = [
 VERSION = "4"  # 4: binary judged per line, per-file limits, WARC resync, Parquet binary text decoded
 
 
+def _glob_split(path: str) -> tuple[Path, str] | None:
+    """None for a path to read as it is named; else (root, pattern) for a glob.
+
+    A file name is a file name: a path that exists is that file or folder, even when its name
+    holds `[`, `*` or `?` (`dump[1].jsonl` is not a pattern for `dump1.jsonl`). Only a path that
+    names nothing and has glob characters is a pattern; its leading folders that exist are taken
+    literally too (escaped), so `data[1]/*.jsonl` lists the folder `data[1]`. The root, which
+    locators are relative to, is the last folder before the first component that is a pattern."""
+    if os.path.lexists(path) or not glob.has_magic(path):
+        return None
+    parts = Path(path).parts
+    absolute = Path(path).is_absolute()
+    literal, rest = (Path(parts[0]) if absolute else Path()), list(parts[1:] if absolute else parts)
+    # a leading folder is literal when its name is plain or names a folder that exists
+    while len(rest) > 1 and (not glob.has_magic(rest[0]) or os.path.lexists(literal / rest[0])):
+        literal /= rest.pop(0)
+    return literal, os.path.join(glob.escape(str(literal)), *rest)
+
+
 def source_root(path: str) -> Path:
     """The directory a source's locators are relative to (no listing: cheap for every shard)."""
-    if glob.has_magic(path):
-        prefix = path[: min(m.start() for m in re.finditer(r"[*?\[]", path))]
-        return Path(prefix) if prefix.endswith(os.sep) else Path(prefix).parent
+    split = _glob_split(path)
+    if split is not None:
+        return split[0]
     p = Path(path)
     return p.parent if p.is_file() else p
 
 
 def list_source_files(path: str) -> tuple[Path, list[Path]]:
     """(root the locators are relative to, files in reading order) for a file, dir or glob."""
-    if glob.has_magic(path):
-        files = sorted(Path(p) for p in glob.glob(path, recursive=True) if Path(p).is_file())
+    split = _glob_split(path)
+    if split is not None:
+        root, pattern = split
+        files = sorted(Path(p) for p in glob.glob(pattern, recursive=True) if Path(p).is_file())
         if not files:
-            raise SourceError(f"source path {path!r}: the glob matches no file")
-        return source_root(path), files
+            raise SourceError(f"source path {path!r} does not exist, and as a glob pattern it matches no file")
+        return root, files
     p = Path(path)
     if p.is_file():
         return p.parent, [p]

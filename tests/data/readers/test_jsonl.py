@@ -52,6 +52,31 @@ def test_json_array(tmp_path):
     assert summary == [("s.json#0", "j0", None), ("s.json#1", None, "missing_field")]
 
 
+def test_a_line_nested_too_deep_is_quarantined_alone(tmp_path):
+    """A 4 KB line nested 2,000 levels deep (a RecursionError for json.loads) is one `too_deep`
+    record naming its file and line; the lines on either side are read as usual."""
+    deep = '{"text": "x", "metadata": ' + "[" * 2000 + "]" * 2000 + "}"
+    ok_deep = '{"text": "nested", "metadata": ' + "[" * 150 + "]" * 150 + "}"  # under the limit: a record
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n".join([json.dumps({"text": "before"}), deep, ok_deep, json.dumps({"text": "after"})]) + "\n")
+    records = list(read_source(files_source(path), 100_000))
+    assert [r.text for r in records if r.problem is None] == ["before", "nested", "after"]
+    [bad] = [r for r in records if r.problem is not None]
+    assert (bad.locator, bad.url, bad.problem.rule, bad.problem.value) == ("d.jsonl:2", f"{path}:2", "too_deep", "2")
+    assert f"{path}:2: line 2: JSON nested deeper than 200 levels" == bad.problem.reason
+
+
+def test_a_json_array_nested_too_deep_is_one_quarantined_record(tmp_path):
+    """A .json array is parsed whole: one record 2,000 levels deep quarantines the file as `too_deep`
+    (no RecursionError); records 199 levels deep inside the array (200 with it) are read."""
+    (tmp_path / "deep.json").write_text('[{"text": "a"}, {"text": "b", "m": ' + "[" * 2000 + "]" * 2000 + "}]")
+    (tmp_path / "ok.json").write_text('[{"text": "a", "m": ' + "[" * 198 + "]" * 198 + "}]")
+    records = {r.locator: r for r in read_source(files_source(tmp_path), 100_000)}
+    assert records["deep.json"].problem.rule == "too_deep"
+    assert "a record in it nests deeper than 200 levels" in records["deep.json"].problem.reason
+    assert records["ok.json#0"].problem is None and records["ok.json#0"].text == "a"
+
+
 def _jsonl(rows: list[dict]) -> bytes:
     return b"".join(json.dumps(r).encode() + b"\n" for r in rows)
 

@@ -110,19 +110,20 @@ def test_bucket_routes_and_a_matching_bucket_rule_still_overrides(tmp_path):
 
 def test_cached_model_is_reused_until_file_or_knobs_change(tmp_path):
     labels = _labels(tmp_path / "labels.jsonl")
-    out = tmp_path / "out"
+    out = tmp_path / "out"  # each rerun replaces the last one's output (overwrite), reusing its model
     spec = {"name": "topic", "labelled": "labels.jsonl", "action": "tag"}
     trained = lambda: _report(out)["topic"]["trained_this_run"]  # noqa: E731
     curate(_cfg(tmp_path, [spec]), out, base_dir=tmp_path, progress=False)
     assert trained() is True
-    curate(_cfg(tmp_path, [spec]), out, base_dir=tmp_path, progress=False)
+    curate(_cfg(tmp_path, [spec]), out, base_dir=tmp_path, progress=False, overwrite=True)
     assert trained() is False  # same file, same knobs
-    curate(_cfg(tmp_path, [{**spec, "action": "filter", "remove": ["code"]}]), out, base_dir=tmp_path, progress=False)
+    filtered = _cfg(tmp_path, [{**spec, "action": "filter", "remove": ["code"]}])
+    curate(filtered, out, base_dir=tmp_path, progress=False, overwrite=True)
     assert trained() is False and _report(out)["topic"]["action"] == "filter"  # the action is not part of the model
-    curate(_cfg(tmp_path, [{**spec, "epochs": 3}]), out, base_dir=tmp_path, progress=False)
+    curate(_cfg(tmp_path, [{**spec, "epochs": 3}]), out, base_dir=tmp_path, progress=False, overwrite=True)
     assert trained() is True
     labels.write_text(labels.read_text() + json.dumps({"text": _text("cook", 99), "label": "cook"}) + "\n")
-    curate(_cfg(tmp_path, [{**spec, "epochs": 3}]), out, base_dir=tmp_path, progress=False)
+    curate(_cfg(tmp_path, [{**spec, "epochs": 3}]), out, base_dir=tmp_path, progress=False, overwrite=True)
     assert trained() is True and _report(out)["topic"]["label_counts"]["cook"] == 31
 
 

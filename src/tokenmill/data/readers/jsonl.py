@@ -3,7 +3,9 @@ per line with at least the text field; its `id`, `source` and `metadata` are kep
 RawRecord.metadata (JSON), `url` as the url, and `id` as RawRecord.record_id (the row's id when it
 is unique in the run: data/doc_ids.py). A .json file holding one array is read as records.
 JSON exchanged between systems is UTF-8 (RFC 8259 §8.1): a line that is not is quarantined as
-`undecodable`, with no guessing (a JSON array file may be UTF-16/32, as json.loads reads it)."""
+`undecodable`, with no guessing (a JSON array file may be UTF-16/32, as json.loads reads it).
+A line nested deeper than tokenmill.json_limits.MAX_DEPTH is quarantined as `too_deep` before the
+recursive parser sees it; the lines around it are read as usual."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Iterator
 
+from tokenmill import json_limits
 from tokenmill.data.document import Encoding, RawRecord
 from tokenmill.data.readers.base import Reader, RecordMaker, binary_reason, line_binary_reason, register
 from tokenmill.data.readers.decode import UTF8, decode_utf8
@@ -38,7 +41,9 @@ def _line_record(
     if raw is None:
         return make.bad(locator, where, "text", n, "undecodable", lineno, f"line {lineno}: {problem}")
     try:
-        obj = json.loads(raw)
+        obj = json_limits.loads(raw)
+    except json_limits.TooDeep as exc:  # parsing it would recurse past the stack: this line alone is lost
+        return make.bad(locator, where, "text", n, "too_deep", lineno, f"line {lineno}: {exc}")
     except json.JSONDecodeError as exc:
         return make.bad(
             locator, where, "text", n, "bad_json", lineno, f"line {lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
@@ -117,7 +122,11 @@ def read_json_array(make: RecordMaker, path: Path, rel: str, max_doc_bytes: int)
         return
     data = path.read_bytes()
     try:
-        items = json.loads(data)
+        items = json_limits.loads(data, json_limits.MAX_DEPTH + 1)  # +1: the array holding the records
+    except json_limits.TooDeep:  # one parse for the whole array: the file is one record here
+        reason = f"JSON array: a record in it nests deeper than {json_limits.MAX_DEPTH} levels; the array is parsed whole"
+        yield make.bad(rel, str(path), "text", size, "too_deep", 0, reason + ", so none of it was read")
+        return
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         yield make.bad(rel, str(path), "text", size, "bad_json", 0, f"invalid JSON array: {exc}")
         return
