@@ -31,28 +31,34 @@ cgroup memory/pids limits, e.g. `docker run --network none --pids-limit 64 --mem
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
 import stat
 import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
 from tokenmill.errors import UserError
 from tokenmill.eval.config import SandboxConfig, TaskConfig
 from tokenmill.eval.items import GenItem
+from tokenmill.eval.sandbox_launch import (
+    SETUP_MARK,
+    namespaces_command,
+    network_namespace_available,
+    process_command,
+    require_namespaces,
+)
+
+__all__ = ["Verdict", "network_namespace_available", "pass_at_k", "program_source", "run_program", "score_code_items"]
 
 REFUSED_EXIT = 86  # the bootstrap's exit code for a refusal (sandbox_bootstrap.REFUSED_EXIT)
 REFUSAL_MARK = "tokenmill-sandbox: refused "
-BOOTSTRAP = (Path(__file__).with_name("sandbox_bootstrap.py")).read_text(encoding="utf-8")
+JAIL_WORK = "/sandbox"  # the program's folder inside its mount namespace (sandbox_jail.WORK)
 
 Status = Literal["passed", "failed", "timeout", "killed", "refused"]
 
@@ -72,30 +78,6 @@ class Verdict:
     @property
     def passed(self) -> bool:
         return self.status == "passed"
-
-
-@lru_cache(maxsize=1)
-def network_namespace_available() -> bool:
-    """Whether `unshare -rn` works for this user here (a new user + network namespace)."""
-    exe = shutil.which("unshare")
-    if exe is None:
-        return False
-    try:
-        return subprocess.run([exe, "-rn", "true"], capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-def _limits(cfg: SandboxConfig) -> str:
-    keys = ("cpu_s", "memory_mb", "file_size_mb", "open_files", "max_processes")
-    return json.dumps({k: getattr(cfg, k) for k in keys})
-
-
-def _command(cfg: SandboxConfig) -> list[str]:
-    cmd = [sys.executable, "-I", "-B", "-c", BOOTSTRAP, _limits(cfg)]
-    if cfg.isolate_network and network_namespace_available():
-        cmd = [shutil.which("unshare") or "unshare", "-rn", *cmd]
-    return cmd
 
 
 def _kill_group(pgid: int) -> None:
@@ -135,35 +117,44 @@ def _verdict(rc: int | None, timed_out: bool, stderr: str, seconds: float) -> Ve
     return Verdict("passed" if rc == 0 else "failed", rc, stderr, seconds)
 
 
+def _start(source: str, limits: SandboxConfig, err: IO[bytes]) -> tuple[subprocess.Popen[bytes], str | None]:
+    """Start the program under `limits.isolation`; the temporary host directory it runs in
+    (process isolation only: under namespaces its folder is a tmpfs that dies with the run)."""
+    popen = {"stdout": subprocess.DEVNULL, "stderr": err, "start_new_session": True, "close_fds": True}
+    if limits.isolation == "namespaces":
+        env = {"PATH": "/usr/bin:/bin", "HOME": JAIL_WORK, "TMPDIR": JAIL_WORK, "LANG": "C.UTF-8"}
+        proc = subprocess.Popen(namespaces_command(limits), stdin=subprocess.PIPE, cwd="/", env=env, **popen)  # type: ignore[call-overload]
+        return proc, None
+    root = tempfile.mkdtemp(prefix="tokenmill-sandbox-")
+    Path(root, "program.py").write_text(source, encoding="utf-8")
+    env = {"PATH": "/usr/bin:/bin", "HOME": root, "TMPDIR": root, "LANG": "C.UTF-8"}
+    return subprocess.Popen(process_command(limits), stdin=subprocess.DEVNULL, cwd=root, env=env, **popen), root  # type: ignore[call-overload]
+
+
 def run_program(source: str, limits: SandboxConfig) -> Verdict:
     """Run `source` as a Python program in the sandbox described in the module docstring."""
-    root = tempfile.mkdtemp(prefix="tokenmill-sandbox-")
+    if limits.isolation == "namespaces":
+        require_namespaces()
     start = time.monotonic()
-    try:
-        Path(root, "program.py").write_text(source, encoding="utf-8")
-        env = {"PATH": "/usr/bin:/bin", "HOME": root, "TMPDIR": root, "LANG": "C.UTF-8"}
-        with tempfile.TemporaryFile() as err:
-            proc = subprocess.Popen(
-                _command(limits),
-                cwd=root,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                start_new_session=True,
-                close_fds=True,
-            )
+    root = None
+    with tempfile.TemporaryFile() as err:
+        try:
+            proc, root = _start(source, limits, err)
             timed_out = False
             try:
-                rc = proc.wait(timeout=limits.timeout_s)
+                proc.communicate(source.encode("utf-8") if root is None else None, timeout=limits.timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
                 _kill_group(proc.pid)
-                rc = proc.wait()
+            rc = proc.wait()
             _kill_group(proc.pid)  # leftovers of a program that exited
-            return _verdict(rc, timed_out, _tail(err, limits.stderr_lines), round(time.monotonic() - start, 3))
-    finally:
-        _remove_tree(root)
+        finally:
+            if root is not None:
+                _remove_tree(root)
+        tail = _tail(err, limits.stderr_lines)
+    if SETUP_MARK in tail:
+        raise UserError(f"eval.sandbox: the namespace sandbox could not start a program: {tail.rsplit(SETUP_MARK, 1)[1]}")
+    return _verdict(rc, timed_out, tail, round(time.monotonic() - start, 3))
 
 
 def program_source(item: GenItem, completion: str) -> str:
