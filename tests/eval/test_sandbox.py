@@ -15,18 +15,39 @@ import pytest
 from tokenmill.errors import UserError
 from tokenmill.eval.config import EvalConfig, SandboxConfig, TaskConfig
 from tokenmill.eval.sandbox import network_namespace_available, pass_at_k, run_program, score_code_items
+from tokenmill.eval.sandbox_launch import namespaces_problem, require_namespaces
 from tokenmill.eval.tasks import GenItem, load_task
 
-# Every hostile program first says where it runs, so the test can check what is left afterwards.
-HEADER = "import os, sys\nprint('WHERE', os.getcwd(), os.getpid(), file=sys.stderr, flush=True)\n"
+# Every hostile program first says where it runs (folder, pid, PID namespace), so the test can
+# check what is left afterwards.
+HEADER = (
+    "import os, sys\n"
+    "print('WHERE', os.getcwd(), os.getpid(), os.readlink('/proc/self/ns/pid'), file=sys.stderr, flush=True)\n"
+)
 FAST = SandboxConfig(timeout_s=5, cpu_s=5)
 
 
+def processes_in(pid_ns: str) -> list[int]:
+    """Host pids of the processes in PID namespace `pid_ns` (e.g. 'pid:[4026532...]')."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and os.readlink(f"/proc/{entry}/ns/pid") == pid_ns:
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
 def run(body: str, cfg: SandboxConfig = FAST):
-    """Run HEADER + body; assert its directory was removed and its process group is gone."""
+    """Run HEADER + body; assert nothing of it is left: under namespaces no process in its PID
+    namespace; under process isolation its directory is removed and its process group is gone."""
     verdict = run_program(HEADER + body, cfg)
-    m = re.search(r"WHERE (\S+) (\d+)", verdict.stderr_tail)
+    m = re.search(r"WHERE (\S+) (\d+) (\S+)", verdict.stderr_tail)
     assert m, verdict
+    if cfg.isolation == "namespaces":
+        assert m.group(3) != os.readlink("/proc/self/ns/pid") and processes_in(m.group(3)) == []
+        return verdict
     assert not Path(m.group(1)).exists(), "the sandbox directory must be removed"
     with pytest.raises(ProcessLookupError):
         os.killpg(int(m.group(2)), 0)

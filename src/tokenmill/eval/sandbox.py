@@ -47,6 +47,7 @@ from tokenmill.errors import UserError
 from tokenmill.eval.config import SandboxConfig, TaskConfig
 from tokenmill.eval.items import GenItem
 from tokenmill.eval.sandbox_launch import (
+    KILLED_MARK,
     SETUP_MARK,
     namespaces_command,
     network_namespace_available,
@@ -86,6 +87,23 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _kill_namespace_init(unshare_pid: int) -> bool:
+    """SIGKILL unshare's child, PID 1 of the program's PID namespace (it may have left the process
+    group with setsid): unshare then returns only once the kernel has killed every process in the
+    namespace, so none is left when the verdict is made. Whether there was one to kill."""
+    try:
+        with open(f"/proc/{unshare_pid}/task/{unshare_pid}/children") as f:
+            children = [int(p) for p in f.read().split()]
+    except OSError:
+        return False  # unshare is gone or not yet forked: the group kill and --kill-child cover it
+    for pid in children:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return bool(children)
 
 
 def _remove_tree(path: str) -> None:
@@ -145,6 +163,11 @@ def run_program(source: str, limits: SandboxConfig) -> Verdict:
                 proc.communicate(source.encode("utf-8") if root is None else None, timeout=limits.timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
+                if _kill_namespace_init(proc.pid):
+                    try:
+                        proc.wait(timeout=5)  # unshare reaps its child after the kernel emptied the namespace
+                    except subprocess.TimeoutExpired:
+                        pass
                 _kill_group(proc.pid)
             rc = proc.wait()
             _kill_group(proc.pid)  # leftovers of a program that exited
@@ -152,6 +175,8 @@ def run_program(source: str, limits: SandboxConfig) -> Verdict:
             if root is not None:
                 _remove_tree(root)
         tail = _tail(err, limits.stderr_lines)
+    if limits.isolation == "namespaces" and KILLED_MARK in tail and rc is not None and rc > 128:
+        rc = 128 - rc  # PID 1 reports the candidate's signal as 128 + n (sandbox_jail.init)
     if SETUP_MARK in tail:
         raise UserError(f"eval.sandbox: the namespace sandbox could not start a program: {tail.rsplit(SETUP_MARK, 1)[1]}")
     return _verdict(rc, timed_out, tail, round(time.monotonic() - start, 3))

@@ -11,12 +11,12 @@ that root to the evaluator's own user, with no power outside) and:
    (`nr_inodes`), and writes program.py there from stdin; it is the only writable place and
    disappears with the mount namespace, so nothing of the candidate's stays on the host disk;
 3. remounts the new root read-only, pivots into it and detaches the old root;
-4. locks root out of capabilities (securebits NOROOT, empty bounding and ambient sets), sets
-   no_new_privs and installs the seccomp filter of eval/sandbox_seccomp.py;
-5. execs the interpreter on sandbox_bootstrap.py (rlimits, the audit hook), which runs program.py.
+4. forks the candidate, which locks root out of capabilities (securebits NOROOT, empty bounding
+   and ambient sets), sets no_new_privs and installs the seccomp filter of eval/sandbox_seccomp.py,
+5. and execs the interpreter on sandbox_bootstrap.py (rlimits, the audit hook) to run program.py.
 
-Because the candidate is then PID 1 of its PID namespace, the kernel kills every process it made
-(setsid or not) when it exits, and `unshare --kill-child` kills it when unshare is killed.
+This process stays PID 1 and exits when the candidate does: the kernel then kills every process
+left in the PID namespace (setsid or not); `unshare --kill-child` kills it when unshare is killed.
 Kept free of tokenmill imports (a bare interpreter runs it). argv[1] is the JSON spec of
 sandbox_launch.jail_spec. A failed step writes `tokenmill-sandbox: setup failed: <step>: <error>`
 and exits SETUP_EXIT.
@@ -25,9 +25,11 @@ and exits SETUP_EXIT.
 import ctypes
 import json
 import os
+import signal
 import sys
 
 SETUP_EXIT = 87
+KILLED_MARK = "tokenmill-sandbox: killed by signal "
 NEW_ROOT, WORK = "/tmp", "/sandbox"  # /tmp is only the mount point of the new root in this namespace
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME, ST_RELATIME = 1024, 2048, 1 << 21, 4096
@@ -113,22 +115,47 @@ def lock_down(seccomp: bytes) -> None:
         check(prctl(PR_SET_SECCOMP, 2, ctypes.byref(prog), 0, 0), "seccomp filter")  # SECCOMP_MODE_FILTER
 
 
-def main() -> None:
-    spec = json.loads(sys.argv[1])
-    source = sys.stdin.buffer.read()
-    step = "mounts"
+def fail(step: str, error: OSError) -> None:
+    os.write(2, f"tokenmill-sandbox: setup failed: {step}: {error}\n".encode())
+    os._exit(SETUP_EXIT)
+
+
+def candidate(spec: dict) -> None:
+    """The forked child: steps 4 and 5."""
     try:
-        build_root(spec, source)
-        step = "lock down"
         lock_down(bytes.fromhex(spec["seccomp"]))
-        step = "exec"
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
         os.execv(spec["python"], [spec["python"], "-I", "-B", "-c", spec["bootstrap"], spec["limits"]])
     except OSError as e:
-        os.write(2, f"tokenmill-sandbox: setup failed: {step}: {e}\n".encode())
-        os._exit(SETUP_EXIT)
+        fail("lock down", e)
+
+
+def init(child: int) -> None:
+    """PID 1 reaps until the candidate ends, then exits with its status (a signal as 128 + n with a
+    line: util-linux 2.38 `unshare` loses a child's signal), taking every other process with it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the candidate may signal PID 1; nothing else is caught
+    while True:
+        pid, status = os.waitpid(-1, 0)
+        if pid == child:
+            break
+    if os.WIFSIGNALED(status):
+        os.write(2, f"\n{KILLED_MARK}{os.WTERMSIG(status)}\n".encode())
+        os._exit(128 + os.WTERMSIG(status))
+    os._exit(os.waitstatus_to_exitcode(status))
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    try:
+        build_root(spec, sys.stdin.buffer.read())
+    except OSError as e:
+        fail("mounts", e)
+    child = os.fork()
+    if child == 0:
+        candidate(spec)
+    init(child)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,9 @@
 
 `namespaces` (the default): util-linux `unshare` makes fresh user, mount, PID, network, IPC, UTS and
 cgroup namespaces and runs eval/sandbox_jail.py as their PID 1, which builds a read-only root with
-the candidate's size-capped tmpfs, drops every capability, sets no_new_privs and a seccomp filter,
-and execs the bootstrap. util-linux rather than bubblewrap: `unshare` and `setpriv` ship with every
-Debian/Ubuntu base system (no package to install in CI or on a user's machine), and what bwrap
+the candidate's size-capped tmpfs and forks the candidate, which drops every capability, sets
+no_new_privs and a seccomp filter, and execs the bootstrap. util-linux rather than bubblewrap:
+`unshare` ships with every Debian/Ubuntu base system (no package to install in CI or on a user's machine), and what bwrap
 would add (the mounts, the capability drop, seccomp) is ~150 lines of Python here, tested. The
 namespace's root is the evaluator's own user; run the evaluator unprivileged: for root the kernel
 never enforces RLIMIT_NPROC, so there only the wall timeout (which tears the PID namespace down)
@@ -34,7 +34,8 @@ from tokenmill.eval.sandbox_seccomp import filter_program, supported
 HERE = Path(__file__).parent
 BOOTSTRAP = (HERE / "sandbox_bootstrap.py").read_text(encoding="utf-8")
 JAIL = (HERE / "sandbox_jail.py").read_text(encoding="utf-8")
-SETUP_MARK = "tokenmill-sandbox: setup failed: "
+SETUP_MARK = "tokenmill-sandbox: setup failed: "  # sandbox_jail.fail
+KILLED_MARK = "tokenmill-sandbox: killed by signal "  # sandbox_jail.KILLED_MARK
 # What the interpreter needs, bound read-only at the same path (a symlink is recreated as one).
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache")
 DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom")
