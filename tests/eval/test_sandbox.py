@@ -7,7 +7,9 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import signal
 import socket
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -204,3 +206,179 @@ def test_sandbox_config_lives_in_eval_config():
     assert cfg.sandbox.timeout_s == 3 and cfg.sandbox.workers == 4 and cfg.sandbox.memory_mb == 512
     with pytest.raises(Exception, match="unknown_limit"):
         EvalConfig.model_validate({"sandbox": {"unknown_limit": 1}})
+
+
+# --- The kernel boundary (namespaces isolation): each escape runs after switching the audit hook
+# off the way a hostile tester did (a replaced helper walks frames into the hook and swaps the exit
+# in its closure), so what stops it is the kernel, not the hook.
+DEFEAT_HOOK = """import posixpath, sys
+_orig = posixpath.abspath
+def _abspath(p):
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name == 'hook':
+            for c in f.f_locals['refuse'].__closure__:
+                if getattr(c.cell_contents, '__name__', '') == '_exit':
+                    c.cell_contents = lambda code: None
+        f = f.f_back
+    return _orig(p)
+posixpath.abspath = _abspath
+try:
+    open('/trigger-the-hook', 'r+')
+except OSError:
+    pass
+posixpath.abspath = _orig
+done = []
+def attempt(name, fn):
+    try:
+        fn()
+        done.append(name)
+    except Exception:  # OSError, sqlite3.Error: the attempt failed
+        pass
+"""
+ESCAPED = "print('ESCAPED', done, file=sys.stderr)\nassert not done, done\n"
+namespaces_only = pytest.mark.skipif(namespaces_problem() is not None, reason=f"namespaces: {namespaces_problem()}")
+
+
+def write_escapes(outside: Path) -> str:
+    """Every write the tester made outside its folder, aimed at a host folder and at the read-only root."""
+    lines = ["import sqlite3, stat"]
+    for d in (str(outside), "/", "/usr"):
+        lines += [
+            f"attempt('fifo {d}', lambda: os.mkfifo({d + '/fifo'!r}))",
+            f"attempt('mknod {d}', lambda: os.mknod({d + '/null'!r}, stat.S_IFCHR | 0o666, os.makedev(1, 3)))",
+            f"attempt('open {d}', lambda: open({d + '/new.txt'!r}, 'w'))",
+            f"attempt('sqlite {d}', lambda: sqlite3.connect({d + '/db.sqlite'!r}).execute('create table t (x)'))",
+            f"if os.path.isdir({d!r}):",  # the host folder is not even visible; dir_fd on the others
+            f"    fd, name = os.open({d!r}, os.O_RDONLY), sorted(os.listdir({d!r}))[0]",
+            "    attempt('mkdir dir_fd', lambda: os.mkdir('made', dir_fd=fd))",
+            "    attempt('create dir_fd', lambda: os.open('made.txt', os.O_WRONLY | os.O_CREAT, dir_fd=fd))",
+            "    attempt('rename dir_fd', lambda: os.rename(name, 'moved', src_dir_fd=fd, dst_dir_fd=fd))",
+            "    attempt('unlink dir_fd', lambda: os.unlink(name, dir_fd=fd))",
+        ]
+    # fchmod through a read-only descriptor, to the mode it already has (harmless if it worked)
+    lines += [
+        "ro = os.open('/etc/ld.so.cache' if os.path.exists('/etc/ld.so.cache') else '/usr/bin/env', os.O_RDONLY)",
+        "attempt('fchmod', lambda: os.fchmod(ro, stat.S_IMODE(os.fstat(ro).st_mode)))",
+        "def shell():",  # the shell runs (the hook is off); what it writes must fail
+        "    if os.system('touch /usr/tokenmill-escape 2>/dev/null || mkdir /tokenmill-escape 2>/dev/null') != 0:",
+        "        raise OSError('nothing written')",
+        "attempt('system', shell)",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def host_state(outside: Path) -> tuple:
+    return sorted(os.listdir(outside)), (outside / "victim.txt").read_text(), os.stat(outside / "victim.txt").st_mode
+
+
+@namespaces_only
+def test_writes_outside_fail_even_with_the_hook_switched_off(tmp_path: Path):
+    outside = tmp_path / "outside"
+    outside.mkdir(mode=0o777)
+    (outside / "victim.txt").write_text("keep")
+    before = host_state(outside)
+    v = run(DEFEAT_HOOK + write_escapes(outside) + ESCAPED)
+    assert "ESCAPED []" in v.stderr_tail and v.passed, v
+    assert host_state(outside) == before
+    assert not Path("/usr/tokenmill-escape").exists() and not Path("/tokenmill-escape").exists()
+
+
+def signal_escapes(target: int) -> str:
+    return (
+        "import signal\n"
+        f"attempt('kill', lambda: os.kill({target}, signal.SIGUSR1))\n"
+        f"attempt('pidfd', lambda: signal.pidfd_send_signal(os.pidfd_open({target}), signal.SIGUSR1))\n"
+        f"attempt('proc', lambda: open('/proc/{target}/cmdline').read())\n"
+        "attempt('ptrace', lambda: open('/proc/1/mem', 'rb').read(1))\n"
+    )
+
+
+@namespaces_only
+def test_the_evaluator_is_not_reachable_by_signal_pidfd_or_proc():
+    got: list[int] = []
+    old = signal.signal(signal.SIGUSR1, lambda *_: got.append(1))
+    try:
+        v = run(DEFEAT_HOOK + signal_escapes(os.getpid()) + ESCAPED)
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    assert "ESCAPED []" in v.stderr_tail and v.passed and got == [], (v, got)
+
+
+SECCOMP_PROBE = """import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+for name, nr, args in (('unshare', 272, (0x10000000,)), ('ptrace', 101, (0, 0, 0, 0)), ('mount', 165, (b'none', b'/sandbox', b'tmpfs', 0, None)),
+                       ('setns', 308, (0, 0)), ('bpf', 321, (0, 0, 0))):
+    rc = libc.syscall(nr, *args)
+    assert rc == -1 and ctypes.get_errno() == errno.EPERM, (name, rc, ctypes.get_errno())
+assert os.fork() == 0 or os.wait()  # an ordinary fork still works
+"""
+
+
+@namespaces_only
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe uses x86_64 syscall numbers")
+def test_seccomp_refuses_namespace_and_tracing_calls():
+    v = run(DEFEAT_HOOK + "import os\nif os.getpid() != 0:\n    pass\n" + SECCOMP_PROBE)
+    assert v.passed, v
+
+
+SETSID_CHILD = """pid = os.fork()
+if pid == 0:
+    os.setsid()
+    import time
+    time.sleep(30)
+    os._exit(0)
+print('CHILD', pid, file=sys.stderr)
+"""
+
+
+@namespaces_only
+def test_a_setsid_child_does_not_outlive_the_program():
+    # run() asserts that no process is left in the program's PID namespace afterwards
+    v = run(DEFEAT_HOOK + SETSID_CHILD)
+    assert v.passed and "CHILD" in v.stderr_tail, v
+
+
+@namespaces_only
+def test_a_setsid_program_that_times_out_leaves_nothing():
+    v = run(DEFEAT_HOOK + "os.setsid()\n" + SETSID_CHILD + "while True:\n    pass\n", SandboxConfig(timeout_s=1, cpu_s=30))
+    assert v.status == "timeout", v
+
+
+@namespaces_only
+def test_sockets_reach_nothing_with_the_hook_switched_off():
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        body = f"import socket\nattempt('connect', lambda: socket.create_connection(('127.0.0.1', {port}), timeout=2))\n"
+        v = run(DEFEAT_HOOK + body + ESCAPED)
+        assert "ESCAPED []" in v.stderr_tail and v.passed, v
+        server.settimeout(0.2)
+        with pytest.raises(socket.timeout):
+            server.accept()
+
+
+@namespaces_only
+def test_disk_use_is_capped_by_the_tmpfs_size():
+    body = "for i in range(48):\n    with open(f'f{i}', 'wb') as f:\n        f.write(b'x' * 1024 * 1024)\n"
+    v = run(body, SandboxConfig(timeout_s=10, disk_mb=16))
+    assert v.status == "failed" and "No space left on device" in v.stderr_tail, v
+    assert run(body, SandboxConfig(timeout_s=10, disk_mb=64)).passed  # the same program with room
+
+
+@namespaces_only
+def test_file_count_is_capped_by_the_tmpfs_inodes():
+    body = "n = 0\ntry:\n    for n in range(20000):\n        open(f'f{n}', 'w').close()\nfinally:\n    print('MADE', n, file=sys.stderr)\n"
+    v = run(body, SandboxConfig(timeout_s=10, max_files=256))
+    made = int(re.search(r"MADE (\d+)", v.stderr_tail).group(1))  # type: ignore[union-attr]
+    assert v.status == "failed" and "No space left on device" in v.stderr_tail and made < 256, v
+
+
+@namespaces_only
+def test_a_program_that_locks_its_folder_leaves_nothing_and_tmpdir_unchanged():
+    tmp = tempfile.gettempdir()
+    mode = os.stat(tmp).st_mode
+    before = set(os.listdir(tmp))
+    v = run("os.mkdir('sub')\nos.chmod('sub', 0)\nos.chmod('.', 0)\n")
+    assert v.passed, v
+    assert os.stat(tmp).st_mode == mode
+    assert not [n for n in set(os.listdir(tmp)) - before if n.startswith("tokenmill-sandbox-")]
