@@ -93,6 +93,9 @@ LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
     "mixture": {("replay",): None},
     "eval": {
         ("long_context",): {"enabled": False, "seq_len": None, "position_buckets": 4, "max_docs": 64, "passkey_trials": 40},
+        ("sandbox", "isolation"): "namespaces",
+        ("sandbox", "disk_mb"): 64,
+        ("sandbox", "max_files"): 1024,
         ("sandbox",): {
             "timeout_s": 10.0,
             "cpu_s": 10,

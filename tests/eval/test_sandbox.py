@@ -5,10 +5,14 @@ the shipped code task set (every reference solution passes, every empty completi
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
+import shutil
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -382,3 +386,81 @@ def test_a_program_that_locks_its_folder_leaves_nothing_and_tmpdir_unchanged():
     assert v.passed, v
     assert os.stat(tmp).st_mode == mode
     assert not [n for n in set(os.listdir(tmp)) - before if n.startswith("tokenmill-sandbox-")]
+
+
+UNPRIVILEGED = """import json, os, signal, sys
+from tokenmill.eval.config import SandboxConfig
+from tokenmill.eval.sandbox import run_program
+got = []
+signal.signal(signal.SIGUSR1, lambda *_: got.append(1))
+programs = json.load(open(sys.argv[1]))
+verdicts = [run_program(p.replace('EVALUATOR_PID', str(os.getpid())), SandboxConfig(timeout_s=5)) for p in programs]
+print(json.dumps({'uid': os.getuid(), 'signals': len(got), 'verdicts': [[v.status, v.stderr_tail] for v in verdicts]}))
+"""
+
+
+def unprivileged_python(src: Path) -> tuple[str, dict[str, str]] | None:
+    """An interpreter `nobody` can run that imports tokenmill (the venv's own may sit in /root)."""
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": f"{src}:{site}"}
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    for exe in (sys.executable, getattr(sys, "_base_executable", ""), f"/usr/bin/{version}", f"/usr/local/bin/{version}"):
+        probe = "import subprocess, sys, tokenmill.eval.sandbox; subprocess.run(['unshare', '-r', sys.executable, '-c', ''], check=True)"
+        cmd = [*AS_NOBODY, exe, "-c", probe]
+        if exe and os.path.exists(exe) and subprocess.run(cmd, env=env, capture_output=True).returncode == 0:
+            return exe, env
+    return None
+
+
+AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@namespaces_only
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to become nobody")
+def test_no_escape_when_the_evaluator_runs_as_an_unprivileged_user(tmp_path: Path):
+    found = unprivileged_python(Path(__file__).parents[2] / "src")
+    if found is None:
+        pytest.skip("no interpreter that nobody can run imports tokenmill here")
+    exe, env = found
+    shared = Path(tempfile.mkdtemp())
+    shared.chmod(0o755)
+    outside = shared / "outside"
+    outside.mkdir(mode=0o777)
+    (outside / "victim.txt").write_text("keep")
+    before = host_state(outside)
+    programs = [
+        HEADER + DEFEAT_HOOK + write_escapes(outside) + ESCAPED,
+        HEADER + DEFEAT_HOOK + signal_escapes(0).replace("(0,", "(EVALUATOR_PID,").replace("/proc/0/", "/proc/EVALUATOR_PID/") + ESCAPED,
+        HEADER + DEFEAT_HOOK + SETSID_CHILD,
+    ]
+    (shared / "programs.json").write_text(json.dumps(programs))
+    (shared / "evaluate.py").write_text(UNPRIVILEGED)
+    for f in shared.iterdir():
+        f.chmod(0o755 if f.is_dir() else 0o644)
+    outside.chmod(0o777)
+    try:
+        done = subprocess.run([*AS_NOBODY, exe, str(shared / "evaluate.py"), str(shared / "programs.json")], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        res = json.loads(done.stdout.strip().splitlines()[-1])
+        assert res["uid"] == 65534 and res["signals"] == 0, res
+        for status, tail in res["verdicts"]:
+            assert status == "passed" and "ESCAPED [" not in tail.replace("ESCAPED []", ""), tail
+            pid_ns = re.search(r"WHERE \S+ \d+ (\S+)", tail).group(1)  # type: ignore[union-attr]
+            assert processes_in(pid_ns) == []
+        assert host_state(outside) == before
+    finally:
+        shutil.rmtree(shared)
+
+
+def test_namespaces_unavailable_refuses_code_tasks_with_one_line(monkeypatch: pytest.MonkeyPatch):
+    namespaces_problem.cache_clear()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    try:
+        with pytest.raises(UserError, match=r"^eval.sandbox.isolation: namespaces is not available here \(util-linux `unshare` is not on PATH\).*isolation: process") as e:
+            require_namespaces()
+        assert "\n" not in str(e.value)
+    finally:
+        monkeypatch.undo()
+        namespaces_problem.cache_clear()
+    # process isolation is the user's explicit choice and still runs
+    assert run("print('hi')", SandboxConfig(timeout_s=5, isolation="process")).passed
