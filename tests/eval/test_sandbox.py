@@ -27,8 +27,7 @@ from tokenmill.eval.tasks import GenItem, load_task
 # Every hostile program first says where it runs (folder, pid, PID namespace), so the test can
 # check what is left afterwards.
 HEADER = (
-    "import os, sys\n"
-    "print('WHERE', os.getcwd(), os.getpid(), os.readlink('/proc/self/ns/pid'), file=sys.stderr, flush=True)\n"
+    "import os, sys\nprint('WHERE', os.getcwd(), os.getpid(), os.readlink('/proc/self/ns/pid'), file=sys.stderr, flush=True)\n"
 )
 FAST = SandboxConfig(timeout_s=5, cpu_s=5)
 
@@ -430,7 +429,10 @@ def test_no_escape_when_the_evaluator_runs_as_an_unprivileged_user(tmp_path: Pat
     before = host_state(outside)
     programs = [
         HEADER + DEFEAT_HOOK + write_escapes(outside) + ESCAPED,
-        HEADER + DEFEAT_HOOK + signal_escapes(0).replace("(0,", "(EVALUATOR_PID,").replace("/proc/0/", "/proc/EVALUATOR_PID/") + ESCAPED,
+        HEADER
+        + DEFEAT_HOOK
+        + signal_escapes(0).replace("(0,", "(EVALUATOR_PID,").replace("/proc/0/", "/proc/EVALUATOR_PID/")
+        + ESCAPED,
         HEADER + DEFEAT_HOOK + SETSID_CHILD,
     ]
     (shared / "programs.json").write_text(json.dumps(programs))
@@ -439,7 +441,13 @@ def test_no_escape_when_the_evaluator_runs_as_an_unprivileged_user(tmp_path: Pat
         f.chmod(0o755 if f.is_dir() else 0o644)
     outside.chmod(0o777)
     try:
-        done = subprocess.run([*AS_NOBODY, exe, str(shared / "evaluate.py"), str(shared / "programs.json")], env=env, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [*AS_NOBODY, exe, str(shared / "evaluate.py"), str(shared / "programs.json")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         res = json.loads(done.stdout.strip().splitlines()[-1])
         assert res["uid"] == 65534 and res["signals"] == 0, res
@@ -456,7 +464,10 @@ def test_namespaces_unavailable_refuses_code_tasks_with_one_line(monkeypatch: py
     namespaces_problem.cache_clear()
     monkeypatch.setenv("PATH", "/nonexistent")
     try:
-        with pytest.raises(UserError, match=r"^eval.sandbox.isolation: namespaces is not available here \(util-linux `unshare` is not on PATH\).*isolation: process") as e:
+        with pytest.raises(
+            UserError,
+            match=r"^eval.sandbox.isolation: namespaces is not available here \(util-linux `unshare` is not on PATH\).*isolation: process",
+        ) as e:
             require_namespaces()
         assert "\n" not in str(e.value)
     finally:

@@ -1,32 +1,29 @@
 """Running a candidate program (prompt + completion + tests, one file) in a separate, limited
 process, and pass@k over the results (code tasks).
 
-What `run_program` does, in layers:
+What `run_program` does depends on `eval.sandbox.isolation` (eval/sandbox_launch.py builds the
+command):
 
-* A fresh process: `sys.executable -I -B` (isolated: no PYTHON* variables, no user site, no cwd
-  on sys.path; no .pyc writes) in a fresh temporary directory that is its cwd, HOME and TMPDIR,
-  with a minimal environment, its own session and process group, stdin closed, stdout discarded,
-  stderr kept (its last lines go into the Verdict). The directory is removed afterwards, always.
-* Limits: a wall-clock timeout (the whole process group is killed with SIGKILL), RLIMIT_CPU,
-  RLIMIT_AS (memory), RLIMIT_FSIZE (largest file written, stderr included), RLIMIT_NOFILE, no
-  core files, RLIMIT_NPROC set to the user's running tasks plus `max_processes`.
-* A Python audit hook (eval/sandbox_bootstrap.py), installed before the program runs, ends the
-  process at once (exit 86, counted as `refused` with the rule) on: process creation (fork, exec,
-  spawn, system, subprocess), any socket operation, a write/create/remove/rename/chmod outside the
-  directory, signals to other processes, ctypes, and gc's object walks (which could reach the hook).
-* No network: when the kernel lets an unprivileged user make namespaces (`unshare -rn true`
-  works), the program also runs in a new, empty network namespace: no interface but a down
-  loopback, whatever the hook misses.
+* `namespaces` (default), a kernel boundary: the program runs in its own user, mount, PID,
+  network, IPC, UTS and cgroup namespaces (util-linux `unshare`), on a read-only root that holds
+  only what Python needs, with its own tmpfs (capped at `disk_mb` and `max_files`) as the only
+  writable place, a fresh /proc, no capabilities, no_new_privs and a seccomp filter
+  (eval/sandbox_jail.py, eval/sandbox_seccomp.py). When it exits or times out, the kernel kills
+  every process of its PID namespace; nothing of it is on the host disk. Where namespaces do not
+  work, code tasks are refused with one line (no silent fallback). The namespace's root is the
+  evaluator's user: for root the kernel never enforces RLIMIT_NPROC, so run the evaluator
+  unprivileged; the kernel it shares stays the attack surface.
+* `process`: a fresh `sys.executable -I -B` in a fresh temporary directory (cwd, HOME, TMPDIR;
+  removed afterwards, permissions given back first), and `unshare -rn` for the network where it
+  works. Not a security boundary.
 
-What it does NOT guarantee. This is a guard against model-written programs that loop, fork, hog
-memory or touch files by mistake, not a security boundary against a determined attacker: audit
-hooks are documented by CPython as not a sandbox (native extensions already loaded, interpreter
-internals and bugs can get around them), reads anywhere the user can read are allowed, and
-RLIMIT_NPROC is per user and not enforced at all for root (measured here: as root, 30 of 30
-forks succeed under RLIMIT_NPROC=5), so as root only the audit hook stops forks. Run untrusted
-code under an unprivileged user inside a container or VM (no network, read-only root file system,
-cgroup memory/pids limits, e.g. `docker run --network none --pids-limit 64 --memory 512m
---read-only`) when the programs come from anyone but your own model.
+In both: a minimal environment, its own session and process group, stdin closed, stdout
+discarded, stderr's last lines kept in the Verdict; a wall-clock timeout, RLIMIT_CPU, RLIMIT_AS,
+RLIMIT_FSIZE, RLIMIT_NOFILE, no core files, RLIMIT_NPROC; and a Python audit hook
+(eval/sandbox_bootstrap.py) that ends the program (exit 86, `refused` with the rule) on process
+creation, sockets, writes outside its folder, signals to other processes, ctypes and gc walks. The
+hook is a second layer only: CPython documents audit hooks as not a sandbox, and a program can
+switch it off by replacing a helper it calls and walking frames into its closure (tested).
 """
 
 from __future__ import annotations

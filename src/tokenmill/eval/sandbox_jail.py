@@ -50,7 +50,7 @@ def check(rc: int, what: str) -> None:
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = (lambda s: None if s is None else s.encode())  # noqa: E731 - ctypes wants bytes or NULL
+    enc = lambda s: None if s is None else s.encode()  # noqa: E731 - ctypes wants bytes or NULL
     check(libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
 
 

@@ -97,6 +97,4 @@ def filter_program(machine: str) -> bytes:
     def offset(at: int, target: int | str) -> int:
         return 0 if target == 0 else labels[str(target)] - at - 1
 
-    return b"".join(
-        struct.pack("<HBBI", code, offset(i, jt), offset(i, jf), k) for i, (code, jt, jf, k) in enumerate(prog)
-    )
+    return b"".join(struct.pack("<HBBI", code, offset(i, jt), offset(i, jf), k) for i, (code, jt, jf, k) in enumerate(prog))
