@@ -94,6 +94,7 @@ LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
     "mixture": {("replay",): None},
     "eval": {
         ("long_context",): {"enabled": False, "seq_len": None, "position_buckets": 4, "max_docs": 64, "passkey_trials": 40},
+        # the whole section at its defaults first; else its later fields one by one
         ("sandbox",): {
             "timeout_s": 10.0,
             "cpu_s": 10,
@@ -101,10 +102,16 @@ LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
             "file_size_mb": 16,
             "open_files": 64,
             "max_processes": 4,
+            "isolation": "namespaces",
+            "disk_mb": 64,
+            "max_files": 1024,
             "isolate_network": True,
             "workers": 2,
             "stderr_lines": 20,
         },
+        ("sandbox", "isolation"): "namespaces",
+        ("sandbox", "disk_mb"): 64,
+        ("sandbox", "max_files"): 1024,
     },
     "tokenizer": {("file",): None},
     "train": {

@@ -204,7 +204,7 @@ class EvalConfig(Strict):
 
 
 class SandboxConfig(Strict):
-    """Limits of the separate process a code task's candidate program runs in (eval/sandbox.py)."""
+    """Isolation and limits of the process a code task's candidate program runs in (eval/sandbox.py)."""
 
     timeout_s: float = Field(10.0, gt=0.0, description="Wall-clock seconds before the program's whole process group is killed.")
     cpu_s: int = Field(10, ge=1, description="CPU seconds (RLIMIT_CPU); past it the kernel kills the program.")
@@ -214,8 +214,22 @@ class SandboxConfig(Strict):
     max_processes: int = Field(
         4, ge=0, description="Tasks beyond the user's running ones (RLIMIT_NPROC; per user, not enforced for root)."
     )
+    isolation: Literal["namespaces", "process"] = Field(
+        "namespaces",
+        description=(
+            "namespaces: each program in its own user, mount, PID, network and IPC namespaces, read-only root, "
+            "no capabilities, seccomp (refused with one line where the kernel does not allow it); process: only "
+            "rlimits and an in-process audit hook, not a security boundary (docs/evaluation.md)."
+        ),
+    )
+    disk_mb: int = Field(64, ge=1, description="Size of the program's writable tmpfs in MiB (namespaces isolation).")
+    max_files: int = Field(
+        1024, ge=16, description="Files and directories the program may create (the tmpfs's inodes; namespaces isolation)."
+    )
     isolate_network: bool = Field(
-        True, description="Run in a new empty network namespace (`unshare -rn`) where the kernel allows it unprivileged."
+        True,
+        description="process isolation: run in a new empty network namespace (`unshare -rn`) where the kernel allows it "
+        "unprivileged (namespaces isolation always does).",
     )
     workers: int = Field(2, ge=1, description="Candidate programs run at the same time.")
     stderr_lines: int = Field(20, ge=1, description="Last lines of the program's stderr kept in its verdict.")

@@ -1,58 +1,62 @@
 """Running a candidate program (prompt + completion + tests, one file) in a separate, limited
 process, and pass@k over the results (code tasks).
 
-What `run_program` does, in layers:
+What `run_program` does depends on `eval.sandbox.isolation` (eval/sandbox_launch.py builds the
+command):
 
-* A fresh process: `sys.executable -I -B` (isolated: no PYTHON* variables, no user site, no cwd
-  on sys.path; no .pyc writes) in a fresh temporary directory that is its cwd, HOME and TMPDIR,
-  with a minimal environment, its own session and process group, stdin closed, stdout discarded,
-  stderr kept (its last lines go into the Verdict). The directory is removed afterwards, always.
-* Limits: a wall-clock timeout (the whole process group is killed with SIGKILL), RLIMIT_CPU,
-  RLIMIT_AS (memory), RLIMIT_FSIZE (largest file written, stderr included), RLIMIT_NOFILE, no
-  core files, RLIMIT_NPROC set to the user's running tasks plus `max_processes`.
-* A Python audit hook (eval/sandbox_bootstrap.py), installed before the program runs, ends the
-  process at once (exit 86, counted as `refused` with the rule) on: process creation (fork, exec,
-  spawn, system, subprocess), any socket operation, a write/create/remove/rename/chmod outside the
-  directory, signals to other processes, ctypes, and gc's object walks (which could reach the hook).
-* No network: when the kernel lets an unprivileged user make namespaces (`unshare -rn true`
-  works), the program also runs in a new, empty network namespace: no interface but a down
-  loopback, whatever the hook misses.
+* `namespaces` (default), a kernel boundary: the program runs in its own user, mount, PID,
+  network, IPC, UTS and cgroup namespaces (util-linux `unshare`), on a read-only root that holds
+  only what Python needs, with its own tmpfs (capped at `disk_mb` and `max_files`) as the only
+  writable place, a fresh /proc, no capabilities, no_new_privs and a seccomp filter
+  (eval/sandbox_jail.py, eval/sandbox_seccomp.py). When it exits or times out, the kernel kills
+  every process of its PID namespace; nothing of it is on the host disk. Where namespaces do not
+  work, code tasks are refused with one line (no silent fallback). The namespace's root is the
+  evaluator's user: for root the kernel never enforces RLIMIT_NPROC, so run the evaluator
+  unprivileged; the kernel it shares stays the attack surface.
+* `process`: a fresh `sys.executable -I -B` in a fresh temporary directory (cwd, HOME, TMPDIR;
+  removed afterwards, permissions given back first), and `unshare -rn` for the network where it
+  works. Not a security boundary.
 
-What it does NOT guarantee. This is a guard against model-written programs that loop, fork, hog
-memory or touch files by mistake, not a security boundary against a determined attacker: audit
-hooks are documented by CPython as not a sandbox (native extensions already loaded, interpreter
-internals and bugs can get around them), reads anywhere the user can read are allowed, and
-RLIMIT_NPROC is per user and not enforced at all for root (measured here: as root, 30 of 30
-forks succeed under RLIMIT_NPROC=5), so as root only the audit hook stops forks. Run untrusted
-code under an unprivileged user inside a container or VM (no network, read-only root file system,
-cgroup memory/pids limits, e.g. `docker run --network none --pids-limit 64 --memory 512m
---read-only`) when the programs come from anyone but your own model.
+In both: a minimal environment, its own session and process group, stdin closed, stdout
+discarded, stderr's last lines kept in the Verdict; a wall-clock timeout, RLIMIT_CPU, RLIMIT_AS,
+RLIMIT_FSIZE, RLIMIT_NOFILE, no core files, RLIMIT_NPROC; and a Python audit hook
+(eval/sandbox_bootstrap.py) that ends the program (exit 86, `refused` with the rule) on process
+creation, sockets, writes outside its folder, signals to other processes, ctypes and gc walks. The
+hook is a second layer only: CPython documents audit hooks as not a sandbox, and a program can
+switch it off by replacing a helper it calls and walking frames into its closure (tested).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
 import stat
 import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
 from tokenmill.errors import UserError
 from tokenmill.eval.config import SandboxConfig, TaskConfig
 from tokenmill.eval.items import GenItem
+from tokenmill.eval.sandbox_launch import (
+    KILLED_MARK,
+    SETUP_MARK,
+    namespaces_command,
+    network_namespace_available,
+    process_command,
+    require_namespaces,
+)
+
+__all__ = ["Verdict", "network_namespace_available", "pass_at_k", "program_source", "run_program", "score_code_items"]
 
 REFUSED_EXIT = 86  # the bootstrap's exit code for a refusal (sandbox_bootstrap.REFUSED_EXIT)
 REFUSAL_MARK = "tokenmill-sandbox: refused "
-BOOTSTRAP = (Path(__file__).with_name("sandbox_bootstrap.py")).read_text(encoding="utf-8")
+JAIL_WORK = "/sandbox"  # the program's folder inside its mount namespace (sandbox_jail.WORK)
 
 Status = Literal["passed", "failed", "timeout", "killed", "refused"]
 
@@ -74,36 +78,29 @@ class Verdict:
         return self.status == "passed"
 
 
-@lru_cache(maxsize=1)
-def network_namespace_available() -> bool:
-    """Whether `unshare -rn` works for this user here (a new user + network namespace)."""
-    exe = shutil.which("unshare")
-    if exe is None:
-        return False
-    try:
-        return subprocess.run([exe, "-rn", "true"], capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-def _limits(cfg: SandboxConfig) -> str:
-    keys = ("cpu_s", "memory_mb", "file_size_mb", "open_files", "max_processes")
-    return json.dumps({k: getattr(cfg, k) for k in keys})
-
-
-def _command(cfg: SandboxConfig) -> list[str]:
-    cmd = [sys.executable, "-I", "-B", "-c", BOOTSTRAP, _limits(cfg)]
-    if cfg.isolate_network and network_namespace_available():
-        cmd = [shutil.which("unshare") or "unshare", "-rn", *cmd]
-    return cmd
-
-
 def _kill_group(pgid: int) -> None:
     """SIGKILL every process left in the program's group (children it may have made)."""
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _kill_namespace_init(unshare_pid: int) -> bool:
+    """SIGKILL unshare's child, PID 1 of the program's PID namespace (it may have left the process
+    group with setsid): unshare then returns only once the kernel has killed every process in the
+    namespace, so none is left when the verdict is made. Whether there was one to kill."""
+    try:
+        with open(f"/proc/{unshare_pid}/task/{unshare_pid}/children") as f:
+            children = [int(p) for p in f.read().split()]
+    except OSError:
+        return False  # unshare is gone or not yet forked: the group kill and --kill-child cover it
+    for pid in children:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return bool(children)
 
 
 def _remove_tree(path: str) -> None:
@@ -135,35 +132,51 @@ def _verdict(rc: int | None, timed_out: bool, stderr: str, seconds: float) -> Ve
     return Verdict("passed" if rc == 0 else "failed", rc, stderr, seconds)
 
 
+def _start(source: str, limits: SandboxConfig, err: IO[bytes]) -> tuple[subprocess.Popen[bytes], str | None]:
+    """Start the program under `limits.isolation`; the temporary host directory it runs in
+    (process isolation only: under namespaces its folder is a tmpfs that dies with the run)."""
+    popen = {"stdout": subprocess.DEVNULL, "stderr": err, "start_new_session": True, "close_fds": True}
+    if limits.isolation == "namespaces":
+        env = {"PATH": "/usr/bin:/bin", "HOME": JAIL_WORK, "TMPDIR": JAIL_WORK, "LANG": "C.UTF-8"}
+        proc = subprocess.Popen(namespaces_command(limits), stdin=subprocess.PIPE, cwd="/", env=env, **popen)  # type: ignore[call-overload]
+        return proc, None
+    root = tempfile.mkdtemp(prefix="tokenmill-sandbox-")
+    Path(root, "program.py").write_text(source, encoding="utf-8")
+    env = {"PATH": "/usr/bin:/bin", "HOME": root, "TMPDIR": root, "LANG": "C.UTF-8"}
+    return subprocess.Popen(process_command(limits), stdin=subprocess.DEVNULL, cwd=root, env=env, **popen), root  # type: ignore[call-overload]
+
+
 def run_program(source: str, limits: SandboxConfig) -> Verdict:
     """Run `source` as a Python program in the sandbox described in the module docstring."""
-    root = tempfile.mkdtemp(prefix="tokenmill-sandbox-")
+    if limits.isolation == "namespaces":
+        require_namespaces()
     start = time.monotonic()
-    try:
-        Path(root, "program.py").write_text(source, encoding="utf-8")
-        env = {"PATH": "/usr/bin:/bin", "HOME": root, "TMPDIR": root, "LANG": "C.UTF-8"}
-        with tempfile.TemporaryFile() as err:
-            proc = subprocess.Popen(
-                _command(limits),
-                cwd=root,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                start_new_session=True,
-                close_fds=True,
-            )
+    root = None
+    with tempfile.TemporaryFile() as err:
+        try:
+            proc, root = _start(source, limits, err)
             timed_out = False
             try:
-                rc = proc.wait(timeout=limits.timeout_s)
+                proc.communicate(source.encode("utf-8") if root is None else None, timeout=limits.timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
+                if _kill_namespace_init(proc.pid):
+                    try:
+                        proc.wait(timeout=5)  # unshare reaps its child after the kernel emptied the namespace
+                    except subprocess.TimeoutExpired:
+                        pass
                 _kill_group(proc.pid)
-                rc = proc.wait()
+            rc = proc.wait()
             _kill_group(proc.pid)  # leftovers of a program that exited
-            return _verdict(rc, timed_out, _tail(err, limits.stderr_lines), round(time.monotonic() - start, 3))
-    finally:
-        _remove_tree(root)
+        finally:
+            if root is not None:
+                _remove_tree(root)
+        tail = _tail(err, limits.stderr_lines)
+    if limits.isolation == "namespaces" and KILLED_MARK in tail and rc is not None and rc > 128:
+        rc = 128 - rc  # PID 1 reports the candidate's signal as 128 + n (sandbox_jail.init)
+    if SETUP_MARK in tail:
+        raise UserError(f"eval.sandbox: the namespace sandbox could not start a program: {tail.rsplit(SETUP_MARK, 1)[1]}")
+    return _verdict(rc, timed_out, tail, round(time.monotonic() - start, 3))
 
 
 def program_source(item: GenItem, completion: str) -> str:
