@@ -124,13 +124,21 @@ def tiny_run(root: Path) -> Path:
     from tokenmill.tokens.tokenize import run_tokenize
 
     overrides = ["name=t", f"root={root}", "tokenizer.vocab_size=512", "tokenize.val_fraction=0.1"]
-    overrides += ["tokenize.min_val_docs=1", "train.max_steps=40", "train.seq_len=64", "train.micro_batch=4", "train.grad_accum=1"]
+    overrides += [
+        "tokenize.min_val_docs=1",
+        "train.max_steps=40",
+        "train.seq_len=64",
+        "train.micro_batch=4",
+        "train.grad_accum=1",
+    ]
     r = RunDir.create(load_config(None, overrides))
     docs = real_documents()
     write_sourced(r.path, {"prose": docs["prose"][:12], "code": docs["code"][:2]})
     run_tokenizer(r)
     run_tokenize(r)
-    subprocess.run([sys.executable, "-m", "tokenmill", "trace", str(r.path), "--text", "warm up the index"], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "tokenmill", "trace", str(r.path), "--text", "warm up the index"], check=True, capture_output=True
+    )
     return r.path
 
 

@@ -79,6 +79,8 @@ OPTIONAL_STEPS: dict[str, tuple[str, ...]] = {"curate": ("substring_dedup",)}
 
 # Source fields added after runs were made: at their default they stay out of the fingerprint.
 LATER_SOURCE_DEFAULTS: dict[str, Any] = {"synthetic": False}
+# Classifier fields (curate.classify[]) added after runs were made: at their default they stay out too.
+LATER_CLASSIFIER_DEFAULTS: dict[str, Any] = {"max_examples": 20_000}
 # Curriculum phase fields added after runs were made: at their default they stay out too.
 LATER_PHASE_DEFAULTS: dict[str, Any] = {"rope": None}
 # Eval task fields added after runs were made (generative tasks): at their default they stay out too.
@@ -147,6 +149,7 @@ LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
         ("safety", "labelled"): None,
         ("safety", "band"): [0.005, 0.25],
         ("safety", "classifier_threshold"): 0.5,
+        ("safety", "max_examples"): 20_000,
     },
 }
 
@@ -159,6 +162,10 @@ def _without_disabled(section: str, values: dict[str, Any]) -> dict[str, Any]:
         for key, default in LATER_SOURCE_DEFAULTS.items():
             if src.get(key, default) == default:
                 src.pop(key, None)
+    for clf in values.get("classify", []) if section == "curate" else []:
+        for key, default in LATER_CLASSIFIER_DEFAULTS.items():
+            if clf.get(key, default) == default:
+                clf.pop(key, None)
     for phase in values.get("phases", []) if section == "mixture" else []:
         for key, default in LATER_PHASE_DEFAULTS.items():
             if phase.get(key, default) == default:
