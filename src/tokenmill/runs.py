@@ -88,6 +88,8 @@ LATER_TASK_DEFAULTS: dict[str, Any] = {
     "mode": "auto",
     "generation": {"max_new_tokens": 64, "stop": ["\n\n"], "temperature": 0.0, "top_p": None, "samples": 1, "pass_k": [1], "seed": 0},
     "exact_match": {"strip": True, "regexes_to_ignore": [], "ignore_case": True, "ignore_punctuation": True, "ignore_numbers": False},
+    "max_bytes": 64 << 20,
+    "max_line_bytes": 4 << 20,
 }  # fmt: skip
 # Section fields added after runs were made (a path of keys): at their default they stay out too.
 LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
