@@ -3,7 +3,7 @@
     PYTHONPATH=src python benchmarks/bench_memory_bounds.py [--quick] [--out FILE]
 
 Each case runs in a fresh child process and its peak is that child's max RSS (os.wait4's
-rusage), so nothing the parent allocated counts. Cases:
+VmHWM, read at its exit), so nothing the parent allocated counts. Cases:
   classify   the classify step's training (Classify.prepare) on a labelled JSONL of two labels
   safety     the safety step's classifier training (Safety.prepare) on a toxic/clean JSONL
   bigbench   loading a BIG-bench task.json (eval.tasks.load_task)
@@ -40,14 +40,18 @@ LABEL_CAP = 2_000  # max_examples per label in the labelled cases (when the conf
 def peak_of(code: str, cwd: Path) -> dict:
     """Run `python -c code` as a child; its max RSS (MB), exit status and last stderr line."""
     t = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    hwm = cwd / "vmhwm.txt"
+    hook = f"import atexit\natexit.register(lambda: open({str(hwm)!r}, 'w').write(open('/proc/self/status').read()))\n"
+    proc = subprocess.Popen([sys.executable, "-c", hook + code], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.stderr is not None
     err = proc.stderr.read().decode("utf-8", "replace")
-    _, status, usage = os.wait4(proc.pid, 0)
+    _, status, _usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     lines = [ln for ln in err.splitlines() if ln.strip()]
     return {
-        "peak_mb": round(usage.ru_maxrss / 1024, 1),  # Linux reports KiB
+        # VmHWM: the peak of the child's own memory. Not ru_maxrss, which Linux carries over fork
+        # and exec from the parent (this script, after writing a large file, would count).
+        "peak_mb": round(int(next(ln for ln in hwm.read_text().splitlines() if ln.startswith("VmHWM")).split()[1]) / 1024, 1),
         "rc": proc.returncode,
         "seconds": round(time.perf_counter() - t, 2),
         "last_stderr": lines[-1][:300] if lines else "",
@@ -183,10 +187,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="Smaller files (a smoke run).")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "memory_bounds.json")
+    ap.add_argument("--trace-mb", type=int, nargs="+", help="Sizes of trace's long line (an unbounded build: 40 MB takes GBs).")
     args = ap.parse_args()
-    sizes = {"classify": [10, 40], "safety": [10, 40], "bigbench": [80, 160], "trace": [1, 4]}
+    sizes = {"classify": [10, 40], "safety": [10, 40], "bigbench": [80, 160], "trace": [1, 4, 40]}
     if args.quick:
         sizes = {"classify": [2, 4], "safety": [2, 4], "bigbench": [70, 80], "trace": [1, 2]}
+    sizes["trace"] = args.trace_mb or sizes["trace"]
     with tempfile.TemporaryDirectory(prefix="bench_memory_") as d:
         results = measure(Path(d), sizes)
     record = {"provenance": provenance(sys.argv), "label_cap": LABEL_CAP, "results": results}
