@@ -133,6 +133,13 @@ def test_fields_added_later_are_left_out_of_fingerprints_only_at_their_current_d
     task = TaskConfig(name="t", path="t.jsonl", format="arc").model_dump(mode="json")
     assert all(task[k] == v for k, v in LATER_TASK_DEFAULTS.items())
     assert set(_without_disabled("eval", {"tasks": [dict(task)]})["tasks"][0]) == set(task) - set(LATER_TASK_DEFAULTS)
+    from tokenmill.data.config import ClassifierConfig
+    from tokenmill.runs import LATER_CLASSIFIER_DEFAULTS
+
+    clf = ClassifierConfig(name="c", labelled="l.jsonl").model_dump(mode="json")
+    assert all(clf[k] == v for k, v in LATER_CLASSIFIER_DEFAULTS.items())
+    left = _without_disabled("curate", {"classify": [dict(clf), {**clf, "max_examples": 5}]})["classify"]
+    assert "max_examples" not in left[0] and left[1]["max_examples"] == 5
 
 
 HOSTILE_LINES = ["[1,2,3]", "null", "Infinity", "[" * 100_000 + "]" * 100_000]

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import typer
 from rich.console import Console
@@ -696,7 +696,7 @@ def trace(
     embedding similarity and the steps that trained on them (index cached in <run>/trace/)."""
 
     def go() -> None:
-        from tokenmill.eval.trace import TraceError, read_outputs, trace_outputs
+        from tokenmill.eval.trace import OutputFile, TraceError, max_output_bytes, trace_outputs, trace_stream
 
         if (text is None) == (file is None):
             raise TraceError("give the output to trace with --text or --file (one of them)")
@@ -704,16 +704,28 @@ def trace(
         if not cfg_file.is_file():
             raise TraceError(f"{cfg_file}: not a run directory (no config.yaml)")
         r = RunDir(config=load_config(cfg_file), path=run_path)
-        results = trace_outputs(r, [text] if text is not None else read_outputs(file), top)  # type: ignore[arg-type]
-        if as_json:
-            typer.echo(json.dumps(results, indent=1))
-            return
-        _print_traces(results)
+        outputs = OutputFile(file, max_output_bytes(r)) if file is not None else None  # streamed, each output capped
+        results = trace_stream(r, outputs, top) if outputs is not None else iter(trace_outputs(r, [text or ""], top))
+        if as_json:  # a JSON list written one output at a time: none is held after it is printed
+            sep = "["
+            for res in results:
+                typer.echo(sep + json.dumps(res, indent=1), nl=False)
+                sep = ",\n"
+            typer.echo("[]" if sep == "[" else "]")
+        else:
+            _print_traces(results)
+        if outputs is not None and outputs.cut:
+            cap = f"{outputs.max_bytes:,} bytes"
+            _say(
+                "note",
+                "yellow",
+                f"{outputs.cut} output(s) longer than {cap} (4 contexts of train.seq_len) were traced on their first {cap}",
+            )
 
     _guard(go)
 
 
-def _print_traces(results: list[dict[str, Any]]) -> None:
+def _print_traces(results: Iterable[dict[str, Any]]) -> None:
     from rich.table import Table
 
     for i, res in enumerate(results, 1):

@@ -80,6 +80,8 @@ OPTIONAL_STEPS: dict[str, tuple[str, ...]] = {"curate": ("substring_dedup",)}
 
 # Source fields added after runs were made: at their default they stay out of the fingerprint.
 LATER_SOURCE_DEFAULTS: dict[str, Any] = {"synthetic": False}
+# Classifier fields (curate.classify[]) added after runs were made: at their default they stay out too.
+LATER_CLASSIFIER_DEFAULTS: dict[str, Any] = {"max_examples": 20_000}
 # Curriculum phase fields added after runs were made: at their default they stay out too.
 LATER_PHASE_DEFAULTS: dict[str, Any] = {"rope": None}
 # Eval task fields added after runs were made (generative tasks): at their default they stay out too.
@@ -87,6 +89,8 @@ LATER_TASK_DEFAULTS: dict[str, Any] = {
     "mode": "auto",
     "generation": {"max_new_tokens": 64, "stop": ["\n\n"], "temperature": 0.0, "top_p": None, "samples": 1, "pass_k": [1], "seed": 0},
     "exact_match": {"strip": True, "regexes_to_ignore": [], "ignore_case": True, "ignore_punctuation": True, "ignore_numbers": False},
+    "max_bytes": 64 << 20,
+    "max_line_bytes": 4 << 20,
 }  # fmt: skip
 # Section fields added after runs were made (a path of keys): at their default they stay out too.
 LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
@@ -155,6 +159,7 @@ LATER_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
         ("safety", "labelled"): None,
         ("safety", "band"): [0.005, 0.25],
         ("safety", "classifier_threshold"): 0.5,
+        ("safety", "max_examples"): 20_000,
     },
 }
 
@@ -167,6 +172,10 @@ def _without_disabled(section: str, values: dict[str, Any]) -> dict[str, Any]:
         for key, default in LATER_SOURCE_DEFAULTS.items():
             if src.get(key, default) == default:
                 src.pop(key, None)
+    for clf in values.get("classify", []) if section == "curate" else []:
+        for key, default in LATER_CLASSIFIER_DEFAULTS.items():
+            if clf.get(key, default) == default:
+                clf.pop(key, None)
     for phase in values.get("phases", []) if section == "mixture" else []:
         for key, default in LATER_PHASE_DEFAULTS.items():
             if phase.get(key, default) == default:

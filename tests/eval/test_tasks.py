@@ -223,3 +223,24 @@ def test_the_packaged_demo_tasks_load_by_package_path():
         items = load_task(t)
         assert len(items) == sizes[t.name]
     assert task_path("data/x.jsonl").as_posix() == "data/x.jsonl"
+
+
+@pytest.mark.parametrize("fmt, name", [("arc", "t.jsonl"), ("bigbench", "task.json"), ("mmlu", "m_test.csv")])
+def test_task_file_over_its_size_cap_is_refused_before_it_is_read(tmp_path, fmt, name):
+    """The file is not valid in any layout: the size refusal, not a parse error, proves nothing was read."""
+    path = tmp_path / name
+    path.write_bytes(b"\xff not a task " * 100)
+    with pytest.raises(TaskError) as exc:
+        load_task(TaskConfig(name="big", path=str(path), format=fmt, max_bytes=1000))
+    assert str(exc.value) == (f"{path}: task 'big' is 1,300 bytes, over the 1,000-byte cap "
+                              "(raise eval.tasks[].max_bytes to read it)")
+
+
+def test_jsonl_task_line_over_its_cap_is_one_error_naming_the_line(tmp_path):
+    good = (FIXTURES / FILES["arc"]).read_text().splitlines()
+    path = tmp_path / "arc.jsonl"
+    path.write_text("\n".join(good[:2] + ['{"question": "' + "q" * 5000 + '"}'] + good[2:]) + "\n")
+    with pytest.raises(TaskError, match=r"arc.jsonl:3: line longer than 4,096 bytes \(task 'a': eval.tasks\[\].max_line_bytes\)"):
+        load_task(TaskConfig(name="a", path=str(path), format="arc", max_line_bytes=4096))
+    path.write_text("\n".join(good) + "\n")  # the same items without the long line: read as before
+    assert len(load_task(TaskConfig(name="a", path=str(path), format="arc", max_line_bytes=4096))) == len(good)

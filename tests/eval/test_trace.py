@@ -193,3 +193,39 @@ def test_report_shows_traces_beside_memorization_and_canary_hits(run: RunDir) ->
     assert page.count(planted_id(run)) == 2
     steps = ", ".join(map(str, hit["documents"][0]["steps"][:8]))
     assert steps in page
+
+
+def test_output_file_streams_and_cuts_long_lines(tmp_path: Path) -> None:
+    """One output a line, each read with a bounded readline: a line over the cap is traced on its
+    first max_bytes (a character the cut splits is dropped) and counted; a blank line is skipped."""
+    from tokenmill.eval.trace import OutputFile
+
+    path = tmp_path / "outputs.txt"
+    path.write_text("short one\n" + "é" * 3000 + "\n\n" + "x" * 100 + "\n")
+    outputs = OutputFile(path, max_bytes=101)
+    stream = iter(outputs)
+    assert next(stream) == "short one" and outputs.cut == 0
+    assert next(stream) == "é" * 50 and outputs.cut == 1  # 101 bytes cut inside the 51st two-byte character
+    assert list(stream) == ["x" * 100] and outputs.cut == 1
+
+
+def test_output_file_jsonl_line_over_the_cap_is_one_error(tmp_path: Path) -> None:
+    from tokenmill.eval.trace import OutputFile
+
+    path = tmp_path / "outputs.jsonl"
+    path.write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps({"text": "y" * 500}) + "\n")
+    with pytest.raises(TraceError, match=r"outputs.jsonl:2: not valid JSON \(longer than 200 bytes\)"):
+        list(OutputFile(path, max_bytes=200))
+
+
+def test_cli_cuts_an_output_longer_than_four_contexts(run: RunDir, tmp_path: Path) -> None:
+    """train.seq_len 64: an output is cut at 4 x 64 x 8 = 2,048 bytes, and the note says so; the
+    cut output is still traced (its n-grams are those of its first 2,048 bytes)."""
+    outputs = tmp_path / "long.txt"
+    outputs.write_text(PLANT + "\n" + (UNRELATED + " ") * 200 + "\n")
+    result = run_cli("trace", run.path, "--file", outputs, "--top", "3", "--json")
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout)
+    assert len(got) == 2 and got[0]["documents"][0]["doc_id"] == planted_id(run)
+    assert len(got[1]["text"].encode()) <= 2048 and got[1]["text"].startswith(UNRELATED)
+    assert "1 output(s) longer than 2,048 bytes (4 contexts of train.seq_len) were traced on their first 2,048 bytes" in result.stderr

@@ -322,6 +322,11 @@ class ClassifierConfig(Strict):
     dim_bits: int = Field(18, ge=8, le=24, description="Hashed feature buckets: 2^dim_bits per class.")
     epochs: int = Field(8, ge=1, description="Passes over the training texts.")
     seed: int = Field(0, description="Seed of the training batch order.")
+    max_examples: int = Field(
+        20_000,
+        ge=1,
+        description="At most this many labelled texts per label train the classifier (a sample by hash of the text): bounds the memory of training whatever the file's size.",
+    )
 
     @model_validator(mode="after")
     def _action_needs_its_fields(self) -> "ClassifierConfig":
@@ -352,6 +357,11 @@ class SafetyConfig(Strict):
     )
     classifier_threshold: float = Field(
         0.5, ge=0.0, le=1.0, description="The second pass removes an in-band document whose P(toxic) exceeds this."
+    )
+    max_examples: int = Field(
+        20_000,
+        ge=1,
+        description="At most this many labelled texts per class (toxic, clean) train the classifier (a sample by hash of the text): bounds the memory of training whatever the file's size.",
     )
 
     @model_validator(mode="after")

@@ -79,6 +79,14 @@ class TaskConfig(Strict):
         description="Solved examples prepended to each prompt (taken deterministically from the file, never the item itself).",
     )
     limit: int | None = Field(None, ge=1, description="Score at most this many items (None: all).")
+    max_bytes: int = Field(
+        64 << 20,
+        ge=1,
+        description="A task file larger than this many bytes is refused before it is read (every item is held in memory).",
+    )
+    max_line_bytes: int = Field(
+        4 << 20, ge=1, description="A JSONL task file's line longer than this many bytes is refused, naming the line."
+    )
 
 
 class ProbeConfig(Strict):

@@ -41,7 +41,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from tokenmill.eval.config import SandboxConfig, TaskConfig
-from tokenmill.data.jsonl import json_objects
+from tokenmill.data.jsonl import bounded_lines, json_objects
 from tokenmill.eval.layouts import load_bigbench, load_mmlu_csv, mmlu_record
 from tokenmill.eval.items import GenItem, Item, TaskError, index_field, need, str_field, str_list
 
@@ -180,15 +180,17 @@ def task_path(spec: str) -> Path:
 
 
 def _read_items(path: Path, cfg: TaskConfig) -> list[Item | GenItem]:
-    """BIG-bench task.json and MMLU CSV are read whole; every other layout is JSONL, one item a line."""
+    """BIG-bench task.json and MMLU CSV are read whole (the file is no larger than cfg.max_bytes);
+    every other layout is JSONL, one item a line, each at most cfg.max_line_bytes."""
     if cfg.format == "bigbench":
         return load_bigbench(path, cfg.mode)
     if cfg.format == "mmlu" and path.suffix.lower() == ".csv":
         return [*load_mmlu_csv(path)]
     parse = PARSERS[cfg.format]
     items: list[Item | GenItem] = []
-    with path.open(encoding="utf-8") as f:
-        for n, rec in json_objects(f, path, TaskError):
+    with path.open("rb") as f:
+        lines = bounded_lines(f, path, cfg.max_line_bytes, TaskError, f"task {cfg.name!r}: eval.tasks[].max_line_bytes")
+        for n, rec in json_objects(lines, path, TaskError):
             item = parse(rec, f"{path}:{n} ({cfg.format})")
             item.line = n
             items.append(item)
@@ -200,6 +202,12 @@ def load_task(cfg: TaskConfig) -> list[Item | GenItem]:
     path = task_path(cfg.path)
     if not path.is_file():
         raise TaskError(f"{path}: task {cfg.name!r}: no such file")
+    size = path.stat().st_size
+    if size > cfg.max_bytes:  # checked before a byte is read: every item of a task is held in memory
+        raise TaskError(
+            f"{path}: task {cfg.name!r} is {size:,} bytes, over the {cfg.max_bytes:,}-byte cap "
+            "(raise eval.tasks[].max_bytes to read it)"
+        )
     items = _read_items(path, cfg)
     if not items:
         raise TaskError(f"{path}: task {cfg.name!r} has no items")

@@ -28,12 +28,13 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from tokenmill import json_limits
+from tokenmill.data.jsonl import capped_lines
 from tokenmill.errors import UserError
 from tokenmill.eval import trace_index as ti
 from tokenmill.eval.contamination import ngram_hashes
@@ -43,6 +44,11 @@ from tokenmill.tokens.store import TokenStore
 EMBED_SCAN = 65536  # window vectors scored at once
 CANDIDATES = 4  # candidates per side, as a multiple of --top
 STEPS_SHOWN = 50  # steps listed per document (the count is always whole)
+TRACE_BATCH = 64  # outputs traced together (one embedding scan serves them all)
+# An output is cut at this many training contexts: the model cannot have produced a longer one
+# from a single context, and an n-gram query costs memory per token.
+OUTPUT_CONTEXTS = 4
+BYTES_PER_TOKEN = 8  # about twice a BPE token's bytes in English text: the cap errs long
 
 
 class TraceError(UserError, ValueError):
@@ -259,28 +265,63 @@ def _doc_entry(index: TraceIndex, row: dict[str, Any], overlap: int, sim: float 
     }
 
 
-def read_outputs(path: Path) -> list[str]:
-    """Outputs from a file: JSONL with a 'text' field per line, or plain text, one output per line."""
-    try:
-        lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path}: unreadable ({getattr(exc, 'strerror', None) or exc})") from exc
-    if not lines:
-        raise TraceError(f"{path}: no outputs in it (one per line, or JSONL with a 'text' field)")
-    if not lines[0].lstrip().startswith("{"):
-        return lines
-    texts = []
-    for no, line in enumerate(lines, 1):
+@dataclass
+class OutputFile:
+    """The outputs of a file, streamed: JSONL with a 'text' field per line (when its first non-blank
+    line starts with '{'), or plain text, one output per line. Each line is read with at most
+    `max_bytes` + 1 MiB held (data/jsonl.capped_lines): a longer one is cut to its first `max_bytes`
+    and counted in `cut`, so memory is bounded by the cap, not by the file."""
+
+    path: Path
+    max_bytes: int
+    cut: int = 0
+
+    def __iter__(self) -> Iterator[str]:
+        jsonl: bool | None = None
+        try:
+            with self.path.open("rb") as fh:
+                for no, (line, cut) in enumerate(capped_lines(fh, self.max_bytes), 1):
+                    if not line.strip():
+                        continue
+                    self.cut += cut
+                    jsonl = line.lstrip().startswith("{") if jsonl is None else jsonl
+                    yield self._text(line, no) if jsonl else line.rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TraceError(f"{self.path}: unreadable ({getattr(exc, 'strerror', None) or exc})") from exc
+        if jsonl is None:
+            raise TraceError(f"{self.path}: no outputs in it (one per line, or JSONL with a 'text' field)")
+
+    def _text(self, line: str, no: int) -> str:
         try:
             rec = json_limits.loads(line)
-        except json_limits.TooDeep as exc:
-            raise TraceError(f"{path}:{no}: {exc}") from None
-        except json.JSONDecodeError as exc:
-            raise TraceError(f"{path}:{no}: not valid JSON ({exc.msg})") from exc
+        except ValueError as exc:  # a cut line is no longer whole JSON: it says so
+            why = f"longer than {self.max_bytes:,} bytes" if len(line.encode()) >= self.max_bytes else getattr(exc, "msg", exc)
+            raise TraceError(f"{self.path}:{no}: not valid JSON ({why})") from None
         if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
-            raise TraceError(f"{path}:{no}: a JSONL output needs a string 'text' field")
-        texts.append(rec["text"])
-    return texts
+            raise TraceError(f"{self.path}:{no}: a JSONL output needs a string 'text' field")
+        return rec["text"]
+
+
+def max_output_bytes(run: RunDir) -> int:
+    """An output's cap: OUTPUT_CONTEXTS training contexts at BYTES_PER_TOKEN bytes a token."""
+    return OUTPUT_CONTEXTS * run.config.train.seq_len * BYTES_PER_TOKEN
+
+
+def read_outputs(path: Path, max_bytes: int = 1 << 20) -> list[str]:
+    """Every output of a small file (OutputFile holds one at a time)."""
+    return list(OutputFile(path, max_bytes))
+
+
+def trace_stream(run: RunDir, texts: Iterable[str], top: int = 5) -> Iterator[dict[str, Any]]:
+    """trace_outputs over TRACE_BATCH outputs at a time: the memory of one batch, whatever the count."""
+    batch: list[str] = []
+    for text in texts:
+        batch.append(text)
+        if len(batch) == TRACE_BATCH:
+            yield from trace_outputs(run, batch, top)
+            batch = []
+    if batch:
+        yield from trace_outputs(run, batch, top)
 
 
 MAX_TRACED = 20  # memorization hits traced per evaluation (bounds the eval's time)

@@ -33,7 +33,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from tokenmill import json_limits
 from tokenmill.data.classifiers import linear_classifier as lc
@@ -41,7 +41,7 @@ from tokenmill.data.classifiers import multiclass as mc
 from tokenmill.data.classifiers.ngram_lm import tokenize
 from tokenmill.data.config import ClassifierConfig, CurateConfig
 from tokenmill.data.document import Doc, Rejection, format_value
-from tokenmill.data.jsonl import json_objects
+from tokenmill.data import labelled as lb
 from tokenmill.data.step import DocStep
 from tokenmill.data.steps.model_quality import read_npz, write_npz
 from tokenmill.data.steps.normalize import normalize_text
@@ -50,36 +50,34 @@ from tokenmill.errors import UserError
 VERSION = f"1+mc-{mc.VERSION}"
 SUBDIR = "classify"
 # Fields of a ClassifierConfig that shape the model; the others only say what to do with its labels.
-TRAINING_FIELDS = ("labelled", "holdout_every", "dim_bits", "epochs", "seed")
+TRAINING_FIELDS = ("labelled", "holdout_every", "dim_bits", "epochs", "seed", "max_examples")
 
 
 class ClassifyLabelsError(UserError, ValueError):
     """A classifier's labelled file that cannot be used; the message names the file (and line)."""
 
 
-def read_labelled(path: Path, name: str, mojibake: bool) -> tuple[list[str], list[str]]:
-    """(texts normalized like the documents, labels) of a labelled JSONL file; any bad line,
-    an empty file or a single label is an error naming the file and the line."""
-    where = f"classify {name!r}: {path}"
+def read_labelled(path: Path, c: ClassifierConfig, mojibake: bool, max_line_bytes: int) -> lb.Sample:
+    """The training sample of a labelled JSONL file, streamed (data/labelled.py): at most
+    `c.max_examples` texts per label, normalized like the documents and kept as features. Any bad
+    line, an empty file or a single label is an error naming the file and the line."""
+    where = f"classify {c.name!r}: {path}"
     if not path.is_file():
         raise ClassifyLabelsError(f"{where}: labelled file not found")
-    texts: list[str] = []
-    labels: list[str] = []
-    try:
-        with path.open(encoding="utf-8") as fh:
-            for lineno, rec in json_objects(fh, path, ClassifyLabelsError):
-                text, label = rec.get("text"), rec.get("label")
-                if not isinstance(text, str) or not isinstance(label, (str, int)) or isinstance(label, bool) or label == "":
-                    raise ClassifyLabelsError(
-                        f"{where}:{lineno}: needs a string 'text' and a non-empty 'label' (string or integer)"
-                    )
-                texts.append(normalize_text(text, mojibake=mojibake))
-                labels.append(str(label))
-    except UnicodeDecodeError as exc:
-        raise ClassifyLabelsError(f"{where}: not UTF-8 text (byte {exc.start}): a labelled file is JSON Lines") from None
-    if len(set(labels)) < 2:
-        raise ClassifyLabelsError(f"{where}: needs two or more labels, found {sorted(set(labels)) or 'no records'}")
-    return texts, labels
+
+    def records() -> Iterator[tuple[int, str, str]]:
+        for lineno, rec in lb.labelled_records(path, max_line_bytes, ClassifyLabelsError):
+            text, label = rec.get("text"), rec.get("label")
+            if not isinstance(text, str) or not isinstance(label, (str, int)) or isinstance(label, bool) or label == "":
+                raise ClassifyLabelsError(f"{where}:{lineno}: needs a string 'text' and a non-empty 'label' (string or integer)")
+            yield lineno, normalize_text(text, mojibake=mojibake), str(label)
+
+    featurize = lambda text: lc.features(tokenize(text), c.dim_bits)  # noqa: E731
+    held = lambda text: mc.held_out(text, c.holdout_every)  # noqa: E731
+    sample = lb.bottom_k(records(), c.max_examples, featurize, held, ClassifyLabelsError, where)
+    if len(sample.counts) < 2:
+        raise ClassifyLabelsError(f"{where}: needs two or more labels, found {sorted(sample.counts) or 'no records'}")
+    return sample
 
 
 def _sha256(path: Path) -> str:
@@ -90,21 +88,21 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def train(texts: list[str], labels: list[str], c: ClassifierConfig) -> tuple[mc.MulticlassClassifier, dict[str, Any]]:
-    """Fit on the texts not held out; the held-out texts' metrics."""
-    feats = [lc.features(tokenize(t), c.dim_bits) for t in texts]
-    held = [mc.held_out(t, c.holdout_every) for t in texts]
-    train_x = [f for f, h in zip(feats, held) if not h]
-    train_y = [y for y, h in zip(labels, held) if not h]
+def train(sample: lb.Sample, c: ClassifierConfig) -> tuple[mc.MulticlassClassifier, dict[str, Any]]:
+    """Fit on the sampled texts not held out; the held-out texts' metrics."""
+    examples, labels = lb.in_file_order(sample.kept, sorted(sample.kept))
+    train_x = [e.features for e in examples if not e.held]
+    train_y = [y for e, y in zip(examples, labels) if not e.held]
     missing = sorted(set(labels) - set(train_y))
     if missing:
         raise ClassifyLabelsError(
             f"classify {c.name!r}: {c.labelled}: no training text left for label(s) {missing} (too few examples)"
         )
     model = mc.fit(train_x, train_y, dim_bits=c.dim_bits, epochs=c.epochs, seed=c.seed)
-    report = mc.evaluate(model, [f for f, h in zip(feats, held) if h], [y for y, h in zip(labels, held) if h])
-    counts = {label: labels.count(label) for label in model.labels}
-    return model, {"examples": len(texts), "train_examples": len(train_x), "label_counts": counts, "held_out": report}
+    report = mc.evaluate(model, [e.features for e in examples if e.held], [y for e, y in zip(examples, labels) if e.held])
+    counts = {label: sample.counts[label] for label in model.labels}
+    stats = {"examples": sample.examples(), "sampled": len(examples), "train_examples": len(train_x), "label_counts": counts}
+    return model, {**stats, "held_out": report}
 
 
 def _check_labels(c: ClassifierConfig, known: list[str]) -> None:
@@ -153,8 +151,8 @@ class Classify(DocStep):
                 _check_labels(c, old["labels"])
                 continue
             meta_path.unlink(missing_ok=True)  # a run killed mid-way retrains, never trusts an old key
-            texts, labels = read_labelled(self.resolve(c.labelled), c.name, self.cfg.normalize.fix_mojibake)
-            model, report = train(texts, labels, c)
+            sample = read_labelled(self.resolve(c.labelled), c, self.cfg.normalize.fix_mojibake, self.cfg.max_doc_bytes)
+            model, report = train(sample, c)
             _check_labels(c, model.labels)
             write_npz(out / f"{c.name}.npz", model.to_arrays())
             meta = {"key": key, "labelled": c.labelled, "labels": model.labels, **report}

@@ -39,14 +39,14 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from tokenmill import json_limits
 from tokenmill.data.config import CurateConfig
 from tokenmill.data.classifiers import linear_classifier as lc
 from tokenmill.data.classifiers.ngram_lm import tokenize
 from tokenmill.data.document import Doc, Rejection, format_value
-from tokenmill.data.jsonl import json_objects
+from tokenmill.data import labelled as lb
 from tokenmill.data.step import DocStep
 from tokenmill.data.steps.model_quality import read_npz, write_npz
 from tokenmill.data.steps.normalize import normalize_text
@@ -61,6 +61,7 @@ LABELS: dict[str, bool] = {"toxic": True, "offensive": True, "clean": False}
 HOLDOUT_EVERY = 10  # every 10th example of each class is held out for the manifest's accuracy / AUC
 SEED = 0  # the classifier's batch order: a retrain on the same file gives the same bytes
 WORD_LIST, CLASSIFIER = "word_list", "classifier"  # doc.safety["decided_by"]
+TOXIC, CLEAN = "toxic", "clean"  # the two classes of the training sample
 
 
 class SafetyLabelsError(UserError, ValueError):
@@ -84,28 +85,30 @@ def toxicity(text: str, terms: frozenset[str]) -> tuple[float, int]:
     return matched / len(words), matched
 
 
-def read_labelled(path: Path, mojibake: bool = True) -> tuple[list[str], list[str]]:
-    """(toxic texts, clean texts) of a labelled file, normalized as the documents are."""
+def read_labelled(path: Path, mojibake: bool = True, max_examples: int = 20_000, max_line_bytes: int = 2_000_000) -> lb.Sample:
+    """The training sample of a labelled file, streamed (data/labelled.py): at most `max_examples`
+    toxic and as many clean texts, normalized as the documents are, kept as features."""
     if not path.is_file():
         raise SafetyLabelsError(f"safety.labelled {path}: file not found")
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise SafetyLabelsError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    toxic: list[str] = []
-    clean: list[str] = []
-    for lineno, rec in json_objects(lines, path, SafetyLabelsError):
-        label = rec.get("label")
-        if not isinstance(rec.get("text"), str) or not isinstance(label, str) or label.lower() not in LABELS:
-            raise SafetyLabelsError(
-                f"{path}:{lineno}: needs a string 'text' and a 'label' of toxic, offensive or clean, got label {label!r}"
-            )
-        text = normalize_text(rec["text"], mojibake=mojibake)
-        if text.strip():
-            (toxic if LABELS[label.lower()] else clean).append(text)
+
+    def records() -> Iterator[tuple[int, str, str]]:
+        for lineno, rec in lb.labelled_records(path, max_line_bytes, SafetyLabelsError):
+            label = rec.get("label")
+            if not isinstance(rec.get("text"), str) or not isinstance(label, str) or label.lower() not in LABELS:
+                raise SafetyLabelsError(
+                    f"{path}:{lineno}: needs a string 'text' and a 'label' of toxic, offensive or clean, got label {label!r}"
+                )
+            text = normalize_text(rec["text"], mojibake=mojibake)
+            if text.strip():
+                yield lineno, text, TOXIC if LABELS[label.lower()] else CLEAN
+
+    sample = lb.bottom_k(
+        records(), max_examples, lambda t: lc.features(tokenize(t)), lambda t: False, SafetyLabelsError, str(path)
+    )
+    toxic, clean = sample.counts[TOXIC], sample.counts[CLEAN]
     if not toxic or not clean:
-        raise SafetyLabelsError(f"{path}: needs both toxic and clean texts ({len(toxic)} toxic, {len(clean)} clean)")
-    return toxic, clean
+        raise SafetyLabelsError(f"{path}: needs both toxic and clean texts ({toxic} toxic, {clean} clean)")
+    return sample
 
 
 def _sha256(path: Path) -> str:
@@ -116,15 +119,17 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def train(toxic: list[str], clean: list[str]) -> tuple[lc.LinearClassifier, dict[str, Any]]:
-    """The classifier on all but every HOLDOUT_EVERY-th example per class, and its held-out scores."""
-    feats = {name: [lc.features(tokenize(t)) for t in texts] for name, texts in (("toxic", toxic), ("clean", clean))}
+def train(sample: lb.Sample) -> tuple[lc.LinearClassifier, dict[str, Any]]:
+    """The classifier on all but every HOLDOUT_EVERY-th sampled example per class (file order), and
+    its held-out scores."""
+    feats = {k: [e.features for e in sample.kept[k]] for k in (TOXIC, CLEAN)}
     fit_part = {k: [x for i, x in enumerate(v) if i % HOLDOUT_EVERY != HOLDOUT_EVERY - 1] for k, v in feats.items()}
     held = {k: [x for i, x in enumerate(v) if i % HOLDOUT_EVERY == HOLDOUT_EVERY - 1] for k, v in feats.items()}
-    model = lc.fit(fit_part["toxic"], fit_part["clean"], seed=SEED)
-    scores = lc.evaluate(model, held["toxic"], held["clean"])
+    model = lc.fit(fit_part[TOXIC], fit_part[CLEAN], seed=SEED)
+    scores = lc.evaluate(model, held[TOXIC], held[CLEAN])
     stats = {
-        "examples": {k: len(v) for k, v in feats.items()},
+        "examples": {k: sample.counts[k] for k in feats},
+        "sampled": {k: len(v) for k, v in feats.items()},
         "held_out": {k: len(v) for k, v in held.items()},
         # NaN (too few examples to hold any out) is not JSON: recorded as null
         **{k: (None if v != v else round(v, 6)) for k, v in scores.items()},
@@ -146,6 +151,7 @@ class Safety(DocStep):
     def _fingerprint(self, labelled: Path) -> str:
         """sha256 of the labelled file's bytes and of what shapes training: its change retrains."""
         conf = {"version": VERSION, "seed": SEED, "holdout": HOLDOUT_EVERY, "normalize": self.cfg.normalize.model_dump()}
+        conf["max_examples"] = self.cfg.safety.max_examples
         return hashlib.sha256((_sha256(labelled) + json.dumps(conf, sort_keys=True)).encode()).hexdigest()
 
     def prepare(self, work_dir: Path) -> None:
@@ -165,7 +171,8 @@ class Safety(DocStep):
             return
         out.mkdir(parents=True, exist_ok=True)
         manifest_path.unlink(missing_ok=True)  # a run killed mid-write retrains next time
-        model, stats = train(*read_labelled(labelled, self.cfg.normalize.fix_mojibake))
+        sample = read_labelled(labelled, self.cfg.normalize.fix_mojibake, self.cfg.safety.max_examples, self.cfg.max_doc_bytes)
+        model, stats = train(sample)
         write_npz(out / CLF_FILE, model.to_arrays())
         manifest = {"fingerprint": fingerprint, "file": str(labelled), "version": VERSION, **stats}
         tmp = manifest_path.with_name(MANIFEST + ".tmp")
