@@ -294,6 +294,8 @@ class OutputFile:
     def _text(self, line: str, no: int) -> str:
         try:
             rec = json_limits.loads(line)
+        except json_limits.TooDeep as exc:
+            raise TraceError(f"{self.path}:{no}: {exc}") from None
         except ValueError as exc:  # a cut line is no longer whole JSON: it says so
             why = f"longer than {self.max_bytes:,} bytes" if len(line.encode()) >= self.max_bytes else getattr(exc, "msg", exc)
             raise TraceError(f"{self.path}:{no}: not valid JSON ({why})") from None
