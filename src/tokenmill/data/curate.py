@@ -965,7 +965,7 @@ def _claim_output(cfg: CurateConfig, out: Path, work: Path, overwrite: bool) -> 
         write_marker(out, STAGE, outputs=owned)
     else:
         owned = set(mark["outputs"])
-    buckets = set(_bucket_names(cfg))
+    buckets = set(bucket_names(cfg))
     check_clashes(out, buckets | set(FIXED_OUTPUTS), owned)
     claim_dir(work, "curate-work", legacy=lambda d: (d / "plan.json").is_file())
     return owned
@@ -999,7 +999,7 @@ def _progress(enabled: bool) -> Progress:
     )
 
 
-def _bucket_names(cfg: CurateConfig) -> list[str]:
+def bucket_names(cfg: CurateConfig) -> list[str]:
     """Every bucket the config can send a document to: sources', bucket rules', license routes', classifiers'."""
     routes = list(cfg.license_policy.bucket_by_permission.values())
     classified = [b for c in cfg.classify for b in c.buckets.values()]
@@ -1007,7 +1007,7 @@ def _bucket_names(cfg: CurateConfig) -> list[str]:
 
 
 def _check_buckets(cfg: CurateConfig) -> None:
-    for b in _bucket_names(cfg):
+    for b in bucket_names(cfg):
         if not b or b.startswith(("_", ".")) or "/" in b or "\\" in b or b != b.strip():
             raise ValueError(f"curate: bucket {b!r} is not a valid directory name (no '/', must not start with '_' or '.')")
 

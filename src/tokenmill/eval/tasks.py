@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from tokenmill.eval.config import SandboxConfig, TaskConfig
+from tokenmill.eval.config import EvalConfig, SandboxConfig, TaskConfig
 from tokenmill.data.jsonl import json_objects
 from tokenmill.eval.layouts import load_bigbench, load_mmlu_csv, mmlu_record
 from tokenmill.eval.items import GenItem, Item, TaskError, index_field, need, str_field, str_list
@@ -193,6 +193,17 @@ def _read_items(path: Path, cfg: TaskConfig) -> list[Item | GenItem]:
             item.line = n
             items.append(item)
     return items
+
+
+def check_eval_files(cfg: EvalConfig) -> None:
+    """Every task and probe file the evaluation reads is there: checked before training, so a typo
+    in a path costs one line before the run starts, not after it trained."""
+    for task in cfg.tasks:
+        if not task_path(task.path).is_file():
+            raise TaskError(f"{task_path(task.path)}: eval.tasks {task.name!r}: no such file")
+    for probe in cfg.probes:
+        if not task_path(probe.path).is_file():
+            raise TaskError(f"{task_path(probe.path)}: eval.probes {probe.name!r}: no such file")
 
 
 def load_task(cfg: TaskConfig) -> list[Item | GenItem]:
