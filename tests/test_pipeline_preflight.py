@@ -7,6 +7,7 @@ stage records) and print one line; a valid change moves checkpoints/ and eval/ a
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
@@ -31,15 +32,22 @@ def snapshot(run_dir: Path) -> dict[str, str]:
     }
 
 
-@pytest.fixture()
-def trained(tiny_run: RunDir) -> RunDir:
-    """The tiny run with its data stages recorded as finished, then `run`: trained 8 steps
-    (checkpoints step_4 and step_8), evaluated, reported."""
-    values = tiny_run.config.model_dump(mode="json")
-    values["train"].update(max_steps=8, ckpt_every=4, warmup_steps=2)
-    values["report"]["tensorboard"] = "off"
-    run = RunDir(RunConfig.model_validate(values), tiny_run.path)
-    run.record_config()
+@pytest.fixture(scope="module")
+def trained_once(tmp_path_factory) -> RunDir:
+    """A tiny run (the tiny_run store and model) with its data stages recorded as finished, then
+    `run`: trained 8 steps (checkpoints step_4 and step_8), evaluated, reported. Read-only."""
+    from tests.conftest import write_tiny_store
+
+    cfg = RunConfig.model_validate({
+        "name": "tiny", "root": str(tmp_path_factory.mktemp("runs")), "seed": 11,
+        "model": {"d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 32},
+        "train": {"seq_len": 32, "micro_batch": 8, "grad_accum": 2, "max_steps": 8, "lr": 0.01, "warmup_steps": 2,
+                  "ckpt_every": 4, "device": "cpu", "threads": 1, "log_every": 4, "eval_every": 0},
+        "eval": {"max_docs": 4, "num_samples": 0},
+        "report": {"tensorboard": "off"},
+    })  # fmt: skip
+    run = RunDir.create(cfg)
+    write_tiny_store(run.sub("tokens"))
     for stage in ("curate", "tokenizer", "tokenize"):
         run.mark_done(stage, _inputs(run, stage))
     run_pipeline(run)
@@ -48,8 +56,16 @@ def trained(tiny_run: RunDir) -> RunDir:
     return run
 
 
-def invoke(run: RunDir, *args: str):
-    return runner.invoke(app, [args[0], str(run.path / "config.yaml"), *args[1:]])
+@pytest.fixture()
+def trained(trained_once: RunDir, tmp_path: Path) -> RunDir:
+    """A copy of the trained run of this test's own."""
+    shutil.copytree(trained_once.path, tmp_path / "tiny", symlinks=True)
+    return RunDir(trained_once.config, tmp_path / "tiny")
+
+
+def invoke(run: RunDir, *args: str, run_dir: Path | None = None):
+    """`tokenmill COMMAND <the run's config.yaml> --run-dir RUN ARGS...`."""
+    return runner.invoke(app, [args[0], str(run.path / "config.yaml"), "--run-dir", str(run_dir or run.path), *args[1:]])
 
 
 def refused(run: RunDir, *args: str) -> str:
@@ -105,8 +121,7 @@ def test_a_valid_change_moves_checkpoints_and_evaluations_aside_intact(trained):
     events = [e for e in read_events(trained.sub("events.jsonl")) if e["kind"] == "checkpoints_set_aside"]
     assert events == [{**events[0], "path": str(aside), "reason": "config-changed"}]
     # the moved directory is still a checkpoints directory: a run can start from it
-    res = invoke(trained, "train", "--set", "name=cont", "--run-dir", str(trained.path.parent / "cont"),
-                 "--set", f"train.init_from={aside}")
+    res = invoke(trained, "train", "--set", f"train.init_from={aside}", run_dir=trained.path.parent / "cont")
     assert res.exit_code == 1 and "token store" in res.output  # got past init_from (the new run has no data)
 
 
@@ -118,9 +133,6 @@ def test_force_train_moves_aside_and_nothing_is_deleted(trained):
     assert f"forced (--force train); moved checkpoints/ and eval/ aside to {aside}" in res.output
     kept = {f"checkpoints/{k}" if k.startswith("step_") else k: v for k, v in snapshot(aside).items()}
     assert {k: v for k, v in before.items() if k.startswith(("checkpoints/", "eval/"))}.items() <= kept.items()
-    again = invoke(trained, "run", "--force", "train")  # the same second: another name, nothing replaced
-    assert again.exit_code == 0, again.output
-    assert len(list(trained.path.glob("checkpoints.stale-*-forced*"))) == 2
 
 
 def test_an_unchanged_run_continues_and_moves_nothing(trained):

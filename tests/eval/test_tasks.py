@@ -223,3 +223,16 @@ def test_the_packaged_demo_tasks_load_by_package_path():
         items = load_task(t)
         assert len(items) == sizes[t.name]
     assert task_path("data/x.jsonl").as_posix() == "data/x.jsonl"
+
+
+def test_eval_files_are_checked_before_a_run_starts(tmp_path):
+    from tokenmill.eval.config import EvalConfig
+    from tokenmill.eval.tasks import check_eval_files
+
+    check_eval_files(EvalConfig.model_validate({"tasks": [{"name": "code", "path": "package:tasks/python_code.jsonl",
+                                                           "format": "jsonl"}]}))
+    with pytest.raises(TaskError, match=r"quiz.jsonl: eval.tasks 'quiz': no such file"):
+        check_eval_files(EvalConfig.model_validate({"tasks": [{"name": "quiz", "path": str(tmp_path / "quiz.jsonl"),
+                                                               "format": "jsonl"}]}))
+    with pytest.raises(TaskError, match=r"p.txt: eval.probes 'p': no such file"):
+        check_eval_files(EvalConfig.model_validate({"probes": [{"name": "p", "path": str(tmp_path / "p.txt")}]}))

@@ -5,8 +5,8 @@ or `--force train`), the run's `checkpoints/` directory is renamed to
 `checkpoints.stale-<UTC time>-<reason>/` beside it, and `eval/` (the evaluations of those
 checkpoints) moves into it, with the config.yaml they were trained under and a `.tokenmill`
 marker. A rename within the run directory: nothing is copied or deleted, hours of training cost
-one line, and the directory is still a checkpoints directory (`train.init_from`, `checkpoint
-average`, `tokenmill eval --checkpoint` read it). Deleting it is the user's decision.
+one line, and the directory is still a checkpoints directory (`train.init_from` starts from it,
+`tokenmill eval --checkpoint` scores its step_<N>). Deleting it is the user's decision.
 """
 
 from __future__ import annotations
