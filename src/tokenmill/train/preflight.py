@@ -13,15 +13,7 @@ import os
 from pathlib import Path
 
 from tokenmill.runs import RunDir
-from tokenmill.train.errors import TrainError
-
-
-def already_trained(ckpt_root: Path, newest: int) -> str:
-    """The refusal of `tokenmill train` without --resume on a run that has checkpoints."""
-    return (
-        f"{ckpt_root} already holds checkpoints (newest: step_{newest}); pass --resume to continue this "
-        f"run, or `tokenmill run CONFIG --force train`, which moves them aside (never deletes them), to start over"
-    )
+from tokenmill.train.errors import TrainError, already_trained
 
 
 def check_train(run: RunDir, rebuilt_from: str | None = None, resume: bool | None = None) -> None:

@@ -58,7 +58,7 @@ from tokenmill.train.checkpoint_policy import CheckpointPolicy, Checkpointer, Gr
 
 # TrainError, TrainingDiverged, TrainingInterrupted, TrainingPreempted and draw_seed live in the loop's
 # collaborators; callers (the CLI, replay, tests) import them from here, as before.
-from tokenmill.train.errors import STAGE, TrainError, TrainingDiverged  # noqa: F401
+from tokenmill.train.errors import STAGE, TrainError, TrainingDiverged, already_trained  # noqa: F401
 from tokenmill.train.eval_schedule import EvalHook, EvalSchedule, Evaluator
 from tokenmill.train.health_signals import HealthSignals
 from tokenmill.train.loop_state import LoopState
@@ -70,7 +70,6 @@ from tokenmill.train.bucket_loss import BucketLoss
 from tokenmill.train.budget import resolve_budget
 from tokenmill.train.clipping import clip_gradients, clip_on_device
 from tokenmill.train.pipeline_parallel import Pipeline, build_pipeline, stage_layers
-from tokenmill.train.preflight import already_trained
 from tokenmill.train.compilation import compile_cache_dir, compile_decision, compile_model
 from tokenmill.train.fp8 import convert_to_fp8, fp8_launch_problem
 from tokenmill.train.device import autocast, enable_tf32, resolve_dtype
