@@ -100,7 +100,9 @@ def test_second_run_skips_unchanged_stages_and_reruns_changed_ones(tiny_pipeline
     rc, out = finish(tokenmill("run", str(TINY), *root, *shorter))
     assert rc == 0, out
     assert all(f"{s}: unchanged" in out for s in ("curate", "tokenizer", "tokenize"))
-    assert "starting over" in out
+    assert "moved checkpoints/ and eval/ aside to" in out  # the old run's checkpoints are kept, never deleted
+    (aside,) = run_dir.glob("checkpoints.stale-*-config-changed")
+    assert (aside / "step_80" / "model.safetensors").is_file() and (aside / "eval" / "80.json").is_file()
     after = [e for e in read_events(run_dir / "events.jsonl") if e["kind"] == "train_step"][-6:]
     assert [e["step"] for e in after] == list(range(1, 7))
     assert before  # (the data order depends on the budget, so step 1 of a shorter run is another batch)

@@ -799,11 +799,21 @@ def run(
     config: Path = ConfigArg,
     set_: Optional[list[str]] = SetOpt,
     run_dir: Optional[Path] = RunDirOpt,
-    force: Optional[list[str]] = typer.Option(None, "--force", help=f"Rerun this stage even if unchanged ({', '.join(STAGES)})."),
+    force: Optional[list[str]] = typer.Option(
+        None,
+        "--force",
+        help=f"Rerun this stage even if unchanged ({', '.join(STAGES)}); `--force train` retrains from step 0, "
+        "moving checkpoints/ and eval/ aside to checkpoints.stale-<time>-forced/ (never deleted).",
+    ),
 ) -> None:
     """Run every stage in order, skipping stages whose config and inputs are unchanged since they finished.
 
-    Training continues from its last checkpoint when it was interrupted; the report is rebuilt.
+    Every stage's config checks run before the first stage starts, so a typo (a mixture bucket,
+    an init_from path, an eval task file) is one line and changes nothing. Training continues
+    from its last checkpoint when it was interrupted; when the train config or its data changed,
+    the old checkpoints and their evaluations are moved aside to
+    <run>/checkpoints.stale-<time>-config-changed/ (or -data-changed/), never deleted, and
+    training starts over. The report is rebuilt.
     """
     from tokenmill.pipeline import run_pipeline
 

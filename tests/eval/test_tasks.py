@@ -244,3 +244,27 @@ def test_jsonl_task_line_over_its_cap_is_one_error_naming_the_line(tmp_path):
         load_task(TaskConfig(name="a", path=str(path), format="arc", max_line_bytes=4096))
     path.write_text("\n".join(good) + "\n")  # the same items without the long line: read as before
     assert len(load_task(TaskConfig(name="a", path=str(path), format="arc", max_line_bytes=4096))) == len(good)
+
+
+def test_eval_files_are_checked_before_a_run_starts(tmp_path):
+    from tokenmill.eval.config import EvalConfig
+    from tokenmill.eval.tasks import check_eval_files
+
+    check_eval_files(EvalConfig.model_validate({"tasks": [{"name": "code", "path": "package:tasks/python_code.jsonl",
+                                                           "format": "jsonl"}]}))
+    with pytest.raises(TaskError, match=r"quiz.jsonl: eval.tasks 'quiz': no such file"):
+        check_eval_files(EvalConfig.model_validate({"tasks": [{"name": "quiz", "path": str(tmp_path / "quiz.jsonl"),
+                                                               "format": "jsonl"}]}))
+    with pytest.raises(TaskError, match=r"p.txt: eval.probes 'p': no such file"):
+        check_eval_files(EvalConfig.model_validate({"probes": [{"name": "p", "path": str(tmp_path / "p.txt")}]}))
+
+
+def test_a_task_file_over_its_cap_is_refused_before_a_run_starts(tmp_path):
+    from tokenmill.eval.config import EvalConfig
+    from tokenmill.eval.tasks import check_eval_files
+
+    (tmp_path / "big.jsonl").write_bytes(b"x" * 2000)
+    cfg = EvalConfig.model_validate({"tasks": [{"name": "big", "path": str(tmp_path / "big.jsonl"), "format": "jsonl",
+                                                "max_bytes": 1000}]})
+    with pytest.raises(TaskError, match=r"big.jsonl: task 'big' is 2,000 bytes, over the 1,000-byte cap"):
+        check_eval_files(cfg)

@@ -75,7 +75,6 @@ from tokenmill.data.registry import CORPUS_STEPS, FINAL_STEPS, MAP_STEPS, build_
 from tokenmill.data.shards import ShardSpec, plan_shards, read_shard
 from tokenmill.data.step import DocStep
 from tokenmill.errors import UserError
-from tokenmill import json_limits
 from tokenmill.ownership import (
     OwnershipError,
     check_clashes,
@@ -1001,7 +1000,7 @@ def _claim_output(cfg: CurateConfig, out: Path, work: Path, overwrite: bool) -> 
             f"{out}: holds an earlier tokenmill curate output; pass --overwrite to replace it "
             "(only what tokenmill wrote there is replaced; other files are kept), or choose a new folder"
         )
-    buckets = set(_bucket_names(cfg))
+    buckets = set(bucket_names(cfg))
     check_clashes(out, buckets | set(FIXED_OUTPUTS), owned)
     claim_dir(work, "curate-work", legacy=_earlier_work)
     return owned
@@ -1045,7 +1044,7 @@ def _progress(enabled: bool) -> Progress:
     )
 
 
-def _bucket_names(cfg: CurateConfig) -> list[str]:
+def bucket_names(cfg: CurateConfig) -> list[str]:
     """Every bucket the config can send a document to: sources', bucket rules', license routes', classifiers'."""
     routes = list(cfg.license_policy.bucket_by_permission.values())
     classified = [b for c in cfg.classify for b in c.buckets.values()]
@@ -1053,7 +1052,7 @@ def _bucket_names(cfg: CurateConfig) -> list[str]:
 
 
 def _check_buckets(cfg: CurateConfig) -> None:
-    for b in _bucket_names(cfg):
+    for b in bucket_names(cfg):
         if not b or b.startswith(("_", ".")) or "/" in b or "\\" in b or b != b.strip():
             raise ValueError(f"curate: bucket {b!r} is not a valid directory name (no '/', must not start with '_' or '.')")
 

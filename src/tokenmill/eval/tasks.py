@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from tokenmill.eval.config import SandboxConfig, TaskConfig
+from tokenmill.eval.config import EvalConfig, SandboxConfig, TaskConfig
 from tokenmill.data.jsonl import bounded_lines, json_objects
 from tokenmill.eval.layouts import load_bigbench, load_mmlu_csv, mmlu_record
 from tokenmill.eval.items import GenItem, Item, TaskError, index_field, need, str_field, str_list
@@ -197,17 +197,34 @@ def _read_items(path: Path, cfg: TaskConfig) -> list[Item | GenItem]:
     return items
 
 
-def load_task(cfg: TaskConfig) -> list[Item | GenItem]:
-    """Every item of the task file (not limited by `cfg.limit`: shots may come from any item)."""
+def check_task_file(cfg: TaskConfig) -> Path:
+    """The task's file, once it is known to exist and to be under its size cap (checked before a
+    byte is read: every item of a task is held in memory)."""
     path = task_path(cfg.path)
     if not path.is_file():
-        raise TaskError(f"{path}: task {cfg.name!r}: no such file")
+        raise TaskError(f"{path}: eval.tasks {cfg.name!r}: no such file")
     size = path.stat().st_size
-    if size > cfg.max_bytes:  # checked before a byte is read: every item of a task is held in memory
+    if size > cfg.max_bytes:
         raise TaskError(
             f"{path}: task {cfg.name!r} is {size:,} bytes, over the {cfg.max_bytes:,}-byte cap "
             "(raise eval.tasks[].max_bytes to read it)"
         )
+    return path
+
+
+def check_eval_files(cfg: EvalConfig) -> None:
+    """Every task and probe file the evaluation reads is there: checked before training, so a typo
+    in a path costs one line before the run starts, not after it trained."""
+    for task in cfg.tasks:
+        check_task_file(task)
+    for probe in cfg.probes:
+        if not task_path(probe.path).is_file():
+            raise TaskError(f"{task_path(probe.path)}: eval.probes {probe.name!r}: no such file")
+
+
+def load_task(cfg: TaskConfig) -> list[Item | GenItem]:
+    """Every item of the task file (not limited by `cfg.limit`: shots may come from any item)."""
+    path = check_task_file(cfg)
     items = _read_items(path, cfg)
     if not items:
         raise TaskError(f"{path}: task {cfg.name!r} has no items")

@@ -116,6 +116,19 @@ def with_replay(raw: dict[str, float], available: dict[str, int], replay: Replay
     }
 
 
+def check_bucket_names(mixture: MixtureConfig, known: list[str], where_known: str) -> None:
+    """Refuse bucket names the mixture gives (weights of every phase, replay buckets) that are not
+    among `known` — the buckets the token store will hold — before the store is built; the weights
+    themselves are checked against the store by `build_phases`."""
+    named = [(f"mixture.phases[{k}] ({pc.name!r}).weights", pc.weights) for k, pc in enumerate(mixture.phases)]
+    named += [("mixture.weights", mixture.weights)]
+    named += [("mixture.replay.buckets", dict.fromkeys(mixture.replay.buckets, 1.0) if mixture.replay else None)]
+    for where, weights in named:
+        unknown = sorted(set(weights or {}) - set(known))
+        if unknown:
+            raise MixtureError(f"{where} names bucket(s) {unknown} that {where_known} (buckets: {sorted(known)})")
+
+
 def phase_configs(mixture: MixtureConfig) -> list[PhaseConfig]:
     """The configured phases, or the single implicit phase 'main'."""
     return list(mixture.phases) or [PhaseConfig(name="main", fraction=1.0)]

@@ -69,12 +69,27 @@ def init_optimizer(optimizer: torch.optim.Optimizer, info: dict[str, Any]) -> No
 
 
 def check_source(source: str | None) -> None:
-    """Refuse an HF `train.init_from` directory whose config.json and weights do not agree before any
-    stage runs, not after curation and tokenization (only config.json and the headers are read)."""
-    if source and is_hf_dir(Path(source).expanduser()):
+    """Refuse a `train.init_from` that cannot be loaded before any stage runs, not after curation,
+    tokenization or a checkpoint was moved aside: a path that is not there, one that is neither a
+    tokenmill checkpoint, a checkpoints directory nor an HF Llama directory, and an HF directory
+    whose config.json and weights do not agree (only config.json and the headers are read)."""
+    if not source:
+        return
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise InitFromError(f"train.init_from {path}: not found")
+    if is_hf_dir(path):
         from tokenmill.export.hf_import import check_hf_dir
 
-        check_hf_dir(Path(source).expanduser())
+        check_hf_dir(path)
+        return
+    from tokenmill.train.checkpoint import list_checkpoints
+
+    if not (path / "state.json").is_file() and not list_checkpoints(path):
+        raise InitFromError(
+            f"train.init_from {path}: neither a tokenmill checkpoint (state.json), a checkpoints "
+            f"directory (step_<N>/) nor a Hugging Face Llama directory (config.json)"
+        )
 
 
 def is_hf_dir(path: Path) -> bool:

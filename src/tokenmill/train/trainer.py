@@ -50,7 +50,7 @@ from tokenmill.mixture.collapse_guard import guard_mixture
 from tokenmill.mixture.loader import Loader
 from tokenmill.model.objectives import counted_targets, token_nll_batch
 from tokenmill.model.transformer import Transformer
-from tokenmill.runs import RunDir
+from tokenmill.runs import NOT_FINGERPRINTED, RunDir
 from tokenmill.scaling.flops import flops_per_token, peak_of
 from tokenmill.tokens.store import TokenStore
 from tokenmill.train.checkpoint import list_checkpoints, read_state
@@ -58,7 +58,7 @@ from tokenmill.train.checkpoint_policy import CheckpointPolicy, Checkpointer, Gr
 
 # TrainError, TrainingDiverged, TrainingInterrupted, TrainingPreempted and draw_seed live in the loop's
 # collaborators; callers (the CLI, replay, tests) import them from here, as before.
-from tokenmill.train.errors import STAGE, TrainError, TrainingDiverged  # noqa: F401
+from tokenmill.train.errors import STAGE, TrainError, TrainingDiverged, already_trained  # noqa: F401
 from tokenmill.train.eval_schedule import EvalHook, EvalSchedule, Evaluator
 from tokenmill.train.health_signals import HealthSignals
 from tokenmill.train.loop_state import LoopState
@@ -165,14 +165,29 @@ def _diff(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [f"{prefix}: {old!r} -> {new!r}"]
 
 
-def _check_fingerprint(state: dict[str, Any], fingerprint: str, cfg: RunConfig, ckpt: Path) -> None:
+def setup_changes(state: dict[str, Any], cfg: RunConfig) -> list[str]:
+    """The training settings ("section.key: old -> new") that differ from those a checkpoint's
+    state.json was written under, leaving out the knobs that never change what training computes."""
+    changes = _diff(state.get("config", {}), _train_sections(cfg))
+    return [c for c in changes if not _unfingerprinted(c)]
+
+
+def _unfingerprinted(change: str) -> bool:
+    """A change of a knob that never changes what training computes (runs.NOT_FINGERPRINTED)."""
+    section, _, key = change.split(":", 1)[0].partition(".")
+    return key.split(".")[0] in NOT_FINGERPRINTED.get(section, ())
+
+
+def check_same_setup(state: dict[str, Any], fingerprint: str, cfg: RunConfig, ckpt: Path) -> None:
+    """Refuse to resume from a checkpoint another training setup (config or data) wrote."""
     if state.get("train_fingerprint") == fingerprint:
         return
-    changes = _diff(state.get("config", {}), _train_sections(cfg))
+    changes = setup_changes(state, cfg)
     detail = ("; changed: " + ", ".join(changes)) if changes else " (the upstream data changed)"
     raise TrainError(
         f"{ckpt} was written by a different training setup{detail}. Resuming would not "
-        f"continue the same run: restore the config, or delete {ckpt.parent} to start over"
+        f"continue the same run: restore the config, or run `tokenmill run` with this one, which moves "
+        f"{ckpt.parent} aside (never deletes it) and starts over"
     )
 
 
@@ -628,10 +643,7 @@ def _train(
     ckpt_root = run.path / "checkpoints"
     existing = list_checkpoints(ckpt_root)
     if existing and not resume:
-        raise TrainError(
-            f"{ckpt_root} already holds checkpoints (newest: step_{existing[-1][0]}); pass "
-            f"--resume to continue this run, or delete {ckpt_root} to start over"
-        )
+        raise TrainError(already_trained(ckpt_root, existing[-1][0]))
     loop = _TrainLoop(run, tc, store, mcfg, device, dtype, ctx, events, inherit=not existing)
     if resume:
         loop.resume(existing)
@@ -774,12 +786,12 @@ class _TrainLoop:
         if ckpt is None and existing:
             raise TrainError(
                 f"no checkpoint under {self.ckpt_root} verifies (see checkpoint_corrupt events); "
-                f"delete {self.ckpt_root} to start over"
+                f"move {self.ckpt_root} aside to start over"
             )
         if ckpt is None:
             return
         state = read_state(ckpt)
-        _check_fingerprint(state, self.fingerprint, self.cfg, ckpt)
+        check_same_setup(state, self.fingerprint, self.cfg, ckpt)
         saved = (state.get("data_cursor") or {}).get("fingerprint")
         if saved is not None:
             self.loader.check_fingerprint(saved, str(ckpt))  # refuses to resume on changed data
