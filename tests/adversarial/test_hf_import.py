@@ -240,6 +240,8 @@ def test_a_whole_run_refuses_it_before_its_first_stage(tiny_run, tmp_path):
     edit_config(hf, num_hidden_layers=1_000_000)
     raw = tiny_run.config.model_dump(mode="json")
     raw["train"]["init_from"] = str(hf)
+    (tmp_path / "docs.jsonl").write_text('{"text": "a document to curate"}\n')
+    raw["curate"]["sources"] = [{"path": str(tmp_path / "docs.jsonl"), "bucket": "a"}]  # a config curate accepts
     run = RunDir.create(RunConfig.model_validate({**raw, "name": "cont"}), tmp_path / "cont")
     with pytest.raises(HFImportError, match="config.json: num_hidden_layers must be ≤ 1024"):
         run_pipeline(run)
