@@ -63,9 +63,7 @@ def measure(n: int, warmup: int) -> dict[str, Any]:
         {"program": p, "isolation": iso, "n": len(ms), "statuses": sorted(statuses[(p, iso)]), **summary(ms)}
         for (p, iso), ms in times.items()
     ]
-    extra = {
-        p: round(statistics.median(times[(p, "namespaces")]) - statistics.median(times[(p, "process")]), 2) for p in progs
-    }
+    extra = {p: round(statistics.median(times[(p, "namespaces")]) - statistics.median(times[(p, "process")]), 2) for p in progs}
     return {"rows": rows, "namespaces_extra_median_ms": extra}
 
 

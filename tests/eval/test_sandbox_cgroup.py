@@ -135,7 +135,9 @@ def test_a_fork_bomb_is_capped_by_the_groups_pids_max(isolation: str):
 @cgroups_only
 @namespaces_only
 def test_memory_spread_over_processes_is_capped_by_the_group_total():
-    small = SandboxConfig(timeout_s=8, memory_mb=256, disk_mb=16, max_processes=16, stderr_lines=300)  # group total 256 + 16 + 64 MiB
+    small = SandboxConfig(
+        timeout_s=8, memory_mb=256, disk_mb=16, max_processes=16, stderr_lines=300
+    )  # group total 256 + 16 + 64 MiB
     with TreeSampler() as sampler:
         v = run(DEFEAT_HOOK + HOG, small)
     assert v.status in ("failed", "killed") and "-9" in v.stderr_tail + str(v.exit_code), v

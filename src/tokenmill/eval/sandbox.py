@@ -10,12 +10,16 @@ command):
   writable place, a fresh /proc, no capabilities, no_new_privs and a seccomp filter
   (eval/sandbox_jail.py, eval/sandbox_seccomp.py). When it exits or times out, the kernel kills
   every process of its PID namespace; nothing of it is on the host disk. Where namespaces do not
-  work, code tasks are refused with one line (no silent fallback). The namespace's root is the
-  evaluator's user: for root the kernel never enforces RLIMIT_NPROC, so run the evaluator
-  unprivileged; the kernel it shares stays the attack surface.
+  work, code tasks are refused with one line (no silent fallback). The kernel it shares stays the
+  attack surface.
 * `process`: a fresh `sys.executable -I -B` in a fresh temporary directory (cwd, HOME, TMPDIR;
   removed afterwards, permissions given back first), and `unshare -rn` for the network where it
   works. Not a security boundary.
+
+In both, where the evaluator can make one, the program's whole process tree runs in its own cgroup
+(eval/sandbox_cgroup.py): pids.max and a total memory cap, removed after the run. Without one a
+root evaluator is refused under namespaces isolation (the kernel never enforces RLIMIT_NPROC for
+root, and the namespace's root is the evaluator's user); an unprivileged one keeps RLIMIT_NPROC.
 
 In both: a minimal environment, its own session and process group, stdin closed, stdout
 discarded, stderr's last lines kept in the Verdict; a wall-clock timeout, RLIMIT_CPU, RLIMIT_AS,
