@@ -1105,3 +1105,19 @@ def eval_hf_reference(r: dict[str, Any]) -> list[str]:
     lines.append(f"Checkpoint {res['checkpoint']} of the demo run, fp32 on CPU ({res['threads']} threads), torch {v['torch']}, "
                  f"transformers {v['transformers']}; export {res['export_seconds']:.1f} s, whole script {r['seconds']:.0f} s.")
     return lines
+
+
+def sandbox_cost(r: dict[str, Any]) -> list[str]:
+    """bench_sandbox.py: wall time per candidate program under each eval.sandbox.isolation, medians
+    and quartiles of interleaved repetitions, and what namespaces (with the cgroup) adds."""
+    res = r["result"]
+    lines = ["| program | isolation | n | median ms | IQR ms (q1–q3) |", "|---|---|---|---|---|"]
+    for row in res["rows"]:
+        lines.append(f"| {row['program']} | {row['isolation']} | {row['n']} | {row['median_ms']:.1f} "
+                     f"| {row['iqr_ms']:.1f} ({row['q1_ms']:.1f}–{row['q3_ms']:.1f}) |")
+    extra = ", ".join(f"{p}: {ms:+.1f} ms" for p, ms in res["namespaces_extra_median_ms"].items())
+    group = "each candidate in its own cgroup" if res["cgroup"] else f"no cgroup ({res['cgroup_problem']})"
+    lines.append("")
+    lines.append(f"namespaces minus process, medians: {extra}. uid {res['uid']}, {group}, kernel {res['kernel']}, "
+                 f"{res['warmup']} warm-up repetitions; commit {r['commit'][:7]}, {r['machine'].get('cores', '?')} cores.")
+    return lines

@@ -216,11 +216,19 @@ class SandboxConfig(Strict):
 
     timeout_s: float = Field(10.0, gt=0.0, description="Wall-clock seconds before the program's whole process group is killed.")
     cpu_s: int = Field(10, ge=1, description="CPU seconds (RLIMIT_CPU); past it the kernel kills the program.")
-    memory_mb: int = Field(512, ge=64, description="Address space in MiB (RLIMIT_AS); allocations past it fail.")
+    memory_mb: int = Field(
+        512,
+        ge=64,
+        description="Address space in MiB per process (RLIMIT_AS); allocations past it fail. "
+        "With a cgroup, the program's whole process tree also gets memory_mb + disk_mb + 64 MiB of memory.",
+    )
     file_size_mb: int = Field(16, ge=1, description="Largest file the program may write, stderr included, in MiB (RLIMIT_FSIZE).")
     open_files: int = Field(64, ge=16, description="Open file descriptors (RLIMIT_NOFILE).")
     max_processes: int = Field(
-        4, ge=0, description="Tasks beyond the user's running ones (RLIMIT_NPROC; per user, not enforced for root)."
+        4,
+        ge=0,
+        description="Processes and threads the program may start: its cgroup's pids.max where one can be made, "
+        "else RLIMIT_NPROC beyond the user's running tasks (not enforced for root: code tasks are then refused).",
     )
     isolation: Literal["namespaces", "process"] = Field(
         "namespaces",

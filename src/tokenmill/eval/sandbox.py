@@ -10,12 +10,16 @@ command):
   writable place, a fresh /proc, no capabilities, no_new_privs and a seccomp filter
   (eval/sandbox_jail.py, eval/sandbox_seccomp.py). When it exits or times out, the kernel kills
   every process of its PID namespace; nothing of it is on the host disk. Where namespaces do not
-  work, code tasks are refused with one line (no silent fallback). The namespace's root is the
-  evaluator's user: for root the kernel never enforces RLIMIT_NPROC, so run the evaluator
-  unprivileged; the kernel it shares stays the attack surface.
+  work, code tasks are refused with one line (no silent fallback). The kernel it shares stays the
+  attack surface.
 * `process`: a fresh `sys.executable -I -B` in a fresh temporary directory (cwd, HOME, TMPDIR;
   removed afterwards, permissions given back first), and `unshare -rn` for the network where it
   works. Not a security boundary.
+
+In both, where the evaluator can make one, the program's whole process tree runs in its own cgroup
+(eval/sandbox_cgroup.py): pids.max and a total memory cap, removed after the run. Without one a
+root evaluator is refused under namespaces isolation (the kernel never enforces RLIMIT_NPROC for
+root, and the namespace's root is the evaluator's user); an unprivileged one keeps RLIMIT_NPROC.
 
 In both: a minimal environment, its own session and process group, stdin closed, stdout
 discarded, stderr's last lines kept in the Verdict; a wall-clock timeout, RLIMIT_CPU, RLIMIT_AS,
@@ -43,6 +47,7 @@ from typing import IO, Literal
 from tokenmill.errors import UserError
 from tokenmill.eval.config import SandboxConfig, TaskConfig
 from tokenmill.eval.items import GenItem
+from tokenmill.eval.sandbox_cgroup import Cgroup, enter_command, for_candidate
 from tokenmill.eval.sandbox_launch import (
     KILLED_MARK,
     SETUP_MARK,
@@ -132,29 +137,34 @@ def _verdict(rc: int | None, timed_out: bool, stderr: str, seconds: float) -> Ve
     return Verdict("passed" if rc == 0 else "failed", rc, stderr, seconds)
 
 
-def _start(source: str, limits: SandboxConfig, err: IO[bytes]) -> tuple[subprocess.Popen[bytes], str | None]:
-    """Start the program under `limits.isolation`; the temporary host directory it runs in
-    (process isolation only: under namespaces its folder is a tmpfs that dies with the run)."""
+def _start(
+    source: str, limits: SandboxConfig, err: IO[bytes], group: Cgroup | None
+) -> tuple[subprocess.Popen[bytes], str | None]:
+    """Start the program under `limits.isolation`, inside `group` from its first instruction; the
+    temporary host directory it runs in (process isolation only: under namespaces its folder is a
+    tmpfs that dies with the run)."""
     popen = {"stdout": subprocess.DEVNULL, "stderr": err, "start_new_session": True, "close_fds": True}
+    enter = (lambda cmd: cmd) if group is None else (lambda cmd: enter_command(group, cmd))
     if limits.isolation == "namespaces":
         env = {"PATH": "/usr/bin:/bin", "HOME": JAIL_WORK, "TMPDIR": JAIL_WORK, "LANG": "C.UTF-8"}
-        proc = subprocess.Popen(namespaces_command(limits), stdin=subprocess.PIPE, cwd="/", env=env, **popen)  # type: ignore[call-overload]
+        proc = subprocess.Popen(enter(namespaces_command(limits)), stdin=subprocess.PIPE, cwd="/", env=env, **popen)  # type: ignore[call-overload]
         return proc, None
     root = tempfile.mkdtemp(prefix="tokenmill-sandbox-")
     Path(root, "program.py").write_text(source, encoding="utf-8")
     env = {"PATH": "/usr/bin:/bin", "HOME": root, "TMPDIR": root, "LANG": "C.UTF-8"}
-    return subprocess.Popen(process_command(limits), stdin=subprocess.DEVNULL, cwd=root, env=env, **popen), root  # type: ignore[call-overload]
+    return subprocess.Popen(enter(process_command(limits)), stdin=subprocess.DEVNULL, cwd=root, env=env, **popen), root  # type: ignore[call-overload]
 
 
 def run_program(source: str, limits: SandboxConfig) -> Verdict:
     """Run `source` as a Python program in the sandbox described in the module docstring."""
     if limits.isolation == "namespaces":
         require_namespaces()
+    group = for_candidate(limits)
     start = time.monotonic()
     root = None
     with tempfile.TemporaryFile() as err:
         try:
-            proc, root = _start(source, limits, err)
+            proc, root = _start(source, limits, err, group)
             timed_out = False
             try:
                 proc.communicate(source.encode("utf-8") if root is None else None, timeout=limits.timeout_s)
@@ -169,6 +179,8 @@ def run_program(source: str, limits: SandboxConfig) -> Verdict:
             rc = proc.wait()
             _kill_group(proc.pid)  # leftovers of a program that exited
         finally:
+            if group is not None:
+                group.remove()  # kills what is left of the tree (process isolation: setsid children too)
             if root is not None:
                 _remove_tree(root)
         tail = _tail(err, limits.stderr_lines)

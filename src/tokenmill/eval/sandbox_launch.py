@@ -6,9 +6,10 @@ the candidate's size-capped tmpfs and forks the candidate, which drops every cap
 no_new_privs and a seccomp filter, and execs the bootstrap. util-linux rather than bubblewrap:
 `unshare` ships with every Debian/Ubuntu base system (no package to install in CI or on a user's machine), and what bwrap
 would add (the mounts, the capability drop, seccomp) is ~150 lines of Python here, tested. The
-namespace's root is the evaluator's own user; run the evaluator unprivileged: for root the kernel
-never enforces RLIMIT_NPROC, so there only the wall timeout (which tears the PID namespace down)
-and the audit hook bound how many processes a program makes.
+namespace's root is the evaluator's own user, and the kernel never enforces RLIMIT_NPROC for root:
+what bounds a root evaluator's candidate's processes is its own cgroup's pids.max
+(eval/sandbox_cgroup.py, which wraps this command so it starts inside the group); a root
+evaluator that cannot make one is refused, an unprivileged one keeps RLIMIT_NPROC.
 
 `process`: today's separate process with rlimits and the audit hook (and `unshare -rn` for the
 network when `isolate_network`), for machines that refuse namespaces; see sandbox.py's docstring.
