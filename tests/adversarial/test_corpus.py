@@ -19,7 +19,7 @@ from typing import Callable
 import pyarrow.parquet as pq
 import pytest
 
-from tests.adversarial.conftest import CliResult, assert_clean_error, assert_untouched, run_cli, tree_snapshot
+from tests.adversarial.conftest import CliResult, assert_clean_error, assert_untouched, tree_snapshot
 from tests.adversarial.hostile_inputs import CASES, Case
 
 # Every case finishes in seconds once bounded; before, the slowest ran for minutes or exhausted memory.
@@ -48,10 +48,10 @@ def _run(case: Case) -> tuple[CliResult, float]:
 
 def _curated(out: Path) -> tuple[int, list[str]]:
     """(documents kept, the rule of every quarantined row)."""
-    kept = sum(pq.ParquetFile(p).metadata.num_rows for p in out.glob("*/part-*.parquet")
-               if p.parent.name != "_rejected")
-    rules = [str(r) for p in out.glob("_rejected/*.parquet")
-             for r in pq.read_table(p, columns=["rule"]).column("rule").to_pylist()]
+    kept = sum(pq.ParquetFile(p).metadata.num_rows for p in out.glob("*/part-*.parquet") if p.parent.name != "_rejected")
+    rules = [
+        str(r) for p in out.glob("_rejected/*.parquet") for r in pq.read_table(p, columns=["rule"]).column("rule").to_pylist()
+    ]
     return kept, rules
 
 
