@@ -39,6 +39,7 @@ def _limits(memory_bytes: int) -> Any:
     def apply() -> None:
         os.setsid()  # its own process group: a timeout kills the whole tree
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+
     return apply
 
 
@@ -64,12 +65,40 @@ def _rejected_rules(case: Case) -> dict[str, int] | None:
     return rules
 
 
-def _changed(before: dict[str, str], after: dict[str, str], created: tuple[str, ...]) -> tuple[int, int]:
+def _under(path: str, prefixes: tuple[str, ...]) -> bool:
+    return any(path == c or path.startswith(c + "/") for c in prefixes)
+
+
+def _changed(before: dict[str, str], after: dict[str, str], case: Case) -> tuple[int, int]:
     """(paths that were there before and are now deleted or changed, paths made outside what the
-    case allows tokenmill to create)."""
-    lost = sum(1 for p in before if before[p] != after.get(p))
-    stray = sum(1 for p in after if p not in before and not any(p == c or p.startswith(c + "/") for c in created))
+    case allows tokenmill to create); a run's own bookkeeping (case.may_change) is neither."""
+    created = case.created + case.may_change
+    lost = sum(1 for p in before if before[p] != after.get(p) and not _under(p, case.may_change))
+    stray = sum(1 for p in after if p not in before and not _under(p, created))
     return lost, stray
+
+
+def _run_limited(
+    argv: list[str], root: Path, env: dict[str, str], timeout: float, memory_gb: float
+) -> tuple[bytes, bytes, bool, int, int]:
+    """(stdout, stderr, killed at the timeout, peak RSS in KB, exit code) of one process tree. wait4 gives this
+    child's own maximum: a builder's earlier processes (the tiny run it trains) do not count."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            argv, cwd=root, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+            preexec_fn=_limits(int(memory_gb * 2**30)),
+        )  # fmt: skip
+        deadline, killed = time.monotonic() + timeout, False
+        while (done := os.wait4(proc.pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                done, killed = os.wait4(proc.pid, 0), True
+                break
+            time.sleep(0.02)
+        proc.returncode = os.waitstatus_to_exitcode(done[1])  # reaped here: Popen must not wait again
+        out.seek(0)
+        err.seek(0)
+        return out.read(), err.read(), killed, done[2].ru_maxrss, proc.returncode
 
 
 def run_case(build: Any, src: Path, timeout: float, memory_gb: float) -> dict[str, Any]:
@@ -81,39 +110,66 @@ def run_case(build: Any, src: Path, timeout: float, memory_gb: float) -> dict[st
         argv = [sys.executable, "-c", *case.args] if case.python else [sys.executable, "-m", "tokenmill", *case.args]
         env = {**os.environ, "PYTHONPATH": str(src), "COLUMNS": "200", **case.env}
         t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, preexec_fn=_limits(int(memory_gb * 2**30)))
-        try:
-            out, err = proc.communicate(timeout=timeout)
-            killed = False
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
-            killed = True
+        out, err, killed, maxrss_kb, exit_code = _run_limited(argv, root, env, timeout, memory_gb)
         seconds = time.perf_counter() - t0
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # max over every child waited for so far
         text = (out + err).decode(errors="replace")
         lines = [ln for ln in err.decode(errors="replace").splitlines() if ln.strip()]
-        rec = {"case": case.name, "group": case.group, "what": case.what, "seconds": round(seconds, 3),
-                "peak_rss_mb_max_so_far": round(usage.ru_maxrss / 1024, 1), "killed_at_timeout": killed,
-                "exit": proc.returncode, "traceback": "Traceback" in text, "stderr_lines": len(lines),
-                "last_line": lines[-1][:300] if lines else "", "good": case.good, "kept": _kept(case),
-                "rejected": _rejected_rules(case),
-                "refused_expected": case.refused}
-        rec["paths_lost"], rec["paths_stray"] = _changed(before, tree_snapshot(root), case.created)
+        rec = {
+            "case": case.name,
+            "group": case.group,
+            "what": case.what,
+            "seconds": round(seconds, 3),
+            "peak_rss_mb_max_so_far": round(maxrss_kb / 1024, 1),
+            "killed_at_timeout": killed,
+            "exit": exit_code,
+            "traceback": "Traceback" in text,
+            "stderr_lines": len(lines),
+            "last_line": lines[-1][:300] if lines else "",
+            "good": case.good,
+            "kept": _kept(case),
+            "rejected": _rejected_rules(case),
+            "refused_expected": case.refused,
+            "within_s": case.within_s,
+            "size_mb": case.size_mb,
+            "overran": case.within_s is not None and seconds > case.within_s,
+            "named": all(t in text for t in case.must_say),
+        }
+        rec["paths_lost"], rec["paths_stray"] = _changed(before, tree_snapshot(root), case)
         return rec
 
 
-def run_in_child(build: Any, src: Path, timeout: float, memory_gb: float, normal: Path | None) -> dict[str, Any]:
-    """run_case in a fresh child of its own, so RUSAGE_CHILDREN's maximum is this case's alone."""
-    code = ("import json,sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); import bench_hostile_inputs as b; "
-            "from tests.adversarial import hostile_inputs as h; "
-            "build = b.normal_case(Path(sys.argv[6]), int(sys.argv[7])) if sys.argv[2] == 'normal_html' "
-            "else getattr(h, sys.argv[2]); "
-            "print(json.dumps(b.run_case(build, Path(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]))))")
-    res = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), build.__name__, str(src),
-                          str(timeout), str(memory_gb), str(normal or ""), str(NORMAL_FILES[0])],
-                         capture_output=True, text=True, cwd=REPO, check=True)
+def run_in_child(
+    build: Any, src: Path, timeout: float, memory_gb: float, normal: Path | None, size_mb: float | None = None
+) -> dict[str, Any]:
+    """run_case in a fresh child of its own, so nothing of an earlier case is in its numbers;
+    a growth case (hostile_inputs.GROWTH) is built at size_mb."""
+    code = (
+        "import json,sys,functools; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
+        "import bench_hostile_inputs as b; from tests.adversarial import hostile_inputs as h; "
+        "build = b.normal_case(Path(sys.argv[6]), int(sys.argv[7])) if sys.argv[2] == 'normal_html' "
+        "else getattr(h, sys.argv[2]); "
+        "build = functools.partial(build, size_mb=float(sys.argv[8])) if sys.argv[8] else build; "
+        "print(json.dumps(b.run_case(build, Path(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]))))"
+    )
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            str(Path(__file__).parent),
+            build.__name__,
+            str(src),
+            str(timeout),
+            str(memory_gb),
+            str(normal or ""),
+            str(NORMAL_FILES[0]),
+            "" if size_mb is None else str(size_mb),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    )
     rec = json.loads(res.stdout.strip().splitlines()[-1])
     rec["peak_rss_mb"] = rec.pop("peak_rss_mb_max_so_far")
     return rec
@@ -132,18 +188,57 @@ def normal_case(corpus: Path, files: int) -> Any:
         src.mkdir()
         for i, page in enumerate(pages):
             (src / f"{i:05d}.html").symlink_to(page)
-        return Case("normal_html", "normal", f"{len(pages)} real HTML pages ({corpus.name}), every default step",
-                    root, ["curate", "in", "-o", "out"], good=None, out=root / "out",
-                    created=("out", ".out.events.jsonl"))
+        return Case(
+            "normal_html",
+            "normal",
+            f"{len(pages)} real HTML pages ({corpus.name}), every default step",
+            root,
+            ["curate", "in", "-o", "out"],
+            good=None,
+            out=root / "out",
+            created=("out", ".out.events.jsonl"),
+        )
+
     return normal_html
 
 
-def _measure(build: Any, label: str, src: Path, runs: int, args: argparse.Namespace) -> dict[str, Any]:
-    recs = [run_in_child(build, src, args.timeout, args.memory_gb, args.normal) for _ in range(runs)]
-    rec = {**recs[-1], "source": label, "repeats": len(recs), "seconds_all": [r["seconds"] for r in recs],
-           "seconds": statistics.median(r["seconds"] for r in recs), "peak_rss_mb": max(r["peak_rss_mb"] for r in recs)}
-    print(f"{rec['case']:28s} {label:9s} {rec['seconds']:8.2f} s {rec['peak_rss_mb']:8.0f} MB exit {rec['exit']} "
-          f"kept {rec['kept']}/{rec['good']} lost {rec['paths_lost']} stray {rec['paths_stray']} tb {rec['traceback']}", file=sys.stderr)
+# The growth cases at two sizes of their hostile input (MB): the same peak RSS at both shows memory
+# bounded by settings, not by the input (the tests run each at its builder's small default).
+SIZES: dict[str, tuple[float, float]] = {
+    "trace_long_line": (4, 16),
+    "classify_labelled_big": (25, 100),
+    "safety_labelled_big": (25, 100),
+    "bigbench_huge_task": (500, 2000),
+}
+
+
+def _measure_sizes(build: Any, label: str, src: Path, runs: int, args: argparse.Namespace) -> dict[str, Any]:
+    """A growth case at its two sizes: the larger one's record, with the peak RSS at each size."""
+    small, large = (_measure(build, label, src, runs, args, size) for size in SIZES[build.__name__])
+    large["rss_by_size_mb"] = {f"{small['size_mb']:g}": small["peak_rss_mb"], f"{large['size_mb']:g}": large["peak_rss_mb"]}
+    large["seconds_by_size_mb"] = {f"{small['size_mb']:g}": small["seconds"], f"{large['size_mb']:g}": large["seconds"]}
+    return large
+
+
+def _measure(
+    build: Any, label: str, src: Path, runs: int, args: argparse.Namespace, size_mb: float | None = None
+) -> dict[str, Any]:
+    recs = [run_in_child(build, src, args.timeout, args.memory_gb, args.normal, size_mb) for _ in range(runs)]
+    rec = {
+        **recs[-1],
+        "source": label,
+        "repeats": len(recs),
+        "seconds_all": [r["seconds"] for r in recs],
+        "seconds": statistics.median(r["seconds"] for r in recs),
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in recs),
+    }
+    size = f"@{size_mb:g}MB" if size_mb is not None else ""
+    print(
+        f"{rec['case'] + size:28s} {label:9s} {rec['seconds']:8.2f} s {rec['peak_rss_mb']:8.0f} MB exit {rec['exit']} "
+        f"kept {rec['kept']}/{rec['good']} lost {rec['paths_lost']} stray {rec['paths_stray']} tb {rec['traceback']} "
+        f"overran {rec['overran']} named {rec['named']} | {rec['last_line'][:160]}",
+        file=sys.stderr,
+    )
     return rec
 
 
@@ -171,14 +266,31 @@ def main() -> None:
                     runs[label].append(_measure(build, label, src, 1, args))
             for label, recs in runs.items():
                 secs = [r["seconds"] for r in recs]
-                records.append({**recs[-1], "repeats": len(recs), "seconds_all": secs, "seconds": statistics.median(secs),
-                                "peak_rss_mb": max(r["peak_rss_mb"] for r in recs)})
+                records.append(
+                    {
+                        **recs[-1],
+                        "repeats": len(recs),
+                        "seconds_all": secs,
+                        "seconds": statistics.median(secs),
+                        "peak_rss_mb": max(r["peak_rss_mb"] for r in recs),
+                    }
+                )
             continue
+        measure = _measure_sizes if build.__name__ in SIZES else _measure
         for label, src in sources.items():  # the baseline's unbounded cases run to the limit: once
-            records.append(_measure(build, label, src, args.repeats if label == "tokenmill" else 1, args))
-    print(json.dumps({"timeout_s": args.timeout, "memory_gb": args.memory_gb, "cores": os.cpu_count(),
-                      "baseline_src": str(args.baseline_src) if args.baseline_src else None,
-                      "normal_corpus": str(args.normal) if args.normal else None, "records": records}))
+            records.append(measure(build, label, src, args.repeats if label == "tokenmill" else 1, args))
+    print(
+        json.dumps(
+            {
+                "timeout_s": args.timeout,
+                "memory_gb": args.memory_gb,
+                "cores": os.cpu_count(),
+                "baseline_src": str(args.baseline_src) if args.baseline_src else None,
+                "normal_corpus": str(args.normal) if args.normal else None,
+                "records": records,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

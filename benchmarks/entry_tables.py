@@ -754,15 +754,25 @@ def _hostile_outcome(rec: dict[str, Any]) -> str:
         parts.append(f"kept {rec['kept']}/{rec['good']} good" + (f"; quarantined: {rules}" if rules else ""))
         if rec["exit"] != 0:
             parts.append(f"exit {rec['exit']}")
-    elif rec["exit"] == 0:
-        parts.append("**accepted (exit 0)**")
+    elif rec["exit"] == 0:  # refused_expected False or None: succeeding is what a correct run may do
+        parts.append("**accepted (exit 0)**" if rec.get("refused_expected", True) else "succeeded (exit 0)")
     else:
         parts.append(f"refused (exit {rec['exit']}, {rec['stderr_lines']} line{'s' if rec['stderr_lines'] != 1 else ''})")
+    if rec.get("overran"):
+        parts.append(f"**over its {rec['within_s']:g} s bound**")
     if rec["paths_lost"]:
         parts.append(f"**{rec['paths_lost']} of the user's paths deleted or changed**")
     if rec["paths_stray"]:
         parts.append(f"{rec['paths_stray']} path{'s' if rec['paths_stray'] != 1 else ''} written outside its output")
     return "; ".join(parts)
+
+
+def _hostile_rss(rec: dict[str, Any]) -> str:
+    """Peak RSS; a growth case's at each size of its hostile input (the same at both: bounded)."""
+    sizes = rec.get("rss_by_size_mb")
+    if not sizes:
+        return f"{rec['peak_rss_mb']:.0f} MB"
+    return ", ".join(f"{rss:.0f} MB at {size} MB" for size, rss in sizes.items())
 
 
 def hostile_inputs(r: dict[str, Any]) -> list[str]:
@@ -779,8 +789,7 @@ def hostile_inputs(r: dict[str, Any]) -> list[str]:
         cells = [f"{case}: {recs['tokenmill']['what']}"]
         for src in ("tokenmill", "baseline") if base else ("tokenmill",):
             rec = recs.get(src)
-            cells += ([f"{rec['seconds']:.2f} s", f"{rec['peak_rss_mb']:.0f} MB", _hostile_outcome(rec)]
-                      if rec else ["—", "—", "—"])
+            cells += ([f"{rec['seconds']:.2f} s", _hostile_rss(rec), _hostile_outcome(rec)] if rec else ["—", "—", "—"])
         lines.append("| " + " | ".join(cells) + " |")
     for src in ("tokenmill", "baseline") if base else ("tokenmill",):
         recs = [c[src] for c in by_case.values() if src in c and c[src]["group"] != "normal"]
@@ -790,7 +799,8 @@ def hostile_inputs(r: dict[str, Any]) -> list[str]:
                   f"{len(lost)} lost good documents ({sum(r['good'] - (r['kept'] or 0) for r in lost)} of "
                   f"{sum(r['good'] for r in recs if r['good'] is not None)}), "
                   f"{sum(1 for r in recs if r['paths_lost'])} deleted or changed the user's files, "
-                  f"{sum(1 for r in recs if r['refused_expected'] and r['exit'] == 0)} accepted what it must refuse; "
+                  f"{sum(1 for r in recs if r['refused_expected'] and r['exit'] == 0)} accepted what it must refuse, "
+                  f"{sum(1 for r in recs if r.get('overran'))} overran its time bound; "
                   f"slowest {max(r['seconds'] for r in recs):.2f} s, largest peak RSS {max(r['peak_rss_mb'] for r in recs):.0f} MB "
                   f"(address space capped at {res['memory_gb']:.0f} GB)."]
     normal = by_case.get("normal_html", {})
