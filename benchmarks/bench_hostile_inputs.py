@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from tests.adversarial.conftest import tree_snapshot  # noqa: E402
+from tests.adversarial.conftest import measured, read_peak_kb, tree_snapshot  # noqa: E402
 from tests.adversarial.hostile_inputs import CASES, Case  # noqa: E402
 
 
@@ -81,24 +81,26 @@ def _changed(before: dict[str, str], after: dict[str, str], case: Case) -> tuple
 def _run_limited(
     argv: list[str], root: Path, env: dict[str, str], timeout: float, memory_gb: float
 ) -> tuple[bytes, bytes, bool, int, int]:
-    """(stdout, stderr, killed at the timeout, peak RSS in KB, exit code) of one process tree. wait4 gives this
-    child's own maximum: a builder's earlier processes (the tiny run it trains) do not count."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(
-            argv, cwd=root, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-            preexec_fn=_limits(int(memory_gb * 2**30)),
-        )  # fmt: skip
-        deadline, killed = time.monotonic() + timeout, False
-        while (done := os.wait4(proc.pid, os.WNOHANG))[0] == 0:
-            if time.monotonic() > deadline:
+    """(stdout, stderr, killed at the timeout, peak RSS in KB, exit code) of one process tree. The peak is
+    the command's own (conftest.measured): neither the builder's earlier work (the tiny run it trains)
+    nor this process's size counts."""
+    with tempfile.TemporaryDirectory() as tmp:
+        peak = Path(tmp) / "peak"
+        with open(Path(tmp) / "out", "w+b") as out, open(Path(tmp) / "err", "w+b") as err:
+            proc = subprocess.Popen(
+                measured(argv, peak), cwd=root, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                preexec_fn=_limits(int(memory_gb * 2**30)),
+            )  # fmt: skip
+            killed = False
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-                done, killed = os.wait4(proc.pid, 0), True
-                break
-            time.sleep(0.02)
-        proc.returncode = os.waitstatus_to_exitcode(done[1])  # reaped here: Popen must not wait again
-        out.seek(0)
-        err.seek(0)
-        return out.read(), err.read(), killed, done[2].ru_maxrss, proc.returncode
+                proc.wait()
+                killed = True
+            out.seek(0)
+            err.seek(0)
+            return out.read(), err.read(), killed, read_peak_kb(peak), proc.returncode
 
 
 def run_case(build: Any, src: Path, timeout: float, memory_gb: float) -> dict[str, Any]:

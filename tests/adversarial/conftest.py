@@ -14,6 +14,35 @@ from pathlib import Path
 import pytest
 
 
+# Linux carries a process's peak RSS across fork and exec: a child forked from a parent that holds
+# torch (the builder trained a tiny run) reports the parent's size as its own ru_maxrss. So a case
+# runs under this small launcher, which forks the command from a fresh interpreter and writes the
+# command's own peak (wait4, KB) to the file named first; it exits with the command's status.
+PEAK_LAUNCHER = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+open(sys.argv[1], "w").write(str(usage.ru_maxrss))
+code = os.waitstatus_to_exitcode(status)
+sys.exit(128 - code if code < 0 else code)
+"""
+
+
+def measured(argv: list[str], peak_file: Path) -> list[str]:
+    """`argv` run under PEAK_LAUNCHER: its own peak RSS (KB) lands in `peak_file` when it ends."""
+    return [sys.executable, "-c", PEAK_LAUNCHER, str(peak_file), *argv]
+
+
+def read_peak_kb(peak_file: Path) -> int:
+    """The peak the launcher wrote (0 when the launcher itself was killed before it could)."""
+    try:
+        return int(peak_file.read_text() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
 def tree_snapshot(root: Path) -> dict[str, str]:
     """Every file, folder and link under root, by relative path: a file's SHA-256, a link's target,
     "dir" for a folder. Comparing two snapshots shows anything deleted, changed or added."""

@@ -9,6 +9,7 @@ and its memory measured by benchmarks/bench_hostile_inputs.py."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -19,7 +20,7 @@ from typing import Callable
 import pyarrow.parquet as pq
 import pytest
 
-from tests.adversarial.conftest import CliResult, assert_clean_error, assert_untouched, tree_snapshot
+from tests.adversarial.conftest import CliResult, assert_clean_error, assert_untouched, measured, read_peak_kb, tree_snapshot
 from tests.adversarial.hostile_inputs import CASES, Case
 
 # Every case finishes in seconds once bounded; before, the slowest ran for minutes or exhausted memory.
@@ -27,23 +28,25 @@ SECONDS = 60
 
 
 def _run(case: Case) -> tuple[CliResult, float]:
-    """The case as a real process: its result and its peak RSS in MB (wait4: this child's own)."""
+    """The case as a real process: its result and its own peak RSS in MB (see conftest.measured)."""
     argv = [sys.executable, "-c", *case.args] if case.python else [sys.executable, "-m", "tokenmill", *case.args]
     env = {**os.environ, "COLUMNS": "200", **case.env}
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, cwd=case.root, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
-        deadline = time.monotonic() + SECONDS
-        while (done := os.wait4(proc.pid, os.WNOHANG))[0] == 0:
-            if time.monotonic() > deadline:
-                proc.kill()
-                done = os.wait4(proc.pid, 0)
-                break
-            time.sleep(0.02)
-        proc.returncode = os.waitstatus_to_exitcode(done[1])  # reaped here: Popen must not wait again
-        out.seek(0)
-        err.seek(0)
-        text = (out.read().decode(errors="replace"), err.read().decode(errors="replace"))
-    return CliResult(proc.returncode, *text), done[2].ru_maxrss / 1024
+    with tempfile.TemporaryDirectory() as tmp:
+        peak = Path(tmp) / "peak"
+        with open(Path(tmp) / "out", "w+b") as out, open(Path(tmp) / "err", "w+b") as err:
+            proc = subprocess.Popen(
+                measured(argv, peak), cwd=case.root, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
+                start_new_session=True,
+            )  # fmt: skip
+            try:
+                proc.wait(timeout=SECONDS)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)  # the launcher and the command
+                proc.wait()
+            out.seek(0)
+            err.seek(0)
+            text = (out.read().decode(errors="replace"), err.read().decode(errors="replace"))
+        return CliResult(proc.returncode, *text), read_peak_kb(peak) / 1024
 
 
 def _curated(out: Path) -> tuple[int, list[str]]:

@@ -111,8 +111,9 @@ def _unpickle_reason(exc: Exception) -> str:
     """The one informative line of torch's refusal (its message is a page of advice on how to
     load the file with weights_only=False, which tokenmill never does)."""
     text = str(exc)
-    m = re.search(r"WeightsUnpickler error: (.*?\.)(?: Please|$)", text, re.M)
-    first = m.group(1) if m else next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    after = text.split("WeightsUnpickler error:", 1)[1] if "WeightsUnpickler error:" in text else text
+    first = next((ln.strip() for ln in after.splitlines() if ln.strip()), "")
+    first = re.split(r"(?<=\.) Please", first)[0]  # "Unsupported global: GLOBAL x. Please file an issue..."
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
@@ -120,7 +121,9 @@ def read_optimizer_state(path: Path) -> dict[str, Any]:
     """optim.pt's optimizer state: tensors, numbers and strings only (torch.load weights_only=True
     refuses any other object before constructing it, so no code from the file ever runs)."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about a pickle protocol before it refuses the file
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
     except (pickle.UnpicklingError, RuntimeError, ValueError, KeyError, EOFError, TypeError, AttributeError) as exc:
