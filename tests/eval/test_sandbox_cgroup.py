@@ -66,11 +66,12 @@ class TreeSampler(threading.Thread):
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
-        self.peak, self.peak_rss, self.done = 0, 0, threading.Event()
+        self.peak, self.peak_rss, self.done, self.ready = 0, 0, threading.Event(), threading.Event()
         self.seen: set[int] = set()
 
     def run(self) -> None:
         me, page = os.getpid(), os.sysconf("SC_PAGE_SIZE")
+        earlier: set[int] | None = None  # descendants from before the program (a test worker's resource tracker)
         while not self.done.is_set():
             parents, rss = {}, {}
             for entry in os.listdir("/proc"):
@@ -82,6 +83,9 @@ class TreeSampler(threading.Thread):
                 except (OSError, ValueError, IndexError):
                     continue
             tree = [p for p in parents if self._descends(p, me, parents)]
+            earlier = set(tree) if earlier is None else earlier
+            tree = [p for p in tree if p not in earlier]
+            self.ready.set()
             self.seen.update(tree)
             self.peak = max(self.peak, len(tree))
             self.peak_rss = max(self.peak_rss, sum(rss.get(p, 0) for p in tree))
@@ -106,6 +110,7 @@ class TreeSampler(threading.Thread):
 
     def __enter__(self) -> TreeSampler:
         self.start()
+        self.ready.wait()  # the first pass took the processes that were there before the program
         return self
 
     def __exit__(self, *_: object) -> None:
