@@ -84,7 +84,8 @@ class TreeSampler(threading.Thread):
                     continue
             tree = [p for p in parents if self._descends(p, me, parents)]
             earlier = set(tree) if earlier is None else earlier
-            tree = [p for p in tree if p not in earlier]
+            # neither those processes nor anything they start later (a leftover of an earlier test)
+            tree = [p for p in tree if p not in earlier and not any(self._descends(p, e, parents) for e in earlier)]
             self.ready.set()
             self.seen.update(tree)
             self.peak = max(self.peak, len(tree))
