@@ -54,7 +54,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/record.py benchmarks/results/perplexity_gate.json -- benchmarks/bench_perplexity_gate.py --corpora $(REAL_CORPORA) --seeds 41 7  # ~3 min
 	$(BIN)/python benchmarks/record.py benchmarks/results/dirty_web_model.json --result /tmp/dwm.json -- benchmarks/bench_dirty_web_model.py \
 		--corpora $(REAL_CORPORA) --work /tmp/dwm --json /tmp/dwm.json --small-tokens 600000 --large-tokens 1200000 --lr 0.002  # ~25 min
-	git worktree add --detach /tmp/tm-hostile-base 3011eff 2>/dev/null || true
+	git worktree add --detach /tmp/tm-hostile-base b498ba9 2>/dev/null || true  # main before the depth, size and checkpoint bounds
 	$(BIN)/python benchmarks/record.py benchmarks/results/hostile_inputs.json -- benchmarks/bench_hostile_inputs.py \
 		--baseline-src /tmp/tm-hostile-base/src --normal $(REAL_CORPORA)/web_html/python3.11-doc --normal-files 444  # ~15 min
 	$(BIN)/python benchmarks/record.py benchmarks/results/curate_vs_datatrove.json --result /tmp/tokenmill_curate.json -- benchmarks/bench_curate_vs_datatrove.py --corpus $(REAL_CORPORA)/web_html/python3.11-doc --json /tmp/tokenmill_curate.json
@@ -72,6 +72,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_critical_batch.py --demo runs/demo --scaling runs/mixture-opt/data  # the mixture benchmark's store; about 1.5 h
 	git worktree add --detach /tmp/tm-eval-base 4ae2fee 2>/dev/null || true
 	$(BIN)/python benchmarks/bench_eval_cost.py --run runs/demo --baseline-src /tmp/tm-eval-base/src
+	git worktree add --detach /tmp/tm-hostile-base b498ba9 2>/dev/null || true
+	$(BIN)/python benchmarks/record.py benchmarks/results/sandbox.json -- benchmarks/bench_sandbox.py --n 30 --baseline-src /tmp/tm-hostile-base/src  # ~1 min
 	$(BIN)/python benchmarks/record.py benchmarks/results/eval_hf_reference.json -- benchmarks/eval_hf_reference.py --run runs/demo  # ~25 s
 	$(BIN)/python benchmarks/record.py benchmarks/results/eval_tiers.json -- benchmarks/bench_eval_tiers.py --run runs/demo --reps 3 --pin  # ~30 min
 	$(BIN)/python benchmarks/record.py benchmarks/results/eval_tiers_heavy.json -- benchmarks/bench_eval_tiers.py --run runs/demo --reps 3 --pin --tasks heavy  # ~36 min

@@ -8,9 +8,13 @@ of the shipped python_code task (src/tokenmill/tasks/python_code.jsonl) with its
 and tests. Interleaved A/B: every repetition runs both programs under both isolations, the order of
 the two isolations alternating, so drift on a loaded machine hits both alike. Wall time per
 candidate from the caller's side (`run_program`, start to verdict); every verdict must be `passed`.
+With --baseline-src, a third arm `before` runs the same programs through an earlier checkout's
+`run_program` at its default settings (the in-process audit hook sandbox), in a child interpreter
+that stays up and times each call itself, interleaved with the two arms here.
 Prints one JSON object last (benchmarks/record.py adds commit, command and load):
 
-    .venv/bin/python benchmarks/record.py benchmarks/results/sandbox.json -- benchmarks/bench_sandbox.py --n 30
+    .venv/bin/python benchmarks/record.py benchmarks/results/sandbox.json -- benchmarks/bench_sandbox.py --n 30 \
+        --baseline-src /tmp/tm-hostile-base/src
     .venv/bin/python benchmarks/bench_sandbox.py --n 5     # smoke
 """
 
@@ -20,7 +24,10 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from tokenmill.eval.config import SandboxConfig, TaskConfig
@@ -44,33 +51,71 @@ def summary(ms: list[float]) -> dict[str, float]:
     return {"median_ms": round(q2, 2), "q1_ms": round(q1, 2), "q3_ms": round(q3, 2), "iqr_ms": round(q3 - q1, 2)}
 
 
-def measure(n: int, warmup: int) -> dict[str, Any]:
+# The baseline's side: read one program (JSON) a line, run it, answer [milliseconds, status].
+BASELINE_LOOP = """import json, sys, time
+from tokenmill.eval.config import SandboxConfig
+from tokenmill.eval.sandbox import run_program
+cfg = SandboxConfig()
+for line in sys.stdin:
+    start = time.perf_counter()
+    v = run_program(json.loads(line), cfg)
+    print(json.dumps([(time.perf_counter() - start) * 1000, v.status]), flush=True)
+"""
+
+
+class Baseline:
+    """An earlier checkout's run_program in a child interpreter that stays up (its import is paid once)."""
+
+    def __init__(self, src: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": str(src)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", BASELINE_LOOP], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+
+    def run(self, source: str) -> tuple[float, str]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(source) + "\n")
+        self.proc.stdin.flush()
+        ms, status = json.loads(self.proc.stdout.readline())
+        return float(ms), str(status)
+
+
+def measure(n: int, warmup: int, baseline: Baseline | None) -> dict[str, Any]:
     progs = programs()
     cfgs = {iso: SandboxConfig(isolation=iso) for iso in ISOLATIONS}  # type: ignore[arg-type]
-    times: dict[tuple[str, str], list[float]] = {(p, iso): [] for p in progs for iso in ISOLATIONS}
+    arms = (*ISOLATIONS, "before") if baseline else ISOLATIONS
+    times: dict[tuple[str, str], list[float]] = {(p, arm): [] for p in progs for arm in arms}
     statuses: dict[tuple[str, str], set[str]] = {key: set() for key in times}
     for rep in range(-warmup, n):
-        order = ISOLATIONS if rep % 2 == 0 else ISOLATIONS[::-1]
+        order = arms[rep % len(arms) :] + arms[: rep % len(arms)]  # each arm goes first in turn
         for name, source in progs.items():
-            for iso in order:
-                start = time.perf_counter()
-                verdict = run_program(source, cfgs[iso])
-                elapsed = (time.perf_counter() - start) * 1000
+            for arm in order:
+                if arm == "before" and baseline is not None:
+                    elapsed, status = baseline.run(source)
+                else:
+                    start = time.perf_counter()
+                    status = run_program(source, cfgs[arm]).status
+                    elapsed = (time.perf_counter() - start) * 1000
                 if rep >= 0:  # warm-up runs fill the page cache and the cached probes
-                    times[(name, iso)].append(elapsed)
-                    statuses[(name, iso)].add(verdict.status)
+                    times[(name, arm)].append(elapsed)
+                    statuses[(name, arm)].add(status)
     rows = [
-        {"program": p, "isolation": iso, "n": len(ms), "statuses": sorted(statuses[(p, iso)]), **summary(ms)}
-        for (p, iso), ms in times.items()
+        {"program": p, "isolation": arm, "n": len(ms), "statuses": sorted(statuses[(p, arm)]), **summary(ms)}
+        for (p, arm), ms in times.items()
     ]
-    extra = {p: round(statistics.median(times[(p, "namespaces")]) - statistics.median(times[(p, "process")]), 2) for p in progs}
-    return {"rows": rows, "namespaces_extra_median_ms": extra}
+    med = {key: statistics.median(ms) for key, ms in times.items()}
+    extra = {p: round(med[(p, "namespaces")] - med[(p, "process")], 2) for p in progs}
+    out: dict[str, Any] = {"rows": rows, "namespaces_extra_median_ms": extra}
+    if baseline:
+        out["namespaces_over_before"] = {p: round(med[(p, "namespaces")] / med[(p, "before")], 2) for p in progs}
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=30, help="measured repetitions per program and isolation")
     ap.add_argument("--warmup", type=int, default=2, help="unmeasured repetitions first")
+    ap.add_argument("--baseline-src", type=Path, help="an earlier checkout's src/: its sandbox as a third arm, `before`")
     args = ap.parse_args()
     if namespaces_problem() is not None:
         raise SystemExit(f"namespaces isolation does not work here: {namespaces_problem()}")
@@ -81,7 +126,8 @@ def main() -> None:
         "cgroup": cgroup_problem() is None,
         "cgroup_problem": cgroup_problem(),
         "kernel": os.uname().release,
-        **measure(args.n, args.warmup),
+        "baseline_src": str(args.baseline_src) if args.baseline_src else None,
+        **measure(args.n, args.warmup, Baseline(args.baseline_src) if args.baseline_src else None),
     }
     bad = [r for r in result["rows"] if r["statuses"] != ["passed"]]
     if bad:

@@ -1126,6 +1126,10 @@ def sandbox_cost(r: dict[str, Any]) -> list[str]:
         lines.append(f"| {row['program']} | {row['isolation']} | {row['n']} | {row['median_ms']:.1f} "
                      f"| {row['iqr_ms']:.1f} ({row['q1_ms']:.1f}–{row['q3_ms']:.1f}) |")
     extra = ", ".join(f"{p}: {ms:+.1f} ms" for p, ms in res["namespaces_extra_median_ms"].items())
+    if res.get("namespaces_over_before"):
+        extra += "; namespaces over `before` (the audit-hook sandbox of an earlier checkout): " + ", ".join(
+            f"{p}: {x:.2f}×" for p, x in res["namespaces_over_before"].items()
+        )
     group = "each candidate in its own cgroup" if res["cgroup"] else f"no cgroup ({res['cgroup_problem']})"
     lines.append("")
     lines.append(f"namespaces minus process, medians: {extra}. uid {res['uid']}, {group}, kernel {res['kernel']}, "
