@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from tests.adversarial.conftest import measured, read_peak_kb, tree_snapshot  # noqa: E402
-from tests.adversarial.hostile_inputs import CASES, Case  # noqa: E402
+from tests.adversarial.hostile_inputs import BUILD_SRC_VAR, CASES, Case  # noqa: E402
 
 
 def _limits(memory_bytes: int) -> Any:
@@ -107,6 +107,7 @@ def run_case(build: Any, src: Path, timeout: float, memory_gb: float) -> dict[st
     with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
         root = Path(tmp) / "case"
         root.mkdir()
+        os.environ[BUILD_SRC_VAR] = str(src)  # a run the case starts from is built by the source measured
         case: Case = build(root)
         before = tree_snapshot(root)
         argv = [sys.executable, "-c", *case.args] if case.python else [sys.executable, "-m", "tokenmill", *case.args]

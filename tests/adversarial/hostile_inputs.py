@@ -360,6 +360,9 @@ hf_index_escapes = _hf_case("hf_index_escapes", "index.json naming ../../../../e
 # -- a trained run and what other tools (or an attacker) wrote into it --------------------------
 
 SRC = Path(__file__).resolve().parents[2] / "src"  # this checkout's tokenmill builds the earlier run
+# ... unless the bench measures another checkout: then that one builds it (its config.yaml has only
+# the keys that version knows, as a user's run of it would)
+BUILD_SRC_VAR = "TOKENMILL_HOSTILE_BUILD_SRC"
 RUN = "runs/r"  # the run folder of TINY_RUN, relative to the case's root
 # What a later command may update in a run tokenmill made: its event log, the config it records
 # when a stage starts, the stage records; checkpoints, tokens, curated data and the user's
@@ -408,7 +411,8 @@ def tiny_run(root: Path, **changes: dict[str, object]) -> dict[str, object]:
         (home / "books.jsonl").write_bytes(b"".join(jsonl_lines(good_texts(60))))
         (home / "web.jsonl").write_bytes(b"".join(jsonl_lines(good_texts(60, 60))))
         (home / "run.yaml").write_text(json.dumps(TINY_RUN))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+        src = os.environ.get(BUILD_SRC_VAR) or str(SRC)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
         proc = subprocess.run(
             [sys.executable, "-m", "tokenmill", "run", "run.yaml"],
             cwd=home,
