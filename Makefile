@@ -56,7 +56,11 @@ bench: $(STAMP)
 		--corpora $(REAL_CORPORA) --work /tmp/dwm --json /tmp/dwm.json --small-tokens 600000 --large-tokens 1200000 --lr 0.002  # ~25 min
 	git worktree add --detach /tmp/tm-hostile-base b498ba9 2>/dev/null || true  # main before the depth, size and checkpoint bounds
 	$(BIN)/python benchmarks/record.py benchmarks/results/hostile_inputs.json -- benchmarks/bench_hostile_inputs.py \
-		--baseline-src /tmp/tm-hostile-base/src --normal $(REAL_CORPORA)/web_html/python3.11-doc --normal-files 444  # ~15 min
+		--baseline-src /tmp/tm-hostile-base/src  # ~25 min
+	$(BIN)/python benchmarks/record.py benchmarks/results/hostile_inputs_labelled.json -- benchmarks/bench_hostile_inputs.py \
+		--baseline-src /tmp/tm-hostile-base/src --only classify_labelled_big safety_labelled_big --repeats 1  # ~8 min
+	$(BIN)/python benchmarks/record.py benchmarks/results/hostile_inputs_normal.json -- benchmarks/bench_hostile_inputs.py \
+		--baseline-src /tmp/tm-hostile-base/src --normal $(REAL_CORPORA)/web_html/python3.11-doc --normal-files 444 --only normal_html  # ~2 min
 	$(BIN)/python benchmarks/record.py benchmarks/results/curate_vs_datatrove.json --result /tmp/tokenmill_curate.json -- benchmarks/bench_curate_vs_datatrove.py --corpus $(REAL_CORPORA)/web_html/python3.11-doc --json /tmp/tokenmill_curate.json
 	TOKENMILL_REAL_CORPORA=$(REAL_CORPORA) $(BIN)/python benchmarks/record.py benchmarks/results/minhash.json -- benchmarks/bench_minhash.py
 	TOKENMILL_REAL_CORPORA=$(REAL_CORPORA) $(BIN)/python benchmarks/bench_substring_dedup.py

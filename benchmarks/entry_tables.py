@@ -775,12 +775,18 @@ def _hostile_rss(rec: dict[str, Any]) -> str:
     return ", ".join(f"{rss:.0f} MB at {size} MB" for size, rss in sizes.items())
 
 
-def hostile_inputs(r: dict[str, Any]) -> list[str]:
+def hostile_inputs(r: dict[str, Any], *reruns: dict[str, Any]) -> list[str]:
     """bench_hostile_inputs.py: per case, this checkout's median time, peak memory and outcome,
-    beside the baseline commit's single run (killed at the time limit, capped in memory)."""
+    beside the baseline commit's single run (killed at the time limit, capped in memory); each of
+    `reruns` (a run of some cases alone, `--only …`) replaces the main run's rows of its cases."""
     res = _result(r)
+    records = res["records"]
+    for rerun in reruns:
+        again = _result(rerun)["records"]
+        names = {rec["case"] for rec in again}
+        records = [rec for rec in records if rec["case"] not in names] + again
     by_case: dict[str, dict[str, dict[str, Any]]] = {}
-    for rec in res["records"]:
+    for rec in records:
         by_case.setdefault(rec["case"], {})[rec["source"]] = rec
     base = res.get("baseline_src") is not None
     head = "| case | tokenmill: time | peak RSS | outcome |" + (" baseline: time | peak RSS | outcome |" if base else "")
