@@ -209,10 +209,10 @@ def normal_case(corpus: Path, files: int) -> Any:
 # bounded by settings, not by the input (the tests run each at its builder's small default).
 SIZES: dict[str, tuple[float, float]] = {
     "trace_long_line": (4, 16),
-    # both sizes over the default cap of 20,000 examples a label (about 40,000 and 80,000 a label here):
-    # below it the sample, and so memory, grows with the file until the cap, as the setting says
-    "classify_labelled_big": (100, 200),
-    "safety_labelled_big": (100, 200),
+    # both sizes over the default cap of 20,000 examples a label (records of at most 400 bytes: about
+    # 50,000 and 200,000 a label): below it the sample, and so memory, grows with the file up to the cap
+    "classify_labelled_big": (25, 100),
+    "safety_labelled_big": (25, 100),
     "bigbench_huge_task": (500, 2000),
 }
 

@@ -333,10 +333,34 @@ CLAIMS = (
           "costs {ac:.1%} of the trainer's wall throughput\n  ({a:.3f}×, range {alo:.3f}–{ahi:.3f}), with tiers {bc:.1%} "
           "({b:.3f}×, {blo:.3f}–{bhi:.3f}); paired within each\n  repetition the trainer runs {glo:.2f}–{ghi:.2f}× faster",
           eval_tiers_heavy),
+    Claim("sandbox: the kernel boundary's cost per candidate over the audit hook", "sandbox.json",
+          "costs {diff:.1f} ms a candidate over the audit-hook sandbox it replaces: the code item takes "
+          "{ns:.1f} ms against {before:.1f} ms before ({ratio:.2f}×)", sandbox_cost),
+    Claim("docs/evaluation.md: the sandbox's cost per candidate", "sandbox.json",
+          "{ns:.1f} ms under `namespaces` against {before:.1f} ms", sandbox_cost, "docs/evaluation.md"),
+    Claim("hostile inputs: what the baseline did with the new cases", "hostile_inputs.json",
+          "ended in a traceback in {tb} cases, held {trace:.1f} GB for a 16 MB `trace --file` line and {bb:.1f} GB for a "
+          "2 GB task file, and retried an unresolvable rendezvous host for over {rdzv} s", hostile_baseline),
     Claim("hf reference: answers compared without stop strings", "eval_hf_reference.json",
           "all {qn} quiz answers ({qd} distinct) and all {cn} code answers ({cd} distinct) are text the model wrote, "
           "up to {qm} and {cm} tokens", hf_reference_no_stop),
 )
+
+
+def sandbox_cost(d: dict[str, Any]) -> dict[str, Any]:
+    """bench_sandbox.py's medians for the code item: namespaces against the earlier audit-hook sandbox."""
+    med = {row["isolation"]: row["median_ms"] for row in d["result"]["rows"] if row["program"] != "trivial"}
+    return {"ns": med["namespaces"], "before": med["before"], "diff": med["namespaces"] - med["before"],
+            "ratio": med["namespaces"] / med["before"]}
+
+
+def hostile_baseline(d: dict[str, Any]) -> dict[str, Any]:
+    """The baseline's tracebacks over every case and its largest trace / BIG-bench peaks and rendezvous time."""
+    base = {r["case"]: r for r in d["result"]["records"] if r["source"] == "baseline"}
+    return {"tb": sum(r["traceback"] for r in base.values()),
+            "trace": max(base["trace_long_line"]["rss_by_size_mb"].values()) / 1000,
+            "bb": max(base["bigbench_huge_task"]["rss_by_size_mb"].values()) / 1000,
+            "rdzv": int(base["rdzv_unresolvable"]["seconds"] // 10 * 10)}
 
 
 @cache

@@ -722,8 +722,10 @@ def trace_long_line(root: Path, size_mb: float = 4) -> Case:
 
 
 def _labelled_file(path: Path, size_mb: float, labels: tuple[str, str]) -> None:
-    """JSONL of real prose labelled in turn, size_mb long, written a line at a time."""
-    texts = good_texts(200)
+    """JSONL of real prose labelled in turn, size_mb long, written a line at a time: paragraphs of
+    a few hundred bytes, as labelled sets are, so 25 MB already holds more than the default
+    20,000 examples a label (the sample's cap) and every size past it shows the bound."""
+    texts = [p.strip()[:400] for t in good_texts(200) for p in t.split("\n\n") if len(p.strip()) > 80]
     with path.open("wb") as f:
         i = 0
         while f.tell() < size_mb * 2**20:
