@@ -216,6 +216,22 @@ def paired_range(r: dict[str, Any], arm: str) -> list[float]:
     return [x["wall_tokens_per_s"] / c["wall_tokens_per_s"] for x, c in zip(r["runs"][arm], r["runs"]["c"])]
 
 
+def sandbox_cost(d: dict[str, Any]) -> dict[str, Any]:
+    """bench_sandbox.py's medians for the code item: namespaces against the earlier audit-hook sandbox."""
+    med = {row["isolation"]: row["median_ms"] for row in d["result"]["rows"] if row["program"] != "trivial"}
+    return {"ns": med["namespaces"], "before": med["before"], "diff": med["namespaces"] - med["before"],
+            "ratio": med["namespaces"] / med["before"]}
+
+
+def hostile_baseline(d: dict[str, Any]) -> dict[str, Any]:
+    """The baseline's tracebacks over every case and its largest trace / BIG-bench peaks and rendezvous time."""
+    base = {r["case"]: r for r in d["result"]["records"] if r["source"] == "baseline"}
+    return {"tb": sum(r["traceback"] for r in base.values()),
+            "trace": max(base["trace_long_line"]["rss_by_size_mb"].values()) / 1000,
+            "bb": max(base["bigbench_huge_task"]["rss_by_size_mb"].values()) / 1000,
+            "rdzv": int(base["rdzv_unresolvable"]["seconds"] // 10 * 10)}
+
+
 CLAIMS = (
     # make demo under 5 minutes: the two CPUs' wall-clocks, as the tables render them
     Claim("demo: wall-clock with and without native bf16", "demo_wallclock_bf16.json",
@@ -345,22 +361,6 @@ CLAIMS = (
           "all {qn} quiz answers ({qd} distinct) and all {cn} code answers ({cd} distinct) are text the model wrote, "
           "up to {qm} and {cm} tokens", hf_reference_no_stop),
 )
-
-
-def sandbox_cost(d: dict[str, Any]) -> dict[str, Any]:
-    """bench_sandbox.py's medians for the code item: namespaces against the earlier audit-hook sandbox."""
-    med = {row["isolation"]: row["median_ms"] for row in d["result"]["rows"] if row["program"] != "trivial"}
-    return {"ns": med["namespaces"], "before": med["before"], "diff": med["namespaces"] - med["before"],
-            "ratio": med["namespaces"] / med["before"]}
-
-
-def hostile_baseline(d: dict[str, Any]) -> dict[str, Any]:
-    """The baseline's tracebacks over every case and its largest trace / BIG-bench peaks and rendezvous time."""
-    base = {r["case"]: r for r in d["result"]["records"] if r["source"] == "baseline"}
-    return {"tb": sum(r["traceback"] for r in base.values()),
-            "trace": max(base["trace_long_line"]["rss_by_size_mb"].values()) / 1000,
-            "bb": max(base["bigbench_huge_task"]["rss_by_size_mb"].values()) / 1000,
-            "rdzv": int(base["rdzv_unresolvable"]["seconds"] // 10 * 10)}
 
 
 @cache
