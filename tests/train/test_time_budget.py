@@ -115,7 +115,9 @@ def test_resume_restores_the_elapsed_seconds_and_replay_repeats_a_step(tiny_run,
     run_train(run, resume=True, progress=False)
     after = [e for e in events(run, "train_step")][len(rows):]
     assert after[0]["step"] == 5 and math.isclose(after[0]["elapsed_s"], state["time_budget"]["elapsed"] + after[0]["seconds"])
-    assert after[-1]["elapsed_s"] + after[-1]["seconds"] / 2 >= 0.6 > after[-2]["elapsed_s"] + after[-2]["seconds"] / 2
+    # on a loaded machine the resumed run may fit one step only: the step before the last is then step 4
+    seq = rows[:4] + after
+    assert seq[-1]["elapsed_s"] + seq[-1]["seconds"] / 2 >= 0.6 > seq[-2]["elapsed_s"] + seq[-2]["seconds"] / 2
     # A resume of a run whose clock is spent does nothing.
     n = len(events(run, "train_step"))
     run_train(run, resume=True, progress=False)
