@@ -402,12 +402,14 @@ def tiny_run(root: Path, **changes: dict[str, object]) -> dict[str, object]:
     config root/run.yaml (relative paths: the command runs in root); returns the config with
     `changes` (section -> fields) applied and written back."""
     if not _tiny_cache:
+        import atexit
         import shutil
         import subprocess
         import sys
         import tempfile
 
         home = Path(tempfile.mkdtemp(prefix="tm-hostile-run-"))
+        atexit.register(shutil.rmtree, home, True)  # the process's copy source: gone with the process
         (home / "books.jsonl").write_bytes(b"".join(jsonl_lines(good_texts(60))))
         (home / "web.jsonl").write_bytes(b"".join(jsonl_lines(good_texts(60, 60))))
         (home / "run.yaml").write_text(json.dumps(TINY_RUN))
