@@ -171,3 +171,32 @@ def test_an_evaluation_record_too_deep_is_one_line_naming_it(tmp_path):
     (run.path / "eval" / "10.json").write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(BadJSONFile, match=r"eval/10\.json: JSON nested deeper than 200 levels$"):
         run_report(run)
+
+
+def test_a_run_trained_twice_shows_the_current_attempt_and_lists_the_earlier_one(tmp_path):
+    from tests.report.test_attempts import two_attempts
+
+    run = _run(tmp_path)
+    with open(run.sub("events.jsonl"), "w") as fh:
+        fh.writelines(json.dumps(e) + "\n" for e in two_attempts())
+    page = render(run)
+    assert page.count("Earlier training attempts (1)") == 1
+    assert "interrupted 24" not in page and "interrupted (Ctrl-C) at step 24" in page
+    events_table = page.split("<h3>Events")[1].split("</table>")[0]
+    assert "interrupted" not in events_table and "checkpoints_set_aside" not in events_table
+
+
+def test_every_task_metric_is_named_and_none_is_nan():
+    from tokenmill.report.eval_section import section_eval
+
+    record = {"step": 40, "buckets": {"web": {"docs": 2, "tokens": 10, "loss": 2.0, "ppl": 7.4, "bpb": 1.5,
+                                               "unigram_bpb": 2.5}},
+              "tasks": [{"name": "mc", "format": "arc", "shots": 0, "n": 8, "acc": 0.375, "acc_norm": 0.5},
+                        {"name": "cloze", "format": "lambada", "shots": 0, "n": 8, "acc": 0.0, "mean_logprob": -9.25},
+                        {"name": "qa", "format": "jsonl", "shots": 2, "n": 40, "acc": 0.1, "exact_match": 0.1},
+                        {"name": "code", "format": "jsonl", "shots": 0, "n": 10, "acc": 0.0, "pass@1": 0.2},
+                        {"name": "odd", "format": "jsonl", "shots": 0, "n": 1}]}
+    tasks = section_eval([record]).split("<h3>Tasks")[1].split("</table>")[0]
+    for text in ("acc_norm 0.5", "mean log-prob -9.25", "exact match 0.1", "pass@1 0.2"):
+        assert text in tasks, text
+    assert "nan" not in tasks and "<th>other metric</th>" in tasks

@@ -89,3 +89,16 @@ def test_scaling_fit_register_writes_the_pending_prediction_once_and_the_page_sh
     assert f"for holdout: predicted {p['predicted']:.4f}, actual {held.loss:.4f}" in out.output
     page = (tmp_path / "scaling.html").read_text()
     assert "Pre-registered predictions" in page and p["registered_at"] in page
+
+
+def test_an_uncalibrated_machine_is_planned_at_the_peak_the_run_measured(tmp_path, monkeypatch, tiny_run):
+    from tokenmill.report.scaling import section_scaling
+
+    monkeypatch.setenv("TOKENMILL_CACHE", str(tmp_path / "cache"))  # no calibration here
+    start = {"kind": "train_start", "step": 0, "device": "cpu", "dtype": "float32", "peak_flops": 2.5e11,
+             "peak_source": "measured", "peak_origin": "quick measurement"}
+    page = section_scaling(tiny_run, [start, {"kind": "train_step", "step": 1, "mfu": 0.25}])
+    assert "No plan for this machine" not in page
+    assert "at the peak the run measured: quick measurement" in page and "0.25 TFLOP/s" in page
+    # the published law's loss for this tiny model is flagged, with what the law was fitted on
+    assert "MassiveText" in page and "fewer parameters than its smallest model" in page

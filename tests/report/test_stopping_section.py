@@ -51,3 +51,22 @@ def test_a_real_tiny_run_has_the_section_in_its_report(tiny_run):
     section = section[:section.index("<h2>", 5)]
     assert "Verdict: <span" in section and "the last decade of tokens (3 evaluations)" in section
     assert "<svg" in section and "tokens per parameter D/N" in section
+
+
+def test_the_gap_to_the_law_says_what_the_law_was_fitted_on_and_flags_an_extrapolation(tmp_path):
+    import json
+
+    from tokenmill.scaling.reference_law import load_law
+
+    ev, evals = events([200, 400, 600], lambda s: {"web": 3.5 - 0.2 * math.log10(s)}, lambda s: 3.3 - 0.4 * math.log10(s),
+                       non_embedding=10_000)
+    page = render_signals(compute_signals(ev, evals, PUBLISHED_CHINCHILLA, StopConfig()))
+    assert "the law was fitted on: Hoffmann et al. 2022" in page and "MassiveText" in page
+    assert "7,000× fewer parameters than its smallest model" in page  # 10k parameters against 70M
+    assert "outside the fit&#x27;s range, not a prediction for this run" in page  # on the gap row too
+    fit = {"chinchilla": {"fit": {"E": 1.8, "A": 300.0, "B": 500.0, "alpha": 0.3, "beta": 0.3, "runs": 4}},
+           "runs": [{"params": 1e3, "tokens": 1e5}, {"params": 1e5, "tokens": 1e7}]}
+    (tmp_path / "fit.json").write_text(json.dumps(fit))
+    page = render_signals(compute_signals(ev, evals, load_law(tmp_path / "fit.json"), StopConfig()))
+    assert "runs of 1e+03–1e+05 parameters on 1e+05–1e+07 tokens" in page
+    assert "not a prediction" not in page and "fewer parameters" not in page

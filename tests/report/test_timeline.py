@@ -297,3 +297,40 @@ def test_each_warning_is_listed_with_the_documents_of_its_batch(tiny_run):
     events[-1]["step"] = 21
     events.append({"t": 2.0, "stage": "train", "kind": "train_step", "step": 21, "loss": 1.0, "draw": 1})
     assert "a rewound step" in section_run(tiny_run, events, []).split("<h3>Warnings")[1]
+
+
+def _svg_texts(page: str) -> list[str]:
+    """Every text of the page's figures (labels, ticks, legends): SVG text elements keep their text."""
+    return [t for svg in re.findall(r"<svg.*?</svg>", page, flags=re.S) for t in re.findall(r">([^<>]+)<", svg)]
+
+
+def test_no_marker_label_says_none_or_nan(tmp_path):
+    # curate logs "phase" events of its own (no step); a curriculum phase may be left unnamed
+    events = [{"t": -5.0, "stage": "curate", "kind": "phase", "phase": "map", "seconds": 1.0},
+              {"t": -4.0, "stage": "curate", "kind": "phase", "phase": "dedup", "seconds": 2.0},
+              *synthetic_events()]
+    events[2]["plan"] = {"phases": [{"start_step": 1, "seq_len": 128}, {"start_step": 15, "seq_len": 256},
+                                    {"name": None, "start_step": 30, "seq_len": 256, "anneal": True}]}
+    page = section_run(_run(tmp_path), events, [])
+    texts = _svg_texts(page)
+    assert texts and not [t for t in texts if re.search(r"\bNone\b|\bnan\b", t)]
+    assert "phase 2 (seq 128→256)" in texts and "phase 3 (LR anneal)" in texts
+    clock = page.split("<h3>Against wall-clock time")[1]
+    assert not re.search(r'id="tmarker-phase', clock)  # curate's phases are not training events
+
+
+def test_only_the_current_attempts_markers_are_on_its_axis_and_earlier_attempts_are_listed(tmp_path):
+    from tests.report.test_attempts import two_attempts
+
+    page = section_run(_run(tmp_path), two_attempts(), [])
+    step_figure = page.split("<h3>Against wall-clock time")[0]
+    assert _marker_ids(step_figure) == {("checkpoint", 30)}  # not the first attempt's checkpoint 20
+    assert "interrupted 24" not in page and "tmarker-interrupted" not in page
+    row = re.search(r"<tr><td>30</td>(.*?)</tr>", page).group(1)  # the summary counts this attempt only
+    assert re.findall(r"<td>(.*?)</td>", row)[3] == "0"  # interruptions
+    earlier = page.split("Earlier training attempts (1)")[1]
+    assert "interrupted (Ctrl-C) at step 24" in earlier and "checkpoints.stale-20261207T081500Z-config-changed/" in earlier
+    # nothing but a set-aside attempt yet: no curve, the attempt still listed
+    only_earlier = two_attempts()[:-32]  # up to the second train_start
+    page = section_run(_run(tmp_path), only_earlier, [])
+    assert "No training steps yet" in page and "Earlier training attempts (1)" in page

@@ -86,3 +86,25 @@ def test_no_layout_fits_still_prints_the_plan_and_the_fewest_devices():
     out = " ".join(result.output.split())
     for text in ("training FLOPs 6ND", "wall-clock", "cost", "no layout fits h100", "fewest devices that fit: 32 × h100"):
         assert text in out, text
+
+
+def test_the_predicted_loss_comes_with_what_it_was_fitted_on_and_a_flag_outside_its_range():
+    inside = resolve_inputs(params=1e9, tokens=2e10)  # 1B parameters on 20B tokens: among Chinchilla's runs
+    rows = dict(figures_rows(make_plan(inside.cfg, inside.tokens, 8, get_device("h100"), n_params=1e9)))
+    assert "Hoffmann et al. 2022" in rows["  fitted on"] and "70M–16B parameters" in rows["  fitted on"]
+    assert "depends on the tokenizer" in rows["  fitted on"]
+    assert rows["  extrapolation"].startswith("within the fit's range")
+    assert "NOT a prediction" not in rows["predicted loss (Chinchilla fit)"]
+
+    small = resolve_inputs(params=3.5e4, tokens=1e9)  # a CPU-sized model: 2,000× below the smallest fitted
+    plan = make_plan(small.cfg, small.tokens, 1, get_device("h100"), n_params=3.5e4)
+    rows = dict(figures_rows(plan))
+    assert "NOT a prediction for this run" in rows["predicted loss (Chinchilla fit)"]
+    assert rows["  extrapolation"] == (
+        "outside the fit's range: N = 3.5e+04, 2,000× fewer parameters than its smallest model (7e+07); "
+        "D = 1e+09, 5× fewer tokens than its shortest run (5e+09) — not a prediction for this run")
+
+
+def test_the_console_plan_prints_the_provenance():
+    text = " ".join(run(["plan", "--params", "5e6", "--tokens", "1e8", "--device", "h100", "--devices", "1"]).split())
+    assert "fitted on" in text and "MassiveText" in text and "14× fewer parameters than its smallest model" in text

@@ -66,3 +66,16 @@ def test_a_bad_law_file_is_refused_with_its_path(tmp_path, content, message):
     with pytest.raises(LawFileError, match=message) as err:
         load_law(path)
     assert str(path) in str(err.value)
+
+
+def test_outside_the_range_says_by_how_much_and_where_the_law_comes_from(tmp_path):
+    (n0, n1), (d0, d1) = PUBLISHED_CHINCHILLA.fitted_range
+    assert PUBLISHED_CHINCHILLA.outside_range(1e9, 1e11) is None
+    assert PUBLISHED_CHINCHILLA.outside_range(n1 * 2.5, 1e11) == "N = 4e+10, 2.5× more parameters than its largest model (1.6e+10)"
+    assert PUBLISHED_CHINCHILLA.outside_range(1e9, d1 * 10) == "D = 5e+12, 10× more tokens than its longest run (5e+11)"
+    assert PUBLISHED_CHINCHILLA.range_verdict(1e9, 1e11) == "within the fit's range (N 7e+07–1.6e+10, D 5e+09–5e+11)"
+    assert PUBLISHED_CHINCHILLA.range_verdict(n0 / 100, d0).endswith("— not a prediction for this run")
+    assert "MassiveText" in PUBLISHED_CHINCHILLA.provenance()
+    bare = load_law(write(tmp_path / "law.json", LAW))
+    assert bare.outside_range(1.0, 1.0) is None and bare.range_verdict(1.0, 1.0) == "the fit's range is unknown"
+    assert "range is unknown" in bare.provenance() and str(tmp_path / "law.json") in bare.provenance()

@@ -13,6 +13,7 @@ from typing import Any
 
 from tokenmill import json_limits
 from tokenmill import __version__
+from tokenmill.report.attempts import split_attempts
 from tokenmill.report.continued_section import section_continued
 from tokenmill.report.data_section import section_data
 from tokenmill.report.eval_section import section_eval
@@ -83,7 +84,10 @@ def render(run: RunDir, skipped: SkippedLines | None = None) -> str:
     """The page; lines of events.jsonl that are not JSON objects are left out, counted in
     `skipped` when one is given, and the page says how many."""
     skipped = skipped if skipped is not None else SkippedLines()
-    events = list(read_events(run.sub("events.jsonl"), skipped))
+    log = list(read_events(run.sub("events.jsonl"), skipped))
+    # Only the current training attempt's events describe the weights this page is about; the Run
+    # section lists the earlier attempts apart (report/attempts.py).
+    events, _ = split_attempts(log)
     note = skipped.message(run.sub("events.jsonl"))
     evals, watched = eval_history(run), watch_history(run.path)
     title = run.config.report.title or run.config.name
@@ -100,7 +104,7 @@ def render(run: RunDir, skipped: SkippedLines | None = None) -> str:
         section_stages(run),
         section_data(run, events),
         section_mixture(events),
-        section_run(run, events, evals),
+        section_run(run, log, evals),
         section_stopping(run, events, evals),
         section_noise(events),
         "" if evals else section_eval(evals, watched),

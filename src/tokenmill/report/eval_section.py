@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import html
+import math
 
 from tokenmill.report.charts import line_chart
 from tokenmill.report.page import table
@@ -97,6 +98,26 @@ def _semantic(contamination: dict) -> str:
     return "".join(out)
 
 
+# A task's metric besides acc, by the names the scorers write, with the words the table shows.
+SECOND_METRICS = (
+    ("acc_norm", "acc_norm"),
+    ("acc_bytes", "acc_bytes"),
+    ("mean_logprob", "mean log-prob"),
+    ("exact_match", "exact match"),
+)
+
+
+def _second_metric(t: dict) -> str:
+    """The task's metric besides acc, named ("acc_norm 0.5", "mean log-prob -9.215", "pass@1 0"):
+    never a bare nan, as a generation task has no acc_norm."""
+    names = [*SECOND_METRICS, *((k, k) for k in sorted(t) if k.startswith("pass@"))]
+    for key, label in names:
+        v = t.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            return f"{label} {v:.4g}"
+    return "—"
+
+
 def _eval_audits(last: dict) -> str:
     """Tasks, contamination and memorization of an evaluation record, when it has them."""
     out: list[str] = []
@@ -117,16 +138,17 @@ def _eval_audits(last: dict) -> str:
                     t.get("format", ""),
                     t.get("shots", 0),
                     t.get("n", ""),
-                    t.get("acc", float("nan")),
-                    t.get("acc_norm", t.get("mean_logprob", float("nan"))),
+                    t.get("acc", "—"),
+                    _second_metric(t),
                     flag,
                 ]
             )
         out += [
-            "<h3>Tasks</h3><p>Scored by log-likelihood of each continuation (multiple choice) or greedy "
-            "last-word match (cloze), from local files; contamination = share of the set's token n-grams "
-            "found in the training tokens.</p>",
-            table(["task", "format", "shots", "items", "acc", "acc_norm / mean log-prob", "contamination"], rows),
+            "<h3>Tasks</h3><p>Scored by log-likelihood of each continuation (multiple choice), greedy "
+            "last-word match (cloze), or the greedy answer's exact match and, for code, pass@k of the "
+            "completions run in the sandbox (generation), from local files; contamination = share of the "
+            "set's token n-grams found in the training tokens.</p>",
+            table(["task", "format", "shots", "items", "acc", "other metric", "contamination"], rows),
         ]
     out.append(_semantic(contamination))
     other = {k: v for k, v in contamination.items() if k not in {t["name"] for t in tasks}}

@@ -196,6 +196,37 @@ def _median(values: list[float | None]) -> float | None:
     return vals[len(vals) // 2] if vals else None
 
 
+def _device_of_run(events: list[dict]) -> Any:
+    """This machine as the run measured it (train_start's peak_flops): the plan needs a peak, and a
+    report built on a machine never calibrated should still show one; the first error when the run
+    logged none either."""
+    import os
+
+    import torch
+
+    from tokenmill.scaling.devices import THIS_NETWORK, DeviceSpec, get_device
+
+    starts = [e for e in events if e.get("kind") == "train_start" and isinstance(e.get("peak_flops"), (int, float))]
+    if not starts or not starts[-1]["peak_flops"] > 0:
+        return get_device("this")  # raises the calibration error, which names the command to run
+    start = starts[-1]
+    cuda = str(start.get("device", "")).startswith("cuda") and torch.cuda.is_available()
+    memory = (
+        torch.cuda.get_device_properties(0).total_memory if cuda else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    )
+    return DeviceSpec(
+        name="this",
+        description=f"{start.get('device')}, {start.get('dtype')}, at the peak the run measured: "
+        f"{start.get('peak_origin') or start.get('peak_source')}",
+        peak_flops=float(start["peak_flops"]),
+        memory_bytes=float(memory),
+        devices_per_node=1,
+        intra_node_bandwidth=THIS_NETWORK,
+        inter_node_bandwidth=THIS_NETWORK,
+        peak_source="measured by the run",
+    )
+
+
 def _run_plan(run: Any, events: list[dict]) -> str:
     """`tokenmill plan --config` for this run on this machine, beside what the run measured."""
     from tokenmill.errors import UserError
@@ -206,7 +237,10 @@ def _run_plan(run: Any, events: list[dict]) -> str:
     steps = [e for e in events if e.get("kind") == "train_step"]
     mfu = _median([e.get("mfu") for e in steps])
     try:
-        spec = get_device("this")
+        try:
+            spec = get_device("this")
+        except UserError:  # not calibrated: the peak the run measured for its own MFU is this machine's
+            spec = _device_of_run(events)
         inputs = resolve_inputs(run_cfg=run.config, devices=1)
         plan = plan_for(inputs, 1, spec, mfu or 0.38)  # inputs.run_cfg is run.config
     except UserError as exc:

@@ -29,6 +29,7 @@ from tokenmill.report.config import StopConfig
 from tokenmill.report.run_files import eval_history
 from tokenmill.report.data_section import delivered, last_plan
 from tokenmill.report.timeline import last_record_per_step
+from tokenmill.report.attempts import split_attempts
 from tokenmill.runs import RunDir, SkippedLines, read_events
 from tokenmill.scaling.reference_law import PUBLISHED_CHINCHILLA, ReferenceLaw, load_law
 
@@ -430,21 +431,21 @@ def _law_notes(s: StopSignals) -> list[str]:
         "the law is the final loss of runs whose learning rate schedule ends at D: a mid-run evaluation sits "
         "above it, and the final decay steepens the observed slope"
     ]
+    notes.append(f"the law was fitted on: {s.law.provenance()}")
     if s.law.published:
         notes.append(
             "published law: another tokenizer and data, so its loss level (the gap) is indicative only; "
             "slopes transfer better than levels"
         )
-    outside = s.law.outside_range(s.params or 0, s.tokens or 0)
-    if outside:
-        notes.append(f"this run lies outside the runs the law was fitted on ({outside}): an extrapolation")
+    if s.law.outside_range(s.params or 0, s.tokens or 0):
+        notes.append(f"this run lies {s.law.range_verdict(s.params or 0, s.tokens or 0)}")
     return notes
 
 
 def stop_signals(run: RunDir, law: ReferenceLaw | None = None) -> StopSignals:
     """The signals of a run directory (law: `resolve_law(run)` unless given)."""
     skipped = SkippedLines()
-    events = list(read_events(run.sub("events.jsonl"), skipped))
+    events, _ = split_attempts(read_events(run.sub("events.jsonl"), skipped))  # the weights that exist
     signals = compute_signals(events, eval_history(run), law or resolve_law(run), run.config.report.stop)
     note = skipped.message(run.sub("events.jsonl"))
     if note:  # the signals come from the other lines; say that some were left out

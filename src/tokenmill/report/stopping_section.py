@@ -57,6 +57,8 @@ def signals_rows(s: StopSignals) -> list[list[str]]:
     last = s.points[-1]
     gap = last.gap
     level = "indicative only: published law" if s.law.published else "same tokenizer and data"
+    if s.law.outside_range(s.params or 0, s.tokens or 0):
+        level += "; outside the fit's range, not a prediction for this run (see below)"
     return [
         ["evaluations compared", f"{len(s.window_steps)} of {s.evaluations}", s.window],
         ["held-out loss (nats/token)", f"{last.loss:.4f}", f"step {s.step:,}, D = {s.tokens:,.0f} tokens"],

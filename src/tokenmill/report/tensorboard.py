@@ -103,9 +103,13 @@ def _eval_files(run: RunDir) -> list[Path]:
 
 def run_scalars(run: RunDir) -> Iterator[tuple[Scalar, float | None]]:
     """Every scalar of a finished or running run, with its wall time (None where the file has none).
-    A step replayed after a resume keeps its last record, as in the report's training curve."""
+    A step replayed after a resume keeps its last record, as in the report's training curve; the
+    steps of an attempt that training started over from are left out (report/attempts.py)."""
+    from tokenmill.report.attempts import split_attempts
+
     by_step: dict[int, dict[str, Any]] = {}
-    for e in read_events(run.sub("events.jsonl")):
+    current, _ = split_attempts(read_events(run.sub("events.jsonl")))
+    for e in current:
         if e.get("kind") == "train_step" and "step" in e:
             by_step[int(e["step"])] = e
     for step in sorted(by_step):

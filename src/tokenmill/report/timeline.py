@@ -16,6 +16,7 @@ import statistics
 import time
 from typing import Any, Iterable, Sequence
 
+from tokenmill.report.attempts import attempts_table, split_attempts
 from tokenmill.report.charts import MAX_POINTS, Heatmap, Marker, MarkerStyle, Panel, Span, stacked_panels
 from tokenmill.report.run_files import watch_history
 from tokenmill.runs import RunDir
@@ -172,12 +173,14 @@ def run_summary(events: Sequence[dict]) -> dict[str, Any]:
 # -- the section --------------------------------------------------------------------------------
 
 
-def section_run(run: RunDir, events: list[dict], evals: list[dict]) -> str:
-    """The report's Run section (HTML): summary row, the step-axis figure, the wall-clock figure
-    and the newest events."""
+def section_run(run: RunDir, log: list[dict], evals: list[dict]) -> str:
+    """The report's Run section (HTML) from the whole event log: summary row, the step-axis
+    figure, the wall-clock figure and the newest events of the current training attempt, and the
+    earlier attempts listed apart (their markers would sit on an axis that is not theirs)."""
+    events, earlier = split_attempts(log)
     records = last_record_per_step(events)
     if not records:
-        return "<h2>Run</h2><p class=muted>No training steps yet.</p>"
+        return "<h2>Run</h2><p class=muted>No training steps yet.</p>" + attempts_table(earlier)
     panels, notes = _step_panels(run, records, events, evals)
     markers, left_out = _step_markers(events)
     spans = [
@@ -196,6 +199,7 @@ def section_run(run: RunDir, events: list[dict], evals: list[dict]) -> str:
     out = [
         "<h2>Run</h2>",
         _summary_table(run_summary(events)),
+        attempts_table(earlier),
         f"<p class=muted>{html.escape(caption)}</p>",
         f"<figure class=timeline>{figure}</figure>",
     ]
@@ -340,7 +344,7 @@ def phase_events(events: Sequence[dict]) -> list[dict]:
     starts = [e for e in events if e.get("kind") == "train_start" and isinstance(e.get("plan"), dict)]
     phases = (starts[-1]["plan"].get("phases") or []) if starts else []
     out = []
-    for prev, cur in zip(phases, phases[1:]):
+    for index, (prev, cur) in enumerate(zip(phases, phases[1:]), start=2):
         changes = []
         if cur.get("seq_len") != prev.get("seq_len"):
             changes.append(f"seq {prev.get('seq_len')}→{cur.get('seq_len')}")
@@ -352,7 +356,7 @@ def phase_events(events: Sequence[dict]) -> list[dict]:
             {
                 "kind": "phase",
                 "step": cur.get("start_step"),
-                "name": cur.get("name"),
+                "name": cur.get("name") or f"phase {index}",  # a phase the config left unnamed: its place
                 "changes": "; ".join(changes) or "same settings",
             }
         )
@@ -365,12 +369,26 @@ def _step_markers(events: Iterable[dict]) -> tuple[list[Marker], dict[str, int]]
     events = list(events)
     for e in [*events, *phase_events(events)]:
         kind, step = e.get("kind"), event_step(e)
-        if kind in MARKER_STYLES and step is not None and (kind, step) not in seen:
-            label = (
-                f"{e.get('name')} ({e.get('changes')})" if kind == "phase" else f"{kind} {step}" if kind in LABELLED_KINDS else ""
-            )
-            seen[(kind, step)] = Marker(x=step, kind=kind, gid=f"marker-{kind}-{step}", label=label)
+        if kind in MARKER_STYLES and step is not None and (kind, step) not in seen and _train_event(e):
+            seen[(kind, step)] = Marker(x=step, kind=kind, gid=f"marker-{kind}-{step}", label=marker_label(e))
     return _cap_per_kind(list(seen.values()))
+
+
+def _train_event(e: dict) -> bool:
+    """An event of the training run (the markers' kinds): other stages reuse kind names (curate
+    logs its own "phase" events, of map/dedup/lines, with no step), and are not drawn."""
+    return e.get("stage") in (None, "train")
+
+
+def marker_label(e: dict) -> str:
+    """The text above a marker: a curriculum phase by its name and what changed, a labelled kind
+    by its step ("interrupted 24"), or by its kind alone when it has no step; never "None"."""
+    kind, step = str(e.get("kind")), event_step(e)
+    if kind == "phase" and e.get("changes"):
+        return f"{e.get('name') or 'phase'} ({e['changes']})"
+    if kind not in LABELLED_KINDS:
+        return ""
+    return f"{kind} {step}" if step is not None else kind
 
 
 def _cap_per_kind(markers: list[Marker]) -> tuple[list[Marker], dict[str, int]]:
@@ -486,10 +504,10 @@ def _time_section(events: list[dict]) -> str:
             x=(e["t"] - t0) / div,
             kind=e["kind"],
             gid=f"tmarker-{e['kind']}-{event_step(e)}-{i}",
-            label=f"{e['kind']} {event_step(e)}" if e["kind"] in LABELLED_KINDS else "",
+            label=marker_label(e),
         )
         for i, e in enumerate(events)
-        if e.get("kind") in TIME_MARKER_STYLES and isinstance(e.get("t"), (int, float))
+        if e.get("kind") in TIME_MARKER_STYLES and isinstance(e.get("t"), (int, float)) and _train_event(e)
     ]
     markers, _ = _cap_per_kind(markers)
     figure = stacked_panels(

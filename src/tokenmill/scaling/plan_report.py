@@ -10,6 +10,7 @@ from rich.table import Table
 from tokenmill.scaling.devices import GB
 from tokenmill.scaling.parallel import bubble_fraction
 from tokenmill.scaling.plan import Plan
+from tokenmill.scaling.reference_law import LEVELS_NOTE, PUBLISHED_CHINCHILLA
 
 
 def sci(x: float) -> str:
@@ -50,7 +51,7 @@ def figures_rows(plan: Plan) -> list[tuple[str, str]]:
         ("device-hours", sci(plan.device_hours)),
         ("cost", f"${plan.cost_usd:,.0f} at ${dev['price_per_hour']:.2f}/device-hour"),
         ("compute-optimal for this C", f"N {sci(ch['compute_optimal_params'])}, D {sci(ch['compute_optimal_tokens'])}"),
-        ("predicted loss (Chinchilla fit)", f"{ch['predicted_loss']:.3f} (compute-optimal: {ch['compute_optimal_loss']:.3f})"),
+        *predicted_loss_rows(plan),
     ]
     if plan.inference_aware is not None:
         ia = plan.inference_aware
@@ -65,6 +66,22 @@ def figures_rows(plan: Plan) -> list[tuple[str, str]]:
             )
         )
     return rows
+
+
+def predicted_loss_rows(plan: Plan) -> list[tuple[str, str]]:
+    """The published law's loss for N and D, never alone: what the law was fitted on, how far this
+    plan lies from its runs, and that nats per token of another tokenizer are not this run's. A
+    100M-parameter planner's number applied to a 4M-parameter CPU run is an extrapolation of
+    thousands of times, and a reader comparing it with the measured loss must see that first."""
+    ch = plan.chinchilla
+    verdict = PUBLISHED_CHINCHILLA.range_verdict(plan.params, plan.tokens)
+    outside = PUBLISHED_CHINCHILLA.outside_range(plan.params, plan.tokens) is not None
+    value = f"{ch['predicted_loss']:.3f} nats/token (compute-optimal for this C: {ch['compute_optimal_loss']:.3f})"
+    return [
+        ("predicted loss (Chinchilla fit)", value + ("; NOT a prediction for this run, see below" if outside else "")),
+        ("  fitted on", f"{PUBLISHED_CHINCHILLA.provenance()}; {LEVELS_NOTE}"),
+        ("  extrapolation", verdict),
+    ]
 
 
 def layout_rows(plan: Plan) -> list[tuple[str, str]]:

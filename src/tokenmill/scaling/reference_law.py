@@ -31,6 +31,16 @@ from tokenmill.scaling.results import read_json_file
 CHINCHILLA_TOKENS_PER_PARAM = 20.0
 # The published fit's runs: "from 70 million to over 16 billion parameters on 5 to 500 billion tokens".
 CHINCHILLA_RANGE = ((7e7, 1.6e10), (5e9, 5e11))
+# What the published fit was made from, for every place that prints a loss it predicts: a reader
+# comparing it with a measured loss must know it is another tokenizer's nats on other data.
+CHINCHILLA_SOURCE = (
+    "Hoffmann et al. 2022 (Chinchilla, approach 3), over 400 models of 70M–16B parameters trained on "
+    "5B–500B tokens of MassiveText, with their own SentencePiece tokenizer"
+)
+LEVELS_NOTE = (
+    "a loss in nats per token depends on the tokenizer and the data: another tokenizer's level is not "
+    "comparable with this run's, only how the loss changes with N and D transfers"
+)
 
 
 class LawFileError(UserError, ValueError):
@@ -70,15 +80,39 @@ class ReferenceLaw:
         return float(self.fit.d_opt(compute) / self.fit.n_opt(compute))
 
     def outside_range(self, params: float, tokens: float) -> str | None:
-        """Why (N, D) is an extrapolation of the law, or None when it lies in its runs' range."""
+        """Why (N, D) is an extrapolation of the law, by how far, or None when it lies in its runs'
+        range: "N = 4.26e+06, 16× fewer parameters than its smallest model (7e+07)"."""
         if self.fitted_range is None:
             return None
-        out = [
-            f"{name} = {value:.3g} outside [{lo:.3g}, {hi:.3g}]"
-            for name, value, (lo, hi) in (("N", params, self.fitted_range[0]), ("D", tokens, self.fitted_range[1]))
-            if not lo <= value <= hi
-        ]
+        out = []
+        for name, value, (lo, hi), what, small, large in (
+            ("N", params, self.fitted_range[0], "parameters", "smallest model", "largest model"),
+            ("D", tokens, self.fitted_range[1], "tokens", "shortest run", "longest run"),
+        ):
+            if value < lo:
+                out.append(f"{name} = {value:.3g}, {_factor(lo / value)}× fewer {what} than its {small} ({lo:.3g})")
+            elif value > hi:
+                out.append(f"{name} = {value:.3g}, {_factor(value / hi)}× more {what} than its {large} ({hi:.3g})")
         return "; ".join(out) or None
+
+    def provenance(self) -> str:
+        """What the law was fitted on, in one phrase."""
+        if self.published:
+            return CHINCHILLA_SOURCE
+        if self.fitted_range is None:
+            return f"{self.label}, with this run's tokenizer and data (the file lists no runs: its range is unknown)"
+        (n0, n1), (d0, d1) = self.fitted_range
+        return f"{self.label}: runs of {n0:.3g}–{n1:.3g} parameters on {d0:.3g}–{d1:.3g} tokens"
+
+    def range_verdict(self, params: float, tokens: float) -> str:
+        """Whether a loss this law predicts at (N, D) is a prediction or an extrapolation, in words."""
+        outside = self.outside_range(params, tokens)
+        if outside is not None:
+            return f"outside the fit's range: {outside} — not a prediction for this run"
+        if self.fitted_range is None:
+            return "the fit's range is unknown"
+        (n0, n1), (d0, d1) = self.fitted_range
+        return f"within the fit's range (N {n0:.3g}–{n1:.3g}, D {d0:.3g}–{d1:.3g})"
 
     def to_dict(self) -> dict[str, Any]:
         f = self.fit
@@ -93,6 +127,11 @@ class ReferenceLaw:
             "beta": f.beta,
             "fitted_range": None if self.fitted_range is None else [list(r) for r in self.fitted_range],
         }
+
+
+def _factor(x: float) -> str:
+    """2.5, 16, 4,069: a ratio as a reader compares it."""
+    return f"{x:.2g}" if x < 10 else f"{x:,.0f}"
 
 
 def _law(E: float, A: float, B: float, alpha: float, beta: float, runs: int = 0) -> ChinchillaFit:
