@@ -78,3 +78,23 @@ def test_the_table_lists_each_earlier_attempt():
     for text in ("1970-01-01 00:00:01 UTC", ">24<", "interrupted (Ctrl-C) at step 24", "checkpoints.stale-20261207T081500Z"):
         assert text in cells, text
     assert attempts_table([]) == ""
+
+
+def test_a_real_run_retrained_after_a_config_change_lists_its_first_attempt(tiny_run):
+    from tokenmill.config import RunConfig
+    from tokenmill.pipeline import run_stage
+    from tokenmill.runs import RunDir, read_events
+
+    settings = tiny_run.config.model_dump()
+    settings["train"].update(max_steps=6, ckpt_every=3)
+    first = RunDir(RunConfig.model_validate(settings), tiny_run.path)
+    run_stage(first, "train")
+    settings["train"]["lr"] = 0.005  # a changed config: `run` sets the checkpoints aside and starts over
+    second = RunDir(RunConfig.model_validate(settings), tiny_run.path)
+    run_stage(second, "train")
+    stale = next(tiny_run.path.glob("checkpoints.stale-*-config-changed"))
+    current, earlier = split_attempts(read_events(tiny_run.path / "events.jsonl"))
+    assert [a.steps_reached() for a in earlier] == [6] and earlier[0].ending() == "finished at step 6"
+    assert earlier[0].set_aside() == f"{stale.name}/ (config-changed)"
+    assert sum(e["kind"] == "train_start" for e in current) == 1
+    assert stale.name in attempts_table(earlier) and (stale / "step_6").is_dir()  # the table names where it is

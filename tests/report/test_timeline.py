@@ -181,6 +181,7 @@ def test_the_demo_run_renders(tmp_path):
     assert page.count("<svg") == 2 and len(page) < 1_000_000
     checkpoints = {e["step"] for e in events if e["kind"] == "checkpoint"}
     assert {s for k, s in _marker_ids(page) if k == "checkpoint"} == checkpoints
+    assert not [t for t in _svg_texts(page) if re.search(r"\bNone\b|\bnan\b", t)]  # curate's phases were "phase None"
 
 
 def test_a_supervisor_restart_is_marked_at_the_step_it_resumes_from(tmp_path):
