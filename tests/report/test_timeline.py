@@ -146,6 +146,7 @@ def test_wall_clock_figure_shows_the_downtime_and_the_event_table_lists_newest_f
     events = page.split("<h3>Events")[1]
     kinds = re.findall(r"<tr><td>([a-z_]+)</td>", events)
     assert kinds[:3] == ["eval", "rollback", "skip"] and kinds[-1] == "train_start"
+    assert re.search(r'id="tmarker-eval-40-\d+-p0"', clock)  # where the evaluation ended
     assert "to checkpoint of step 20, steps 21–30 dropped, LR factor 0.5" in events
     assert "batch: web ×1, code ×1; docs web-7, c-1" in events
 
@@ -216,8 +217,9 @@ def test_phase_changes_preemption_hangs_and_slow_ranks_are_drawn_where_they_happ
                         "weights": {"web": 0.75, "code": 0.25}}]}
     events[0]["plan"] = plan
     assert phase_events(events) == [
-        {"kind": "phase", "step": 15, "name": "long", "changes": "seq 128→256"},
-        {"kind": "phase", "step": 35, "name": "anneal", "changes": "mixture web 75%, code 25%; LR anneal"}]
+        {"kind": "phase", "step": 15, "name": "long", "changes": "seq 128→256", "label": "seq 128→256"},
+        {"kind": "phase", "step": 35, "name": "anneal", "changes": "mixture web 75%, code 25%; LR anneal",
+         "label": "mixture; LR anneal"}]
     extra = [{"t": 3.0, "stage": "train", "kind": "hang", "step": 3, "rank": 1, "detected_by": "self", "timeout_s": 300.0,
               "stacks": "hangs/attempt0-rank1.txt"},
              {"t": 30.0, "stage": "train", "kind": "preempted", "step": 31, "checkpoint": "checkpoints/step_31",
@@ -233,7 +235,8 @@ def test_phase_changes_preemption_hangs_and_slow_ranks_are_drawn_where_they_happ
     assert "; periodic (same documents as step 7); state kept: checkpoints/spikes/step_22" in page
     step_figure = page.split("<h3>Against wall-clock time")[0]
     assert {("phase", 15), ("phase", 35), ("hang", 3), ("preempted", 31), ("slow_rank", 30)} <= _marker_ids(step_figure)
-    assert ">long (seq 128→256)<" in step_figure
+    assert ">long (seq 128→256)<" in step_figure and ">anneal (mixture; LR anneal)<" in step_figure  # one short line
+    assert "anneal from step 35: mixture web 75%, code 25%; LR anneal" in page  # the weights, under the figure
     assert "rank 1 on node7: 1.5× the median rank" in page and "stacks in hangs/attempt0-rank1.txt" in page
     assert "SIGTERM: checkpoint checkpoints/step_31 2.5 s after the signal" in page
     assert rank_time_lines(extra) == {"rank 0": ([10, 20, 30, 40], [1.0] * 4), "rank 1": ([10, 20, 30, 40], [1.5] * 4)}
@@ -335,3 +338,12 @@ def test_only_the_current_attempts_markers_are_on_its_axis_and_earlier_attempts_
     only_earlier = two_attempts()[:-32]  # up to the second train_start
     page = section_run(_run(tmp_path), only_earlier, [])
     assert "No training steps yet" in page and "Earlier training attempts (1)" in page
+
+
+def test_the_end_of_training_and_the_compile_decision_read_as_sentences():
+    from tokenmill.report.timeline import event_details
+
+    done = {"kind": "train_done", "step": 300, "loss": 4.6034, "seconds": 144.7, "stopped_by": "steps"}
+    assert event_details(done) == "loss 4.603 after 144.7 s of training, stopped by train.max_steps"
+    compile_ = {"kind": "compile", "enabled": False, "reason": "auto: 300 steps to run < train.compile_min_steps (1000)"}
+    assert event_details(compile_) == "torch.compile off: auto: 300 steps to run < train.compile_min_steps (1000)"

@@ -46,7 +46,12 @@ MARKER_STYLES: dict[str, MarkerStyle] = {
 }
 # Only on the wall-clock figure: each (re)start of the trainer process. On the step axis a fresh
 # start sits at step 0 and a resume already has its `resumed` marker.
-TIME_MARKER_STYLES: dict[str, MarkerStyle] = {"train_start": MarkerStyle("#17becf", "-", 1.4, "trainer started"), **MARKER_STYLES}
+TIME_MARKER_STYLES: dict[str, MarkerStyle] = {
+    "train_start": MarkerStyle("#17becf", "-", 1.4, "trainer started"),
+    # where an in-training evaluation ended: the step line is flat while it runs
+    "eval": MarkerStyle("#2ca02c", ":", 1.0, "evaluation done"),
+    **MARKER_STYLES,
+}
 # Kinds whose markers carry a text label: the rare state changes a spike may follow.
 LABELLED_KINDS = frozenset(
     {"resumed", "restart", "interrupted", "rollback", "rank_mismatch", "diverged", "phase", "preempted", "hang", "slow_rank"}
@@ -208,6 +213,13 @@ def section_run(run: RunDir, log: list[dict], evals: list[dict]) -> str:
         + ("the checkpoint-age saw-tooth shows each one." if kind == "checkpoint" else "see the event table.")
         for kind, n in left_out.items()
     ]
+    phases = phase_events(events)
+    if phases:
+        notes.append(
+            "Curriculum phases (the dash-dot lines): "
+            + " · ".join(f"{p['name']} from step {p['step']}: {p['changes']}" for p in phases)
+            + "."
+        )
     if notes:
         out.append("<p class=muted>" + " ".join(html.escape(n) for n in notes) + "</p>")
     out.append(_warnings_section(run, events))
@@ -240,7 +252,8 @@ def _step_panels(run: RunDir, records: list[dict], events: list[dict], evals: li
         panels.append(Panel("grad norm\nper layer group", heatmap=heat, height=max(1.0, len(heat.rows) / 8)))
         every = getattr(getattr(run.config, "train", None), "metrics_every", None)
         notes.append(
-            f"Per-group gradient norms are measured every {every} steps (train.metrics_every), colour on a log scale."
+            f"Per-group gradient norms are measured {'every step' if every == 1 else f'every {every} steps'} "
+            "(train.metrics_every), colour on a log scale."
             if every
             else "Per-group gradient norms: colour on a log scale."
         )
@@ -345,19 +358,23 @@ def phase_events(events: Sequence[dict]) -> list[dict]:
     phases = (starts[-1]["plan"].get("phases") or []) if starts else []
     out = []
     for index, (prev, cur) in enumerate(zip(phases, phases[1:]), start=2):
-        changes = []
+        changes, short = [], []
         if cur.get("seq_len") != prev.get("seq_len"):
             changes.append(f"seq {prev.get('seq_len')}→{cur.get('seq_len')}")
+            short.append(changes[-1])
         if cur.get("weights") != prev.get("weights"):
             changes.append("mixture " + ", ".join(f"{b} {w:.0%}" for b, w in (cur.get("weights") or {}).items()))
+            short.append("mixture")  # the weights go in the note under the figure: a label is one short line
         if cur.get("anneal") and not prev.get("anneal"):
             changes.append("LR anneal")
+            short.append(changes[-1])
         out.append(
             {
                 "kind": "phase",
                 "step": cur.get("start_step"),
                 "name": cur.get("name") or f"phase {index}",  # a phase the config left unnamed: its place
                 "changes": "; ".join(changes) or "same settings",
+                "label": "; ".join(short) or "same settings",
             }
         )
     return out
@@ -385,7 +402,7 @@ def marker_label(e: dict) -> str:
     by its step ("interrupted 24"), or by its kind alone when it has no step; never "None"."""
     kind, step = str(e.get("kind")), event_step(e)
     if kind == "phase" and e.get("changes"):
-        return f"{e.get('name') or 'phase'} ({e['changes']})"
+        return f"{e.get('name') or 'phase'} ({e.get('label') or e['changes']})"
     if kind not in LABELLED_KINDS:
         return ""
     return f"{kind} {step}" if step is not None else kind
@@ -507,7 +524,9 @@ def _time_section(events: list[dict]) -> str:
             label=marker_label(e),
         )
         for i, e in enumerate(events)
-        if e.get("kind") in TIME_MARKER_STYLES and isinstance(e.get("t"), (int, float)) and _train_event(e)
+        if e.get("kind") in TIME_MARKER_STYLES
+        and isinstance(e.get("t"), (int, float))
+        and (_train_event(e) or e["kind"] == "eval")
     ]
     markers, _ = _cap_per_kind(markers)
     figure = stacked_panels(
@@ -520,7 +539,8 @@ def _time_section(events: list[dict]) -> str:
     )
     why = (
         f"Every logged step in the order it ran: where the step line falls back, steps were trained again "
-        f"(a resume, restart or retrain); grey bands are pauses of more than {gap:,.0f} s with no step. "
+        f"(a resume, restart or retrain); a flat stretch ending at an evaluation line is the time the "
+        f"in-training evaluation took; grey bands are pauses of more than {gap:,.0f} s with no step. "
         f"Only step, loss and tokens/s: this view answers when and for how long the run stopped; "
         f"the other signals are read on the step axis above."
     )
@@ -663,6 +683,13 @@ def _run_details(kind: object, e: dict) -> str | None:
             f"a step ({_num(e.get('step_s'))} s) + checkpoint ({_num(e.get('checkpoint_s'))} s) exceed the "
             f"preemption grace of {_num(e.get('grace_s'))} s: raise train.preempt_grace_s (and the scheduler's)"
         )
+    if kind == "train_done":
+        if e.get("note"):
+            return str(e["note"])
+        by = {"steps": "train.max_steps", "time": "train.max_seconds"}.get(str(e.get("stopped_by")), e.get("stopped_by"))
+        return f"loss {_num(e.get('loss'))} after {_num(e.get('seconds'))} s of training" + (f", stopped by {by}" if by else "")
+    if kind == "compile":
+        return f"torch.compile {'on' if e.get('enabled') else 'off'}: {e.get('reason')}"
     if kind == "checkpoint":
         size = e.get("bytes")
         return f"{_num(e.get('seconds'))} s" + (f", {size / 2**20:,.1f} MiB" if isinstance(size, (int, float)) else "")
