@@ -57,7 +57,8 @@ def section_mixture(events: list[dict]) -> str:
     out = [
         "<h2>Mixture and curriculum</h2>",
         f"<p>Token budget {plan['token_budget']:,} ({plan['packing']}, document masking "
-        f"{'on' if plan['doc_masking'] else 'off'}, r_pad {plan['r_pad']:.4f} {plan.get('r_pad_kind', '')}); "
+        f"{'on' if plan['doc_masking'] else 'off'}, r_pad {plan['r_pad']:.4f}: the share of the budget's "
+        f"targets lost to padding and document boundaries, {plan.get('r_pad_kind', '')}); "
         f"nominal {plan['nominal_tokens']:,.0f} vs effective {plan['effective_tokens']:,.0f} tokens "
         f"({html.escape(plan.get('effective_rule', ''))}).</p>",
         table(
