@@ -120,3 +120,17 @@ def test_without_tensorboard_nothing_is_written_and_the_message_says_how_to_inst
     assert not (run.path / "tensorboard").exists()
     with pytest.raises(RuntimeError, match="not installed"):
         TensorBoardTail(run)
+
+
+def test_the_scalars_of_an_attempt_trained_over_are_left_out(tmp_path):
+    from tests.report.test_attempts import two_attempts
+
+    run = _run(tmp_path)
+    # the first attempt reached step 24 at loss 9; the second is at step 10 so far
+    events = [e for e in two_attempts() if not (e["kind"] == "train_step" and e["t"] > 111)]
+    for e in events[:30]:
+        if e["kind"] == "train_step":
+            e["loss"] = 9.0
+    run.sub("events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    losses = {step: v for (tag, v, step), _ in tb.run_scalars(run) if tag == "train/loss"}
+    assert sorted(losses) == list(range(1, 11)) and 9.0 not in losses.values()
