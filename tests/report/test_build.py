@@ -200,3 +200,16 @@ def test_every_task_metric_is_named_and_none_is_nan():
     for text in ("acc_norm 0.5", "mean log-prob -9.25", "exact match 0.1", "pass@1 0.2"):
         assert text in tasks, text
     assert "nan" not in tasks and "<th>other metric</th>" in tasks
+
+
+def test_task_lines_drawn_on_top_of_each_other_are_named():
+    from tokenmill.report.eval_section import section_eval
+
+    def record(step: int, acc: float) -> dict:
+        tasks = [{"name": n, "format": "jsonl", "shots": 0, "n": 4, "acc": a} for n, a in
+                 (("mc", acc), ("qa", 0.0), ("code", 0.0), ("cloze", 0.0))]
+        return {"step": step, "buckets": {"web": {"docs": 1, "tokens": 5, "loss": 2.0, "ppl": 7.4, "bpb": 1.5,
+                                                   "unigram_bpb": 2.5}}, "tasks": tasks}
+    html_text = section_eval([record(10, 0.25), record(20, 0.5)])
+    assert "qa, code and cloze score the same at every evaluation (0): one line." in html_text
+    assert "mc," not in html_text.split("Task accuracy")[1]  # its own line: not in the note

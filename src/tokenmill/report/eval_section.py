@@ -52,7 +52,18 @@ def _task_curves(evals: list[dict], watched: list[dict]) -> str:
     series = task_lines(evals, watched)
     if not any(len(xs) > 1 for xs, _ in series.values()):
         return ""
-    return line_chart(series, title="Task accuracy", xlabel="step", ylabel="accuracy", markers=True)
+    chart = line_chart(series, title="Task accuracy", xlabel="step", ylabel="accuracy", markers=True)
+    # Lines with the same values at the same steps are drawn on top of each other: only the last
+    # is seen, and a reader looks for the others in vain. Say which ones share a line.
+    shared: dict[tuple, list[str]] = {}
+    for name, (xs, ys) in series.items():
+        shared.setdefault((tuple(xs), tuple(ys)), []).append(name)
+    notes = []
+    for (_, ys), names in shared.items():
+        if len(names) > 1:
+            value = f" ({ys[0]:.3g})" if len(set(ys)) == 1 else ""
+            notes.append(f"{', '.join(names[:-1])} and {names[-1]} score the same at every evaluation{value}: one line.")
+    return chart + (f"<p class=muted>{html.escape(' '.join(notes))}</p>" if notes else "")
 
 
 def _watched(watched: list[dict]) -> str:
