@@ -57,7 +57,9 @@ def bar_chart(labels: Sequence[str], groups: dict[str, Sequence[float]], *, titl
     width = 0.8 / n
     for k, (name, values) in enumerate(groups.items()):
         ax.bar([i + k * width - 0.4 + width / 2 for i in range(len(labels))], values, width, label=name)
-    ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
+    # Many long labels (the curation steps) overlap at a shallow angle: steeper the more there are.
+    rotation = 20 if len(labels) <= 8 else 50
+    ax.set_xticks(range(len(labels)), labels, rotation=rotation, ha="right", rotation_mode="anchor", fontsize=8)
     ax.set_title(title)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3, axis="y")
