@@ -3,7 +3,7 @@ extended to 1024 for a small share of its tokens, once per RoPE method.
 
 1. base: `benchmarks/configs/context_extension.yaml` through curate, tokenizer, tokenize and
    train (books, web pages, CPython; a 4-layer d 192 model at 256 tokens);
-2. for each method — RoPE unchanged (the seed 004 pitfall), a base-frequency increase (ABF, theta
+2. for each method — RoPE unchanged (the pitfall), a base-frequency increase (ABF, theta
    10k → 500k), linear position interpolation ×4, NTK-aware ×4 and YaRN ×4 — and a control that
    keeps training at 256 with RoPE unchanged:
    - before: the base weights with the method's RoPE, no training (zero-shot);

@@ -9,7 +9,7 @@ activation probe every 10, one evaluation at the end. Faults (train.faults, plac
     poisoned_bucket    the reference bucket's rows (4% of the batch) are random token ids over
                        steps 150-200: the global loss moves ~5%, under the spike guard's threshold
     frozen_embedding   the (tied) embedding gets no update over steps 150-160 and its rows are
-                       pulled toward their mean (× 0.8 per step): seed 004's collapse
+                       pulled toward their mean (× 0.8 per step): an embedding collapse
 Read back from events.jsonl: the first step each detector fired (spike/skip/rollback from the
 guard, bucket_loss_warning, embedding_collapse, grad_drift, slow_rank, hang), what it said, and
 the largest activation RMS / attention-logit maximum the probe logged.

@@ -642,7 +642,7 @@ def replay(
     no_loss: bool = typer.Option(False, "--no-loss", help="Only list the documents."),
 ) -> None:
     """List the documents in the global batch of step N (curated id, source, url, bucket, token span)
-    and recompute that batch's loss from the checkpoint before N (seed 002 §5.5).
+    and recompute that batch's loss from the checkpoint before N (docs/training.md, "Replay a step").
     """
     import json as _json
 
@@ -757,7 +757,7 @@ def stop_signals_(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
-    """Should this run keep training (seed 002 §5.11)? The held-out loss slope per decade of tokens
+    """Should this run keep training (docs/operations.md, "When to stop")? The held-out loss slope per decade of tokens
     against the scaling law's, the gap to the law, the held-out − train gap, tokens per parameter
     against the compute-optimal ratio, epochs per bucket, and the verdict with the numbers behind it."""
     import json as _json
@@ -995,7 +995,11 @@ def plan(
     device: str = typer.Option(
         "h100", "--device", help="a100-40gb, a100-80gb, h100, h200, or this (from `tokenmill calibrate`)."
     ),
-    mfu: float = typer.Option(0.38, "--mfu", help="Model FLOP utilization assumed for the wall-clock (seed 002: 0.38)."),
+    mfu: float = typer.Option(
+        0.38,
+        "--mfu",
+        help="Model FLOP utilization assumed for the wall-clock (0.38: a well-tuned large GPU run, cf. PaLM's 46%, Chowdhery et al. 2022).",
+    ),
     price: Optional[float] = typer.Option(None, "--price", help="USD per device-hour (default: the preset's rough cloud price)."),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Tokens per sequence (default: the config's, else 4096)."),
     micro_batch: Optional[int] = typer.Option(
@@ -1017,7 +1021,7 @@ def plan(
         help="Shard the norm/dropout activations over TP ranks too (Korthikanti et al.).",
     ),
     no_master: bool = typer.Option(
-        False, "--no-master-weights", help="No fp32 master copy (Adam 8 B/param, as seed 004 counts)."
+        False, "--no-master-weights", help="No fp32 master copy (Adam 8 B/param, as bf16-only recipes count)."
     ),
     reserve_gb: float = typer.Option(5.0, "--reserve-gb", min=0, help="GB per device kept for NCCL buffers and scratch."),
     inference_tokens: float = typer.Option(

@@ -1,4 +1,4 @@
-"""`tokenmill verify-resume CONFIG`: the exact-resume proof (DESIGN §2 "Training state") on any
+"""`tokenmill verify-resume CONFIG`: the exact-resume proof (docs/training.md) on any
 user config.
 
 1. The upstream stages (curate → tokenizer → tokenize) are brought up to date through the

@@ -1,7 +1,7 @@
 """`tokenmill curate-eval pii|safety|quality FILE`: how well the PII, toxicity and quality gates do, per slice.
 
-Seed 002 §2.8: "PII filtering must therefore be evaluated by bucketed recall and over-removal
-rate, not just one global metric"; §2.11: toxicity filters "need slice-based evaluation:
+PII filtering must be evaluated by bucketed recall and over-removal rate, not by one global
+metric; toxicity filters "need slice-based evaluation:
 separately measure false positives on news, medicine, law, forums, code, fiction". Both take a
 labelled JSONL file and return a JSON-able dict (the CLI prints it).
 
@@ -27,7 +27,7 @@ on that file decides the band) with the number sent to the classifier ("to_class
 top-level figures are the gate as configured. Every text is scored, whatever the step's
 skip_buckets: the evaluation is of the scorer. The CLI prints it as a table (--json: JSON).
 
-Quality file, one object per line (seed 002 §2.4: "do not let filters become a hidden bias"):
+Quality file, one object per line (do not let filters become a hidden bias):
     {"text": ..., "language": "de", "group": "page-07" (optional), "kind": "web" (optional),
      "low_quality": false (optional)}
 Every text goes through the quality step as the curation would judge it: its language's profile

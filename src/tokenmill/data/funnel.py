@@ -4,7 +4,7 @@ Every document passes every step in order: a step that does not apply to it (ext
 text, quality on a skipped bucket) passes it through unchanged and counts it as skipped. So for
 every step docs_in = docs_out + rejected, and docs_out of a step = docs_in of the next. Bytes
 are UTF-8 bytes of the text entering and leaving a step (raw bytes entering "read").
-The `d_eff` block holds the inputs of seed 002 §2.3's D_eff = D (1 - r_dup)(1 - r_pad) ρ_parse ρ_quality.
+The `d_eff` block holds the inputs of D_eff = D (1 - r_dup)(1 - r_pad) ρ_parse ρ_quality.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ class LanguageCounts:
     """The fate of the documents of one language (or of one kind of text): kept, or removed by
     which step's which rule.
     A rule that removes one language's documents far more often than another's is a bias of the
-    filter, not of the data (seed 002 §2.4): this is where it shows."""
+    filter, not of the data (FineWeb-2, Penedo et al. 2025): this is where it shows."""
 
     docs: int = 0
     kept: int = 0
@@ -199,7 +199,7 @@ def _share_kept(steps: dict[str, StepCounts], names: tuple[str, ...]) -> float |
 
 
 def d_eff_inputs(steps: dict[str, StepCounts]) -> dict[str, float | None]:
-    """Seed 002 §2.3: D_eff = D (1 - r_dup)(1 - r_pad) ρ_parse ρ_quality.
+    """Effective tokens (docs/curation.md): D_eff = D (1 - r_dup)(1 - r_pad) ρ_parse ρ_quality.
 
     ρ_parse: documents that survive reading and extraction; ρ_quality: bytes kept by the quality
     steps; r_dup: bytes removed by the dedup steps (bytes as a token proxy; r_pad is the packer's).

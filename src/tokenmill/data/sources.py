@@ -4,7 +4,7 @@ kind=files reads a file, a directory (recursively, hidden entries skipped) or a 
 that names nothing existing is a pattern: see _glob_split); each file
 goes to the reader of its format (data.readers: one module per format), which comes from the
 file name unless the config names one. kind=python_stdlib is the embedded demo corpus
-(readers/stdlib.py). Bad input is never fatal and never vanishes (DESIGN §5): see readers/base.py.
+(readers/stdlib.py). Bad input is never fatal and never vanishes (docs/curation.md): see readers/base.py.
 Only a source that cannot be read at all (a missing path) raises SourceError, before any work.
 """
 

@@ -1,7 +1,7 @@
 """`tokenmill ablate ABLATE.yaml`: what each curation step buys in model quality, measured.
 
 FineWeb, DCLM and the Llama 3 report justify every filter by training models with and without
-it (seed 000: "the quality of your data is a scaling law"; seed 002 §3.3: decide on small models,
+it (the quality of your data is a scaling law: decide on small models,
 then extrapolate). An ablation does that with the real pipeline:
 
   1. evaluation set (ablate_eval.py): the sources through extract + normalize only; a hash of

@@ -1,5 +1,5 @@
 """DoReMi: domain weights from a Group-DRO proxy model (Xie et al. 2023, "DoReMi: Optimizing Data
-Mixtures Speeds Up Language Model Pretraining"; seed 000 "data mixing", seed 004).
+Mixtures Speeds Up Language Model Pretraining").
 
 Two small models are trained on the user's token store, every step reading one micro-batch of
 every bucket (the same rows per bucket, so the sampling distribution is uniform over buckets):

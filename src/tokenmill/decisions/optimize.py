@@ -84,7 +84,7 @@ class RegMixConfig(Strict):
     max_epochs: float = Field(
         4.0,
         gt=0,
-        description="No bucket may be repeated more than this many epochs in a run of the base config's budget (seed 004).",
+        description="No bucket may be repeated more than this many epochs in a run of the base config's budget (Muennighoff et al. 2023: up to ~4 help).",
     )
 
 

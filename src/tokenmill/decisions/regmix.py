@@ -1,5 +1,5 @@
 """Mixture weights by regression over a few proxy runs (RegMix, Liu et al. 2024) with a data
-mixing law as the regression (Ye et al. 2024, "Data Mixing Laws"; seed 004).
+mixing law as the regression (Ye et al. 2024, "Data Mixing Laws").
 
 A handful of small proxy models are trained on sampled mixtures r (points of the simplex over the
 buckets). Their held-out loss on each bucket i is fitted by the data mixing law

@@ -1,4 +1,4 @@
-"""`tokenmill source-value`: the marginal value of one source, measured (seed 002 §3.6).
+"""`tokenmill source-value`: the marginal value of one source, measured (docs/decisions.md).
 
 Two experiments, each a pair of real training runs per seed that differ only in the source:
 
@@ -7,7 +7,7 @@ Two experiments, each a pair of real training runs per seed that differ only in 
     others scaled to 1 − share);
   * annealing test — the run without the source, except that its last `anneal_fraction` of steps
     decays the LR to 0 on a mix holding the source at `anneal_share`; against the same anneal
-    without it (seed 002 §3.6 step 5, Llama 3's annealing runs). Both runs share their first
+    without it (Llama 3's annealing runs, Dubey et al. 2024). Both runs share their first
     phase, so the difference is what the low-LR pass over the source buys.
 
 Each run is scored per held-out slice (bucket) in bits-per-byte. Δ = with − without, per seed, so

@@ -90,7 +90,7 @@ class TaskConfig(Strict):
 
 
 class ProbeConfig(Strict):
-    """A small fixed text set scored at every evaluation (seed 002 §5.8)."""
+    """A small fixed text set scored at every evaluation (docs/evaluation.md)."""
 
     name: str = Field(..., min_length=1, description="Probe set name shown on the timeline and in the report.")
     path: str = Field(

@@ -1,5 +1,5 @@
-"""Does a model use its long context? Loss by position and a passkey probe (seed 001 long
-context, seed 004 pitfall 2; issue 29).
+"""Does a model use its long context? Loss by position and a passkey probe (the
+needle/passkey test of Mohtashami & Jaggi 2023; docs/training.md "Context extension").
 
 - `position_bpb`: held-out documents at least `seq_len` tokens long, the first seq_len + 1 tokens
   of each ([EOS] + document) scored as one window; every target's NLL goes to the bucket of its

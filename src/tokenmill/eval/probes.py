@@ -2,7 +2,7 @@
 
 A held-out bucket says how the model does on the data it trains on; a probe says how it does on
 something a user cares about and chose in advance (a style of code, a language, a format, a known
-failure), seed 002 §5.8–5.9. Probes are tiny, so they are scored at every in-training evaluation
+failure). Probes are tiny, so they are scored at every in-training evaluation
 and their bits-per-byte curves sit next to the loss curve in the report.
 
 A probe file is JSONL with a "text" field per line, or plain text with probes separated by blank

@@ -1,5 +1,5 @@
-"""The semantic back-check of contamination (seed 002 §2.5–§2.6: the embedding back-check beside
-the 13-gram rule): benchmark items whose *meaning* appears in the training text, in other words.
+"""The semantic back-check of contamination (the embedding back-check beside
+the 13-gram rule of GPT-3, Brown et al. 2020): benchmark items whose *meaning* appears in the training text, in other words.
 
 Training documents are cut into overlapping windows of about an item's length (8, 16, 32 or 64
 words, whichever is nearest on a log scale); every window and every eval item is embedded with the SIF embedder trained on the training text

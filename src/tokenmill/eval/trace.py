@@ -1,5 +1,5 @@
 """`tokenmill trace RUN --text "…"`: the training documents an output most likely came from
-(seed 002 §2.7: tracing outputs back), with the steps that trained on them.
+(tracing outputs back: docs/evaluation.md), with the steps that trained on them.
 
 For each output the nearest training documents are listed with their id, bucket, source, the
 exact token n-gram overlap (how many of the output's n-grams, n = eval.contamination_n, occur

@@ -2,7 +2,7 @@
 
 Shumailov et al. 2024 ("AI models collapse when trained on recursively generated data"): a model
 trained on samples of the previous generation's model loses the tails of the original
-distribution first and drifts towards a narrow one within a few generations. Seed 004's remedy
+distribution first and drifts towards a narrow one within a few generations. The usual remedy
 is to keep substantial human data in every mixture (typically 50-70% human, 30-50% synthetic)
 and not to chain one model's output through generations. `mixture.synthetic` states both limits.
 
@@ -37,7 +37,7 @@ from tokenmill.mixture.errors import MixtureError
 from tokenmill.runs import atomic_write_text
 from tokenmill.tokens.store import TokenStore
 
-WHY = "Seed 004: keep 50-70% human-written data; Shumailov et al. 2024: models trained on recursively generated data collapse."
+WHY = "Keep 50-70% human-written data; Shumailov et al. 2024: models trained on recursively generated data collapse."
 
 
 class SyntheticLimitError(MixtureError):

@@ -48,14 +48,14 @@ class PhaseConfig(Strict):
 
 
 class SyntheticLimitsConfig(Strict):
-    """The model-collapse guard (seed 004; Shumailov et al. 2024): limits on synthetic documents in
+    """The model-collapse guard (Shumailov et al. 2024): limits on synthetic documents in
     the planned mixture, checked before training starts."""
 
     max_share: float = Field(
         0.5,
         ge=0.0,
         le=1.0,
-        description="Most of a phase's tokens that may come from synthetic documents (seed 004: 50-70% human, 30-50% synthetic).",
+        description="Most of a phase's tokens that may come from synthetic documents (a common practice: 50-70% human, 30-50% synthetic).",
     )
     max_generation: int = Field(
         2,
@@ -65,7 +65,7 @@ class SyntheticLimitsConfig(Strict):
 
 
 class ReplayConfig(Strict):
-    """General replay in continued pretraining (seed 002 §3.4): a fixed share of every batch drawn
+    """General replay in continued pretraining (Ibrahim et al. 2024): a fixed share of every batch drawn
     from the original data's buckets, beside the new data, so forgetting is bounded by design."""
 
     buckets: list[str] = Field(..., min_length=1, description="Buckets holding the original (pretraining) data.")
@@ -101,7 +101,7 @@ class MixtureConfig(Strict):
         "samples every document (scaling sweeps).",
     )
     max_epochs_warn: float = Field(
-        4.0, gt=0.0, description="Warn when a bucket is repeated more than this many epochs (seed 004)."
+        4.0, gt=0.0, description="Warn when a bucket is repeated more than this many epochs (Muennighoff et al. 2023)."
     )
     prefetch: int = Field(8, ge=0, description="Micro-batches a background thread prepares ahead (0: off).")
     synthetic: SyntheticLimitsConfig = Field(

@@ -9,7 +9,7 @@ packed (default)  a window of a bucket's document stream (documents end to end, 
                   part of that document in the previous row, so its own position is what it
                   sees), and a target that belongs to another document than its input — the
                   token after an EOS — is left out of the loss: with attention blocked at the
-                  boundary nothing in its context predicts it (seed 004 pitfall 3). That costs
+                  boundary nothing in its context predicts it. That costs
                   one target per document boundary, the packing waste r_pad.
 padded            one document per row, cut to T+1 tokens, the rest PAD. The padding forms its
                   own last segment (positions restart there too) and none of its targets count;

@@ -3,7 +3,7 @@
 Token budget = max_steps · world_size · grad_accum · micro_batch · seq_len. Each phase's samples
 are split among buckets by its interleave (shares p_i = w_i / Σ w_j), so per bucket the plan knows
 exactly how many samples, tokens and epochs the run takes, and warns above `max_epochs_warn`
-epochs (seed 004: multi-epoch training helps up to about 4 epochs, then the model overfits).
+epochs (Muennighoff et al. 2023: multi-epoch training helps up to about 4 epochs, then the model overfits).
 
 Nominal vs effective tokens. Repeated tokens are worth less than fresh ones; the plan uses the
 data-constrained scaling fit of Muennighoff et al. 2023 ("Scaling Data-Constrained Language

@@ -27,7 +27,7 @@ class ModelConfig(Strict):
     norm_eps: float = Field(1e-5, gt=0.0, description="RMSNorm epsilon.")
     tie_embeddings: bool = Field(True, description="Share input embedding and output head.")
     init_std: float = Field(0.02, gt=0.0, description="Std of the normal init; residual outputs scaled by 1/√(2L).")
-    # Architecture options (seeds 000/001); the defaults are the Llama recipe above.
+    # Architecture options (docs/training.md); the defaults are the Llama recipe above.
     norm: Literal["rmsnorm", "layernorm"] = Field("rmsnorm", description="Pre-norm type (LayerNorm has no bias).")
     ffn: Literal["swiglu", "gelu"] = Field("swiglu", description="FFN type; GELU's default hidden size is 4·d.")
     position: Literal["rope", "learned"] = Field("rope", description="Rotary or learned absolute positions.")
@@ -40,14 +40,16 @@ class ModelConfig(Strict):
     rope_original_max_seq_len: int | None = Field(
         None, ge=1, description="YaRN: the context the frequencies were trained for (None: max_seq_len / factor)."
     )
-    qk_norm: bool = Field(False, description="Normalize queries and keys per head before RoPE (seed 000).")
+    qk_norm: bool = Field(
+        False, description="Normalize queries and keys per head before RoPE (Dehghani et al. 2023; Wortsman et al. 2023)."
+    )
     sliding_window: int | None = Field(None, ge=1, description="A query sees only keys fewer than this many tokens away.")
     z_loss: float = Field(0.0, ge=0.0, description="Coefficient of the z-loss on the output log-partition (0: off).")
     n_experts: int = Field(0, ge=0, description="MoE experts per FFN (0: dense FFN).")
     top_k: int = Field(2, ge=1, description="Experts each token is routed to (MoE).")
     moe_aux_coef: float = Field(0.01, ge=0.0, description="Load-balancing auxiliary loss coefficient (MoE).")
     moe_z_coef: float = Field(0.0, ge=0.0, description="Router z-loss coefficient (MoE; 0: off).")
-    mup: bool = Field(False, description="μP: width-scaled init, output multiplier and per-layer LR (seed 004).")
+    mup: bool = Field(False, description="μP: width-scaled init, output multiplier and per-layer LR (Yang et al. 2022).")
     mup_base_width: int = Field(256, ge=1, description="μP base width: the d_model whose hyperparameters transfer.")
 
     @model_validator(mode="after")

@@ -1,4 +1,5 @@
-"""Batch builders for the non-causal objectives of seed 000 ("Three flavors of prediction").
+"""Batch builders for the non-causal objectives: masked LM (BERT, Devlin et al. 2019),
+T5 span corruption (Raffel et al. 2020) and prefix LM.
 
 Each builder takes the loader's packed `tokens[B, T+1]` (plus optional `segments[B, T]`) and
 returns a `CorruptedBatch`: model inputs [B, T], labels [B, T] (IGNORE where nothing is scored)

@@ -1,4 +1,4 @@
-"""Mixture-of-Experts FFN: top-k token routing with a load-balancing auxiliary loss (seed 001).
+"""Mixture-of-Experts FFN: top-k token routing with a load-balancing auxiliary loss (Switch Transformer, Fedus et al. 2022).
 
     router logits = W_r·x  (fp32)  ->  p = softmax  ->  top-k experts per token,
     output = Σ_{e in top-k} (p_e / Σ_topk p) · Expert_e(x)         (Mixtral-style renormalised gates)

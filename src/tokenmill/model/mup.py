@@ -1,4 +1,4 @@
-"""μP (Maximal Update Parameterization, Yang et al. 2022; seed 004) for the Transformer, with Adam.
+"""μP (Maximal Update Parameterization, Yang et al. 2022, "Tensor Programs V") for the Transformer, with Adam.
 
 width_mult = d_model / mup_base_width. At the base width μP is the standard parameterization
 (every factor below is 1), so hyperparameters tuned there transfer to wider models:

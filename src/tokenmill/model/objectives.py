@@ -1,7 +1,7 @@
 """Training objectives. Causal LM with the shift done in exactly one place (`_shift`).
 
 A batch is `tokens[B, T+1]`: the model reads `tokens[:, :-1]` and its output at position t is
-scored against `tokens[:, t+1]` (seed 000, "the shift trick"). Cross-entropy is computed in
+scored against `tokens[:, t+1]` (the shift by one of every causal LM). Cross-entropy is computed in
 fp32 even when the logits come out of a bf16 autocast region.
 
 Packed batches from the loader carry more than tokens. `clm_loss_batch` / `token_nll_batch` take

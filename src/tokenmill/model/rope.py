@@ -1,4 +1,5 @@
-"""Rotary position tables and how a context is extended (seed 004 pitfall 2; seed 001 long context).
+"""Rotary position tables and how a context is extended (Su et al. 2021; Chen et al. 2023; bloc97's
+NTK-aware scaling; Peng et al. 2023, YaRN; docs/training.md "Context extension").
 
 A model trained at length L sees angles t·f_i for t < L. Run at s·L, the slow frequencies reach
 angles it never saw. Four ways to move them back into range, each a function of (theta, scaling,
@@ -30,7 +31,7 @@ if TYPE_CHECKING:  # the model config does not import the mixture config
 
 YARN_BETA_FAST = 32.0  # rotations over the original length above which a frequency is kept
 YARN_BETA_SLOW = 1.0  # ... below which it is interpolated by the factor
-REFERENCE_LEN, REFERENCE_THETA = 2048, 10_000.0  # seed 004: theta 10000 is set for 2048-token contexts
+REFERENCE_LEN, REFERENCE_THETA = 2048, 10_000.0  # RoPE's base 10000 was set for 2048-token contexts
 ROPE_FIELDS = ("rope_theta", "rope_scaling", "rope_scaling_factor", "rope_original_max_seq_len")
 
 
@@ -124,7 +125,7 @@ def slowest_wavelength(cfg: ModelConfig) -> float:
 
 
 def recommended_theta(seq_len: int, head_dim: int) -> float:
-    """Seed 004 pitfall 2: 10000·(seq_len/2048)^(hd/(hd-2)) (the NTK-aware base for seq_len)."""
+    """10000·(seq_len/2048)^(hd/(hd-2)) (the NTK-aware base for seq_len)."""
     return REFERENCE_THETA * (seq_len / REFERENCE_LEN) ** (head_dim / (head_dim - 2))
 
 
@@ -132,7 +133,7 @@ def rope_warnings(cfg: ModelConfig, phases: list[tuple[str, int, ModelConfig]]) 
     """Warnings for a run's phases [(name, seq_len, model config of the phase)] in order: a phase
     that lengthens the context past model.max_seq_len with the previous phase's RoPE unchanged
     (positions past the trained length get angles never seen), and a base too small for the length
-    (seed 004 pitfall 2)."""
+    (docs/training.md "Context extension")."""
     if cfg.position != "rope":
         return []
     out: list[str] = []
@@ -141,7 +142,7 @@ def rope_warnings(cfg: ModelConfig, phases: list[tuple[str, int, ModelConfig]]) 
     prev: tuple[Any, ...] | None = None
     for name, seq_len, pcfg in phases:
         fields = tuple(getattr(pcfg, f) for f in ROPE_FIELDS)
-        # A curriculum inside model.max_seq_len (short sequences first, seed 004's staged length) is
+        # A curriculum inside model.max_seq_len (short sequences first, the staged length of Llama 3's recipe) is
         # planned training, not an extension: only a phase past the configured tables is warned.
         if prev is not None and seq_len > trained and seq_len > cfg.max_seq_len and fields == prev:
             out.append(
@@ -155,7 +156,7 @@ def rope_warnings(cfg: ModelConfig, phases: list[tuple[str, int, ModelConfig]]) 
         if not scaled and pcfg.rope_theta < need:
             out.append(
                 f"phase {name!r}: rope_theta {pcfg.rope_theta:g} is small for {seq_len}-token sequences "
-                f"(seed 004: 10000·(seq_len/2048)^(hd/(hd-2)) = {need:,.0f} for head dim {hd}); raise "
+                f"(NTK-aware base 10000·(seq_len/2048)^(hd/(hd-2)) = {need:,.0f} for head dim {hd}); raise "
                 f"rope_theta or use rope_scaling ntk / yarn"
             )
         if slowest_wavelength(pcfg) < seq_len:

@@ -11,7 +11,7 @@
   flash / memory-efficient kernels; on CPU in bf16 at short rows (T <= 256) through
   `explicit_attention` (two batched matmuls around an fp32 softmax), which torch's CPU flash
   kernel is 1.4-3x slower than there (see "Explicit attention" below);
-- document masking for packed rows (seed 004 pitfall 3): `forward(idx, positions, segments)`
+- document masking for packed rows (Llama 3, Dubey et al. 2024): `forward(idx, positions, segments)`
   takes per-token RoPE positions and a per-token document index; a query then sees only keys
   at or before it in the same document (block-diagonal causal). See "Document masking" below
   for the two kernels and their trade-off;
@@ -334,7 +334,7 @@ class Attention(nn.Module):
         # q, k and v in one matmul, grouped by kv head (model/fused.py: whole heads per TP rank)
         self.qkv_proj = nn.Linear(d, (self.n_heads + 2 * self.n_kv_heads) * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, d, bias=False)
-        # QK-norm (seed 000): bounds attention logits, a common fix for loss spikes at high LR
+        # QK-norm (Dehghani et al. 2023): bounds attention logits, a common fix for loss spikes at high LR
         self.q_norm = make_norm(cfg, self.head_dim) if cfg.qk_norm else None
         self.k_norm = make_norm(cfg, self.head_dim) if cfg.qk_norm else None
         self.scale = mup.attention_scale(cfg)  # None: SDPA's 1/sqrt(head_dim)
@@ -589,7 +589,7 @@ class Transformer(nn.Module):
 
     def init_std_of(self, name: str) -> float:
         """init_std, / sqrt(2L) for residual outputs (o_proj, down_proj), and under μP / sqrt(width_mult)
-        for hidden matrices (variance ∝ 1/fan_in, seed 004)."""
+        for hidden matrices (variance ∝ 1/fan_in, Yang et al. 2022)."""
         std = self.config.init_std
         if name.endswith(("o_proj.weight", "down_proj.weight")):
             std = std / math.sqrt(2 * self.config.n_layers)
@@ -834,7 +834,7 @@ class Transformer(nn.Module):
 
 
 def z_loss(logits: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
-    """mean(logsumexp(logits)²) in fp32 (PaLM's z-loss, seed 000): pulls the log-partition toward 0
+    """mean(logsumexp(logits)²) in fp32 (PaLM's z-loss, Chowdhery et al. 2022): pulls the log-partition toward 0
     so the softmax normaliser cannot drift and overflow in bf16. keep: bool [B, T] positions to count."""
     lse2 = torch.logsumexp(logits.float(), dim=-1).pow(2)
     if keep is None:

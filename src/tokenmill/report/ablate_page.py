@@ -108,8 +108,8 @@ def section_lines(result: dict[str, Any]) -> str:
         )
     return (
         "<h2>Loss against compute</h2><p>Each arm's line log bpb = a + b·log C through its per-size means "
-        "(C = training FLOPs, the same formula for every arm). A parallel shift (the gap holds) is what seed 000 "
-        "claims; the change of the paired gap from the smallest to the largest size measures it. The multiplier: "
+        "(C = training FLOPs, the same formula for every arm). A parallel shift (the gap holds) is what "
+        "'data quality is a scaling law' claims; the change of the paired gap from the smallest to the largest size measures it. The multiplier: "
         "the compute the arm's line needs to reach the reference's bpb at the largest size, over that size's "
         "compute.</p>"
         + chart

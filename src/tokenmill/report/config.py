@@ -13,7 +13,7 @@ from tokenmill.config_base import Strict
 
 
 class StopConfig(Strict):
-    """Thresholds of the report's stopping-rule verdict (seed 002 §5.11; report/stopping.py)."""
+    """Thresholds of the report's stopping-rule verdict (docs/operations.md "When to stop"; report/stopping.py)."""
 
     min_evals: int = Field(3, ge=3, description="Evaluations the loss slope needs (a line through two has no error).")
     window_decades: float = Field(

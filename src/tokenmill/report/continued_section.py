@@ -1,7 +1,7 @@
 """The report's section for a run that continues another model (`train.init_from`): where it
 started, and forgetting measured rather than assumed — held-out bits per byte of every slice
 under the inherited weights (the evaluation at step 0) against the latest evaluation, with the
-replayed (original) buckets marked (seed 002 §3.4)."""
+replayed (original) buckets marked (docs/training.md, "Continued pretraining")."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Parts, each one function returning HTML: the curation funnel (documents and bytes through every
 step, per bucket and source), the top removal reasons with examples from `curated/_rejected/`,
 duplicate-cluster sizes, language and quality-signal distributions of the kept documents, the
-effective-token figures of seed 002 §2.3, the tokenizer audit, and planned versus delivered tokens
+effective-token figures (docs/curation.md), the tokenizer audit, and planned versus delivered tokens
 per bucket. Parquet files are streamed column by column: document text is read only for the few
 examples shown, cut to an excerpt before it becomes a Python string.
 """
@@ -183,7 +183,7 @@ def funnel_table(steps: list[str], counts: dict[str, dict]) -> str:
 
 def language_table(languages: dict[str, dict]) -> str:
     """Keep rate per detected language with the rules that removed the most of it: a filter that
-    keeps one language far less than another is a bias to look at (seed 002 §2.4)."""
+    keeps one language far less than another is a bias to look at (FineWeb-2, Penedo et al. 2025)."""
     if not languages:
         return ""
     rows = [
@@ -581,7 +581,7 @@ def _factor(v: float | None) -> float:
 
 
 def effective_rows(funnel: dict | None, plan: dict | None, meta: dict | None) -> tuple[str, list[list[Any]]]:
-    """Per bucket: D_nominal, the four §2.3 factors, their product and D_eff.
+    """Per bucket: D_nominal, the four D_eff factors, their product and D_eff.
 
     D_nominal is the plan's tokens per bucket when training has planned, else one pass over the
     token store's train split; factors not measured count as 1 and show as "—".
@@ -609,7 +609,7 @@ def effective_rows(funnel: dict | None, plan: dict | None, meta: dict | None) ->
 
 def section_effective(funnel: dict | None, plan: dict | None, meta: dict | None) -> str:
     out = [
-        "<h3>Effective tokens (seed 002 §2.3)</h3>",
+        "<h3>Effective tokens</h3>",
         "<p><i>D</i><sub>eff</sub> ≈ <i>D</i><sub>nominal</sub> (1 − r<sub>dup</sub>)(1 − r<sub>pad</sub>) "
         "ρ<sub>parse</sub> ρ<sub>quality</sub>: r<sub>dup</sub> = share of bytes the dedup steps removed, "
         "r<sub>pad</sub> = the packer's padding / lost-target share, ρ<sub>parse</sub> = share of read documents "
@@ -650,7 +650,7 @@ def section_effective(funnel: dict | None, plan: dict | None, meta: dict | None)
     if plan:
         out.append(
             f"<p class=muted>The last column is the plan's own discount for repeated epochs "
-            f"({html.escape(str(plan.get('effective_rule', '')))}), independent of the §2.3 factors.</p>"
+            f"({html.escape(str(plan.get('effective_rule', '')))}), independent of the D_eff factors.</p>"
         )
     return "".join(out)
 

@@ -1,4 +1,4 @@
-"""Stopping-rule signals of a run (seed 002 §5.11: not "has the loss stopped falling" but "is more
+"""Stopping-rule signals of a run (docs/operations.md "When to stop": not "has the loss stopped falling" but "is more
 training still worth it?"), computed from the run directory's files, no HTML:
 
 - the held-out loss slope per decade of tokens over the last decade (or the last `min_evals`

@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after charts, which selects the 
 
 TITLE = "<h2>When to stop</h2>"
 INTRO = (
-    "<p>Seed 002 §5.11: stopping is not “the loss stopped falling” but “is more training still worth "
+    "<p>Stopping is not “the loss stopped falling” but “is more training still worth "
     "it?”. The held-out loss slope per decade of tokens against the reference law's, the gap to the law, the "
     "held-out − train gap, tokens per parameter against the compute-optimal ratio and the epochs over each "
     "bucket, with the verdict they add up to.</p>"

@@ -2,7 +2,7 @@
 incidents (checkpoints, resumes, spikes, skips, rollbacks) drawn across all panels, so "did the
 spike follow a resume?" is answered by looking.
 
-Panels follow the 60-second inspection order of seed 002 §5.4: first whether train loss, held-out
+Panels follow the 60-second inspection order (docs/operations.md): first whether train loss, held-out
 loss and gradient norm go wrong together (an optimization problem), then the learning rate that
 drives them, then tokens/s, MFU, data wait and checkpoint age (a systems problem). A second figure
 puts the same run against wall-clock time, where replays after a resume and downtime are visible.

@@ -6,7 +6,7 @@ Training FLOPs per token (PaLM appendix B; nanoGPT `estimate_mfu`):
 
 - 6·N: every weight is used in one multiply-add (2 FLOPs) per token in the forward pass and in
   two in the backward pass (gradient w.r.t. the input and w.r.t. the weight): "2 forward +
-  4 backward" FLOPs per parameter per token (seed 003, "Understanding FLOPs").
+  4 backward" FLOPs per parameter per token (Kaplan et al. 2020, §2.1).
   N = every weight that takes part in a matmul or elementwise op: the transformer blocks, the
   final norm and the lm_head (V·d, counted even when tied, since the output projection is a real
   matmul). The input embedding *lookup* does no arithmetic and is left out.

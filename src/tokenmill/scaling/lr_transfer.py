@@ -1,4 +1,4 @@
-"""Does the best learning rate transfer across widths? A μP learning-rate sweep (seed 004; Yang et
+"""Does the best learning rate transfer across widths? A μP learning-rate sweep (Yang et
 al. 2022, "Tensor Programs V").
 
 The same grid of learning rates is trained at two (or more) widths, with μP (`model.mup`, base

@@ -1,6 +1,6 @@
 """Training memory of one process, in bytes, from the configs alone (no model is built).
 
-Persistent state (mixed precision keeps fp32 master weights, seed 003 "ZeRO"): fp32 parameters
+Persistent state (mixed precision keeps fp32 master weights, Rajbhandari et al. 2020, ZeRO): fp32 parameters
 (4·N), fp32 gradients (4·N), AdamW's m and v (8·N); `mode="fsdp"` divides all three by the world
 size (FSDP2 / ZeRO-3). N counts tied weights once (`param_count`).
 

@@ -6,7 +6,7 @@ repo's trainer (scaling/memory.py counts that one byte by byte on one device).
 
 Model and optimizer state, bytes per parameter (mixed precision, ZeRO paper: Rajbhandari et al.
 2020 §3): bf16 weights 2, bf16 gradients 2, Adam m and v in fp32 8, plus an fp32 master copy 4
-unless `master_weights` is off (seed 004's worked example counts Adam as 8 B/param and no master
+unless `master_weights` is off (bf16-only recipes count Adam as 8 B/param and no master
 copy). Tensor parallelism (t) and pipeline parallelism (p) split every one of them t·p ways (the
 embedding, norms and head are assumed split too, as in the seed: N/(t·p)); ZeRO then shards over
 the d data-parallel ranks: stage 1 the optimizer state, stage 2 also the gradients, stage 3
@@ -41,8 +41,8 @@ the vocabulary split over TP ranks). The reported activation memory is the large
 Bubble: the fraction of a step the stages idle while the pipeline fills and drains,
 (p-1)/(m+p-1) for m micro-batches per step.
 
-Not counted, hence `reserve`: NCCL buffers, allocator fragmentation, kernels' scratch (seed 004
-budgets "~5 GB KV/scratch").
+Not counted, hence `reserve`: NCCL buffers, allocator fragmentation, kernels' scratch (a few GB
+on an 80 GB GPU).
 """
 
 from __future__ import annotations

@@ -3,17 +3,17 @@
 Every figure is a pure function of the inputs, and every assumption is returned with the figures
 (`Plan.assumptions`) so the printout can say what it took for granted.
 
-- Compute: C = 6·N·D (seed 002 §4, 003) and the exact per-config count, flops_per_token(cfg, s)·D,
+- Compute: C = 6·N·D (Kaplan et al. 2020) and the exact per-config count, flops_per_token(cfg, s)·D,
   which adds attention's 12·L·d·s per token and counts the lm_head (scaling/flops.py).
   Steps S = ⌈D / tokens per step⌉.
-- Wall-clock T = 6ND / (n · P_peak · MFU) (seed 002 §4) and cost = n · T · $/device-hour.
-- Compute-optimal sizing (Chinchilla, Hoffmann et al. 2022, seed 000): D ≈ 20·N and C ≈ 6ND give
+- Wall-clock T = 6ND / (n · P_peak · MFU) (MFU as in PaLM, Chowdhery et al. 2022) and cost = n · T · $/device-hour.
+- Compute-optimal sizing (Chinchilla, Hoffmann et al. 2022): D ≈ 20·N and C ≈ 6ND give
   N = √(C/120), D = 20·N.
-- Inference-aware sizing (Sardana et al. 2023, seed 004): reach the same loss with a smaller
+- Inference-aware sizing (Sardana et al. 2023): reach the same loss with a smaller
   model trained longer when the model will also serve D_inf tokens, minimising training
   6·N·D_tr plus inference 2·N·D_inf FLOPs along the loss contour of Chinchilla's fitted law
   L(N, D) = E + A/N^α + B/D^β (Approach 3: E 1.69, A 406.4, B 410.7, α 0.34, β 0.28).
-- Layout (seed 004 "Parallelism"): every TP ∈ {1, 2, 4, 8} up to the devices per node, PP
+- Layout (docs/parallelism.md): every TP ∈ {1, 2, 4, 8} up to the devices per node, PP
   dividing the layers, DP for the rest, ZeRO 0-3 and activation checkpointing on or off; keep
   those that fit the device memory (scaling/parallel.py) and pick the fastest by a simple
   step-time model: compute / (1 - bubble) plus the communication of each axis at its link's
@@ -43,7 +43,7 @@ TOKENS_PER_PARAM = 20.0  # Chinchilla's compute-optimal ratio D/N
 INFERENCE_FLOPS_PER_PARAM = 2.0  # one forward pass per served token
 BACKWARD_SHARE = 4.0 / 6.0  # of a step's FLOPs: the backward, under which gradient reduction overlaps
 RECOMPUTE_FACTOR = 8.0 / 6.0  # full checkpointing re-runs the forward: 8·N·D hardware FLOPs for 6·N·D model FLOPs
-DEFAULT_GLOBAL_BATCH = 4 * 2**20  # seed 002 §5: "global batch 4M tokens"
+DEFAULT_GLOBAL_BATCH = 4 * 2**20  # 4M tokens, the global batch of Llama 2 (Touvron et al. 2023)
 HEAD_DIM = 128
 ASPECT = 128  # d_model / n_layers of a shape derived from a parameter count (Llama-2-7B: 4096 / 32)
 VOCAB = 32_000
@@ -132,7 +132,7 @@ def wall_clock_seconds(flops: float, devices: int, peak_flops: float, mfu: float
 
 
 def chinchilla_optimal(flops: float, tokens_per_param: float = TOKENS_PER_PARAM) -> tuple[float, float]:
-    """(N, D) with D = r·N and 6·N·D = C: N = √(C / 6r) (r = 20: √(C/120), seed 000)."""
+    """(N, D) with D = r·N and 6·N·D = C: N = √(C / 6r) (r = 20: √(C/120), Hoffmann et al. 2022)."""
     n = math.sqrt(flops / (6.0 * tokens_per_param))
     return n, tokens_per_param * n
 

@@ -1,4 +1,4 @@
-"""A roofline of one training step (Williams et al. 2009; seed 002 §4): the arithmetic intensity of
+"""A roofline of one training step (Williams et al. 2009): the arithmetic intensity of
 each op class of the step on one device, against the device's ridge point peak / bandwidth.
 
 An op class whose FLOPs per byte of memory traffic are below the ridge is memory-bound: its time

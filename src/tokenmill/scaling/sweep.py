@@ -1,4 +1,4 @@
-"""IsoFLOP sweeps with the real trainer (Chinchilla approaches 2 and 3; seeds 000, 001, 004).
+"""IsoFLOP sweeps with the real trainer (Chinchilla approaches 2 and 3, Hoffmann et al. 2022).
 
 A sweep is a YAML file (SweepConfig): a base run config (its data stages and its recipe), a list
 of compute budgets C in FLOPs, a list of model shapes, and held-out runs. For every budget each

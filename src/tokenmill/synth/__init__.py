@@ -1,4 +1,4 @@
-"""Synthetic data and the model-collapse guard (issue 18; seed 004, Shumailov et al. 2024).
+"""Synthetic data and the model-collapse guard (Shumailov et al. 2024).
 
   sample.py    documents sampled from a run's checkpoint, seeded per document
   collapse.py  diversity and tail figures of a set of documents against the real corpus

@@ -1,4 +1,4 @@
-"""Audit a tokenizer on held-out text (seed 002's pre-tokenization audit).
+"""Audit a tokenizer on held-out text (how it splits terms, bytes per token, unknowns).
 
 Per bucket:
   bytes_per_token, chars_per_token   compression (UTF-8 bytes, characters per token)

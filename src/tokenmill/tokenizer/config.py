@@ -41,7 +41,7 @@ class TokenizerConfig(Strict):
     )
     key_terms: list[str] = Field(
         ["function", "return", "__init__", "isinstance", "UnicodeDecodeError", "tokenizer", "2024", "naïve", "東京"],
-        description="Terms whose split into tokens the audit shows (seed 002's pre-tokenization audit).",
+        description="Terms whose split into tokens the audit shows (docs/curation.md, the tokenizer audit).",
     )
     audit_docs: int = Field(200, ge=1, description="Held-out documents per bucket the audit encodes.")
 

@@ -1,7 +1,7 @@
 """Keep duplicates of training documents out of the held-out split.
 
 A held-out document that is (nearly) the same text as a training document measures recall, not
-generalization: validation bits-per-byte would reward memorization (seed 002 §2.5–2.7). Curation's
+generalization: validation bits-per-byte would reward memorization. Curation's
 dedup steps usually removed such pairs already, but a user may run without them, and the split
 may see data curated in several runs. So before tokenizing, every held-out candidate is checked
 against the training documents of all buckets:

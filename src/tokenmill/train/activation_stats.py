@@ -1,4 +1,4 @@
-"""Activation RMS and attention-logit maximum per layer (seed 004 "aggressive monitoring":
+"""Activation RMS and attention-logit maximum per layer ("aggressive monitoring":
 activation magnitudes per layer; growing attention logits are the classic precursor of a loss
 spike, the reason for QK-norm and z-loss).
 

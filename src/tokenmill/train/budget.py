@@ -1,6 +1,6 @@
 """The training budget in tokens, resolved into steps for one world size.
 
-Users think in tokens (seed 002 §5: "global batch 4M tokens, 1T tokens, warmup 2B tokens"), the
+Users think in tokens ("global batch 4M tokens, 1T tokens, warmup 2B tokens"), the
 loop thinks in optimizer steps. `resolve_budget` turns the token-denominated knobs into the step
 knobs once, before anything is built, so every later consumer (loader, schedule, checkpoints)
 sees one consistent TrainConfig:

@@ -1,4 +1,4 @@
-"""Embedding collapse alert (seed 004 "Embedding collapse": the top singular value of the
+"""Embedding collapse alert (the top singular value of the
 embedding matrix dominating the next by 10x means its rows crowd into one direction).
 
 The trainer logs the spectrum (`embedding_spectrum` events, train/metrics.py); this turns a

@@ -13,7 +13,7 @@ from tokenmill.config_base import Strict
 
 
 class GuardConfig(Strict):
-    """The stability guard (seed 000 "When training goes wrong", 002 §5.5, 004): skip non-finite and
+    """The stability guard (docs/training.md; PaLM's batch skipping, Chowdhery et al. 2022; OPT's logbook, Zhang et al. 2022): skip non-finite and
     spiking steps, roll back when the loss does not recover."""
 
     enabled: bool = Field(True, description="Run the guard (off: a non-finite loss stops the run).")
@@ -96,7 +96,7 @@ class FaultConfig(Strict):
     poison_steps: list[int] | None = Field(None, description="[first, last] steps of the poison_bucket window.")
     collapse_embedding: list[int] | None = Field(
         None,
-        description="[first, last] steps over which the embedding gets no update and its rows are pulled toward their mean by collapse_rate per step (seed 004: gradient flow cut, embeddings collapse to near-identical vectors).",
+        description="[first, last] steps over which the embedding gets no update and its rows are pulled toward their mean by collapse_rate per step (a gradient flow cut: embeddings collapse to near-identical vectors).",
     )
     collapse_rate: float = Field(
         0.95,
@@ -159,7 +159,7 @@ class LossScaleConfig(Strict):
 
 
 class HealthConfig(Strict):
-    """Early-warning signals (seed 004 "aggressive monitoring", seed 002 §5): activation and
+    """Early-warning signals (docs/training.md "Early-warning signals"): activation and
     attention-logit magnitudes per layer, the loss per data bucket, a slow upward drift of the
     gradient norms, and embedding collapse. They only watch: training computes the same either way."""
 
@@ -192,7 +192,7 @@ class HealthConfig(Strict):
     collapse_ratio: float = Field(
         10.0,
         gt=1.0,
-        description="Warn (embedding_collapse) when the embedding's top singular value reaches this × the second (seed 004); checked where the spectrum is logged (spectrum_every).",
+        description="Warn (embedding_collapse) when the embedding's top singular value reaches this × the second; checked where the spectrum is logged (spectrum_every).",
     )
     bucket_alert_ratio: float = Field(
         1.5,
@@ -387,7 +387,7 @@ class TrainConfig(Strict):
     )
     objective: Literal["clm", "mlm", "span", "prefix_lm"] = Field(
         "clm",
-        description="Pretraining objective (seed 000): causal LM, masked LM, T5 span corruption "
+        description="Pretraining objective: causal LM, masked LM, T5 span corruption "
         "(as a prefix LM over corrupted input + targets), or prefix LM.",
     )
     mlm_prob: float = Field(0.15, gt=0, lt=1, description="MLM: share of (non-special) positions selected.")

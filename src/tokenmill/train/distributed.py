@@ -19,7 +19,7 @@ Gradients are reduced in fp32 (parameters are fp32 master weights; bf16 is only 
 Only rank 0 writes events, progress, evaluations and the checkpoint metadata; every rank takes
 part in the collectives (checkpoint save/load, metrics that gather DTensor shards, the checks).
 
-Silent data corruption (seed 004): every train.checksum_every steps `check_replicas` compares,
+Silent data corruption (Dixit et al. 2021, "Silent Data Corruptions at Scale"): every train.checksum_every steps `check_replicas` compares,
 across ranks, a checksum of what must be identical on every rank — under DDP every gradient
 (after the reduction) and every parameter, bit for bit; under FSDP, whose parameters and
 gradients are sharded (nothing to compare a shard with), the replicated scalars each rank

@@ -1,4 +1,4 @@
-"""A slow upward drift of the gradient norm, per layer group (seed 004 "Gradient norm divergence").
+"""A slow upward drift of the gradient norm, per layer group (gradient norm divergence).
 
 The stability guard (train/guard.py) judges each step against a running median of the last
 `guard.window` steps and, after `rebaseline_after` calm spikes, takes a higher norm as the new

@@ -1,7 +1,7 @@
 """Deliberate faults (train.faults) that prove the stability guard on a real run.
 
-A guard that has never fired is a guard nobody trusts. These reproduce the three failures of
-seed 000/004 in a way that is a pure function of the step, so a faulted run is as exactly
+A guard that has never fired is a guard nobody trusts. These reproduce the three failures the guard
+handles (docs/training.md) in a way that is a pure function of the step, so a faulted run is as exactly
 resumable as a clean one:
 - a corrupted batch: its tokens replaced by uniform random ids (a binary blob or an encoding
   accident in the data), which gives an outsized gradient;

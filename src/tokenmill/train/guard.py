@@ -1,7 +1,7 @@
 """The stability guard: what to do with an optimizer step before it is applied.
 
-Seed 000 ("When training goes wrong"), seed 002 §5.5/§5.10 and seed 004 describe the field's
-practice, which the guard turns into rules over the global loss and gradient norm of each step:
+PaLM (Chowdhery et al. 2022: skip batches, restart before a spike) and OPT's logbook (Zhang et al.
+2022: roll back, lower the LR) describe the field's practice, which the guard turns into rules over the global loss and gradient norm of each step:
 
     non-finite loss or gradient norm        skip the step                   `skip` event
     grad norm > spike_factor × median       skip the batch                  `spike` event (+ lineage)

@@ -1,11 +1,11 @@
-"""Per-step training health signals beyond the loss (seed 002 §5 monitoring, seed 004).
+"""Per-step training health signals beyond the loss (docs/training.md "Early-warning signals").
 
 - gradient norm per layer group: a global norm hides which layer is drifting (the LM head or the
-  last block usually is, seed 004: "monitor ||g|| per parameter group, not just global");
+  last block usually is: monitor ||g|| per parameter group, not just the global norm);
 - update/parameter ratio ||Δθ|| / ||θ||: the effective step size; ~1e-3 is healthy for AdamW,
   far above means the LR is too high for the current state;
 - the embedding's top-to-second singular value ratio: a ratio that grows without bound means the
-  embedding rows collapse toward one direction (representation collapse, seed 004);
+  embedding rows collapse toward one direction (representation collapse);
 - process memory: peak bytes allocated (CUDA) or resident (CPU).
 
 All work on plain modules and on DDP/FSDP2-wrapped ones (DTensor shards are reduced to the full

@@ -156,11 +156,11 @@ def lr_at(step: float, cfg: TrainConfig, anneal_start: int | None = None) -> flo
       linear: min + (lr - min) · (1 - progress)
       wsd:    lr until the last decay_fraction of the run, then linear to min at max_steps
               (warmup-stable-decay: the stable phase can be extended or branched without knowing
-              the end in advance; seed 002 §5, MiniCPM)
+              the end in advance; MiniCPM, Hu et al. 2024)
     after max_steps: min.
     anneal:  when the curriculum ends with an annealing phase starting after step `anneal_start`,
              the LR decays linearly from its value at anneal_start to 0 at max_steps (the
-             high-quality data is seen while the LR goes to zero; seed 002 §3.5, seed 004).
+             high-quality data is seen while the LR goes to zero; Llama 3's annealing, Dubey et al. 2024).
     """
     if anneal_start is not None and anneal_start < step <= cfg.max_steps:
         base = lr_at(anneal_start, cfg)

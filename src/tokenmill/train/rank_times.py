@@ -7,7 +7,7 @@ collective in a one-process or DDP forward). Each rank sums those seconds over a
 `rank_stats_every` steps; at the interval's end they ride on the step-end stop-flag all-reduce
 (MAX over a vector in which each rank fills only its own two slots), so no collective is added.
 
-Heterogeneous hardware (seed 004: same-SKU GPUs differ by 2-3% and slow ranks straggle) and slow
+Heterogeneous hardware (same-SKU GPUs differ by a few percent and slow ranks straggle) and slow
 storage both show up: a rank whose read + forward seconds exceed the ranks' median by
 `slow_rank_margin` for `slow_rank_patience` intervals in a row is named once per episode in a
 `slow_rank` event (its host, its share of read vs forward time).

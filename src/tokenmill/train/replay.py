@@ -1,6 +1,6 @@
 """`tokenmill replay RUN --step N`: which documents were in the global batch of step N, and
-that batch's loss recomputed from the checkpoint before it (seed 002 §5.5: replay the abnormal
-batch).
+that batch's loss recomputed from the checkpoint before it (replay the abnormal
+batch: docs/training.md).
 
 The loader is a pure function of (seed, step), so the batch is rebuilt exactly; the weights
 θ_{N-1} come from the newest checkpoint at or before step N-1 (or, when none is kept, from the

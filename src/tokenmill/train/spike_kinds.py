@@ -1,4 +1,4 @@
-"""What kind of spike is this: one-off, periodic or increasing (seed 002 §5.5, 004).
+"""What kind of spike is this: one-off, periodic or increasing (docs/training.md).
 
 The remedy depends on the kind, so every `spike` / `skip` event says which it is:
   periodic    the batch shares documents with an earlier spike's batch (the same data comes back

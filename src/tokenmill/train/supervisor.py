@@ -1,5 +1,5 @@
 """`tokenmill train --restarts N`: run the trainer as a child process and restart it from the
-latest valid checkpoint after a crash (seed 001, fault tolerance).
+latest valid checkpoint after a crash (fault tolerance: docs/parallelism.md).
 
 What counts as a crash, from the child's return code:
   < 0                 killed by a signal (SIGKILL from the OOM killer or a scheduler, SIGSEGV...)

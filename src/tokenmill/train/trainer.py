@@ -10,7 +10,7 @@
         event train_step; checkpoint every ckpt_every (not inside a spike) and at the end; on_eval
         every eval_every and after the last step; a first Ctrl-C stops here with a checkpoint
 
-Training state S_t (DESIGN "Training state", seed 002 §5.6) and where each part lives:
+Training state S_t (docs/architecture.md) and where each part lives:
   θ, Adam m/v/step        model.safetensors, optim.pt (FSDP: dcp/ shards)
   RNG states              rng.safetensors + state.json (python, numpy, torch CPU/CUDA); the
                           loop itself draws from no global generator: init uses a generator
@@ -863,7 +863,7 @@ class _TrainLoop:
         )
 
     def state_fields(self, step: int, loss: float | None) -> dict[str, Any]:
-        """state.json's fields of a checkpoint of `step` (DESIGN "Training state")."""
+        """state.json's fields of a checkpoint of `step` (docs/training.md, resume)."""
         tc, inherited = self.tc, self.inherited
         at = self.state.schedule_step(step)
         return {

@@ -3,7 +3,7 @@
 A rank whose collective never returns (a NIC or NCCL fault), or whose data read never comes back
 (a stuck filesystem), blocks every other rank in its next collective, and the job waits for the
 collective timeout (tens of minutes), then dies with a timeout error that says nothing about
-where the stuck rank was (seed 004, "NCCL hangs": a watchdog that reschedules).
+where the stuck rank was (NCCL hangs: a watchdog that reschedules).
 
 Each rank runs one daemon thread. The training loop calls `beat(step)` at every step end; when
 no beat came for `timeout_s` (the first step, which may compile, is not watched), the thread:

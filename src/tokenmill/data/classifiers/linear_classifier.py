@@ -3,8 +3,8 @@
 The quality classifiers of GPT-3 (Brown et al. 2020, appendix A), CCNet's follow-ups, Llama
 (Touvron et al. 2023) and DCLM (Li et al. 2024) are linear models over hashed word n-grams
 (fastText, Joulin et al. 2017) trained to tell a reference corpus (Wikipedia, books, curated
-answers: label 1) from random crawl (label 0); their P(reference) ranks documents (seed 002
-§2.10). This module is that model, in numpy, trained from scratch: nothing is downloaded.
+answers: label 1) from random crawl (label 0); their P(reference) ranks documents
+(the GPT-3 and Llama quality classifiers). This module is that model, in numpy, trained from scratch: nothing is downloaded.
 
 Features: the tokens (data.classifiers.ngram_lm.tokenize: lowercased words, punctuation, line breaks) and
 their adjacent pairs are hashed (xxh3 per distinct word, a 64-bit mix for pairs) into 2^dim_bits

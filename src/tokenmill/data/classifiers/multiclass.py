@@ -1,7 +1,7 @@
 """A multiclass linear text classifier: softmax regression over linear_classifier's hashed features.
 
 The classify step (data/steps/classify.py) learns topic or format classes from a file of labelled
-texts the user brings (seed 002 §2.10: classifiers for topic, code and math; Llama 3's domain
+texts the user brings (classifiers for topic, code and math; Llama 3's domain
 buckets). The features are exactly linear_classifier.features (hashed word uni+bigrams,
 sublinear counts, unit L2 norm); the model is one weight row per class, p = softmax(W x + b),
 fit by mini-batch AdaGrad on the class-balanced cross-entropy (each class carries 1/K of the

@@ -1,7 +1,6 @@
 """A word-level n-gram language model with interpolated modified Kneser-Ney smoothing.
 
-This is the scorer of CCNet's perplexity filter (Wenzek et al. 2020, seed 000 "perplexity
-filtering", seed 002 §2.4): a small LM trained on a reference corpus scores every document, and
+This is the scorer of CCNet's perplexity filter (Wenzek et al. 2020): a small LM trained on a reference corpus scores every document, and
 documents the model finds surprising (high perplexity) are the unlike-the-reference tail.
 CCNet uses KenLM 5-grams over SentencePiece pieces; tokenmill trains its own model here, so it
 works on words, which need no tokenizer training.

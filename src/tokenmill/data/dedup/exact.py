@@ -1,4 +1,4 @@
-"""Exact deduplication on normalized text (seed 002 §2.6 step 1, the first layer of the cascade).
+"""Exact deduplication on normalized text (the first layer of the dedup cascade, docs/curation.md).
 
 h_i = H(N(d_i)): the key of a document is the 128-bit xxh3 digest of its text after the
 normalize step (NFC, line breaks, controls, whitespace), so documents that differ only in those

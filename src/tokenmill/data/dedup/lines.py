@@ -1,6 +1,6 @@
 """Line (or paragraph) deduplication across documents: menus, footers, cookie notices, disclaimers.
 
-Seed 002 §2.6 step 3: much repetition is not whole documents but the same segments copied into
+Much repetition is not whole documents but the same segments copied into
 many of them. Like CCNet's paragraph deduplication (Wenzek et al. 2019 §3.1: hash every
 normalized paragraph, drop the repeated ones), but with a document-frequency threshold so that
 a sentence quoted twice survives: a unit (a line, or a paragraph between blank lines) that

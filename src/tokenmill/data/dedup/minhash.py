@@ -1,6 +1,6 @@
 """Near-duplicate removal: shingles, MinHash signatures, LSH banding, verification, clusters.
 
-The second layer of the dedup cascade (seed 002 §2.6, step 2; Broder 1997; Leskovec et al.,
+The second layer of the dedup cascade (Broder 1997; Leskovec et al.,
 *Mining of Massive Datasets* ch. 3):
 
 1. Shingles S_k(d): the set of hashed k-shingles of a document. `word` shingles are k

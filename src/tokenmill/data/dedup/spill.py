@@ -4,7 +4,7 @@ the curation executor). Writers in other processes each take a `writer(tag)` vie
 file per partition, so no two processes append to one file, and a reader concatenates a
 partition's files in tag order (the order a single writer would have written them in).
 
-The pattern of every global step at scale (DESIGN §3): map tasks append their records to the
+The pattern of every global step at scale (docs/architecture.md): map tasks append their records to the
 partition their key hashes (or ranges) to, then one task per partition reads that file alone
 and decides. A task's memory is one partition, so the corpus size is bounded by disk: choose P
 with `partitions_for` from the number of records and how many one task may hold.

@@ -1,5 +1,5 @@
 """Exact-substring deduplication with suffix arrays (Lee et al. 2022, "Deduplicating Training
-Data Makes Language Models Better"; seed 002 §2.6).
+Data Makes Language Models Better").
 
 A k-window is k consecutive units of one document. A window is *repeated* when the same k
 units occur at least twice anywhere in the corpus (inside one document or across documents).

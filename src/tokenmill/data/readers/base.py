@@ -1,7 +1,7 @@
 """The reader interface: a format name, the files it claims, and how it reads one file.
 
 A reader turns one file of a `kind: files` source into RawRecords, in file order. Bad input is
-never fatal and never vanishes (DESIGN §5): a record that cannot be read is yielded with
+never fatal and never vanishes (docs/curation.md): a record that cannot be read is yielded with
 `problem` set (RecordMaker.bad) and ends in `_rejected` at step "read" with a rule, the measured
 value and a reason naming the file and the line / byte offset / row.
 

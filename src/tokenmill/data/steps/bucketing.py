@@ -1,7 +1,7 @@
 """Bucket assignment: rules on source, domain, language and quality tier name the bucket.
 
-Seed 002 §2 ("split the data into buckets by source, language, domain, and quality tier to
-prepare for later mixture design and annealing"). `CurateConfig.bucket_rules` is an ordered
+Split the data into buckets by source, language, domain and quality tier, to prepare for the
+mixture design and annealing later (docs/curation.md). `CurateConfig.bucket_rules` is an ordered
 list; a rule matches when every condition it sets holds, and the first matching rule wins
 (so specific rules go before general ones). A document no rule matches keeps the bucket its
 source gave it. Conditions:

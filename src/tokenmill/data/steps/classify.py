@@ -1,7 +1,7 @@
 """Classify: named classifiers learned from the user's labelled texts tag, filter or bucket documents.
 
-Seed 002 §2.10 (classifiers for topic, format, code and math; Llama 3's domain buckets) and §3.3
-(buckets by topic feed the mixture). No pretrained classifier can be downloaded here, so every
+Classifiers for topic, format, code and math (Llama 3's domain buckets, Dubey et al. 2024); buckets
+by topic feed the mixture. No pretrained classifier can be downloaded here, so every
 classifier of `curate.classify` is trained by tokenmill from a JSONL file the user brings
 ({"text": ..., "label": ...}, two or more labels): softmax regression over hashed word
 uni+bigrams (data/classifiers/multiclass.py). Texts are normalized like the documents first.

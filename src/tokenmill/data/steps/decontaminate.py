@@ -1,6 +1,6 @@
 """Train–test decontamination: word n-gram overlap with the evaluation sets the user lists.
 
-Seed 002 §2.5 ("train–test contamination ... protects evaluation credibility"). The method is
+Train–test contamination removal protects the evaluation's credibility. The method is
 GPT-3's (Brown et al. 2020, App. C) and lm-evaluation-harness's janitor: text is lowercased,
 punctuation deleted and split on whitespace (`minhash.normalized_bytes`, the same words MinHash
 shingles), and an evaluation item is present in a training document when they share word

@@ -19,12 +19,12 @@ symbols and code punctuation are noise to it. On raw text it scored 67 of CPytho
 documentation pages below 0.65; on their words, 5 — with the same accuracy on the 29-language
 set (documents 0.994, paragraphs 0.913 → 0.923).
 
-Document level (seed 002 §2, CCNet): the whole text gets one label and its probability →
+Document level (CCNet, Wenzek et al. 2020): the whole text gets one label and its probability →
 doc.language, doc.language_score. The run keeps `LangIdConfig.languages`
 ("language_not_kept") and removes documents scored below `min_score` ("low_language_score";
 0.65 is FineWeb's English threshold; CCNet uses 0.5), whatever their language.
 
-Paragraph level ("fastText-style language ID, paragraph-level fallback", seed 002 §2's table):
+Paragraph level (fastText-style language ID with a paragraph-level fallback):
 every unit of at least MIN_UNIT_CHARS characters — blank-line paragraphs, or lines when the
 text has fewer than two paragraphs — is scored alone. A unit is foreign when its label differs
 from the document's with a score of at least `min_score`. The foreign share is foreign units'

@@ -4,7 +4,7 @@ Gopher's thresholds were set on English: 3-10 characters per word, 50-100,000 wo
 eight English stop words. Measured on a German or Chinese page, the same signals sit elsewhere
 for the same content (German words are longer; a Chinese word is two characters; no Chinese
 page holds "the"), so English thresholds remove good pages because of their language: the
-hidden bias of seed 002 §2.4. FineWeb-2 (Penedo et al. 2025) fixed this by deriving each
+hidden bias of a filter. FineWeb-2 (Penedo et al. 2025) fixed this by deriving each
 language's thresholds from the distribution of each signal on reference text of that language.
 This module does the same, with the ratio-of-medians method: for a signal s,
 

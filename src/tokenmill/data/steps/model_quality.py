@@ -1,7 +1,7 @@
 """Model-based quality: CCNet perplexity tiers and a reference-vs-random linear classifier.
 
-Two learned gates (seed 000 "perplexity filtering"; seed 002 §2.4 "reference-corpus similarity"
-and §2.10 quality classifiers), both trained by tokenmill on a reference corpus the user names
+Two learned gates (perplexity filtering, CCNet, Wenzek et al. 2020; reference-corpus similarity
+classifiers, GPT-3, Brown et al. 2020), both trained by tokenmill on a reference corpus the user names
 (`model_quality.reference`: a file, directory or glob of text / Markdown / JSONL / HTML, read and
 cleaned like any source: the extract and normalize steps run on it):
 

@@ -1,7 +1,7 @@
 """Text normalization: one canonical form per text, so equal-looking texts hash equal.
 
-Exact dedup hashes the normalized text (seed 002 §2.5: "whether normalization is complete
-enough"), so this step must be idempotent: normalize(normalize(t)) == normalize(t).
+Exact dedup hashes the normalized text (whether normalization is complete
+enough decides what counts as a duplicate), so this step must be idempotent: normalize(normalize(t)) == normalize(t).
 In order:
 
 1. mojibake repair (optional, `NormalizeConfig.fix_mojibake`): text that was UTF-8 but got

@@ -1,6 +1,6 @@
 """PII masking: personal identifiers replaced by typed placeholders, counts on the row.
 
-Seed 002 §2.8 layers PII handling: site rules, then "coarse pattern matching: emails, phone
+PII handling comes in layers: site rules, then "coarse pattern matching: emails, phone
 numbers, ID numbers", then NER. This is the pattern layer, with names and postal addresses found
 from word lists and context (pii_names.py) in place of an NER model. Each kind is a regular expression
 that finds candidates and a validator that keeps only real ones, because the danger the seed

@@ -3,8 +3,8 @@
 First pass. The built-in list (resources/toxicity_en.txt, English) holds only unambiguous
 obscenities and slurs, matched as whole lowercased words, with every inflection listed: no prefix
 or substring matching, and no word that has a common medical, legal, literary or religious sense.
-Seed 002 §2.11: "the real danger is not missing a few dirty samples. It is deleting entire
-classes of valuable text" — medicine, law, crime news, fiction and code comments are full of
+The real danger of a toxicity filter is not missing a few dirty samples but deleting entire
+classes of valuable text (Dodge et al. 2021, "Documenting Large Webtext Corpora") — medicine, law, crime news, fiction and code comments are full of
 sensitive words, so what the list leaves out matters as much as what it holds; `tokenmill
 curate-eval safety` (data.curate_eval.eval_safety) measures false positives per slice on a
 labelled file. A user list (`SafetyConfig.word_list`) replaces the built-in one, same format.
@@ -14,7 +14,7 @@ list; a share with a threshold (default 0.02, one word in fifty) tolerates the o
 quoted insult in news or fiction. Alone, the step removes documents above the threshold (rule
 "toxicity").
 
-Second pass (seed 002 §2.11's "lightweight text classifier"), with `safety.labelled`: a JSONL
+Second pass (a lightweight text classifier), with `safety.labelled`: a JSONL
 file of {"text": ..., "label": ...}, label "toxic" or "offensive" (obscene, insulting, hateful or
 harassing text: removed) or "clean" (everything else, including text that quotes, defines or
 discusses such words). tokenmill's linear classifier (data.classifiers.linear_classifier: hashed

@@ -1,4 +1,4 @@
-"""Kinds of text, and which quality rule families fit each (seed 002 §2.4: domain-specific filtering).
+"""Kinds of text, and which quality rule families fit each (domain-specific filtering, docs/curation.md).
 
 The published rule families were written for one kind of text each: Gopher's and C4's for web
 pages in English, FineWeb's for lines of extracted HTML (a line is a paragraph). Applied to a

@@ -1,5 +1,5 @@
-"""URL domain filter: block lists and allow lists of domains (seed 002 §2.8: "coarse filtering
-based on site and source: avoid obviously high-risk sources first").
+"""URL domain filter: block lists and allow lists of domains (coarse filtering
+based on site and source: avoid obviously high-risk sources first; RefinedWeb, Penedo et al. 2023).
 
 Every document whose URL names a host gets `doc.domain`: the host lowercased, without port,
 trailing dot or a leading "www.". Local files (paths, "path:line") have no domain. The step
