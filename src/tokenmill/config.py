@@ -144,15 +144,15 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`train.lr=3e-4` -> (["train", "lr"], 0.0003); the value is read as YAML."""
     if "=" not in text:
-        raise ConfigError(f"override {text!r}: expected section.key=value")
+        raise ConfigError(f"--set {text}: expected section.key=value")
     key, raw = text.split("=", 1)
     path = [p for p in key.strip().split(".") if p]
     if not path:
-        raise ConfigError(f"override {text!r}: empty key")
+        raise ConfigError(f"--set {text}: empty key")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise ConfigError(f"override {text!r}: value is not valid YAML: {yaml_problem(exc)}") from None
+        raise ConfigError(f"--set {text}: value is not valid YAML: {yaml_problem(exc)}") from None
     return path, value
 
 
@@ -166,15 +166,20 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             if child is None:  # an optional section that is off (e.g. eval.tiers: null): setting a key turns it on
                 child = node[part] = {}
             if not isinstance(child, dict):
-                raise ConfigError(f"override {text!r}: {'.'.join(path[: i + 1])} is not a section")
+                raise ConfigError(f"--set {text}: {'.'.join(path[: i + 1])} is not a section")
             node = child
         node[path[-1]] = value
     return data
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> RunConfig:
-    """Read a YAML config (or the defaults when path is None), apply overrides, validate."""
-    origin = str(path) if path is not None else "<defaults>"
+    """Read a YAML config (or the defaults when path is None), apply overrides, validate.
+
+    A problem under a key an override set names the override (`--set train.max_stpes=5: unknown
+    key (did you mean train.max_steps?)`), not the file, which may not even hold that key."""
+    # Without a file, a problem no override's key explains comes from the overrides together
+    # (the defaults validate): a check across sections, such as a layout that does not fit the model.
+    origin = str(path) if path is not None else ("the --set overrides" if overrides else "<defaults>")
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -195,7 +200,8 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     try:
         return RunConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err, origin)) from None
+        blamed = [(parse_override(o)[0], f"--set {o.strip()}") for o in overrides or []]
+        raise ConfigError(format_validation_error(err, origin, blamed, RunConfig)) from None
 
 
 def dump_config(cfg: RunConfig) -> str:
