@@ -1,5 +1,6 @@
 """The CLI surface: help texts, config errors, overrides (fast, in-process)."""
 
+import json
 import shutil
 from pathlib import Path
 
@@ -186,3 +187,61 @@ def test_stop_signals_and_report_skip_and_count_event_lines_that_are_not_objects
     shutil.rmtree(run.sub("eval"))  # the synthetic evaluations hold only what stop-signals reads
     res = runner.invoke(app, ["report", str(run.sub("config.yaml")), "--run-dir", str(run.path)])
     assert res.exit_code == 0 and f"warning: {note}" in " ".join(res.output.split()), res.output
+
+
+def _topics_config(tmp_path: Path) -> Path:
+    """A run config whose one source is real text (the language reference topics), curated by two cheap steps."""
+    import pydoc_data.topics as t
+
+    docs = [t.topics[k] for k in sorted(t.topics) if len(t.topics[k]) > 1500][:6]
+    (tmp_path / "topics.jsonl").write_text("".join(json.dumps({"id": f"t{i}", "text": d}) + "\n" for i, d in enumerate(docs)))
+    cfg = tmp_path / "my corpus.yaml"  # a space: every hint must still paste as one argument
+    cfg.write_text(yaml.safe_dump({
+        "name": "mine", "root": str(tmp_path / "runs"),
+        "curate": {"sources": [{"path": str(tmp_path / "topics.jsonl"), "bucket": "reference"}], "steps": ["normalize", "exact_dedup"],
+                   "workers": 1},
+    }))
+    return cfg
+
+
+def test_curate_takes_its_config_as_every_stage_does(tmp_path):
+    """`tokenmill curate CONFIG` curates the config's sources into its run directory, as
+    `curate --config CONFIG` does; a YAML file is never curated as text: with -o it is refused with
+    the command that was meant, and a config given twice is refused."""
+    cfg = _topics_config(tmp_path)
+    res = runner.invoke(app, ["curate", str(cfg)])
+    assert res.exit_code == 0, res.output
+    assert list((tmp_path / "runs" / "mine" / "curated" / "reference").glob("part-*.parquet"))
+    refused = runner.invoke(app, ["curate", str(cfg), "-o", str(tmp_path / "out")])
+    assert refused.exit_code == 2 and not (tmp_path / "out").exists()
+    assert f"did you mean `tokenmill curate '{cfg}'`" in refused.output
+    assert f"`tokenmill curate --config '{cfg}' INPUT... -o {tmp_path / 'out'}`" in refused.output
+    # a run config among several INPUTs is refused too; other YAML there is data (a code tree's, say)
+    data_yaml = tmp_path / "ci.yml"
+    data_yaml.write_text("jobs:\n  test: {runs-on: ubuntu}\n")
+    among = runner.invoke(app, ["curate", str(tmp_path / "topics.jsonl"), str(cfg), "-o", str(tmp_path / "out")])
+    assert among.exit_code == 2 and "did you mean `tokenmill curate" in among.output
+    twice = runner.invoke(app, ["curate", str(cfg), "--config", str(cfg)])
+    assert twice.exit_code == 2 and "two configs" in twice.output
+    nothing = runner.invoke(app, ["curate"])
+    assert nothing.exit_code == 2 and "`tokenmill curate CONFIG`" in nothing.output
+    no_out = runner.invoke(app, ["curate", str(tmp_path / "topics.jsonl")])
+    assert no_out.exit_code == 2 and "-o OUT is required" in no_out.output
+    assert "Traceback" not in refused.output + among.output + twice.output + nothing.output + no_out.output
+
+
+def test_set_errors_name_the_command_line_and_typos_get_the_nearest_key(tmp_path):
+    cfg = tmp_path / "my.yaml"
+    cfg.write_text("train:\n  max_stpes: 5\n")
+    in_file = runner.invoke(app, ["tokenize", str(cfg)])
+    assert in_file.exit_code == 2
+    assert f"config error: {cfg}: train.max_stpes: unknown key (did you mean max_steps?)" in in_file.output
+    cfg.write_text("train:\n  max_steps: 5\n")
+    on_line = runner.invoke(app, ["tokenize", str(cfg), "--set", "train.max_stpes=10"])
+    assert on_line.exit_code == 2
+    assert "config error: --set train.max_stpes=10: unknown key (did you mean train.max_steps?)" in on_line.output
+    assert str(cfg) not in on_line.output  # the file holds no such key: it is not blamed
+    section = runner.invoke(app, ["tokenize", str(cfg), "--set", "trian.lr=1"])
+    assert "--set trian.lr=1: trian: unknown key (did you mean train?)" in section.output
+    far = runner.invoke(app, ["tokenize", str(cfg), "--set", "train.zzzzqq=1"])
+    assert "--set train.zzzzqq=1: unknown key" in far.output and "did you mean" not in far.output

@@ -138,10 +138,15 @@ def _one_stage(stage: str, config: Path, overrides: list[str] | None, run_dir: P
 @app.command()
 def curate(
     inputs: Optional[list[Path]] = typer.Argument(
-        None, help="Files or directories: WARC/WET, HTML, JSONL(.gz/.zst), Parquet, text, code trees."
+        None,
+        metavar="CONFIG | INPUT...",
+        help="A run config (YAML), as every stage takes; or, with -o OUT, files or directories to curate: "
+        "WARC/WET, HTML, JSONL(.gz/.zst), Parquet, text, code trees.",
     ),
     out: Optional[Path] = typer.Option(None, "-o", "--out", help="Output directory (required with INPUTs)."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Run config (YAML); its `curate` section is used."),
+    config: Optional[Path] = typer.Option(
+        None, "--config", "-c", help="Run config (YAML) whose `curate` section curates the INPUTs (with -o OUT)."
+    ),
     steps: Optional[str] = typer.Option(None, "--steps", help="Comma-separated subset of the steps, run in canonical order."),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", help="Worker processes (or Ray CPUs)."),
     executor: Optional[str] = typer.Option(None, "--executor", help="local (processes) or ray (RAY_ADDRESS, else a local Ray)."),
@@ -166,8 +171,10 @@ def curate(
 ) -> None:
     """Extract, normalize, filter, deduplicate and decontaminate text into curated Parquet shards.
 
-    With INPUTs: `tokenmill curate INPUT... -o OUT` curates those files into OUT. Without:
-    `tokenmill curate --config RUN.yaml` curates the config's sources into the run directory.
+    `tokenmill curate CONFIG` curates the config's sources into its run directory, as every
+    stage takes its config. `tokenmill curate INPUT... -o OUT [--config CONFIG]` curates those
+    files into OUT (with the config's `curate` section, else the defaults); a YAML file given
+    there as the only INPUT, or one that reads as a run config, is refused rather than curated as text.
     Steps (canonical order): license (off without curate.license_policy), extract, normalize, url, langid,
     quality, model_quality, classify, safety, pii,
     exact_dedup, minhash_dedup, line_dedup, substring_dedup (off unless curate.substring_dedup.enabled),
@@ -183,18 +190,16 @@ def curate(
     overrides = _curate_overrides(set_, steps, workers, executor, reference)
 
     def go() -> None:
-        if not inputs:
-            if config is None:
-                raise ConfigError("tokenmill curate: give INPUT paths with -o OUT, or --config RUN.yaml")
-            run_stage(_open(config, overrides, run_dir), "curate")
+        stage_config, paths = _curate_mode(list(inputs or []), out, config)
+        if stage_config is not None:
+            run_stage(_open(stage_config, overrides, run_dir), "curate")
             return
-        if out is None:
-            raise ConfigError("tokenmill curate INPUT...: -o OUT is required")
+        assert out is not None  # _curate_mode refuses INPUTs without -o OUT
         from tokenmill.data.curate import curate as curate_paths
         from tokenmill.data.sources import sources_from_paths
 
         run_cfg = load_config(config, overrides)
-        cfg = run_cfg.curate.model_copy(update={"sources": sources_from_paths([str(p) for p in inputs], bucket)})
+        cfg = run_cfg.curate.model_copy(update={"sources": sources_from_paths([str(p) for p in paths], bucket)})
         from tokenmill.runs import EventLog, check_event_log
 
         where = out.absolute()  # `-o .` has no name to put the event log beside
@@ -211,6 +216,54 @@ def curate(
         _say("✓ curate", "green", summary, sep=" ")
 
     _guard(go, resume_hint="Run the same command again: finished shards are not redone.")
+
+
+def _q(path: Path | str) -> str:
+    """A path as a shell word: a hint's command pastes as it is, spaces and all."""
+    import shlex
+
+    return shlex.quote(str(path))
+
+
+def _is_yaml(path: Path) -> bool:
+    return path.suffix.lower() in (".yaml", ".yml")
+
+
+def _reads_as_run_config(path: Path) -> bool:
+    """A YAML file whose top-level keys are all run config sections (name, curate, train, ...)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and bool(data) and set(map(str, data)) <= set(RunConfig.model_fields)
+
+
+def _curate_mode(inputs: list[Path], out: Optional[Path], config: Optional[Path]) -> tuple[Optional[Path], list[Path]]:
+    """(the run config whose sources to curate into its run directory, or None; the INPUTs to
+    curate into OUT). One YAML argument without -o is a config, as for every other stage; a YAML
+    INPUT with -o that is the only one, or reads as a run config, is refused: curating a config
+    file as text is never what was meant, and would fail far from the cause."""
+    if len(inputs) == 1 and _is_yaml(inputs[0]) and out is None:
+        if config is not None:
+            raise ConfigError(
+                f"tokenmill curate: two configs ({inputs[0]} and --config {config}); give one: `tokenmill curate {_q(inputs[0])}`"
+            )
+        return inputs[0], []
+    if not inputs:
+        if config is None:
+            raise ConfigError("tokenmill curate: give the run config (`tokenmill curate CONFIG`), or INPUT paths with -o OUT")
+        return config, []
+    if out is None:
+        raise ConfigError("tokenmill curate INPUT...: -o OUT is required (or give one run config: `tokenmill curate CONFIG`)")
+    for p in inputs:
+        if _is_yaml(p) and (len(inputs) == 1 or _reads_as_run_config(p)):
+            raise ConfigError(
+                f"{p}: a YAML file given as an INPUT to curate as text; did you mean `tokenmill curate {_q(p)}` "
+                f"(its sources into its run directory) or `tokenmill curate --config {_q(p)} INPUT... -o {_q(out)}`?"
+            )
+    return None, inputs
 
 
 def _curate_overrides(

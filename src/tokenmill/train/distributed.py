@@ -173,7 +173,7 @@ def check_torchrun_stage(run: Any, stage: str) -> None:
     pools; running them inside a torchrun job would hold every rank idle, or race K copies of
     them on the same files)."""
     steps = (
-        "`tokenmill curate --config CONFIG`, `tokenmill tokenizer train CONFIG` and `tokenmill tokenize "
+        "`tokenmill curate CONFIG`, `tokenmill tokenizer train CONFIG` and `tokenmill tokenize "
         "CONFIG` (with the same --set/--run-dir options)"
     )
     if stage != "train":
