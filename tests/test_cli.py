@@ -4,6 +4,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -68,6 +69,7 @@ def test_train_refuses_to_overwrite_then_resumes(tiny_run):
     assert first.exit_code == 0, first.output
     again = runner.invoke(app, args)
     assert again.exit_code == 1 and "--resume" in again.output and "Traceback" not in again.output
+    assert f"`tokenmill train {cfg} --set train.max_steps=4 --set train.ckpt_every=2 --resume` continues" in again.output
     more = runner.invoke(app, [*args[:-2], "--set", "train.max_steps=6", "--resume"])
     assert more.exit_code == 1 and "train.max_steps: 4 -> 6" in more.output
     same = runner.invoke(app, [*args, "--resume"])
@@ -245,3 +247,39 @@ def test_set_errors_name_the_command_line_and_typos_get_the_nearest_key(tmp_path
     assert "--set trian.lr=1: trian: unknown key (did you mean train?)" in section.output
     far = runner.invoke(app, ["tokenize", str(cfg), "--set", "train.zzzzqq=1"])
     assert "--set train.zzzzqq=1: unknown key" in far.output and "did you mean" not in far.output
+
+
+def test_hints_are_commands_to_paste_with_the_users_config(tmp_path):
+    """An error raised deep in a stage says `tokenmill tokenizer train CONFIG`; the user reads it
+    with their config path, their --set overrides and --run-dir, quoted for the shell."""
+    cfg = tmp_path / "my corpus.yaml"
+    cfg.write_text(yaml.safe_dump({"name": "x", "root": str(tmp_path)}))
+    res = runner.invoke(app, ["tokenize", str(cfg), "--set", "train.lr=0.01", "--run-dir", str(tmp_path / "r")])
+    assert res.exit_code == 1
+    assert (f"(run `tokenmill tokenizer train '{cfg}' --set train.lr=0.01 --run-dir {tmp_path / 'r'}` first)"
+            in res.output), res.output
+
+
+def test_interrupt_hints_repeat_the_command_that_was_run(capsys):
+    """After Ctrl-C with a checkpoint saved, the hint is the command the user ran, with --resume."""
+    import typer
+
+    from tokenmill.cli import RESUME_TRAIN, _guard, this_command
+
+    class Stopped(KeyboardInterrupt):
+        checkpoint = "step_4"
+
+    def stop():
+        raise Stopped("interrupted at step 4")
+
+    group = typer.main.get_command(app)
+    with group.make_context("python -m tokenmill", ["train"]) as root:
+        train = group.get_command(root, "train")
+        args = ["my x.yaml", "-s", "train.lr=1", "--nproc", "2"]
+        with train.make_context("train", args, parent=root):
+            assert this_command() == "tokenmill train 'my x.yaml' --set train.lr=1 --nproc 2"
+            with pytest.raises(typer.Exit):
+                _guard(stop, checkpoint_hint=RESUME_TRAIN)
+    err = capsys.readouterr().err
+    assert "`tokenmill train 'my x.yaml' --set train.lr=1 --nproc 2 --resume` continues from it." in err
+    assert this_command() == ""  # outside a command: nothing to repeat

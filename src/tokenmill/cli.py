@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass
 from importlib import resources
@@ -95,34 +96,139 @@ def _guard(fn: Callable[[], Any], resume_hint: str | None = None, checkpoint_hin
     """User errors (bad config, missing input, bad data, a path that cannot be read or written)
     print one line, no traceback. After Ctrl-C or a preemption, the hint says how to continue,
     and only where the work does continue: `checkpoint_hint` when training saved a checkpoint,
-    else `resume_hint` (a stage that picks up its finished parts), else nothing."""
+    else `resume_hint` (a stage that picks up its finished parts), else nothing. Every command a
+    message or hint names is one the user can paste: CONFIG in it becomes their config (with their
+    --set and --run-dir), and a hint's {again} and {resume} the command they ran."""
     import yaml
     from pydantic import ValidationError
 
     try:
         return fn()
     except (ConfigError, ValidationError) as exc:
-        _say("config error", "red", user_error_message(exc))
+        _say("config error", "red", paste_ready(user_error_message(exc)))
         raise typer.Exit(2)
     except (UserError, ValueError, OSError, yaml.YAMLError) as exc:
-        _say("error", "red", user_error_message(exc))
+        _say("error", "red", paste_ready(user_error_message(exc)))
         raise typer.Exit(1)
     except KeyboardInterrupt as exc:  # Ctrl-C (130), or a preemption's SIGTERM (TrainingPreempted: 75)
         _say(" ".join(str(exc).split()) or "interrupted", "yellow", sep="")
         saved = getattr(exc, "checkpoint", None) is not None  # the trainer's: a checkpoint was written
         hint = checkpoint_hint if saved and checkpoint_hint else resume_hint
         if hint:
-            console.print(hint, style="yellow")
+            console.print(hint.format(again=this_command(), resume=this_command("--resume")), style="yellow")
         raise typer.Exit(getattr(exc, "exit_code", 130))
+
+
+def _click() -> Any:
+    """The click package typer parses with: typer ≥ 0.23 carries its own copy (typer._click), older
+    ones use click itself; the current context is only found in the one that made it."""
+    import importlib
+
+    core = next(c for c in typer.Context.__mro__ if "__enter__" in vars(c)).__module__  # ...click.core
+    return importlib.import_module(core.rsplit(".", 1)[0])
+
+
+def _context() -> Any:
+    """The click context of the command being run (None outside one)."""
+    import importlib
+
+    return importlib.import_module(_click().__name__ + ".globals").get_current_context(silent=True)
+
+
+def this_command(flag: str | None = None) -> str:
+    """The command being run, as the user could type it again: its sub-command and every argument
+    and option given on the command line (paths quoted for the shell), plus `flag` when it is not
+    there yet. Empty outside a command."""
+    import shlex
+
+    ctx, click = _context(), _click()
+    if ctx is None:
+        return ""
+    names, parent = [], ctx
+    while parent.parent is not None:  # the root's name is however Python was started: say `tokenmill`
+        names.append(str(parent.info_name))
+        parent = parent.parent
+    words = ["tokenmill", *reversed(names)]
+    for param in ctx.command.params:
+        value = ctx.params.get(str(param.name))
+        if ctx.get_parameter_source(str(param.name)) != click.core.ParameterSource.COMMANDLINE or value is None:
+            continue
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
+        if param.param_type_name == "argument":
+            words += [str(v) for v in values]
+        elif param.param_type_name == "option":
+            words += _option_words(param, values)
+    if flag is not None and flag not in words:
+        words.append(flag)
+    return shlex.join(words)
+
+
+def _option_words(option: Any, values: list[Any]) -> list[str]:
+    """One option as typed: a flag alone (its --no- form when off), else the option before each value."""
+    name = max(option.opts, key=len)  # --set rather than -s: says what it is
+    if option.is_flag:
+        on = bool(values[0])
+        return [name] if on else list(option.secondary_opts[:1])
+    return [w for v in values for w in (name, str(v))]
+
+
+# The commands whose CONFIG is a run config (`tokenmill plan`'s and `curate`'s option or argument),
+# and those that take a run directory, whose config.yaml is the run's config.
+_RUN_CONFIG_COMMANDS = {"curate", "curate-eval", "tokenizer train", "tokenize", "train", "eval", "report", "run", "demo"}
+_RUN_CONFIG_COMMANDS |= {"checkpoint average", "verify-resume", "plan"}
+_RUN_DIR_COMMANDS = {"replay", "trace", "stop-signals"}
+
+
+def _config_words() -> str | None:
+    """The user's run config as a hint's commands take it: the path, their --set overrides and
+    --run-dir, quoted for the shell (None where the command has no run config)."""
+    import shlex
+
+    ctx = _context()
+    if ctx is None:
+        return None
+    command = this_command().split(" ", 1)[-1]
+    params = ctx.params
+    config, run_dir = params.get("config"), params.get("run_dir")
+    if any(command == c or command.startswith(c + " ") for c in _RUN_DIR_COMMANDS) or params.get("watch"):
+        run_dir = params.get("run_path") or params.get("watch")
+        config = Path(run_dir) / "config.yaml"
+    elif command.startswith("demo"):
+        config = demo_config_path()
+    elif command.startswith("curate ") and config is None and len(params.get("inputs") or []) == 1:
+        config = params["inputs"][0]  # `tokenmill curate CONFIG`
+    elif not any(command == c or command.startswith(c + " ") for c in _RUN_CONFIG_COMMANDS):
+        return None
+    if not isinstance(config, Path):
+        return None
+    words = [str(config)]
+    for override in params.get("set_") or []:
+        words += ["--set", override]
+    if run_dir is not None:
+        words += ["--run-dir", str(run_dir)]
+    return shlex.join(words)
+
+
+_COMMAND_SPAN = re.compile(r"`([^`]*\btokenmill\b[^`]*)`")
+
+
+def paste_ready(message: str) -> str:
+    """The message with CONFIG, in each `tokenmill ...` command it names, replaced by the user's
+    config (path, --set overrides, --run-dir): errors raised deep in a stage say `tokenmill
+    tokenizer train CONFIG`, and the command line is only known here."""
+    words = _config_words()
+    if words is None:
+        return message
+    return _COMMAND_SPAN.sub(lambda m: "`" + re.sub(r"\bCONFIG\b", lambda _: words, m.group(1)) + "`", message)
 
 
 def _progress(message: str) -> None:
     _say("▶", "cyan", message, sep=" ")
 
 
-RESUME_TRAIN = "`tokenmill train --resume` continues from it."
-RERUN_CONTINUES = "Run the same command again to continue from it."
-RERUN_REUSES = "Run the same command again: finished runs are reused."
+RESUME_TRAIN = "`{resume}` continues from it."
+RERUN_CONTINUES = "`{again}` continues from it."
+RERUN_REUSES = "`{again}` continues: finished runs are reused."
 
 
 def _one_stage(stage: str, config: Path, overrides: list[str] | None, run_dir: Path | None) -> None:
@@ -215,7 +321,7 @@ def curate(
         )
         _say("✓ curate", "green", summary, sep=" ")
 
-    _guard(go, resume_hint="Run the same command again: finished shards are not redone.")
+    _guard(go, resume_hint="`{again}` continues: finished shards are not redone.")
 
 
 def _q(path: Path | str) -> str:
@@ -456,7 +562,7 @@ def _train_here(config: Path, overrides: list[str] | None, run_dir: Optional[Pat
         traceback.print_exc()
         latest = latest_checkpoint(opened[0].sub("checkpoints")) if opened else None
         how = (
-            f"`tokenmill train --resume` continues from {latest}, `--restarts N` does so automatically"
+            f"`{this_command('--resume')}` continues from {latest}; add `--restarts N` to do so automatically"
             if latest is not None
             else "no checkpoint was saved: training starts over when run again"
         )

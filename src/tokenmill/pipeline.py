@@ -63,7 +63,7 @@ def _preflight(run: RunDir, stage: str, rebuilt_from: str | None = None, resume:
         check_eval_files(run.config.eval)
     elif stage == "tokenize" and rebuilt_from is None and not run.sub("tokenizer", "tokenizer.json").is_file():
         raise FileNotFoundError(
-            f"{run.sub('tokenizer', 'tokenizer.json')}: no tokenizer here (run `tokenmill tokenizer train` first)"
+            f"{run.sub('tokenizer', 'tokenizer.json')}: no tokenizer here (run `tokenmill tokenizer train CONFIG` first)"
         )
 
 

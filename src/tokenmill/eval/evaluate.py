@@ -240,7 +240,7 @@ def run_eval(run: RunDir, checkpoint: Path | None = None) -> dict[str, Any]:
 
     ckpt = checkpoint or latest_checkpoint(run.sub("checkpoints"))
     if ckpt is None:
-        raise FileNotFoundError(f"{run.sub('checkpoints')}: no checkpoint to evaluate (run `tokenmill train`)")
+        raise FileNotFoundError(f"{run.sub('checkpoints')}: no checkpoint to evaluate (run `tokenmill train CONFIG`)")
     record = CheckpointScorer(run, resolve_device(run.config.train.device)).score(Path(ckpt))
     step, buckets = record.pop("step"), record.pop("buckets")
     write_eval(run, step, buckets, **record)

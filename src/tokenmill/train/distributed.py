@@ -63,7 +63,7 @@ class RankMismatch(DistributedError):
         super().__init__(
             f"cross-rank check at step {step}: rank(s) {', '.join(map(str, self.ranks))} disagree with "
             f"rank 0 on {what}. A device or link is corrupting data silently; training stopped. Check the "
-            f"hardware of those ranks, then resume from the last checkpoint (`tokenmill train --resume`)"
+            f"hardware of those ranks, then resume from the last checkpoint (`tokenmill train CONFIG --resume`)"
         )
 
 
