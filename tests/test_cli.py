@@ -283,3 +283,23 @@ def test_interrupt_hints_repeat_the_command_that_was_run(capsys):
     err = capsys.readouterr().err
     assert "`tokenmill train 'my x.yaml' --set train.lr=1 --nproc 2 --resume` continues from it." in err
     assert this_command() == ""  # outside a command: nothing to repeat
+
+
+def test_training_evaluations_print_a_line_per_bucket_and_eval_prints_the_table(tiny_run):
+    """train.eval_every prints one line per bucket as training goes; `tokenmill eval` ends with the
+    bits-per-byte table `run` prints, for the checkpoint it scored."""
+    import re
+
+    cfg = tiny_run.path / "config.yaml"
+    sets = ["--set", "train.max_steps=4", "--set", "train.eval_every=2", "--set", "train.ckpt_every=2"]
+    res = runner.invoke(app, ["train", str(cfg), *sets])
+    assert res.exit_code == 0, res.output
+    for step in (2, 4):
+        for bucket in ("a", "b"):
+            assert re.search(rf"eval step {step} · {bucket}: \d+\.\d{{3}} bits/byte, \d+\.\d{{3}} of the unigram's", res.output)
+    latest = runner.invoke(app, ["eval", str(cfg), *sets])
+    assert latest.exit_code == 0, latest.output
+    assert "held-out evaluation at step 4" in latest.output and re.search(r"\n│ a +│ \d+\.\d{3} │", latest.output)
+    older = runner.invoke(app, ["eval", str(cfg), *sets, "--checkpoint", str(tiny_run.path / "checkpoints" / "step_2")])
+    assert older.exit_code == 0 and "held-out evaluation at step 2" in older.output
+    assert "{" not in older.output  # a table, never the summary dict it printed before

@@ -53,11 +53,13 @@ def _open(config: Path | None, overrides: list[str] | None, run_dir: Path | None
     return RunDir.create(cfg, run_dir)
 
 
-def _print_eval(run: RunDir) -> None:
-    """The bits-per-byte table of the run's newest evaluation, when there is one."""
+def _print_eval(run: RunDir, step: int | None = None) -> None:
+    """The bits-per-byte table of the run's evaluation at `step` (default: the newest), when there
+    is one: what `run`, `demo` and `eval` end with."""
+    from tokenmill import json_limits
     from tokenmill.eval.table import bpb_table, latest_eval, tasks_table
 
-    record = latest_eval(run.path)
+    record = latest_eval(run.path) if step is None else json_limits.load_file(run.sub("eval", f"{step}.json"))
     if record is not None:
         console.print(bpb_table(record))
         tasks = tasks_table(record)
@@ -728,8 +730,9 @@ def eval_(
             from tokenmill.pipeline import run_stage
 
             run_stage(run, "eval")
+            _print_eval(run)
         else:
-            console.print(run_eval(run, checkpoint))
+            _print_eval(run, run_eval(run, checkpoint)["step"])
 
     _guard(go)
 

@@ -109,7 +109,8 @@ def _train(run: RunDir, resume: bool | None) -> dict[str, Any]:
     from tokenmill.eval.evaluate import in_training_evaluator
     from tokenmill.train.trainer import run_train
 
-    return run_train(run, resume=bool(resume), on_eval=in_training_evaluator(run))
+    # each in-training evaluation says what it measured, one line per bucket
+    return run_train(run, resume=bool(resume), on_eval=in_training_evaluator(run, say=lambda line: console.print(line)))
 
 
 def stage_function(stage: str, resume: bool | None = None) -> Callable[[RunDir], dict[str, Any]]:
