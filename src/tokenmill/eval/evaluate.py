@@ -199,8 +199,9 @@ def in_training_evaluator(run: RunDir, say: Callable[[str], None] | None = None)
             extra["samples"] = sample_texts(run, model, store, device)
         buckets = ev.score(model, device, run.config.train.dtype)
         write_eval(run, step, buckets, docs_per_bucket=run.config.train.eval_docs, **extra)
-        for line in bucket_lines(step, buckets) if say is not None else []:
-            say(line)
+        for line in bucket_lines(step, buckets):
+            if say is not None:
+                say(line)
 
     return on_eval
 
