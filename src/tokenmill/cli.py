@@ -1058,12 +1058,27 @@ def export_hf_cmd(
 ) -> None:
     """Write a Hugging Face LlamaForCausalLM + PreTrainedTokenizerFast directory, loadable with
     `from_pretrained(OUT)` and `lm_eval --model hf --model_args pretrained=OUT`."""
-    from tokenmill.export.hf import export_hf
+    from tokenmill.export.hf import EXPORT_FILES, export_hf
+    from tokenmill.export.hf_reference import export_step
 
-    def go() -> Path:
-        return export_hf(checkpoint, out, tokenizer, overwrite=force)
+    def go() -> tuple[Path, int | None]:
+        written = export_hf(checkpoint, out, tokenizer, overwrite=force)
+        return written, export_step(written)
 
-    typer.echo(str(_guard(go)))
+    written, step = _guard(go)
+    _say("✓ export hf", "green", f"step {step} of {checkpoint} → {written}", sep=" ")
+    for name in EXPORT_FILES:
+        f = written / name
+        console.print(f"  {name}  {_size(f.stat().st_size)}")
+    typer.echo(str(written))  # stdout: the folder alone, for a script
+
+
+def _size(n: int) -> str:
+    """Bytes as a person reads them: 680 B, 12.3 kB, 1.2 MB, 3.4 GB."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
 
 @app.command("verify-resume")
