@@ -748,7 +748,10 @@ def _watch(run_path: Path, device: str) -> None:
     watcher = Watcher(run, watch_device(device), lambda line: _say("watch", "cyan", line))
     every = f"steps that are multiples of {watcher.period} and the last" if watcher.period else "the last step"
     _progress(f"watching {run_path / 'checkpoints'} on {watcher.device}: scoring checkpoints at {every}")
-    console.print(watcher.run_until_done())
+    done = watcher.run_until_done()
+    steps = ", ".join(map(str, done["scored"])) or "none"
+    skipped = f"; {len(done['skipped'])} skipped (removed before they were scored)" if done["skipped"] else ""
+    _say("✓ watch", "green", f"training ended at step {done['final_step']}; checkpoints scored: {steps}{skipped}", sep=" ")
 
 
 @app.command()

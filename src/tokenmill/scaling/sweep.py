@@ -334,7 +334,12 @@ def prepare_data(sweep_dir: Path, base: RunConfig, existing: str | None = None) 
         data = RunDir(load_config(path / "config.yaml"), path)
         missing = [s for s in DATA_STAGES if data.finished(s) is None]
         if missing:
-            raise SweepError(f"{path}: data stage(s) {', '.join(missing)} not finished (run `tokenmill tokenize` there)")
+            import shlex
+
+            command = {"curate": "curate", "tokenizer": "tokenizer train", "tokenize": "tokenize"}
+            where = f"{shlex.quote(str(path / 'config.yaml'))} --run-dir {shlex.quote(str(path))}"
+            todo = ", then ".join(f"`tokenmill {command[s]} {where}`" for s in missing)
+            raise SweepError(f"{path}: data stage(s) {', '.join(missing)} not finished (run {todo})")
         return data
     data = RunDir.create(base.model_copy(update={"name": "data", "root": str(sweep_dir)}), sweep_dir / "data")
     run_pipeline(data, DATA_STAGES)
