@@ -50,7 +50,9 @@ def test_run_rejects_unknown_force_stage(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({"name": "x", "root": str(tmp_path)}))
     res = runner.invoke(app, ["run", str(cfg), "--force", "bake"])
-    assert res.exit_code == 2 and "bake" in res.output
+    assert res.exit_code == 2 and "--force bake: unknown stage; stages are curate, tokenizer" in res.output
+    typo = runner.invoke(app, ["run", str(cfg), "--force", "trian"])
+    assert typo.exit_code == 2 and "--force trian: unknown stage (did you mean train?)" in typo.output
 
 
 def test_packaged_demo_config_is_valid_and_every_example_loads():

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.text import Text
 
 from tokenmill.config import RunConfig, load_config
-from tokenmill.config_base import ConfigError
+from tokenmill.config_base import ConfigError, close_keys
 from tokenmill.errors import UserError
 from tokenmill.runs import STAGES, RunDir
 
@@ -983,9 +983,11 @@ def run(
     from tokenmill.pipeline import run_pipeline
 
     def go() -> Path:
-        unknown = set(force or []) - set(STAGES)
-        if unknown:
-            raise ConfigError(f"--force: unknown stage(s) {sorted(unknown)}; stages are {', '.join(STAGES)}")
+        for stage in force or []:
+            if stage not in STAGES:
+                near = close_keys(stage, STAGES)
+                meant = f" (did you mean {' or '.join(near)}?)" if near else ""
+                raise ConfigError(f"--force {stage}: unknown stage{meant}; stages are {', '.join(STAGES)}")
         r = _open(config, set_, run_dir)
         run_pipeline(r, force=frozenset(force or []))
         _print_eval(r)
