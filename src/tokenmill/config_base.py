@@ -160,7 +160,9 @@ def format_validation_error(
             mine.append(" ".join(field_problem(e, model).split()))
             continue
         path, by = hit
-        problem = field_problem(e, model, full_keys=True)
+        # a key the override's path names is typed whole on the command line; one inside the value
+        # it wrote (`--set curate.sources=[{...}]`) is typed as the key alone
+        problem = field_problem(e, model, full_keys=len(e["loc"]) <= len(path))
         if len(path) == len(e["loc"]):  # the override's own text names the key: say only what is wrong
             problem = problem.removeprefix(".".join(path) + ": ")
         theirs.setdefault(by, []).append(" ".join(problem.split()))

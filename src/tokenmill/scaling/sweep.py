@@ -182,8 +182,8 @@ def load_sweep(path: Path) -> SweepConfig:
     return cfg.model_copy(update={"base": resolve_base(path, cfg.base)})
 
 
-def base_config(cfg: SweepConfig) -> RunConfig:
-    return load_config(cfg.base, cfg.set)
+def base_config(cfg: SweepConfig, path: Path | str = "sweep") -> RunConfig:
+    return load_config(cfg.base, cfg.set, f"{path}: set:")  # a bad override is the sweep file's
 
 
 def shape_model(base: RunConfig, shape: ShapeConfig, head_dim: int, vocab_size: int) -> ModelConfig:
@@ -358,7 +358,7 @@ def run_sweep(path: Path, only: list[str] | None = None, dry_run: bool = False, 
     """Plan the sweep, prepare its data once, train every run not yet finished, write results.json.
     With holdout=False the held-out runs wait (so their predictions can be registered first)."""
     cfg = load_sweep(path)
-    base = base_config(cfg)
+    base = base_config(cfg, path)
     sweep_dir = Path(cfg.root) / cfg.name
     claim_experiment_dir(sweep_dir, "sweep", cfg.name, "sweep.yaml")
     atomic_write_text(sweep_dir / "sweep.yaml", yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
