@@ -137,6 +137,16 @@ def _context() -> Any:
     return importlib.import_module(_click().__name__ + ".globals").get_current_context(silent=True)
 
 
+def _command_path(ctx: Any) -> str:
+    """The sub-command being run: `train`, `tokenizer train` (the root's name is however Python
+    was started, so it is left out)."""
+    names, parent = [], ctx
+    while parent.parent is not None:
+        names.append(str(parent.info_name))
+        parent = parent.parent
+    return " ".join(reversed(names))
+
+
 def this_command(flag: str | None = None) -> str:
     """The command being run, as the user could type it again: its sub-command and every argument
     and option given on the command line (paths quoted for the shell), plus `flag` when it is not
@@ -146,11 +156,7 @@ def this_command(flag: str | None = None) -> str:
     ctx, click = _context(), _click()
     if ctx is None:
         return ""
-    names, parent = [], ctx
-    while parent.parent is not None:  # the root's name is however Python was started: say `tokenmill`
-        names.append(str(parent.info_name))
-        parent = parent.parent
-    words = ["tokenmill", *reversed(names)]
+    words = ["tokenmill", *_command_path(ctx).split()]
     for param in ctx.command.params:
         value = ctx.params.get(str(param.name))
         if ctx.get_parameter_source(str(param.name)) != click.core.ParameterSource.COMMANDLINE or value is None:
@@ -189,17 +195,16 @@ def _config_words() -> str | None:
     ctx = _context()
     if ctx is None:
         return None
-    command = this_command().split(" ", 1)[-1]
-    params = ctx.params
+    command, params = _command_path(ctx), ctx.params
     config, run_dir = params.get("config"), params.get("run_dir")
-    if any(command == c or command.startswith(c + " ") for c in _RUN_DIR_COMMANDS) or params.get("watch"):
+    if command in _RUN_DIR_COMMANDS or params.get("watch"):
         run_dir = params.get("run_path") or params.get("watch")
         config = Path(run_dir) / "config.yaml"
-    elif command.startswith("demo"):
+    elif command == "demo":
         config = demo_config_path()
-    elif command.startswith("curate ") and config is None and len(params.get("inputs") or []) == 1:
+    elif command == "curate" and config is None and len(params.get("inputs") or []) == 1:
         config = params["inputs"][0]  # `tokenmill curate CONFIG`
-    elif not any(command == c or command.startswith(c + " ") for c in _RUN_CONFIG_COMMANDS):
+    elif command not in _RUN_CONFIG_COMMANDS:
         return None
     if not isinstance(config, Path):
         return None
