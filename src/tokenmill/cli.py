@@ -113,7 +113,7 @@ def _guard(fn: Callable[[], Any], resume_hint: str | None = None, checkpoint_hin
         _say("error", "red", paste_ready(user_error_message(exc)))
         raise typer.Exit(1)
     except KeyboardInterrupt as exc:  # Ctrl-C (130), or a preemption's SIGTERM (TrainingPreempted: 75)
-        _say(" ".join(str(exc).split()) or "interrupted", "yellow", sep="")
+        _say(paste_ready(" ".join(str(exc).split())) or "interrupted", "yellow", sep="")
         saved = getattr(exc, "checkpoint", None) is not None  # the trainer's: a checkpoint was written
         hint = checkpoint_hint if saved and checkpoint_hint else resume_hint
         if hint:
