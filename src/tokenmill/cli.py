@@ -252,7 +252,7 @@ def _one_stage(stage: str, config: Path, overrides: list[str] | None, run_dir: P
 def curate(
     inputs: Optional[list[Path]] = typer.Argument(
         None,
-        metavar="CONFIG | INPUT...",
+        metavar="CONFIG | INPUT",
         help="A run config (YAML), as every stage takes; or, with -o OUT, files or directories to curate: "
         "WARC/WET, HTML, JSONL(.gz/.zst), Parquet, text, code trees.",
     ),
