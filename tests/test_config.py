@@ -94,3 +94,42 @@ def test_an_unknown_key_in_a_stage_section_is_named_with_its_path(tmp_path):
     path.write_text("train:\n  guard:\n    spike_sigma: 3\n")
     with pytest.raises(ConfigError, match=r"train\.guard\.spike_sigma: unknown key"):
         load_config(path)
+
+
+def test_override_problems_name_where_the_override_was_written(tmp_path):
+    """The command line's --set, or an experiment file's `set:` list: never the base file, which
+    does not hold the key; a key the base file does hold is still the file's."""
+    p = tmp_path / "base.yaml"
+    p.write_text("train:\n  lrr: 0.1\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(p, ["train.max_stpes=5"], "sweep.yaml: set:")
+    assert str(err.value) == (
+        f"{p}: train.lrr: unknown key (did you mean lr?); "
+        "sweep.yaml: set: train.max_stpes=5: unknown key (did you mean train.max_steps?)"
+    )
+    with pytest.raises(ConfigError, match=r"^--set model\.n_layers=x: Input should be a valid integer"):
+        load_config(None, ["model.n_layers=x"])
+    # a list item's keys, and a section's name, get suggestions too
+    with pytest.raises(ConfigError, match=r"; curate\.sources\.0\.buckt: unknown key \(did you mean bucket\?\)$"):
+        load_config(None, ["curate.sources=[{path: x, buckt: web}]"])
+    with pytest.raises(ConfigError, match=r"^--set trian\.lr=1: trian: unknown key \(did you mean train\?\)$"):
+        load_config(None, ["trian.lr=1"])
+
+
+def test_any_strict_config_suggests_its_keys():
+    """Experiment configs (sweeps, ablations, ...) are validated outside load_config: the error
+    finds its model by the title pydantic gives it, and suggests that model's keys."""
+    from pydantic import ValidationError
+
+    from tokenmill.config_base import Strict, config_problem
+
+    class SuggestionProbeConfig(Strict):
+        budgets: list[float] = []
+        seeds: int = 1
+
+    with pytest.raises(ValidationError) as err:
+        SuggestionProbeConfig.model_validate({"budget": [1e15], "sedes": 2})
+    assert config_problem(err.value, "s.yaml: invalid sweep config") == (
+        "s.yaml: invalid sweep config: budget: unknown key (did you mean budgets?); "
+        "sedes: unknown key (did you mean seeds?)"
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass
 from importlib import resources
@@ -19,7 +20,7 @@ from rich.console import Console
 from rich.text import Text
 
 from tokenmill.config import RunConfig, load_config
-from tokenmill.config_base import ConfigError
+from tokenmill.config_base import ConfigError, close_keys
 from tokenmill.errors import UserError
 from tokenmill.runs import STAGES, RunDir
 
@@ -52,11 +53,13 @@ def _open(config: Path | None, overrides: list[str] | None, run_dir: Path | None
     return RunDir.create(cfg, run_dir)
 
 
-def _print_eval(run: RunDir) -> None:
-    """The bits-per-byte table of the run's newest evaluation, when there is one."""
+def _print_eval(run: RunDir, step: int | None = None) -> None:
+    """The bits-per-byte table of the run's evaluation at `step` (default: the newest), when there
+    is one: what `run`, `demo` and `eval` end with."""
+    from tokenmill import json_limits
     from tokenmill.eval.table import bpb_table, latest_eval, tasks_table
 
-    record = latest_eval(run.path)
+    record = latest_eval(run.path) if step is None else json_limits.load_file(run.sub("eval", f"{step}.json"))
     if record is not None:
         console.print(bpb_table(record))
         tasks = tasks_table(record)
@@ -95,34 +98,144 @@ def _guard(fn: Callable[[], Any], resume_hint: str | None = None, checkpoint_hin
     """User errors (bad config, missing input, bad data, a path that cannot be read or written)
     print one line, no traceback. After Ctrl-C or a preemption, the hint says how to continue,
     and only where the work does continue: `checkpoint_hint` when training saved a checkpoint,
-    else `resume_hint` (a stage that picks up its finished parts), else nothing."""
+    else `resume_hint` (a stage that picks up its finished parts), else nothing. Every command a
+    message or hint names is one the user can paste: CONFIG in it becomes their config (with their
+    --set and --run-dir), and a hint's {again} and {resume} the command they ran."""
     import yaml
     from pydantic import ValidationError
 
     try:
         return fn()
     except (ConfigError, ValidationError) as exc:
-        _say("config error", "red", user_error_message(exc))
+        _say("config error", "red", paste_ready(user_error_message(exc)))
         raise typer.Exit(2)
     except (UserError, ValueError, OSError, yaml.YAMLError) as exc:
-        _say("error", "red", user_error_message(exc))
+        _say("error", "red", paste_ready(user_error_message(exc)))
         raise typer.Exit(1)
     except KeyboardInterrupt as exc:  # Ctrl-C (130), or a preemption's SIGTERM (TrainingPreempted: 75)
-        _say(" ".join(str(exc).split()) or "interrupted", "yellow", sep="")
+        _say(paste_ready(" ".join(str(exc).split())) or "interrupted", "yellow", sep="")
         saved = getattr(exc, "checkpoint", None) is not None  # the trainer's: a checkpoint was written
         hint = checkpoint_hint if saved and checkpoint_hint else resume_hint
         if hint:
-            console.print(hint, style="yellow")
+            console.print(hint.format(again=this_command(), resume=this_command("--resume")), style="yellow")
         raise typer.Exit(getattr(exc, "exit_code", 130))
+
+
+def _click() -> Any:
+    """The click package typer parses with: typer ≥ 0.23 carries its own copy (typer._click), older
+    ones use click itself; the current context is only found in the one that made it."""
+    import importlib
+
+    core = next(c for c in typer.Context.__mro__ if "__enter__" in vars(c)).__module__  # ...click.core
+    return importlib.import_module(core.rsplit(".", 1)[0])
+
+
+def _context() -> Any:
+    """The click context of the command being run (None outside one)."""
+    import importlib
+
+    return importlib.import_module(_click().__name__ + ".globals").get_current_context(silent=True)
+
+
+def _command_path(ctx: Any) -> str:
+    """The sub-command being run: `train`, `tokenizer train` (the root's name is however Python
+    was started, so it is left out)."""
+    names, parent = [], ctx
+    while parent.parent is not None:
+        names.append(str(parent.info_name))
+        parent = parent.parent
+    return " ".join(reversed(names))
+
+
+def this_command(flag: str | None = None) -> str:
+    """The command being run, as the user could type it again: its sub-command and every argument
+    and option given on the command line (paths quoted for the shell), plus `flag` when it is not
+    there yet. Empty outside a command."""
+    import shlex
+
+    ctx, click = _context(), _click()
+    if ctx is None:
+        return ""
+    words = ["tokenmill", *_command_path(ctx).split()]
+    for param in ctx.command.params:
+        value = ctx.params.get(str(param.name))
+        if ctx.get_parameter_source(str(param.name)) != click.core.ParameterSource.COMMANDLINE or value is None:
+            continue
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
+        if param.param_type_name == "argument":
+            words += [str(v) for v in values]
+        elif param.param_type_name == "option":
+            words += _option_words(param, values)
+    if flag is not None and flag not in words:
+        words.append(flag)
+    return shlex.join(words)
+
+
+def _option_words(option: Any, values: list[Any]) -> list[str]:
+    """One option as typed: a flag alone (its --no- form when off), else the option before each value."""
+    name = max(option.opts, key=len)  # --set rather than -s: says what it is
+    if option.is_flag:
+        on = bool(values[0])
+        return [name] if on else list(option.secondary_opts[:1])
+    return [w for v in values for w in (name, str(v))]
+
+
+# The commands whose CONFIG is a run config (`tokenmill plan`'s and `curate`'s option or argument),
+# and those that take a run directory, whose config.yaml is the run's config.
+_RUN_CONFIG_COMMANDS = {"curate", "curate-eval", "tokenizer train", "tokenize", "train", "eval", "report", "run", "demo"}
+_RUN_CONFIG_COMMANDS |= {"checkpoint average", "verify-resume", "plan"}
+_RUN_DIR_COMMANDS = {"replay", "trace", "stop-signals"}
+
+
+def _config_words() -> str | None:
+    """The user's run config as a hint's commands take it: the path, their --set overrides and
+    --run-dir, quoted for the shell (None where the command has no run config)."""
+    import shlex
+
+    ctx = _context()
+    if ctx is None:
+        return None
+    command, params = _command_path(ctx), ctx.params
+    config, run_dir = params.get("config"), params.get("run_dir")
+    if command in _RUN_DIR_COMMANDS or params.get("watch"):
+        run_dir = params.get("run_path") or params.get("watch")
+        config = Path(run_dir) / "config.yaml"
+    elif command == "demo":
+        config = demo_config_path()
+    elif command == "curate" and config is None and len(params.get("inputs") or []) == 1:
+        config = params["inputs"][0]  # `tokenmill curate CONFIG`
+    elif command not in _RUN_CONFIG_COMMANDS:
+        return None
+    if not isinstance(config, Path):
+        return None
+    words = [str(config)]
+    for override in params.get("set_") or []:
+        words += ["--set", override]
+    if run_dir is not None:
+        words += ["--run-dir", str(run_dir)]
+    return shlex.join(words)
+
+
+_COMMAND_SPAN = re.compile(r"`([^`]*\btokenmill\b[^`]*)`")
+
+
+def paste_ready(message: str) -> str:
+    """The message with CONFIG, in each `tokenmill ...` command it names, replaced by the user's
+    config (path, --set overrides, --run-dir): errors raised deep in a stage say `tokenmill
+    tokenizer train CONFIG`, and the command line is only known here."""
+    words = _config_words()
+    if words is None:
+        return message
+    return _COMMAND_SPAN.sub(lambda m: "`" + re.sub(r"\bCONFIG\b", lambda _: words, m.group(1)) + "`", message)
 
 
 def _progress(message: str) -> None:
     _say("▶", "cyan", message, sep=" ")
 
 
-RESUME_TRAIN = "`tokenmill train --resume` continues from it."
-RERUN_CONTINUES = "Run the same command again to continue from it."
-RERUN_REUSES = "Run the same command again: finished runs are reused."
+RESUME_TRAIN = "`{resume}` continues from it."
+RERUN_CONTINUES = "`{again}` continues from it."
+RERUN_REUSES = "`{again}` continues: finished runs are reused."
 
 
 def _one_stage(stage: str, config: Path, overrides: list[str] | None, run_dir: Path | None) -> None:
@@ -138,10 +251,15 @@ def _one_stage(stage: str, config: Path, overrides: list[str] | None, run_dir: P
 @app.command()
 def curate(
     inputs: Optional[list[Path]] = typer.Argument(
-        None, help="Files or directories: WARC/WET, HTML, JSONL(.gz/.zst), Parquet, text, code trees."
+        None,
+        metavar="CONFIG | INPUT",
+        help="A run config (YAML), as every stage takes; or, with -o OUT, files or directories to curate: "
+        "WARC/WET, HTML, JSONL(.gz/.zst), Parquet, text, code trees.",
     ),
     out: Optional[Path] = typer.Option(None, "-o", "--out", help="Output directory (required with INPUTs)."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Run config (YAML); its `curate` section is used."),
+    config: Optional[Path] = typer.Option(
+        None, "--config", "-c", help="Run config (YAML) whose `curate` section curates the INPUTs (with -o OUT)."
+    ),
     steps: Optional[str] = typer.Option(None, "--steps", help="Comma-separated subset of the steps, run in canonical order."),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", help="Worker processes (or Ray CPUs)."),
     executor: Optional[str] = typer.Option(None, "--executor", help="local (processes) or ray (RAY_ADDRESS, else a local Ray)."),
@@ -166,8 +284,10 @@ def curate(
 ) -> None:
     """Extract, normalize, filter, deduplicate and decontaminate text into curated Parquet shards.
 
-    With INPUTs: `tokenmill curate INPUT... -o OUT` curates those files into OUT. Without:
-    `tokenmill curate --config RUN.yaml` curates the config's sources into the run directory.
+    `tokenmill curate CONFIG` curates the config's sources into its run directory, as every
+    stage takes its config. `tokenmill curate INPUT... -o OUT [--config CONFIG]` curates those
+    files into OUT (with the config's `curate` section, else the defaults); a YAML file given
+    there as the only INPUT, or one that reads as a run config, is refused rather than curated as text.
     Steps (canonical order): license (off without curate.license_policy), extract, normalize, url, langid,
     quality, model_quality, classify, safety, pii,
     exact_dedup, minhash_dedup, line_dedup, substring_dedup (off unless curate.substring_dedup.enabled),
@@ -183,18 +303,16 @@ def curate(
     overrides = _curate_overrides(set_, steps, workers, executor, reference)
 
     def go() -> None:
-        if not inputs:
-            if config is None:
-                raise ConfigError("tokenmill curate: give INPUT paths with -o OUT, or --config RUN.yaml")
-            run_stage(_open(config, overrides, run_dir), "curate")
+        stage_config, paths = _curate_mode(list(inputs or []), out, config)
+        if stage_config is not None:
+            run_stage(_open(stage_config, overrides, run_dir), "curate")
             return
-        if out is None:
-            raise ConfigError("tokenmill curate INPUT...: -o OUT is required")
+        assert out is not None  # _curate_mode refuses INPUTs without -o OUT
         from tokenmill.data.curate import curate as curate_paths
         from tokenmill.data.sources import sources_from_paths
 
         run_cfg = load_config(config, overrides)
-        cfg = run_cfg.curate.model_copy(update={"sources": sources_from_paths([str(p) for p in inputs], bucket)})
+        cfg = run_cfg.curate.model_copy(update={"sources": sources_from_paths([str(p) for p in paths], bucket)})
         from tokenmill.runs import EventLog, check_event_log
 
         where = out.absolute()  # `-o .` has no name to put the event log beside
@@ -210,7 +328,55 @@ def curate(
         )
         _say("✓ curate", "green", summary, sep=" ")
 
-    _guard(go, resume_hint="Run the same command again: finished shards are not redone.")
+    _guard(go, resume_hint="`{again}` continues: finished shards are not redone.")
+
+
+def _q(path: Path | str) -> str:
+    """A path as a shell word: a hint's command pastes as it is, spaces and all."""
+    import shlex
+
+    return shlex.quote(str(path))
+
+
+def _is_yaml(path: Path) -> bool:
+    return path.suffix.lower() in (".yaml", ".yml")
+
+
+def _reads_as_run_config(path: Path) -> bool:
+    """A YAML file whose top-level keys are all run config sections (name, curate, train, ...)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and bool(data) and set(map(str, data)) <= set(RunConfig.model_fields)
+
+
+def _curate_mode(inputs: list[Path], out: Optional[Path], config: Optional[Path]) -> tuple[Optional[Path], list[Path]]:
+    """(the run config whose sources to curate into its run directory, or None; the INPUTs to
+    curate into OUT). One YAML argument without -o is a config, as for every other stage; a YAML
+    INPUT with -o that is the only one, or reads as a run config, is refused: curating a config
+    file as text is never what was meant, and would fail far from the cause."""
+    if len(inputs) == 1 and _is_yaml(inputs[0]) and out is None:
+        if config is not None:
+            raise ConfigError(
+                f"tokenmill curate: two configs ({inputs[0]} and --config {config}); give one: `tokenmill curate {_q(inputs[0])}`"
+            )
+        return inputs[0], []
+    if not inputs:
+        if config is None:
+            raise ConfigError("tokenmill curate: give the run config (`tokenmill curate CONFIG`), or INPUT paths with -o OUT")
+        return config, []
+    if out is None:
+        raise ConfigError("tokenmill curate INPUT...: -o OUT is required (or give one run config: `tokenmill curate CONFIG`)")
+    for p in inputs:
+        if _is_yaml(p) and (len(inputs) == 1 or _reads_as_run_config(p)):
+            raise ConfigError(
+                f"{p}: a YAML file given as an INPUT to curate as text; did you mean `tokenmill curate {_q(p)}` "
+                f"(its sources into its run directory) or `tokenmill curate --config {_q(p)} INPUT... -o {_q(out)}`?"
+            )
+    return None, inputs
 
 
 def _curate_overrides(
@@ -403,7 +569,7 @@ def _train_here(config: Path, overrides: list[str] | None, run_dir: Optional[Pat
         traceback.print_exc()
         latest = latest_checkpoint(opened[0].sub("checkpoints")) if opened else None
         how = (
-            f"`tokenmill train --resume` continues from {latest}, `--restarts N` does so automatically"
+            f"`{this_command('--resume')}` continues from {latest}; add `--restarts N` to do so automatically"
             if latest is not None
             else "no checkpoint was saved: training starts over when run again"
         )
@@ -569,8 +735,9 @@ def eval_(
             from tokenmill.pipeline import run_stage
 
             run_stage(run, "eval")
+            _print_eval(run)
         else:
-            console.print(run_eval(run, checkpoint))
+            _print_eval(run, run_eval(run, checkpoint)["step"])
 
     _guard(go)
 
@@ -586,7 +753,10 @@ def _watch(run_path: Path, device: str) -> None:
     watcher = Watcher(run, watch_device(device), lambda line: _say("watch", "cyan", line))
     every = f"steps that are multiples of {watcher.period} and the last" if watcher.period else "the last step"
     _progress(f"watching {run_path / 'checkpoints'} on {watcher.device}: scoring checkpoints at {every}")
-    console.print(watcher.run_until_done())
+    done = watcher.run_until_done()
+    steps = ", ".join(map(str, done["scored"])) or "none"
+    skipped = f"; {len(done['skipped'])} skipped (removed before they were scored)" if done["skipped"] else ""
+    _say("✓ watch", "green", f"training ended at step {done['final_step']}; checkpoints scored: {steps}{skipped}", sep=" ")
 
 
 @app.command()
@@ -818,9 +988,11 @@ def run(
     from tokenmill.pipeline import run_pipeline
 
     def go() -> Path:
-        unknown = set(force or []) - set(STAGES)
-        if unknown:
-            raise ConfigError(f"--force: unknown stage(s) {sorted(unknown)}; stages are {', '.join(STAGES)}")
+        for stage in force or []:
+            if stage not in STAGES:
+                near = close_keys(stage, STAGES)
+                meant = f" (did you mean {' or '.join(near)}?)" if near else ""
+                raise ConfigError(f"--force {stage}: unknown stage{meant}; stages are {', '.join(STAGES)}")
         r = _open(config, set_, run_dir)
         run_pipeline(r, force=frozenset(force or []))
         _print_eval(r)
@@ -896,12 +1068,27 @@ def export_hf_cmd(
 ) -> None:
     """Write a Hugging Face LlamaForCausalLM + PreTrainedTokenizerFast directory, loadable with
     `from_pretrained(OUT)` and `lm_eval --model hf --model_args pretrained=OUT`."""
-    from tokenmill.export.hf import export_hf
+    from tokenmill.export.hf import EXPORT_FILES, export_hf
+    from tokenmill.export.hf_reference import export_step
 
-    def go() -> Path:
-        return export_hf(checkpoint, out, tokenizer, overwrite=force)
+    def go() -> tuple[Path, int | None]:
+        written = export_hf(checkpoint, out, tokenizer, overwrite=force)
+        return written, export_step(written)
 
-    typer.echo(str(_guard(go)))
+    written, step = _guard(go)
+    _say("✓ export hf", "green", f"step {step} of {checkpoint} → {written}", sep=" ")
+    for name in EXPORT_FILES:
+        f = written / name
+        console.print(f"  {name}  {_size(f.stat().st_size)}")
+    typer.echo(str(written))  # stdout: the folder alone, for a script
+
+
+def _size(n: int) -> str:
+    """Bytes as a person reads them: 680 B, 12.3 kB, 1.2 MB, 3.4 GB."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
 
 @app.command("verify-resume")

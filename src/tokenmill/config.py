@@ -141,40 +141,48 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
     return where + " ".join(str(what).split())
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """`train.lr=3e-4` -> (["train", "lr"], 0.0003); the value is read as YAML."""
+def parse_override(text: str, label: str = "--set") -> tuple[list[str], Any]:
+    """`train.lr=3e-4` -> (["train", "lr"], 0.0003); the value is read as YAML. `label` says where
+    the override was written (`--set` on the command line, or a file's `set:` list)."""
     if "=" not in text:
-        raise ConfigError(f"override {text!r}: expected section.key=value")
+        raise ConfigError(f"{label} {text}: expected section.key=value")
     key, raw = text.split("=", 1)
     path = [p for p in key.strip().split(".") if p]
     if not path:
-        raise ConfigError(f"override {text!r}: empty key")
+        raise ConfigError(f"{label} {text}: empty key")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise ConfigError(f"override {text!r}: value is not valid YAML: {yaml_problem(exc)}") from None
+        raise ConfigError(f"{label} {text}: value is not valid YAML: {yaml_problem(exc)}") from None
     return path, value
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+def apply_overrides(data: dict[str, Any], overrides: list[str], label: str = "--set") -> dict[str, Any]:
     """Set nested keys; a key that does not exist is reported by validation with its path."""
     for text in overrides:
-        path, value = parse_override(text)
+        path, value = parse_override(text, label)
         node = data
         for i, part in enumerate(path[:-1]):
             child = node.setdefault(part, {})
             if child is None:  # an optional section that is off (e.g. eval.tiers: null): setting a key turns it on
                 child = node[part] = {}
             if not isinstance(child, dict):
-                raise ConfigError(f"override {text!r}: {'.'.join(path[: i + 1])} is not a section")
+                raise ConfigError(f"{label} {text}: {'.'.join(path[: i + 1])} is not a section")
             node = child
         node[path[-1]] = value
     return data
 
 
-def load_config(path: str | Path | None, overrides: list[str] | None = None) -> RunConfig:
-    """Read a YAML config (or the defaults when path is None), apply overrides, validate."""
-    origin = str(path) if path is not None else "<defaults>"
+def load_config(path: str | Path | None, overrides: list[str] | None = None, overrides_from: str = "--set") -> RunConfig:
+    """Read a YAML config (or the defaults when path is None), apply overrides, validate.
+
+    A problem under a key an override set names the override (`--set train.max_stpes=5: unknown
+    key (did you mean train.max_steps?)`), not the file, which may not even hold that key.
+    `overrides_from` says where the overrides were written: `--set` (the command line), or
+    e.g. `sweep.yaml: set:` for an experiment file's own list."""
+    # Without a file, a problem no override's key explains comes from the overrides together
+    # (the defaults validate): a check across sections, such as a layout that does not fit the model.
+    origin = str(path) if path is not None else (f"the {overrides_from} overrides" if overrides else "<defaults>")
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -191,11 +199,12 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{p}: top level must be a mapping, got {type(loaded).__name__}")
         data = loaded or {}
-    data = apply_overrides(data, overrides or [])
+    data = apply_overrides(data, overrides or [], overrides_from)
     try:
         return RunConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err, origin)) from None
+        blamed = [(parse_override(o)[0], f"{overrides_from} {o.strip()}") for o in overrides or []]
+        raise ConfigError(format_validation_error(err, origin, blamed, RunConfig)) from None
 
 
 def dump_config(cfg: RunConfig) -> str:

@@ -63,7 +63,7 @@ def _preflight(run: RunDir, stage: str, rebuilt_from: str | None = None, resume:
         check_eval_files(run.config.eval)
     elif stage == "tokenize" and rebuilt_from is None and not run.sub("tokenizer", "tokenizer.json").is_file():
         raise FileNotFoundError(
-            f"{run.sub('tokenizer', 'tokenizer.json')}: no tokenizer here (run `tokenmill tokenizer train` first)"
+            f"{run.sub('tokenizer', 'tokenizer.json')}: no tokenizer here (run `tokenmill tokenizer train CONFIG` first)"
         )
 
 
@@ -109,7 +109,8 @@ def _train(run: RunDir, resume: bool | None) -> dict[str, Any]:
     from tokenmill.eval.evaluate import in_training_evaluator
     from tokenmill.train.trainer import run_train
 
-    return run_train(run, resume=bool(resume), on_eval=in_training_evaluator(run))
+    # each in-training evaluation says what it measured, one line per bucket
+    return run_train(run, resume=bool(resume), on_eval=in_training_evaluator(run, say=lambda line: console.print(line)))
 
 
 def stage_function(stage: str, resume: bool | None = None) -> Callable[[RunDir], dict[str, Any]]:

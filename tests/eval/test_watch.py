@@ -83,6 +83,7 @@ def test_watcher_scores_every_due_checkpoint_once_and_exits_after_the_run(watche
     for step in (8, 16, 24):
         assert out.count(f"step {step}: scored") == 1, out
     assert finished_step(run) == 24 and after < 30
+    assert "✓ watch training ended at step 24; checkpoints scored: 8, 16, 24" in out  # a line, not a dict
     # the trainer ran the cheap tier only, every 6 steps (not train.eval_every = 0: only the end)
     cheap = sorted(int(p.stem) for p in run.sub("eval").glob("*.json"))
     assert cheap == [6, 12, 18, 24]

@@ -135,6 +135,12 @@ def test_cli_export_hf(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["export", "hf", str(run / "checkpoints"), str(tmp_path / "hf")])
     assert res.exit_code == 0, res.output
     assert Path(res.output.strip().splitlines()[-1]) == tmp_path / "hf"
+    # the step and every file written, each with the mode a new file gets (the weights were 0600)
+    from tokenmill.export.hf import EXPORT_FILES
+
+    assert f"✓ export hf step 3 of {run / 'checkpoints'} → {tmp_path / 'hf'}" in res.output
+    assert all(f"  {name}  " in res.output for name in EXPORT_FILES)
+    assert len({(tmp_path / "hf" / name).stat().st_mode & 0o777 for name in EXPORT_FILES}) == 1
     ids = torch.randint(0, 352, (1, 16), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         torch.testing.assert_close(hf_logits(tmp_path / "hf", ids), model(ids), atol=1e-4, rtol=1e-4)

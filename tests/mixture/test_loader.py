@@ -330,7 +330,7 @@ def test_token_id_past_the_vocabulary_names_its_shard_and_offset(crafted, mixtur
     msg = str(err.value)
     assert msg.startswith(f"{shard.paths[0]}: token id {VOCAB + 5} at token {position} "
                           f"(byte offset {position * shard.dtype.itemsize}; document {span.doc}, ")
-    assert "\n" not in msg and "rerun `tokenmill tokenize`" in msg
+    assert "\n" not in msg and "rerun `tokenmill tokenize CONFIG`" in msg
     readers = [(s, m) for s in range(1, 4) for m in range(2)
                if any(sp.shard == span.shard and sp.doc == span.doc and sp.start <= span.start < sp.end
                       for src in fresh.provenance(s, m) for sp in src.spans)]

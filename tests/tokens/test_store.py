@@ -143,7 +143,7 @@ def test_token_id_past_the_vocabulary_is_named_with_file_and_offset(tmp_path):
         shard.doc(2)
     assert str(err.value) == (
         f"{bin_path}: token id 1000 at token 8 (byte offset 16; document 2, token 2) is not below the vocabulary "
-        f"size 1000 of {tmp_path / '_meta.json'}; the shard is corrupt: rerun `tokenmill tokenize`"
+        f"size 1000 of {tmp_path / '_meta.json'}; the shard is corrupt: rerun `tokenmill tokenize CONFIG`"
     )
     _poke(bin_path, 8, 999, np.uint16)  # the largest id the vocabulary has is fine
     assert shard.doc(2).tolist() == [9, 9, 999, 9, 9, 0]

@@ -52,7 +52,7 @@ def test_init_from_and_existing_checkpoints(tiny_run, tmp_path):
     with pytest.raises(InitFromError, match="neither a tokenmill checkpoint"):
         check_train(_with(tiny_run, train={"init_from": str(tmp_path)}))
     tiny_run.sub("checkpoints", "step_3").mkdir(parents=True)
-    with pytest.raises(TrainError, match="pass --resume to continue.*moves them aside"):
+    with pytest.raises(TrainError, match="`tokenmill train CONFIG --resume` continues this run.*moves them aside"):
         check_train(tiny_run, resume=False)
     check_train(tiny_run)  # `run` decides itself whether to continue
 

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 def curated_buckets(curated_dir: Path) -> list[str]:
     """Bucket names: every sub-directory except the `_`-prefixed ones (`_rejected`)."""
     if not curated_dir.is_dir():
-        raise FileNotFoundError(f"{curated_dir}: no curated data here (run `tokenmill curate`)")
+        raise FileNotFoundError(f"{curated_dir}: no curated data here (run `tokenmill curate CONFIG`)")
     return sorted(p.name for p in curated_dir.iterdir() if p.is_dir() and not p.name.startswith("_"))
 
 

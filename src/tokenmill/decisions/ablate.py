@@ -233,7 +233,7 @@ def run_ablate(path: Path, progress: Callable[[str], None] = lambda s: None) -> 
     and write ablate.json (rewritten after every run, so a stopped ablation shows what it has)."""
     t0 = time.time()
     cfg = load_ablate_config(path)
-    base = load_config(cfg.base, cfg.set)
+    base = load_config(cfg.base, cfg.set, f"{path}: set:")
     out = Path(cfg.root) / cfg.name
     claim_experiment_dir(out, "ablate", cfg.name, "ablate.yaml")
     atomic_write_text(out / "ablate.yaml", yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))

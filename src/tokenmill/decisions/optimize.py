@@ -492,7 +492,7 @@ def run_optimize(path: Path, progress: Callable[[str], None] = lambda s: None) -
     from tokenmill.tokens.store import TokenStore
 
     cfg = load_optimize_config(path)
-    base = load_config(cfg.base, cfg.set)
+    base = load_config(cfg.base, cfg.set, f"{path}: set:")
     out = Path(cfg.root) / cfg.name
     claim_experiment_dir(out, "mixture-optimize", cfg.name, "optimize.json")
     data = prepare_data(out, base, cfg.data)

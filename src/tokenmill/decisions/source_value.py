@@ -148,7 +148,7 @@ def run_source_value(path: Path, source: str | None = None, progress: Callable[[
     from tokenmill.tokens.store import TokenStore
 
     cfg = load_source_value_config(path, source)
-    base, bucket = resolve_source(cfg, load_config(cfg.base, cfg.set), path)
+    base, bucket = resolve_source(cfg, load_config(cfg.base, cfg.set, f"{path}: set:"), path)
     cfg = cfg.model_copy(update={"source": bucket})
     out = Path(cfg.root) / cfg.name
     claim_experiment_dir(out, "source-value", cfg.name, "source_value.json")

@@ -18,6 +18,7 @@ from tokenmill.eval.canaries import canary_exposure
 from tokenmill.eval.generate import generate_batch
 from tokenmill.eval.perplexity import Score, doc_targets, doc_windows, windows_nll
 from tokenmill.eval.probes import ProbeSet, load_probes, score_probes
+from tokenmill.eval.progress_lines import bucket_lines
 from tokenmill.eval.unigram import unigram_logprobs, unigram_nll
 from tokenmill.runs import RunDir, atomic_write_text
 from tokenmill.tokenizer.bpe import load_tokenizer
@@ -173,10 +174,11 @@ class TaskScorer:
         return {"tasks": tasks, "contamination": self.contamination()}
 
 
-def in_training_evaluator(run: RunDir) -> Callable[[int, torch.nn.Module], None]:
+def in_training_evaluator(run: RunDir, say: Callable[[str], None] | None = None) -> Callable[[int, torch.nn.Module], None]:
     """The callback the trainer calls every `train.eval_every` steps (and after the last): held-out
     buckets, probes, tasks (eval.tasks_in_training) and generation samples, on the loss timeline.
-    With `eval.tiers` set: the cheap tier only (buckets, and probes/samples as it says)."""
+    With `eval.tiers` set: the cheap tier only (buckets, and probes/samples as it says). `say`
+    gets one line per bucket (bits-per-byte, and its ratio to the unigram baseline)."""
     store = TokenStore(run.sub("tokens"))
     cfg = run.config.eval
     ev = Evaluator(store, run.config.train.seq_len, run.config.train.eval_docs, cfg.batch_size)
@@ -195,9 +197,11 @@ def in_training_evaluator(run: RunDir) -> Callable[[int, torch.nn.Module], None]
             extra.update(tasks.score(model, device))
         if samples:
             extra["samples"] = sample_texts(run, model, store, device)
-        write_eval(
-            run, step, ev.score(model, device, run.config.train.dtype), docs_per_bucket=run.config.train.eval_docs, **extra
-        )
+        buckets = ev.score(model, device, run.config.train.dtype)
+        write_eval(run, step, buckets, docs_per_bucket=run.config.train.eval_docs, **extra)
+        for line in bucket_lines(step, buckets):
+            if say is not None:
+                say(line)
 
     return on_eval
 
@@ -240,7 +244,7 @@ def run_eval(run: RunDir, checkpoint: Path | None = None) -> dict[str, Any]:
 
     ckpt = checkpoint or latest_checkpoint(run.sub("checkpoints"))
     if ckpt is None:
-        raise FileNotFoundError(f"{run.sub('checkpoints')}: no checkpoint to evaluate (run `tokenmill train`)")
+        raise FileNotFoundError(f"{run.sub('checkpoints')}: no checkpoint to evaluate (run `tokenmill train CONFIG`)")
     record = CheckpointScorer(run, resolve_device(run.config.train.device)).score(Path(ckpt))
     step, buckets = record.pop("step"), record.pop("buckets")
     write_eval(run, step, buckets, **record)

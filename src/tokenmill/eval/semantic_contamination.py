@@ -169,7 +169,7 @@ class TrainingDocuments:
                 raise ValueError(
                     f"training document {nxt} of bucket {bucket!r} is not in {self.curated} in the "
                     "token store's order: the token store was not made from this curated data "
-                    "(run `tokenmill tokenize` again)"
+                    "(run `tokenmill tokenize CONFIG` again)"
                 )
 
 

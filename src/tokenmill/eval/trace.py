@@ -59,7 +59,7 @@ def _open(run: RunDir) -> tuple[TokenStore, Any]:
     from tokenmill.train.replay import _loader
 
     if not run.sub("tokens", "_meta.json").exists():
-        raise TraceError(f"{run.sub('tokens')}: no token store in this run (run `tokenmill tokenize` first)")
+        raise TraceError(f"{run.sub('tokens')}: no token store in this run (run `tokenmill tokenize CONFIG` first)")
     store = TokenStore(run.sub("tokens"))
     return store, _loader(run, store)
 
@@ -208,7 +208,7 @@ def _encode(run: RunDir, texts: list[str]) -> list[np.ndarray]:
 
     path = run.sub("tokenizer", "tokenizer.json")
     if not path.exists():
-        raise TraceError(f"{path}: the run has no tokenizer to encode the output with (run `tokenmill tokenizer`)")
+        raise TraceError(f"{path}: the run has no tokenizer to encode the output with (run `tokenmill tokenizer train CONFIG`)")
     tok = load_tokenizer(path)
     return [np.asarray(tok.encode(t, add_special_tokens=False).ids, dtype=np.int64) for t in texts]
 

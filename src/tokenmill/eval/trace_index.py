@@ -105,7 +105,7 @@ def training_rows(run: RunDir, store: TokenStore) -> Iterator[dict[str, Any]]:
                 if row is None:
                     raise ValueError(
                         f"{run.sub('curated', bucket)}: training document {doc_id} of {name} is not there in the "
-                        "token store's order; the token store was not made from this curated data (rerun `tokenmill tokenize`)"
+                        "token store's order; the token store was not made from this curated data (rerun `tokenmill tokenize CONFIG`)"
                     )
                 meta = {
                     "g": g,

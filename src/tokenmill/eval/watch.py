@@ -167,6 +167,9 @@ class Watcher:
                     return {"scored": self.scored, "skipped": self.skipped, "final_step": final}
                 time.sleep(self.poll_seconds)
         except KeyboardInterrupt:
+            import shlex
+
+            again = f"tokenmill eval --watch {shlex.quote(str(self.run.path))}"
             raise KeyboardInterrupt(
-                f"eval --watch stopped after scoring {len(self.scored)} checkpoint(s); run it again to go on"
+                f"eval --watch stopped after scoring {len(self.scored)} checkpoint(s); `{again}` goes on"
             ) from None

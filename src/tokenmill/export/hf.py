@@ -244,6 +244,17 @@ def _write_export(tmp: Path, model: Any, cfg: ModelConfig, step: int, tokenizer_
         json.dumps({"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}, indent=2) + "\n", encoding="utf-8"
     )
     write_marker(tmp, EXPORT_STAGE, outputs=EXPORT_FILES)
+    _same_modes(tmp)
+
+
+def _same_modes(folder: Path) -> None:
+    """Every file the mode a new file gets here (0644 under the usual umask): safetensors writes
+    model.safetensors 0600, so the weights alone were unreadable to the group the other files share."""
+    mask = os.umask(0)  # the umask is only read by setting it: put it back at once
+    os.umask(mask)
+    for path in folder.iterdir():
+        if path.is_file():
+            path.chmod(0o666 & ~mask)
 
 
 def export_hf(checkpoint: Path, out: Path, tokenizer_json: Path | None = None, overwrite: bool = False) -> Path:

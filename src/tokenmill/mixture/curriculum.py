@@ -76,7 +76,7 @@ def resolve_weights(weights: dict[str, float] | None, available: dict[str, int],
         if not raw:
             raise MixtureError(
                 f"{where}: no bucket of the token store ({', '.join(known) or 'none'}) holds "
-                f"a training token; run `tokenmill tokenize` on a non-empty corpus"
+                f"a training token; run `tokenmill tokenize CONFIG` on a non-empty corpus"
             )
         return raw
     unknown = sorted(set(weights) - set(known))

@@ -267,7 +267,7 @@ class Loader:
                 self._streams[bucket].check_ids(self._pieces(k, bucket, j))
             raise MixtureError(  # only a pad id past the vocabulary is left (_meta.json is wrong)
                 f"{self.store.root / '_meta.json'}: pad id {self.store.pad_id} is not below the vocabulary size "
-                f"{self.store.vocab_size}; rerun `tokenmill tokenize`"
+                f"{self.store.vocab_size}; rerun `tokenmill tokenize CONFIG`"
             )
         batch = out.to_batch(doc_masking, step, micro, phase.name)
         return batch.pin_memory() if self.pin_memory else batch

@@ -118,7 +118,7 @@ def run_lr_transfer(path: Path) -> dict[str, Any]:
     from tokenmill.pipeline import run_pipeline
 
     cfg = load_lr_transfer(path)
-    base = load_config(cfg.base, cfg.set)
+    base = load_config(cfg.base, cfg.set, f"{path}: set:")
     sweep_dir = Path(cfg.root) / cfg.name
     claim_experiment_dir(sweep_dir, "lr-transfer", cfg.name, "results.json")
     data = prepare_data(sweep_dir, base, cfg.data)

@@ -182,8 +182,8 @@ def load_sweep(path: Path) -> SweepConfig:
     return cfg.model_copy(update={"base": resolve_base(path, cfg.base)})
 
 
-def base_config(cfg: SweepConfig) -> RunConfig:
-    return load_config(cfg.base, cfg.set)
+def base_config(cfg: SweepConfig, path: Path | str = "sweep") -> RunConfig:
+    return load_config(cfg.base, cfg.set, f"{path}: set:")  # a bad override is the sweep file's
 
 
 def shape_model(base: RunConfig, shape: ShapeConfig, head_dim: int, vocab_size: int) -> ModelConfig:
@@ -334,7 +334,12 @@ def prepare_data(sweep_dir: Path, base: RunConfig, existing: str | None = None) 
         data = RunDir(load_config(path / "config.yaml"), path)
         missing = [s for s in DATA_STAGES if data.finished(s) is None]
         if missing:
-            raise SweepError(f"{path}: data stage(s) {', '.join(missing)} not finished (run `tokenmill tokenize` there)")
+            import shlex
+
+            command = {"curate": "curate", "tokenizer": "tokenizer train", "tokenize": "tokenize"}
+            where = f"{shlex.quote(str(path / 'config.yaml'))} --run-dir {shlex.quote(str(path))}"
+            todo = ", then ".join(f"`tokenmill {command[s]} {where}`" for s in missing)
+            raise SweepError(f"{path}: data stage(s) {', '.join(missing)} not finished (run {todo})")
         return data
     data = RunDir.create(base.model_copy(update={"name": "data", "root": str(sweep_dir)}), sweep_dir / "data")
     run_pipeline(data, DATA_STAGES)
@@ -353,7 +358,7 @@ def run_sweep(path: Path, only: list[str] | None = None, dry_run: bool = False, 
     """Plan the sweep, prepare its data once, train every run not yet finished, write results.json.
     With holdout=False the held-out runs wait (so their predictions can be registered first)."""
     cfg = load_sweep(path)
-    base = base_config(cfg)
+    base = base_config(cfg, path)
     sweep_dir = Path(cfg.root) / cfg.name
     claim_experiment_dir(sweep_dir, "sweep", cfg.name, "sweep.yaml")
     atomic_write_text(sweep_dir / "sweep.yaml", yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))

@@ -54,7 +54,7 @@ def load_tokenizer(path: Path) -> Tokenizer:
     `<|endoftext|>` must not gain an EOS in the middle.
     """
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no tokenizer here (run `tokenmill tokenizer train`)")
+        raise FileNotFoundError(f"{path}: no tokenizer here (run `tokenmill tokenizer train CONFIG`)")
     tok = Tokenizer.from_file(str(path))
     tok.encode_special_tokens = True
     return tok
@@ -63,7 +63,7 @@ def load_tokenizer(path: Path) -> Tokenizer:
 def tokenizer_sha256(path: Path) -> str:
     """Identity of a trained tokenizer: sha256 of its tokenizer.json bytes."""
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no tokenizer here (run `tokenmill tokenizer train`)")
+        raise FileNotFoundError(f"{path}: no tokenizer here (run `tokenmill tokenizer train CONFIG`)")
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 

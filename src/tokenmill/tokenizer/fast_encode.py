@@ -198,7 +198,7 @@ def choose_encoder(tokenizer_dir: Path, mode: str = "auto") -> tuple[str, str | 
     except (OSError, ValueError):
         record = None
     if not isinstance(record, dict):
-        why = f"{path} is missing or unreadable (rerun `tokenmill tokenizer train`)"
+        why = f"{path} is missing or unreadable (rerun `tokenmill tokenizer train CONFIG`)"
     elif record.get("tokenizer_sha256") != sha:
         why = f"{path} was written for another tokenizer.json"
     elif not record.get("identical"):

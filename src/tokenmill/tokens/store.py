@@ -106,7 +106,7 @@ class Shard:
         bin_path, idx_path, docs_path = self.paths
         for path in (bin_path, idx_path, docs_path):
             if not path.exists():
-                raise TokenStoreError(f"{path}: missing; the token store is incomplete (rerun `tokenmill tokenize`)")
+                raise TokenStoreError(f"{path}: missing; the token store is incomplete (rerun `tokenmill tokenize CONFIG`)")
         self.offsets = _read_offsets(idx_path)
         n = int(self.offsets[-1])
         expected = n * self.dtype.itemsize
@@ -159,7 +159,7 @@ class Shard:
         return TokenStoreError(
             f"{self.paths[0]}: token id {token_id} at token {position} (byte offset {position * self.dtype.itemsize}; "
             f"document {doc}, token {offset}) is not below the vocabulary size {self.vocab_size} of "
-            f"{self.prefix.parent.parent / '_meta.json'}; the shard is corrupt: rerun `tokenmill tokenize`"
+            f"{self.prefix.parent.parent / '_meta.json'}; the shard is corrupt: rerun `tokenmill tokenize CONFIG`"
         )
 
     def doc_table(self) -> pa.Table:
@@ -220,11 +220,11 @@ class TokenStore:
         self.root = Path(root)
         meta_path = self.root / "_meta.json"
         if not meta_path.exists():
-            raise FileNotFoundError(f"{meta_path}: no token store here (run `tokenmill tokenize`)")
+            raise FileNotFoundError(f"{meta_path}: no token store here (run `tokenmill tokenize CONFIG`)")
         try:
             self.meta = json_limits.loads(meta_path.read_text(encoding="utf-8"))
         except ValueError as exc:  # not UTF-8, not JSON, or too deep
-            raise TokenStoreError(f"{meta_path}: not valid JSON ({exc}); rerun `tokenmill tokenize`") from exc
+            raise TokenStoreError(f"{meta_path}: not valid JSON ({exc}); rerun `tokenmill tokenize CONFIG`") from exc
         self.tokenizer_sha256: str | None = self.meta.get("tokenizer_sha256")
         self._check_tokenizer(meta_path, expected_tokenizer_hash)
         self.dtype = np.dtype(self.meta["dtype"])

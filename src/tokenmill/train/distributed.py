@@ -63,7 +63,7 @@ class RankMismatch(DistributedError):
         super().__init__(
             f"cross-rank check at step {step}: rank(s) {', '.join(map(str, self.ranks))} disagree with "
             f"rank 0 on {what}. A device or link is corrupting data silently; training stopped. Check the "
-            f"hardware of those ranks, then resume from the last checkpoint (`tokenmill train --resume`)"
+            f"hardware of those ranks, then resume from the last checkpoint (`tokenmill train CONFIG --resume`)"
         )
 
 
@@ -173,7 +173,7 @@ def check_torchrun_stage(run: Any, stage: str) -> None:
     pools; running them inside a torchrun job would hold every rank idle, or race K copies of
     them on the same files)."""
     steps = (
-        "`tokenmill curate --config CONFIG`, `tokenmill tokenizer train CONFIG` and `tokenmill tokenize "
+        "`tokenmill curate CONFIG`, `tokenmill tokenizer train CONFIG` and `tokenmill tokenize "
         "CONFIG` (with the same --set/--run-dir options)"
     )
     if stage != "train":

@@ -17,8 +17,8 @@ class TrainError(UserError, RuntimeError):
 def already_trained(ckpt_root: Path, newest: int) -> str:
     """The refusal of `tokenmill train` without --resume on a run that has checkpoints."""
     return (
-        f"{ckpt_root} already holds checkpoints (newest: step_{newest}); pass --resume to continue this "
-        f"run, or `tokenmill run CONFIG --force train`, which moves them aside (never deletes them), to start over"
+        f"{ckpt_root} already holds checkpoints (newest: step_{newest}); `tokenmill train CONFIG --resume` "
+        f"continues this run, or `tokenmill run CONFIG --force train`, which moves them aside (never deletes them), to start over"
     )
 
 

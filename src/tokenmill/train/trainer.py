@@ -186,7 +186,7 @@ def check_same_setup(state: dict[str, Any], fingerprint: str, cfg: RunConfig, ck
     detail = ("; changed: " + ", ".join(changes)) if changes else " (the upstream data changed)"
     raise TrainError(
         f"{ckpt} was written by a different training setup{detail}. Resuming would not "
-        f"continue the same run: restore the config, or run `tokenmill run` with this one, which moves "
+        f"continue the same run: restore the config, or run `tokenmill run CONFIG` with this one, which moves "
         f"{ckpt.parent} aside (never deletes it) and starts over"
     )
 
