@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Optional
 
 import typer
@@ -22,6 +23,7 @@ from tokenmill.config import RunConfig, load_config
 from tokenmill.config_base import ConfigError
 from tokenmill.errors import UserError
 from tokenmill.runs import STAGES, RunDir
+from tokenmill.summaries import plain, summary_line
 
 app = typer.Typer(
     help="tokenmill: raw text to a trained, evaluated base language model, auditable and resumable.",
@@ -65,8 +67,9 @@ def _print_eval(run: RunDir) -> None:
 
 
 def _say(label: str, style: str, message: object = "", sep: str = ": ") -> None:
-    """One line: a coloured label, then the message as plain text."""
-    text = str(message)
+    """One line: a coloured label, then the message as plain text (a mapping or a list in words,
+    `key value, key value`: a person never reads a Python repr)."""
+    text = plain(message) if isinstance(message, (Mapping, list, tuple)) else str(message)  # type: ignore[arg-type]
     console.print(Text.assemble((label, style), sep + text if text else ""))
 
 
@@ -208,7 +211,7 @@ def curate(
             seed=run_cfg.seed,
             overwrite=overwrite,
         )
-        _say("✓ curate", "green", summary, sep=" ")
+        _say("✓ curate", "green", summary_line("curate", summary), sep=" ")
 
     _guard(go, resume_hint="Run the same command again: finished shards are not redone.")
 
@@ -282,7 +285,12 @@ def quality_calibrate(
         profiles = calibrate_file(reference, stoplists, min_docs=min_docs)
         write_profiles(profiles, out, source=str(reference))
         for lang, p in profiles.items():
-            typer.echo(f"{lang}: {p.documents} documents, scale {p.scale}, stop words {p.stop_words}")
+            words = p.stop_words or []
+            some = ", ".join(words[:8]) + (", …" if len(words) > 8 else "")
+            typer.echo(
+                f"{lang}: {p.documents} documents, scale {p.scale}, "
+                + (f"{len(words)} stop words ({some})" if words else "no stop-word check")
+            )
         _say("✓", "green", f"{len(profiles)} profiles → {out}", sep=" ")
 
     _guard(go)
@@ -570,7 +578,7 @@ def eval_(
 
             run_stage(run, "eval")
         else:
-            console.print(run_eval(run, checkpoint))
+            _say("✓ eval", "green", summary_line("eval", run_eval(run, checkpoint)), sep=" ")
 
     _guard(go)
 
@@ -586,7 +594,10 @@ def _watch(run_path: Path, device: str) -> None:
     watcher = Watcher(run, watch_device(device), lambda line: _say("watch", "cyan", line))
     every = f"steps that are multiples of {watcher.period} and the last" if watcher.period else "the last step"
     _progress(f"watching {run_path / 'checkpoints'} on {watcher.device}: scoring checkpoints at {every}")
-    console.print(watcher.run_until_done())
+    done = watcher.run_until_done()
+    scored = f"{len(done['scored'])} checkpoint(s) scored" + (f" (steps {plain(done['scored'])})" if done["scored"] else "")
+    skipped = f", {len(done['skipped'])} skipped" if done["skipped"] else ""
+    _say("✓ watch", "green", f"{scored}{skipped}; training ended at step {done['final_step']}", sep=" ")
 
 
 @app.command()
