@@ -69,8 +69,11 @@ def _print_eval(run: RunDir) -> None:
 def _say(label: str, style: str, message: object = "", sep: str = ": ") -> None:
     """One line: a coloured label, then the message as plain text (a mapping or a list in words,
     `key value, key value`: a person never reads a Python repr)."""
+    from tokenmill.train.launch_agent import first_in_job
+
     text = plain(message) if isinstance(message, (Mapping, list, tuple)) else str(message)  # type: ignore[arg-type]
-    console.print(Text.assemble((label, style), sep + text if text else ""))
+    if first_in_job(label + sep + text):  # K ranks that hit the same error say it once
+        console.print(Text.assemble((label, style), sep + text if text else ""))
 
 
 def user_error_message(exc: BaseException) -> str:
@@ -115,7 +118,7 @@ def _guard(fn: Callable[[], Any], resume_hint: str | None = None, checkpoint_hin
         saved = getattr(exc, "checkpoint", None) is not None  # the trainer's: a checkpoint was written
         hint = checkpoint_hint if saved and checkpoint_hint else resume_hint
         if hint:
-            console.print(hint, style="yellow")
+            _say(hint, "yellow", sep="")
         raise typer.Exit(getattr(exc, "exit_code", 130))
 
 
@@ -477,14 +480,14 @@ def _launch_ranks(
     before SIGKILL."""
     import os
     import shlex
-    import signal
 
     from tokenmill.pipeline import run_pipeline
     from tokenmill.runs import read_events
     from tokenmill.train.layout import check_launch
     from tokenmill.train.multinode import AGENT_ENV, MultinodeError, check_nodes, check_rendezvous
     from tokenmill.train.stop_signals import PREEMPTED_EXIT
-    from tokenmill.train.supervisor import shell_exit_code, supervise
+    from tokenmill.train.launch_agent import failure_line
+    from tokenmill.train.supervisor import shell_exit_code
 
     endpoint = check_nodes(nodes.nnodes, nodes.node_rank, nodes.rdzv)  # before anything is touched
     run = _open(config, overrides, run_dir)  # a layout that does not fit the model is a config error
@@ -507,9 +510,7 @@ def _launch_ranks(
         run_pipeline(run, stages=("curate", "tokenizer", "tokenize"))
     where = f"{nodes.nnodes} nodes × {nproc}" if nodes.nnodes > 1 else f"{nproc}"
     _say("▶ train", "bold", f"on {where} ranks: {sizes.describe()}", sep=" ")
-    # restarts are torchrun's (one agent for the job); should this process die, torchrun gets SIGTERM
-    # and stops its ranks the preemption way (checkpoint, exit) instead of leaving them orphaned
-    done = supervise(cmd, run.path, restarts=0, resume=resume, death_signal=signal.SIGTERM)
+    done, failures = _run_agent(cmd, run.path, resume)
     if done.interrupted and done.returncode != 0:
         ends = [
             e["kind"]
@@ -520,7 +521,9 @@ def _launch_ranks(
             return PREEMPTED_EXIT
         if ends and ends[-1] == "interrupted":
             return 130
-    if endpoint is not None and done.returncode != 0 and not done.interrupted:
+    if failures and not done.interrupted:  # the ranks' own lines (their error, a crash's traceback) are above
+        _say("training stopped", "red", failure_line(failures))
+    elif endpoint is not None and done.returncode != 0 and not done.interrupted:
         _say(
             f"node {nodes.node_rank}: training ended (torchrun exit code {done.returncode})",
             "red",
@@ -528,6 +531,32 @@ def _launch_ranks(
             f"--rdzv-timeout {nodes.rdzv_timeout}; start the missing node(s) with the same command (add --resume to go on)",
         )
     return shell_exit_code(done.returncode)
+
+
+def _run_agent(cmd: list[str], run_path: Path, resume: bool) -> tuple[Any, dict[int, int]]:
+    """torchrun's agent, as train/launch_agent.py runs it: a rank's failure becomes one line and the
+    rank's exit code, not torchrun's ChildFailedError traceback. Returns how it ended and the failed
+    ranks' exit codes. The launch folder (where ranks claim the lines they say, so K ranks with one
+    error print it once) is removed after."""
+    import os
+    import shutil
+    import signal
+    import tempfile
+
+    from tokenmill.train.launch_agent import LAUNCH_DIR_ENV, MODULE, read_failures
+    from tokenmill.train.supervisor import supervise
+
+    agent = [MODULE if part == "torch.distributed.run" else part for part in cmd]
+    launch_dir = Path(tempfile.mkdtemp(prefix="tokenmill-launch-"))
+    os.environ[LAUNCH_DIR_ENV] = str(launch_dir)  # inherited by the agent and its ranks
+    try:
+        # restarts are torchrun's (one agent for the job); should this process die, torchrun gets SIGTERM
+        # and stops its ranks the preemption way (checkpoint, exit) instead of leaving them orphaned
+        done = supervise(agent, run_path, restarts=0, resume=resume, death_signal=signal.SIGTERM)
+        return done, read_failures(launch_dir)
+    finally:
+        os.environ.pop(LAUNCH_DIR_ENV, None)
+        shutil.rmtree(launch_dir, ignore_errors=True)
 
 
 @app.command("eval")
