@@ -24,6 +24,7 @@ from tokenmill.config_base import ConfigError
 from tokenmill.errors import UserError
 from tokenmill.runs import STAGES, RunDir
 from tokenmill.summaries import plain, summary_line
+from tokenmill.terminal import print_table
 
 app = typer.Typer(
     help="tokenmill: raw text to a trained, evaluated base language model, auditable and resumable.",
@@ -702,7 +703,7 @@ def replay(
             return
         table = Table(title=f"global batch of step {step}: {len(docs)} document spans")
         for col in ("micro", "row", "bucket", "doc_id", "source", "url", "tokens"):
-            table.add_column(col, overflow="fold")
+            table.add_column(col)
         for d in docs:  # the whole id, as the curated row and the rejected log have it (a user's own id too)
             table.add_row(
                 str(d["micro"]),
@@ -713,7 +714,7 @@ def replay(
                 str(d["url"]),
                 f"{d['token_start']}:{d['token_end']}",
             )
-        out.print(table)
+        print_table(table, out)
         if loss is not None:
             console.print(
                 f"loss recomputed from {loss['from_checkpoint'] or 'the initial weights'} "
@@ -771,7 +772,7 @@ def _print_traces(results: Iterable[dict[str, Any]]) -> None:
     for i, res in enumerate(results, 1):
         table = Table(title=f"output {i}: {res['ngrams']} token {res['n']}-grams")
         for col in ("rank", "doc_id", "bucket", "source", "n-gram overlap", "similarity", "steps"):
-            table.add_column(col, overflow="fold")
+            table.add_column(col)
         for k, d in enumerate(res["documents"], 1):
             steps = ", ".join(map(str, d["steps"][:10])) + (f" … ({d['steps_count']})" if d["steps_count"] > 10 else "")
             table.add_row(
@@ -783,7 +784,7 @@ def _print_traces(results: Iterable[dict[str, Any]]) -> None:
                 "—" if d["similarity"] is None else f"{d['similarity']:.3f}",
                 steps or "never sampled",
             )
-        out.print(table)
+        print_table(table, out)
 
 
 @app.command("stop-signals")
