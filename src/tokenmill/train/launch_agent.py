@@ -100,21 +100,27 @@ def _signal_name(number: int) -> str:
 
 
 class _QuietFailureLines(logging.Filter):
-    """Drops the agent's per-rank `failed (exitcode: 1) local_rank: 0 ... of binary` and `Sending
-    process N closing signal SIGTERM` lines: the failure is worded once by the launcher."""
+    """Drops the agent's per-rank `failed (exitcode: 1) local_rank: 0 ... of binary`, `Sending
+    process N closing signal SIGTERM` and `Received 15 death signal` lines: the failure is worded
+    once by the launcher, and a stop by the ranks themselves (`SIGTERM (preemption): ...`)."""
+
+    QUIET = ("failed (exitcode", "Sending process", "Received %s death signal")
 
     def filter(self, record: logging.LogRecord) -> bool:
-        msg = str(record.msg)
-        return not (msg.startswith("failed (exitcode") or msg.startswith("Sending process"))
+        return not str(record.msg).startswith(self.QUIET)
 
 
 def main(argv: list[str]) -> int:
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
-    logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_QuietFailureLines())
+    for name in ("torch.distributed.elastic.multiprocessing.api", "torch.distributed.elastic.agent.server.api"):
+        logging.getLogger(name).addFilter(_QuietFailureLines())
     try:
         run(parse_args(argv))
+    except SignalException as exc:  # Ctrl-C or SIGTERM, passed on to the ranks, which checkpoint and say so
+        return 128 + int(exc.sigval)
     except ChildFailedError as exc:
         ranks = {rank: failure.exitcode for rank, failure in exc.failures.items()}
         where = os.environ.get(LAUNCH_DIR_ENV)
