@@ -31,6 +31,8 @@ def test_ranks_of_one_launch_say_a_line_once_and_a_lone_process_always(tmp_path,
     monkeypatch.setenv(LAUNCH_DIR_ENV, str(tmp_path))
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert first_in_job("error: x") and not first_in_job("error: x") and first_in_job("error: y")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # the group torchrun restarted says it again, once
+    assert first_in_job("error: x") and not first_in_job("error: x")
     monkeypatch.setenv(LAUNCH_DIR_ENV, str(tmp_path / "gone"))  # the folder was removed: say it
     assert first_in_job("error: x")
     assert read_failures(tmp_path) == {}  # no failures.json: the agent ended some other way

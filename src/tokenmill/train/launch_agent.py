@@ -34,12 +34,14 @@ EXIT_MEANINGS = {1: "a user error", 2: "a config error", 3: "a crash", 4: "a hun
 
 def first_in_job(line: str) -> bool:
     """True when this process should print `line`: always, except in a rank of a `tokenmill train
-    --nproc` launch where another rank of this node already printed the same line. The claim is a
-    file created with O_EXCL in the launch folder, named by the line's hash: atomic across ranks."""
+    --nproc` launch where another rank of this node (in this restart of the group) already printed
+    the same line. The claim is a file created with O_EXCL in the launch folder, named by the
+    line's hash: atomic across ranks."""
     where = os.environ.get(LAUNCH_DIR_ENV)
     if not where or "LOCAL_RANK" not in os.environ:
         return True
-    name = Path(where) / ("said-" + hashlib.sha256(line.encode()).hexdigest()[:32])
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")  # a group torchrun restarted says its lines again
+    name = Path(where) / ("said-" + hashlib.sha256(f"{attempt}\0{line}".encode()).hexdigest()[:32])
     try:
         os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except FileExistsError:
