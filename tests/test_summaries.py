@@ -73,6 +73,7 @@ def test_units():
     assert [size(n) for n in (512, 1500, 14506620, 2.5e9)] == ["512 B", "1.5 kB", "14.5 MB", "2.5 GB"]
     assert [duration(s) for s in (0.81, 59.94, 185, 7260)] == ["0.8 s", "59.9 s", "3 min 5 s", "2 h 1 min"]
     assert plain({"a": [1, {"b": None}], "c": 0.123456}) == "a 1, b none, c 0.1235"
+    assert plain(("x", 2)) == "x, 2" and plain([]) == "none"
 
 
 def test_a_report_table_cell_holding_a_mapping_or_list_is_words():

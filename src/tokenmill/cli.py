@@ -72,7 +72,7 @@ def _say(label: str, style: str, message: object = "", sep: str = ": ") -> None:
     `key value, key value`: a person never reads a Python repr)."""
     from tokenmill.train.launch_agent import first_in_job
 
-    text = plain(message) if isinstance(message, (Mapping, list, tuple)) else str(message)  # type: ignore[arg-type]
+    text = plain(message) if isinstance(message, (Mapping, list, tuple)) else str(message)
     if first_in_job(label + sep + text):  # K ranks that hit the same error say it once
         console.print(Text.assemble((label, style), sep + text if text else ""))
 

@@ -53,7 +53,7 @@ def number(x: Value, digits: int = 3) -> str:
     return count(x)
 
 
-def plain(v: Value) -> str:
+def plain(v: object) -> str:
     """Any JSON value as words: a mapping as `key value, key value`, a list comma-separated,
     None as `none`, booleans as yes/no. Never a repr with braces, brackets or quotes."""
     if v is None:
@@ -66,7 +66,7 @@ def plain(v: Value) -> str:
         return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.0f}"
     if isinstance(v, Mapping):
         return ", ".join(f"{k} {plain(x)}" for k, x in v.items()) or "none"
-    if isinstance(v, list):
+    if isinstance(v, (list, tuple, set, frozenset)):
         return ", ".join(plain(x) for x in v) or "none"
     return str(v)
 
