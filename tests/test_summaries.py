@@ -55,6 +55,12 @@ def test_each_stage_shows_the_numbers_a_person_wants():
     assert summary_line("report", RECORDED["report"]) == "runs/r/report.html; TensorBoard scalars in runs/r/tensorboard; 4.4 s"
 
 
+def test_quarantined_records_are_counted_among_the_removed_when_there_are_some():
+    line = summary_line("curate", {**RECORDED["curate"], "docs_quarantined": 3})
+    assert "52 removed (3 of them unreadable, quarantined)" in line
+    assert "quarantined" not in summary_line("curate", {**RECORDED["curate"], "docs_quarantined": 0})
+
+
 def test_a_fresh_run_is_not_called_resumed_and_a_differing_fast_encoder_is_said():
     assert "resumed" not in summary_line("train", {**RECORDED["train"], "resumed_from": None})
     assert "DIFFER" in summary_line("tokenizer", {**RECORDED["tokenizer"], "fast_encoder_identical": False})

@@ -87,7 +87,11 @@ def _curate(s: Summary) -> list[str]:
         share += [size(s["bytes_out"])] if "bytes_out" in s else []
         counts.append(f"{count(kept)} kept" + (f" ({', '.join(share)})" if share else ""))
     if "docs_rejected" in s:
-        counts.append(f"{count(s['docs_rejected'])} removed")
+        quarantined = s.get("docs_quarantined")
+        unread = (
+            f" ({count(quarantined)} of them unreadable, quarantined)" if isinstance(quarantined, int) and quarantined else ""
+        )
+        counts.append(f"{count(s['docs_rejected'])} removed{unread}")
     parts = [", ".join(counts)]
     buckets = s.get("buckets")
     if isinstance(buckets, Mapping) and buckets:
@@ -167,7 +171,10 @@ def _report(s: Summary) -> list[str]:
 
 # per stage: its wording, and the keys it covers (the others follow as `key value`)
 _STAGES: dict[str, tuple[Callable[[Summary], list[str]], frozenset[str]]] = {
-    "curate": (_curate, frozenset({"docs_in", "bytes_in", "docs_out", "bytes_out", "docs_rejected", "buckets"})),
+    "curate": (
+        _curate,
+        frozenset({"docs_in", "bytes_in", "docs_out", "bytes_out", "docs_rejected", "docs_quarantined", "buckets"}),
+    ),
     "tokenizer": (_tokenizer, frozenset({"vocab_size", "tokenizer_sha256", "bytes_per_token", "fast_encoder_identical"})),
     "tokenize": (_tokenize, frozenset({"encoder"})),
     "train": (_train, frozenset({"steps", "tokens", "final_loss", "params", "resumed_from"})),
