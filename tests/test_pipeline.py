@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tokenmill.runs import STAGES, read_events
+from tokenmill.summaries import summary_line
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "examples" / "tiny.yaml"
@@ -74,6 +75,26 @@ def test_every_stage_writes_its_contract(tiny_pipeline):
     assert [e["step"] for e in steps] == list(range(1, 81))
     assert all({"loss", "lr", "grad_norm", "tokens_per_s", "mfu", "t", "stage"} <= set(e) for e in steps)
     assert {e["stage"] for e in read_events(run_dir / "events.jsonl")} >= set(STAGES)
+
+
+def test_stage_summaries_are_words_on_the_console_and_in_the_report(tiny_pipeline):
+    """Each stage's ✓ line, and its row of the report's Stages table, word the summary the stage
+    recorded (.stages/<stage>.json keeps the dict, for machines): no dict, list or quote."""
+    import html
+
+    run_dir, out = tiny_pipeline
+    done = [line for line in out.splitlines() if line.startswith("✓ ")]
+    assert [line.split()[1] for line in done] == list(STAGES), out
+    for stage, line in zip(STAGES, done):
+        summary = json.loads((run_dir / ".stages" / f"{stage}.json").read_text())["summary"]
+        assert line == f"✓ {stage} {summary_line(stage, summary)}"
+        assert not any(c in line for c in "{}[]'"), line
+    curate = json.loads((run_dir / ".stages" / "curate.json").read_text())["summary"]
+    assert f"{curate['docs_in']:,} documents in" in done[0] and f"{curate['docs_out']:,} kept" in done[0]
+    page = (run_dir / "report.html").read_text()
+    stages = page[page.index("<h2>Stages</h2>"):]
+    stages = stages[: stages.index("</table>")]
+    assert html.escape(done[0].split(" ", 2)[2]) in stages and "{" not in stages and "&#x27;" not in stages
 
 
 def test_model_beats_the_unigram_baseline_on_every_bucket(tiny_pipeline):

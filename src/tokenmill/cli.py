@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Optional
 
 import typer
@@ -23,6 +24,8 @@ from tokenmill.config import RunConfig, load_config
 from tokenmill.config_base import ConfigError, close_keys
 from tokenmill.errors import UserError
 from tokenmill.runs import STAGES, RunDir
+from tokenmill.summaries import plain, summary_line
+from tokenmill.terminal import print_table
 
 app = typer.Typer(
     help="tokenmill: raw text to a trained, evaluated base language model, auditable and resumable.",
@@ -68,9 +71,13 @@ def _print_eval(run: RunDir, step: int | None = None) -> None:
 
 
 def _say(label: str, style: str, message: object = "", sep: str = ": ") -> None:
-    """One line: a coloured label, then the message as plain text."""
-    text = str(message)
-    console.print(Text.assemble((label, style), sep + text if text else ""))
+    """One line: a coloured label, then the message as plain text (a mapping or a list in words,
+    `key value, key value`: a person never reads a Python repr)."""
+    from tokenmill.train.launch_agent import first_in_job
+
+    text = plain(message) if isinstance(message, (Mapping, list, tuple)) else str(message)
+    if first_in_job(label + sep + text):  # K ranks that hit the same error say it once
+        console.print(Text.assemble((label, style), sep + text if text else ""))
 
 
 def user_error_message(exc: BaseException) -> str:
@@ -117,7 +124,7 @@ def _guard(fn: Callable[[], Any], resume_hint: str | None = None, checkpoint_hin
         saved = getattr(exc, "checkpoint", None) is not None  # the trainer's: a checkpoint was written
         hint = checkpoint_hint if saved and checkpoint_hint else resume_hint
         if hint:
-            console.print(hint.format(again=this_command(), resume=this_command("--resume")), style="yellow")
+            _say(hint.format(again=this_command(), resume=this_command("--resume")), "yellow", sep="")
         raise typer.Exit(getattr(exc, "exit_code", 130))
 
 
@@ -326,7 +333,7 @@ def curate(
             seed=run_cfg.seed,
             overwrite=overwrite,
         )
-        _say("✓ curate", "green", summary, sep=" ")
+        _say("✓ curate", "green", summary_line("curate", summary), sep=" ")
 
     _guard(go, resume_hint="`{again}` continues: finished shards are not redone.")
 
@@ -448,7 +455,12 @@ def quality_calibrate(
         profiles = calibrate_file(reference, stoplists, min_docs=min_docs)
         write_profiles(profiles, out, source=str(reference))
         for lang, p in profiles.items():
-            typer.echo(f"{lang}: {p.documents} documents, scale {p.scale}, stop words {p.stop_words}")
+            words = p.stop_words or []
+            some = ", ".join(words[:8]) + (", …" if len(words) > 8 else "")
+            typer.echo(
+                f"{lang}: {p.documents} documents, scale {p.scale}, "
+                + (f"{len(words)} stop words ({some})" if words else "no stop-word check")
+            )
         _say("✓", "green", f"{len(profiles)} profiles → {out}", sep=" ")
 
     _guard(go)
@@ -635,14 +647,14 @@ def _launch_ranks(
     before SIGKILL."""
     import os
     import shlex
-    import signal
 
     from tokenmill.pipeline import run_pipeline
     from tokenmill.runs import read_events
     from tokenmill.train.layout import check_launch
     from tokenmill.train.multinode import AGENT_ENV, MultinodeError, check_nodes, check_rendezvous
     from tokenmill.train.stop_signals import PREEMPTED_EXIT
-    from tokenmill.train.supervisor import shell_exit_code, supervise
+    from tokenmill.train.launch_agent import failure_line
+    from tokenmill.train.supervisor import shell_exit_code
 
     endpoint = check_nodes(nodes.nnodes, nodes.node_rank, nodes.rdzv)  # before anything is touched
     run = _open(config, overrides, run_dir)  # a layout that does not fit the model is a config error
@@ -665,9 +677,7 @@ def _launch_ranks(
         run_pipeline(run, stages=("curate", "tokenizer", "tokenize"))
     where = f"{nodes.nnodes} nodes × {nproc}" if nodes.nnodes > 1 else f"{nproc}"
     _say("▶ train", "bold", f"on {where} ranks: {sizes.describe()}", sep=" ")
-    # restarts are torchrun's (one agent for the job); should this process die, torchrun gets SIGTERM
-    # and stops its ranks the preemption way (checkpoint, exit) instead of leaving them orphaned
-    done = supervise(cmd, run.path, restarts=0, resume=resume, death_signal=signal.SIGTERM)
+    done, failures = _run_agent(cmd, run.path, resume)
     if done.interrupted and done.returncode != 0:
         ends = [
             e["kind"]
@@ -678,7 +688,9 @@ def _launch_ranks(
             return PREEMPTED_EXIT
         if ends and ends[-1] == "interrupted":
             return 130
-    if endpoint is not None and done.returncode != 0 and not done.interrupted:
+    if failures and not done.interrupted:  # the ranks' own lines (their error, a crash's traceback) are above
+        _say("training stopped", "red", failure_line(failures))
+    elif endpoint is not None and done.returncode != 0 and not done.interrupted:
         _say(
             f"node {nodes.node_rank}: training ended (torchrun exit code {done.returncode})",
             "red",
@@ -686,6 +698,32 @@ def _launch_ranks(
             f"--rdzv-timeout {nodes.rdzv_timeout}; start the missing node(s) with the same command (add --resume to go on)",
         )
     return shell_exit_code(done.returncode)
+
+
+def _run_agent(cmd: list[str], run_path: Path, resume: bool) -> tuple[Any, dict[int, int]]:
+    """torchrun's agent, as train/launch_agent.py runs it: a rank's failure becomes one line and the
+    rank's exit code, not torchrun's ChildFailedError traceback. Returns how it ended and the failed
+    ranks' exit codes. The launch folder (where ranks claim the lines they say, so K ranks with one
+    error print it once) is removed after."""
+    import os
+    import shutil
+    import signal
+    import tempfile
+
+    from tokenmill.train.launch_agent import LAUNCH_DIR_ENV, MODULE, read_failures
+    from tokenmill.train.supervisor import supervise
+
+    agent = [MODULE if part == "torch.distributed.run" else part for part in cmd]
+    launch_dir = Path(tempfile.mkdtemp(prefix="tokenmill-launch-"))
+    os.environ[LAUNCH_DIR_ENV] = str(launch_dir)  # inherited by the agent and its ranks
+    try:
+        # restarts are torchrun's (one agent for the job); should this process die, torchrun gets SIGTERM
+        # and stops its ranks the preemption way (checkpoint, exit) instead of leaving them orphaned
+        done = supervise(agent, run_path, restarts=0, resume=resume, death_signal=signal.SIGTERM)
+        return done, read_failures(launch_dir)
+    finally:
+        os.environ.pop(LAUNCH_DIR_ENV, None)
+        shutil.rmtree(launch_dir, ignore_errors=True)
 
 
 @app.command("eval")
@@ -832,7 +870,7 @@ def replay(
             return
         table = Table(title=f"global batch of step {step}: {len(docs)} document spans")
         for col in ("micro", "row", "bucket", "doc_id", "source", "url", "tokens"):
-            table.add_column(col, overflow="fold")
+            table.add_column(col)
         for d in docs:  # the whole id, as the curated row and the rejected log have it (a user's own id too)
             table.add_row(
                 str(d["micro"]),
@@ -843,7 +881,7 @@ def replay(
                 str(d["url"]),
                 f"{d['token_start']}:{d['token_end']}",
             )
-        out.print(table)
+        print_table(table, out)
         if loss is not None:
             console.print(
                 f"loss recomputed from {loss['from_checkpoint'] or 'the initial weights'} "
@@ -901,7 +939,7 @@ def _print_traces(results: Iterable[dict[str, Any]]) -> None:
     for i, res in enumerate(results, 1):
         table = Table(title=f"output {i}: {res['ngrams']} token {res['n']}-grams")
         for col in ("rank", "doc_id", "bucket", "source", "n-gram overlap", "similarity", "steps"):
-            table.add_column(col, overflow="fold")
+            table.add_column(col)
         for k, d in enumerate(res["documents"], 1):
             steps = ", ".join(map(str, d["steps"][:10])) + (f" … ({d['steps_count']})" if d["steps_count"] > 10 else "")
             table.add_row(
@@ -913,7 +951,7 @@ def _print_traces(results: Iterable[dict[str, Any]]) -> None:
                 "—" if d["similarity"] is None else f"{d['similarity']:.3f}",
                 steps or "never sampled",
             )
-        out.print(table)
+        print_table(table, out)
 
 
 @app.command("stop-signals")

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from tokenmill.runs import STAGES, RunDir
+from tokenmill.summaries import summary_line
 
 DATA_STAGES = ("curate", "tokenizer", "tokenize")  # what training reads is rebuilt when one of them reruns
 
@@ -165,7 +166,7 @@ def run_stage(run: RunDir, stage: str, resume: bool | None = None, fresh: bool =
     summary = {**summary, "seconds": round(time.time() - t0, 2)}
     if main:
         run.mark_done(stage, inputs, summary)
-        console.print(Text.assemble((f"✓ {stage}", "green"), f" {summary}"))
+        console.print(Text.assemble((f"✓ {stage}", "green"), f" {summary_line(stage, summary)}"))
     return summary
 
 

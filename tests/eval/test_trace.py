@@ -151,6 +151,17 @@ def test_cli_traces_a_file_as_json(run: RunDir, traced: list[dict], tmp_path: Pa
     assert [g["documents"] for g in got] == [traced[0]["documents"], traced[2]["documents"]]
 
 
+def test_cli_tables_keep_every_id_and_source_whole_at_80_columns(run: RunDir, traced: list[dict]) -> None:
+    """A pipe or a small terminal is 80 columns: no cell is folded over lines (an id must survive a copy)."""
+    result = run_cli("trace", run.path, "--text", PLANT, "--top", "3", env={"COLUMNS": "80"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert all(len(line) <= 80 or "doc_id" in line or "source" in line for line in lines)
+    for doc in traced[0]["documents"]:
+        assert any(doc["doc_id"] in line for line in lines) and any(doc["source"] in line for line in lines)
+    assert "{" not in result.stdout and "'" not in result.stdout
+
+
 def test_cli_bad_input(run: RunDir, tmp_path: Path) -> None:
     assert_clean_error(run_cli("trace", tmp_path / "nowhere", "--text", "x"), "not a run directory")
     assert_clean_error(run_cli("trace", run.path, "--text", " "), "empty")

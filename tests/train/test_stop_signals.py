@@ -109,6 +109,8 @@ def test_sigterm_to_a_2_rank_job_stops_both_ranks_at_one_step_with_one_checkpoin
     run = make_run(tmp_path / "run", distributed="ddp", faults={"slow": [1, 0.1]}, preempt_grace_s=20)
     code, out = _preempt_when(run, _cli_train(run, "--nproc", "2"), 3)
     assert code == PREEMPTED_EXIT, out[-6000:]
+    assert "Traceback" not in out and "death signal" not in out, out[-6000:]  # torchrun's agent says nothing
+    assert out.count("SIGTERM (preemption)") == 1 and out.count("continues from it") == 1  # one rank says it
     (stop,) = events(run, "preempted")
     assert max(series(run)) == stop["step"] < 12 and stop["within_grace"]
     assert verify_checkpoint(run.path / "checkpoints" / f"step_{stop['step']}")["step"] == stop["step"]

@@ -945,6 +945,8 @@ def _summary(funnel_data: dict[str, Any], final: Path, seconds: float) -> dict[s
         "docs_out": total[steps[-1]]["docs_out"],
         "bytes_out": total[steps[-1]]["bytes_out"],
         "docs_rejected": sum(total[s]["docs_rejected"] for s in steps),
+        # of those, the records that could not be read (malformed, too large, a bomb): set apart at step read
+        "docs_quarantined": total["read"]["docs_rejected"] if "read" in total else 0,
         "seconds": round(seconds, 3),
         "buckets": buckets,
     }

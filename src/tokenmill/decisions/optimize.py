@@ -251,7 +251,7 @@ def _doremi_bar(steps: int) -> Iterator[Callable[[str, int], None]]:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # lines are never cut at 80 columns (paths, sentences)
     with Progress(
         TextColumn("[bold]doremi[/] {task.description}"),
         BarColumn(),

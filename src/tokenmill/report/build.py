@@ -7,7 +7,6 @@ results), so it can be rebuilt at any time, also while a run is still training.
 from __future__ import annotations
 
 import html
-import json
 import time
 from typing import Any
 
@@ -24,6 +23,7 @@ from tokenmill.report.scaling import section_scaling
 from tokenmill.report.stopping_section import section_stopping
 from tokenmill.report.timeline import section_run
 from tokenmill.runs import STAGES, RunDir, SkippedLines, atomic_write_text, read_events
+from tokenmill.summaries import summary_line
 
 
 def section_experiment(run: RunDir) -> str:
@@ -43,7 +43,7 @@ def section_stages(run: RunDir) -> str:
     for stage in STAGES:
         done = run.finished(stage)
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(done["finished_at"])) if done else "—"
-        summary = json.dumps(done.get("summary", {}))[:160] if done else "this page" if stage == "report" else "not finished"
+        summary = summary_line(stage, done.get("summary", {})) if done else "this page" if stage == "report" else "not finished"
         rows.append([stage, when, summary])
     return "<h2>Stages</h2>" + table(["stage", "finished", "summary"], rows)
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Iterable
 
 from tokenmill import json_limits
+from tokenmill.summaries import plain
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1000px;color:#222}
@@ -20,6 +22,8 @@ svg{max-width:100%;height:auto}
 
 
 def fmt_cell(v: Any) -> str:
+    if isinstance(v, (Mapping, list, tuple)):  # a person reads words, not a Python repr
+        return html.escape(plain(v))
     if isinstance(v, float):
         return f"{v:,.4g}" if abs(v) < 1e5 else f"{v:,.0f}"
     if isinstance(v, int):

@@ -62,8 +62,11 @@ class StopRequests:
 
 
 def _say(msg: str) -> None:
-    sys.stderr.write(msg)
-    sys.stderr.flush()
+    from tokenmill.train.launch_agent import first_in_job
+
+    if first_in_job(msg):  # every rank of a `--nproc` job gets the signal: one of them says so
+        sys.stderr.write(msg)
+        sys.stderr.flush()
 
 
 class TrainingInterrupted(KeyboardInterrupt):

@@ -196,7 +196,7 @@ def _progress(enabled: bool, total: int, completed: int) -> Iterator[tuple[Any, 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # lines are never cut at 80 columns (paths, sentences)
     prog = Progress(
         TextColumn("[bold]train"),
         BarColumn(),
