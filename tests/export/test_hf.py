@@ -104,6 +104,8 @@ def test_tokenizer_encodes_like_tokenmill(tmp_path: Path) -> None:
         assert hf_tok.decode([0, *expected], skip_special_tokens=True) == SAMPLE
         assert (hf_tok.eos_token_id, hf_tok.bos_token_id, hf_tok.pad_token_id) == (0, 0, 2)
     assert json.loads((out / "config.json").read_text())["bos_token_id"] == 0  # never <|bos|>, which is never trained
+    again = export_hf(ckpt, tmp_path / "again", out / "tokenizer.json")  # an export's tokenizer passed as --tokenizer
+    assert transformers.AutoTokenizer.from_pretrained(again, local_files_only=True)(SAMPLE)["input_ids"] == [0, *expected]
 
 
 def test_every_exported_file_has_the_same_mode(tmp_path: Path) -> None:

@@ -190,15 +190,18 @@ def _check_tokenizer(tok_path: Path, vocab_size: int) -> None:
 
 def export_tokenizer_json(tokenizer_json: Path, dest: Path) -> None:
     """The run's tokenizer with a post-processor that prepends the document-start token (pairs,
-    which no causal tool encodes, get it before each part). A post-processor the file already has
-    (not one tokenmill writes) runs first."""
+    which no causal tool encodes, get it before each part). A template the file already has (an
+    earlier export's, passed as --tokenizer) is replaced, so the token is never added twice; any
+    other post-processor (say ByteLevel's offset trimming) runs first."""
     from tokenizers import Tokenizer, processors
 
     tok = Tokenizer.from_file(str(tokenizer_json))
     start = processors.TemplateProcessing(
         single=f"{DOC_START} $A", pair=f"{DOC_START} $A {DOC_START} $B", special_tokens=[(DOC_START, DOC_START_ID)]
     )
-    tok.post_processor = start if tok.post_processor is None else processors.Sequence([tok.post_processor, start])
+    old = json.loads(tok.to_str()).get("post_processor")
+    keep = old is not None and old.get("type") != "TemplateProcessing"
+    tok.post_processor = processors.Sequence([tok.post_processor, start]) if keep else start
     tok.save(str(dest))
 
 
