@@ -205,7 +205,7 @@ def lm_eval_samples(export: Path, tmp: Path) -> dict[str, list[dict]]:
             + "metric_list:\n  - metric: acc\n  - metric: acc_norm\n  - metric: acc_bytes\n"
         )
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp / "hf_home"),
-           "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(tasks)}
+           "TOKENIZERS_PARALLELISM": "false"}  # wg.py is found beside the YAML that names it
     cmd = [sys.executable, "-m", "lm_eval", "run", "--model", "hf", "--model_args", f"pretrained={export},dtype=float32",
            "--tasks", ",".join(LM_EVAL_TASKS), "--include_path", str(tasks), "--device", "cpu", "--batch_size", "4",
            "--output_path", str(tmp / "lm_eval_out"), "--log_samples"]
