@@ -19,9 +19,10 @@ log-probability of the continuation's tokens given the context.
   mean over items of the target's summed log-likelihood (`mean_logprob`); per item both, in `items`.
 
 Prompts. Every prompt starts at EOS (as after a previous document in training, the same as the
-held-out perplexity; an export's tokenizer prepends the same token, export/hf.py). With `shots` > 0, that many solved examples (context + correct continuation)
-are taken from the *other* items of the file, chosen by `random.Random(item index)` and joined by
-blank lines before the item's context.
+held-out perplexity; an export's tokenizer prepends the same token, export/hf.py). With
+`shots` > 0, that many solved examples (context + correct continuation) are taken from the
+*other* items of the file, chosen by `random.Random(item index)` and joined by blank lines
+before the item's context (lm-eval draws its shots from the task's few-shot split instead).
 
 Tokenization and the context/continuation boundary. Context and continuation are encoded
 separately (without special tokens) and their ids concatenated, so the scored tokens are exactly
