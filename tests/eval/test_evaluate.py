@@ -1,6 +1,7 @@
 import json
 import math
 
+import pytest
 import torch
 
 from tokenmill.eval.evaluate import Evaluator, write_eval
@@ -42,7 +43,7 @@ def test_write_eval_file_and_event(tokenized_run):
 def test_run_eval_scores_tasks_with_contamination_and_memorization(tokenized_run):
     from pathlib import Path
 
-    from tokenmill.config import ModelConfig, RunConfig, TaskConfig
+    from tokenmill.config import ModelConfig, RunConfig
     from tokenmill.eval.contamination import contamination, task_eval_sets
     from tokenmill.eval.evaluate import run_eval
     from tokenmill.eval.tasks import score_task
@@ -71,6 +72,11 @@ def test_run_eval_scores_tasks_with_contamination_and_memorization(tokenized_run
     for cfg in run.config.eval.tasks:  # the same scores as scoring the task directly
         direct = score_task(model, tok, cfg, torch.device("cpu"), 3, 64, eos_id=store.eos_id, pad_id=store.pad_id)
         assert tasks[cfg.name]["acc"] == direct["acc"] and tasks[cfg.name]["n"] == direct["n"]
+        # eval/<step>.json keeps every item's scores, for comparing with lm-eval item by item
+        stored, fresh = tasks[cfg.name]["items"], direct["items"]
+        assert [r["line"] for r in stored] == [r["line"] for r in fresh] == list(range(1, direct["n"] + 1))
+        flat = [[*r["logprobs"]] if "logprobs" in r else [r["logprob"]] for r in (*stored, *fresh)]
+        assert sum(flat[: len(stored)], []) == pytest.approx(sum(flat[len(stored) :], []), abs=1e-5)
     assert summary["tasks"] == {n: round(t["acc"], 4) for n, t in tasks.items()}
     expected = contamination(store, task_eval_sets(run.config.eval.tasks, tok), n=13)
     for name, c in record["contamination"].items():

@@ -268,3 +268,33 @@ def test_a_task_file_over_its_cap_is_refused_before_a_run_starts(tmp_path):
                                                 "max_bytes": 1000}]})
     with pytest.raises(TaskError, match=r"big.jsonl: task 'big' is 2,000 bytes, over the 1,000-byte cap"):
         check_eval_files(cfg)
+
+
+def test_normalised_accuracy_follows_lm_evals_definitions(tmp_path, model, tok):
+    """acc_norm divides by the characters of the choice, acc_bytes by its UTF-8 bytes, the choice
+    without the leading space (lm-eval's doc_to_choice; winogrande: the filled-in context). Each
+    item's log-likelihoods, gold and picks are in `items`."""
+    import numpy as np
+
+    texts = [["café au lait", "tea", "naïve water", "milk"], ["東京", "Tokyo", "Kyoto", "京都市"],
+             ["über", "over", "à la carte", "x"], ["résumé", "CV", "ça va", "déjà vu"]] * 3
+    recs = [{"question": f"Pick {i}?", "choices": {"text": t, "label": list("ABCD")}, "answerKey": "ABCD"[i % 4]}
+            for i, t in enumerate(texts)]
+    path = tmp_path / "unicode_arc.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs))
+    res = score_task(model, tok, TaskConfig(name="u", path=str(path), format="arc"), torch.device("cpu"), 8, 256)
+    assert [row["line"] for row in res["items"]] == list(range(1, 13)) and res["n"] == 12
+    old = 0  # items the former byte-of-" "+choice normalisation picks differently
+    for i, (row, t) in enumerate(zip(res["items"], texts)):
+        lls = np.array(row["logprobs"])
+        assert row["pick"] == int(np.argmax(lls)) and row["gold"] == i % 4
+        assert row["pick_norm"] == int(np.argmax(lls / [len(c) for c in t]))
+        assert row["pick_bytes"] == int(np.argmax(lls / [len(c.encode()) for c in t]))
+        old += row["pick_norm"] != int(np.argmax(lls / [len((" " + c).encode()) for c in t]))
+    for metric, key in (("acc", "pick"), ("acc_norm", "pick_norm"), ("acc_bytes", "pick_bytes")):
+        assert res[metric] == sum(row[key] == row["gold"] for row in res["items"]) / 12
+    assert old > 0  # the data tells the definitions apart
+    wino = load_task(task("winogrande"))
+    scores = item_scores(model, tok, task("winogrande"), wino, torch.device("cpu"), 8, 256)
+    assert [s.n_chars for s in scores] == [[len(c) for c in it.contexts] for it in wino]
+    assert json.loads(json.dumps(res)) == res  # eval/<step>.json stores it as it is

@@ -4,6 +4,10 @@ same function as the tokenmill checkpoint; its tokenizer encodes like tokenmill'
 from __future__ import annotations
 
 import json
+import os
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,16 +86,38 @@ def test_rope_scaling_logits_match(tmp_path: Path, scaling: str) -> None:
 
 
 def test_tokenizer_encodes_like_tokenmill(tmp_path: Path) -> None:
+    """The export's tokenizer prepends the document-start token tokenmill prompts with (EOS, id 0),
+    whichever way transformers is asked, and otherwise encodes like tokenmill."""
     run, _, ckpt = make_run(tmp_path)
     assert find_run_tokenizer(ckpt) == (run / "tokenizer" / "tokenizer.json").resolve()
     out = export_hf(ckpt, tmp_path / "hf")
-    hf_tok = transformers.PreTrainedTokenizerFast.from_pretrained(out, local_files_only=True)
     ours = load_tokenizer(run / "tokenizer" / "tokenizer.json")
     expected = ours.encode(SAMPLE, add_special_tokens=False).ids
     assert len(expected) > 5
-    assert hf_tok(SAMPLE)["input_ids"] == expected  # nothing prepended or appended
-    assert hf_tok.decode(expected) == SAMPLE
-    assert (hf_tok.eos_token_id, hf_tok.bos_token_id, hf_tok.pad_token_id) == (0, 1, 2)
+    auto = transformers.AutoTokenizer.from_pretrained(out, local_files_only=True)
+    fast = transformers.PreTrainedTokenizerFast.from_pretrained(out, local_files_only=True)
+    with_bos = transformers.AutoTokenizer.from_pretrained(out, local_files_only=True, add_bos_token=True)
+    for hf_tok in (auto, fast, with_bos):
+        assert hf_tok(SAMPLE)["input_ids"] == [0, *expected]  # the document start, then the text; nothing appended
+        assert hf_tok.encode(SAMPLE) == [0, *expected]
+        assert hf_tok(SAMPLE, add_special_tokens=False)["input_ids"] == expected
+        assert hf_tok.decode([0, *expected], skip_special_tokens=True) == SAMPLE
+        assert (hf_tok.eos_token_id, hf_tok.bos_token_id, hf_tok.pad_token_id) == (0, 0, 2)
+    assert json.loads((out / "config.json").read_text())["bos_token_id"] == 0  # never <|bos|>, which is never trained
+    again = export_hf(ckpt, tmp_path / "again", out / "tokenizer.json")  # an export's tokenizer passed as --tokenizer
+    assert transformers.AutoTokenizer.from_pretrained(again, local_files_only=True)(SAMPLE)["input_ids"] == [0, *expected]
+
+
+def test_every_exported_file_has_the_same_mode(tmp_path: Path) -> None:
+    """safetensors writes its file 0600; the export gives it the mode of the files beside it."""
+    _, _, ckpt = make_run(tmp_path)
+    old = os.umask(0o022)  # the usual umask, set so the expected mode does not depend on the caller's
+    try:
+        out = export_hf(ckpt, tmp_path / "hf")
+    finally:
+        os.umask(old)
+    modes = {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in out.iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {"0o644"}, modes
 
 
 def test_refuses_non_llama(tmp_path: Path) -> None:
@@ -155,3 +181,83 @@ def test_refuses_tokenizer_larger_than_model(tmp_path: Path) -> None:
     _, _, ckpt = make_run(tmp_path, vocab_size=300)  # the tokenizer has 340 tokens
     with pytest.raises(ExportError, match="340 tokens"):
         export_hf(ckpt, tmp_path / "hf")
+
+
+# --------------------------------------------------------------------------- lm-evaluation-harness
+FIXTURES = Path(__file__).parents[1] / "eval" / "fixtures"
+# Local tasks in lm-eval's own task YAML, written as its arc_easy, piqa and winogrande tasks are
+# (lm_eval/tasks/{arc,piqa,winogrande}), reading tokenmill's test fixtures instead of the Hub.
+LM_EVAL_TASKS = {
+    "tm_arc": ("arc", "arc_hf.jsonl", 'doc_to_text: "Question: {{question}}\\nAnswer:"\n'
+               'doc_to_target: "{{choices.label.index(answerKey)}}"\ndoc_to_choice: "{{choices.text}}"\n'),
+    "tm_piqa": ("piqa", "piqa.jsonl", 'doc_to_text: "Question: {{goal}}\\nAnswer:"\ndoc_to_target: label\n'
+                'doc_to_choice: "{{[sol1, sol2]}}"\n'),
+    "tm_winogrande": ("winogrande", "winogrande.jsonl", "doc_to_text: !function wg.doc_to_text\n"
+                      "doc_to_target: !function wg.doc_to_target\ndoc_to_choice: !function wg.doc_to_choice\n"),
+}
+
+
+def lm_eval_samples(export: Path, tmp: Path) -> dict[str, list[dict]]:
+    """lm-eval's per-item records (`--log_samples`) of the LM_EVAL_TASKS on `export`, from a plain
+    `lm_eval run --model hf` in a subprocess, offline: nothing is downloaded."""
+    tasks = tmp / "lm_eval_tasks"
+    tasks.mkdir()
+    # lm-eval's own winogrande functions (partial scoring: the options fill the context)
+    (tasks / "wg.py").write_text("from lm_eval.tasks.winogrande.preprocess_winogrande import doc_to_choice, doc_to_target, doc_to_text\n")
+    for name, (_, fixture, docs) in LM_EVAL_TASKS.items():
+        (tasks / f"{name}.yaml").write_text(
+            f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {FIXTURES / fixture}\n"
+            "output_type: multiple_choice\ntest_split: test\n" + docs
+            + "metric_list:\n  - metric: acc\n  - metric: acc_norm\n  - metric: acc_bytes\n"
+        )
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp / "hf_home"),
+           "TOKENIZERS_PARALLELISM": "false"}  # wg.py is found beside the YAML that names it
+    cmd = [sys.executable, "-m", "lm_eval", "run", "--model", "hf", "--model_args", f"pretrained={export},dtype=float32",
+           "--tasks", ",".join(LM_EVAL_TASKS), "--include_path", str(tasks), "--device", "cpu", "--batch_size", "4",
+           "--output_path", str(tmp / "lm_eval_out"), "--log_samples"]
+    done = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = {}
+    for name in LM_EVAL_TASKS:
+        (path,) = (tmp / "lm_eval_out").rglob(f"samples_{name}_*.jsonl")
+        out[name] = sorted((json.loads(line) for line in path.read_text().splitlines()), key=lambda r: r["doc_id"])
+    return out
+
+
+# Both sides compute an fp32 log-softmax of logits that agree to ~1e-5 (test_logits_match); a
+# continuation's log-likelihood sums at most 64 such terms (the window), so 64 · 1e-5 bounds the gap.
+LL_TOL = 64 * 1e-5
+
+
+def test_lm_eval_on_the_export_gives_tokenmills_scores_item_by_item(tmp_path: Path) -> None:
+    """lm-evaluation-harness itself, run on the export as a user runs it, computes the same per-choice
+    log-likelihoods as tokenmill's task scorer on the checkpoint, so the same acc, acc_norm and
+    acc_bytes picks on every item. The model's window (64) is shorter than some requests, so both
+    sides' left truncation is compared too."""
+    pytest.importorskip("lm_eval")
+    from tokenmill.config import TaskConfig
+    from tokenmill.eval.tasks import score_task
+
+    checked = ties = 0
+    run, model, ckpt = make_run(tmp_path)
+    theirs = lm_eval_samples(export_hf(ckpt, tmp_path / "hf"), tmp_path)
+    tok = load_tokenizer(run / "tokenizer" / "tokenizer.json")
+    for name, (fmt, fixture, _) in LM_EVAL_TASKS.items():
+        cfg = TaskConfig(name=name, path=str(FIXTURES / fixture), format=fmt)
+        ours = score_task(model, tok, cfg, torch.device("cpu"), 4, 64, eos_id=0, pad_id=2)
+        assert len(ours["items"]) == len(theirs[name]) >= 6
+        for mine, their in zip(ours["items"], theirs[name]):
+            lls = [float(r[0][0]) for r in their["resps"]]
+            assert mine["logprobs"] == pytest.approx(lls, abs=LL_TOL, rel=0), (name, mine["line"])
+            if name != "tm_winogrande":  # there lm-eval's target is the shared continuation, the gold its doc_to_text
+                assert mine["gold"] == int(their["target"])
+            for metric, pick, lengths in (("acc", "pick", None), ("acc_norm", "pick_norm", "chars"),
+                                          ("acc_bytes", "pick_bytes", "bytes")):
+                per = [lp / (mine[lengths][j] if lengths else 1) for j, lp in enumerate(mine["logprobs"])]
+                best, second = sorted(per)[-2:][::-1]
+                if best - second <= 2 * LL_TOL:  # a near tie: another CPU's rounding may pick the other choice
+                    ties += 1
+                    continue
+                checked += 1
+                assert their[metric] == float(mine[pick] == mine["gold"]), (name, mine["line"], metric)
+    assert checked >= 3 * ties and checked > 50  # most picks are clear, and those agree

@@ -4,7 +4,7 @@ without importing each other."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tokenmill.errors import UserError
@@ -22,7 +22,10 @@ class Item:
     has one pair) and the index of the correct one. `line` is the item's 1-based line in the file
     (a BIG-bench example: its index in `examples`). `header` is task-level text shown once at the
     top of the prompt, before any shots (MMLU's subject line, BIG-bench's `task_prefix`);
-    `shot_separator` follows each solved shot."""
+    `shot_separator` follows each solved shot. `choices` are the answers as lm-evaluation-harness's
+    `doc_to_choice` gives them, whose lengths `acc_norm` and `acc_bytes` divide by: the
+    continuation without its target delimiter (one leading space) unless a layout sets them
+    (winogrande: the filled-in contexts, as lm-eval's `doc_to_choice` returns them)."""
 
     contexts: list[str]
     continuations: list[str]
@@ -30,10 +33,15 @@ class Item:
     line: int
     header: str = ""
     shot_separator: str = SHOT_SEPARATOR
+    choices: list[str] = field(default_factory=list)
 
     def solved(self) -> str:
         """The item with its correct answer: what a k-shot prompt shows."""
         return self.contexts[self.gold] + self.continuations[self.gold]
+
+    def choice_texts(self) -> list[str]:
+        """`choices`, or each continuation less lm-eval's default target delimiter " "."""
+        return self.choices or [c.removeprefix(" ") for c in self.continuations]
 
 
 @dataclass

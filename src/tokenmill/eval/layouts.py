@@ -187,7 +187,8 @@ def _bigbench_example(fmt: BigBenchFormat, ex: Any, mc: bool, index: int, where:
     if any(not (moved + k) for k in scores):
         raise TaskError(f"{where}: target_scores has an empty choice")
     gold = list(scores.values()).index(max(scores.values()))
-    return Item([ctx] * len(scores), [moved + k for k in scores], gold, index, fmt.task_prefix, fmt.separator)
+    choices = list(scores)  # lm-eval's doc_to_choice: the targets themselves, whatever spaces moved before them
+    return Item([ctx] * len(scores), [moved + k for k in scores], gold, index, fmt.task_prefix, fmt.separator, choices)
 
 
 def load_bigbench(path: Path, mode: Literal["auto", "multiple_choice", "generate"]) -> list[Item | GenItem]:

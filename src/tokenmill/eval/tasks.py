@@ -1,27 +1,35 @@
 """Downstream tasks read from local JSONL files in the public layouts (hellaswag, arc, piqa,
-winogrande, lambada; MMLU and BIG-bench task.json in eval/layouts.py), scored by log-likelihood the
-way lm-evaluation-harness does.
+winogrande, lambada; MMLU and BIG-bench task.json in eval/layouts.py), scored by log-likelihood
+with lm-evaluation-harness's metric definitions (0.4.x, `ConfigurableTask.process_results`).
 
 Every item becomes one or more (context, continuation) requests; a request's score is the summed
 log-probability of the continuation's tokens given the context.
 
 * Multiple choice (hellaswag, arc, piqa, winogrande): `acc` picks the choice with the highest
-  log-likelihood, `acc_norm` the highest log-likelihood per UTF-8 byte of the scored continuation
-  string (leading space included). Ties go to the first choice.
+  log-likelihood; `acc_norm` the highest log-likelihood per character of the choice, `acc_bytes`
+  per UTF-8 byte of it, where the choice is lm-eval's `doc_to_choice` string: the answer without
+  the target delimiter (the leading space the scored continuation carries), and for winogrande
+  the filled-in context (`Item.choices`). Ties go to the first choice, as numpy's argmax.
+  Each item's log-likelihoods, gold index and picks are kept in the result's `items`, so a score
+  can be compared with lm-eval's item by item.
 * winogrande is scored partially (lm-eval's way): the context is the sentence up to the blank with
   each option filled in, the continuation (the rest of the sentence) is the same for both options.
 * lambada: the context is the text up to its last word, the continuation " <last word>". `acc`:
   greedy decoding (argmax at every continuation position) reproduces the target tokens; also the
-  mean over items of the target's summed log-likelihood (`mean_logprob`).
+  mean over items of the target's summed log-likelihood (`mean_logprob`); per item both, in `items`.
 
 Prompts. Every prompt starts at EOS (as after a previous document in training, the same as the
-held-out perplexity). With `shots` > 0, that many solved examples (context + correct continuation)
-are taken from the *other* items of the file, chosen by `random.Random(item index)` and joined by
-blank lines before the item's context.
+held-out perplexity; an export's tokenizer prepends the same token, export/hf.py). With
+`shots` > 0, that many solved examples (context + correct continuation) are taken from the
+*other* items of the file, chosen by `random.Random(item index)` and joined by blank lines
+before the item's context (lm-eval draws its shots from the task's few-shot split instead).
 
 Tokenization and the context/continuation boundary. Context and continuation are encoded
 separately (without special tokens) and their ids concatenated, so the scored tokens are exactly
-the continuation's own encoding whatever BPE would merge across the boundary. Inputs longer than
+the continuation's own encoding whatever BPE would merge across the boundary. lm-eval's HF model
+encodes context + continuation together and splits at the context's length: the same ids
+whenever the pre-tokenizer splits at the boundary (a continuation starting with a space after a
+non-space, as in every layout here), not otherwise (docs/evaluation.md). Inputs longer than
 the model's window keep their last `max_seq_len + 1` tokens (the context is cut on the left); a
 continuation that alone does not fit is a UserError.
 
@@ -50,10 +58,11 @@ MULTIPLE_CHOICE = ("hellaswag", "arc", "piqa", "winogrande")
 
 @dataclass
 class ItemScore:
-    """Per choice: summed log-likelihood of the continuation, its byte length, and whether greedy
-    decoding reproduces it."""
+    """Per choice: summed log-likelihood of the continuation, the length of the choice in characters
+    and in UTF-8 bytes (`Item.choice_texts`), and whether greedy decoding reproduces it."""
 
     logprobs: list[float] = field(default_factory=list)
+    n_chars: list[int] = field(default_factory=list)
     n_bytes: list[int] = field(default_factory=list)
     greedy: list[bool] = field(default_factory=list)
     gold: int = 0
@@ -128,7 +137,8 @@ def _winogrande(rec: dict, where: str) -> Item:
         raise TaskError(f'{where}: field \'answer\' must be "1" or "2", got {answer!r}')
     cut = sentence.index("_")
     rest = " " + sentence[cut + 1 :].strip()
-    return Item([sentence[:cut] + o for o in options], [rest, rest], int(answer) - 1, 0)
+    filled = [sentence[:cut] + o for o in options]
+    return Item(filled, [rest, rest], int(answer) - 1, 0, choices=filled)
 
 
 def _lambada(rec: dict, where: str) -> Item:
@@ -325,10 +335,11 @@ def item_scores(
     scores = [ItemScore(gold=items[i].gold) for i in range(n)]
     k = 0
     for i in range(n):
-        for cont in items[i].continuations:
+        for choice in items[i].choice_texts():
             ll, greedy = results[k]
             scores[i].logprobs.append(ll)
-            scores[i].n_bytes.append(len(cont.encode("utf-8")))
+            scores[i].n_chars.append(len(choice))
+            scores[i].n_bytes.append(len(choice.encode("utf-8")))
             scores[i].greedy.append(greedy)
             k += 1
     return scores
@@ -338,15 +349,41 @@ def _argmax(values: list[float]) -> int:
     return max(range(len(values)), key=lambda j: (values[j], -j))  # first of ties
 
 
-def summarize(cfg: TaskConfig, scores: list[ItemScore]) -> dict[str, Any]:
+def _per_length(logprobs: list[float], lengths: list[int]) -> list[float]:
+    return [lp / max(n, 1) for lp, n in zip(logprobs, lengths)]  # an empty choice counts as 1 (lm-eval would divide by 0)
+
+
+def summarize(cfg: TaskConfig, scores: list[ItemScore], lines: list[int] | None = None) -> dict[str, Any]:
+    """The task's figures and, in `items`, each item's: its line in the file (`lines`, default
+    1, 2, ...), the per-choice log-likelihoods and lengths (characters, UTF-8 bytes), the gold
+    index and the picks of acc, acc_norm and acc_bytes (lambada: the target's log-likelihood and
+    whether greedy decoding reproduces it).
+    `items` is bounded by the task: at most one short record per item scored (`limit`), far
+    smaller than the item's own text, which the file's `max_bytes` caps."""
     n = len(scores)
+    lines = lines if lines is not None else list(range(1, n + 1))
     out: dict[str, Any] = {"name": cfg.name, "format": cfg.format, "shots": cfg.shots, "n": n}
     if cfg.format == "lambada":
         out["acc"] = sum(s.greedy[0] for s in scores) / n
         out["mean_logprob"] = sum(s.logprobs[0] for s in scores) / n
-    else:
-        out["acc"] = sum(_argmax(s.logprobs) == s.gold for s in scores) / n
-        out["acc_norm"] = sum(_argmax([lp / max(b, 1) for lp, b in zip(s.logprobs, s.n_bytes)]) == s.gold for s in scores) / n
+        out["items"] = [{"line": ln, "logprob": s.logprobs[0], "greedy": s.greedy[0]} for ln, s in zip(lines, scores)]
+        return out
+    rows = [
+        {
+            "line": ln,
+            "gold": s.gold,
+            "logprobs": s.logprobs,
+            "chars": s.n_chars,
+            "bytes": s.n_bytes,
+            "pick": _argmax(s.logprobs),
+            "pick_norm": _argmax(_per_length(s.logprobs, s.n_chars)),
+            "pick_bytes": _argmax(_per_length(s.logprobs, s.n_bytes)),
+        }
+        for ln, s in zip(lines, scores)
+    ]
+    for metric, key in (("acc", "pick"), ("acc_norm", "pick_norm"), ("acc_bytes", "pick_bytes")):
+        out[metric] = sum(r[key] == r["gold"] for r in rows) / n
+    out["items"] = rows
     return out
 
 
@@ -440,8 +477,8 @@ def score_task(
     pad_id: int = 0,
     sandbox: SandboxConfig | None = None,
 ) -> dict[str, Any]:
-    """{"name", "format", "shots", "n", "acc", "acc_norm"} (multiple choice),
-    {"name", "format", "shots", "n", "acc", "mean_logprob"} (lambada), or for generative items
+    """{"name", "format", "shots", "n", "acc", "acc_norm", "acc_bytes", "items"} (multiple choice),
+    {"name", "format", "shots", "n", "acc", "mean_logprob", "items"} (lambada), or for generative items
     {"name", "format", "shots", "n", "acc", "exact_match", ["exact_match_mean"], "outputs"}
     (eval/generative.py; acc = exact_match), or for code items {"name", "format", "shots", "n",
     "acc", "pass@k" for each k, "outputs"} (acc = pass@ the smallest k; each completion run by
@@ -465,4 +502,5 @@ def score_task(
         answers = generate_answers(model, tokenizer, cfg, gen_items, device, max_seq_len, eos_id, pad_id, batch_size)
         return exact_match_summary(cfg, gen_items, answers)
     items = [it for it in loaded if isinstance(it, Item)]
-    return summarize(cfg, item_scores(model, tokenizer, cfg, items, device, batch_size, max_seq_len, eos_id, pad_id))
+    scores = item_scores(model, tokenizer, cfg, items, device, batch_size, max_seq_len, eos_id, pad_id)
+    return summarize(cfg, scores, [it.line for it in items[: len(scores)]])

@@ -7,9 +7,13 @@
                                model.layers.N.mlp.{gate,up,down}_proj.weight,
                                model.layers.N.{input,post_attention}_layernorm.weight,
                                model.norm.weight, lm_head.weight (only when untied)
-      tokenizer.json           the run's trained tokenizer, byte for byte
-      tokenizer_config.json    PreTrainedTokenizerFast with EOS/BOS/PAD
+      tokenizer.json           the run's trained tokenizer, plus a post-processor that prepends
+                               <|endoftext|> (see "Document start" below)
+      tokenizer_config.json    PreTrainedTokenizerFast: bos_token = eos_token = <|endoftext|>, PAD
       special_tokens_map.json
+      generation_config.json
+Every file gets the mode a newly created file gets under the process's umask (safetensors writes
+its file 0600 whatever the umask; the weights are no more private than the config beside them).
 
 tokenmill's module names follow HF Llama, so the weights need only the "model." prefix, except the
 fused projections (qkv_proj, gate_up_proj), which are split back into HF's q/k/v and gate/up
@@ -23,9 +27,19 @@ original length (tokenmill computes YaRN's defaults: beta_fast 32, beta_slow 1, 
 Models that Llama cannot represent (LayerNorm, GELU FFN, learned positions, QK-norm, sliding window,
 MoE, μP) are refused with one error naming every such option.
 
+Document start. tokenmill trains on documents that each follow an `<|endoftext|>`, and scores every
+prompt after one (eval/tasks.py). So the export's tokenizer prepends it: tokenizer.json gets a
+`TemplateProcessing` post-processor (single "<|endoftext|> $A"), which transformers applies in
+`tokenizer(text)` and `encode(text)` unless `add_special_tokens=False`, and the configs name
+<|endoftext|> as the BOS token (bos_token, bos_token_id, add_bos_token: true), so that tools which
+add "the BOS" themselves or pass `add_bos_token` (lm-evaluation-harness's HF model, whose
+loglikelihood prefix for an empty context is bos_token_id) add the same token and no other.
+`<|bos|>` (id 1) is in the vocabulary but never trained; naming it the BOS would condition every
+prompt on an untrained embedding.
+
 One difference stays: tokenmill encodes special-token strings found in text (`<|endoftext|>`) as
 ordinary text, while a `PreTrainedTokenizerFast` turns them into the special id. Text without those
-strings encodes to the same ids.
+strings encodes to the same ids (after the prepended <|endoftext|>).
 """
 
 from __future__ import annotations
@@ -33,6 +47,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +61,10 @@ from tokenmill.model.fused import split_tensors
 from tokenmill.model.transformer import resolve_ffn_hidden
 from tokenmill.model.rope import original_length
 from tokenmill.tokenizer.special import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID
+
+# The document-start token the model was trained to follow, which the export's tokenizer prepends and
+# names its BOS.
+DOC_START, DOC_START_ID = EOS, EOS_ID
 
 HF_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
@@ -122,7 +141,7 @@ def llama_config(cfg: ModelConfig) -> dict[str, Any]:
         "tie_word_embeddings": bool(cfg.tie_embeddings),
         "torch_dtype": "float32",
         "use_cache": True,
-        "bos_token_id": BOS_ID,
+        "bos_token_id": DOC_START_ID,
         "eos_token_id": EOS_ID,
         "pad_token_id": PAD_ID,
     }
@@ -169,14 +188,31 @@ def _check_tokenizer(tok_path: Path, vocab_size: int) -> None:
             raise ExportError(f"{tok_path}: special token {text} has id {tok.token_to_id(text)}, expected {i}")
 
 
+def export_tokenizer_json(tokenizer_json: Path, dest: Path) -> None:
+    """The run's tokenizer with a post-processor that prepends the document-start token (pairs,
+    which no causal tool encodes, get it before each part). A template the file already has (an
+    earlier export's, passed as --tokenizer) is replaced, so the token is never added twice; any
+    other post-processor (say ByteLevel's offset trimming) runs first."""
+    from tokenizers import Tokenizer, processors
+
+    tok = Tokenizer.from_file(str(tokenizer_json))
+    start = processors.TemplateProcessing(
+        single=f"{DOC_START} $A", pair=f"{DOC_START} $A {DOC_START} $B", special_tokens=[(DOC_START, DOC_START_ID)]
+    )
+    old = json.loads(tok.to_str()).get("post_processor")
+    keep = old is not None and old.get("type") != "TemplateProcessing"
+    tok.post_processor = processors.Sequence([tok.post_processor, start]) if keep else start
+    tok.save(str(dest))
+
+
 def tokenizer_config() -> dict[str, Any]:
     return {
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": BOS,
+        "bos_token": DOC_START,
         "eos_token": EOS,
         "pad_token": PAD,
         "unk_token": None,
-        "add_bos_token": False,
+        "add_bos_token": True,
         "add_eos_token": False,
         "clean_up_tokenization_spaces": False,
         "model_max_length": None,
@@ -236,25 +272,19 @@ def _write_export(tmp: Path, model: Any, cfg: ModelConfig, step: int, tokenizer_
     conf = llama_config(cfg)
     (tmp / "config.json").write_text(json.dumps(conf, indent=2) + "\n", encoding="utf-8")
     (tmp / "generation_config.json").write_text(
-        json.dumps({"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}, indent=2) + "\n", encoding="utf-8"
+        json.dumps({"bos_token_id": DOC_START_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}, indent=2) + "\n",
+        encoding="utf-8",
     )
-    shutil.copyfile(tokenizer_json, tmp / "tokenizer.json")
+    export_tokenizer_json(tokenizer_json, tmp / "tokenizer.json")
     (tmp / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(), indent=2) + "\n", encoding="utf-8")
     (tmp / "special_tokens_map.json").write_text(
-        json.dumps({"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}, indent=2) + "\n", encoding="utf-8"
+        json.dumps({"bos_token": DOC_START, "eos_token": EOS, "pad_token": PAD}, indent=2) + "\n", encoding="utf-8"
     )
     write_marker(tmp, EXPORT_STAGE, outputs=EXPORT_FILES)
-    _same_modes(tmp)
-
-
-def _same_modes(folder: Path) -> None:
-    """Every file the mode a new file gets here (0644 under the usual umask): safetensors writes
-    model.safetensors 0600, so the weights alone were unreadable to the group the other files share."""
-    mask = os.umask(0)  # the umask is only read by setting it: put it back at once
-    os.umask(mask)
-    for path in folder.iterdir():
-        if path.is_file():
-            path.chmod(0o666 & ~mask)
+    # config.json was created like any file of this process: every other file gets its mode
+    mode = stat.S_IMODE((tmp / "config.json").stat().st_mode)
+    for name in EXPORT_FILES:
+        os.chmod(tmp / name, mode)
 
 
 def export_hf(checkpoint: Path, out: Path, tokenizer_json: Path | None = None, overwrite: bool = False) -> Path:

@@ -6,9 +6,10 @@ What the reference shares with tokenmill, and what it does not. It reads the sam
 (tokenmill's item loading and shot text, `prompt_prefix`: parsing is not what is compared) and
 judges answers the same way (exact match through `generative.exact_match`, whose normalisation
 is tested against lm-eval's documented examples; code through the sandbox). Everything between
-is its own: the prompt ids are the EOS id + the HF tokenizer's ids of the prompt text (special-token
-strings in it encoded as text, as tokenmill does), cut on the
-left to leave `max_new_tokens` in the window; `model.generate(do_sample=False)` decodes one item
+is its own: the prompt ids are the HF tokenizer's ids of the prompt text, with the document-start
+token the export's tokenizer prepends itself (so an export that does not is caught; special-token
+strings in the text encoded as text, as tokenmill does), cut on the left to leave
+`max_new_tokens` in the window; `model.generate(do_sample=False)` decodes one item
 at a time (no padding, so no attention-mask arithmetic in the comparison); the new ids end at the
 first EOS, are decoded by the HF tokenizer with special tokens skipped (as lm-eval's HF model
 does), and the text is cut at the first stop string here, not by tokenmill's `cut_at_stop`.
@@ -92,15 +93,17 @@ def _cut(text: str, stops: list[str]) -> str:
 
 @torch.no_grad()
 def reference_answer(ref: Reference, text: str, cfg: TaskConfig, window: int) -> str:
-    """The greedy answer to prompt `text` ([EOS] + its ids, left-cut to window - max_new_tokens)."""
+    """The greedy answer to prompt `text` (its ids, which the export's tokenizer starts with EOS, left-cut
+    to window - max_new_tokens)."""
     room = window - cfg.generation.max_new_tokens
     if room < 1:
         raise ReferenceError(
             f"task {cfg.name!r}: max_new_tokens={cfg.generation.max_new_tokens} leaves no room in a {window}-token window"
         )
+    # The tokenizer's own special tokens: an export prepends the EOS every tokenmill prompt starts with.
     # split_special_tokens: "<|endoftext|>" written in a prompt is text, as tokenmill encodes it
-    enc = ref.tokenizer(text, add_special_tokens=False, split_special_tokens=True)
-    ids = ([ref.eos_id] + enc["input_ids"])[-room:]
+    enc = ref.tokenizer(text, split_special_tokens=True)
+    ids = enc["input_ids"][-room:]
     inp = torch.tensor([ids], dtype=torch.long)
     out = ref.model.generate(
         input_ids=inp,

@@ -157,8 +157,10 @@ def _eval_audits(last: dict) -> str:
         out += [
             "<h3>Tasks</h3><p>Scored by log-likelihood of each continuation (multiple choice), greedy "
             "last-word match (cloze), or the greedy answer's exact match and, for code, pass@k of the "
-            "completions run in the sandbox (generation), from local files; contamination = share of the "
-            "set's token n-grams found in the training tokens.</p>",
+            "completions run in the sandbox (generation), from local files, with lm-evaluation-harness's "
+            "metrics: acc_norm divides each choice's log-likelihood by its length in characters (acc_bytes, "
+            "in eval/STEP.json: in UTF-8 bytes); every item's log-likelihoods are in eval/STEP.json. "
+            "Contamination = share of the set's token n-grams found in the training tokens.</p>",
             table(["task", "format", "shots", "items", "acc", "other metric", "contamination"], rows),
         ]
     out.append(_semantic(contamination))

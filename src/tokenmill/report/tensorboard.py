@@ -88,7 +88,7 @@ def eval_scalars(record: dict[str, Any]) -> list[Scalar]:
             if (v := _number(m.get(key))) is not None:
                 out.append((f"probes/{name}/{key}", v, step))
     for task in record.get("tasks") or []:
-        for key in ("acc", "acc_norm"):
+        for key in ("acc", "acc_norm", "acc_bytes"):
             if (v := _number(task.get(key))) is not None:
                 out.append((f"tasks/{task['name']}/{key}", v, step))
     return out
