@@ -22,8 +22,8 @@ def _probes(evals: list[dict]) -> str:
     out = [
         "<h3>Probes</h3><p>Small fixed text sets chosen for this run, scored at every evaluation.</p>",
         table(
-            ["probe set", "docs", "tokens", "loss", "bpb"],
-            [[n, last[n]["docs"], last[n]["tokens"], last[n]["loss"], last[n]["bpb"]] for n in names],
+            ["probe set", "docs", "tokens", "loss", "bpb ± 95%"],
+            [[n, last[n]["docs"], last[n]["tokens"], last[n]["loss"], bpb_text(last[n])] for n in names],
         ),
     ]
     series = {
