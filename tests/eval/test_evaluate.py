@@ -1,11 +1,13 @@
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
 from tokenmill.eval.evaluate import Evaluator, write_eval
-from tokenmill.eval.unigram import unigram_logprobs
+from tokenmill.eval.perplexity import bpb_interval, doc_targets
+from tokenmill.eval.unigram import unigram_logprobs, unigram_nll
 from tokenmill.tokens.store import TokenStore
 
 from tests.conftest import ContextFreeModel
@@ -14,6 +16,7 @@ from tests.conftest import ContextFreeModel
 def test_a_model_equal_to_the_unigram_scores_the_unigram_bpb(tokenized_run):
     store = TokenStore(tokenized_run.sub("tokens"))
     ev = Evaluator(store, seq_len=64, max_docs=None, batch_size=8)
+    checked = 0
     for bucket in ("code", "prose"):
         model = ContextFreeModel(unigram_logprobs(store, bucket))
         m = ev.score(model, torch.device("cpu"))[bucket]
@@ -22,6 +25,19 @@ def test_a_model_equal_to_the_unigram_scores_the_unigram_bpb(tokenized_run):
         assert m["docs"] == val["docs"] and m["bytes"] == val["bytes"]
         assert m["tokens"] == val["tokens"] - val["docs"]  # closing EOS not scored
         assert math.isclose(m["ppl"], math.exp(m["loss"]), rel_tol=1e-9)
+        # the interval is over documents: each document's own unigram NLL, computed apart
+        logp = unigram_logprobs(store, bucket)
+        docs = store.docs(bucket, "val")
+        per_doc = np.array([unigram_nll(logp, doc_targets(shard.doc(i))) for shard, i in docs])
+        n_bytes = np.array([shard.doc_table().column("n_bytes")[i].as_py() for shard, i in docs])
+        ci = bpb_interval(per_doc, n_bytes)
+        if ci is None:  # a single held-out document: no spread to measure
+            assert len(docs) == 1 and m["bpb_ci_low"] is None and m["bpb_ci_high"] is None
+            continue
+        assert math.isclose(m["bpb_ci_low"], ci[0], rel_tol=1e-4) and math.isclose(m["bpb_ci_high"], ci[1], rel_tol=1e-4)
+        assert m["bpb_ci_low"] < m["bpb"] < m["bpb_ci_high"] and m["bpb_ci_level"] == 0.95
+        checked += 1
+    assert checked  # at least one bucket has an interval to compare
 
 
 def test_uniform_model_scores_log2_vocab_bits_per_token(tokenized_run):

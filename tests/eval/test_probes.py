@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from tokenmill.config import ProbeConfig
+from tokenmill.eval.perplexity import bpb_interval
 from tokenmill.eval.probes import ProbeError, load_probes, probe_texts, score_probes
 from tokenmill.tokenizer.bpe import load_tokenizer
 from tokenmill.tokens.store import TokenStore
@@ -42,6 +43,10 @@ def test_a_context_free_model_scores_the_independent_unigram_sum(tokenized_run, 
     n_bytes = sum(len(t.encode("utf-8")) for t in texts)
     assert got["docs"] == 2 and got["tokens"] == sum(len(i) for i in ids) and got["bytes"] == n_bytes
     assert math.isclose(got["bpb"], nll / (math.log(2) * n_bytes), rel_tol=1e-5)
+    # the interval is over the set's probes, each scored apart
+    per_probe = np.array([-float(logp[i].double().sum()) for i in ids])
+    low, high = bpb_interval(per_probe, np.array([len(t.encode("utf-8")) for t in texts]))
+    assert math.isclose(got["bpb_ci_low"], low, rel_tol=1e-4) and math.isclose(got["bpb_ci_high"], high, rel_tol=1e-4)
 
 
 def test_packaged_probe_sets_of_the_demo_load():

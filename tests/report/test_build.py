@@ -124,7 +124,7 @@ def test_slice_table_lists_every_evaluation_step():
                                                    "unigram_bpb": 2.5}}}
     page = section_eval([record(10, 2.25), record(20, 1.875), record(30, 1.625)])
     table_html = page[page.index("at every evaluation"):]
-    assert all(f"<td>{v}</td>" in table_html for v in ("10", "20", "30", "2.25", "1.875", "1.625"))
+    assert all(f"<td>{v}</td>" in table_html for v in ("10", "20", "30", "2.250", "1.875", "1.625"))  # bpb: 3 decimals
 
 
 def test_a_continued_run_shows_its_source_and_the_forgetting_table(tmp_path):

@@ -26,3 +26,21 @@ def test_long_context_positions_and_passkey_are_shown():
 
 def test_no_long_context_no_section():
     assert "Long context" not in section_eval([_record()])
+
+
+def _bucket(docs, tokens, bpb, half):
+    return {"docs": docs, "tokens": tokens, "loss": 2.0, "ppl": 7.4, "bpb": bpb, "unigram_bpb": 3.0,
+            "bpb_ci_low": bpb - half, "bpb_ci_high": bpb + half, "bpb_ci_level": 0.95}
+
+
+def test_every_bpb_figure_carries_its_interval_and_small_buckets_are_warned_about():
+    early = {"step": 5, "buckets": {"web": _bucket(40, 20_000, 2.5, 0.2), "books": _bucket(2, 1026, 3.0, 1.5)}}
+    last = {"step": 10, "buckets": {"web": _bucket(40, 20_000, 2.0, 0.08), "books": _bucket(2, 1026, 2.7, 1.4)}}
+    watched = [{"step": 10, "buckets": {"web": _bucket(40, 20_000, 2.01, 0.09)}, "tasks": [], "device": "cpu"}]
+    page = section_eval([early, last], watched)
+    for figure in ("2.000 ± 0.080", "2.700 ± 1.400", "2.500 ± 0.200", "3.000 ± 1.500", "2.010 ± 0.090"):
+        assert figure in page  # the latest table, the table over steps, the watcher's table
+    assert "Too few held-out documents" in page
+    assert "books: scored on 2 documents (fewer than 9)" in page and "web:" not in page.split("Too few")[1]
+    ok = {"step": 10, "buckets": {"web": _bucket(40, 20_000, 2.0, 0.08)}}
+    assert "Too few held-out documents" not in section_eval([ok]) and "2.000 ± 0.080" in section_eval([ok])

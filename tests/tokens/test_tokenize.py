@@ -277,3 +277,33 @@ def test_heldout_duplicates_train_instead_with_no_list_of_ids_in_the_planner(par
     tasks = tz.plan_parts(parted_run, parted_run.sub("tokens.parts"), "tiktoken", np.dtype(np.uint16))
     assert [t.moved for t in tasks if copied in t.moved] == [frozenset({copied})]
     assert not hasattr(tasks[0], "held")
+
+
+def test_a_bucket_with_too_small_a_heldout_set_is_warned_about_once(curated_run, capsys):
+    from tokenmill.tokens.heldout_size import MIN_HELDOUT_DOCS, too_small
+
+    # prose (40 documents) can hold out 10; code has 4 documents, so 3 at most: only code is warned about
+    curated_run.config.tokenize.min_val_docs = 10
+    run_tokenizer(curated_run)
+    run_tokenize(curated_run)
+    err = capsys.readouterr().err
+    meta = TokenStore(curated_run.sub("tokens")).meta["buckets"]
+    warned = {e["bucket"]: e for e in curated_run.events.read() if e["kind"] == "small_heldout"}
+    for bucket, splits in meta.items():
+        val = splits["val"]
+        assert (bucket in warned) == too_small(val["docs"], val["tokens"] - val["docs"])
+    assert set(warned) == {"code"} and meta["prose"]["val"]["docs"] == 10 >= MIN_HELDOUT_DOCS
+    code = warned["code"]
+    assert code["docs"] == 3 and code["tokens"] == meta["code"]["val"]["tokens"] - 3
+    assert "bucket 'code' holds out 3 documents (fewer than 9)" in code["message"] and "4 documents in all" in code["message"]
+    lines = [line for line in err.splitlines() if "holds out" in line]
+    assert lines == [code["message"]]  # one line, on the console as in the log
+
+
+def test_no_warning_when_nothing_is_held_out_on_purpose(curated_run, capsys):
+    curated_run.config.tokenize.val_fraction = 0.0
+    curated_run.config.tokenize.min_val_docs = 0
+    assert tz.warn_small_heldout(curated_run, {"code": {"train": {"docs": 4}, "val": {"docs": 0, "tokens": 0}}}) == []
+    curated_run.config.tokenize.min_val_docs = 1  # held out, but one document: warned
+    lines = tz.warn_small_heldout(curated_run, {"code": {"train": {"docs": 40}, "val": {"docs": 1, "tokens": 900}}})
+    assert len(lines) == 1 and "1 document (fewer than 9) and 899 tokens" in lines[0] and lines[0] in capsys.readouterr().err

@@ -1,7 +1,7 @@
 """The eval stage and the in-training evaluator: per-bucket scores, baseline, samples, files.
 
 Every evaluation writes `eval/<step>.json` = {"step", "buckets": {b: {loss, ppl, bpb,
-unigram_bpb, ...}}, "samples": [...]} and an `eval` event with the same figures.
+bpb_ci_low, bpb_ci_high, docs, tokens, unigram_bpb, ...}}, "samples": [...]} and an `eval` event with the same figures.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from tokenmill.data.canaries import load_canaries
 from tokenmill.eval.canaries import canary_exposure
 from tokenmill.eval.generate import generate_batch
-from tokenmill.eval.perplexity import Score, doc_targets, doc_windows, windows_nll
+from tokenmill.eval.perplexity import Score, doc_targets, doc_windows, interval_fields, windows_nll_each
 from tokenmill.eval.probes import ProbeSet, load_probes, score_probes
 from tokenmill.eval.progress_lines import bucket_lines
 from tokenmill.eval.unigram import unigram_logprobs, unigram_nll
@@ -41,24 +41,34 @@ class Evaluator:
         self.windows: dict[str, list[np.ndarray]] = {}
         self.baseline: dict[str, Score] = {}
         self.counts: dict[str, Score] = {}
+        # per bucket: the document each window belongs to, and each document's UTF-8 bytes, so the
+        # windows' NLL sums back to one value per document for the interval (documents are its unit)
+        self.owners: dict[str, np.ndarray] = {}
+        self.doc_bytes: dict[str, np.ndarray] = {}
         for bucket in store.buckets:
             docs = store.docs(bucket, "val")[:max_docs]
             if not docs:
                 continue
             logp = unigram_logprobs(store, bucket)
             tables: dict[Path, list[int]] = {}
-            count, base, windows = Score(), Score(), []
-            for shard, i in docs:
+            count, base, windows, owners = Score(), Score(), [], []
+            for k, (shard, i) in enumerate(docs):
                 n_bytes = tables.setdefault(shard.prefix, shard.doc_table().column("n_bytes").to_pylist())[i]
                 doc = shard.doc(i)
                 targets = doc_targets(doc)
-                windows += doc_windows(doc, seq_len, store.eos_id)
+                pieces = doc_windows(doc, seq_len, store.eos_id)
+                windows += pieces
+                owners += [k] * len(pieces)
                 piece = Score(tokens=len(targets), bytes=n_bytes, docs=1)
                 count.add(piece)
                 base.add(Score(nll=unigram_nll(logp, targets), tokens=piece.tokens, bytes=n_bytes, docs=1))
             self.windows[bucket], self.counts[bucket], self.baseline[bucket] = windows, count, base
+            self.owners[bucket] = np.asarray(owners, dtype=np.int64)
+            self.doc_bytes[bucket] = np.asarray([tables[shard.prefix][i] for shard, i in docs], dtype=np.int64)
 
     def score(self, model: torch.nn.Module, device: torch.device, dtype: str = "auto") -> dict[str, dict]:
+        """{bucket: {loss, ppl, bpb, bpb_ci_low, bpb_ci_high, bpb_ci_level, tokens, bytes, docs,
+        unigram_loss, unigram_bpb}} for the model as it is now."""
         was_training = model.training
         model.eval()
         out: dict[str, dict] = {}
@@ -66,9 +76,16 @@ class Evaluator:
             with autocast(device, dtype):
                 for bucket, windows in self.windows.items():
                     s = Score(tokens=self.counts[bucket].tokens, bytes=self.counts[bucket].bytes, docs=self.counts[bucket].docs)
-                    s.nll = windows_nll(model, windows, self.batch_size, device, self.store.pad_id)
+                    each = windows_nll_each(model, windows, self.batch_size, device, self.store.pad_id)
+                    doc_nll = np.bincount(self.owners[bucket], weights=each, minlength=s.docs)
+                    s.nll = float(each.sum())
                     base = self.baseline[bucket].metrics()
-                    out[bucket] = {**s.metrics(), "unigram_loss": base["loss"], "unigram_bpb": base["bpb"]}
+                    out[bucket] = {
+                        **s.metrics(),
+                        **interval_fields(doc_nll, self.doc_bytes[bucket]),
+                        "unigram_loss": base["loss"],
+                        "unigram_bpb": base["bpb"],
+                    }
         finally:
             model.train(was_training)
         return out

@@ -22,7 +22,7 @@ import torch
 from tokenmill.eval.config import ProbeConfig
 from tokenmill.data.jsonl import json_objects
 from tokenmill.errors import UserError
-from tokenmill.eval.perplexity import Score, doc_targets, doc_windows, windows_nll
+from tokenmill.eval.perplexity import Score, doc_targets, doc_windows, interval_fields, windows_nll_each
 from tokenmill.eval.tasks import task_path
 from tokenmill.train.device import autocast
 
@@ -36,6 +36,8 @@ class ProbeSet:
     name: str
     windows: list[np.ndarray] = field(default_factory=list)
     count: Score = field(default_factory=Score)
+    owners: list[int] = field(default_factory=list)  # the probe each window belongs to
+    doc_bytes: list[int] = field(default_factory=list)  # each probe's UTF-8 bytes (the interval's unit)
 
 
 def probe_texts(path: Path) -> list[str]:
@@ -63,16 +65,20 @@ def load_probes(cfgs: list[ProbeConfig], tokenizer: Any, eos_id: int, seq_len: i
         ps = ProbeSet(cfg.name)
         for text in probe_texts(task_path(cfg.path)):
             doc = np.asarray(tokenizer.encode(text).ids + [eos_id], dtype=np.int64)
-            ps.windows += doc_windows(doc, seq_len, eos_id)
-            ps.count.add(Score(tokens=len(doc_targets(doc)), bytes=len(text.encode("utf-8")), docs=1))
+            pieces = doc_windows(doc, seq_len, eos_id)
+            ps.owners += [len(ps.doc_bytes)] * len(pieces)
+            ps.windows += pieces
+            ps.doc_bytes.append(len(text.encode("utf-8")))
+            ps.count.add(Score(tokens=len(doc_targets(doc)), bytes=ps.doc_bytes[-1], docs=1))
         sets.append(ps)
     return sets
 
 
 def score_probes(
     model: torch.nn.Module, probes: list[ProbeSet], device: torch.device, batch_size: int, pad_id: int, dtype: str = "auto"
-) -> dict[str, dict[str, float | int]]:
-    """{probe set: {loss, ppl, bpb, tokens, bytes, docs}} for the model as it is now."""
+) -> dict[str, dict[str, float | int | None]]:
+    """{probe set: {loss, ppl, bpb, bpb_ci_low, bpb_ci_high, bpb_ci_level, tokens, bytes, docs}} for
+    the model as it is now; the interval is over the set's probes, as a bucket's is over documents."""
     was_training = model.training
     model.eval()
     out = {}
@@ -80,8 +86,10 @@ def score_probes(
         with autocast(device, dtype):
             for ps in probes:
                 s = Score(tokens=ps.count.tokens, bytes=ps.count.bytes, docs=ps.count.docs)
-                s.nll = windows_nll(model, ps.windows, batch_size, device, pad_id)
-                out[ps.name] = s.metrics()
+                each = windows_nll_each(model, ps.windows, batch_size, device, pad_id)
+                s.nll = float(each.sum())
+                per_probe = np.bincount(np.asarray(ps.owners, dtype=np.int64), weights=each, minlength=s.docs)
+                out[ps.name] = {**s.metrics(), **interval_fields(per_probe, np.asarray(ps.doc_bytes))}
     finally:
         model.train(was_training)
     return out

@@ -13,6 +13,7 @@ from typing import Any
 from rich.table import Table
 
 from tokenmill import json_limits
+from tokenmill.tokens.heldout_size import TARGET_HALF_WIDTH, shortfall
 
 _STEP_JSON = re.compile(r"^(\d+)\.json$")
 
@@ -26,9 +27,60 @@ def latest_eval(run_path: Path) -> dict[str, Any] | None:
     return json_limits.load_file(max(steps)[1])
 
 
+def bpb_text(m: dict[str, Any], digits: int = 3) -> str:
+    """A bucket's bits-per-byte with its 95% interval: "1.936 ± 0.343"; "1.936 (no interval: 1 document)"
+    under two documents; the bare figure for a record written before intervals were stored."""
+    bpb = f"{m['bpb']:.{digits}f}"
+    low, high = m.get("bpb_ci_low"), m.get("bpb_ci_high")
+    if low is not None and high is not None:
+        return f"{bpb} ± {(high - low) / 2:.{digits}f}"  # the interval is symmetric (bpb_interval)
+    if "bpb_ci_low" in m:
+        return f"{bpb} (no interval: {m.get('docs', 0)} document{'s' if m.get('docs') != 1 else ''})"
+    return bpb
+
+
+def small_sample(m: dict[str, Any]) -> str:
+    """Why a bucket's bits-per-byte is too uncertain to read ("" when it is not): fewer documents
+    or tokens than tokens/heldout_size.py asks for, or a measured interval wider than the target
+    (buckets whose documents differ a lot, code above all, need more than the floor)."""
+    if "docs" not in m or "tokens" not in m:
+        return ""
+    if lacks := shortfall(int(m["docs"]), int(m["tokens"])):
+        return f"scored on {lacks}"
+    low, high = m.get("bpb_ci_low"), m.get("bpb_ci_high")
+    if low is not None and high is not None and m["bpb"] > 0:
+        rel = (high - low) / 2 / m["bpb"]
+        if rel > TARGET_HALF_WIDTH:
+            return f"95% interval ±{rel:.0%} of bpb, wider than ±{TARGET_HALF_WIDTH:.0%}"
+    return ""
+
+
+def _more_docs(record: dict[str, Any], m: dict[str, Any]) -> str:
+    """The setting that gives a bucket more documents: the scoring cap when it is what binds
+    (eval.max_docs for a checkpoint's evaluation, train.eval_docs in training), else the split."""
+    cap = record.get("docs_per_bucket")
+    if isinstance(cap, int) and m.get("docs") == cap:
+        return "raise eval.max_docs" if "checkpoint" in record else "raise train.eval_docs"
+    return "raise tokenize.val_fraction or tokenize.min_val_docs"
+
+
+def small_sample_notes(record: dict[str, Any]) -> list[str]:
+    """One line per bucket of the record whose bits-per-byte is too uncertain, with what to change."""
+    return [
+        f"{bucket}: {why}; {_more_docs(record, m)} (docs/evaluation.md)"
+        for bucket, m in sorted(record.get("buckets", {}).items())
+        if (why := small_sample(m))
+    ]
+
+
 def bpb_table(record: dict[str, Any]) -> Table:
-    """Bucket rows: bits-per-byte, unigram bits-per-byte, their ratio, loss, perplexity, documents."""
-    table = Table(title=f"held-out evaluation at step {record.get('step')}", title_justify="left")
+    """Bucket rows: bits-per-byte ± its 95% interval, unigram bits-per-byte, their ratio, loss,
+    perplexity, documents; under the table, a line for each bucket scored on too small a sample."""
+    notes = small_sample_notes(record)
+    caption = "\n".join(["bpb ± half-width of its 95% interval over documents", *(f"warning: {n}" for n in notes)])
+    table = Table(
+        title=f"held-out evaluation at step {record.get('step')}", title_justify="left", caption=caption, caption_justify="left"
+    )
     for col in ("bucket", "bpb", "unigram bpb", "bpb / unigram", "loss", "ppl", "docs"):
         table.add_column(col, justify="left" if col == "bucket" else "right")
     for bucket, m in sorted(record.get("buckets", {}).items()):
@@ -36,7 +88,7 @@ def bpb_table(record: dict[str, Any]) -> Table:
         ratio = f"{m['bpb'] / uni:.3f}" if uni else "—"
         table.add_row(
             bucket,
-            f"{m['bpb']:.3f}",
+            bpb_text(m),
             f"{uni:.3f}" if uni else "—",
             ratio,
             f"{m['loss']:.3f}",

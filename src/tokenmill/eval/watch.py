@@ -20,6 +20,7 @@ import torch
 
 from tokenmill.eval.config import TiersConfig
 from tokenmill.runs import RunDir, atomic_write_text, event_from_line
+from tokenmill.eval.table import bpb_text
 
 WATCH_SOURCE = "watch"  # the "source" of every record the watcher writes (report/run_files.py reads them back)
 
@@ -152,7 +153,7 @@ class Watcher:
         record = {"source": WATCH_SOURCE, "device": str(self.device), **record}
         atomic_write_text(watch_path(self.run, step), json.dumps(record, indent=1))
         self.scored.append(step)
-        bpb = ", ".join(f"{b} bpb {m['bpb']:.4f}" for b, m in record["buckets"].items())
+        bpb = ", ".join(f"{b} bpb {bpb_text(m, 4)}" for b, m in record["buckets"].items())
         self.say(f"step {step}: scored ({bpb})")
 
     def run_until_done(self) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from tokenmill.eval.table import bpb_text
 from tokenmill.report.page import table
 
 
@@ -55,7 +56,7 @@ def section_continued(
             continue
         delta = a["bpb"] - b["bpb"]
         verdict = f'<span class="{"good" if delta < 0 else "bad"}">{delta:+.4f}</span>'
-        rows.append([bucket, "original (replayed)" if bucket in replay else "—", b["bpb"], a["bpb"], verdict])
+        rows.append([bucket, "original (replayed)" if bucket in replay else "—", bpb_text(b), bpb_text(a), verdict])
     out += [
         f"<p>Held-out bits per byte under the inherited weights (step 0) and at step {after['step']}; a "
         "rise on a slice of the original data is forgetting.</p>",

@@ -6,8 +6,10 @@ from __future__ import annotations
 import html
 import math
 
+from tokenmill.eval.table import bpb_text, small_sample_notes
 from tokenmill.report.charts import line_chart
 from tokenmill.report.page import table
+from tokenmill.tokens.heldout_size import MIN_HELDOUT_DOCS, MIN_HELDOUT_TOKENS, TARGET_HALF_WIDTH
 from tokenmill.report.trace_section import canary_traces, memorization_traces
 from tokenmill.report.timeline import task_lines
 
@@ -21,8 +23,8 @@ def _probes(evals: list[dict]) -> str:
     out = [
         "<h3>Probes</h3><p>Small fixed text sets chosen for this run, scored at every evaluation.</p>",
         table(
-            ["probe set", "docs", "tokens", "loss", "bpb"],
-            [[n, last[n]["docs"], last[n]["tokens"], last[n]["loss"], last[n]["bpb"]] for n in names],
+            ["probe set", "docs", "tokens", "loss", "bpb ± 95%"],
+            [[n, last[n]["docs"], last[n]["tokens"], last[n]["loss"], bpb_text(last[n])] for n in names],
         ),
     ]
     series = {
@@ -40,7 +42,7 @@ def _probes(evals: list[dict]) -> str:
 def _slices_over_steps(evals: list[dict]) -> str:
     """Bits-per-byte of every bucket at every evaluation (rows: steps), the table behind the curve."""
     buckets = list(evals[-1]["buckets"])
-    rows = [[e["step"], *(e["buckets"][b]["bpb"] if b in e["buckets"] else "—" for b in buckets)] for e in evals]
+    rows = [[e["step"], *(bpb_text(e["buckets"][b]) if b in e["buckets"] else "—" for b in buckets)] for e in evals]
     return (
         "<details><summary>bits-per-byte by bucket at every evaluation</summary>" + table(["step", *buckets], rows) + "</details>"
     )
@@ -75,7 +77,7 @@ def _watched(watched: list[dict]) -> str:
     rows = []
     for w in watched:
         acc = {t["name"]: t.get("acc") for t in w.get("tasks") or []}
-        bpb = [w["buckets"][b]["bpb"] if b in w["buckets"] else "—" for b in buckets]
+        bpb = [bpb_text(w["buckets"][b]) if b in w["buckets"] else "—" for b in buckets]
         rows.append([w["step"], *bpb, *(acc.get(n, "—") for n in tasks), html.escape(str(w.get("device", "")))])
     return (
         "<h3>Scored by the watcher</h3><p>Checkpoints the expensive tier (eval.tiers) scored in a separate "
@@ -255,6 +257,20 @@ def _canaries(c: dict) -> str:
     )
 
 
+def _small_samples(last: dict) -> str:
+    """A warning under the table for each bucket whose held-out sample is too small to read its
+    bits-per-byte from (tokens/heldout_size.py), with the setting that fixes it."""
+    notes = small_sample_notes(last)
+    if not notes:
+        return ""
+    items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    return (
+        '<p class="bad">Too few held-out documents to trust these bits-per-byte: each needs at least '
+        f"{MIN_HELDOUT_DOCS} documents and {MIN_HELDOUT_TOKENS:,} tokens, and an interval within "
+        f"±{TARGET_HALF_WIDTH:.0%}.</p><ul>{items}</ul>"
+    )
+
+
 def section_eval(evals: list[dict], watched: list[dict] | None = None) -> str:
     if not evals:
         return "<h2>Model</h2><p class=muted>No evaluation yet.</p>" + _watched(watched or [])
@@ -263,12 +279,14 @@ def section_eval(evals: list[dict], watched: list[dict] | None = None) -> str:
     for bucket, m in last["buckets"].items():
         ratio = m["bpb"] / m["unigram_bpb"] if m.get("unigram_bpb") else float("nan")
         verdict = f'<span class="{"good" if ratio < 1 else "bad"}">{ratio:.3f}</span>'
-        rows.append([bucket, m["docs"], m["tokens"], m["loss"], m["ppl"], m["bpb"], m["unigram_bpb"], verdict])
+        rows.append([bucket, m["docs"], m["tokens"], m["loss"], m["ppl"], bpb_text(m), m["unigram_bpb"], verdict])
     out = [
         f"<h2>Model: evaluation at step {last['step']}</h2>",
-        "<p>Held-out documents, scored one by one. Bits-per-byte = Σ NLL / (ln 2 · UTF-8 bytes); "
+        "<p>Held-out documents, scored one by one. Bits-per-byte = Σ NLL / (ln 2 · UTF-8 bytes), ± the "
+        "half-width of its 95% interval over documents (a ratio estimator with Student's t: docs/evaluation.md); "
         "the unigram baseline is fitted on the bucket's training tokens (add-one smoothing).</p>",
-        table(["bucket", "docs", "tokens", "loss", "ppl", "bpb", "unigram bpb", "bpb / unigram"], rows),
+        table(["bucket", "docs", "tokens", "loss", "ppl", "bpb ± 95%", "unigram bpb", "bpb / unigram"], rows),
+        _small_samples(last),
     ]
     if len(evals) > 1:
         series = {}

@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
+from rich.console import Console
 from rich.progress import Progress
 
 from tokenmill import json_limits
@@ -45,8 +46,12 @@ from tokenmill.tokenizer.fast_encode import Encoder, choose_encoder, load_encode
 from tokenmill.tokenizer.special import BOS_ID, EOS_ID, MASK, PAD_ID, sentinel
 from tokenmill.data.curated import bucket_parts, curated_buckets
 from tokenmill.tokens.heldout_dedup import Decision, shuffled_training_duplicates
+from tokenmill.tokens.heldout_size import small_heldout_message, too_small
 from tokenmill.data.heldout_split import HeldoutCut, bucket_cuts
 from tokenmill.tokens.store import SPLITS, Shard, ShardWriter, TokenStoreError, token_dtype
+
+# the stage's own warnings; paths and ids are data, so rich must not read markup from them
+console = Console(stderr=True, soft_wrap=True, markup=False, highlight=False)
 
 PIECES_FORMAT = 1  # bump when what a part piece holds changes: old pieces are then redone
 # Curated Parquet bytes that justify one more worker process. Starting one costs ~0.3 s (spawn +
@@ -460,6 +465,26 @@ def license_tokens(records: list[dict[str, Any]]) -> dict[str, dict[str, dict[st
     return dict(sorted(out.items()))
 
 
+def warn_small_heldout(run: RunDir, buckets: dict[str, dict[str, dict[str, int]]]) -> list[str]:
+    """One line per bucket whose held-out set is too small for a trustworthy bits-per-byte
+    (tokens/heldout_size.py), on the console and as a `small_heldout` event; nothing when the
+    config holds nothing out on purpose (val_fraction and min_val_docs both 0)."""
+    cfg = run.config.tokenize
+    if cfg.val_fraction == 0 and cfg.min_val_docs == 0:
+        return []
+    lines = []
+    for bucket, splits in buckets.items():
+        docs = splits["val"]["docs"]
+        scored = splits["val"]["tokens"] - docs  # each document's closing EOS is stored, not scored
+        if not too_small(docs, scored):
+            continue
+        total = docs + splits["train"]["docs"]
+        lines.append(small_heldout_message(bucket, docs, scored, total, cfg))
+        run.events.write("tokenize", "small_heldout", bucket=bucket, docs=docs, tokens=scored, message=lines[-1])
+        console.print(lines[-1], style="yellow")
+    return lines
+
+
 def run_tokenize(run: RunDir) -> dict[str, Any]:
     cfg = run.config.tokenize
     tok_dir = run.sub("tokenizer")
@@ -507,6 +532,7 @@ def run_tokenize(run: RunDir) -> dict[str, Any]:
         meta["buckets"][bucket] = {s: w.totals for s, w in writers.items()}
         run.events.write("tokenize", "bucket", bucket=bucket, **meta["buckets"][bucket])
 
+    warn_small_heldout(run, meta["buckets"])
     if all("licenses" in r for r in records):  # parts encoded before licenses were counted: none claimed
         meta["licenses"] = license_tokens(records)
     atomic_write_text(tmp / "_meta.json", json.dumps(meta, indent=1))
