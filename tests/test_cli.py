@@ -301,7 +301,7 @@ def test_training_evaluations_print_a_line_per_bucket_and_eval_prints_the_table(
             assert re.search(rf"eval step {step} · {bucket}: \d+\.\d{{3}} bits/byte, \d+\.\d{{3}} of the unigram's", res.output)
     latest = runner.invoke(app, ["eval", str(cfg), *sets])
     assert latest.exit_code == 0, latest.output
-    assert "held-out evaluation at step 4" in latest.output and re.search(r"\n│ a +│ \d+\.\d{3} │", latest.output)
+    assert "held-out evaluation at step 4" in latest.output and re.search(r"\n│ a +│ \d+\.\d{3} ± \d+\.\d{3} │", latest.output)
     older = runner.invoke(app, ["eval", str(cfg), *sets, "--checkpoint", str(tiny_run.path / "checkpoints" / "step_2")])
     assert older.exit_code == 0 and "held-out evaluation at step 2" in older.output
     assert "{" not in older.output  # a table, never the summary dict it printed before

@@ -60,14 +60,16 @@ def _print_eval(run: RunDir, step: int | None = None) -> None:
     """The bits-per-byte table of the run's evaluation at `step` (default: the newest), when there
     is one: what `run`, `demo` and `eval` end with."""
     from tokenmill import json_limits
-    from tokenmill.eval.table import bpb_table, latest_eval, tasks_table
+    from tokenmill.eval.table import bpb_table, latest_eval, small_sample_notes, tasks_table
 
     record = latest_eval(run.path) if step is None else json_limits.load_file(run.sub("eval", f"{step}.json"))
     if record is not None:
-        console.print(bpb_table(record))
+        print_table(bpb_table(record, with_notes=False), console)
+        for note in small_sample_notes(record):
+            console.print(Text(f"warning: {note}", style="yellow"))
         tasks = tasks_table(record)
         if tasks is not None:
-            console.print(tasks)
+            print_table(tasks, console)
 
 
 def _say(label: str, style: str, message: object = "", sep: str = ": ") -> None:

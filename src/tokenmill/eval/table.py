@@ -73,10 +73,12 @@ def small_sample_notes(record: dict[str, Any]) -> list[str]:
     ]
 
 
-def bpb_table(record: dict[str, Any]) -> Table:
+def bpb_table(record: dict[str, Any], with_notes: bool = True) -> Table:
     """Bucket rows: bits-per-byte ± its 95% interval, unigram bits-per-byte, their ratio, loss,
-    perplexity, documents; under the table, a line for each bucket scored on too small a sample."""
-    notes = small_sample_notes(record)
+    perplexity, documents; under the table, a line for each bucket scored on too small a sample
+    (`with_notes=False`: the caller prints them as lines of their own, which a narrow terminal
+    cannot squeeze into the table's width)."""
+    notes = small_sample_notes(record) if with_notes else []
     caption = "\n".join(["bpb ± half-width of its 95% interval over documents", *(f"warning: {n}" for n in notes)])
     table = Table(
         title=f"held-out evaluation at step {record.get('step')}", title_justify="left", caption=caption, caption_justify="left"
