@@ -21,7 +21,7 @@ test: $(STAMP)
 	$(BIN)/ruff check src
 	$(BIN)/ruff format --check src
 	$(BIN)/mypy  # config: [tool.mypy] in pyproject.toml (files = src)
-	$(BIN)/python -m pytest -q -n auto --dist loadfile
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=25
 
 # Side-by-side benchmarks (results in BENCHMARKS.md); needs the demo's run directory. record.py writes a
 # script's result with its commit, command, versions and the other processes' load during the run.

@@ -160,7 +160,10 @@ def test_parallel_jobs_train_the_same_runs_as_one_at_a_time(tmp_path, data_run):
 
 
 def test_no_holdout_leaves_the_held_out_runs_for_later(tmp_path, data_run):
-    path = _sweep(tmp_path, data_run, "later", budgets=[4.0e9])
+    # one small budget (a run for each of the three shapes, 5 to 49 steps) and a small held-out run:
+    # which runs a call trains does not depend on their length
+    small = {"budgets": [1.0e9], "min_steps": 4, "holdout": TRAIN["holdout"]}
+    path = _sweep(tmp_path, data_run, "later", **small)
     first = run_sweep(path, holdout=False)
     results = json.loads((tmp_path / "sweeps" / "later" / "results.json").read_text())["runs"]
     assert first["finished"] == 3 and {r["role"] for r in results} == {"sweep"}

@@ -25,6 +25,15 @@ TRAIN = {"seq_len": 32, "micro_batch": 8, "global_batch_tokens": 512, "max_steps
          "threads": 1, "log_every": 0, "eval_every": 0, "checksum_every": 2}
 
 
+def fp32_order_rtol(steps: int = TRAIN["max_steps"], terms: int = TRAIN["global_batch_tokens"]) -> float:
+    """How far two correct runs that sum the same fp32 terms in another order (ranks' partial sums,
+    per-shard norms, another CPU's kernels) may drift apart by step `steps`: a sum of K terms moves
+    by up to K·u relative (Higham, Accuracy and Stability of Numerical Algorithms §4.2; u = 2^-24,
+    K = the step's targets, which every loss and weight gradient sums over), carried from step to
+    step, so steps·K·u (12 steps of 512 targets: 3.7e-4; it replaces 1e-5 and 2e-5 set by hand on one CPU)."""
+    return steps * terms * 2.0**-24
+
+
 def make_run(path: Path, **train: Any) -> RunDir:
     """A run directory with the tiny learnable token store, its tokenize stage marked finished
     (torchrun refuses stale data), and a 2-layer d=32 model config."""

@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.train.dist_helpers import copy_run, events, make_run, max_rel_diff, reconfigure, run_ok, series
+from tests.train.dist_helpers import copy_run, events, fp32_order_rtol, make_run, max_rel_diff, reconfigure, run_ok, series
 
 # Attention over keys gathered in another order (and a softmax summed in another order) than one
 # process: equal to float tolerance, as the tensor-parallel layouts (tests/train/test_tensor_parallel.py).
-CP_RTOL = 2e-5
+CP_RTOL = fp32_order_rtol()
 
 
 @pytest.fixture(scope="module")
