@@ -991,11 +991,21 @@ def plan(
         None, "--config", "-c", help="Run config: its model, seq_len, micro-batch, global batch and token budget."
     ),
     arch: Optional[str] = typer.Option(None, "--arch", help="A known shape: llama2-7b, llama2-13b, llama2-70b."),
-    devices: int = typer.Option(8, "--devices", "-n", min=1, help="Devices (GPUs) in the run."),
-    device: str = typer.Option(
-        "h100", "--device", help="a100-40gb, a100-80gb, h100, h200, or this (from `tokenmill calibrate`)."
+    devices: Optional[int] = typer.Option(
+        None, "--devices", "-n", min=1, help="Devices in the run (default: the config's train.parallel, 1 on a CPU; else 8)."
     ),
-    mfu: float = typer.Option(0.38, "--mfu", help="Model FLOP utilization assumed for the wall-clock (seed 002: 0.38)."),
+    device: Optional[str] = typer.Option(
+        None,
+        "--device",
+        help="a100-40gb, a100-80gb, h100, h200, cpu, or this (from `tokenmill calibrate`); default: the device the "
+        "config's train.device picks here, else h100.",
+    ),
+    mfu: Optional[float] = typer.Option(
+        None,
+        "--mfu",
+        help="Model FLOP utilization for the wall-clock (default: on a CPU with --config, measured from timed steps; "
+        "else 0.38, PaLM's reported MFU).",
+    ),
     price: Optional[float] = typer.Option(None, "--price", help="USD per device-hour (default: the preset's rough cloud price)."),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Tokens per sequence (default: the config's, else 4096)."),
     micro_batch: Optional[int] = typer.Option(
@@ -1034,21 +1044,30 @@ def plan(
     """Plan a pretraining run: FLOPs (6ND and exact), steps, wall-clock, cost, compute-optimal and
     inference-aware sizes, and a parallel layout with its memory per device, every assumption printed.
 
-    Examples: `tokenmill plan --params 7e9 --tokens 1e12 --devices 512 --device h100 --mfu 0.38`,
-    `tokenmill plan --flops 1e22`, `tokenmill plan --config RUN.yaml --devices 64 --device h100`.
+    With --config it plans for the config's own device, batch and steps. On a CPU it times a few
+    steps of the config's model with tokenmill's trainer (seconds) and predicts the training time
+    from them, evaluations and checkpoints included (docs/training.md, "Planning on a CPU").
+
+    Examples: `tokenmill plan --config RUN.yaml`, `tokenmill plan --flops 1e22`,
+    `tokenmill plan --params 7e9 --tokens 1e12 --devices 512 --device h100 --mfu 0.38`,
+    `tokenmill plan --config RUN.yaml --devices 64 --device h100`.
     """
-    from tokenmill.scaling.devices import get_device
-    from tokenmill.scaling.plan import plan_for, resolve_inputs
+    from tokenmill.scaling.devices import cpu_spec, get_device
+    from tokenmill.scaling.plan import config_target, plan_for, resolve_inputs
 
     def go() -> Any:
         run_cfg = load_config(config, list(set_ or [])) if config is not None else None
-        spec = get_device(device, price)
-        inputs = resolve_inputs(params, tokens, flops, arch, run_cfg, devices, seq_len, micro_batch, global_batch)
+        name, n, notes = config_target(run_cfg, device, devices)
+        measured = _measure_plan(run_cfg) if run_cfg is not None and name == "cpu" and n == 1 and mfu is None else None
+        spec = cpu_spec(measured.peak_flops, f"this CPU: {measured.peak_origin}") if measured else get_device(name, price)
+        inputs = resolve_inputs(params, tokens, flops, arch, run_cfg, n, seq_len, micro_batch, global_batch)
+        inputs.notes[:0] = notes
         return plan_for(
             inputs,
-            devices,
+            n,
             spec,
-            mfu,
+            measured.mfu if measured is not None else (mfu or 0.38),
+            measured=measured,
             layout={"tp": tp, "pp": pp, "dp": dp, "zero": zero, "checkpointing": checkpointing},
             inference_tokens=inference_tokens,
             master_weights=not no_master,
@@ -1058,6 +1077,14 @@ def plan(
         )
 
     _print_plan(_guard(go), as_json)
+
+
+def _measure_plan(run_cfg: RunConfig) -> Any:
+    """plan_measure.measure_cpu_plan, announced on stderr first: it trains for a few seconds."""
+    from tokenmill.scaling.plan_measure import measure_cpu_plan
+
+    typer.echo("plan: timing a few training steps of this config on this CPU ...", err=True)
+    return measure_cpu_plan(run_cfg)
 
 
 def _plan_noise(noise_from: Optional[Path], run_cfg: Optional[RunConfig]) -> dict[str, Any]:
