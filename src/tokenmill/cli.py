@@ -991,21 +991,9 @@ def plan(
         None, "--config", "-c", help="Run config: its model, seq_len, micro-batch, global batch and token budget."
     ),
     arch: Optional[str] = typer.Option(None, "--arch", help="A known shape: llama2-7b, llama2-13b, llama2-70b."),
-    devices: Optional[int] = typer.Option(
-        None, "--devices", "-n", min=1, help="Devices in the run (default: the config's train.parallel, 1 on a CPU; else 8)."
-    ),
-    device: Optional[str] = typer.Option(
-        None,
-        "--device",
-        help="a100-40gb, a100-80gb, h100, h200, cpu, or this (from `tokenmill calibrate`); default: the device the "
-        "config's train.device picks here, else h100.",
-    ),
-    mfu: Optional[float] = typer.Option(
-        None,
-        "--mfu",
-        help="Model FLOP utilization for the wall-clock (default: on a CPU with --config, measured from timed steps; "
-        "else 0.38, PaLM's reported MFU).",
-    ),
+    devices: Optional[int] = typer.Option(None, "--devices", "-n", min=1, help="Devices (default: the config's; else 8)."),
+    device: Optional[str] = typer.Option(None, "--device", help="h100, h200, a100-40gb/80gb, cpu, this (default: config's)."),
+    mfu: Optional[float] = typer.Option(None, "--mfu", help="MFU (default: measured on a CPU with --config, else 0.38)."),
     price: Optional[float] = typer.Option(None, "--price", help="USD per device-hour (default: the preset's rough cloud price)."),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Tokens per sequence (default: the config's, else 4096)."),
     micro_batch: Optional[int] = typer.Option(
@@ -1044,22 +1032,16 @@ def plan(
     """Plan a pretraining run: FLOPs (6ND and exact), steps, wall-clock, cost, compute-optimal and
     inference-aware sizes, and a parallel layout with its memory per device, every assumption printed.
 
-    With --config it plans for the config's own device, batch and steps. On a CPU it times a few
-    steps of the config's model with tokenmill's trainer (seconds) and predicts the training time
-    from them, evaluations and checkpoints included (docs/training.md, "Planning on a CPU").
+    With --config: the config's own device, batch and steps; on a CPU, time from its timed steps.
 
-    Examples: `tokenmill plan --config RUN.yaml`, `tokenmill plan --flops 1e22`,
-    `tokenmill plan --params 7e9 --tokens 1e12 --devices 512 --device h100 --mfu 0.38`,
-    `tokenmill plan --config RUN.yaml --devices 64 --device h100`.
+    Examples: `tokenmill plan --config RUN.yaml`, `tokenmill plan --flops 1e22`, `tokenmill plan --config
+    RUN.yaml --devices 64 --device h100`, `tokenmill plan --params 7e9 --tokens 1e12 --devices 512 --mfu 0.38`.
     """
-    from tokenmill.scaling.devices import cpu_spec, get_device
-    from tokenmill.scaling.plan import config_target, plan_for, resolve_inputs
+    from tokenmill.scaling.plan import plan_for, resolve_inputs
 
     def go() -> Any:
         run_cfg = load_config(config, list(set_ or [])) if config is not None else None
-        name, n, notes = config_target(run_cfg, device, devices)
-        measured = _measure_plan(run_cfg) if run_cfg is not None and name == "cpu" and n == 1 and mfu is None else None
-        spec = cpu_spec(measured.peak_flops, f"this CPU: {measured.peak_origin}") if measured else get_device(name, price)
+        spec, n, notes, measured = _plan_target(run_cfg, device, devices, mfu, price)
         inputs = resolve_inputs(params, tokens, flops, arch, run_cfg, n, seq_len, micro_batch, global_batch)
         inputs.notes[:0] = notes
         return plan_for(
@@ -1079,12 +1061,22 @@ def plan(
     _print_plan(_guard(go), as_json)
 
 
-def _measure_plan(run_cfg: RunConfig) -> Any:
-    """plan_measure.measure_cpu_plan, announced on stderr first: it trains for a few seconds."""
+def _plan_target(
+    run_cfg: Optional[RunConfig], device: Optional[str], devices: Optional[int], mfu: Optional[float], price: Optional[float]
+) -> tuple[Any, int, list[str], Any]:
+    """(device spec, device count, notes, the CPU measurement or None) of `plan`: the config's
+    device unless --device; on one CPU with --config and no --mfu, its steps timed (announced on
+    stderr first: it trains for a few seconds)."""
+    from tokenmill.scaling.devices import cpu_spec, get_device
+    from tokenmill.scaling.plan import config_target
     from tokenmill.scaling.plan_measure import measure_cpu_plan
 
+    name, n, notes = config_target(run_cfg, device, devices)
+    if run_cfg is None or name != "cpu" or n != 1 or mfu is not None:
+        return get_device(name, price), n, notes, None
     typer.echo("plan: timing a few training steps of this config on this CPU ...", err=True)
-    return measure_cpu_plan(run_cfg)
+    measured = measure_cpu_plan(run_cfg)
+    return cpu_spec(measured.peak_flops, f"this CPU: {measured.peak_origin}"), n, notes, measured
 
 
 def _plan_noise(noise_from: Optional[Path], run_cfg: Optional[RunConfig]) -> dict[str, Any]:

@@ -467,6 +467,7 @@ def make_plan(
     choice, reasons, no_fit = _layout_or_no_fit((cfg, device, devices, base, global_batch_tokens, mfu), layout or {}, run_cfg)
     chinchilla = _chinchilla_summary(n, tokens, c)
     aware = _inference_aware_plan(n, tokens, c, inference_tokens)
+    stated = _assumptions(n, devices, device, mfu, global_batch_tokens, base, inference_tokens, measured is not None)
     return Plan(
         model=_model_shape(cfg),
         params=n,
@@ -495,11 +496,7 @@ def make_plan(
         inference_aware=aware,
         batch=critical_batch_plan(global_batch_tokens, chinchilla["predicted_loss"], noise, noise_source),
         measured=None if measured is None else measured.as_dict(),
-        assumptions=[
-            *(notes or []),
-            *(measured.lines() if measured is not None else []),
-            *_assumptions(n, devices, device, mfu, global_batch_tokens, base, inference_tokens, measured is not None),
-        ],
+        assumptions=[*(notes or []), *(measured.lines() if measured is not None else []), *stated],
     )
 
 

@@ -104,9 +104,7 @@ class CpuMeasurement:
     def lines(self) -> list[str]:
         """What was measured and how, in sentences for the plan's printout."""
         timed = len(self.phases[0].seconds) - self.phases[0].warmup
-        per_phase = ", ".join(
-            f"{p.median_s:.3g} s/step at seq_len {p.seq_len} ({p.steps:,} steps)" for p in self.phases
-        )
+        per_phase = ", ".join(f"{p.median_s:.3g} s/step at seq_len {p.seq_len} ({p.steps:,} steps)" for p in self.phases)
         out = [
             f"measured {timed} steps of this config's model after {self.phases[0].warmup} warm-up steps "
             f"(median; {self.threads} threads, {self.dtype}, {'compiled' if self.compiled else 'eager'}): {per_phase}",
@@ -114,8 +112,7 @@ class CpuMeasurement:
             f"start-up {self.setup_s + max(p.startup_s for p in self.phases):.1f} s (model, optimizer, data, first steps)",
             f"{self.evals} evaluation(s) × {self.eval_s:.1f} s ({self.eval_how}); "
             f"{self.checkpoints} checkpoint(s) × {self.checkpoint_s:.2f} s",
-            f"predicted training time {_duration(self.predicted_s)} "
-            f"(the measurement took {self.measured_in_s:.0f} s)",
+            f"predicted training time {_duration(self.predicted_s)} (the measurement took {self.measured_in_s:.0f} s)",
         ]
         return out + self.notes
 
@@ -248,9 +245,7 @@ def _timing_config(run_cfg: Any, run_dir: Path, geometry: tuple[int, int], steps
         }
     )
     mixture = run_cfg.mixture.model_copy(update={"weights": None, "phases": [], "replay": None})
-    return run_cfg.model_copy(
-        update={"name": run_dir.name, "root": str(run_dir.parent), "train": train, "mixture": mixture}
-    )
+    return run_cfg.model_copy(update={"name": run_dir.name, "root": str(run_dir.parent), "train": train, "mixture": mixture})
 
 
 def _timing_run(
