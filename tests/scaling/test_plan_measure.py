@@ -65,3 +65,15 @@ def test_the_printout_names_the_measurement_and_the_calibrated_peak(tiny_run, ca
     assert f"measured {TIMED_STEPS} steps of this config's model after {WARMUP_STEPS} warm-up steps" in text
     assert "GFLOP/s" in text and "(`tokenmill calibrate`," in text and "measured just now" not in text
     assert "s/step measured × 30 steps" in text
+
+
+def test_a_slow_model_is_timed_in_fewer_steps(tiny_run, cache, monkeypatch):
+    """A step budget below one step: the trainer stops after its first step, which is then the
+    measurement (no warm-up left to drop), and the printout says so."""
+    from tokenmill.scaling import plan_measure
+
+    monkeypatch.setattr(plan_measure, "BUDGET_S", 1e-6)
+    m = plan_measure.measure_cpu_plan(load_config(tiny_run.path / "config.yaml"))
+    (phase,) = m.phases
+    assert len(phase.seconds) == 1 and phase.warmup == 0 and phase.median_s == phase.seconds[0] > 0
+    assert "measured 1 step of this config's model after 0 warm-up steps" in m.lines()[0]

@@ -6,9 +6,10 @@ the loop around them), and a busy core halves it. So on a CPU the plan times the
 trainer (train/trainer.py `run_train`, the same loop `tokenmill train` runs) trains the config's
 model a few steps in a temporary directory, on a synthetic token store with the config's
 vocabulary and batch geometry (seq_len, micro-batch, grad_accum, precision, compile setting,
-threads), once per distinct sequence length of the curriculum. The warm-up steps are dropped
-(kernel selection, allocator, compilation: counted once as start-up), the median of the rest is
-the step time. MFU is reported against the peak `tokenmill calibrate` stored for this CPU,
+threads), once per distinct sequence length of the curriculum: WARMUP_STEPS + TIMED_STEPS
+steps, fewer where they add up to more than BUDGET_S (a model too large for the CPU is timed in
+a minute, not in ten). The warm-up steps are dropped (kernel selection, allocator, compilation:
+counted once as start-up), the median of the rest is the step time. MFU is reported against the peak `tokenmill calibrate` stored for this CPU,
 dtype and thread count (measured briefly here when there is none), but the prediction does not
 go through it: time = Σ phase steps × its measured step time + the start-up + evaluations and
 checkpoints at the config's eval_every / ckpt_every, each timed once in the same short run (the
@@ -37,6 +38,7 @@ import torch
 
 WARMUP_STEPS = 2  # dropped: the first steps pay for kernel selection, allocations and compilation
 TIMED_STEPS = 5  # their median is the step time
+BUDGET_S = 60.0  # summed step seconds of one eager timing run: a large model on a CPU times fewer steps
 TIMING_BUCKET = "timing"
 
 
@@ -106,7 +108,7 @@ class CpuMeasurement:
         timed = len(self.phases[0].seconds) - self.phases[0].warmup
         per_phase = ", ".join(f"{p.median_s:.3g} s/step at seq_len {p.seq_len} ({p.steps:,} steps)" for p in self.phases)
         out = [
-            f"measured {timed} steps of this config's model after {self.phases[0].warmup} warm-up steps "
+            f"measured {_n(timed, 'step')} of this config's model after {_n(self.phases[0].warmup, 'warm-up step')} "
             f"(median; {self.threads} threads, {self.dtype}, {'compiled' if self.compiled else 'eager'}): {per_phase}",
             f"MFU {self.mfu:.1%} of {self.peak_origin}",
             f"start-up {self.setup_s + max(p.startup_s for p in self.phases):.1f} s (model, optimizer, data, first steps)",
@@ -140,6 +142,10 @@ class CpuMeasurement:
             "measured_in_seconds": self.measured_in_s,
             "notes": self.notes,
         }
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _duration(seconds: float) -> str:
@@ -233,7 +239,9 @@ def _timing_config(run_cfg: Any, run_dir: Path, geometry: tuple[int, int], steps
             "micro_batch": rows,
             "max_steps": steps,
             "max_tokens": None,
-            "max_seconds": None,
+            # eager: stop near BUDGET_S of steps (a slow model times fewer); compiled: the
+            # first step holds the compilation, so the steps are not cut short by it
+            "max_seconds": None if compiled else BUDGET_S,
             "global_batch_tokens": None,
             "warmup_steps": 1,
             "eval_every": 0,
@@ -367,7 +375,7 @@ def measure_cpu_plan(run_cfg: Any, warmup: int = WARMUP_STEPS, timed: int = TIME
             seconds, first_setup, first_ckpt = _timing_run(cfg, vocab, tc.eval_docs, clock if k == 0 else _skip)
             if k == 0:
                 setup, ckpt = first_setup + clock.setup, first_ckpt
-            phases.append(PhaseTiming(seq, rows, steps, seconds, warmup))
+            phases.append(PhaseTiming(seq, rows, steps, seconds, min(warmup, len(seconds) - 1)))
     flops = sum(flops_per_token(mcfg, p.seq_len) * p.steps for p in phases) / max(tc.max_steps, 1) * tokens_per_step
     return CpuMeasurement(
         threads=threads,
