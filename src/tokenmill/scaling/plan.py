@@ -832,7 +832,7 @@ def config_target(run_cfg: Any, device: str | None, devices: int | None) -> tupl
         try:
             dev = resolve_device(run_cfg.train.device)
         except ValueError as exc:
-            raise PlanError(str(exc)) from exc
+            raise PlanError(f"{exc}; or plan for a GPU from here with --device h100 (or another preset)") from exc
         device = "cpu"
         if dev.type == "cuda":
             device = gpu_preset(torch.cuda.get_device_name(dev), torch.cuda.get_device_properties(dev).total_memory)
