@@ -26,6 +26,7 @@ import contextlib
 import io
 import json
 import math
+import os
 import statistics
 import tempfile
 import time
@@ -377,6 +378,7 @@ def measure_cpu_plan(run_cfg: Any, warmup: int = WARMUP_STEPS, timed: int = TIME
                 setup, ckpt = first_setup + clock.setup, first_ckpt
             phases.append(PhaseTiming(seq, rows, steps, seconds, min(warmup, len(seconds) - 1)))
     flops = sum(flops_per_token(mcfg, p.seq_len) * p.steps for p in phases) / max(tc.max_steps, 1) * tokens_per_step
+    notes += _load_note(threads)
     return CpuMeasurement(
         threads=threads,
         dtype=str(dtype).replace("torch.", ""),
@@ -396,6 +398,19 @@ def measure_cpu_plan(run_cfg: Any, warmup: int = WARMUP_STEPS, timed: int = TIME
         measured_in_s=time.perf_counter() - started,
         notes=notes,
     )
+
+
+def _load_note(threads: int) -> list[str]:
+    """A sentence when other processes kept the cores busy while the steps were timed: the
+    prediction holds for a run under the same load (on a shared 2-core machine, a plan timed while
+    other jobs were heavier than during its run predicted 2.3× the run's time)."""
+    cores, load = os.cpu_count() or 1, os.getloadavg()[0]
+    if load <= max(cores, threads) + 0.5:
+        return []
+    return [
+        f"the load average was {load:.1f} on {cores} cores while the steps were timed: other jobs shared the CPU, "
+        "and the prediction holds for a run under the same load"
+    ]
 
 
 def _skip(step: int, model: torch.nn.Module) -> None:
