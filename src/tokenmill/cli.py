@@ -1218,15 +1218,9 @@ def plan(
         None, "--config", "-c", help="Run config: its model, seq_len, micro-batch, global batch and token budget."
     ),
     arch: Optional[str] = typer.Option(None, "--arch", help="A known shape: llama2-7b, llama2-13b, llama2-70b."),
-    devices: int = typer.Option(8, "--devices", "-n", min=1, help="Devices (GPUs) in the run."),
-    device: str = typer.Option(
-        "h100", "--device", help="a100-40gb, a100-80gb, h100, h200, or this (from `tokenmill calibrate`)."
-    ),
-    mfu: float = typer.Option(
-        0.38,
-        "--mfu",
-        help="Model FLOP utilization assumed for the wall-clock (0.38: a well-tuned large GPU run, cf. PaLM's 46%, Chowdhery et al. 2022).",
-    ),
+    devices: Optional[int] = typer.Option(None, "--devices", "-n", min=1, help="Devices (default: the config's; else 8)."),
+    device: Optional[str] = typer.Option(None, "--device", help="h100, h200, a100-40gb/80gb, cpu, this (default: config's)."),
+    mfu: Optional[float] = typer.Option(None, "--mfu", help="MFU (default: measured on a CPU with --config, else 0.38)."),
     price: Optional[float] = typer.Option(None, "--price", help="USD per device-hour (default: the preset's rough cloud price)."),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Tokens per sequence (default: the config's, else 4096)."),
     micro_batch: Optional[int] = typer.Option(
@@ -1265,21 +1259,24 @@ def plan(
     """Plan a pretraining run: FLOPs (6ND and exact), steps, wall-clock, cost, compute-optimal and
     inference-aware sizes, and a parallel layout with its memory per device, every assumption printed.
 
-    Examples: `tokenmill plan --params 7e9 --tokens 1e12 --devices 512 --device h100 --mfu 0.38`,
-    `tokenmill plan --flops 1e22`, `tokenmill plan --config RUN.yaml --devices 64 --device h100`.
+    With --config: the config's own device, batch and steps; on a CPU, time from its timed steps.
+
+    Examples: `tokenmill plan --config RUN.yaml`, `tokenmill plan --flops 1e22`, `tokenmill plan --config
+    RUN.yaml --devices 64 --device h100`, `tokenmill plan --params 7e9 --tokens 1e12 --devices 512 --mfu 0.38`.
     """
-    from tokenmill.scaling.devices import get_device
     from tokenmill.scaling.plan import plan_for, resolve_inputs
 
     def go() -> Any:
         run_cfg = load_config(config, list(set_ or [])) if config is not None else None
-        spec = get_device(device, price)
-        inputs = resolve_inputs(params, tokens, flops, arch, run_cfg, devices, seq_len, micro_batch, global_batch)
+        spec, n, notes, measured = _plan_target(run_cfg, device, devices, mfu, price)
+        inputs = resolve_inputs(params, tokens, flops, arch, run_cfg, n, seq_len, micro_batch, global_batch)
+        inputs.notes[:0] = notes
         return plan_for(
             inputs,
-            devices,
+            n,
             spec,
-            mfu,
+            measured.mfu if measured is not None else (mfu or 0.38),
+            measured=measured,
             layout={"tp": tp, "pp": pp, "dp": dp, "zero": zero, "checkpointing": checkpointing},
             inference_tokens=inference_tokens,
             master_weights=not no_master,
@@ -1289,6 +1286,24 @@ def plan(
         )
 
     _print_plan(_guard(go), as_json)
+
+
+def _plan_target(
+    run_cfg: Optional[RunConfig], device: Optional[str], devices: Optional[int], mfu: Optional[float], price: Optional[float]
+) -> tuple[Any, int, list[str], Any]:
+    """(device spec, device count, notes, the CPU measurement or None) of `plan`: the config's
+    device unless --device; on one CPU with --config and no --mfu, its steps timed (announced on
+    stderr first: it trains for a few seconds)."""
+    from tokenmill.scaling.devices import cpu_spec, get_device
+    from tokenmill.scaling.plan import config_target
+    from tokenmill.scaling.plan_measure import measure_cpu_plan
+
+    name, n, notes = config_target(run_cfg, device, devices)
+    if run_cfg is None or name != "cpu" or n != 1 or mfu is not None:
+        return get_device(name, price), n, notes, None
+    typer.echo("plan: timing a few training steps of this config on this CPU ...", err=True)
+    measured = measure_cpu_plan(run_cfg)
+    return cpu_spec(measured.peak_flops, f"this CPU: {measured.peak_origin}"), n, notes, measured
 
 
 def _plan_noise(noise_from: Optional[Path], run_cfg: Optional[RunConfig]) -> dict[str, Any]:

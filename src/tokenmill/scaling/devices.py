@@ -16,6 +16,8 @@ Sources and conventions:
   two between providers and with commitments): always printed with the plan, override with
   `--price`.
 
+"cpu" is this machine's CPU: its `tokenmill calibrate` peak, else one measured on the spot;
+`plan --config` on a CPU also measures the step time itself (scaling/plan_measure.py).
 "this" is this machine as `tokenmill calibrate` measured it: the newest calibration entry for its
 CUDA GPU (bf16, else fp32) or its CPU at the current thread count, its memory (GPU memory, or the
 RAM for a CPU), the GPUs of this machine as one node linked by PCIe (a CPU: one device per
@@ -91,6 +93,31 @@ THIS_NETWORK = 10 / 8 * GB  # "this" machine: assume 10 Gb/s Ethernet between no
 THIS_PCIE = 25 * GB  # and PCIe 4.0 x16 (about 25 GB/s achieved, one direction) between its GPUs
 
 
+def cpu_spec(peak_flops: float, description: str, memory_bandwidth: float | None = None) -> DeviceSpec:
+    """This CPU as the planner sees it: `peak_flops` (calibrated or measured), the machine's RAM,
+    one device per node, 10 Gb/s Ethernet to any other."""
+    return DeviceSpec(
+        name="cpu",
+        description=description,
+        peak_flops=peak_flops,
+        memory_bytes=float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")),
+        devices_per_node=1,
+        intra_node_bandwidth=THIS_NETWORK,
+        inter_node_bandwidth=THIS_NETWORK,
+        price_per_hour=0.0,
+        peak_source="calibration",
+        memory_bandwidth=memory_bandwidth,
+    )
+
+
+def this_cpu(dtype: torch.dtype, threads: int) -> DeviceSpec:
+    """This CPU at `threads` threads in `dtype`: `tokenmill calibrate`'s peak, else one measured now."""
+    from tokenmill.scaling.plan_measure import cpu_peak
+
+    peak, origin, _ = cpu_peak(dtype, threads)
+    return cpu_spec(peak, f"this CPU, {threads} threads: {origin}")
+
+
 def this_machine() -> DeviceSpec:
     """This machine's calibrated peak (CUDA GPU 0 when there is one, else the CPU) and memory."""
     from tokenmill.scaling.calibrate import device_name, find_calibration
@@ -129,10 +156,14 @@ def get_device(name: str, price_per_hour: float | None = None) -> DeviceSpec:
     key = ALIASES.get(name.lower(), name.lower())
     if key == "this":
         spec = this_machine()
+    elif key == "cpu":
+        from tokenmill.train.device import resolve_dtype
+
+        spec = this_cpu(resolve_dtype(torch.device("cpu"), "auto"), torch.get_num_threads())
     elif key in PRESETS:
         spec = PRESETS[key]
     else:
-        raise DeviceError(f"--device {name!r}: unknown device; presets are {', '.join([*PRESETS, 'this'])}")
+        raise DeviceError(f"--device {name!r}: unknown device; presets are {', '.join([*PRESETS, 'this', 'cpu'])}")
     if price_per_hour is not None:
         if price_per_hour < 0:
             raise DeviceError(f"--price {price_per_hour}: must be >= 0")

@@ -413,6 +413,7 @@ class Plan:
     )
     batch: dict[str, Any] | None = None  # the global batch against the critical batch (scaling/critical_batch.py)
     no_fit: dict[str, Any] | None = None  # why no layout fits these devices, and the fewest devices that fit
+    measured: dict[str, Any] | None = None  # a CPU plan's timed steps (scaling/plan_measure.py); None: MFU assumed
     assumptions: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -438,13 +439,15 @@ def make_plan(
     run_cfg: Any = None,
     noise: Any = None,
     noise_source: str = "",
+    measured: Any = None,
 ) -> Plan:
     """The plan for training `cfg` (N = n_params when given, else its parameter count) on `tokens`
     tokens with `devices` × `device` at `mfu`. `layout`: fixed tp/pp/dp/zero/checkpointing (any
     subset; the rest is searched). `run_cfg` (a RunConfig, `plan --config`): also the memory per
     rank of tokenmill's own trainer under the chosen layout. `noise` (a critical_batch.NoiseSummary
     measured in the run `noise_source`) judges the global batch by that run's B_simple, besides
-    the published B_crit(L) at the predicted loss."""
+    the published B_crit(L) at the predicted loss. `measured` (a plan_measure.CpuMeasurement):
+    the wall-clock is its prediction from timed steps instead of 6ND at `mfu`."""
     if devices < 1:
         raise PlanError(f"--devices {devices}: must be >= 1")
     if tokens <= 0:
@@ -452,7 +455,7 @@ def make_plan(
     n = float(n_params if n_params is not None else param_count(cfg)["total"])
     c = training_flops(n, tokens)
     fpt = flops_per_token(cfg, seq_len)
-    seconds = wall_clock_seconds(c, devices, device.peak_flops, mfu)
+    seconds = measured.predicted_s if measured is not None else wall_clock_seconds(c, devices, device.peak_flops, mfu)
     hours = devices * seconds / 3600
     base = Layout(
         seq_len=seq_len,
@@ -464,6 +467,7 @@ def make_plan(
     choice, reasons, no_fit = _layout_or_no_fit((cfg, device, devices, base, global_batch_tokens, mfu), layout or {}, run_cfg)
     chinchilla = _chinchilla_summary(n, tokens, c)
     aware = _inference_aware_plan(n, tokens, c, inference_tokens)
+    stated = _assumptions(n, devices, device, mfu, global_batch_tokens, base, inference_tokens, measured is not None)
     return Plan(
         model=_model_shape(cfg),
         params=n,
@@ -491,7 +495,8 @@ def make_plan(
         no_fit=no_fit,
         inference_aware=aware,
         batch=critical_batch_plan(global_batch_tokens, chinchilla["predicted_loss"], noise, noise_source),
-        assumptions=[*(notes or []), *_assumptions(n, devices, device, mfu, global_batch_tokens, base, inference_tokens)],
+        measured=None if measured is None else measured.as_dict(),
+        assumptions=[*(notes or []), *(measured.lines() if measured is not None else []), *stated],
     )
 
 
@@ -549,16 +554,30 @@ def _chinchilla_summary(n: float, tokens: float, c: float) -> dict[str, float]:
 
 
 def _assumptions(
-    n: float, devices: int, device: DeviceSpec, mfu: float, global_batch_tokens: int, base: Layout, inference_tokens: float
+    n: float,
+    devices: int,
+    device: DeviceSpec,
+    mfu: float,
+    global_batch_tokens: int,
+    base: Layout,
+    inference_tokens: float,
+    measured: bool = False,
 ) -> list[str]:
-    """The plan's stated assumptions, one line each, so a reader can check every number's basis."""
+    """The plan's stated assumptions, one line each, so a reader can check every number's basis.
+    `measured`: the wall-clock came from timed steps (its lines come first), not from 6ND at `mfu`."""
     seq_len = base.seq_len
     lines = [
         f"C = 6·N·D with N = {n:.3g} parameters; the exact count adds attention (12·L·d·s per token, s = {seq_len}) "
         f"and the lm_head of the model shape shown",
-        f"T = 6ND / (n · P_peak · MFU): {devices} × {device.name} at {device.peak_flops / 1e12:.0f} TFLOP/s "
-        f"({device.peak_source}), MFU {mfu:.2f}; no restarts, checkpoints or evals counted",
-        f"cost at ${device.price_per_hour:.2f} per device-hour (override with --price)",
+        *(
+            []
+            if measured
+            else [
+                f"T = 6ND / (n · P_peak · MFU): {devices} × {device.name} at {device.peak_flops / 1e12:.0f} TFLOP/s "
+                f"({device.peak_source}), MFU {mfu:.2f}; no restarts, checkpoints or evals counted",
+                f"cost at ${device.price_per_hour:.2f} per device-hour (override with --price)",
+            ]
+        ),
         f"global batch {global_batch_tokens:,} tokens per step; micro-batch {base.micro_batch} × {seq_len} tokens",
         "memory: bf16 weights and gradients, fp32 Adam m and v"
         + (" and an fp32 master copy" if base.master_weights else " (no fp32 master copy)")
@@ -566,7 +585,8 @@ def _assumptions(
         f"flash attention{' and sequence parallelism' if base.sequence_parallel else ', no sequence parallelism'}, "
         "1F1B pipeline",
         "layouts ranked by a step-time model: exact FLOPs at the MFU, the bubble, TP/PP traffic at its link's "
-        "bandwidth, DP traffic beyond what overlaps compute; it ranks layouts, the wall-clock above is 6ND's",
+        "bandwidth, DP traffic beyond what overlaps compute; it ranks layouts, the wall-clock above is "
+        + ("the timed steps'" if measured else "6ND's"),
         f"Chinchilla: D ≈ {TOKENS_PER_PARAM:.0f}·N; loss law E={CHINCHILLA.E}, A={CHINCHILLA.A}, B={CHINCHILLA.B}, "
         f"α={CHINCHILLA.alpha}, β={CHINCHILLA.beta} (Hoffmann et al. 2022, approach 3)",
     ]
@@ -785,6 +805,49 @@ def _layout(
 
 
 # --------------------------------------------------------------------------- inputs of the CLI
+def gpu_preset(name: str, memory_bytes: float) -> str:
+    """The preset of a CUDA GPU called `name` with `memory_bytes` of memory, else "this" (calibrated)."""
+    lower = name.lower()
+    if "h200" in lower:
+        return "h200"
+    if "h100" in lower:
+        return "h100"
+    if "a100" in lower:
+        return "a100-80gb" if memory_bytes > 50e9 else "a100-40gb"
+    return "this"
+
+
+def config_target(run_cfg: Any, device: str | None, devices: int | None) -> tuple[str, int, list[str]]:
+    """(device preset, device count, notes) of `tokenmill plan`: the flags where given; else for
+    --config the device its trainer would pick (train.device; 'auto': CUDA when present, else the
+    CPU, "cpu") and its world size (train.parallel dp·tp·pp, 1 on a CPU); else 8 × h100."""
+    if run_cfg is None:
+        return device or "h100", devices or 8, []
+    notes: list[str] = []
+    if device is None:
+        import torch
+
+        from tokenmill.train.device import resolve_device
+
+        try:
+            dev = resolve_device(run_cfg.train.device)
+        except ValueError as exc:
+            raise PlanError(f"{exc}; or plan for a GPU from here with --device h100 (or another preset)") from exc
+        device = "cpu"
+        if dev.type == "cuda":
+            device = gpu_preset(torch.cuda.get_device_name(dev), torch.cuda.get_device_properties(dev).total_memory)
+        notes.append(f"device {device}: what train.device {run_cfg.train.device!r} picks on this machine (--device overrides)")
+    elif device.lower() == "this":
+        import torch
+
+        device = "this" if torch.cuda.is_available() else "cpu"
+    if devices is None:
+        par = run_cfg.train.parallel
+        devices = 1 if device == "cpu" else (par.dp or 1) * par.tp * par.pp
+        notes.append(f"{devices} device(s): the config's train.parallel (--devices overrides)")
+    return device, devices, notes
+
+
 @dataclass
 class PlanInputs:
     """What the flags name, resolved: the model shape, N (None: the shape's count), D and the

@@ -27,6 +27,19 @@ def _kv(title: str, rows: list[tuple[str, str]]) -> Table:
     return table
 
 
+def _wall_clock(plan: Plan) -> str:
+    """The predicted time: from timed steps on a CPU (plan.measured), else 6ND at the assumed MFU."""
+    m = plan.measured
+    if m is None:
+        return f"{plan.wall_clock_days:.3g} days ({plan.wall_clock_seconds / 3600:.3g} h) at MFU {plan.mfu:.2f}"
+    secs = plan.wall_clock_seconds
+    when = f"{secs / 60:.1f} min" if secs < 7200 else f"{secs / 3600:.1f} h"
+    return (
+        f"{when}: {m['step_seconds']:.3g} s/step measured × {plan.steps:,} steps, with start-up, "
+        f"{m['evals']} evaluation(s) and {m['checkpoints']} checkpoint(s) (MFU {plan.mfu:.1%}, measured)"
+    )
+
+
 def figures_rows(plan: Plan) -> list[tuple[str, str]]:
     m, dev, ch = plan.model, plan.device, plan.chinchilla
     rows = [
@@ -47,7 +60,7 @@ def figures_rows(plan: Plan) -> list[tuple[str, str]]:
             "devices",
             f"{plan.devices} × {dev['name']} ({dev['peak_flops'] / 1e12:.3g} TFLOP/s, {dev['memory_bytes'] / GB:.0f} GB)",
         ),
-        ("wall-clock", f"{plan.wall_clock_days:.3g} days ({plan.wall_clock_seconds / 3600:.3g} h) at MFU {plan.mfu:.2f}"),
+        ("wall-clock", _wall_clock(plan)),
         ("device-hours", sci(plan.device_hours)),
         ("cost", f"${plan.cost_usd:,.0f} at ${dev['price_per_hour']:.2f}/device-hour"),
         ("compute-optimal for this C", f"N {sci(ch['compute_optimal_params'])}, D {sci(ch['compute_optimal_tokens'])}"),
