@@ -11,7 +11,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile -e '.[test]'  # --no-compile: Python compiles what it imports; byte-compiling all of torch and transformers up front costs set-up time
 	touch $(STAMP)
 
 demo: $(STAMP)
