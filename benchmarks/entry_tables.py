@@ -453,7 +453,8 @@ def demo_wallclock(r: dict[str, Any]) -> list[str]:
     res = _result(r)
     stages = " · ".join(f"{s} {v:.1f} s" for s, v in res["stage_seconds"].items())
     t = res["train"]
-    lines = ["| wall-clock (target < 10 min) | stages | training | guard events |", "|---|---|---|---|",
+    target = f"target < {res.get('target_s', 600) // 60:.0f} min"
+    lines = [f"| wall-clock ({target}) | stages | training | guard events |", "|---|---|---|---|",
              f"| **{res['wall_s'] // 60:.0f} min {res['wall_s'] % 60:.0f} s** | {stages} | {t['steps']} steps, "
              f"{t['tokens'] / 1e6:.2f} M tokens, {t['dtype']}, {t['threads']} threads, {t['params'] / 1e6:.2f} M params "
              f"| {res['guard_events']} |", "",
@@ -461,7 +462,32 @@ def demo_wallclock(r: dict[str, Any]) -> list[str]:
              "|---|" + "---|" * len(res["bpb"]),
              "| model | " + " | ".join(f"{v:.3f}" for v in res["bpb"].values()) + " |",
              "| unigram baseline | " + " | ".join(f"{res['unigram_bpb'][b]:.3f}" for b in res["bpb"]) + " |"]
+    if "ratio" in res:
+        lines.append(f"| **model / unigram** (target ≤ {res['target_ratio']}) | "
+                     + " | ".join(f"**{res['ratio'][b]:.3f}**" for b in res["bpb"]) + " |")
     return lines
+
+
+def plan_time(r: dict[str, Any]) -> list[str]:
+    """bench_plan_time.py: `tokenmill plan --config`'s predicted training time beside the real one."""
+    res = _result(r)
+    lines = ["| model | params | steps × tokens | plan: measured s/step (MFU) | predicted | real `train` "
+             f"| **real / predicted** (target within {res['target_ratio']}×) |", "|---|---|---|---|---|---|---|"]
+    for s in res["sizes"]:
+        lines.append(f"| {s['size']} | {s['params'] / 1e6:.1f} M | {s['steps']} × {s['tokens_per_step']:,} "
+                     f"| {s['measured_step_s']:.3f} ({s['measured_mfu']:.1%}) | {s['predicted_s']:.0f} s "
+                     f"| {s['train_wall_s']:.0f} s | **{s['ratio_real_over_predicted']:.2f}** |")
+    return lines
+
+
+def first_hour(r: dict[str, Any]) -> list[str]:
+    """bench_first_hour.py: a newcomer's session on the real corpora, each command and its exit code."""
+    res = _result(r)
+    steps = " · ".join(f"{s['name']} {s['rc']} ({s['seconds']:.0f} s)" for s in res["steps"])
+    return ["| plan's predicted training | real training (both attempts) | **real / predicted** | commands (exit code, seconds) |",
+            "|---|---|---|---|",
+            f"| {res['predicted_train_s']:.0f} s | {res['real_train_s']:.0f} s | **{res['ratio_real_over_predicted']:.2f}** "
+            f"| {steps} |"]
 
 
 def minhash(r: dict[str, Any]) -> list[str]:

@@ -126,7 +126,7 @@ def _guard(fn: Callable[[], Any], resume_hint: str | None = None, checkpoint_hin
         saved = getattr(exc, "checkpoint", None) is not None  # the trainer's: a checkpoint was written
         hint = checkpoint_hint if saved and checkpoint_hint else resume_hint
         if hint:
-            _say(hint.format(again=this_command(), resume=this_command("--resume")), "yellow", sep="")
+            _say(hint_text(hint), "yellow", sep="")
         raise typer.Exit(getattr(exc, "exit_code", 130))
 
 
@@ -154,6 +154,16 @@ def _command_path(ctx: Any) -> str:
         names.append(str(parent.info_name))
         parent = parent.parent
     return " ".join(reversed(names))
+
+
+def hint_text(hint: str) -> str:
+    """A hint with `{again}` / `{resume}` filled in with the command being run (with --resume);
+    outside a command (a library call) it says "the same command" rather than an empty command."""
+    again, resume = this_command(), this_command("--resume")
+    if not again:
+        hint = hint.replace("`{again}`", "{again}").replace("`{resume}`", "{resume}")
+        again, resume = "the same command", "the same command with --resume"
+    return hint.format(again=again, resume=resume)
 
 
 def this_command(flag: str | None = None) -> str:

@@ -15,9 +15,9 @@ DEMO = "src/tokenmill/configs/demo.yaml"
 
 
 def test_the_demo_curriculum_is_timed_at_each_of_its_sequence_lengths():
-    """demo.yaml: 80% of 300 steps at seq_len 128 (16 rows of the 8 × 256 micro-batch), then 256."""
+    """demo.yaml: 80% of 300 steps at seq_len 128 (12 rows of the 6 × 256 micro-batch), then 256."""
     cfg = load_config(DEMO)
-    assert phase_geometry(cfg, cfg.train) == [(128, 16, 240), (256, 8, 60)]
+    assert phase_geometry(cfg, cfg.train) == [(128, 12, 240), (256, 6, 60)]
 
 
 def test_the_target_is_the_configs_device_and_world_unless_a_flag_says_otherwise():
