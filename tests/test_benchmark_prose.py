@@ -248,6 +248,8 @@ CLAIMS = (
     Claim("plan on a CPU: real / predicted", "plan_time.json", "(real / predicted {a:.2f} and {b:.2f})",
           lambda d: {"a": d["result"]["sizes"][0]["ratio_real_over_predicted"],
                      "b": d["result"]["sizes"][1]["ratio_real_over_predicted"]}),
+    Claim("first hour: real / predicted", "first_hour.json", "(real / predicted {r:.2f}; the real time",
+          lambda d: {"r": d["result"]["ratio_real_over_predicted"]}),
     Claim("demo 54: bf16 wall-clock and worst ratio", "demo_wallclock_xeon_bf16.json",
           "in bf16 (worst {worst:.3f}×)", _demo),
     Claim("demo 54: fp32 worst ratio", "demo_wallclock_emulated_avx2_fp32.json", "in fp32 (worst {worst:.3f}×)", _demo),
