@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.tokenmill-installed
 REAL_CORPORA ?= $(abspath ../real_corpora)
 
-.PHONY: demo test install bench bench-check bench-tables clean
+.PHONY: demo test test-slow install bench bench-check bench-tables clean
 
 install: $(STAMP)
 
@@ -21,7 +21,12 @@ test: $(STAMP)
 	$(BIN)/ruff check src
 	$(BIN)/ruff format --check src
 	$(BIN)/mypy  # config: [tool.mypy] in pyproject.toml (files = src)
-	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=25
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=25 -m "not slow"
+
+# The multi-process and long end-to-end tests (torchrun kills and restarts, ZeRO/TP/PP/CP layouts, two
+# nodes, a Ray cluster, compiled training): about 6 minutes more on 2 cores. CI runs them after `make test`.
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=25 -m slow
 
 # Side-by-side benchmarks (results in BENCHMARKS.md); needs the demo's run directory. record.py writes a
 # script's result with its commit, command, versions and the other processes' load during the run.

@@ -67,7 +67,17 @@ def shim(bin_dir: Path) -> dict[str, str]:
     return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": path, "COLUMNS": "200"}
 
 
-@pytest.mark.parametrize("ex", ALL, ids=[f"{ex.doc.name}:{ex.name}" for ex in ALL])
+# Examples that train or evaluate for several seconds run in `make test-slow` and CI.
+SLOW_EXAMPLES = {"evaluation.md:eval-run", "training.md:train-stages", "operations.md:owned-output"}
+assert SLOW_EXAMPLES <= {f"{ex.doc.name}:{ex.name}" for ex in ALL}, "a slow example that is not an example"
+
+
+def _param(ex: Example):
+    name = f"{ex.doc.name}:{ex.name}"
+    return pytest.param(ex, id=name, marks=[pytest.mark.slow] if name in SLOW_EXAMPLES else [])
+
+
+@pytest.mark.parametrize("ex", [_param(ex) for ex in ALL])
 def test_example_runs(ex: Example, tmp_path: Path) -> None:
     env = shim(tmp_path / "bin")
     work = tmp_path / "work"

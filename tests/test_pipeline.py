@@ -22,7 +22,6 @@ from tokenmill.summaries import summary_line
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "examples" / "tiny.yaml"
-pytestmark = pytest.mark.slow
 
 
 def tokenmill(*args: str, **kw) -> subprocess.Popen:
@@ -108,6 +107,7 @@ def test_model_beats_the_unigram_baseline_on_every_bucket(tiny_pipeline):
     assert "Model: evaluation at step 80" in page and "unigram bpb" in page
 
 
+@pytest.mark.slow
 def test_second_run_skips_unchanged_stages_and_reruns_changed_ones(tiny_pipeline, tmp_path):
     run_dir = tmp_path / "tiny"
     shutil.copytree(tiny_pipeline[0], run_dir)  # the shared run stays untouched for other tests
@@ -145,6 +145,7 @@ def upstream_of_training(shared: Path, run_dir: Path) -> None:
         shutil.copy2(shared / ".stages" / f"{stage}.json", run_dir / ".stages")
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_training_then_rerun_continues_exactly(tiny_pipeline, tmp_path):
     reference = losses(tiny_pipeline[0])
     upstream_of_training(tiny_pipeline[0], tmp_path / "tiny")  # what is interrupted is training

@@ -78,7 +78,14 @@ def _check_outcome(case: Case, result: CliResult) -> None:
     assert case.rule is None or case.rule in rules, f"not quarantined as {case.rule}: {rules}"
 
 
-@pytest.mark.parametrize("build", CASES, ids=[b.__name__ for b in CASES])
+# The four slowest cases (seconds each: big labelled corpora, a huge task, a mixture run) run in
+# `make test-slow` and CI; the hostile-inputs benchmark measures them all.
+SLOW_CASES = {"mixture_weight_typo", "classify_labelled_big", "safety_labelled_big", "bigbench_huge_task"}
+assert SLOW_CASES <= {b.__name__ for b in CASES}, "a slow case that is not a case"
+
+
+@pytest.mark.parametrize("build", [pytest.param(b, id=b.__name__, marks=[pytest.mark.slow] if b.__name__ in SLOW_CASES else [])
+                                   for b in CASES])
 def test_hostile_case(build: Callable[[Path], Case], workdir: Path) -> None:
     case = build(workdir)
     before = tree_snapshot(workdir)

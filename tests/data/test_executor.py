@@ -59,6 +59,7 @@ def _each_dies_once(marks: Path, i: int) -> int:
     return i + 1
 
 
+@pytest.mark.slow
 def test_deaths_in_other_tasks_do_not_use_up_a_tasks_retries(tmp_path, monkeypatch):
     """14 tasks, each killing its worker once: about seven broken pools, more than MAX_RETRIES (4
     here). The map still finishes, since a death is charged only to the few tasks the pool had
@@ -110,6 +111,7 @@ def local_ray():
     assert not ray.is_initialized()
 
 
+@pytest.mark.slow
 def test_ray_reruns_a_killed_worker_task_in_task_order_with_a_bounded_window(local_ray, tmp_path, monkeypatch):
     import ray
 

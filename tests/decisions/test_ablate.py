@@ -56,6 +56,7 @@ def _ids(curated: Path) -> set[str]:
     return {i for b in curated_buckets(curated) for i in document_ids(curated, b)}
 
 
+@pytest.mark.slow
 def test_every_arm_shares_the_tokenizer_the_eval_set_and_the_token_budget(ablation):
     root, out, result, output = ablation
     arms = ["full", "raw", "no-quality"]
@@ -147,6 +148,7 @@ def test_arm_data_identity_is_measured_not_assumed(ablation):
         "full": None, "raw": None, "no-dedup": "full", "loose": "raw", "cut": None}
 
 
+@pytest.mark.slow
 def test_a_sigkilled_ablation_resumes_to_the_same_results(ablation):
     """SIGKILL while it trains the runs it lacks; the next call trains only those and every paired
     Δ equals the uninterrupted ablation's (training is deterministic; finished runs are reused)."""

@@ -156,6 +156,7 @@ def e2e_run(root: Path):
     return RunDir.create(cfg, root / "run")
 
 
+@pytest.mark.slow
 def test_repeated_canaries_are_more_exposed_after_training(tmp_path):
     from tokenmill.data.curate import run_curate
     from tokenmill.eval.evaluate import run_eval

@@ -73,6 +73,7 @@ def watched(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunDir, str, floa
     return run, watch_out, time.monotonic() - ended
 
 
+@pytest.mark.slow
 def test_watcher_scores_every_due_checkpoint_once_and_exits_after_the_run(watched):
     run, out, after = watched
     steps = [s for s, _ in list_checkpoints(run.sub("checkpoints"))]

@@ -71,6 +71,7 @@ def rows(run: RunDir, export: Path) -> list[dict]:
     return check_against_hf(run, export)
 
 
+@pytest.mark.slow
 def test_tokenmill_and_hf_generate_agree_item_by_item_and_in_numbers(rows: list[dict]) -> None:
     assert [r["name"] for r in rows] == ["quiz", "code"] and [r["n"] for r in rows] == [10, 6]
     for r in rows:

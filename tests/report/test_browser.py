@@ -263,6 +263,7 @@ def test_report_renders_every_section_without_errors(browser, finished_run):
     assert shot["coloured"] > 0.001, shot  # the charts' coloured lines were painted
 
 
+@pytest.mark.slow
 def test_served_report_reloads_when_the_run_writes_and_keeps_the_scroll_position(browser, finished_run):
     from tokenmill.report.serve import make_server
 

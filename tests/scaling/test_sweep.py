@@ -140,6 +140,7 @@ def test_width_rule_repeats_and_threads_in_the_plan(tmp_path, data_run):
         plan_sweep(cfg, base, vocab_size=512, train_tokens=10**9)
 
 
+@pytest.mark.slow
 def test_parallel_jobs_train_the_same_runs_as_one_at_a_time(tmp_path, data_run):
     """Two worker processes (one thread each) give bit-identical losses to the runs trained one after
     the other with one thread; a repeat with the run seed equals its sweep run, another seed differs."""
@@ -159,6 +160,7 @@ def test_parallel_jobs_train_the_same_runs_as_one_at_a_time(tmp_path, data_run):
     assert s["repeat1.0e09-d32-l1-s7"] != s["c1.0e09-d32-l1"]
 
 
+@pytest.mark.slow
 def test_no_holdout_leaves_the_held_out_runs_for_later(tmp_path, data_run):
     # one small budget (a run for each of the three shapes, 5 to 49 steps) and a small held-out run:
     # which runs a call trains does not depend on their length

@@ -39,6 +39,7 @@ def compile_events(run_dir: Path) -> list[dict]:
     return [e for e in read_events(run_dir / "events.jsonl") if e["kind"] == "compile"]
 
 
+@pytest.mark.slow
 def test_a_compiled_run_trains_as_the_eager_one(tiny_run, tmp_path, monkeypatch):
     """Same init and batches through the real trainer: fp32 losses agree to float noise (Inductor
     reorders sums), the decision is logged, and 'auto' keeps a short run eager."""

@@ -10,6 +10,8 @@ import torch
 
 from tests.train.dist_helpers import copy_run, events, fp32_order_rtol, make_run, max_rel_diff, reconfigure, run_ok, series
 
+pytestmark = pytest.mark.slow  # multi-process: `make test-slow` and CI run it, `make test` does not
+
 # Attention over keys gathered in another order (and a softmax summed in another order) than one
 # process: equal to float tolerance, as the tensor-parallel layouts (tests/train/test_tensor_parallel.py).
 CP_RTOL = fp32_order_rtol()

@@ -35,6 +35,7 @@ def fsdp(tmp_path_factory):
     return run
 
 
+@pytest.mark.slow
 def test_a_killed_fsdp_job_resumed_on_2_ranks_repeats_the_uninterrupted_run(fsdp, tmp_path):
     run = make_run(tmp_path / "killed", distributed="fsdp")
     proc = launch(run, "--sleep", "0.25")
@@ -53,6 +54,7 @@ def test_a_killed_fsdp_job_resumed_on_2_ranks_repeats_the_uninterrupted_run(fsdp
             == verify_checkpoint(fsdp.path / "checkpoints" / "step_12")["loss"])
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_every_ddp_rank_at_the_same_step_with_a_checkpoint(single, tmp_path):
     """SIGINT to torchrun (what Ctrl-C does): it forwards the signal to the ranks, they agree on
     one step to stop at (whichever rank saw it first), save there and exit. That DDP checkpoint,
@@ -80,6 +82,7 @@ def test_an_fsdp_checkpoint_resumes_in_one_process(fsdp, tmp_path):
     assert "model.safetensors" in {p.name for p in (run.path / "checkpoints" / "step_12").iterdir()}
 
 
+@pytest.mark.slow
 def test_fsdp_to_ddp_then_ddp_to_one_process(fsdp, tmp_path):
     """A sharded checkpoint resumed by 2 DDP ranks; that DDP job's checkpoint resumed by 1 process."""
     ddp = reconfigure(copy_run(fsdp, tmp_path / "ddp", keep_steps=4), distributed="ddp")

@@ -63,6 +63,7 @@ def test_ddp_under_torchrun_cli_gives_the_one_process_run_bit_for_bit(single, tm
         assert (ours / name).read_bytes() == (theirs / name).read_bytes(), name
 
 
+@pytest.mark.slow
 def test_fsdp2_gives_the_one_process_losses(single, tmp_path):
     run = make_run(tmp_path / "fsdp", distributed="fsdp", eval_every=12)
     cli_train(run)
@@ -89,6 +90,7 @@ def test_fsdp2_gives_the_one_process_losses(single, tmp_path):
     assert ev["step"] == 12 and ev["buckets"] == again
 
 
+@pytest.mark.slow
 def test_a_rank_that_drifts_halts_the_run_with_a_rank_mismatch_event(tmp_path):
     """Rank 1 alone nudges a parameter after its 3rd optimizer step; the check at step 4 sees
     rank 1's parameters differ from rank 0's and stops every rank."""
@@ -138,6 +140,7 @@ def _checksum_rank(rank: int, world: int, init: str, out: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_the_checksum_names_the_step_and_the_rank_that_differs(tmp_path):
     mp.start_processes(_checksum_rank, args=(2, f"file://{tmp_path / 'store'}", str(tmp_path)), nprocs=2,
                        join=True, start_method="spawn")

@@ -145,6 +145,7 @@ def test_fp16_combinations_that_cannot_run_are_refused(fields: dict[str, Any], m
     TrainConfig(dtype="float16", optimizer="muon")  # Muon steps on unscaled gradients: allowed
 
 
+@pytest.mark.slow
 def test_fsdp2_ranks_skip_and_scale_as_one_process(overflowing: RunDir, tmp_path: Path) -> None:
     """2 gloo ranks under FSDP2 (each holds half of every gradient): the overflow is found from the
     all-reduced global norm, so both ranks skip the same steps and keep the one-process run's

@@ -136,6 +136,7 @@ def step_losses(run: RunDir) -> dict[int, float]:
     return {e["step"]: e["loss"] for e in read_events(run.path / "events.jsonl") if e["kind"] == "train_step"}
 
 
+@pytest.mark.slow
 def test_an_fp8_run_resumes_exactly_and_its_checkpoint_loads_without_fp8(tiny_run, tmp_path, monkeypatch):
     """The real trainer with train.fp8 on the CPU (the launch check, which refuses the CPU, let
     through: torchao emulates FP8 matmuls here): a crash and resume replays every step."""

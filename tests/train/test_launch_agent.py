@@ -38,7 +38,6 @@ def test_ranks_of_one_launch_say_a_line_once_and_a_lone_process_always(tmp_path,
     assert read_failures(tmp_path) == {}  # no failures.json: the agent ended some other way
 
 
-@pytest.mark.slow
 def test_two_ranks_refusing_existing_checkpoints_say_it_once_with_the_exit_code(single, tmp_path):
     run = copy_run(single, tmp_path / "run")
     before = sorted(p.name for p in (run.path / "checkpoints").iterdir())

@@ -75,6 +75,7 @@ def _cli(run, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=180, cwd=REPO)
 
 
+@pytest.mark.slow
 def test_train_nproc_refuses_a_bad_layout_before_starting_and_trains_a_good_one(tmp_path):
     run = make_run(tmp_path / "run")
     bad = _cli(run, "--nproc", "2", "--set", "train.parallel.tp=3")

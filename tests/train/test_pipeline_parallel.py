@@ -20,6 +20,8 @@ from tokenmill.train.trainer import run_train
 
 from tests.train.dist_helpers import copy_run, events, fp32_order_rtol, make_run, max_rel_diff, reconfigure, run_ok, series
 
+pytestmark = pytest.mark.slow  # multi-process: `make test-slow` and CI run it, `make test` does not
+
 # Another summation order for the clip norm (per stage, then summed) and the tied gradient
 # (two stages' parts added): equal to float tolerance, not bits.
 PP_RTOL = fp32_order_rtol()

@@ -70,7 +70,6 @@ def test_history_is_bounded_and_survives_a_checkpoint():
     assert again.classify(500, 6.0, _docs(500)) == h.classify(500, 6.0, _docs(500))
 
 
-@pytest.mark.slow
 def test_the_state_before_a_severe_spike_is_kept_and_replay_starts_from_it(tiny_run):
     from tokenmill.train.checkpoint import list_checkpoints, verify_checkpoint
     from tokenmill.train.replay import replay_loss

@@ -120,7 +120,6 @@ def test_the_child_runs_in_its_own_process_group_of_the_same_session(tmp_path):
     assert sid == os.getsid(0)
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
 def test_the_child_dies_with_the_supervisor(tmp_path):
     code = ("import sys; from pathlib import Path; from tokenmill.train.supervisor import supervise; "

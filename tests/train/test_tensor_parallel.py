@@ -17,6 +17,8 @@ from tokenmill.train.tensor_parallel import COLUMN, NORMS, ROW, block_plan
 
 from tests.train.dist_helpers import copy_run, events, fp32_order_rtol, make_run, max_rel_diff, reconfigure, run_ok, series
 
+pytestmark = pytest.mark.slow  # multi-process: `make test-slow` and CI run it, `make test` does not
+
 # Row-parallel outputs are sums of two partial matmuls (another summation order than one
 # process), and the clip factor comes from per-group norms: equal to float tolerance, not bits.
 TP_RTOL = fp32_order_rtol()

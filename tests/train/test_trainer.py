@@ -141,7 +141,6 @@ def test_resume_after_a_crash_in_process_is_exact(tiny_run, tmp_path):
 
 
 # --------------------------------------------------------------------------- real processes
-@pytest.mark.slow
 def test_sigkill_then_resume_reproduces_the_uninterrupted_run_bitwise(tiny_run, tmp_path):
     full = copy_run(tiny_run, tmp_path / "full")
     killed = copy_run(tiny_run, tmp_path / "killed")
@@ -169,7 +168,6 @@ def test_sigkill_then_resume_reproduces_the_uninterrupted_run_bitwise(tiny_run, 
         assert a == (killed.path / "checkpoints" / "step_30" / name).read_bytes(), name
 
 
-@pytest.mark.slow
 def test_sigint_finishes_the_step_saves_and_exits_nonzero(tiny_run, tmp_path):
     reference = copy_run(tiny_run, tmp_path / "ref")
     proc = worker(tiny_run.path, "--sleep", "0.05")

@@ -99,6 +99,7 @@ def test_drift_and_collapse_warnings_and_state_are_exact_across_a_resume(tiny_ru
     assert state[0] == state[1] and state[0]["grad_drift"]["groups"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
 def test_two_ranks_log_the_one_process_signals(tmp_path, mode):
     """2 ranks x grad_accum 1 == 1 process x grad_accum 2 (the same 512-token global batch): the

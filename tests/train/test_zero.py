@@ -23,6 +23,8 @@ from tokenmill.train.trainer import run_train
 
 from tests.train.dist_helpers import copy_run, events, fp32_order_rtol, make_run, max_rel_diff, reconfigure, run_ok, series
 
+pytestmark = pytest.mark.slow  # multi-process: `make test-slow` and CI run it, `make test` does not
+
 # the tolerance of the pipeline tests (another summation order for the norm and the tied gradient)
 RTOL = fp32_order_rtol()
 F32 = 4
