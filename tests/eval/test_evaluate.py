@@ -196,3 +196,28 @@ def test_run_eval_scores_the_long_context_when_asked(tokenized_run):
     assert all(b["tokens"] == pos["docs"] * (b["to"] - b["from"]) for b in pos["buckets"])
     assert lc["passkey"]["trials"] == 4 and sum(b["trials"] for b in lc["passkey"]["by_distance"]) == 4
     assert set(summary["bpb_by_position"]) == {"0-32", "32-128", "128-256"} and "passkey" in summary
+
+
+def test_run_eval_scores_with_the_configs_thread_count(tokenized_run, monkeypatch):
+    """`tokenmill eval` uses train.threads like training: torch's default (one thread per core)
+    competes with the other jobs of a shared CPU."""
+    from tokenmill.config import RunConfig
+    from tokenmill.eval import evaluate
+    from tokenmill.runs import RunDir
+
+    before = torch.get_num_threads()
+    threads = 1 if before != 1 else 2
+    data = tokenized_run.config.model_dump()
+    data["train"].update(threads=threads)
+    run = RunDir.create(RunConfig.model_validate(data), tokenized_run.path)
+    seen: list[int] = []
+
+    def score(self, ckpt):
+        seen.append(torch.get_num_threads())
+        raise RuntimeError("stop after the thread count is seen")
+
+    monkeypatch.setattr(evaluate.CheckpointScorer, "score", score)
+    monkeypatch.setattr("tokenmill.train.checkpoint.latest_checkpoint", lambda root: root / "step_1")
+    with pytest.raises(RuntimeError, match="thread count"):
+        evaluate.run_eval(run)
+    assert seen == [threads] and torch.get_num_threads() == before

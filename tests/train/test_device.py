@@ -62,3 +62,18 @@ def test_enable_tf32_leaves_cpu_settings_alone():
     before = torch.backends.cuda.matmul.allow_tf32
     enable_tf32(torch.device("cpu"))
     assert torch.backends.cuda.matmul.allow_tf32 == before
+
+
+def test_torch_threads_sets_the_count_inside_and_restores_it_after():
+    from tokenmill.train.device import torch_threads
+
+    before = torch.get_num_threads()
+    other = 1 if before != 1 else 2
+    with torch_threads(other):
+        assert torch.get_num_threads() == other
+    assert torch.get_num_threads() == before
+    with torch_threads(None):  # None: torch's default is left alone
+        assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError), torch_threads(other):
+        raise RuntimeError("restored even when the block fails")
+    assert torch.get_num_threads() == before

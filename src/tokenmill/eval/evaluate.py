@@ -23,7 +23,7 @@ from tokenmill.eval.unigram import unigram_logprobs, unigram_nll
 from tokenmill.runs import RunDir, atomic_write_text
 from tokenmill.tokenizer.bpe import load_tokenizer
 from tokenmill.tokens.store import TokenStore
-from tokenmill.train.device import autocast, resolve_device
+from tokenmill.train.device import autocast, resolve_device, torch_threads
 
 if TYPE_CHECKING:
     from tokenmill.model.config import ModelConfig
@@ -262,7 +262,8 @@ def run_eval(run: RunDir, checkpoint: Path | None = None) -> dict[str, Any]:
     ckpt = checkpoint or latest_checkpoint(run.sub("checkpoints"))
     if ckpt is None:
         raise FileNotFoundError(f"{run.sub('checkpoints')}: no checkpoint to evaluate (run `tokenmill train CONFIG`)")
-    record = CheckpointScorer(run, resolve_device(run.config.train.device)).score(Path(ckpt))
+    with torch_threads(run.config.train.threads):
+        record = CheckpointScorer(run, resolve_device(run.config.train.device)).score(Path(ckpt))
     step, buckets = record.pop("step"), record.pop("buckets")
     write_eval(run, step, buckets, **record)
     extra = record

@@ -28,6 +28,21 @@ def resolve_device(spec: str) -> torch.device:
     return device
 
 
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """torch's CPU thread count set to `threads` (train.threads) inside the block, restored after;
+    None leaves torch's default. Evaluation and replay use training's count: on a shared CPU the
+    default (one per core) competes with other jobs, and CPU sums are bitwise equal only at the
+    same count."""
+    prev = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(prev)
+
+
 def cpu_has_native_bf16() -> bool:
     """True when this CPU computes bf16 matmuls natively (AVX512-BF16 or AMX-BF16 instructions).
 

@@ -28,7 +28,7 @@ from tokenmill.train.checkpoint import list_checkpoints, read_state, verify_chec
 from tokenmill.train.restore import load_checkpoint
 from tokenmill.train.budget import resolve_budget
 from tokenmill.train.config import TrainConfig
-from tokenmill.train.device import resolve_device, resolve_dtype
+from tokenmill.train.device import resolve_device, resolve_dtype, torch_threads
 from tokenmill.train.guard import StabilityGuard
 from tokenmill.train.init_from import init_from
 from tokenmill.train.loss_scale import LossScaler, after_step, build_scaler
@@ -94,13 +94,8 @@ def documents_of_steps(run: RunDir, steps: list[int]) -> dict[int, list[dict[str
 
 def replay_loss(run: RunDir, step: int) -> dict[str, Any]:
     """Loss of the global batch of `step` under θ_{step-1}, from the newest checkpoint before it."""
-    prev_threads = torch.get_num_threads()
-    if run.config.train.threads:  # the same thread count as training: CPU sums are then bitwise equal
-        torch.set_num_threads(run.config.train.threads)
-    try:
+    with torch_threads(run.config.train.threads):  # training's count: CPU sums are then bitwise equal
         return _replay_loss(run, step)
-    finally:
-        torch.set_num_threads(prev_threads)
 
 
 def _initial_model(cfg: RunConfig, tc: TrainConfig, base: ModelConfig, ckpt: Path | None, device: torch.device) -> Transformer:

@@ -72,7 +72,7 @@ from tokenmill.train.clipping import clip_gradients, clip_on_device
 from tokenmill.train.pipeline_parallel import Pipeline, build_pipeline, stage_layers
 from tokenmill.train.compilation import compile_cache_dir, compile_decision, compile_model
 from tokenmill.train.fp8 import convert_to_fp8, fp8_launch_problem
-from tokenmill.train.device import autocast, enable_tf32, resolve_dtype
+from tokenmill.train.device import autocast, enable_tf32, resolve_dtype, torch_threads
 from tokenmill.train.staging import prebuild_mask
 from tokenmill.train.loss_scale import LossScaler, after_step, build_scaler, is_overflow
 from tokenmill.train.dist_checkpoint import agreed_latest_checkpoint, load_full_into_stage
@@ -617,13 +617,8 @@ def _run_train(run: RunDir, ctx: DistContext, resume: bool, on_eval: EvalHook | 
     store = TokenStore(run.path / "tokens")
     mcfg = resolve_model_config(cfg.model, store, tc.seq_len)
     enable_tf32(device)
-    prev_threads = torch.get_num_threads()
-    if tc.threads:
-        torch.set_num_threads(tc.threads)
-    try:
+    with torch_threads(tc.threads):
         return _train(run, tc, store, mcfg, device, dtype, resume, on_eval, progress, ctx)
-    finally:
-        torch.set_num_threads(prev_threads)
 
 
 def _train(
