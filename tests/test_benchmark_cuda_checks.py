@@ -16,6 +16,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import cuda_path_checks  # noqa: E402
 
 
+@pytest.mark.slow
 def test_every_part_runs_and_passes_its_checks_on_the_cpu(tmp_path):
     """Each part in turn, one of them broken (an unknown name): it records its error, the others
     still run and pass."""

@@ -69,6 +69,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run.path
 
 
+@pytest.mark.slow
 def test_replay_prints_ids_and_paths_with_markup_as_they_are(trained: Path):
     listed = run_cli("replay", trained, "--step", "2")
     assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr[-2000:]

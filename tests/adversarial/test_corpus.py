@@ -78,9 +78,10 @@ def _check_outcome(case: Case, result: CliResult) -> None:
     assert case.rule is None or case.rule in rules, f"not quarantined as {case.rule}: {rules}"
 
 
-# The four slowest cases (seconds each: big labelled corpora, a huge task, a mixture run) run in
-# `make test-slow` and CI; the hostile-inputs benchmark measures them all.
-SLOW_CASES = {"mixture_weight_typo", "classify_labelled_big", "safety_labelled_big", "bigbench_huge_task"}
+# The slowest cases (3 s or more each: big labelled corpora, a huge task, a mixture run, training
+# or a report first) run in `make test-slow` and CI; the hostile-inputs benchmark measures them all.
+SLOW_CASES = {"mixture_weight_typo", "classify_labelled_big", "safety_labelled_big", "bigbench_huge_task",
+              "report_odd_events", "token_ids_past_vocab_train", "pickled_optimizer", "watch_deep_event", "trace_long_line"}
 assert SLOW_CASES <= {b.__name__ for b in CASES}, "a slow case that is not a case"
 
 

@@ -161,6 +161,7 @@ def test_export_never_touches_a_users_out_tmp(workdir: Path) -> None:
     assert json.loads((workdir / "hf" / ".tokenmill").read_text())["stage"] == "export-hf"
 
 
+@pytest.mark.slow
 def test_export_overwrite_replaces_only_its_own_export(workdir: Path) -> None:
     """An earlier export is replaced with --overwrite (a file the user put beside it stays); a
     folder of other files is refused even with --overwrite."""

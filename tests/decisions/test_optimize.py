@@ -39,6 +39,7 @@ def _write(tmp_path, **over):
     return tmp_path / "m.yaml"
 
 
+@pytest.mark.slow
 def test_optimize_writes_usable_weights_and_measures_every_candidate(tmp_path, tokenized_run):
     _base(tmp_path, tokenized_run)
     path = _write(tmp_path, data=str(tokenized_run.path))

@@ -138,6 +138,7 @@ def test_a_fork_bomb_is_capped_by_the_groups_pids_max(isolation: str):
     assert len(sampler.seen) > launcher and sampler.left() == [] and our_groups() == []
 
 
+@pytest.mark.slow
 @cgroups_only
 @namespaces_only
 def test_memory_spread_over_processes_is_capped_by_the_group_total():

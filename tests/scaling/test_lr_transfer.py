@@ -32,6 +32,7 @@ def test_analysis_measures_the_shift_of_the_optimum_in_octaves():
     assert a["mup"]["shift_octaves"] == pytest.approx(0.0, abs=1e-9)
 
 
+@pytest.mark.slow
 def test_lr_transfer_trains_each_grid_point_as_a_run_with_mup_at_the_narrowest_base(tmp_path, tokenized_run):
     for stage in STAGES[:3]:
         tokenized_run.mark_done(stage)

@@ -39,6 +39,7 @@ def test_nan_and_lr_window():
 
 
 # --------------------------------------------------------------------------- process faults
+@pytest.mark.slow
 def test_a_process_fault_fires_once_per_run(tmp_path):
     """faults.kill in a real child process: SIGKILLed at its step the first time, not the second
     (the marker under <run>/faults/ is written before the kill)."""

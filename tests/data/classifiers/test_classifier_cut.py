@@ -57,6 +57,7 @@ def runs(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_the_cut_keeps_exactly_the_top_percent_of_scored_documents(runs):
     everything = _rows(runs["all"], ["id", "bucket", "model_quality"])
     scored = [(r["model_quality"]["classifier_score"], r["id"]) for r in everything

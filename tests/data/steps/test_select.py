@@ -61,6 +61,7 @@ def _corpus(path: Path, n: int) -> None:
             f.write(json.dumps({"id": f"r{i}", "text": f"Record {i}. " + TEXT}) + "\n")
 
 
+@pytest.mark.slow
 def test_cli_curates_only_the_listed_records(tmp_path):
     _corpus(tmp_path / "in.jsonl", 30)
     (tmp_path / "ids.txt").write_text("r4\nr17\n")  # 28 of 30 removed: over max_removal_share, yet no stop
