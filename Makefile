@@ -30,7 +30,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=25 -m "not slow"
 
 # The multi-process and long end-to-end tests (torchrun kills and restarts, ZeRO/TP/PP/CP layouts, two
-# nodes, a Ray cluster, compiled training): about 6 minutes more on 2 cores. CI runs them after `make test`.
+# nodes, a Ray cluster, compiled training): about 8 minutes more on 2 cores. CI runs them after `make test`.
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=25 -m slow
 
