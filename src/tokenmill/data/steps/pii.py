@@ -3,8 +3,8 @@
 PII handling comes in layers: site rules, then "coarse pattern matching: emails, phone
 numbers, ID numbers", then NER. This is the pattern layer, with names and postal addresses found
 from word lists and context (pii_names.py) in place of an NER model. Each kind is a regular expression
-that finds candidates and a validator that keeps only real ones, because the danger the seed
-names is over-removal: a masked version number or date is training text lost, and code is full
+that finds candidates and a validator that keeps only real ones, because the danger is
+over-removal: a masked version number or date is training text lost, and code is full
 of dotted and dashed digits. What is found, and what is deliberately not:
 
   email        local@domain.tld (TLD of 2+ letters, not followed by ".name": `x@self.w.T` is
@@ -40,7 +40,10 @@ of dotted and dashed digits. What is found, and what is deliberately not:
                ordinary English word. A lone capitalised word, a dictionary head-word or a code
                identifier is never a name. pii_names.py has the rules and where the lists come from;
                measured on real changelogs, copyright files, mail headers, code, dictionaries and
-               man pages in benchmarks/results/pii_names.json. <NAME>
+               man pages in benchmarks/results/pii_names.json. At names="private" (the default,
+               private_names) only names the text marks as a private person's are kept: contact and
+               signature blocks, or other evidence beside an e-mail, phone or address; names="any"
+               keeps every evidenced name. <NAME>
 
 Detectors run in the order email, ip, iban, card, national_id, address, phone, name; where two
 candidates overlap, the earlier kind wins (an email's digits are never a phone). Text without "@" skips the email scan, text without a
