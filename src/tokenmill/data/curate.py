@@ -656,6 +656,7 @@ def _final_chunk(
             continue
         funnel.source_out(doc.source, text_bytes(doc.text), bucket0)
         funnel.license_bytes(doc.license, bytes_kept=text_bytes(doc.text))
+        funnel.pii_replaced(bucket0, doc.pii, doc.text or "")
         by_bucket.setdefault(doc.bucket, []).append(doc.row())
     out = final_dir(job.work)
     for bucket, rows in by_bucket.items():
