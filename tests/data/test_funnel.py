@@ -161,7 +161,8 @@ def test_curate_funnel_and_report_show_the_replacements_of_the_kept_rows(tmp_pat
     (tmp_path / "c.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     cfg = CurateConfig.model_validate({"sources": [SourceConfig(path=str(tmp_path / "c.jsonl"), bucket="mail")],
                                        "steps": ["normalize", "pii"], "workers": 1})
-    curate(cfg, tmp_path / "out", progress=False)
+    summary = curate(cfg, tmp_path / "out", progress=False)
+    assert summary["pii_replaced"] == {"name": 3, "email": 1, "phone": 1}
     funnel = json.loads((tmp_path / "out" / "_funnel.json").read_text())
     rows = pq.read_table(tmp_path / "out" / "mail").to_pylist()
     want = {k: sum(dict(r["pii"])[k] for r in rows) for k in ("name", "email", "phone")}

@@ -950,7 +950,17 @@ def _summary(funnel_data: dict[str, Any], final: Path, seconds: float) -> dict[s
         "docs_quarantined": total["read"]["docs_rejected"] if "read" in total else 0,
         "seconds": round(seconds, 3),
         "buckets": buckets,
+        **({"pii_replaced": _pii_totals(funnel_data["pii"])} if "pii" in steps and "pii" in funnel_data else {}),
     }
+
+
+def _pii_totals(per_bucket: dict[str, Any]) -> dict[str, int]:
+    """Placeholders of each kind over all buckets, most first: the rewrite said in the run's summary line."""
+    totals: dict[str, int] = {}
+    for c in per_bucket.values():
+        for kind, n in c["kinds"].items():
+            totals[kind] = totals.get(kind, 0) + n
+    return dict(sorted(totals.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 FIXED_OUTPUTS = (
