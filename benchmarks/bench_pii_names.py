@@ -50,6 +50,9 @@ from tokenmill.data.steps.pii import PRIORITY, find_pii  # noqa: E402
 
 LABELS = Path(__file__).resolve().parent / "labels" / "pii_names.jsonl"
 RUNNING = Path(__file__).resolve().parent / "labels" / "pii_names_running.jsonl"
+# The labels mark every person name, credited authors too: the detector's evidence rules are scored
+# as names="any" applies them (the default, names="private", keeps only contact-marked ones).
+NAMES = "any"
 NEW_KINDS = ("name", "address")
 PATTERN_KINDS = tuple(k for k in PRIORITY if k not in NEW_KINDS)
 NO_NAME_BUCKETS = ("code", "dictionary", "manpage")
@@ -87,7 +90,7 @@ def score(records: list[dict[str, Any]]) -> dict[str, Any]:
         text = r["text"]
         gold = [(s["start"], s["end"], s["kind"]) for s in r["pii"]]
         origins = [s.get("origin", r["gold"]) for s in r["pii"]]
-        pred = [(s.start, s.end, s.kind) for s in find_pii(text, kinds)]
+        pred = [(s.start, s.end, s.kind) for s in find_pii(text, kinds, names=NAMES)]
         g, p = _mask(len(text), gold, kinds), _mask(len(text), pred, kinds)
         for (s, e, k), origin in zip(gold, origins):
             cov = p[s:e]
@@ -134,7 +137,7 @@ def _cost(texts: list[str], kinds: tuple[str, ...], repeat: int) -> float:
     for _ in range(repeat):
         t0 = time.perf_counter()
         for t in texts:
-            find_pii(t, kinds)
+            find_pii(t, kinds, names=NAMES)
         best = min(best, time.perf_counter() - t0)
     return round(best / len(texts) * 1e6, 1)
 

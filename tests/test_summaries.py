@@ -55,6 +55,13 @@ def test_each_stage_shows_the_numbers_a_person_wants():
     assert summary_line("report", RECORDED["report"]) == "runs/r/report.html; TensorBoard scalars in runs/r/tensorboard; 4.4 s"
 
 
+def test_pii_replacements_are_said_when_the_pii_step_ran():
+    line = summary_line("curate", {**RECORDED["curate"], "pii_replaced": {"name": 1204, "email": 3}})
+    assert "; PII replaced: name 1,204, email 3;" in line and not REPR.search(line)
+    assert "; no PII replaced;" in summary_line("curate", {**RECORDED["curate"], "pii_replaced": {}})
+    assert "PII" not in summary_line("curate", RECORDED["curate"])
+
+
 def test_quarantined_records_are_counted_among_the_removed_when_there_are_some():
     line = summary_line("curate", {**RECORDED["curate"], "docs_quarantined": 3})
     assert "52 removed (3 of them unreadable, quarantined)" in line

@@ -97,6 +97,9 @@ def _curate(s: Summary) -> list[str]:
     if isinstance(buckets, Mapping) and buckets:
         docs = {b: (v.get("docs_out") if isinstance(v, Mapping) else v) for b, v in buckets.items()}
         parts.append("documents per bucket: " + _per_bucket(docs, count))
+    replaced = s.get("pii_replaced")
+    if isinstance(replaced, Mapping):  # the pii step rewrote text: say how much (per bucket in _funnel.json)
+        parts.append(("PII replaced: " + _per_bucket(replaced, count)) if replaced else "no PII replaced")
     return parts
 
 
@@ -173,7 +176,9 @@ def _report(s: Summary) -> list[str]:
 _STAGES: dict[str, tuple[Callable[[Summary], list[str]], frozenset[str]]] = {
     "curate": (
         _curate,
-        frozenset({"docs_in", "bytes_in", "docs_out", "bytes_out", "docs_rejected", "docs_quarantined", "buckets"}),
+        frozenset(
+            {"docs_in", "bytes_in", "docs_out", "bytes_out", "docs_rejected", "docs_quarantined", "buckets", "pii_replaced"}
+        ),
     ),
     "tokenizer": (_tokenizer, frozenset({"vocab_size", "tokenizer_sha256", "bytes_per_token", "fast_encoder_identical"})),
     "tokenize": (_tokenize, frozenset({"encoder"})),

@@ -122,3 +122,52 @@ def test_files_read_names_a_bounded_prefix_and_hashes_the_whole_list():
     assert got == {"count": 2502, "sha256": hashlib.sha256(full).hexdigest(), "names": names[:1000], "all_named": False}
     assert files_read(["dump[1].jsonl"])["names"] == ["dump[1].jsonl"] and files_read(["a"])["all_named"] is True
     assert files_read([]) == {"count": 0, "sha256": hashlib.sha256(b"").hexdigest(), "names": [], "all_named": True}
+
+
+# --------------------------------------------------------------------------- PII replacements
+def test_pii_replacements_are_counted_per_bucket_with_few_examples(tmp_path):
+    from tokenmill.data.funnel import PII_EXAMPLES
+
+    f, g = Funnel(), Funnel()
+    for i in range(5):
+        f.pii_replaced("mail", {"name": 2, "email": 1, "phone": 0}, f"From: <NAME> <<EMAIL>> and <NAME> {i}")
+    f.pii_replaced("mail", {"name": 0, "email": 0}, "nothing replaced")
+    g.pii_replaced("mail", {"name": 1}, "Regards, <NAME>")
+    g.pii_replaced("books", {"address": 1}, "write to <ADDRESS>")
+    f.merge(g)
+    data = f.write(tmp_path / "_funnel.json")
+    mail = data["pii"]["mail"]
+    assert mail["docs"] == 6 and mail["kinds"] == {"email": 5, "name": 11}
+    assert len(mail["examples"]["name"]) == PII_EXAMPLES == 2  # bounded however many documents
+    assert mail["examples"]["name"][0] == "…From: <NAME> <<EMAIL>> and <NAME> 0…"
+    assert data["pii"]["books"] == {"docs": 1, "kinds": {"address": 1}, "examples": {"address": ["…write to <ADDRESS>…"]}}
+    assert Funnel.from_dict(data).to_dict()["pii"] == data["pii"]
+    old = {k: v for k, v in data.items() if k != "pii"}  # a chunk written before replacements were counted
+    merged = Funnel.from_dict(data)
+    merged.merge(Funnel.from_dict(old))
+    assert "pii" not in merged.to_dict()  # no partial counts claimed
+
+
+def test_curate_funnel_and_report_show_the_replacements_of_the_kept_rows(tmp_path):
+    import pyarrow.parquet as pq
+
+    from tokenmill.config import CurateConfig, SourceConfig
+    from tokenmill.data.curate import curate
+    from tokenmill.report.data_section import pii_table
+
+    texts = ["Mr. Thornbury bowed to Miss Pembrook and left the room without a word to anyone there.",
+             "From: Jane Doe <jane@example.org>\nTo: John Roe\n\nThe minutes of the meeting follow below.",
+             "Regards,\nAnn Example\nPhone: +49 30 1234567\n\nplease call me back about the invoice."]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    cfg = CurateConfig.model_validate({"sources": [SourceConfig(path=str(tmp_path / "c.jsonl"), bucket="mail")],
+                                       "steps": ["normalize", "pii"], "workers": 1})
+    summary = curate(cfg, tmp_path / "out", progress=False)
+    assert summary["pii_replaced"] == {"name": 3, "email": 1, "phone": 1}
+    funnel = json.loads((tmp_path / "out" / "_funnel.json").read_text())
+    rows = pq.read_table(tmp_path / "out" / "mail").to_pylist()
+    want = {k: sum(dict(r["pii"])[k] for r in rows) for k in ("name", "email", "phone")}
+    assert want == {"name": 3, "email": 1, "phone": 1}
+    assert funnel["pii"]["mail"]["docs"] == 2 and funnel["pii"]["mail"]["kinds"] == want
+    page = pii_table(funnel["pii"])
+    assert "<td>mail</td><td>2</td><td>3</td>" in page and "Regards, &lt;NAME&gt; Phone: &lt;PHONE&gt;" in page
+    assert pii_table({}) == "<p>PII: nothing was replaced in the kept documents.</p>" and pii_table(None) == ""

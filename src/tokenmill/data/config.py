@@ -382,14 +382,27 @@ class PiiConfig(Strict):
     Signed-off-by:/Copyright holder, honorific, sign-off, a credit such as "Contributed by" or
     "Thanks to", where a name wrapped over a line break counts whole) or a given name from the shipped
     list followed by a surname that is not an English word — and capitalised dictionary words and code
-    identifiers are never masked, a lone first name only right after a credit ("Thanks, Kirk"). Measured on real code, dictionary entries
-    and man pages (benchmarks/results/pii_names.json) this masks well under 1% of words, while
-    leaving names out would keep every contributor name of a changelog or mail archive in the
-    training text. Drop the two kinds here for corpora where that trade is wrong.
+    identifiers are never masked, a lone first name only right after a credit ("Thanks, Kirk").
+
+    `names="private"` (the default) replaces a name only where the text marks a private person:
+    e-mail display names, changelog trailers and mail/patch header fields (From:, To:, Cc:,
+    Signed-off-by:, Maintainer: ...) always; a sign-off, honorific, credit, copyright holder,
+    "Author:" or listed given name only with an e-mail address, phone number or postal address on
+    the same or an adjacent line. Characters of novels and plays, figures of scripture and history,
+    public figures and credited authors have no contact details beside them, so they stay: they are
+    not private persons, and replacing them ("Mr. <NAME>" thousands of times in a novel) loses text
+    without protecting anyone. `names="any"` keeps the earlier rule (every evidenced name). Drop
+    `name` or `address` from `kinds` for corpora where even that trade is wrong.
     """
 
     kinds: list[Literal["email", "phone", "ip", "card", "iban", "national_id", "name", "address"]] = Field(
         ["email", "phone", "ip", "card", "iban", "national_id", "name", "address"], description="What to find and replace."
+    )
+    names: Literal["private", "any"] = Field(
+        "private",
+        description="Which names to replace: 'private' only where the text marks a private person (contact or "
+        "signature blocks, or contact details beside the name); 'any' every name with evidence (honorifics, "
+        "credits, the given-name list too, so characters and credited authors as well).",
     )
 
 

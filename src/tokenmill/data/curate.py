@@ -656,6 +656,7 @@ def _final_chunk(
             continue
         funnel.source_out(doc.source, text_bytes(doc.text), bucket0)
         funnel.license_bytes(doc.license, bytes_kept=text_bytes(doc.text))
+        funnel.pii_replaced(bucket0, doc.pii, doc.text or "")
         by_bucket.setdefault(doc.bucket, []).append(doc.row())
     out = final_dir(job.work)
     for bucket, rows in by_bucket.items():
@@ -949,7 +950,17 @@ def _summary(funnel_data: dict[str, Any], final: Path, seconds: float) -> dict[s
         "docs_quarantined": total["read"]["docs_rejected"] if "read" in total else 0,
         "seconds": round(seconds, 3),
         "buckets": buckets,
+        **({"pii_replaced": _pii_totals(funnel_data["pii"])} if "pii" in steps and "pii" in funnel_data else {}),
     }
+
+
+def _pii_totals(per_bucket: dict[str, Any]) -> dict[str, int]:
+    """Placeholders of each kind over all buckets, most first: the rewrite said in the run's summary line."""
+    totals: dict[str, int] = {}
+    for c in per_bucket.values():
+        for kind, n in c["kinds"].items():
+            totals[kind] = totals.get(kind, 0) + n
+    return dict(sorted(totals.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 FIXED_OUTPUTS = (

@@ -122,7 +122,7 @@ def eval_pii(labelled: Path, cfg: CurateConfig) -> dict[str, Any]:
     for lineno, rec in _records(labelled, {"text": str}):
         text = rec["text"]
         gold = _gold_spans(labelled, lineno, rec)
-        pred = find_pii(text, cfg.pii.kinds)
+        pred = find_pii(text, cfg.pii.kinds, cfg.pii.names)
         g, p = _masks(len(text), gold, kinds), _masks(len(text), pred, kinds)
         b = per_bucket[str(rec.get("bucket") or DEFAULT_BUCKET)]
         b["docs"] += 1

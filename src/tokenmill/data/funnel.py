@@ -5,6 +5,8 @@ text, quality on a skipped bucket) passes it through unchanged and counts it as 
 every step docs_in = docs_out + rejected, and docs_out of a step = docs_in of the next. Bytes
 are UTF-8 bytes of the text entering and leaving a step (raw bytes entering "read").
 The `d_eff` block holds the inputs of D_eff = D (1 - r_dup)(1 - r_pad) ρ_parse ρ_quality.
+The `pii` block says, per bucket, what the pii step replaced in the kept documents, with a few
+placeholders in context: a rewrite of the text is never silent.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
+
+from tokenmill.data.steps.pii import PLACEHOLDERS
 
 VERSION = "1"
 STEPS: tuple[str, ...] = ("read", "extract", "normalize", "length", "quality", "exact_dedup")
@@ -122,6 +126,59 @@ class SourceCounts:
             if getattr(self, name):
                 out[name] = dict(sorted(getattr(self, name).items()))
         return out
+
+
+PII_EXAMPLES = 2  # placeholders in context kept per kind and bucket: the funnel stays small whatever the corpus
+PII_CONTEXT = 50  # characters either side of an example's placeholder
+
+
+def _pii_examples(text: str, kind: str, want: int) -> list[str]:
+    """Up to `want` of the kind's placeholders in the masked text, each with its context on one line."""
+    placeholder = PLACEHOLDERS[kind]
+    out: list[str] = []
+    at = text.find(placeholder)
+    while at != -1 and len(out) < want:
+        window = text[max(0, at - PII_CONTEXT) : at + len(placeholder) + PII_CONTEXT]
+        out.append("…" + " ".join(window.split()) + "…")
+        at = text.find(placeholder, at + len(placeholder))
+    return out
+
+
+@dataclass
+class PiiCounts:
+    """What the pii step replaced in one bucket's kept documents: documents rewritten, placeholders
+    per kind, and the first few placeholders of each kind in context (from the masked text, so an
+    example shows what was lost, "Mr. <NAME> bowed", never the identifier itself)."""
+
+    docs: int = 0  # kept documents with at least one replacement
+    kinds: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, counts: dict[str, int], text: str) -> None:
+        found = {k: n for k, n in counts.items() if n}
+        if not found:
+            return
+        self.docs += 1
+        for kind, n in found.items():
+            self.kinds[kind] = self.kinds.get(kind, 0) + n
+            have = self.examples.setdefault(kind, [])
+            if len(have) < PII_EXAMPLES and kind in PLACEHOLDERS:
+                have.extend(_pii_examples(text, kind, PII_EXAMPLES - len(have)))
+
+    def merge(self, other: "PiiCounts") -> None:
+        self.docs += other.docs
+        for kind, n in other.kinds.items():
+            self.kinds[kind] = self.kinds.get(kind, 0) + n
+        for kind, examples in other.examples.items():
+            have = self.examples.setdefault(kind, [])
+            have.extend(examples[: max(0, PII_EXAMPLES - len(have))])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"docs": self.docs, "kinds": dict(sorted(self.kinds.items())), "examples": dict(sorted(self.examples.items()))}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "PiiCounts":
+        return cls(d["docs"], dict(d["kinds"]), {k: list(v) for k, v in d["examples"].items()})
 
 
 UNDETERMINED = "und"  # ISO 639-2 for "undetermined": removed before langid ran, or no langid step
@@ -233,6 +290,9 @@ class Funnel:
         self.license_permissions: dict[str, dict[str, Any]] = {}  # set by the driver before writing
         # per files source: the files it read (files_read); set by the driver before writing
         self.files_read: dict[str, dict[str, Any]] = {}
+        # per bucket: what the pii step replaced in kept documents
+        self.pii: dict[str, PiiCounts] = {}
+        self.pii_complete = True  # False once a funnel written before replacements were counted is merged in
 
     def merge(self, other: "Funnel") -> None:
         """Add another funnel's counts (of a shard or chunk) to this one."""
@@ -257,6 +317,9 @@ class Funnel:
         for lic, lc in other.licenses.items():
             self.licenses.setdefault(lic, LicenseCounts()).merge(lc)
         self.licenses_complete = self.licenses_complete and other.licenses_complete
+        for bucket, pc in other.pii.items():
+            self.pii.setdefault(bucket, PiiCounts()).merge(pc)
+        self.pii_complete = self.pii_complete and other.pii_complete
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Funnel":
@@ -274,6 +337,8 @@ class Funnel:
         for lic, c in data.get("licenses", {}).items():
             f.licenses[lic] = LicenseCounts(c["docs"], c["kept"], dict(c["rejected"]), c["bytes_in"], c["bytes_kept"])
         f.licenses_complete = "licenses" in data
+        f.pii = {b: PiiCounts.from_dict(c) for b, c in data.get("pii", {}).items()}
+        f.pii_complete = "pii" in data
         return f
 
     def _bucket(self, bucket: str) -> dict[str, StepCounts]:
@@ -314,6 +379,11 @@ class Funnel:
             counts.encodings[encoding] = counts.encodings.get(encoding, 0) + 1
         if id_kind is not None:
             counts.ids[id_kind] = counts.ids.get(id_kind, 0) + 1
+
+    def pii_replaced(self, bucket: str, counts: dict[str, int], text: str) -> None:
+        """A kept document's PII replacements (its `pii` counts and masked text), under its bucket."""
+        if any(counts.values()):
+            self.pii.setdefault(bucket, PiiCounts()).add(counts, text)
 
     def license_bytes(self, license: str, bytes_in: int = 0, bytes_kept: int = 0) -> None:
         """Raw bytes read, or curated bytes kept, of a document of this license."""
@@ -384,6 +454,7 @@ class Funnel:
             ),
             **({"licenses": self._licenses_dict()} if self.licenses_complete else {}),
             **({"files_read": self.files_read} if self.files_read else {}),
+            **({"pii": {b: c.to_dict() for b, c in sorted(self.pii.items())}} if self.pii_complete else {}),
             "d_eff": {"total": d_eff_inputs(total), "buckets": {b: d_eff_inputs(per) for b, per in sorted(self.buckets.items())}},
         }
 

@@ -202,6 +202,34 @@ def language_table(languages: dict[str, dict]) -> str:
     )
 
 
+# Placeholder kinds in the order of the pii step's table (data/steps/pii.py).
+PII_KINDS = ("name", "address", "email", "phone", "ip", "card", "iban", "national_id")
+
+
+def pii_table(pii: dict[str, dict] | None) -> str:
+    """Per bucket, what the pii step replaced in the kept documents, with a few placeholders in
+    context: the text was rewritten, and this is where it shows."""
+    if pii is None:
+        return ""
+    if not pii:
+        return "<p>PII: nothing was replaced in the kept documents.</p>"
+    kinds = [k for k in PII_KINDS if any(c["kinds"].get(k) for c in pii.values())]
+    kinds += sorted({k for c in pii.values() for k in c["kinds"]} - set(kinds))
+    rows = [[b, c["docs"], *(c["kinds"].get(k, 0) for k in kinds)] for b, c in sorted(pii.items())]
+    examples = [
+        f"<li><code>{html.escape(b)}</code> {html.escape(k)}: {html.escape(e)}</li>"
+        for b, c in sorted(pii.items())
+        for k in kinds
+        for e in c["examples"].get(k, [])
+    ]
+    return (
+        "<p>PII replaced by typed placeholders in the kept documents (<code>curate.pii</code>; names at "
+        "<code>names: private</code> only where contact details mark a private person, docs/curation.md):</p>"
+        + _table(["bucket", "docs rewritten", *kinds], rows)
+        + (f"<details><summary>placeholders in context</summary><ul>{''.join(examples)}</ul></details>" if examples else "")
+    )
+
+
 def section_funnel(funnel: dict | None) -> str:
     """Documents and bytes through every curation step: total, per bucket, per source."""
     out = ["<h3>Curation funnel</h3>"]
@@ -250,6 +278,7 @@ def section_funnel(funnel: dict | None) -> str:
         )
         for b, d in sorted(buckets.items()):
             out.append(f"<details><summary>funnel of bucket {html.escape(b)}</summary>{funnel_table(steps, d)}</details>")
+    out.append(pii_table(funnel.get("pii")))
     out.append(language_table(funnel.get("languages") or {}))
     out.append(license_table(funnel.get("licenses")))
     sources = funnel.get("sources") or {}

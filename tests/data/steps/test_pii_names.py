@@ -23,8 +23,8 @@ RUNNING = [json.loads(line) for line in LABELS.with_name("pii_names_running.json
 NEW_KINDS = ("name", "address")
 
 
-def _masked(text: str) -> str:
-    return mask(text, find_pii(text))
+def _masked(text: str, names: str = "any") -> str:
+    return mask(text, find_pii(text, names=names))
 
 
 @pytest.mark.parametrize("text, want", [
@@ -61,6 +61,7 @@ def _masked(text: str) -> str:
     ("    Written by Ian A. Murdock, Revised 01/06/94\n", "    Written by <NAME>, Revised 01/06/94\n"),
 ])
 def test_names_in_context_are_replaced_by_a_typed_placeholder(text, want):
+    """The evidence rules themselves, as names="any" applies them (the default adds a privacy test on top)."""
     assert _masked(text) == want
 
 
@@ -78,7 +79,7 @@ def test_names_in_context_are_replaced_by_a_typed_placeholder(text, want):
     "the rows are sorted by\nName and then by Size\n",
 ])
 def test_capitalised_words_organisations_and_code_are_not_names(text):
-    found = find_pii(text, NEW_KINDS)
+    found = find_pii(text, NEW_KINDS, names="any")
     assert found == [], [text[s.start:s.end] for s in found]
 
 
@@ -115,8 +116,9 @@ def test_step_counts_typed_placeholders_and_kinds_can_be_switched_off():
     assert off.pii["name"] == off.pii["address"] == 0
 
 
-def _covered(text: str, kinds: tuple[str, ...] = NEW_KINDS) -> set[int]:
-    return {i for s in find_pii(text, kinds) for i in range(s.start, s.end)}
+def _covered(text: str, kinds: tuple[str, ...] = NEW_KINDS, names: str = "any") -> set[int]:
+    """Characters masked; the label files mark every person name (credited authors too), so names="any"."""
+    return {i for s in find_pii(text, kinds, names=names) for i in range(s.start, s.end)}
 
 
 def test_acceptance_on_the_real_label_file_heldout_part():
@@ -153,7 +155,7 @@ def test_running_text_names_on_the_fresh_hand_read_sets(split, floor):
             gold += 1
             hit += all(i in cov for i in range(s["start"], s["end"]))
         labelled = {i for s in r["pii"] for i in range(s["start"], s["end"])}
-        false += sum(not any(i in labelled for i in range(s.start, s.end)) for s in find_pii(r["text"], NEW_KINDS))
+        false += sum(not any(i in labelled for i in range(s.start, s.end)) for s in find_pii(r["text"], NEW_KINDS, names="any"))
     assert gold >= 50 and hit / gold >= floor and false == 0, (hit, gold, false)
 
 
@@ -165,25 +167,98 @@ def test_code_and_man_pages_without_names_lose_nothing():
             assert not extra, (r["key"], r["text"][min(extra):max(extra) + 1])
 
 
-def test_curate_eval_per_kind_counts_equal_an_independent_count(tmp_path):
+@pytest.mark.parametrize("names", ["private", "any"])
+def test_curate_eval_per_kind_counts_equal_an_independent_count(tmp_path, names):
     recs = [r for r in RECORDS if r["bucket"] == "changelog"][:120] + [r for r in RECORDS if r["bucket"] in ("address", "dictionary")]
     path = tmp_path / "l.jsonl"
     path.write_text("".join(json.dumps({k: r[k] for k in ("text", "bucket", "pii")}) + "\n" for r in recs), encoding="utf-8")
-    res = eval_pii(path, CurateConfig())
+    cfg = CurateConfig(pii={"names": names})
+    res = eval_pii(path, cfg)
     gold, recalled, false_spans = Counter(), Counter(), Counter()
     buckets: Counter = Counter()
     for r in recs:
-        cov = _covered(r["text"], tuple(CurateConfig().pii.kinds))  # a gold span masked by any kind is recalled
+        cov = _covered(r["text"], tuple(cfg.pii.kinds), names)  # a gold span masked by any kind is recalled
         labelled = {i for s in r["pii"] for i in range(s["start"], s["end"])}
         for s in r["pii"]:
             gold[s["kind"]] += 1
             ok = all(i in cov for i in range(s["start"], s["end"]))
             recalled[s["kind"]] += ok
             buckets[r["bucket"]] += ok
-        for s in find_pii(r["text"]):
+        for s in find_pii(r["text"], names=names):
             false_spans[s.kind] += not any(i in labelled for i in range(s.start, s.end))
     for kind in ("name", "address"):
         k = res["by_kind"][kind]
         assert (k["gold"], k["recalled"], k["false_spans"]) == (gold[kind], recalled[kind], false_spans[kind]) and gold[kind] > 0
     assert {b: v["recalled"] for b, v in res["by_bucket"].items()} == {b: buckets[b] for b in res["by_bucket"]}
     assert res["by_kind"]["name"]["over_removal"] is not None
+
+
+# --------------------------------------------------------------------------- names="private" (the default)
+# Invented prose in the manner of a novel, a sermon and a history: honorifics, full names, a credit.
+PUBLIC_TEXT = [
+    "Mr. Thornbury bowed to Miss Lydia Pembrook, and Sir Walter Ashcombe smiled at Dr. Grantly.\n"
+    "Mrs. Pembrook said nothing; Lady Catherine Holloway and Colonel John Fairley laughed.",
+    "And Moses spake unto Aaron his brother, and Lord Jehovah called unto Joshua the son of Nun: Be strong.",
+    "Done in Convention by the unanimous consent of the States present, George Washington, President.",
+    "Contributed by Ann Example.",
+    "(Contributed by Ross\n  Light; :issue:`4285`.)  Thanks to Jakub Wilk for the report, written by Linus Torvalds.",
+    "Copyright (C) 1999-2003 Santiago Vila\nAuthor: Fred L. Drake, Jr.\n",
+    "Regards,\nJohn Smith\n",
+    "  [ Uwe Kleine-König ]\n  * a bracketed name outside a changelog\n",
+]
+
+
+@pytest.mark.parametrize("text", PUBLIC_TEXT)
+def test_default_leaves_characters_figures_and_credited_authors(text):
+    assert _masked(text, "private") == text
+    assert "<NAME>" in _masked(text)  # names="any" still replaces them
+
+
+@pytest.mark.parametrize("text, want", [
+    ("Contributed by Ann Example <ann@example.org>", "Contributed by <NAME> <<EMAIL>>"),
+    ('Reply from "Jane Doe" <jane@example.org>; also bbb@ddd.com (John X. Doe)',
+     'Reply from "<NAME>" <<EMAIL>>; also <EMAIL> (<NAME>)'),
+    ("From: Jane Doe <jane@example.org>\nTo: John Roe\nCc: Ann Example\nSubject: minutes\n",
+     "From: <NAME> <<EMAIL>>\nTo: <NAME>\nCc: <NAME>\nSubject: minutes\n"),
+    ("Signed-off-by: Ben Hutchings <ben@decadent.org.uk>\nReviewed-by: Ann Example\n",
+     "Signed-off-by: <NAME> <<EMAIL>>\nReviewed-by: <NAME>\n"),
+    ("Maintainer: Jane Doe\nUploaders: John Roe, Ann Example\n", "Maintainer: <NAME>\nUploaders: <NAME>, <NAME>\n"),
+    (" -- bastian blank <waldi@debian.org>  Mon, 01 Jan 2024 10:00:00 +0000",
+     " -- <NAME> <<EMAIL>>  Mon, 01 Jan 2024 10:00:00 +0000"),
+    ("  [ Uwe Kleine-König ]\n  * Enable FOO\n\n -- Jane Doe <jane@example.org>  Mon, 01 Jan 2024 10:00:00 +0000",
+     "  [ <NAME> ]\n  * Enable FOO\n\n -- <NAME> <<EMAIL>>  Mon, 01 Jan 2024 10:00:00 +0000"),
+    # a signature block: contact details on the name's line or the next
+    ("Regards,\nJohn Smith\nPhone: +49 30 1234567\n", "Regards,\n<NAME>\nPhone: <PHONE>\n"),
+    ("Thanks,\nJane Doe, 155 Elm Street\n", "Thanks,\n<NAME>, <ADDRESS>\n"),
+    # other evidence beside contact details, on the same line or an adjacent one
+    ("Copyright (C) 1999-2003 Santiago Vila\n  sanvila@example.org\n", "Copyright (C) 1999-2003 <NAME>\n  <EMAIL>\n"),
+    ("Dr. Ann Example\n155 Elm Street\nBoston, MA 02110\n", "Dr. <NAME>\n<ADDRESS>\n"),
+    ("Heather Albrecht, +1 555-123-4567.", "<NAME>, <PHONE>."),
+])
+def test_default_replaces_names_in_contact_and_signature_blocks(text, want):
+    assert _masked(text, "private") == want
+
+
+def test_default_needs_the_contact_beside_the_name_not_anywhere_in_the_document():
+    text = "Mr. Thornbury bowed.\n\nA paragraph later.\n\nWrite to editor@example.org for copies.\n"
+    assert _masked(text, "private") == "Mr. Thornbury bowed.\n\nA paragraph later.\n\nWrite to <EMAIL> for copies.\n"
+    # A sign-off's contact details come after it: the line above does not count.
+    assert _masked("call +49 30 1234567\n--\nJohn Smith\n", "private") == "call <PHONE>\n--\nJohn Smith\n"
+
+
+def test_contact_details_mark_a_private_person_even_when_their_kind_is_kept():
+    text = "Dr. Ann Example <ann@example.org>\nMr. John Roe\nann@example.org"
+    found = find_pii(text, ["name"])  # e-mails kept, still evidence
+    assert [text[s.start:s.end] for s in found] == ["Ann Example", "John Roe"]
+
+
+def test_step_follows_the_names_setting():
+    text = "Mr. Thornbury bowed to Miss Pembrook.\n\n -- Jane Doe <jane@example.org>  Mon, 01 Jan 2024 10:00:00 +0000"
+    docs = {}
+    for names in ("private", "any"):
+        docs[names] = Doc(id="d", text=text, source="s", url="u", bucket="b", license="l", format="text")
+        Pii(CurateConfig(pii={"names": names})).process(docs[names])
+    assert docs["private"].text.startswith("Mr. Thornbury bowed to Miss Pembrook.\n\n -- <NAME> <<EMAIL>>")
+    assert docs["any"].text.startswith("Mr. <NAME> bowed to Miss <NAME>.\n\n -- <NAME> <<EMAIL>>")
+    assert (docs["private"].pii["name"], docs["any"].pii["name"]) == (1, 3)
+    assert CurateConfig().pii.names == "private"

@@ -3,8 +3,8 @@
 PII handling comes in layers: site rules, then "coarse pattern matching: emails, phone
 numbers, ID numbers", then NER. This is the pattern layer, with names and postal addresses found
 from word lists and context (pii_names.py) in place of an NER model. Each kind is a regular expression
-that finds candidates and a validator that keeps only real ones, because the danger the seed
-names is over-removal: a masked version number or date is training text lost, and code is full
+that finds candidates and a validator that keeps only real ones, because the danger is
+over-removal: a masked version number or date is training text lost, and code is full
 of dotted and dashed digits. What is found, and what is deliberately not:
 
   email        local@domain.tld (TLD of 2+ letters, not followed by ".name": `x@self.w.T` is
@@ -40,7 +40,10 @@ of dotted and dashed digits. What is found, and what is deliberately not:
                ordinary English word. A lone capitalised word, a dictionary head-word or a code
                identifier is never a name. pii_names.py has the rules and where the lists come from;
                measured on real changelogs, copyright files, mail headers, code, dictionaries and
-               man pages in benchmarks/results/pii_names.json. <NAME>
+               man pages in benchmarks/results/pii_names.json. At names="private" (the default,
+               private_names) only names the text marks as a private person's are kept: contact and
+               signature blocks, or other evidence beside an e-mail, phone or address; names="any"
+               keeps every evidenced name. <NAME>
 
 Detectors run in the order email, ip, iban, card, national_id, address, phone, name; where two
 candidates overlap, the earlier kind wins (an email's digits are never a phone). Text without "@" skips the email scan, text without a
@@ -59,13 +62,14 @@ import ipaddress
 import re
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Literal
 
 from tokenmill.data.document import PII_FIELDS, Doc, Rejection
 from tokenmill.data.step import DocStep
-from tokenmill.data.steps.pii_names import addresses, names
+from tokenmill.data.steps.pii_names import CONTACT, SIGNOFF, addresses, evidenced_names, names
 
-VERSION = "2"
+# 3: names="private" (the default) replaces only names the text marks as a private person's.
+VERSION = "3"
 
 PLACEHOLDERS: dict[str, str] = {
     "email": "<EMAIL>",
@@ -392,16 +396,84 @@ DETECTORS: dict[str, Callable[[str], Iterable[tuple[int, int]]]] = {
 
 
 # --------------------------------------------------------------------------- find and mask
-def find_pii(text: str, kinds: Iterable[str] = PII_FIELDS) -> list[Span]:
-    """Non-overlapping identifiers in text order; on overlap the kind earlier in PRIORITY wins."""
+# Contact details: beside one of these a name is a private person's (names="private").
+CONTACT_KINDS = ("email", "phone", "address")
+NameRule = Literal["private", "any"]
+
+
+class _Lines:
+    """Line numbers of text offsets, by bisection over the newline positions (one pass over the text)."""
+
+    def __init__(self, text: str) -> None:
+        self.breaks = [m.start() for m in re.finditer("\n", text)]
+
+    def of(self, pos: int) -> int:
+        return bisect_left(self.breaks, pos)
+
+
+def _contact_lines(text: str, at: _Lines, found: dict[str, list[tuple[int, int]]]) -> set[int]:
+    """Line numbers holding an e-mail address, a phone number or a postal address.
+
+    Found whether or not those kinds are masked: an e-mail beside a name marks a private person
+    even where e-mails are kept.
+    """
+    lines: set[int] = set()
+    has_digit = _DIGIT.search(text) is not None
+    for kind in CONTACT_KINDS:
+        if kind in found:
+            spans: Iterable[tuple[int, int]] = found[kind]
+        elif kind in NEEDS_DIGIT and not has_digit:
+            continue
+        else:
+            spans = DETECTORS[kind](text)
+        for start, end in spans:
+            lines.update(range(at.of(start), at.of(end) + 1))
+    return lines
+
+
+def private_names(text: str, found: dict[str, list[tuple[int, int]]] | None = None) -> Iterator[tuple[int, int]]:
+    """Names the text marks as a private person's: contact and signature blocks always (e-mail display
+    names, changelog trailers, mail and patch header fields), a sign-off with contact details on its
+    line or the next, any other evidence (honorific, credit, copyright holder, Author:, the given-name
+    list) with contact details on its line or an adjacent one. A character of a novel, a figure of
+    scripture or history or a credited author carries no contact details, so stays.
+
+    found: the contact kinds' candidates already found by find_pii (the others are looked for here).
+    """
+    at: _Lines | None = None  # built at the first name that needs it
+    lines: set[int] = set()
+    for start, end, evidence in evidenced_names(text):
+        if evidence == CONTACT:
+            yield start, end
+            continue
+        if at is None:
+            at = _Lines(text)
+            lines = _contact_lines(text, at, found or {})
+        first, last = at.of(start), at.of(end)
+        near = range(first, last + 2) if evidence == SIGNOFF else range(first - 1, last + 2)
+        if any(n in lines for n in near):
+            yield start, end
+
+
+def find_pii(text: str, kinds: Iterable[str] = PII_FIELDS, names: NameRule = "private") -> list[Span]:
+    """Non-overlapping identifiers in text order; on overlap the kind earlier in PRIORITY wins.
+
+    names: "private" replaces a name only where the text marks a private person (private_names),
+    "any" on any evidence (pii_names.names).
+    """
     wanted = set(kinds)
     has_digit = _DIGIT.search(text) is not None
     starts: list[int] = []  # accepted spans, kept sorted by start for the overlap test
     spans: list[Span] = []
+    found: dict[str, list[tuple[int, int]]] = {}  # candidates of the contact kinds, reused by private_names
     for kind in PRIORITY:
         if kind not in wanted or (kind in NEEDS_DIGIT and not has_digit):
             continue
-        for start, end in DETECTORS[kind](text):
+        if kind == "name":
+            candidates: Iterable[tuple[int, int]] = private_names(text, found) if names == "private" else DETECTORS[kind](text)
+        else:
+            candidates = found[kind] = list(DETECTORS[kind](text))
+        for start, end in candidates:
             i = bisect_left(starts, start)
             if i > 0 and spans[i - 1].end > start:
                 continue
@@ -445,7 +517,7 @@ class Pii(DocStep):
 
     def process(self, doc: Doc) -> Rejection | None:
         assert doc.text is not None
-        spans = find_pii(doc.text, self.cfg.pii.kinds)
+        spans = find_pii(doc.text, self.cfg.pii.kinds, self.cfg.pii.names)
         doc.pii = count_kinds(spans)
         if spans:
             doc.text = mask(doc.text, spans)

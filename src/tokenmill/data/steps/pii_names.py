@@ -41,6 +41,11 @@ from typing import Iterator
 
 RESOURCES = Path(__file__).with_name("resources")
 
+# How strongly the text marks the person as private (names="private" in PiiConfig):
+CONTACT = "contact"  # a contact or signature block: e-mail display name, changelog trailer, mail header field
+SIGNOFF = "signoff"  # a sign-off line: private only with contact details on its line or the next
+NEAR = "near"  # honorific, credit, copyright holder, Author:, word list: private only beside contact details
+
 # A capitalised word (Unicode letters; O'Brien, Jean-Pierre, McDonald) or an initial ("J.").
 _WORD = r"[^\W\d_][^\W\d_]*(?:['’-][^\W\d_]+)*"
 _PARTICLE = r"(?:van|von|de|da|del|della|der|den|di|du|dos|la|le|bin|ibn|al|ter|zu)"
@@ -216,20 +221,38 @@ def _wrap(text: str, span: tuple[int, int]) -> tuple[int, int]:
     return s, nxt[1]
 
 
-def _context_names(text: str) -> Iterator[tuple[int, int]]:
+# Header and trailer fields of mail, patches and Debian control files: a contact block whatever else
+# the line holds. "Author:", "Translator:", "Contact:" ... also head a book or a documentation page, so
+# they count only beside contact details (NEAR).
+_CONTACT_FIELD = re.compile(
+    r"[ \t>#*/;%-]*(?:[\w-]+-by|From|To|Cc|Bcc|Reply-To|Sender|Maintainers?|Uploaders?)[ \t]*:", re.IGNORECASE
+)
+# A Debian changelog trailer anywhere in the text: its "  [ Jane Doe ]" lines name contributors.
+_CHANGELOG_TRAILER = re.compile(r"^ -- [^<\n]+<[^>\n]+>  ", re.MULTILINE)
+
+
+def _field_evidence(text: str, start: int) -> str:
+    """CONTACT for a mail, patch or control-file header field, NEAR for Author:, Translator: and the like."""
+    line_start = text.rfind("\n", 0, start) + 1
+    return CONTACT if _CONTACT_FIELD.match(text, line_start) else NEAR
+
+
+def _context_names(text: str) -> Iterator[tuple[int, int, str]]:
+    changelog: bool | None = None  # looked up once, at the first "[ Name ]" line
     for m in (m for pattern in _CONTEXTS for m in pattern.finditer(text)):
         group = m.lastgroup
         assert group is not None
         s, e = m.span(group)
         if group == "field":  # a header holds several names: "To: A B <a@x>, C D"
+            evidence = _field_evidence(text, m.start())
             for part in re.finditer(r"[^,;<>()\"]+", text[s:e]):
                 span = _name_run(text, s + part.start(), s + part.end(), min_words=1)
                 if span and "@" not in text[span[0] : span[1]]:
-                    yield span
+                    yield *span, evidence
             continue
         if group == "trailer":  # structural: whatever stands between "-- " and "<" is the uploader
             if not any(w.rstrip(".,") in _ORG_WORDS for w in text[s:e].split()):
-                yield s, e
+                yield s, e, CONTACT
             continue
         span = _name_run(text, s, e)
         if span is None:
@@ -241,9 +264,13 @@ def _context_names(text: str) -> Iterator[tuple[int, int]]:
                 continue
         if group == "signoff" and len(text[span[0] : span[1]].split()) == 1 and text[span[0] : span[1]] not in given_names():
             continue
-        yield span
+        evidence = SIGNOFF if group == "signoff" else NEAR
+        if group == "bracket":  # a contributor of a changelog entry; elsewhere "[ Name ]" marks no one
+            changelog = _CHANGELOG_TRAILER.search(text) is not None if changelog is None else changelog
+            evidence = CONTACT if changelog else NEAR
+        yield *span, evidence
         if group == "cue":
-            yield from _cue_list(text, span[1], credit)
+            yield from ((*listed, NEAR) for listed in _cue_list(text, span[1], credit))
 
 
 # ", " / " and " / " & " between listed names, either side of a line break: "Dave Cole and Barry\n  Warsaw".
@@ -274,7 +301,7 @@ def _cue_list(text: str, end: int, credit: bool) -> Iterator[tuple[int, int]]:
         end = span[1]
 
 
-def _display_names(text: str) -> Iterator[tuple[int, int]]:
+def _display_names(text: str) -> Iterator[tuple[int, int, str]]:
     for m in _EMAIL_OPEN.finditer(text):
         line_start = text.rfind("\n", 0, m.start()) + 1
         head = text[max(line_start, m.start() - 100) : m.start()]
@@ -285,11 +312,11 @@ def _display_names(text: str) -> Iterator[tuple[int, int]]:
             # A bare name is the run of name words just before the address: "Patch from Jane Doe <j@x>".
             span = _name_run(text, base + d.start(g), base + d.end(g), from_end=g == "bare")
             if span and span[1] - span[0] > 2:  # "See Message Id <...@...>": a lone two-letter word is no name
-                yield span
+                yield *span, CONTACT
     for m in _DISPLAY_AFTER.finditer(text):
         span = _name_run(text, *m.span("paren"))
         if span:
-            yield span
+            yield *span, CONTACT
 
 
 _CAPITALISED = re.compile(r"\b[A-Z][a-z]+\b")
@@ -323,11 +350,17 @@ def _free_names(text: str) -> Iterator[tuple[int, int]]:
             yield m.start(), c.end()
 
 
-def names(text: str) -> Iterator[tuple[int, int]]:
-    """Candidate person-name spans (possibly overlapping; the caller keeps the first of each overlap)."""
+def evidenced_names(text: str) -> Iterator[tuple[int, int, str]]:
+    """Candidate person-name spans with their evidence (CONTACT, SIGNOFF or NEAR), possibly overlapping."""
     yield from _context_names(text)
     yield from _display_names(text)
-    yield from _free_names(text)
+    yield from ((s, e, NEAR) for s, e in _free_names(text))
+
+
+def names(text: str) -> Iterator[tuple[int, int]]:
+    """Candidate person-name spans on any evidence (possibly overlapping; the caller keeps the first of each overlap)."""
+    for s, e, _ in evidenced_names(text):
+        yield s, e
 
 
 # --------------------------------------------------------------------------- addresses
