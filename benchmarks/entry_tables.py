@@ -1167,3 +1167,27 @@ def sandbox_cost(r: dict[str, Any]) -> list[str]:
     lines.append(f"namespaces minus process, medians: {extra}. uid {res['uid']}, {group}, kernel {res['kernel']}, "
                  f"{res['warmup']} warm-up repetitions; commit {r['commit'][:7]}, {r['machine'].get('cores', '?')} cores.")
     return lines
+
+
+def pii_private(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """bench_pii_private.py on the frozen collections: names replaced per collection by the old
+    default and the new one (pii.names private), and contact recall where the frozen rule asks it."""
+    old, new = _result(before)["buckets"], _result(after)["buckets"]
+    lines = ["| bucket | collection | words | names replaced, old default | **new default** | per 100k words, new "
+             "| of them with no contact details on their line | contact recall, old → new |",
+             "|---|---|---|---|---|---|---|---|"]
+    for bucket, cols in new.items():
+        for path, row in cols.items():
+            was = old[bucket][path]
+            recall = "—" if row["contact_recall"] is None else (
+                f"{was['contact_recall']:.3f} → **{row['contact_recall']:.3f}** ({row['gold']:,} names)")
+            lines.append(f"| {bucket} | `{path}` | {row['words']:,} | {was['names']:,} | **{row['names']:,}** "
+                         f"| {row['names_per_100k_words']:.1f} | {row['names_without_contact']:,} | {recall} |")
+    return lines
+
+
+def pii_private_verdict(r: dict[str, Any]) -> list[str]:
+    """The frozen decision rule's checks, each with its measured value."""
+    checks = _result(r)["verdict"]["checks"]
+    return ["| frozen check | measured | |", "|---|---|---|"] + [
+        f"| {c['check']} | {c['value']} | {'holds' if c['holds'] else '**fails**'} |" for c in checks]

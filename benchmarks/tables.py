@@ -91,6 +91,8 @@ SECTIONS = (
     _table("demo_wallclock_emulated_avx2_fp32", ("demo_wallclock_emulated_avx2_fp32.json",), entry_tables.demo_wallclock),
     _table("plan_time", ("plan_time.json",), entry_tables.plan_time),
     _table("first_hour", ("first_hour.json",), entry_tables.first_hour),
+    _table("pii_private", ("pii_private_before.json", "pii_private.json"), entry_tables.pii_private),
+    _table("pii_private_verdict", ("pii_private.json",), entry_tables.pii_private_verdict),
     _table("minhash", ("minhash.json",), entry_tables.minhash),
     _table("quality_languages", ("quality_languages.json",), entry_tables.quality_languages),
     _table("quality_kinds", ("quality_languages.json",), entry_tables.quality_kinds),
