@@ -244,6 +244,20 @@ def _demo_both(_: dict[str, Any]) -> dict[str, Any]:
 
 
 CLAIMS = (
+    # issue 55's PII names, scored once on the frozen collections
+    Claim("pii: old default in Austen and Shakespeare", "pii_private_before.json", "old default replaced {a:,} and {s:,}",
+          lambda d: {"a": d["result"]["buckets"]["fiction"]["books/austen"]["names"],
+                     "s": d["result"]["buckets"]["fiction"]["books/shakespeare"]["names"]}),
+    Claim("pii: documentation check", "pii_private.json", "{v} names per 100k words with no contact details on their line",
+          lambda d: {"v": next(c["value"] for c in d["result"]["verdict"]["checks"] if c["check"].startswith("documentation"))}),
+    Claim("pii: mail recall", "pii_private.json", "contact recall is {r:.3f} of {n} display names",
+          lambda d: {"r": d["result"]["buckets"]["mail_changelogs"]["pii/email-messages"]["contact_recall"],
+                     "n": d["result"]["buckets"]["mail_changelogs"]["pii/email-messages"]["gold"]}),
+    Claim("pii: kernel process names", "pii_private.json", "Of the {n:,} names replaced in the kernel's process documents",
+          lambda d: {"n": d["result"]["buckets"]["documentation"]["web_html/linux-doc/process"]["names"]}),
+    Claim("pii: fiction zero", "pii_private.json", "No names are replaced in Austen or Shakespeare{unless}",
+          lambda d: {"unless": "" if d["result"]["buckets"]["fiction"]["books/austen"]["names"] == 0
+                     and d["result"]["buckets"]["fiction"]["books/shakespeare"]["names"] == 0 else " (they are)"}),
     # issue 54's demo: this Xeon in bf16, and in fp32 on AVX2-capped kernels; README repeats them
     Claim("plan on a CPU: real / predicted", "plan_time.json", "(real / predicted {a:.2f} and {b:.2f})",
           lambda d: {"a": d["result"]["sizes"][0]["ratio_real_over_predicted"],
