@@ -1191,3 +1191,20 @@ def pii_private_verdict(r: dict[str, Any]) -> list[str]:
     checks = _result(r)["verdict"]["checks"]
     return ["| frozen check | measured | |", "|---|---|---|"] + [
         f"| {c['check']} | {c['value']} | {'holds' if c['holds'] else '**fails**'} |" for c in checks]
+
+
+def provenance_gaps(names: tuple[str, ...], *files: dict[str, Any]) -> list[str]:
+    """The results files written without full provenance (commit, clean tree, command, load), what
+    each records of it, and a hash of its content (a file changed since shows here)."""
+    import hashlib
+    import json
+
+    lines = ["| results file | commit | tree | command | load | content sha256 |", "|---|---|---|---|---|---|"]
+    for name, d in zip(names, files):
+        d = d if isinstance(d, dict) else {}
+        tree = {True: "**dirty**", False: "clean"}.get(d.get("dirty"), "not recorded")
+        commit = str(d["commit"])[:12] if d.get("commit") else "not recorded"
+        lines.append(f"| `{name}` | {commit} | {tree} | {'recorded' if d.get('command') else 'not recorded'} "
+                     f"| {'recorded' if d.get('load') else 'not recorded'} "
+                     f"| {hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]} |")
+    return lines
