@@ -1208,3 +1208,22 @@ def provenance_gaps(names: tuple[str, ...], *files: dict[str, Any]) -> list[str]
                      f"| {'recorded' if d.get('load') else 'not recorded'} "
                      f"| {hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]} |")
     return lines
+
+
+def docs_kept(r: dict[str, Any]) -> list[str]:
+    """bench_docs_kept.py: pages kept per language row of each documentation collection, without
+    and with the perplexity-gate reference, and the frozen rule's checks that hold."""
+    res = _result(r)
+    lines = ["| collection | pages kept, pooled (no reference / reference) | keep rate per language row, no reference "
+             "(**bold**: below 0.97) |", "|---|---|---|"]
+    a, b = res["variants"]["a_no_reference"], res["variants"]["b_reference"]
+    for name, pooled in res["collections"]["a_no_reference"].items():
+        rows = [(row.split("/", 1)[1], v["keep_rate"]) for row, v in a.items() if row.split("/", 1)[0] == name]
+        rates = ", ".join(f"{lang} **{k:.2f}**" if k < 0.97 else f"{lang} {k:.2f}" for lang, k in rows)
+        with_ref = res["collections"]["b_reference"][name]["keep_rate"]
+        lines.append(f"| {name} | {pooled['kept']:,} of {pooled['read']:,}: {pooled['keep_rate']:.3f} / {with_ref:.3f} | {rates} |")
+    checks = res["verdict"]["checks"]
+    same = all(a[row]["kept"] == b[row]["kept"] for row in a)
+    lines.append(f"\nFrozen checks that hold: **{sum(c['holds'] for c in checks)} of {len(checks)}**; "
+                 f"the reference changes {'no' if same else 'some'} row's pages kept.")
+    return lines

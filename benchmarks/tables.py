@@ -99,6 +99,7 @@ SECTIONS = (
     _table("first_hour", ("first_hour.json",), entry_tables.first_hour),
     _table("pii_private", ("pii_private_before.json", "pii_private.json"), entry_tables.pii_private),
     _table("pii_private_verdict", ("pii_private.json",), entry_tables.pii_private_verdict),
+    _table("docs_kept_baseline", ("docs_kept_baseline.json",), entry_tables.docs_kept),
     Section("provenance_gaps", PROVENANCE_BEGIN, PROVENANCE_END, HISTORICAL,
             lambda r: "\n".join([PROVENANCE_BEGIN, *entry_tables.provenance_gaps(HISTORICAL, *r), PROVENANCE_END])),
     _table("minhash", ("minhash.json",), entry_tables.minhash),

@@ -244,6 +244,11 @@ def _demo_both(_: dict[str, Any]) -> dict[str, Any]:
 
 
 CLAIMS = (
+    # issue 55's documentation-kept baseline
+    Claim("docs kept: rows", "docs_kept_baseline.json", "the evaluation rows: {n} language folders",
+          lambda d: {"n": len(d["result"]["rows"])}),
+    Claim("docs kept: load and commit", "docs_kept_baseline.json", "(commit {c}, clean tree; other processes used {load:.0%} of the cores",
+          lambda d: {"c": d["commit"][:7], "load": d["load"]["others_cpu_share"]["mean"]}),
     # issue 55's PII names, scored once on the frozen collections
     Claim("pii: old default in Austen and Shakespeare", "pii_private_before.json", "old default replaced {a:,} and {s:,}",
           lambda d: {"a": d["result"]["buckets"]["fiction"]["books/austen"]["names"],
