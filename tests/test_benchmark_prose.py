@@ -457,6 +457,11 @@ def ablate_token_shares(d: dict[str, Any]) -> dict[str, Any]:
 
 
 CLAIMS = (
+    # issue 55: the two dirty-web results re-recorded on a clean tree
+    Claim("dirty web rerun commits", "dirty_web_confirm.json", "on a clean tree (commits {c}",
+          lambda d: {"c": d["commit"][:7]} if d["dirty"] is False else {"c": "dirty"}),
+    Claim("perplexity gate rerun commit", "perplexity_gate.json", " and {c}, quiet)",
+          lambda d: {"c": d["commit"][:7]} if d["dirty"] is False else {"c": "dirty"}),
     # issue 55's documentation-kept baseline
     Claim("docs kept: rows", "docs_kept_baseline.json", "the evaluation rows: {n} language folders",
           lambda d: {"n": len(d["result"]["rows"])}),
