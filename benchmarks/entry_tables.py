@@ -1092,7 +1092,7 @@ def pii_names(r: dict[str, Any]) -> list[str]:
 def gate_costs(r: dict[str, Any]) -> list[str]:
     """bench_gate_costs.py: µs per document of each gate on the same real documents, median of
     interleaved rounds, with the driver-side training time of the two classifier gates."""
-    g, docs = r["gates"], r["documents"]
+    g, docs = _result(r)["gates"], _result(r)["documents"]
     lines = [f"| gate ({docs['count']} documents, {docs['mb']} MB) | µs per document | MB/s | trained once in the driver |",
              "|---|---|---|---|"]
     for name, x in g.items():

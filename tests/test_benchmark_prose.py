@@ -661,9 +661,9 @@ CLAIMS = (
           "The {n} false names in the dictionary texts are places and institutions (\"{a}\", \"{b}\")", pii_false_names),
     # What each curation gate costs per document (gate_costs.json)
     Claim("gate costs: document cut", "gate_costs.json", "each file one document, cut at {n:,} characters",
-          lambda d: {"n": d["documents"]["max_chars"]}),
+          lambda d: {"n": res(d)["documents"]["max_chars"]}),
     Claim("gate costs: gates trained in the driver", "gate_costs.json", "the {n} classifier gates train once in the driver",
-          lambda d: {"n": word(sum(g["prepare_seconds"] > 0 for g in d["gates"].values()))}),
+          lambda d: {"n": word(sum(g["prepare_seconds"] > 0 for g in res(d)["gates"].values()))}),
     # Hostile inputs (hostile_inputs.json, hostile_inputs_labelled.json, hostile_inputs_normal.json)
     Claim("hostile: normal pages in the command", "hostile_inputs_normal.json", "--normal-files {n} --only normal_html",
           lambda d: {"n": re.search(r"--normal-files (\d+)", d["command"])[1]}),
@@ -835,7 +835,7 @@ def test_the_gate_cost_readings_hold_for_their_results() -> None:
     """BENCHMARKS "What each curation gate costs": the reading's orderings and its quiet-machine
     statement, checked against gate_costs.json (they are words, not numbers the claims can fill)."""
     d = load("gate_costs.json")
-    cost = {name: g["us_per_doc"] for name, g in d["gates"].items()}
+    cost = {name: g["us_per_doc"] for name, g in res(d)["gates"].items()}
     ranked = sorted(cost, key=cost.__getitem__, reverse=True)
     assert ranked[:2] == ["pii: default", "classify"]  # "PII ... is the dearest gate ...; the classify gate comes next"
     assert cost["license"] < 0.01 * min(v for k, v in cost.items() if k != "license")  # "costs nothing next to ..."

@@ -28,10 +28,28 @@ def test_sections_above_the_historical_heading_cite_only_files_with_full_provena
         assert not gaps, f"{title}: cites results without full provenance, move it under the historical heading: {gaps}"
 
 
-def test_a_record_py_file_has_full_provenance_and_a_dirty_one_does_not() -> None:
-    assert full_provenance("first_hour.json")  # written by record.py on a clean tree
-    assert "a clean tree (it records a dirty one)" in missing("gate_costs.json")
-    assert missing("substring_dedup.json") == ["commit", "dirty", "command", "load"]
+def test_what_a_results_file_lacks(tmp_path, monkeypatch) -> None:
+    import json
+
+    import provenance_check
+
+    files = {
+        "full.json": {"commit": "abc", "dirty": False, "command": "python b.py", "load": {"others_cpu_share": {}}, "result": {}},
+        "dirty.json": {"commit": "abc", "dirty": True, "command": "python b.py", "load": {"x": 1}},
+        "bare.json": {"rows": [1, 2]},
+        "listed.json": [1, 2],
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_text(json.dumps(data))
+    monkeypatch.setattr(provenance_check, "RESULTS", tmp_path)
+    provenance_check._load.cache_clear()
+    try:
+        assert full_provenance("full.json")
+        assert missing("dirty.json") == ["a clean tree (it records a dirty one)"]
+        assert missing("bare.json") == ["commit", "dirty", "command", "load"]
+        assert missing("listed.json") == ["commit", "dirty", "command", "load"]
+    finally:
+        provenance_check._load.cache_clear()
 
 
 def test_the_current_part_cites_files_at_all() -> None:
