@@ -77,7 +77,7 @@ def parallel_memory(r: dict[str, Any]) -> list[str]:
     """bench_parallel_memory.py: each rank's measured peak beside scaling/rank_memory.py's estimate."""
     lines = ["| dtype | layout | rank (stage) | measured MiB | estimate MiB | estimate / measured |",
              "|---|---|---|---|---|---|"]
-    for row in r["rows"]:
+    for row in _result(r)["rows"]:
         lines.append(f"| {row['dtype']} | {row['layout']} | {row['rank']} ({row['stage']}) | "
                      f"{row['measured_peak'] / MIB:.1f} | {row['estimate']['peak'] / MIB:.1f} | "
                      f"{row['estimate_over_measured']:.3f} |")

@@ -325,14 +325,14 @@ def mib(row: dict[str, Any]) -> float:
 
 
 def pm_rows(d: dict[str, Any], dtype: str, layout: str) -> list[dict[str, Any]]:
-    rows = [r for r in d["rows"] if r["dtype"] == dtype and r["layout"] == layout]
+    rows = [r for r in res(d)["rows"] if r["dtype"] == dtype and r["layout"] == layout]
     assert rows, (dtype, layout)
     return rows
 
 
 def pm_ratio(d: dict[str, Any], layout: str) -> tuple[float, float]:
     """estimate / measured over a layout's ranks, both dtypes."""
-    ratios = [r["estimate_over_measured"] for r in d["rows"] if r["layout"] == layout]
+    ratios = [r["estimate_over_measured"] for r in res(d)["rows"] if r["layout"] == layout]
     return min(ratios), max(ratios)
 
 
@@ -343,15 +343,16 @@ def pm_busiest(d: dict[str, Any], layout: str, stage: int | None = None) -> floa
 
 
 def parallel_memory(d: dict[str, Any]) -> dict[str, Any]:
-    worst = max(d["rows"], key=lambda r: 1 / r["estimate_over_measured"])
+    worst = max(res(d)["rows"], key=lambda r: 1 / r["estimate_over_measured"])
     job = pm_rows(d, worst["dtype"], worst["layout"])
     others = [mib(r) for r in job if r is not worst]
-    sp = [r["estimate_over_measured"] for r in d["rows"] if "SP" in r["layout"] and "no SP" not in r["layout"]]
-    sp_layouts = {r["layout"] for r in d["rows"] if "SP" in r["layout"] and "no SP" not in r["layout"]}
+    sp = [r["estimate_over_measured"] for r in res(d)["rows"] if "SP" in r["layout"] and "no SP" not in r["layout"]]
+    sp_layouts = {r["layout"] for r in res(d)["rows"] if "SP" in r["layout"] and "no SP" not in r["layout"]}
     spread = max(max(map(mib, pm_rows(d, t, lay))) - min(map(mib, pm_rows(d, t, lay)))
                  for t in ("bfloat16", "float32") for lay in sp_layouts)
-    return {"n": len(d["rows"]), "layouts": len({r["layout"] for r in d["rows"]}), "dtypes": len({r["dtype"] for r in d["rows"]}),
+    return {"n": len(res(d)["rows"]), "layouts": len({r["layout"] for r in res(d)["rows"]}), "dtypes": len({r["dtype"] for r in res(d)["rows"]}),
             "worst": 1 / worst["estimate_over_measured"], "w_rank": worst["rank"], "w_mib": mib(worst),
+            "w_dtype": {"bfloat16": "bf16", "float32": "fp32"}[worst["dtype"]],
             "w_est": worst["estimate"]["peak"] / 2**20, "o_lo": min(others), "o_hi": max(others),
             "z1": pm_ratio(d, "dp=2, ZeRO-1 (DDP + owned optimizer state)"), "z2": pm_ratio(d, "dp=2, ZeRO-2 (FSDP2, no reshard)"),
             "z3": pm_ratio(d, "dp=2 × pp=2, ZeRO-3 inside the stages"), "cp": pm_ratio(d, "cp=2"),
@@ -694,7 +695,7 @@ CLAIMS = (
           "other processes took {load:.0%} of the 2 cores on average (95th percentile {p95:.0%}", parallel_memory),
     Claim("parallel memory: the worst rank", "parallel_memory.json",
           "{n} ranks over {layouts} layouts and {dtypes} dtypes: worst {worst:.3f}×** (rank {w_rank} of dp=2 × tp=2 with SP, "
-          "fp32, measured above the estimate: {w_mib:.1f} MiB against {w_est:.1f}, while the other three ranks of that job "
+          "{w_dtype}, measured above the estimate: {w_mib:.1f} MiB against {w_est:.1f}, while the other three ranks of that job "
           "measured {o_lo:.1f}–{o_hi:.1f})", parallel_memory),
     Claim("parallel memory: the new modes", "parallel_memory.json",
           "ZeRO-1 over dp=2 {z1[1]:.2f}×", parallel_memory),
