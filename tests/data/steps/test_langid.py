@@ -17,7 +17,8 @@ import pytest
 
 from tokenmill.config import CurateConfig
 from tokenmill.data.document import Doc, format_value
-from tokenmill.data.steps.langid import Identifier, LangId, foreign_share, model_path, units
+from tokenmill.data.steps.langid import (Identifier, LangId, foreign_share, identified_share, language_words, model_path,
+                                         units)
 
 SAMPLES = [json.loads(line) for line in
            (Path(__file__).parents[1] / "fixtures" / "langid_samples.jsonl").read_text(encoding="utf-8").splitlines()]
@@ -124,3 +125,75 @@ def test_technical_prose_scores_high_on_its_words(ident):
     assert all(lang == "en" for lang, _ in scores)
     assert sum(score < 0.65 for _, score in scores) <= 2  # measured 1 of 79 ("lambda", 0.55)
     assert ident.identify("== 17; [3, 4] -> {5: 6} 42") == ("und", 0.0)  # no word at all
+
+
+# The Debian Administrator's Handbook (fr), section 16.3: a translation that left two of its three
+# paragraphs in English, one paragraph per line as the extractor writes it.
+HALF_TRANSLATED = (
+    "16.3. Avenir de ce livre\n\n"
+    "We would like this book to evolve in the spirit of free software. We therefore welcome contributions, "
+    "remarks, suggestions, and criticism. Please direct them to Raphaël () or Roland (). For actionable feedback, "
+    "feel free to open bug reports against the debian-handbook Debian package. The website will be used to gather "
+    "all information relevant to its evolution, and you will find there information on how to contribute, in "
+    "particular if you want to translate this book to make it available to an even larger public than today.\n"
+    "Nous avons essayé d'intégrer tout ce que notre expérience avec Debian nous a fait découvrir, afin que tout un "
+    "chacun puisse utiliser cette distribution et en tirer le meilleur profit le plus rapidement possible. Nous "
+    "espérons que ce livre contribue à la démystification et à la popularisation de Debian. N'hésitez donc pas à "
+    "le recommander !\n"
+    "We would like to conclude on a personal note. Writing (and translating) this book took a considerable amount "
+    "of time out of our usual professional activity. Since we are both freelance consultants, any new source of "
+    "income grants us the freedom to spend more time improving Debian; we hope this book to be successful and to "
+    "contribute to this. In the meantime, feel free to retain our services!\n"
+    "À bientôt !"
+)
+# Python 3.11 docs, tkinter.messagebox (abridged): plain English among call signatures.
+API_PAGE = (
+    "tkinter.messagebox — Tkinter message prompts\n\nSource code: Lib/tkinter/messagebox.py\n\n"
+    "The tkinter.messagebox module provides a template base class as well as a variety of convenience methods "
+    "for commonly used configurations. The message boxes are modal and will return a subset of (True, False, "
+    "OK, None, Yes, No) based on the user’s selection.\n\n"
+    "class tkinter.messagebox.Message(master=None, **options)\n\nCreate a default information message box.\n\n"
+    "tkinter.messagebox.showinfo(title=None, message=None, **options)\n\n"
+    "tkinter.messagebox.showwarning(title=None, message=None, **options) "
+    "tkinter.messagebox.showerror(title=None, message=None, **options)\n\n"
+    "tkinter.messagebox.askquestion(title=None, message=None, **options) "
+    "tkinter.messagebox.askokcancel(title=None, message=None, **options) "
+    "tkinter.messagebox.askyesno(title=None, message=None, **options)"
+)
+
+
+def test_identifiers_calls_and_paths_are_not_words():
+    assert language_words(API_PAGE.split("\n\n")[1]) == "Source code"
+    assert language_words("tkinter.messagebox.showinfo(title=None, **options) shows it.") == "options shows it"
+    assert language_words("ソースパッケージは通常 .dsc (または .diff.gz) の 3 つ") == "ソースパッケージは通常 dsc または の つ"
+
+
+def test_plain_english_among_signatures_is_kept(ident):
+    step, doc = _step(), _doc(API_PAGE)
+    assert step.process(doc) is None and doc.language == "en"
+    assert identified_share(ident, API_PAGE, 0.65) >= 0.8  # its one long English line carries the words (0.85)
+
+
+def test_a_half_translated_section_is_two_languages_not_none(ident):
+    step, doc = _step(), _doc(HALF_TRANSLATED)
+    assert step.process(doc) is None
+    assert doc.language_score < 0.65  # the whole text's top score splits between fr and en...
+    assert identified_share(ident, HALF_TRANSLATED, 0.65) == 1.0  # ...while every line is identified
+
+
+def test_a_text_in_no_language_is_still_removed():
+    # The words of a shuffled table: low top score and no line identified.
+    table = "\n".join(f"{a} {b} {c} {d} {e}" for a, b, c, d, e in zip(
+        ["qx", "zv", "kw", "jj", "vq"] * 12, ["0x1F", "==", "17", "[3]", "->"] * 12, ["bd", "gf", "ht", "pk", "wm"] * 12,
+        ["rrt", "xkz", "qqv", "zzk", "wvx"] * 12, ["404", "500", "12:30", "7.8e9", "%%"] * 12))
+    rej = _step().process(_doc(table))
+    assert rej is not None and rej.rule == "low_language_score" and "of its lines' words are identified" in rej.reason
+
+
+def test_a_page_under_the_length_floor_is_left_to_the_floor():
+    # A chapter page whose contents list the extractor dropped: too short to identify (scores ~0.3);
+    # quality's min_chars removes it under its own name. A word-less blob is removed whatever its size.
+    title = _doc("Appendix D. Random Bits")
+    assert _step().process(title) is None and title.language_score < 0.65
+    blob = _step().process(_doc("eJy9U9uK2zAQffdXDAazDrj+gAU/tNkU8rIt3e1bwTj2OFGRJaORu9m/78iWGudKdwsVJDg"))
+    assert blob is not None and blob.rule == "low_language_score"

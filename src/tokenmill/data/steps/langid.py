@@ -17,12 +17,21 @@ model, is never imported. Chosen by measurement (benchmarks/langid_compare.py, r
 The model sees the text's words only (runs of letters of any script, space-separated): digits,
 symbols and code punctuation are noise to it. On raw text it scored 67 of CPython's 411
 documentation pages below 0.65; on their words, 5 — with the same accuracy on the 29-language
-set (documents 0.994, paragraphs 0.913 → 0.923).
+set (documents 0.994, paragraphs 0.913 → 0.923). Identifiers, paths and calls
+("tkinter.messagebox.showinfo(title=None,", "Lib/tty.py") are left out whole: split into
+words they pulled plain English API pages to 0.29.
 
 Document level (CCNet, Wenzek et al. 2020): the whole text gets one label and its probability →
 doc.language, doc.language_score. The run keeps `LangIdConfig.languages`
 ("language_not_kept") and removes documents scored below `min_score` ("low_language_score";
-0.65 is FineWeb's English threshold; CCNet uses 0.5), whatever their language.
+0.65 is FineWeb's English threshold; CCNet uses 0.5), whatever their language, when they are
+also not written line by line in languages: under MIN_IDENTIFIED of their lines' words are in
+lines identified at `min_score` (in any language). A half-translated manual page splits the
+whole-text score between two languages while each of its lines is identified; on the design
+collections of benchmarks/frozen/docs_kept.json (23 translations of the Debian handbook) the
+score alone removed 4-29 pages of 127 per language and 0 of English. A text under the length
+floor (`CurateConfig.min_chars`) that has words is not judged by its score: quality's floor
+removes it under its own name.
 
 Paragraph level (fastText-style language ID with a paragraph-level fallback):
 every unit of at least MIN_UNIT_CHARS characters — blank-line paragraphs, or lines when the
@@ -53,10 +62,23 @@ MODEL_FILE = "lid.176.ftz"
 # is already wrong, see the table above) to call a document mixed.
 MIN_UNIT_CHARS = 40
 _LABEL = len("__label__")
+# A document whose top score is low is kept when at least this share of its lines' words is in
+# lines identified at min_score (in any language): it is written in languages, just not in one.
+MIN_IDENTIFIED = 0.5
 UNDETERMINED = "und"  # ISO 639-2 for "undetermined": a text without a single word
 # A word: a run of letters (any script), with inner apostrophes or hyphens ("don't", "Jean-Luc").
 _WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
 _PARAGRAPH_BREAK = re.compile(r"\n[^\S\n]*\n")
+# An identifier, path, call or URL: an ASCII token with a code mark inside it once its surrounding
+# punctuation is stripped ("tkinter.messagebox.showinfo(title=None,", "Lib/tty.py",
+# "termios.TCSAFLUSH"). Its letters are no language's words: split into words they pulled the
+# top score of the tkinter.messagebox page, plain English, to 0.29. A CJK run is never one.
+_IDENTIFIER = re.compile(r"^\W*[\x21-\x7e]*?\w[._/=()\[\]{}<>@#$%^&*+|\\~:;\d][\x21-\x7e]*?\w\W*$", re.ASCII)
+
+
+def language_words(text: str) -> str:
+    """The words fastText is shown, space-separated: runs of letters outside identifiers."""
+    return " ".join(w for token in text.split() if not _IDENTIFIER.match(token) for w in _WORD.findall(token))
 
 
 def model_path() -> Path:
@@ -80,7 +102,7 @@ class Identifier:
 
     def identify(self, text: str) -> tuple[str, float]:
         # Words only, space-separated: also one line, which fastText requires.
-        words = " ".join(_WORD.findall(text))
+        words = language_words(text)
         if not words:
             return UNDETERMINED, 0.0
         labels, probs = self._model.predict(words, k=1, on_unicode_error="replace")
@@ -95,6 +117,21 @@ def units(text: str) -> list[str]:
     if len(parts) < 2:
         parts = text.split("\n")
     return [p.strip() for p in parts if len(p.strip()) >= MIN_UNIT_CHARS]
+
+
+def identified_share(ident: Identifier, text: str, min_score: float) -> float:
+    """Share of the text's language words in lines identified, in any language, with a score of at
+    least `min_score`; lines with fewer than MIN_UNIT_CHARS characters of words are not scored.
+    Lines, not paragraphs: extracted HTML puts a paragraph on each line and a blank line only
+    between sections, and a half-translated manual section mixes languages paragraph by paragraph."""
+    scored = identified = 0
+    for line in text.split("\n"):
+        n = len(language_words(line))
+        if n < MIN_UNIT_CHARS:
+            continue
+        scored += n
+        identified += n if ident.identify(line)[1] >= min_score else 0
+    return identified / scored if scored else 0.0
 
 
 def foreign_share(ident: Identifier, text: str, language: str, min_score: float) -> float:
@@ -112,7 +149,7 @@ class LangId(DocStep):
     """Fills doc.language, doc.language_score, doc.language_mixed; keeps the configured languages."""
 
     name = "langid"
-    version = "1+lid.176.ftz"
+    version = "2+lid.176.ftz"  # 2: identifiers are not words; a low score needs unidentified lines
 
     def setup(self, work_dir: Path) -> None:
         self._ident = Identifier()
@@ -131,12 +168,24 @@ class LangId(DocStep):
             return Rejection(
                 self.name, "language_not_kept", lang, f"language {lang} (score {score:.3f}) not in {', '.join(cfg.languages)}"
             )
-        if score < cfg.min_score:
+        # A low top score is two different things: text in no language (junk, tables, code) and
+        # text in two (a half-translated manual, a bilingual page), whose words split the score.
+        # Only the first is removed: most of its lines must not be identified either.
+        # A text with words but under the length floor ("Appendix D. Random Bits", a chapter page
+        # whose contents list the extractor dropped) is identified too unreliably to be judged by
+        # its score (0.30 here): quality's length floor removes it, under its own name.
+        judged = len(doc.text) >= self.cfg.min_chars or lang == UNDETERMINED
+        if (
+            judged
+            and score < cfg.min_score
+            and (shown := identified_share(self._ident, doc.text, cfg.min_score)) < MIN_IDENTIFIED
+        ):
             return Rejection(
                 self.name,
                 "low_language_score",
                 format_value(score),
-                f"top language {lang} scores {score:.3f} < min_score {cfg.min_score}",
+                f"top language {lang} scores {score:.3f} < min_score {cfg.min_score}, "
+                f"and {shown:.0%} of its lines' words are identified at that score (< {MIN_IDENTIFIED:.0%})",
             )
         if cfg.max_foreign_frac is not None and share > cfg.max_foreign_frac:
             return Rejection(
