@@ -206,3 +206,107 @@ def test_assign_kind_keeps_a_kind_already_decided():
 def test_an_unknown_kind_is_a_config_error():
     with pytest.raises(ValueError, match="kinds"):
         QualityConfig(kinds={"books": "novels"})
+
+
+# The Debian Administrator's Handbook (zh-cn), section 5.5: sentences end in 。, with no space after.
+ZH_HANDBOOK = (
+    "5.5. 与其它软件包共存\n\n"
+    "Debian 包格式并非唯一用于自由软件领域的软件包格式。主要竞争者是红帽 Linux 发行版的 RPM 格式以及其衍生格式。"
+    "红帽是一个非常流行的商业化发行版。对于来自第三方的软件，常以 RPM 格式软件包提供，而非 Debian 格式。\n"
+    "这个情况下，你应该知道rpm程序是如何处理RPM软件包的，这种格式在Debian软件包中也可用。"
+    "需要谨慎的使用，尽管如何，这些操作会限制从一个软件包中解压并且提取出信息以验证其完整性。\n"
+    "实际上，不应该在Debian系统中使用rpm来安装一个RPM软件包；RPM使用了它自己的数据库以便和Debian的软件中分离。"
+)
+# The handbook's hotplug section (en, abridged): udevadm's attribute listing among the sentences
+# that explain it (its indented lines read as code).
+UDEV_SECTION = (
+    "9.11.3. How udev Works\n\n"
+    "When udev is notified by the kernel of the appearance of a new device, it collects various information on "
+    "the given device by consulting the corresponding entries in /sys/, especially those that uniquely identify "
+    "it. Armed with all of this information, udev then consults all of the rules contained in /etc/udev/rules.d/ "
+    "and /lib/udev/rules.d/.\nIn this process it decides how to name the device, what symbolic links to create "
+    "(to give it alternative names), and what commands to execute.\n"
+    "Let us look at what the kernel reports for a USB key. The udevadm command lists its attributes, and "
+    "those of every device above it in the tree, as the rules can match them:\n"
+    + "".join(f"    {line}\n" for line in [
+        'ATTR{removable}=="1", ATTR{ro}=="0", ATTR{hidden}=="0"', 'ATTR{size}=="15100224", ATTR{range}=="16"',
+        'ATTRS{max_sectors}=="240", ATTRS{busnum}=="2"', 'ATTRS{product}=="TF10", ATTRS{speed}=="480"',
+        'ATTRS{serial}=="07032998B60AB777", ATTRS{quirks}=="0x0"', 'KERNELS=="2-1", DRIVERS=="usb"'])
+    + "Once these rules are set in a file, named for example /etc/udev/rules.d/010_local.rules, you can simply "
+    "remove and reconnect the USB key.\nYou can then see that /dev/usb_key/disk represents the disk associated "
+    "with the USB key, and /dev/usb_key/part1 is its first partition.\nThe same mechanism names network "
+    "interfaces. It also starts the programs that a rule names. Each rule is read in the order of its file."
+)
+
+
+def test_cjk_sentences_end_their_lines():
+    kind, evidence = detect_kind(ZH_HANDBOOK, "html")
+    assert kind != "web", evidence  # before: ended_char_frac 0.00, judged as a web page
+
+
+def test_code_among_sentences_on_a_page_is_a_manual_and_code_alone_is_web():
+    assert detect_kind(UDEV_SECTION, "text")[0] == "code"  # what the signals alone say
+    assert detect_kind(UDEV_SECTION, "html") == (
+        "reference", "code_line_frac=0.46, symbol_rate=3.59, sentence_rate=4.22, format=html")
+    assert detect_kind(PY_CODE, "html")[0] == "web"  # a page of code and nothing else
+    assert detect_kind(PY_CODE, "text")[0] == "code"
+
+
+def test_a_menu_word_inside_a_sentence_is_not_page_chrome():
+    cookies = "\n".join([
+        "http.cookies — HTTP state management",
+        "The http.cookies module defines classes for abstracting the concept of cookies, an HTTP state mechanism.",
+        "Cookie handling for HTTP clients",
+        "Cookie objects",
+        "Morsel objects",
+        "The module formerly strictly applied the parsing rules described in the RFC 2109 and RFC 2068 specifications.",
+        "Cookie.load(rawdata) reads a cookie from a string.",
+    ] * 3)
+    kind, evidence = detect_kind(cookies, "html")
+    assert "web_line_frac" not in evidence, evidence
+    assert detect_kind("Home\nLog in | Register\nPrivacy\nNext\nPrevious\nShare\n© 2024 Example Ltd.", "html")[0] == "web"
+
+
+# The handbook's appendix A.12 (en): a complete section of three sentences and 41 words.
+SHORT_SECTION = (
+    "A.12. PureOS\n\nPureOS is a Debian-based distribution focused on privacy, convenience and security. It "
+    "follows the GNU Free System Distribution Guidelines, used by the Free Software Foundation to qualify a "
+    "distribution as free. The social purpose company Purism guides its development."
+)
+
+
+@pytest.mark.parametrize("kind,rule", [("web", "min_words"), ("prose", None), ("reference", None), ("books", None)])
+def test_the_stub_floors_judge_web_pages_only(kind, rule):
+    doc = Doc(id="d", text=SHORT_SECTION, source="s", url="u", bucket="b", license="l", format="html", kind=kind)
+    rejection = Quality(CurateConfig()).process(doc)
+    assert (rejection.rule if rejection else None) == rule
+    assert doc.quality["n_words"] < 50 and doc.quality["c4_sentences"] < 5  # under both floors
+
+
+API_ENTRIES = [
+    ("floor(x)", "Return the floor of x, the largest integer less than or equal to x. If x is not a float, "
+     "delegates to x.__floor__, which should return an Integral value."),
+    ("ceil(x)", "Return the ceiling of x, the smallest integer greater than or equal to x. If x is not a float, "
+     "delegates to x.__ceil__, which should return an Integral value."),
+    ("copysign(x, y)", "Return a float with the magnitude (absolute value) of x but the sign of y. On platforms "
+     "that support signed zeros, copysign(1.0, -0.0) returns -1.0."),
+    ("fabs(x)", "Return the absolute value of x as a float, whatever the type of its argument. It never "
+     "returns an integer, unlike the built-in function of the same purpose."),
+    ("isqrt(n)", "Return the integer square root of the nonnegative integer n. This is the floor of the exact "
+     "square root of n, or equivalently the greatest integer a such that a squared does not exceed n."),
+    ("gcd(*integers)", "Return the greatest common divisor of the specified integer arguments. If any of the "
+     "arguments is nonzero, then the returned value is the largest positive integer that divides all of them."),
+    ("perm(n, k=None)", "Return the number of ways to choose k items from n items without repetition and with "
+     "order. Evaluates to n! / (n - k)! when k <= n and evaluates to zero when k > n."),
+]
+
+
+def test_a_manual_may_repeat_labels_but_not_its_text():
+    # math's reference (abridged): each entry's signature, sentence and the same short labels.
+    lines = [x for sig, text in API_ENTRIES for x in (sig, text, "New in version 3.8.", "Changed in version 3.11.")]
+    doc = Doc(id="d", text="\n".join(lines), source="s", url="u", bucket="b", license="l", format="html", kind="reference")
+    assert Quality(CurateConfig()).process(doc) is None and doc.quality["dup_line_frac"] > 0.3
+    pasted = "\n".join([API_ENTRIES[-1][1]] * 8 + lines[:8])  # one sentence pasted eight times
+    doc = Doc(id="d", text=pasted, source="s", url="u", bucket="b", license="l", format="html", kind="reference")
+    rejection = Quality(CurateConfig()).process(doc)
+    assert rejection is not None and rejection.rule == "max_dup_line_char_frac"

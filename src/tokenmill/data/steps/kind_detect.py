@@ -11,10 +11,10 @@ the same as a 128 KB one), over its non-blank lines:
                     share of characters in them (a heading or two do not make a menu)
   long_line_frac    lines over 200 characters: a paragraph per line (scraped prose)
   ended_char_frac   share of characters in lines that end a sentence (. ! ? : ; or a closing
-                    quote), or go on into the next line's sentence (a hard-wrapped line, or the
+                    quote; CJK's full-width 。 ！ ？ ： ； and 」 』), or go on into the next line's sentence (a hard-wrapped line, or the
                     next line starts with a small letter): a menu, a link list, a tag cloud or a
                     shop page ends almost none of its lines
-  sentence_rate     sentence ends (. ! ? then a space or the line's end) per 100 words
+  sentence_rate     sentence ends (. ! ? then a space or the line's end; CJK's 。 ！ ？) per 100 words
   wrapped_frac      of the lines followed by another line of their paragraph, those 60-100% as
                     wide as the text's wrap width (50-100 characters, the 90th percentile of line
                     lengths) that were broken because the next word would not fit: hard-wrapped
@@ -25,8 +25,9 @@ the same as a 128 KB one), over its non-blank lines:
                     (==== under a line) headings
   command_rate      lines with a shell prompt ("$ cmd", ">>> "), an option (--flag), `inline
                     code` or a "::" per 100 lines
-  web_line_frac     short lines holding separators ( | · » › ) or menu / footer words (Home,
-                    Login, Cookies, Privacy, Copyright, ©, Next, Previous, Share, Add to cart, ...)
+  web_line_frac     short lines holding separators ( | · » › ) or footers (©, All rights reserved),
+                    or of at most MENU_WORDS words with a menu word (Home, Login, Cookies, Privacy,
+                    Copyright, Next, Previous, Share, Add to cart, ...)
   chapters          chapter headings ("CHAPTER IV", "Psalm 12", "ACT I")
 
 The decision, in order (thresholds set on half of the labelled documents of
@@ -35,7 +36,9 @@ manual is command_rate >= REF_COMMANDS, or headings (heading_frac >= REF_HEADING
 lines among the prose (code_line_frac >= REF_CODE):
 
   code       code_line_frac >= CODE_ALONE, or >= CODE_LINES with symbol_rate >= CODE_SYMBOLS
-             (html / warc input: web instead, a page is not a source file)
+             (html / warc input: a page is not a source file; reference when its code sits
+             among sentences, ended_char_frac >= WEB_ENDED and sentence_rate >= WEB_SENTENCES
+             with code_line_frac < CODE_ALONE, else web)
   web        not a manual and ended_char_frac < WEB_ENDED; or sentence_rate < WEB_SENTENCES
              with ended_char_frac < PROSE_ENDED; or web_line_frac >= WEB_LINES; or not a
              manual and short_char_frac >= WEB_SHORT
@@ -70,8 +73,10 @@ BOOK_CHARS, BOOK_WRAPPED = 100_000, 0.6
 PROSE_ENDED = 0.8
 REF_SYMBOLS = 0.6  # technical prose: calls, options, brackets among the sentences
 
-_SENTENCE_END = re.compile(r"[.!?][\"'”’)\]]*(?=\s|$)")
-_ENDED = re.compile(r"(?:[.!?:;][\"'”’)\]]*|[\"”’])$")
+# CJK scripts end sentences with full-width marks and put no space after them (。 ！ ？ ：),
+# and close quotes with 」 』: without them a Chinese or Japanese manual ends no line.
+_SENTENCE_END = re.compile(r"[.!?][\"'”’)\]]*(?=\s|$)|[。！？｡][」』”’)）]*")
+_ENDED = re.compile(r"(?:[.!?:;。！？｡：；][\"'”’)\]」』）]*|[\"”’」』])$")
 _WORD = re.compile(r"\w+")
 _SYMBOL = re.compile(r"[(){}\[\]=;<>]")
 _CODE_START = re.compile(
@@ -85,12 +90,20 @@ _INDENTED_CODE = re.compile(r"^(?: {2,}|\t).*[(){}=]")
 _HEADING = re.compile(r"^(?:\d+(?:\.\d+)*\.?\s+\S.{0,60}(?<![.,;:!?])|#{1,6}\s+\S.*|[=\-~^\"'*+#]{4,})$")
 _CHAPTER = re.compile(r"^\W*(?:CHAPTER|Chapter|BOOK|ACT|SCENE|Psalm|PSALM|VOLUME)\s+[\dIVXLC]+\b", re.M)
 _COMMAND = re.compile(r"^\s*(?:\$|#|>>>|%) \S|(?:^|\s)--[a-z][\w-]+|`[^`\n]{1,60}`|::$|^\s*\.\. \w+::")
-_WEB_LINE = re.compile(
-    r" [|·»›] |^[|·»›]|\b(?:Home|Login|Log in|Sign in|Sign up|Register|Subscribe|Cookies?|Privacy|"
-    r"Terms of (?:Use|Service)|All rights reserved|Copyright|Contact us|About us|Share|Tweet|"
-    r"Add to (?:cart|wishlist|basket)|Read more|Next|Previous|Menu|Search)\b|©",
+# A page's chrome: separators and footers in any short line; menu words only in a line of at most
+# MENU_WORDS words ("Home", "Log in | Register"), since a manual's sentences use them too (the
+# http.cookies pages of the Python docs read as menus when "Cookie handling" counted).
+_WEB_CHROME = re.compile(r" [|·»›] |^[|·»›]|\b(?:All rights reserved|Terms of (?:Use|Service))\b|©", re.I)
+_MENU_WORD = re.compile(
+    r"\b(?:Home|Login|Log in|Sign in|Sign up|Register|Subscribe|Cookies?|Privacy|Copyright|Contact us|"
+    r"About us|Share|Tweet|Add to (?:cart|wishlist|basket)|Read more|Next|Previous|Menu|Search)\b",
     re.I,
 )
+MENU_WORDS = 4
+
+
+def _web_line(line: str) -> bool:
+    return bool(_WEB_CHROME.search(line)) or (len(line.split()) <= MENU_WORDS and bool(_MENU_WORD.search(line)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +179,7 @@ def measure(text: str) -> Signals:
         symbol_rate=100 * len(_SYMBOL.findall(window)) / max(len(window), 1),
         heading_frac=sum(bool(_HEADING.match(x)) for x in lines) / n,
         command_rate=100 * sum(bool(_COMMAND.search(x)) for x in lines) / n,
-        web_line_frac=sum(bool(_WEB_LINE.search(x)) for x in lines if len(x) < 120) / n,
+        web_line_frac=sum(_web_line(x) for x in lines if len(x) < 120) / n,
         chapters=len(_CHAPTER.findall(window)),
     )
 
@@ -210,6 +223,10 @@ def detect_kind(text: str, fmt: str) -> tuple[str, str]:
         return "code", "format=code"
     s = measure(text)
     kind, names = decide(s)
-    if kind == "code" and fmt in WEB_FORMATS:  # a page is not a source file: code rules skip repetition
-        kind, names = "web", (*names, "format")
+    if kind == "code" and fmt in WEB_FORMATS:
+        # A page is not a source file (code rules skip repetition). A page whose code sits among
+        # sentences is a manual's (udev rules, a config file, a session shown and explained);
+        # a page of code and nothing else is judged as web.
+        prose = s.ended_char_frac >= WEB_ENDED and s.sentence_rate >= WEB_SENTENCES and s.code_line_frac < CODE_ALONE
+        kind, names = ("reference", (*names, "sentence_rate", "format")) if prose else ("web", (*names, "format"))
     return kind, ", ".join(f"{n}={fmt}" if n == "format" else f"{n}={_fmt(getattr(s, n))}" for n in names)

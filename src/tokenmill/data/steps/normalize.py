@@ -42,7 +42,7 @@ from tokenmill.data.document import Doc, Rejection
 from tokenmill.data.step import DocStep
 from tokenmill.data.steps.text_kinds import assign_kind
 
-VERSION = f"4+ftfy-{ftfy.__version__}"  # 4: kinds detected from the text; any detected book unwrapped
+VERSION = f"5+ftfy-{ftfy.__version__}"  # 4: kinds detected from the text; any detected book unwrapped; 5: CJK sentence ends, code among sentences is a manual
 
 # \r\n, lone \r, NEL, and the Unicode line/paragraph separators all end a line.
 _NEWLINES = re.compile(r"\r\n|[\r\x85\u2028\u2029]")

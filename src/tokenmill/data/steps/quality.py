@@ -77,9 +77,9 @@ from tokenmill.data.steps.language_profiles import GOPHER_STOP_WORDS, LanguageRu
 from tokenmill.data.step import DocStep
 from tokenmill.data.steps.text_kinds import assign_kind, families
 
-VERSION = "4+" + "+".join(
+VERSION = "5+" + "+".join(
     f"{k}-{v}" for k, v in segment.segmenter_versions().items()
-)  # 4: per-document kinds, the reference family
+)  # 4: per-document kinds, the reference family; 5: stub floors for web only, manuals repeat labels
 
 STOP_WORDS: frozenset[str] = frozenset(GOPHER_STOP_WORDS)
 BULLETS: tuple[str, ...] = ("•", "●", "○", "◦", "▪", "‣", "⁃", "-", "*")
@@ -526,6 +526,41 @@ def failed_rules(s: dict[str, float | int], cfg: QualityConfig, apply: frozenset
     return [r.rule for name, checks in lists.items() if name in apply for r in checks(s, cfg) if r is not None]
 
 
+def kind_thresholds(kind: QualityKind, cfg: QualityConfig) -> QualityConfig:
+    """The thresholds a kind is judged with: the language's (`cfg`) with what the kind changes."""
+    update: dict[str, object] = {}
+    if kind == "books":
+        # A novel is longer than Gopher's 100,000 words. Duplicated 5-10-grams measure
+        # formulaic style in long-form text ("And the LORD spake unto Moses, saying"),
+        # not spam: the median 5,000-word unit of Numbers (KJV) covers 0.22 against
+        # Austen's 0.005 (benchmarks/bench_quality_languages.py); duplicate lines and
+        # paragraphs and the top n-grams still catch a book pasted twice or padded.
+        update.update({"max_words": 2**62, "max_dup_ngram_char_frac": {}})
+    if kind == "reference":
+        # Manuals show code (C4's curly bracket) and repeat their own labels, commands
+        # and phrasing ("Return the ...", a signature per method): of 1,054 real manual
+        # pages and sections, FineWeb's duplicated-line rule breaks 51% and Gopher's
+        # duplicated 5-gram rule 19% (benchmarks/bench_kind_detect.py, `manual_rules`).
+        update.update({"c4_curly_bracket": False, "max_dup_ngram_char_frac": {}})
+        # They also repeat short labels ("Changed in version 3.3.", "Example:", a prompt):
+        # a third of an API page's lines by count, a tenth by characters. The count rules
+        # are off; their character twins (max_dup_line/para_char_frac) still judge.
+        update.update({"max_dup_line_frac": 1.0, "max_dup_para_frac": 1.0})
+        # Gopher's '#' / '...' per word rule finds hashtags and truncated snippets. In a
+        # manual '#' is a root prompt, a comment, an #include or a heading, and '...' is
+        # Python's continuation prompt: the installation guide's cross-install page (a
+        # shell session) measures 0.107 in every language. The rule is off for manuals.
+        update.update({"max_symbol_word_ratio": 1e9})
+    if kind != "web" and kind != "code":
+        # Gopher's 50-word and C4's five-sentence floors remove web stubs. A manual's
+        # section, a chapter's opening paragraph or a short note of sentences is complete
+        # at 35 words and two sentences (of 2,921 handbook and 1,008 installation-guide
+        # pages, 3 and 4-7 per language were such sections); the length floor
+        # (`min_chars`) still applies.
+        update.update({"min_words": 0, "c4_min_sentences": 0})
+    return cfg.model_copy(update=update) if update else cfg
+
+
 # --------------------------------------------------------------------------- the step
 class Quality(DocStep):
     """Signals on every document; the length floor everywhere; each kind's rule families
@@ -551,20 +586,7 @@ class Quality(DocStep):
         if key not in self._judges:
             qcfg = self.cfg.quality
             rules = rules_for(language if kind != "code" else None, qcfg, self._profiles)
-            cfg = rules.cfg
-            if kind == "books":
-                # A novel is longer than Gopher's 100,000 words. Duplicated 5-10-grams measure
-                # formulaic style in long-form text ("And the LORD spake unto Moses, saying"),
-                # not spam: the median 5,000-word unit of Numbers (KJV) covers 0.22 against
-                # Austen's 0.005 (benchmarks/bench_quality_languages.py); duplicate lines and
-                # paragraphs and the top n-grams still catch a book pasted twice or padded.
-                cfg = cfg.model_copy(update={"max_words": 2**62, "max_dup_ngram_char_frac": {}})
-            if kind == "reference":
-                # Manuals show code (C4's curly bracket) and repeat their own labels, commands
-                # and phrasing ("Return the ...", a signature per method): of 1,054 real manual
-                # pages and sections, FineWeb's duplicated-line rule breaks 51% and Gopher's
-                # duplicated 5-gram rule 19% (benchmarks/bench_kind_detect.py, `manual_rules`).
-                cfg = cfg.model_copy(update={"c4_curly_bracket": False, "max_dup_ngram_char_frac": {}})
+            cfg = kind_thresholds(kind, rules.cfg)
             self._judges[key] = Judge(rules, cfg, families(kind, qcfg), kind == "books")
         return self._judges[key]
 
