@@ -1227,3 +1227,34 @@ def docs_kept(r: dict[str, Any]) -> list[str]:
     lines.append(f"\nFrozen checks that hold: **{sum(c['holds'] for c in checks)} of {len(checks)}**; "
                  f"the reference changes {'no' if same else 'some'} row's pages kept.")
     return lines
+
+
+def docs_kept_scored(after: dict[str, Any], before: dict[str, Any]) -> list[str]:
+    """bench_docs_kept.py scored once after the change, beside the baseline: pages kept pooled per
+    collection before -> after, each language row's keep rate and, on the parity collections, its
+    gap to English; then the frozen checks that hold before and after."""
+    res, base = _result(after), _result(before)
+    a = res["variants"]["a_no_reference"]
+    lines = ["| collection | pages kept, pooled: before → after (no reference; with reference after) "
+             "| keep rate per language row after (**bold**: below 0.97); gap to English where judged |", "|---|---|---|"]
+    gaps = {c["check"].split(":")[0]: c for c in res["verdict"]["checks"] if c["variant"] == "a_no_reference" and "English" in c["check"]}
+    for name, pooled in res["collections"]["a_no_reference"].items():
+        old = base["collections"]["a_no_reference"][name]
+        cells = []
+        for row, v in a.items():
+            if row.split("/", 1)[0] != name:
+                continue
+            lang, k = row.split("/", 1)[1], v["keep_rate"]
+            cell = f"{lang} **{k:.2f}**" if k < 0.97 else f"{lang} {k:.2f}"
+            if row in gaps:
+                g = gaps[row]
+                cell += f" (gap {g['value']:.2f})" if g["holds"] else f" (gap **{g['value']:.2f}**)"
+            cells.append(cell)
+        with_ref = res["collections"]["b_reference"][name]["keep_rate"]
+        lines.append(f"| {name} | {old['keep_rate']:.3f} → {pooled['kept']:,} of {pooled['read']:,}: {pooled['keep_rate']:.3f}; "
+                     f"{with_ref:.3f} | {', '.join(cells)} |")
+    after_holds = sum(c["holds"] for c in res["verdict"]["checks"])
+    before_holds = sum(c["holds"] for c in base["verdict"]["checks"])
+    lines.append(f"\nFrozen checks that hold: **{before_holds} → {after_holds} of {len(res['verdict']['checks'])}**; "
+                 f"the judgement as a whole {'holds' if res['verdict']['all_hold'] else '**fails**'}.")
+    return lines
