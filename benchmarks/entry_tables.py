@@ -1258,3 +1258,23 @@ def docs_kept_scored(after: dict[str, Any], before: dict[str, Any]) -> list[str]
     lines.append(f"\nFrozen checks that hold: **{before_holds} → {after_holds} of {len(res['verdict']['checks'])}**; "
                  f"the judgement as a whole {'holds' if res['verdict']['all_hold'] else '**fails**'}.")
     return lines
+
+
+def quality_signal(r: dict[str, Any]) -> list[str]:
+    """bench_quality_signal.py: documents kept per clean collection and per junk kind (all rows
+    together), without and with the perplexity-gate reference, with 95% Wilson intervals, the rules
+    that removed most without a reference, and the frozen checks that hold."""
+    res = _result(r)
+    a, b = res["variants"]["a_no_reference"]["groups"], res["variants"]["b_reference"]["groups"]
+    lines = ["| text | target | kept, no reference [95% interval] | kept, with reference [95% interval] | removed most by (no reference) |",
+             "|---|---|---|---|---|"]
+    for name, g in a.items():
+        if "/" in name and not name.startswith("clean/"):
+            continue  # a junk kind's per-collection split: the kind's own row pools them
+        target = "≥ 0.97" if name.startswith("clean/") else "≤ 0.10"
+        cells = [f"{x['keep_rate']:.3f} [{x['wilson95'][0]:.2f}, {x['wilson95'][1]:.2f}]" for x in (g, b[name])]
+        rules = ", ".join(f"`{x['rule']}` {x['docs']}" for x in g["removed_by"][:2]) or "none"
+        lines.append(f"| {name} ({g['docs']}) | {target} | {cells[0]} | {cells[1]} | {rules} |")
+    checks = res["verdict"]["checks"]
+    lines.append(f"\nFrozen checks that hold: **{sum(c['holds'] for c in checks)} of {len(checks)}**.")
+    return lines

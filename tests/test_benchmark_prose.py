@@ -486,6 +486,12 @@ CLAIMS = (
     Claim("docs kept scored: Japanese gap before", "docs_kept_baseline.json", "(every translation within\n0.00 of English, from {g:.2f} for Japanese)",
           lambda d: {"g": next(c["value"] for c in d["result"]["verdict"]["checks"]
                                if c["variant"] == "a_no_reference" and c["check"].startswith("debian-reference/ja: |"))}),
+    # issue 55's quality-signal freeze and its baseline
+    Claim("quality signal baseline: commit and load", "quality_signal_baseline.json",
+          "(commit {c}, clean tree; other processes used {load:.0%} of the cores",
+          lambda d: {"c": d["commit"][:7], "load": d["load"]["others_cpu_share"]["mean"]} if d["dirty"] is False else {"c": "dirty"}),
+    Claim("quality signal baseline: sizes", "quality_signal_baseline.json", "spliced ({n} of each)",
+          lambda d: {"n": d["result"]["variants"]["a_no_reference"]["groups"]["ocr_damage"]["docs"]}),
     # issue 55's PII names, scored once on the frozen collections
     Claim("pii: old default in Austen and Shakespeare", "pii_private_before.json", "old default replaced {a:,} and {s:,}",
           lambda d: {"a": d["result"]["buckets"]["fiction"]["books/austen"]["names"],
