@@ -102,6 +102,7 @@ SECTIONS = (
     _table("docs_kept_baseline", ("docs_kept_baseline.json",), entry_tables.docs_kept),
     _table("docs_kept_scored", ("docs_kept.json", "docs_kept_baseline.json"), entry_tables.docs_kept_scored),
     _table("quality_signal_baseline", ("quality_signal_baseline.json",), entry_tables.quality_signal),
+    _table("quality_signal_docs_rules", ("quality_signal_baseline_docs_rules.json",), entry_tables.quality_signal),
     Section("provenance_gaps", PROVENANCE_BEGIN, PROVENANCE_END, HISTORICAL,
             lambda r: "\n".join([PROVENANCE_BEGIN, *entry_tables.provenance_gaps(HISTORICAL, *r), PROVENANCE_END])),
     _table("minhash", ("minhash.json",), entry_tables.minhash),

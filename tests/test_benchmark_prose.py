@@ -492,6 +492,8 @@ CLAIMS = (
           lambda d: {"c": d["commit"][:7], "load": d["load"]["others_cpu_share"]["mean"]} if d["dirty"] is False else {"c": "dirty"}),
     Claim("quality signal baseline: sizes", "quality_signal_baseline.json", "spliced ({n} of each)",
           lambda d: {"n": d["result"]["variants"]["a_no_reference"]["groups"]["ocr_damage"]["docs"]}),
+    Claim("quality signal, docs rules: commit", "quality_signal_baseline_docs_rules.json", "(commit {c}, clean tree). They keep",
+          lambda d: {"c": d["commit"][:7]} if d["dirty"] is False else {"c": "dirty"}),
     # issue 55's PII names, scored once on the frozen collections
     Claim("pii: old default in Austen and Shakespeare", "pii_private_before.json", "old default replaced {a:,} and {s:,}",
           lambda d: {"a": d["result"]["buckets"]["fiction"]["books/austen"]["names"],
