@@ -109,6 +109,14 @@ class QualityConfig(Strict):
     c4_remove_lines: bool = Field(
         False, description="Also delete the lines C4's line rules drop (False: measure and filter only)."
     )
+    # Garbled words (data/steps/garble.py)
+    garble: bool = Field(True, description="Apply the garbled-word rule (OCR damage, typo spam) to every kind but code.")
+    max_near_miss_word_frac: float = Field(
+        0.06,
+        ge=0.0,
+        le=1.0,
+        description="Share of words that are rare one-letter variants of a common word of the same text, above: rejected.",
+    )
     # FineWeb rules
     fineweb: bool = Field(True, description="Apply the FineWeb rules.")
     min_line_punct_frac: float = Field(

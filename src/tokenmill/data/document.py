@@ -53,6 +53,8 @@ QUALITY_FIELDS: dict[str, pa.DataType] = {
     "short_line_frac": pa.float64(),
     "char_dup_frac": pa.float64(),
     "newline_word_ratio": pa.float64(),
+    # Garbled words (tokenmill, data.steps.garble): rare one-letter variants of the text's own common words
+    "near_miss_word_frac": pa.float64(),
     # Code (StarCoder / The Stack; data.steps.code_quality.CODE_FIELDS): measured on every document
     "max_line_len": pa.int64(),
     "mean_line_len": pa.float64(),

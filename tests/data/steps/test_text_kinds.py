@@ -191,10 +191,10 @@ def test_curate_writes_the_kind_into_row_lineage_and_funnel(tmp_path: Path):
 
 def test_families_per_kind_and_global_switches():
     cfg = QualityConfig()
-    assert families("web", cfg) == {"gopher", "gopher_repetition", "c4", "fineweb"}
-    assert families("books", cfg) == {"gopher", "gopher_repetition"}
+    assert families("web", cfg) == {"gopher", "gopher_repetition", "c4", "fineweb", "garble"}
+    assert families("books", cfg) == {"gopher", "gopher_repetition", "garble"}
     assert families("code", cfg) == {"code"}
-    assert families("web", QualityConfig(c4=False, fineweb=False)) == {"gopher", "gopher_repetition"}
+    assert families("web", QualityConfig(c4=False, fineweb=False, garble=False)) == {"gopher", "gopher_repetition"}
     assert set(FAMILIES) == {"web", "reference", "prose", "books", "code"}
 
 

@@ -14,7 +14,8 @@ manual with a shell snippet fails C4's curly-bracket rule. So each kind gets its
 |           | (manuals repeat their labels, commands and phrasing: of 1,054  |                  |
 |           | real manual pages and sections FineWeb's duplicated-line rule  |                  |
 |           | breaks 51%, Gopher's duplicated 5-gram rule 19%)               |                  |
-| prose     | Gopher quality, Gopher repetition                             | paragraphs of sentences |
+| prose     | Gopher quality, Gopher repetition without the duplicated      | paragraphs of sentences |
+|           | 5-10-gram rules (scripture's formulas)                        |                  |
 | books     | Gopher quality without max_words; Gopher repetition as the    | >= 100,000 characters, or hard-wrapped lines, or chapter headings |
 |           | median over 5,000-word units, without the duplicated 5-10-gram |                  |
 |           | rules; hard-wrapped paragraphs are unwrapped by `normalize`   |                   |
@@ -25,7 +26,8 @@ code input (format); else the kind its own text shows (detected, `quality.detect
 detection off: web for html/warc input, prose otherwise). It is decided once per document, by
 `normalize` (before books are unwrapped) or by `quality` when normalize did not run, and kept on
 the row (`kind`), in the lineage (`kind`: "web (detected: ended_char_frac=0.12, ...)") and in
-the funnel (documents in / kept per kind). The length floor (`min_chars`) applies to every kind.
+the funnel (documents in / kept per kind). The length floor (`min_chars`) applies to every kind,
+and the garbled-word rule (`garble`, data/steps/garble.py) to every kind but code.
 """
 
 from __future__ import annotations
@@ -37,10 +39,10 @@ from tokenmill.data.document import Doc
 from tokenmill.data.steps.kind_detect import WEB_FORMATS, detect_kind
 
 FAMILIES: dict[str, frozenset[str]] = {
-    "web": frozenset({"gopher", "gopher_repetition", "c4", "fineweb"}),
-    "reference": frozenset({"gopher", "gopher_repetition", "c4"}),  # repetition without the 5-10-grams (quality.py)
-    "prose": frozenset({"gopher", "gopher_repetition"}),
-    "books": frozenset({"gopher", "gopher_repetition"}),
+    "web": frozenset({"gopher", "gopher_repetition", "c4", "fineweb", "garble"}),
+    "reference": frozenset({"gopher", "gopher_repetition", "c4", "garble"}),  # repetition without the 5-10-grams (quality.py)
+    "prose": frozenset({"gopher", "gopher_repetition", "garble"}),
+    "books": frozenset({"gopher", "gopher_repetition", "garble"}),
     "code": frozenset({"code"}),
 }
 
@@ -73,5 +75,5 @@ def assign_kind(doc: Doc, cfg: QualityConfig) -> QualityKind:
 
 def families(kind: QualityKind, cfg: QualityConfig) -> frozenset[str]:
     """The rule families that apply to a kind, less those the config turns off everywhere."""
-    off = {name for name in ("gopher", "gopher_repetition", "c4", "fineweb") if not getattr(cfg, name)}
+    off = {name for name in ("gopher", "gopher_repetition", "c4", "fineweb", "garble") if not getattr(cfg, name)}
     return FAMILIES[kind] - off
