@@ -15,14 +15,15 @@ nothing. Found with a masked-position index of the common words (one entry per p
 the cost is linear in the text's distinct words times their length.
 
 The cut (`quality.max_near_miss_word_frac`, 0.06) was set on clean text only, never on a
-corruption: across design collections of benchmarks/frozen/quality_signal.json (5,341 pages and
+corruption: across design collections of benchmarks/frozen/quality_signal.json (5,342 pages and
 passages: the Python docs, the Debian handbook in 23 languages, the i386 installation guide, the
 Debian history, trafilatura's test pages, the dirty-web benchmark's clean prose and documentation,
 and passages of the World English Bible, Austen and Spurgeon) the median is 0.004, the 99th
 percentile 0.023 and the largest 0.046 (a Korean installation-guide page; German compounds and
 Vietnamese syllables come next). That the signal rises on misspelt text was checked on a generic
 one-letter substitution of our own (tests/data/steps/test_garble.py), not on any benchmark's
-corruption.
+corruption. The distribution is benchmarks/design_garble_cut.py's, in
+benchmarks/results/design_garble_cut.json.
 """
 
 from __future__ import annotations
