@@ -1260,6 +1260,18 @@ def docs_kept_scored(after: dict[str, Any], before: dict[str, Any]) -> list[str]
     return lines
 
 
+def _kept_cell(g: dict[str, Any]) -> str:
+    """A keep rate with its 95% Wilson interval."""
+    return f"{g['keep_rate']:.3f} [{g['wilson95'][0]:.2f}, {g['wilson95'][1]:.2f}]"
+
+
+def _signal_rows(groups: dict[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
+    """(name, group, target) per clean collection and junk kind; a junk kind's per-collection
+    splits are left out, the kind's own row pools them."""
+    return [(name, g, "≥ 0.97" if name.startswith("clean/") else "≤ 0.10")
+            for name, g in groups.items() if "/" not in name or name.startswith("clean/")]
+
+
 def quality_signal(r: dict[str, Any]) -> list[str]:
     """bench_quality_signal.py: documents kept per clean collection and per junk kind (all rows
     together), without and with the perplexity-gate reference, with 95% Wilson intervals, the rules
@@ -1268,13 +1280,39 @@ def quality_signal(r: dict[str, Any]) -> list[str]:
     a, b = res["variants"]["a_no_reference"]["groups"], res["variants"]["b_reference"]["groups"]
     lines = ["| text | target | kept, no reference [95% interval] | kept, with reference [95% interval] | removed most by (no reference) |",
              "|---|---|---|---|---|"]
-    for name, g in a.items():
-        if "/" in name and not name.startswith("clean/"):
-            continue  # a junk kind's per-collection split: the kind's own row pools them
-        target = "≥ 0.97" if name.startswith("clean/") else "≤ 0.10"
-        cells = [f"{x['keep_rate']:.3f} [{x['wilson95'][0]:.2f}, {x['wilson95'][1]:.2f}]" for x in (g, b[name])]
+    for name, g, target in _signal_rows(a):
         rules = ", ".join(f"`{x['rule']}` {x['docs']}" for x in g["removed_by"][:2]) or "none"
-        lines.append(f"| {name} ({g['docs']}) | {target} | {cells[0]} | {cells[1]} | {rules} |")
+        lines.append(f"| {name} ({g['docs']}) | {target} | {_kept_cell(g)} | {_kept_cell(b[name])} | {rules} |")
     checks = res["verdict"]["checks"]
     lines.append(f"\nFrozen checks that hold: **{sum(c['holds'] for c in checks)} of {len(checks)}**.")
+    return lines
+
+
+def quality_signal_scored(scored: dict[str, Any], baseline: dict[str, Any], peer: dict[str, Any]) -> list[str]:
+    """bench_quality_signal.py scored once after the change, beside the baseline before any design
+    and datatrove's FineWeb recipe on the same set (bench_peer_datatrove.py): share kept per clean
+    collection and junk kind, with 95% Wilson intervals, and the frozen checks that hold."""
+    res, base, dt = _result(scored), _result(baseline), _result(peer)
+    a, b = res["variants"]["a_no_reference"]["groups"], res["variants"]["b_reference"]["groups"]
+    before = base["variants"]["a_no_reference"]["groups"]
+    lines = ["| text | target | before, no reference | after, no reference | after, with reference | datatrove's FineWeb recipe |",
+             "|---|---|---|---|---|---|"]
+    for name, g, target in _signal_rows(a):
+        lines.append(f"| {name} ({g['docs']}) | {target} | {before[name]['keep_rate']:.3f} | {_kept_cell(g)} "
+                     f"| {_kept_cell(b[name])} | {_kept_cell(dt['groups'][name])} |")
+    checks, old = res["verdict"]["checks"], base["verdict"]["checks"]
+    peer_checks = dt["verdict"]["checks"]
+    lines.append(f"\nFrozen checks that hold: **{sum(c['holds'] for c in old)} → {sum(c['holds'] for c in checks)} of {len(checks)}** "
+                 f"(datatrove's recipe, one variant: {sum(c['holds'] for c in peer_checks)} of {len(peer_checks)}).")
+    return lines
+
+
+def docs_kept_peer(scored: dict[str, Any], peer: dict[str, Any]) -> list[str]:
+    """Pages kept per documentation collection: tokenmill's defaults (no reference) beside
+    datatrove's FineWeb recipe with Trafilatura on the same HTML pages (bench_peer_datatrove.py)."""
+    res, dt = _result(scored), _result(peer)
+    lines = ["| collection | pages | tokenmill, defaults | datatrove's FineWeb recipe |", "|---|---|---|---|"]
+    for name, c in res["collections"]["a_no_reference"].items():
+        d = dt["collections"][name]
+        lines.append(f"| {name} | {c['read']:,} | {c['keep_rate']:.3f} | {d['keep_rate']:.3f} |")
     return lines

@@ -457,6 +457,16 @@ def ablate_token_shares(d: dict[str, Any]) -> dict[str, Any]:
     return {"lo": min(diff), "hi": max(diff)}
 
 
+def _removed(group: dict, rule: str) -> int:
+    """Documents one rule removed from a group of bench_quality_signal.py's result."""
+    return next((x["docs"] for x in group["removed_by"] if x["rule"] == rule), 0)
+
+
+def _peer_reason(d: dict, reason: str) -> int:
+    """Documents one datatrove step removed over a whole bench_peer_datatrove.py run."""
+    return next((x["docs"] for x in d["result"]["removed_by"] if x["reason"] == reason), 0)
+
+
 def _docs_rule(d: dict, rule: str) -> int:
     """Pages one rule removed over every row of bench_docs_kept.py's run without a reference."""
     rows = d["result"]["variants"]["a_no_reference"].values()
@@ -494,6 +504,29 @@ CLAIMS = (
           lambda d: {"n": d["result"]["variants"]["a_no_reference"]["groups"]["ocr_damage"]["docs"]}),
     Claim("quality signal, docs rules: commit", "quality_signal_baseline_docs_rules.json", "(commit {c}, clean tree). They keep",
           lambda d: {"c": d["commit"][:7]} if d["dirty"] is False else {"c": "dirty"}),
+    # issue 55's quality signal, scored once, and datatrove's full recipe beside it
+    Claim("quality signal scored: commit and load", "quality_signal.json", "(commit {c}, clean tree; other processes used {load:.0%} of the cores). The change",
+          lambda d: {"c": d["commit"][:7], "load": d["load"]["others_cpu_share"]["mean"]} if d["dirty"] is False else {"c": "dirty"}),
+    Claim("quality signal scored: garble on OCR", "quality_signal.json", "the garbled-word rule removes {n} of the {of} documents",
+          lambda d: {"n": _removed(d["result"]["variants"]["a_no_reference"]["groups"]["ocr_damage"], "quality/max_near_miss_word_frac"),
+                     "of": d["result"]["variants"]["a_no_reference"]["groups"]["ocr_damage"]["docs"]}),
+    Claim("quality signal scored: Shakespeare", "quality_signal.json", "Shakespeare still loses {n} of its {of} passages",
+          lambda d: {"n": _removed(d["result"]["variants"]["a_no_reference"]["groups"]["clean/shakespeare"], "quality/max_char_dup_frac"),
+                     "of": d["result"]["variants"]["a_no_reference"]["groups"]["clean/shakespeare"]["docs"]}),
+    Claim("quality signal scored: garble cut design", "design_garble_cut.json", "Over {n:,} clean design pages and passages in 24 languages the largest value is {v:.3f}",
+          lambda d: {"n": d["result"]["documents"], "v": d["result"]["largest"][0]["value"]}),
+    Claim("peer on quality signal: commit", "peer_datatrove_quality_signal.json", "`peer_datatrove_quality_signal.json` (commit {c}, clean tree)",
+          lambda d: {"c": d["commit"][:7]} if d["dirty"] is False else {"c": "dirty"}),
+    Claim("peer on quality signal: alpha rule", "peer_datatrove_quality_signal.json", "which counts punctuation as words: {n}",
+          lambda d: {"n": _peer_reason(d, "GopherQualityFilter:gopher_below_alpha_threshold")}),
+    Claim("peer on docs: commit", "peer_datatrove_docs_kept.json", "`peer_datatrove_docs_kept.json`, commit {c}, clean tree",
+          lambda d: {"c": d["commit"][:7]} if d["dirty"] is False else {"c": "dirty"}),
+    Claim("peer on docs: reasons", "peer_datatrove_docs_kept.json",
+          "remove them for punctuation counted as words ({a} pages), CJK text unsplit into words ({b})\nand length ({c}). C4's curly bracket removes {d} and Trafilatura finds {e} pages empty",
+          lambda d: {"a": _peer_reason(d, "GopherQualityFilter:gopher_below_alpha_threshold"),
+                     "b": _peer_reason(d, "GopherQualityFilter:gopher_above_avg_threshold"),
+                     "c": _peer_reason(d, "GopherQualityFilter:gopher_short_doc"),
+                     "d": _peer_reason(d, "C4QualityFilter:curly_bracket"), "e": _peer_reason(d, "Trafilatura:empty")}),
     # issue 55's PII names, scored once on the frozen collections
     Claim("pii: old default in Austen and Shakespeare", "pii_private_before.json", "old default replaced {a:,} and {s:,}",
           lambda d: {"a": d["result"]["buckets"]["fiction"]["books/austen"]["names"],
