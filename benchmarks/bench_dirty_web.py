@@ -11,10 +11,12 @@ ten kinds of web junk, every document labelled. Then:
              (OUT/_rejected/*.parquet, with step and rule) are joined back to the labels by id
              (the record's own id, or `metadata.id`). A mojibake row counts as repaired when its
              kept text holds no more mojibake pairs ("Ã©", "Â ", "â€") than the original page.
-  datatrove  datatrove 0.10.1: GopherRepetitionFilter -> GopherQualityFilter -> C4QualityFilter
-             -> FineWebQualityFilter at their defaults, called directly (`filter(doc)`) on the
-             text as given (no extraction), stopping at the first filter that rejects, as a
-             pipeline does. Its C4 filter may also edit text it keeps (line filtering).
+  datatrove  datatrove 0.10.1's FineWeb recipe at its best (benchmarks/peer_datatrove.py, issue 55):
+             LanguageFilter with the offline lid.176 model given the corpus's languages, FTFY,
+             GopherRepetitionFilter -> GopherQualityFilter (stop words per language) ->
+             C4QualityFilter -> FineWebQualityFilter, on the text as given (no extraction: the
+             corpus is text), stopping at the first step that rejects, as a pipeline does. Until
+             issue 55 this arm ran the four filters alone at their defaults.
 
 Targets (issue 41): every junk kind >= 95% removed, clean text >= 97% kept, mojibake >= 95%
 repaired and kept (kept with no mojibake left; how many are also identical to the original
@@ -82,23 +84,18 @@ def read_curated(out: Path) -> tuple[dict[str, str], dict[str, str]]:
     return kept, rejected
 
 
-def run_datatrove(rows: list[dict]) -> dict[str, str]:
-    """{id: "kept" or "<filter>:<reason>"} for datatrove's four filters at their defaults."""
-    from datatrove.data import Document
-    from datatrove.pipeline.filters import (C4QualityFilter, FineWebQualityFilter, GopherQualityFilter,
-                                            GopherRepetitionFilter)
+# The corpus's languages: English clean text and junk, mojibake'd pages in de/es/fr/it/pt(-br).
+DIRTY_WEB_LANGUAGES = ("en", "de", "es", "fr", "it", "pt")
 
-    filters = [GopherRepetitionFilter(), GopherQualityFilter(), C4QualityFilter(), FineWebQualityFilter()]
-    outcome: dict[str, str] = {}
-    for row in rows:
-        doc = Document(text=row["text"], id=row["id"])
-        outcome[row["id"]] = "kept"
-        for f in filters:
-            verdict = f.filter(doc)
-            if verdict is not True:
-                outcome[row["id"]] = f"{type(f).__name__}:{verdict[1] if isinstance(verdict, tuple) else 'rejected'}"
-                break
-    return outcome
+
+def run_datatrove(rows: list[dict]) -> dict[str, str]:
+    """{id: "kept" or "<Step>:<reason>"} for datatrove's FineWeb recipe at its best
+    (benchmarks/peer_datatrove.py: its language filter with the offline lid.176 model given the
+    corpus's languages, FTFY, Gopher's stop words per language, Gopher, C4 and FineWeb filters)."""
+    from peer_datatrove import fineweb_recipe
+
+    judged = fineweb_recipe([{"id": r["id"], "text": r["text"]} for r in rows], "text", DIRTY_WEB_LANGUAGES)
+    return {i: j["outcome"] for i, j in judged.items()}
 
 
 # Marks cp1252/latin-1 mojibake of UTF-8 leaves: "Ã©", "Â ", "â€™" (a lead byte's character

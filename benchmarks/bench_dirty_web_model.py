@@ -9,10 +9,12 @@ experiment, so every arm has the same sources, tokenizer, model sizes, token bud
 
   raw        extract + normalize (mojibake repaired, nothing removed)
   default    `tokenmill curate`'s default steps with the reference given (what a newcomer runs)
-  datatrove  the records datatrove 0.10.1's Gopher repetition, Gopher quality, C4 and FineWeb
-             filters keep at their defaults (benchmarks/bench_dirty_web.py `run_datatrove`; its
-             C4 line edits are not applied), then extract + normalize — an id list fed to
-             `curate.select`, so the arm curates the same sources
+  datatrove  the records datatrove 0.10.1's FineWeb recipe keeps (benchmarks/bench_dirty_web.py
+             `run_datatrove`: since issue 55 its language filter, FTFY and per-language stop words
+             too; results recorded before that ran the four quality filters alone), then extract +
+             normalize — an id list fed to `curate.select`, so the arm curates the same sources and
+             trains on the original text with tokenmill's normalization, not on datatrove's
+             output text (FTFY, C4's line edits): a difference the entry states
   oracle     the records labelled clean, then extract + normalize
 
 Evaluation: only the held-out clean text (`eval.fraction: 0`, `eval.files`), decontaminated out
