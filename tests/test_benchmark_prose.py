@@ -475,9 +475,11 @@ def _docs_rule(d: dict, rule: str) -> int:
 
 CLAIMS = (
     # issue 55: the two dirty-web results re-recorded on a clean tree
-    Claim("dirty web rerun commits", "dirty_web_confirm.json", "on a clean tree (commits {c}",
+    Claim("dirty web rerun commit", "dirty_web.json", "were rerun on a clean tree (commit {c}). They ran with",
           lambda d: {"c": d["commit"][:7]} if d["dirty"] is False else {"c": "dirty"}),
-    Claim("perplexity gate rerun commit", "perplexity_gate.json", " and {c}, quiet)",
+    Claim("dirty web confirmation rerun commit", "dirty_web_confirm.json", "were rerun on a clean tree (commit {c}). They ran with",
+          lambda d: {"c": d["commit"][:7]} if d["dirty"] is False else {"c": "dirty"}),
+    Claim("perplexity gate rerun commit", "perplexity_gate.json", "on a clean tree (commit {c}, quiet)",
           lambda d: {"c": d["commit"][:7]} if d["dirty"] is False else {"c": "dirty"}),
     # issue 55's documentation-kept baseline
     Claim("docs kept: rows", "docs_kept_baseline.json", "the evaluation rows: {n} language folders",
@@ -911,7 +913,7 @@ def test_the_dirty_web_readings_hold_for_their_results() -> None:
     for f in ("dirty_web.json", "dirty_web_confirm.json"):
         v = res(load(f))["verdicts"]["datatrove"]
         assert abs(v["clean_kept"] - 0.5) < 0.05  # "datatrove about half"
-        assert v["clean_kept_by_kind"]["mojibake"] < 1 / 3  # "keeps under a third"
+        assert abs(v["clean_kept_by_kind"]["mojibake"] - 0.5) < 0.05  # "its filters keep about half of them"
     assert round(3 * res(load("kind_detect.json"))["manual_rules"]["web"]["removed"]) == 2  # "two thirds of real manuals"
     gap = res(load("dirty_web_model.json"))["gap"]
     for size in ("small", "large"):
