@@ -9,12 +9,12 @@ experiment, so every arm has the same sources, tokenizer, model sizes, token bud
 
   raw        extract + normalize (mojibake repaired, nothing removed)
   default    `tokenmill curate`'s default steps with the reference given (what a newcomer runs)
-  datatrove  the records datatrove 0.10.1's FineWeb recipe keeps (benchmarks/bench_dirty_web.py
-             `run_datatrove`: since issue 55 its language filter, FTFY and per-language stop words
-             too; results recorded before that ran the four quality filters alone), then extract +
-             normalize — an id list fed to `curate.select`, so the arm curates the same sources and
-             trains on the original text with tokenmill's normalization, not on datatrove's
-             output text (FTFY, C4's line edits): a difference the entry states
+  datatrove  datatrove 0.10.1's FineWeb recipe (benchmarks/peer_datatrove.py: its language filter
+             with the offline lid.176 model, FTFY, per-language stop words, Gopher, C4, FineWeb)
+             run over the corpus, and the documents it keeps *as it outputs them* (FTFY's repairs
+             included) written to a source of their own, which the arm only extracts: it trains on
+             datatrove's output text (issue 55; results recorded before trained on the original
+             text of the records the four quality filters alone kept)
   oracle     the records labelled clean, then extract + normalize
 
 Evaluation: only the held-out clean text (`eval.fraction: 0`, `eval.files`), decontaminated out
@@ -42,34 +42,42 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_dirty_web  # noqa: E402
 import dirty_web  # noqa: E402
+from peer_datatrove import fineweb_recipe  # noqa: E402
 
 from tokenmill.decisions.ablate_stats import overall, paired_ci  # noqa: E402
 
 ARMS = ("default", "raw", "datatrove", "oracle")
+DATATROVE_PREFIX = "dt-"  # ids of datatrove's output documents, apart from the corpus's
 
 
 def write_data(args: argparse.Namespace) -> dict[str, Any]:
-    """The corpus, held-out text, reference and the two id lists under args.work; their counts."""
+    """The corpus, datatrove's output, held-out text, reference and the id lists under args.work; their counts."""
     rows, held = dirty_web.build(args.corpora, args.per_kind, args.seed, args.heldout)
     dirty_web.write_jsonl(rows, args.work / "dirty.jsonl")
     dirty_web.write_jsonl(held, args.work / "heldout.jsonl")
     ref = dirty_web.write_reference(args.corpora, args.work / "reference")
     oracle = [r["id"] for r in rows if r["clean"]]
     (args.work / "oracle_ids.txt").write_text("\n".join(oracle) + "\n")
-    dt = bench_dirty_web.run_datatrove(rows)
-    kept = [r["id"] for r in rows if dt[r["id"]] == "kept"]
-    (args.work / "datatrove_ids.txt").write_text("\n".join(kept) + "\n")
-    junk_kept = sum(1 for r in rows if dt[r["id"]] == "kept" and not r["clean"])
+    (args.work / "corpus_ids.txt").write_text("\n".join(r["id"] for r in rows) + "\n")
+    judged = fineweb_recipe([{"id": r["id"], "text": r["text"]} for r in rows], "text", bench_dirty_web.DIRTY_WEB_LANGUAGES)
+    kept = [r for r in rows if judged[r["id"]]["outcome"] == "kept"]
+    # The datatrove arm trains on what the recipe outputs (its kept documents, FTFY's repairs and
+    # C4's line edits in them), a second source whose ids no other arm selects.
+    out = [{"id": DATATROVE_PREFIX + r["id"], "text": judged[r["id"]].get("text", r["text"])} for r in kept]
+    dirty_web.write_jsonl(out, args.work / "datatrove_out.jsonl")
+    (args.work / "datatrove_ids.txt").write_text("\n".join(o["id"] for o in out) + "\n")
     return {"docs": len(rows), "heldout_docs": len(held), "heldout_bytes": sum(len(h["text"].encode()) for h in held),
             "reference_files": len(ref), "oracle_docs": len(oracle), "datatrove_kept": len(kept),
-            "datatrove_junk_kept": junk_kept}
+            "datatrove_junk_kept": sum(1 for r in kept if not r["clean"]),
+            "datatrove_edited": sum(1 for r in kept if "text" in judged[r["id"]])}
 
 
 def base_config(args: argparse.Namespace) -> dict[str, Any]:
     w = str(args.work.resolve())
     return {
         "name": "dirty-web-base", "root": "out", "seed": 1234,
-        "curate": {"sources": [{"kind": "files", "path": f"{w}/dirty.jsonl", "bucket": "web"}],
+        "curate": {"sources": [{"kind": "files", "path": f"{w}/dirty.jsonl", "bucket": "web"},
+                               {"kind": "files", "path": f"{w}/datatrove_out.jsonl", "bucket": "web"}],
                    "workers": args.threads, "model_quality": {"reference": f"{w}/reference"}},
         "tokenizer": {"vocab_size": args.vocab},
         "tokenize": {"val_fraction": 0.02, "min_val_docs": 2},
@@ -85,9 +93,12 @@ def ablate_config(args: argparse.Namespace) -> dict[str, Any]:
     select = lambda f: {"steps": ["select", "extract", "normalize"], "set": [f"select.ids={w}/{f}"]}  # noqa: E731
     return {
         "name": "dirty-web", "root": "out", "base": "base.yaml", "reference": "default", "baseline": "raw",
-        "arms": {"default": {"note": "tokenmill curate's defaults, the reference given"},
-                 "raw": {"steps": ["extract", "normalize"], "note": "extract + normalize only"},
-                 "datatrove": {**select("datatrove_ids.txt"), "note": "datatrove's Gopher, C4, FineWeb filters"},
+        # Every arm reads both sources (ablate keeps sources the experiment's) and selects its own
+        # documents first: the corpus's, the clean ones, or datatrove's output.
+        "arms": {"default": {"set": [f"select.ids={w}/corpus_ids.txt"], "note": "tokenmill curate's defaults, the reference given"},
+                 "raw": {**select("corpus_ids.txt"), "note": "extract + normalize only"},
+                 "datatrove": {"steps": ["select", "extract"], "set": [f"select.ids={w}/datatrove_ids.txt"],
+                               "note": "datatrove's FineWeb recipe: the documents it keeps, as it outputs them"},
                  "oracle": {**select("oracle_ids.txt"), "note": "the documents labelled clean"}},
         "sizes": [{"name": "small", "d_model": 64, "n_layers": 2, "n_heads": 2, "tokens": args.small_tokens},
                   {"name": "large", "d_model": 128, "n_layers": 3, "n_heads": 4, "tokens": args.large_tokens}],
