@@ -486,6 +486,12 @@ CLAIMS = (
           lambda d: {"n": len(d["result"]["rows"])}),
     Claim("docs kept: load and commit", "docs_kept_baseline.json", "(commit {c}, clean tree; other processes used {load:.0%} of the cores",
           lambda d: {"c": d["commit"][:7], "load": d["load"]["others_cpu_share"]["mean"]}),
+    Claim("decisions: dirty web model", "dirty_web_model.json",
+          "recovered {rs:.0%} and {rl:.0%} of the raw → oracle gap at\ntwo tiny sizes (95% lower bounds {ls:.0%} and {ll:.0%}", dwm,
+          doc="docs/decisions.md"),
+    Claim("decisions: dirty web model, default − datatrove", "dirty_web_model.json", "trained on its own output, by {a}-{b} bpb",
+          lambda d: {"a": f"{-res(d)['gap']['small']['default_minus_datatrove']['mean']:.2f}",
+                     "b": f"{-res(d)['gap']['large']['default_minus_datatrove']['mean']:.2f}"}, doc="docs/decisions.md"),
     # issue 55's documentation kept, scored once with the frozen file
     Claim("docs kept scored: commit and load", "docs_kept.json", "(commit {c}, clean tree; other processes used {load:.0%} of the cores)",
           lambda d: {"c": d["commit"][:7], "load": d["load"]["others_cpu_share"]["mean"]} if d["dirty"] is False else {"c": "dirty"}),
