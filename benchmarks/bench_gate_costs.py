@@ -10,6 +10,9 @@ Gates, each a real DocStep configured as a user would configure it:
                      its uncertain band (the default band [0.005, 0.25])
   pii: six patterns  email, phone, ip, card, iban, national_id
   pii: default       the six plus person names and postal addresses
+  quality: defaults  every quality signal and its kind's rule families (issue 55)
+  garbled words      the garbled-word signal alone (data/steps/garble.py, issue 55), part of the
+                     quality row: what the generalizing signal of issue 55 adds per document
 
 Documents: the plain-text files of /work/real_corpora that bench_doc_steps.py uses (books, Debian
 docs, fortunes, changelogs, CPython code), each file one document cut at --max-chars. Training the
@@ -43,11 +46,25 @@ from tokenmill.data.document import Doc  # noqa: E402
 from tokenmill.data.step import DocStep  # noqa: E402
 from tokenmill.data.steps.classify import Classify  # noqa: E402
 from tokenmill.data.steps.license import License  # noqa: E402
+from tokenmill.data.document import Rejection  # noqa: E402
+from tokenmill.data.steps.garble import near_miss_word_frac  # noqa: E402
 from tokenmill.data.steps.pii import Pii  # noqa: E402
+from tokenmill.data.steps.quality import Quality  # noqa: E402
 from tokenmill.data.steps.safety import Safety  # noqa: E402
 
 LABELS = HERE / "labels"
 SIX_PATTERNS = ["email", "phone", "ip", "card", "iban", "national_id"]
+
+
+class GarbledWords(DocStep):
+    """The garbled-word signal alone, on the words the quality step splits a text into."""
+
+    name = "quality"
+    version = "garble-signal"
+
+    def process(self, doc: Doc) -> Rejection | None:
+        near_miss_word_frac((doc.text or "").split())
+        return None
 
 
 def gates() -> list[tuple[str, type[DocStep], dict[str, Any]]]:
@@ -60,6 +77,8 @@ def gates() -> list[tuple[str, type[DocStep], dict[str, Any]]]:
         ("safety: layered", Safety, {"safety": {**no_skip, "labelled": str(LABELS / "toxicity_train.jsonl")}}),
         ("pii: six patterns", Pii, {"pii": {"kinds": SIX_PATTERNS}}),
         ("pii: default", Pii, {"pii": {}}),
+        ("quality: defaults", Quality, {}),
+        ("garbled words", GarbledWords, {}),
     ]
 
 

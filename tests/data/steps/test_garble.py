@@ -59,3 +59,27 @@ def test_the_rule_can_be_turned_off():
     doc = Doc(id="d", text=_misspell(ASSIGNMENT, 0.3), source="s", url="u", bucket="b", license="l", format="text", kind="prose")
     off = QualityConfig(garble=False, gopher=False, c4=False, fineweb=False)
     assert Quality(CurateConfig(quality=off)).process(doc) is None
+
+
+def _naive(words: list[str]) -> float:
+    """The definition, word against word: one substitution apart, the common one RATIO times as frequent."""
+    from collections import Counter
+
+    from tokenmill.data.steps.garble import COMMON, RATIO, _EDGE_PUNCT
+
+    keys = [k for k in (_EDGE_PUNCT.sub("", w).lower() for w in words) if len(k) >= 2]
+    if len(keys) < MIN_WORDS:
+        return 0.0
+    c = Counter(keys)
+    hit = {v for v in c for w in c if len(v) >= 3 and len(w) >= 3 and c[w] >= COMMON and c[w] >= RATIO * c[v]
+           and len(v) == len(w) and sum(a != b for a, b in zip(v, w)) == 1}
+    return sum(c[v] for v in hit) / len(keys)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_half_index_finds_exactly_what_the_definition_says(seed):
+    rng = random.Random(seed)
+    vocab = ["the", "thc", "tbe", "and", "anb", "of", "0f", "river", "rivcr", "mill", "mi1l", "(the", "The,",
+             "town", "t0wn", "__x", "a", "x_y", "é", "ét", "et"]
+    words = [rng.choice(vocab[: rng.randrange(4, len(vocab))]) for _ in range(rng.randrange(50, 400))]
+    assert near_miss_word_frac(words) == pytest.approx(_naive(words))
