@@ -904,8 +904,11 @@ def test_the_gate_cost_readings_hold_for_their_results() -> None:
     statement, checked against gate_costs.json (they are words, not numbers the claims can fill)."""
     d = load("gate_costs.json")
     cost = {name: g["us_per_doc"] for name, g in res(d)["gates"].items()}
-    ranked = sorted(cost, key=cost.__getitem__, reverse=True)
+    gates = {k: v for k, v in cost.items() if k not in ("quality: defaults", "garbled words")}
+    ranked = sorted(gates, key=gates.__getitem__, reverse=True)
     assert ranked[:2] == ["pii: default", "classify"]  # "PII ... is the dearest gate ...; the classify gate comes next"
+    assert cost["quality: defaults"] > max(gates.values())  # "costs more than any gate"
+    assert 0.15 < cost["garbled words"] / cost["quality: defaults"] < 0.35  # "about a quarter of it"
     assert cost["license"] < 0.01 * min(v for k, v in cost.items() if k != "license")  # "costs nothing next to ..."
     assert cost["pii: default"] > 2 * cost["pii: six patterns"]  # "names and addresses are most of the PII step's cost"
     assert d["load"]["others_cpu_share"]["mean"] < 0.01  # "other processes used under 1% of the two cores"
