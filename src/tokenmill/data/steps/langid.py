@@ -102,7 +102,10 @@ class Identifier:
 
     def identify(self, text: str) -> tuple[str, float]:
         # Words only, space-separated: also one line, which fastText requires.
-        words = language_words(text)
+        return self.identify_words(language_words(text))
+
+    def identify_words(self, words: str) -> tuple[str, float]:
+        """(ISO code, probability) of words already extracted by `language_words`."""
         if not words:
             return UNDETERMINED, 0.0
         labels, probs = self._model.predict(words, k=1, on_unicode_error="replace")
@@ -126,11 +129,11 @@ def identified_share(ident: Identifier, text: str, min_score: float) -> float:
     between sections, and a half-translated manual section mixes languages paragraph by paragraph."""
     scored = identified = 0
     for line in text.split("\n"):
-        n = len(language_words(line))
-        if n < MIN_UNIT_CHARS:
+        words = language_words(line)
+        if len(words) < MIN_UNIT_CHARS:
             continue
-        scored += n
-        identified += n if ident.identify(line)[1] >= min_score else 0
+        scored += len(words)
+        identified += len(words) if ident.identify_words(words)[1] >= min_score else 0
     return identified / scored if scored else 0.0
 
 
