@@ -24,6 +24,12 @@ the seeds; and default - datatrove, paired by seed.
 
     .venv/bin/python benchmarks/record.py benchmarks/results/dirty_web_model.json --result /tmp/dwm.json -- \\
         benchmarks/bench_dirty_web_model.py --corpora ../real_corpora --work /tmp/dwm --json /tmp/dwm.json
+The bigger result (`--preset big`: 4.3 M parameters and 5 M tokens per run beside the small size, bf16
+and compiled; its power and decision rule frozen in benchmarks/frozen/dirty_web_model_big.json first):
+
+    .venv/bin/python benchmarks/record.py benchmarks/results/dirty_web_model_big.json --result /tmp/dwmb.json -- \\
+        benchmarks/bench_dirty_web_model.py --corpora ../real_corpora --work /tmp/dwmb --json /tmp/dwmb.json \\
+        --preset big --lr 0.002
 Needs `pip install datatrove==0.10.1 orjson spacy` (benchmark-only).
 """
 
@@ -83,9 +89,28 @@ def base_config(args: argparse.Namespace) -> dict[str, Any]:
         "tokenize": {"val_fraction": 0.02, "min_val_docs": 2},
         "model": {"d_model": 64, "n_layers": 2, "n_heads": 2, "max_seq_len": 256},
         "train": {"seq_len": 256, "micro_batch": 16, "global_batch_tokens": 4096, "lr": args.lr, "device": "cpu",
-                  "dtype": "float32", "threads": args.threads, "eval_docs": 4, "ckpt_every": 100, "log_every": 0},
+                  "dtype": "float32", "threads": args.threads, "eval_docs": 4, "ckpt_every": 100, "log_every": 0,
+                  **PRESET_TRAIN[args.preset]},
         "eval": {"num_samples": 0, "memorization_docs": 0},
     }
+
+
+# The `big` preset (issue 55): the demo's width or more, >= 4 M parameters and 5 M tokens per run.
+# Every arm runs the same precision: bf16 autocast (fp32 master weights) on the CPU's AMX units and
+# a compiled model, about 2x the fp32 eager tokens/s here, so the 12 runs fit one quiet session.
+PRESET_TRAIN: dict[str, dict[str, Any]] = {
+    "tiny": {},
+    "big": {"dtype": "bfloat16", "compile": True, "global_batch_tokens": 8192, "ckpt_every": 200},
+}
+
+
+def preset_sizes(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The experiment's sizes. `big` keeps the small size beside it because ablate draws its
+    loss-vs-compute lines through at least two sizes; it costs about a tenth of the big runs."""
+    small = {"name": "small", "d_model": 64, "n_layers": 2, "n_heads": 2, "tokens": args.small_tokens}
+    if args.preset == "big":
+        return [small, {"name": "big", "d_model": 256, "n_layers": 4, "n_heads": 4, "tokens": args.big_tokens}]
+    return [small, {"name": "large", "d_model": 128, "n_layers": 3, "n_heads": 4, "tokens": args.large_tokens}]
 
 
 def ablate_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -100,8 +125,7 @@ def ablate_config(args: argparse.Namespace) -> dict[str, Any]:
                  "datatrove": {"steps": ["select", "extract"], "set": [f"select.ids={w}/datatrove_ids.txt"],
                                "note": "datatrove's FineWeb recipe: the documents it keeps, as it outputs them"},
                  "oracle": {**select("oracle_ids.txt"), "note": "the documents labelled clean"}},
-        "sizes": [{"name": "small", "d_model": 64, "n_layers": 2, "n_heads": 2, "tokens": args.small_tokens},
-                  {"name": "large", "d_model": 128, "n_layers": 3, "n_heads": 4, "tokens": args.large_tokens}],
+        "sizes": preset_sizes(args),
         "seeds": args.seeds,
         "eval": {"fraction": 0, "files": {"heldout": f"{w}/heldout.jsonl"}},
     }
@@ -134,6 +158,9 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=0.003)
     ap.add_argument("--small-tokens", type=int, default=600_000)
     ap.add_argument("--large-tokens", type=int, default=1_200_000)
+    ap.add_argument("--preset", choices=sorted(PRESET_TRAIN), default="tiny",
+                    help="tiny: the small and large sizes in fp32; big: the small size and d_model 256 x 4 layers (4.3 M parameters), bf16, compiled.")
+    ap.add_argument("--big-tokens", type=int, default=5_000_000)
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
@@ -145,7 +172,7 @@ def main() -> int:
     subprocess.run([sys.executable, "-m", "tokenmill", "ablate", "ablate.yaml"], cwd=args.work, check=True)
     result = json.loads((args.work / "out" / "dirty-web" / "ablate.json").read_text())
     sizes = [s["name"] for s in result["sizes"]]
-    out = {"benchmark": "dirty_web_model", "wall_seconds": round(time.time() - t0, 1), "threads": args.threads,
+    out = {"benchmark": "dirty_web_model", "preset": args.preset, "wall_seconds": round(time.time() - t0, 1), "threads": args.threads,
            "corpus": {"per_kind": args.per_kind, "seed": args.seed, **data},
            "configs": {"base": base_config(args), "ablate": ablate_config(args)},
            "gap": gap_recovered(result["runs"], sizes, result["seeds"], result["confidence"]),
