@@ -100,7 +100,7 @@ def base_config(args: argparse.Namespace) -> dict[str, Any]:
 # a compiled model, about 2x the fp32 eager tokens/s here, so the 12 runs fit one quiet session.
 PRESET_TRAIN: dict[str, dict[str, Any]] = {
     "tiny": {},
-    "big": {"dtype": "bfloat16", "compile": True, "global_batch_tokens": 8192, "ckpt_every": 200},
+    "big": {"dtype": "bfloat16", "compile": True, "ckpt_every": 200},
 }
 
 
