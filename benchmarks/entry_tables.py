@@ -921,6 +921,41 @@ def dirty_web_model(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+def kind_detect_fresh(r: dict[str, Any]) -> list[str]:
+    """bench_kind_fresh.py: per row of the frozen set (man pages per language, dictionaries), the
+    share detected as reference with its 95% Wilson interval, the other kinds, and the rule's checks."""
+    res = _result(r)
+    lines = ["| row | documents | detected reference [95% interval] | detected otherwise | >= 0.95 |", "|---|---|---|---|---|"]
+    for row, v in res["rows"].items():
+        other = ", ".join(f"{k} {n}" for k, n in sorted(v["kinds"].items()) if k != "reference") or "none"
+        low, high = (max(0.0, x) for x in v["interval"])
+        met = "yes" if res["checks"][f"{row} >= 0.95"] else "no"
+        lines.append(f"| {row} | {v['n']} | {100 * v['reference']:.1f}% [{100 * low:.1f}%, {100 * high:.1f}%] | {other} | {met} |")
+    parity = [k.split(" ")[0] for k, ok in res["checks"].items() if "within" in k and not ok]
+    lines += ["", f"Checks that hold: {res['checks_met']} of {res['checks_total']}. Man-page languages more than 10 points "
+              f"below English: {', '.join(parity) if parity else 'none'}."]
+    return lines
+
+
+def manpage_parity(r: dict[str, Any]) -> list[str]:
+    """bench_manpage_parity.py: per language, its paired man pages kept and their English
+    originals kept (95% Wilson intervals), what removed its pages only, and the 10-point check."""
+    res = _result(r)
+    lines = ["| language | pages paired with English | kept [95% interval] | English originals kept [95% interval] | removed here, kept in English | within 10 points |",
+             "|---|---|---|---|---|---|"]
+
+    def rate(k: int, n: int, ci: list[float] | None) -> str:
+        return f"{k}/{n} {100 * k / n:.1f}% [{100 * ci[0]:.1f}%, {100 * ci[1]:.1f}%]" if n and ci else "–"
+
+    for lang, v in res["languages"].items():
+        only = ", ".join(f"{rule} {n}" for rule, n in v["removed_here_not_in_english"].items()) or "none"
+        small = " (small)" if v["small"] else ""
+        lines.append(f"| {lang}{small} | {v['pairs']} | {rate(v['kept'], v['pairs'], v['interval'])} | "
+                     f"{rate(v['kept_en'], v['pairs'], v['interval_en'])} | {only} | {'yes' if v['within_10_points'] else 'no'} |")
+    lines += ["", f"Checks that hold: {res['checks_met']} of {res['checks_total']}."]
+    return lines
+
+
 def kind_detect(r: dict[str, Any]) -> list[str]:
     """bench_kind_detect.py: the confusion matrix of the kind detector on the held-out half of
     the labelled real documents, per-kind accuracy, and accuracy counting the cheap confusions."""

@@ -124,6 +124,8 @@ SECTIONS = (
     _table("dirty_web_model", ("dirty_web_model.json",), entry_tables.dirty_web_model),
     _table("perplexity_gate", ("perplexity_gate.json",), entry_tables.perplexity_gate),
     _table("kind_detect", ("kind_detect.json",), entry_tables.kind_detect),
+    _table("kind_detect_fresh", ("kind_detect_fresh.json",), entry_tables.kind_detect_fresh),
+    _table("manpage_parity", ("manpage_parity_baseline.json",), entry_tables.manpage_parity),
     _table("classify_topic", ("classify_topic.json",), entry_tables.classify_topic),
     _table("pii_names", ("pii_names.json",), entry_tables.pii_names),
     _table("gate_costs", ("gate_costs.json",), entry_tables.gate_costs),

@@ -1,0 +1,72 @@
+"""benchmarks/bench_kind_fresh.py and bench_manpage_parity.py on tiny inline corpora (no real
+corpora needed): pages pair with their English originals by path, short renders are left out,
+dictionary pages are cut at blank lines, the frozen rules' checks follow their numbers, and each
+frozen file's evaluation collections are outside its design collections."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_kind_fresh as kf  # noqa: E402
+import bench_manpage_parity as mp  # noqa: E402
+
+PARA = "The program copies each named file to the destination and reports every error it meets. "
+
+
+def _page(title: str, paragraphs: int) -> str:
+    return f'.TH {title} 1\n.SH NAME\n{title} \\- a tool\n.SH DESCRIPTION\n' + "\n.PP\n".join([PARA * 2] * paragraphs)
+
+
+def _corpora(tmp_path: Path) -> Path:
+    man = tmp_path / "reference/manpages"
+    for lang, pages in {"en": {"cp": 3, "mv": 3, "ls": 3}, "de": {"cp": 3, "mv": 3, "rm": 3}}.items():
+        for name, n in pages.items():
+            (man / lang / "man1").mkdir(parents=True, exist_ok=True)
+            (man / lang / "man1" / f"{name}.1").write_text(_page(name, n))
+    (man / "de/man1/ln.1").write_text(".so man1/cp.1\n")  # renders empty, no English original either
+    (man / "en/man1/ln.1").write_text(".so man1/cp.1\n")
+    return tmp_path
+
+
+def test_pages_pair_with_their_english_originals_and_short_renders_are_left_out(tmp_path):
+    got = mp.pairs(_corpora(tmp_path), "de")
+    assert sorted(got) == ["man1/cp.1", "man1/mv.1"]  # rm has no original, ln renders empty
+    text, original = got["man1/cp.1"]
+    assert "copies each named file" in text and text == original
+
+
+def test_dictionary_pages_are_cut_at_blank_lines_and_ordered_by_hash(tmp_path):
+    folder = tmp_path / "reference/dictd/gcide"
+    folder.mkdir(parents=True)
+    entries = [f"word{i}\n   A definition of word {i}, with an example of its use in a sentence." * 8 for i in range(200)]
+    (folder / "gcide.dict.gz").write_bytes(gzip.compress("\n\n".join(entries).encode()))
+    pages = kf.dict_row(tmp_path, "gcide")
+    assert pages and all(2000 <= len(p) <= 6000 for p in pages)
+    assert pages == kf.dict_row(tmp_path, "gcide")  # deterministic
+    in_file_order = kf.cut_passages("\n\n".join(entries), 2000, 6000)
+    assert len(pages) > 10 and sorted(pages) == sorted(in_file_order[: len(pages)])
+    assert pages != in_file_order[: len(pages)]  # ordered by hash, not by place in the file
+
+
+def test_the_kind_checks_follow_the_frozen_numbers():
+    rows = {"man:en": {"reference": 0.96}, "man:de": {"reference": 0.87}, "man:ja": {"reference": 0.85},
+            "dict:foldoc": {"reference": 0.95}}
+    checks = kf.checks(rows)
+    assert checks["man:en >= 0.95"] and checks["dict:foldoc >= 0.95"] and not checks["man:de >= 0.95"]
+    assert checks["man:de within 0.10 of man:en"] and not checks["man:ja within 0.10 of man:en"]
+    assert kf.wilson(0, 10)[0] <= 0.0 < kf.wilson(0, 10)[1] and kf.wilson(10, 10)[1] >= 1.0
+
+
+def test_each_freeze_evaluates_outside_its_design_collections():
+    kinds = json.loads(kf.FROZEN.read_text())
+    design = " ".join(kinds["design_collections"])
+    assert "manpages" not in design and "dictd" not in design
+    parity = json.loads(mp.FROZEN.read_text())
+    assert parity["evaluation"]["collection"] not in " ".join(parity["design_collections"])
+    assert "en" not in parity["evaluation"]["languages"]  # English is every pair's other side
