@@ -122,6 +122,7 @@ SECTIONS = (
     _table("hostile_inputs", ("hostile_inputs.json", "hostile_inputs_labelled.json", "hostile_inputs_normal.json"), entry_tables.hostile_inputs),
     _table("dirty_web", ("dirty_web.json", "dirty_web_confirm.json"), entry_tables.dirty_web),
     _table("dirty_web_model", ("dirty_web_model.json",), entry_tables.dirty_web_model),
+    _table("dirty_web_model_big", ("dirty_web_model_big.json",), entry_tables.dirty_web_model),
     _table("perplexity_gate", ("perplexity_gate.json",), entry_tables.perplexity_gate),
     _table("kind_detect", ("kind_detect.json",), entry_tables.kind_detect),
     _table("kind_detect_fresh", ("kind_detect_fresh.json",), entry_tables.kind_detect_fresh),
