@@ -70,3 +70,57 @@ def test_each_freeze_evaluates_outside_its_design_collections():
     parity = json.loads(mp.FROZEN.read_text())
     assert parity["evaluation"]["collection"] not in " ".join(parity["design_collections"])
     assert "en" not in parity["evaluation"]["languages"]  # English is every pair's other side
+
+
+# --------------------------------------------------------------------------- bench_docs_fresh.py
+import bench_docs_fresh as df  # noqa: E402
+
+
+def _fresh(tmp_path: Path) -> Path:
+    for rel in ["web_html/apache2-doc/en/a.html", "web_html/apache2-doc/en/b.html", "web_html/apache2-doc/fr/a.html",
+                "web_html/git-doc/git-log.html", "web_html/git-doc/howto/x.html"]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("<p>x</p>")
+    (tmp_path / "web_html/apache2-doc/fr/notes.txt").write_text("not a page")
+    return tmp_path
+
+
+FROZEN_FRESH = {"evaluation": {"apache2-doc": {"path": "web_html/apache2-doc", "translations": ["fr"]},
+                               "git-doc": {"path": "web_html/git-doc"}}}
+
+
+def test_fresh_rows_pair_each_translation_with_the_same_english_pages(tmp_path):
+    rows = {r.name: r for r in df.rows(FROZEN_FRESH, _fresh(tmp_path))}
+    assert list(rows) == ["apache2-doc/en", "apache2-doc/fr", "apache2-doc/en@fr", "git-doc/en"]
+    assert rows["apache2-doc/en@fr"].pages == ("web_html/apache2-doc/en/a.html",) and rows["apache2-doc/en@fr"].english_of == "fr"
+    assert rows["apache2-doc/fr"].pages == ("web_html/apache2-doc/fr/a.html",)  # .html only
+    assert rows["git-doc/en"].pages == ("web_html/git-doc/git-log.html", "web_html/git-doc/howto/x.html")
+
+
+def test_fresh_digest_refuses_another_set(tmp_path):
+    root = _fresh(tmp_path)
+    (root / "FILES.tsv").write_text("web_html/git-doc/git-log.html\tabc\n")
+    try:
+        df.check_digest(root, {"files_sha256": "0" * 64})
+    except SystemExit as e:
+        assert "FILES.tsv: sha256" in str(e)
+    else:
+        raise AssertionError("a set with another digest was accepted")
+
+
+def test_fresh_verdict_checks_keep_rates_and_gaps_to_english():
+    rows = [df.Row("apache2-doc/en", ()), df.Row("apache2-doc/fr", ()), df.Row("apache2-doc/en@fr", (), "fr")]
+    rates = {"apache2-doc/en": 1.0, "apache2-doc/fr": 0.85, "apache2-doc/en@fr": 0.97}
+    v = df.verdict({"keep_at_least": 0.97, "parity_within": 0.10}, rows, {"a": {k: {"keep_rate": x} for k, x in rates.items()}})
+    got = {c["check"]: (c["value"], c["holds"]) for c in v["checks"]}
+    assert got["apache2-doc/fr: keep rate >= 0.97"] == (0.85, False)
+    assert got["apache2-doc/en@fr: keep rate >= 0.97"] == (0.97, True)
+    assert got["apache2-doc/fr: |keep - keep of en@fr| <= 0.1"] == (0.12, False)
+    assert (v["holds"], v["of"], v["all_hold"]) == (2, 4, False)
+
+
+def test_fresh_collections_are_not_in_the_real_corpora():
+    frozen = json.loads(df.FROZEN.read_text())
+    real = (ROOT / "benchmarks/frozen/docs_kept.json").read_text()
+    for spec in frozen["evaluation"].values():
+        assert spec["path"] not in real  # no earlier judgement's design or evaluation collection

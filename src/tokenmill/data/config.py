@@ -185,6 +185,13 @@ class ExtractConfig(Strict):
     """HTML main-content extraction."""
 
     fallback: bool = Field(True, description="When the main extractor finds nothing, try the fallback extractor.")
+    doc_generators: bool = Field(
+        True,
+        description='A page whose <meta name="generator"> names a documentation toolchain (DocBook, Docutils/Sphinx, '
+        "AsciiDoc, Texinfo, Doxygen, javadoc, MkDocs, rustdoc, GTK-Doc) is a manual's page: it is judged as kind "
+        "`reference` unless its bucket declares a kind, and one with under `curate.min_chars` characters of text "
+        "keeps its table of contents.",
+    )
 
 
 class DocLimitsConfig(Strict):

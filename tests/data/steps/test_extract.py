@@ -217,7 +217,7 @@ def _doc(text: str, fmt: str = "html") -> Doc:
 
 def test_step_contract():
     assert Extract.name == "extract" and Extract.name in CURATE_STEPS
-    assert Extract.version.startswith("2+resiliparse-")
+    assert Extract.version.startswith("3+resiliparse-")
     step = Extract(CurateConfig())
     assert step.enabled()
     assert step.applies(_doc(SPHINX_PAGE)) and not step.applies(_doc("plain", "text"))
@@ -235,3 +235,75 @@ def test_step_follows_fallback_switch(monkeypatch):
     doc = _doc(SPHINX_PAGE)
     rejection = off.process(doc)
     assert rejection.rule == "no_content" and doc.text == SPHINX_PAGE  # a rejected doc keeps its input
+
+
+# --------------------------------------------------------------------------- manuals' pages
+DOCBOOK_CONTENTS = """<html><head><meta name="generator" content="DocBook XSL Stylesheets Vsnapshot">
+<title>Chapter 7. Delta ecology</title></head><body>
+<div class="navheader"><table><tr><td><a href="prev.html">Prev</a></td><td><a href="next.html">Next</a></td></tr></table></div>
+<div class="chapter"><div class="titlepage"><h1>Chapter 7. Delta ecology</h1></div>
+  <div class="toc"><p><b>Table of Contents</b></p><dl>
+  <dt>7.1. Birds of the wetlands</dt><dt>7.2. Fish that follow the floods</dt><dt>7.3. Seasonal renewal of the soil</dt>
+  <dt>7.4. How the reeds filter the water</dt><dt>7.5. Where to read more about the delta</dt></dl></div></div>
+<div class="navfooter"><ul><li>Prev</li><li>Up</li><li>Home</li><li>Next</li></ul></div></body></html>"""
+
+
+@pytest.mark.parametrize(
+    "head, found",
+    [
+        ('<meta name="generator" content="DocBook XSL Stylesheets Vsnapshot">', "DocBook XSL Stylesheets Vsnapshot"),
+        ("<meta content='Docutils 0.19: https://docutils.sourceforge.io/' name='generator' />", "Docutils 0.19: https://docutils.sourceforge.io/"),
+        ('<META NAME="Generator" CONTENT="texi2any">', "texi2any"),
+        ('<meta name="generator" content="WordPress 6.4.2">', None),  # a site builder, not a manual
+        ('<meta name="description" content="Sphinx tutorial">', None),  # not the generator tag
+    ],
+)
+def test_doc_generator_reads_the_meta_tag(head, found):
+    assert ex.doc_generator(f"<html><head>{head}</head><body><p>x</p></body></html>") == found
+
+
+def test_doc_generator_looks_only_at_the_head():
+    late = "<html><body>" + "<p>filler</p>" * 3000 + '<meta name="generator" content="Doxygen 1.9.8"></body></html>'
+    assert len(late) > ex.GENERATOR_HEAD_CHARS and ex.doc_generator(late) is None
+
+
+def test_manual_contents_page_keeps_its_contents_and_is_reference():
+    doc = _doc(DOCBOOK_CONTENTS, "html")
+    assert Extract(CurateConfig()).process(doc) is None
+    assert doc.text.startswith("Chapter 7. Delta ecology") and "7.4. How the reeds filter the water" in doc.text
+    assert "Prev" not in doc.text  # the navigation bars still go
+    assert doc.kind == "reference"
+    assert ("kind", "reference (page generator: DocBook XSL Stylesheets Vsnapshot)") in doc.lineage
+    assert any(step == "extract" and note.startswith("table of contents kept") for step, note in doc.lineage)
+
+
+def test_page_without_a_generator_still_drops_its_contents():
+    doc = _doc(DOCBOOK_CONTENTS.replace('name="generator"', 'name="author"'), "html")
+    assert Extract(CurateConfig()).process(doc) is None
+    assert doc.text == "Chapter 7. Delta ecology" and doc.kind is None
+
+
+def test_declared_kind_and_the_switch_win_over_the_generator():
+    declared = CurateConfig.model_validate({"quality": {"kinds": {"web": "prose"}}})
+    doc = _doc(DOCBOOK_CONTENTS, "html")
+    assert Extract(declared).process(doc) is None and doc.kind is None  # the bucket's kind decides later
+    off = CurateConfig(extract=ExtractConfig(doc_generators=False))
+    doc = _doc(DOCBOOK_CONTENTS, "html")
+    assert Extract(off).process(doc) is None and doc.text == "Chapter 7. Delta ecology" and doc.kind is None
+
+
+def test_long_manual_page_is_not_given_its_contents():
+    body = "<p>" + BODY + "</p>"
+    page = DOCBOOK_CONTENTS.replace("</dl></div></div>", "</dl></div>" + body + "</div>")
+    doc = _doc(page, "html")
+    assert Extract(CurateConfig()).process(doc) is None
+    assert "7.4. How the reeds" not in doc.text and BODY in doc.text and doc.kind == "reference"
+
+
+@needs_corpora
+def test_real_installation_guide_chapter_page_keeps_its_contents():
+    html = (WEB_HTML / "installation-guide-amd64/en/ch07.html").read_text(encoding="utf-8")
+    assert extract_main_text(html) == "Chapter 7. Booting Into Your New Debian System"
+    doc = _doc(html, "html")
+    assert Extract(CurateConfig()).process(doc) is None
+    assert "7.2. Mounting encrypted volumes" in doc.text and doc.kind == "reference"

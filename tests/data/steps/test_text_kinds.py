@@ -310,3 +310,22 @@ def test_a_manual_may_repeat_labels_but_not_its_text():
     doc = Doc(id="d", text=pasted, source="s", url="u", bucket="b", license="l", format="html", kind="reference")
     rejection = Quality(CurateConfig()).process(doc)
     assert rejection is not None and rejection.rule == "max_dup_line_char_frac"
+
+
+# The installation guide's chapter 2 contents (zh-cn, abridged): a section number beside a title
+# of two or three words, so under Gopher's 80% of words with a letter.
+CONTENTS_ZH = "\n".join(
+    ["第 2 章 系统需求", "", "目录", "", "2.1. 支持的硬件", "2.1.1. 支持的体系", "2.1.2. CPU 支持", "2.1.3. 便携机",
+     "2.1.4. 多处理器", "2.1.5. 图形卡支持", "2.1.6. 网络连接硬件", "2.2. 需要固件的设备", "2.3. 特别为 GNU/Linux 采购硬件",
+     "2.3.1. 避免专有或封闭的硬件", "2.4. 安装介质", "2.4.1. 光盘", "2.4.2. U 盘", "2.4.3. 网络", "2.5. 内存与磁盘空间的需求"]
+)
+
+
+@pytest.mark.parametrize("kind,rule", [("web", "min_alpha_word_frac"), ("reference", None)])
+def test_numbered_contents_fail_the_letter_rule_only_outside_manuals(kind, rule):
+    doc = Doc(id="d", text=CONTENTS_ZH, source="s", url="u", bucket="b", license="l", format="html", kind=kind)
+    doc.language = "zh"
+    only_gopher = QualityConfig(fineweb=False, c4=False, min_stop_words=0)  # the letter rule, not the others
+    rejection = Quality(CurateConfig(quality=only_gopher)).process(doc)
+    assert (rejection.rule if rejection else None) == rule
+    assert doc.quality["alpha_word_frac"] < 0.8

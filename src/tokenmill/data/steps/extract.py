@@ -49,8 +49,9 @@ from resiliparse.extract.html2text import extract_plain_text
 from tokenmill.data.document import Doc, Rejection, format_value, text_bytes
 from tokenmill.data.limits import depth_rejection
 from tokenmill.data.step import DocStep
+from tokenmill.data.steps.text_kinds import KIND_STEP
 
-VERSION = f"2+resiliparse-{importlib.metadata.version('resiliparse')}+trafilatura-{trafilatura.__version__}"
+VERSION = f"3+resiliparse-{importlib.metadata.version('resiliparse')}+trafilatura-{trafilatura.__version__}"
 
 # Page chrome of the documentation generators the corpora are made of, skipped by the primary
 # extractor: pydoc's header bar; DocBook's tables of contents and prev/up/next bars; Sphinx's
@@ -66,6 +67,22 @@ SKIP_SELECTORS: tuple[str, ...] = (
     "a.headerlink",
 )
 _SKIP = [", ".join(SKIP_SELECTORS)]  # one selector list: one DOM match pass instead of eight
+# A manual's contents page: the same chrome skipped but for the table of contents.
+_SKIP_KEEP_TOC = [", ".join(s for s in SKIP_SELECTORS if s != "div.toc")]
+
+# Documentation toolchains as they name themselves in <meta name="generator" content="...">.
+# A page one of them made is a page of a manual, whatever its text looks like: its chapter pages
+# are lists, its reference pages tables and code. DocBook XSL and Docutils (Sphinx) made the
+# manuals of the real corpora; the others are the toolchains of other documentation sites
+# (AsciiDoc / Asciidoctor, Texinfo's texi2any and makeinfo, Doxygen, javadoc, MkDocs, rustdoc,
+# GTK-Doc). General site builders (WordPress, Hugo, Jekyll, pandoc) are not evidence of a manual.
+DOC_GENERATORS = re.compile(
+    r"\b(?:DocBook|Docutils|Sphinx|AsciiDoc|Asciidoctor|texi2any|makeinfo|Doxygen|javadoc|MkDocs|rustdoc|GTK-Doc)\b",
+    re.IGNORECASE,
+)
+GENERATOR_HEAD_CHARS = 16_384  # the generator is named in the page's head: only its start is searched
+_GENERATOR_TAG = re.compile(r"<meta\b[^>]*\bname\s*=\s*[\"']?generator\b[^>]*>", re.IGNORECASE)
+_CONTENT_ATTR = re.compile(r"\bcontent\s*=\s*(?:\"([^\"]*)\"|'([^']*)')", re.IGNORECASE)
 
 # Page chrome that trafilatura's generic rules miss (fallback path): pydoc's header bar.
 CHROME_XPATHS: tuple[str, ...] = ("//table[@class='heading']",)
@@ -84,8 +101,19 @@ _PARSER = lxml.html.HTMLParser(encoding="utf-8", remove_comments=True)
 
 
 # --------------------------------------------------------------------------- primary
-def extract_primary(html: str) -> str:
-    """resiliparse main-content text ('' when it finds none or cannot parse the page)."""
+def doc_generator(html: str) -> str | None:
+    """The documentation toolchain a page names as its generator (`DOC_GENERATORS`), or None."""
+    for tag in _GENERATOR_TAG.finditer(html, 0, GENERATOR_HEAD_CHARS):
+        content = _CONTENT_ATTR.search(tag.group(0))
+        value = (content.group(1) or content.group(2) or "") if content else ""
+        if DOC_GENERATORS.search(value):
+            return " ".join(value.split())[:80]
+    return None
+
+
+def extract_primary(html: str, keep_toc: bool = False) -> str:
+    """resiliparse main-content text ('' when it finds none or cannot parse the page); with
+    keep_toc, a DocBook table of contents is kept."""
     try:
         # comments=True: with False, resiliparse drops every element whose class or id says
         # "comment", which on these corpora removed documentation *about* comments (10 of 833
@@ -98,7 +126,7 @@ def extract_primary(html: str) -> str:
             form_fields=False,
             noscript=False,
             comments=True,
-            skip_elements=_SKIP,
+            skip_elements=_SKIP_KEEP_TOC if keep_toc else _SKIP,
         )
     except Exception:  # noqa: BLE001 - a parser error on one page means "nothing usable"
         return ""
@@ -197,7 +225,28 @@ class Extract(DocStep):
         rejection = depth_rejection(doc.text or "", self.cfg.limits.max_html_depth)
         if rejection is not None:
             return rejection
-        text, rejection = extract(doc.text or "", self.cfg.extract.fallback)
+        html = doc.text or ""
+        text, rejection = extract(html, self.cfg.extract.fallback)
+        generator = doc_generator(html) if self.cfg.extract.doc_generators else None
+        if generator is not None:
+            text, rejection = self._manual_page(doc, html, text, rejection, generator)
         if rejection is None:
             doc.text = text
         return rejection
+
+    def _manual_page(
+        self, doc: Doc, html: str, text: str | None, rejection: Rejection | None, generator: str
+    ) -> tuple[str | None, Rejection | None]:
+        """A page a documentation toolchain made: a manual's page (kind reference, unless its
+        bucket declares one). A chapter or contents page whose text is only its title keeps its
+        table of contents: that list is the page's content, not site chrome repeated on every page."""
+        if len(text or "") < self.cfg.min_chars:
+            with_toc = extract_primary(html, keep_toc=True)
+            if usable(with_toc) and len(with_toc) > len(text or ""):
+                doc.lineage.append((self.name, f"table of contents kept ({len(text or '')} characters without it)"))
+                text, rejection = with_toc, None
+        quality = self.cfg.quality
+        if doc.kind is None and doc.bucket not in quality.kinds and quality.detect_kinds:
+            doc.kind = "reference"
+            doc.lineage.append((KIND_STEP, f"reference (page generator: {generator})"))
+        return text, rejection

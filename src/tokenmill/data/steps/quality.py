@@ -565,6 +565,12 @@ def kind_thresholds(kind: QualityKind, cfg: QualityConfig) -> QualityConfig:
         # Python's continuation prompt: the installation guide's cross-install page (a
         # shell session) measures 0.107 in every language. The rule is off for manuals.
         update.update({"max_symbol_word_ratio": 1e9})
+        # Gopher's words-with-a-letter floor (80%) finds symbol and number soup. A manual
+        # numbers its sections ("5.1.3. Booting from USB"), versions and table cells: the
+        # contents pages of the installation guide measure 0.57-0.80 (a Chinese title is two or
+        # three words beside its number). The rule is off for manuals; the length floor, the
+        # stop words and the repetition rules still judge them.
+        update.update({"min_alpha_word_frac": 0.0})
     if kind != "web" and kind != "code":
         # Gopher's 50-word and C4's five-sentence floors remove web stubs. A manual's
         # section, a chapter's opening paragraph or a short note of sentences is complete
