@@ -1351,3 +1351,24 @@ def docs_kept_peer(scored: dict[str, Any], peer: dict[str, Any]) -> list[str]:
         d = dt["collections"][name]
         lines.append(f"| {name} | {c['read']:,} | {c['keep_rate']:.3f} | {d['keep_rate']:.3f} |")
     return lines
+
+
+def docs_kept_fresh(after: dict[str, Any], before: dict[str, Any]) -> list[str]:
+    """bench_docs_fresh.py scored once, the code at the freeze beside the code after the change:
+    per row its pages, kept before -> after without a reference, after with one, the rule that
+    removed most after; per translation its gap to the same pages in English; then the checks."""
+    res, base = _result(after), _result(before)
+    a, b, old = res["variants"]["a_no_reference"], res["variants"]["b_reference"], base["variants"]["a_no_reference"]
+    gaps = {c["check"].split(":")[0]: c for c in res["verdict"]["checks"] if c["variant"] == "a_no_reference" and "|keep - keep of en@" in c["check"]}
+    lines = ["| row | pages | kept before → after, no reference | after, with reference | removed most by, after | gap to the same pages in English |",
+             "|---|---|---|---|---|---|"]
+    for row, v in a.items():
+        k = v["keep_rate"]
+        after_cell = f"**{k:.3f}**" if k < 0.97 else f"{k:.3f}"
+        top = ", ".join(f"`{t['rule']}` {t['pages']}" for t in v["top_rejections"][:2]) or "none"
+        g = gaps.get(row)
+        gap = "" if g is None else (f"{g['value']:.3f}" if g["holds"] else f"**{g['value']:.3f}**")
+        lines.append(f"| {row} | {v['read']:,} | {old[row]['keep_rate']:.3f} → {after_cell} | {b[row]['keep_rate']:.3f} | {top} | {gap} |")
+    lines.append(f"\nFrozen checks that hold: **{base['verdict']['holds']} → {res['verdict']['holds']} of {res['verdict']['of']}**; "
+                 f"the judgement as a whole {'holds' if res['verdict']['all_hold'] else '**fails**'}.")
+    return lines
