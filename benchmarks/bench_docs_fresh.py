@@ -43,8 +43,23 @@ class Row:
     english_of: str | None = None  # for "en@L": L
 
 
-def _html(root: Path, folder: str) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in (root / folder).rglob("*.html") if p.is_file())
+def _html(root: Path, folder: str, exclude: tuple[str, ...] = ()) -> list[str]:
+    base = root / folder
+    return sorted(
+        str(p.relative_to(root)) for p in base.rglob("*.html") if p.is_file() and not str(p.relative_to(base)).startswith(exclude)
+    )
+
+
+def _english_name(page: str, lang: str, spec: dict[str, Any]) -> str:
+    """The English page of a translated one: the same path under the English folder, with a
+    language suffix in the name ("x.de.html") swapped for English's when the frozen file says so."""
+    english = spec.get("english", "en")
+    prefix = f"{spec['path']}/{lang}/"
+    rel = page[len(prefix) :]
+    names = spec.get("translation_names")
+    if names:
+        rel = rel.replace(names["from"].format(lang=lang), names["to"])
+    return f"{spec['path']}/{english}/{rel}"
 
 
 def rows(frozen: dict[str, Any], root: Path) -> list[Row]:
@@ -52,19 +67,20 @@ def rows(frozen: dict[str, Any], root: Path) -> list[Row]:
     L the row L and the row en@L (the English pages of L's pages)."""
     out: list[Row] = []
     for coll, spec in frozen["evaluation"].items():
+        exclude = tuple(spec.get("exclude", ()))
         if "translations" not in spec:
-            out.append(Row(f"{coll}/en", tuple(_html(root, spec["path"]))))
+            out.append(Row(f"{coll}/en", tuple(_html(root, spec["path"], exclude))))
             continue
-        out.append(Row(f"{coll}/en", tuple(_html(root, f"{spec['path']}/en"))))
+        english = spec.get("english", "en")
+        out.append(Row(f"{coll}/{english}", tuple(_html(root, f"{spec['path']}/{english}"))))
         for lang in spec["translations"]:
             pages = _html(root, f"{spec['path']}/{lang}")
             out.append(Row(f"{coll}/{lang}", tuple(pages)))
-            prefix = f"{spec['path']}/{lang}/"
-            english = [f"{spec['path']}/en/{p[len(prefix) :]}" for p in pages]
-            missing = [p for p in english if not (root / p).is_file()]
+            english_pages = [_english_name(p, lang, spec) for p in pages]
+            missing = [p for p in english_pages if not (root / p).is_file()]
             if missing:
                 raise SystemExit(f"{coll}/{lang}: no English page for {missing[0]}")
-            out.append(Row(f"{coll}/en@{lang}", tuple(english), english_of=lang))
+            out.append(Row(f"{coll}/en@{lang}", tuple(english_pages), english_of=lang))
     return out
 
 
@@ -149,14 +165,15 @@ def main() -> None:
     ap.add_argument("--corpora", type=Path, required=True, help="the real corpora root (the reference of variant b)")
     ap.add_argument("--work", type=Path, required=True, help="one folder per variant and row is written here")
     ap.add_argument("--json", type=Path, help="write the result here")
+    ap.add_argument("--frozen", type=Path, default=FROZEN, help="the frozen judgement (default: docs_kept_fresh.json)")
     args = ap.parse_args()
     args.fresh, args.corpora, args.work = args.fresh.resolve(), args.corpora.resolve(), args.work.resolve()
-    frozen = json.loads(FROZEN.read_text())
+    frozen = json.loads(args.frozen.read_text())
     check_digest(args.fresh, frozen)
     all_rows = rows(frozen, args.fresh)
     started = time.perf_counter()
     result: dict[str, Any] = {
-        "frozen": str(FROZEN.relative_to(FROZEN.parents[2])),
+        "frozen": str(args.frozen.resolve().relative_to(FROZEN.parents[2])),
         "rows": {r.name: len(r.pages) for r in all_rows},
         "variants": {},
     }

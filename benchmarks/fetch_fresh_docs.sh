@@ -2,7 +2,10 @@
 # fetch_fresh_docs.sh -- documentation collections that no tokenmill design has read, for the
 # held-out judgement of benchmarks/frozen/docs_kept_fresh.json (issue 55).
 #
-# Usage:  bash benchmarks/fetch_fresh_docs.sh [TARGET_DIR]      (default ../fresh_corpora)
+# Usage:  bash benchmarks/fetch_fresh_docs.sh [TARGET_DIR [SET]]   (default ../fresh_corpora docs1)
+#
+# SET docs1 is the set of benchmarks/frozen/docs_kept_fresh.json; docs2 (into another TARGET_DIR)
+# the set of benchmarks/frozen/docs_kept_fresh2.json.
 #
 # Registries only: six Debian bookworm packages at pinned versions, fetched with
 # `apt-get download` and unpacked with `dpkg-deb -x` (no maintainer script runs, nothing is
@@ -16,15 +19,32 @@ OUT=$(readlink -m "${1:-../fresh_corpora}")
 CACHE=$(mktemp -d)
 trap 'rm -rf "$CACHE"' EXIT
 
-# package=version  source folder inside the package  -> collection (under web_html/)  name filter
-PACKAGES=(
+# package=version|source folder inside the package|collection (under web_html/)|name filter
+SET=${2:-docs1}
+case "$SET" in
+docs1) PACKAGES=(
   "apache2-doc=2.4.71-1~deb12u1|usr/share/doc/apache2-doc/manual|apache2-doc|*.html"
   "postgresql-doc-15=15.20-0+deb12u1|usr/share/doc/postgresql-doc-15/html|postgresql-doc-15|*.html"
   "git-doc=1:2.39.5-0+deb12u3|usr/share/doc/git-doc|git-doc|*.html"
   "sqlite3-doc=3.40.1-2+deb12u2|usr/share/doc/sqlite3|sqlite3-doc|*.html"
   "debian-policy=4.6.2.0|usr/share/doc/debian-policy|debian-policy|*.html"
   "debian-faq=11.1|usr/share/doc/debian/FAQ|debian-faq|*.en.html"
+) ;;
+docs2) PACKAGES=(
+  "harden-doc=3.19+nmu1|usr/share/doc/harden-doc/html|harden-doc|*.html"
+  "debian-faq=11.1|usr/share/doc/debian/FAQ|debian-faq/en|*.en.html"
+  "nodejs-doc=18.20.4+dfsg-1~deb12u3|usr/share/doc/nodejs/api|nodejs-doc|*.html"
+  "python-django-doc=3:3.2.25-0+deb12u7|usr/share/doc/python-django-doc/html|python-django-doc|*.html"
+  "debian-kernel-handbook=1.0.21|usr/share/doc/debian-kernel-handbook/kernel-handbook.html|debian-kernel-handbook|*.html"
+  "bash-doc=5.2.15-2|usr/share/doc/bash|gnu-manuals/bash|*.html"
+  "gnu-standards=2022.03.23-0.1|usr/share/doc/gnu-standards|gnu-manuals/gnu-standards|*.html"
+  "r-doc-html=4.2.2.20221110-2|usr/share/R/doc/manual|gnu-manuals/r-manuals|*.html"
 )
+  for lang in de fr it ja ko nl pt ru zh-cn; do
+    PACKAGES+=("debian-faq-$lang=11.1|usr/share/doc/debian/FAQ/$lang|debian-faq/$lang|*.html")
+  done ;;
+*) echo "fetch_fresh_docs: unknown set $SET (docs1 or docs2)" >&2; exit 1 ;;
+esac
 
 if [[ -e "$OUT" && -n "$(ls -A "$OUT" 2>/dev/null)" && ! -f "$OUT/FILES.tsv" ]]; then
   echo "fetch_fresh_docs: $OUT exists, is not empty and holds no FILES.tsv: not ours, refusing to write there" >&2
@@ -41,8 +61,10 @@ mkdir -p "$OUT/web_html"
 for spec in "${PACKAGES[@]}"; do
   IFS='|' read -r pkg src coll pattern <<<"$spec"
   name=${pkg%%=*}
-  mkdir -p "$CACHE/x/$name"
-  dpkg-deb -x "$CACHE/${name}_"*.deb "$CACHE/x/$name"
+  if [[ ! -d "$CACHE/x/$name" ]]; then
+    mkdir -p "$CACHE/x/$name"
+    dpkg-deb -x "$CACHE/${name}_"*.deb "$CACHE/x/$name"
+  fi
   (cd "$CACHE/x/$name/$src" && find . -type f -name "$pattern" -print0) |
     while IFS= read -r -d '' f; do
       mkdir -p "$OUT/web_html/$coll/$(dirname "$f")"

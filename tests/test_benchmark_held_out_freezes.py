@@ -124,3 +124,16 @@ def test_fresh_collections_are_not_in_the_real_corpora():
     real = (ROOT / "benchmarks/frozen/docs_kept.json").read_text()
     for spec in frozen["evaluation"].values():
         assert spec["path"] not in real  # no earlier judgement's design or evaluation collection
+
+
+def test_fresh_translation_names_map_to_the_english_page(tmp_path):
+    for rel in ["web_html/faq/en/basics.en.html", "web_html/faq/de/basics.de.html", "web_html/site/_modules/x.html",
+                "web_html/site/ref/y.html"]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("<p>x</p>")
+    frozen = {"evaluation": {"faq": {"path": "web_html/faq", "translations": ["de"],
+                                     "translation_names": {"from": ".{lang}.html", "to": ".en.html"}},
+                             "site": {"path": "web_html/site", "exclude": ["_modules/"]}}}
+    rows = {r.name: r for r in df.rows(frozen, tmp_path)}
+    assert rows["faq/en@de"].pages == ("web_html/faq/en/basics.en.html",)
+    assert rows["site/en"].pages == ("web_html/site/ref/y.html",)  # excluded before any run
