@@ -50,6 +50,13 @@ def _html(root: Path, folder: str, exclude: tuple[str, ...] = ()) -> list[str]:
     )
 
 
+def _sampled(pages: list[str], n: int | None) -> list[str]:
+    """At most n pages: those first by ascending sha256 of their path (None: all), in path order."""
+    if n is None or len(pages) <= n:
+        return pages
+    return sorted(sorted(pages, key=lambda p: hashlib.sha256(p.encode()).hexdigest())[:n])
+
+
 def _english_name(page: str, lang: str, spec: dict[str, Any]) -> str:
     """The English page of a translated one: the same path under the English folder, with a
     language suffix in the name ("x.de.html") swapped for English's when the frozen file says so."""
@@ -69,7 +76,7 @@ def rows(frozen: dict[str, Any], root: Path) -> list[Row]:
     for coll, spec in frozen["evaluation"].items():
         exclude = tuple(spec.get("exclude", ()))
         if "translations" not in spec:
-            out.append(Row(f"{coll}/en", tuple(_html(root, spec["path"], exclude))))
+            out.append(Row(f"{coll}/en", tuple(_sampled(_html(root, spec["path"], exclude), spec.get("sample")))))
             continue
         english = spec.get("english", "en")
         out.append(Row(f"{coll}/{english}", tuple(_html(root, f"{spec['path']}/{english}"))))

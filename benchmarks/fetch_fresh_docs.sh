@@ -4,8 +4,8 @@
 #
 # Usage:  bash benchmarks/fetch_fresh_docs.sh [TARGET_DIR [SET]]   (default ../fresh_corpora docs1)
 #
-# SET docs1 is the set of benchmarks/frozen/docs_kept_fresh.json; docs2 (into another TARGET_DIR)
-# the set of benchmarks/frozen/docs_kept_fresh2.json.
+# SET docs1 is the set of benchmarks/frozen/docs_kept_fresh.json; docs2 and docs3 (each into its own
+# TARGET_DIR) the sets of docs_kept_fresh2.json and docs_kept_fresh3.json.
 #
 # Registries only: six Debian bookworm packages at pinned versions, fetched with
 # `apt-get download` and unpacked with `dpkg-deb -x` (no maintainer script runs, nothing is
@@ -43,7 +43,19 @@ docs2) PACKAGES=(
   for lang in de fr it ja ko nl pt ru zh-cn; do
     PACKAGES+=("debian-faq-$lang=11.1|usr/share/doc/debian/FAQ/$lang|debian-faq/$lang|*.html")
   done ;;
-*) echo "fetch_fresh_docs: unknown set $SET (docs1 or docs2)" >&2; exit 1 ;;
+docs3) PACKAGES=(
+  "rust-doc=1.63.0+dfsg1-2|usr/share/doc/rust-doc/html/book|rust-doc/book|*.html"
+  "rust-doc=1.63.0+dfsg1-2|usr/share/doc/rust-doc/html/reference|rust-doc/reference|*.html"
+  "rust-doc=1.63.0+dfsg1-2|usr/share/doc/rust-doc/html/std|rust-doc/std|*.html"
+  "sphinx-doc=5.3.0-4|usr/share/doc/sphinx-doc/html|sphinx-doc|*.html"
+  "python-pandas-doc=1.5.3+dfsg-2|usr/share/doc/python-pandas-doc/html/user_guide|python-pandas-doc/guide/user_guide|*.html"
+  "python-pandas-doc=1.5.3+dfsg-2|usr/share/doc/python-pandas-doc/html/getting_started|python-pandas-doc/guide/getting_started|*.html"
+  "python-pandas-doc=1.5.3+dfsg-2|usr/share/doc/python-pandas-doc/html/development|python-pandas-doc/guide/development|*.html"
+  "python-pandas-doc=1.5.3+dfsg-2|usr/share/doc/python-pandas-doc/html/reference|python-pandas-doc/reference|*.html"
+  "debian-policy=4.6.2.0|usr/share/doc/debian-policy/policy.html|debian-policy/en|*.html"
+  "debian-policy-ja=4.6.2.0|usr/share/doc/debian-policy/ja/policy.html|debian-policy/ja|*.html"
+) ;;
+*) echo "fetch_fresh_docs: unknown set $SET (docs1, docs2 or docs3)" >&2; exit 1 ;;
 esac
 
 if [[ -e "$OUT" && -n "$(ls -A "$OUT" 2>/dev/null)" && ! -f "$OUT/FILES.tsv" ]]; then
@@ -54,8 +66,8 @@ rm -rf "$OUT/web_html" "$OUT/FILES.tsv"
 mkdir -p "$OUT/web_html"
 (
   cd "$CACHE"
-  for spec in "${PACKAGES[@]}"; do
-    apt-get download "${spec%%|*}" >/dev/null 2>&1 || { echo "fetch_fresh_docs: cannot download ${spec%%|*}" >&2; exit 1; }
+  for pkg in $(printf '%s\n' "${PACKAGES[@]}" | cut -d'|' -f1 | sort -u); do
+    apt-get download "$pkg" >/dev/null 2>&1 || { echo "fetch_fresh_docs: cannot download $pkg" >&2; exit 1; }
   done
 )
 for spec in "${PACKAGES[@]}"; do

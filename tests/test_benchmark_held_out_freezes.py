@@ -6,6 +6,7 @@ frozen file's evaluation collections are outside its design collections."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -137,3 +138,12 @@ def test_fresh_translation_names_map_to_the_english_page(tmp_path):
     rows = {r.name: r for r in df.rows(frozen, tmp_path)}
     assert rows["faq/en@de"].pages == ("web_html/faq/en/basics.en.html",)
     assert rows["site/en"].pages == ("web_html/site/ref/y.html",)  # excluded before any run
+
+
+def test_fresh_sample_takes_the_first_pages_by_path_digest(tmp_path):
+    for i in range(6):
+        (tmp_path / f"web_html/api/p{i}.html").parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f"web_html/api/p{i}.html").write_text("<p>x</p>")
+    row = df.rows({"evaluation": {"api": {"path": "web_html/api", "sample": 3}}}, tmp_path)[0]
+    pages = [f"web_html/api/p{i}.html" for i in range(6)]
+    assert row.pages == tuple(sorted(sorted(pages, key=lambda p: hashlib.sha256(p.encode()).hexdigest())[:3]))
