@@ -10,9 +10,9 @@ noise trace (a difference of two squared norms, so cancellation magnifies roundi
 The two train_fingerprint hashes were then replaced by hand, and nothing else, when PII's default
 kinds gained person names and addresses (issue 44): the curate stage's output changes, so every
 later stage's fingerprint must too (checked: with the six old kinds the old hashes come back).
-They were replaced by hand once more, and nothing else, when the extract step's version changed
-(issue 55: pages a documentation toolchain made are manuals and keep a contents list): the
-version is part of the curate fingerprint, so the train fingerprint follows.
+They were replaced by hand once more, and nothing else, when the curate config gained
+`extract.doc_generators` (issue 55: pages a documentation toolchain made are manuals and keep a
+contents list): the config is part of the curate fingerprint, so the train fingerprint follows.
 Kinds, steps, decisions, checkpoints, LRs and every other count or schedule value are compared
 exactly; values out of the model's arithmetic within a tolerance derived from their conditioning
 (model_rel; the noise scale's differences of squared norms relative to their terms, noise_bounds),

@@ -188,7 +188,8 @@ class ExtractConfig(Strict):
     doc_generators: bool = Field(
         True,
         description='A page whose <meta name="generator"> names a documentation toolchain (DocBook, Docutils/Sphinx, '
-        "AsciiDoc, Texinfo, Doxygen, javadoc, MkDocs, rustdoc, GTK-Doc) is a manual's page: it is judged as kind "
+        "Publican, AsciiDoc, Texinfo, Doxygen, javadoc, MkDocs, rustdoc, GTK-Doc), or whose head links Sphinx's "
+        "genindex.html, is a manual's page: it is judged as kind "
         "`reference` unless its bucket declares a kind, and one with under `curate.min_chars` characters of text "
         "keeps its table of contents.",
     )

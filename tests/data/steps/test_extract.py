@@ -217,7 +217,7 @@ def _doc(text: str, fmt: str = "html") -> Doc:
 
 def test_step_contract():
     assert Extract.name == "extract" and Extract.name in CURATE_STEPS
-    assert Extract.version.startswith("3+resiliparse-")
+    assert Extract.version.startswith("4+resiliparse-")
     step = Extract(CurateConfig())
     assert step.enabled()
     assert step.applies(_doc(SPHINX_PAGE)) and not step.applies(_doc("plain", "text"))
@@ -254,6 +254,9 @@ DOCBOOK_CONTENTS = """<html><head><meta name="generator" content="DocBook XSL St
         ('<meta name="generator" content="DocBook XSL Stylesheets Vsnapshot">', "DocBook XSL Stylesheets Vsnapshot"),
         ("<meta content='Docutils 0.19: https://docutils.sourceforge.io/' name='generator' />", "Docutils 0.19: https://docutils.sourceforge.io/"),
         ('<META NAME="Generator" CONTENT="texi2any">', "texi2any"),
+        ('<meta xmlns:d="http://docbook.org/ns/docbook" name="generator" content="publican v4.3.2" />', "publican v4.3.2"),
+        ('<link rel="index" title="Index" href="../../genindex.html" />', "Sphinx (a genindex.html link)"),
+        ('<link rel="search" title="Search" href="../search.html" />', None),  # many sites have a search page
         ('<meta name="generator" content="WordPress 6.4.2">', None),  # a site builder, not a manual
         ('<meta name="description" content="Sphinx tutorial">', None),  # not the generator tag
     ],

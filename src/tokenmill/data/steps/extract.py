@@ -51,7 +51,7 @@ from tokenmill.data.limits import depth_rejection
 from tokenmill.data.step import DocStep
 from tokenmill.data.steps.text_kinds import KIND_STEP
 
-VERSION = f"3+resiliparse-{importlib.metadata.version('resiliparse')}+trafilatura-{trafilatura.__version__}"
+VERSION = f"4+resiliparse-{importlib.metadata.version('resiliparse')}+trafilatura-{trafilatura.__version__}"
 
 # Page chrome of the documentation generators the corpora are made of, skipped by the primary
 # extractor: pydoc's header bar; DocBook's tables of contents and prev/up/next bars; Sphinx's
@@ -72,14 +72,18 @@ _SKIP_KEEP_TOC = [", ".join(s for s in SKIP_SELECTORS if s != "div.toc")]
 
 # Documentation toolchains as they name themselves in <meta name="generator" content="...">.
 # A page one of them made is a page of a manual, whatever its text looks like: its chapter pages
-# are lists, its reference pages tables and code. DocBook XSL and Docutils (Sphinx) made the
-# manuals of the real corpora; the others are the toolchains of other documentation sites
-# (AsciiDoc / Asciidoctor, Texinfo's texi2any and makeinfo, Doxygen, javadoc, MkDocs, rustdoc,
-# GTK-Doc). General site builders (WordPress, Hugo, Jekyll, pandoc) are not evidence of a manual.
+# are lists, its reference pages tables and code. DocBook XSL, Docutils (Sphinx) and Publican (a
+# DocBook publisher: the Debian handbook) made the manuals of the real corpora; the others are the
+# toolchains of other documentation sites (AsciiDoc / Asciidoctor, Texinfo's texi2any and
+# makeinfo, Doxygen, javadoc, MkDocs, rustdoc, GTK-Doc). General site builders (WordPress, Hugo,
+# Jekyll, pandoc) are not evidence of a manual.
 DOC_GENERATORS = re.compile(
-    r"\b(?:DocBook|Docutils|Sphinx|AsciiDoc|Asciidoctor|texi2any|makeinfo|Doxygen|javadoc|MkDocs|rustdoc|GTK-Doc)\b",
+    r"\b(?:DocBook|Docutils|Sphinx|Publican|AsciiDoc|Asciidoctor|texi2any|makeinfo|Doxygen|javadoc|MkDocs|rustdoc|GTK-Doc)\b",
     re.IGNORECASE,
 )
+# Sphinx names no generator in its recent themes, but every page it writes links its general index
+# in the head (<link rel="index" title="Index" href="../genindex.html">): Django's documentation.
+_SPHINX_INDEX_LINK = re.compile(r"<link\b[^>]*\brel\s*=\s*[\"']?index\b[^>]*\bgenindex\.html\b[^>]*>", re.IGNORECASE)
 GENERATOR_HEAD_CHARS = 16_384  # the generator is named in the page's head: only its start is searched
 _GENERATOR_TAG = re.compile(r"<meta\b[^>]*\bname\s*=\s*[\"']?generator\b[^>]*>", re.IGNORECASE)
 _CONTENT_ATTR = re.compile(r"\bcontent\s*=\s*(?:\"([^\"]*)\"|'([^']*)')", re.IGNORECASE)
@@ -108,6 +112,8 @@ def doc_generator(html: str) -> str | None:
         value = (content.group(1) or content.group(2) or "") if content else ""
         if DOC_GENERATORS.search(value):
             return " ".join(value.split())[:80]
+    if _SPHINX_INDEX_LINK.search(html, 0, GENERATOR_HEAD_CHARS):
+        return "Sphinx (a genindex.html link)"
     return None
 
 
