@@ -586,6 +586,22 @@ def dirty_web_round2(d: dict) -> dict:
     return {"bo": res(d)["kinds"]["boilerplate_only"]["tokenmill_removed"]}
 
 
+def docs_fresh3(d: dict) -> dict:
+    """bench_docs_fresh.py on the third set: the rows the prose quotes, and their top removals."""
+    a = res(d)["variants"]["a_no_reference"]
+
+    def top(row: str) -> dict:
+        return {t["rule"]: t["pages"] for t in a[row]["top_rejections"]}
+
+    rb, std, pr = top("rust-book/en"), top("rust-std/en"), top("pandas-reference/en")
+    rest = [a[r]["keep_rate"] for r in ("sphinx-doc/en", "pandas-guide/en", "debian-policy/en", "debian-policy/ja")]
+    return {"rb_k": a["rust-book/en"]["kept"], "rb_n": a["rust-book/en"]["read"], "rb_mh": rb["minhash_dedup/near_duplicate_of"],
+            "rb_ld": rb["line_dedup/too_short_after_line_dedup"], "std_k": a["rust-std/en"]["kept"], "std_n": a["rust-std/en"]["read"],
+            "std_chars": std["quality/min_chars"], "std_dup": std["quality/max_dup_line_char_frac"],
+            "pr_k": a["pandas-reference/en"]["kept"], "pr_n": a["pandas-reference/en"]["read"],
+            "pr_lid": pr["langid/low_language_score"], "pr_chars": pr["quality/min_chars"], "lo": min(rest), "hi": max(rest)}
+
+
 CLAIMS = (
     # issue 55: the two dirty-web results re-recorded on a clean tree
     Claim("dirty web rerun commit", "dirty_web.json", "were rerun on a clean tree (commit {c}). They ran with",
@@ -1028,6 +1044,19 @@ CLAIMS = (
     Claim("docs fresh 2: dirty-web cost", "dirty_web_docs_round2.json", "{bo:.1%} of the boilerplate-only pages are removed", dirty_web_round2),
     Claim("docs fresh 2: the frozen table's row", "docs_kept_fresh2.json", "`docs_kept_fresh2.json`: missed ({h0} → {h1} of {n} checks)",
           lambda d: {"h0": res(load("docs_kept_fresh2_baseline.json"))["verdict"]["holds"], "h1": res(d)["verdict"]["holds"],
+                     "n": res(d)["verdict"]["of"]}, doc="docs/decisions.md"),
+    Claim("docs fresh 3: the Rust book", "docs_kept_fresh3.json",
+          "The Rust book** keeps {rb_k} of {rb_n}. Most of its pages", docs_fresh3),
+    Claim("docs fresh 3: the Rust book's removals", "docs_kept_fresh3.json", "MinHash ({rb_mh}) and line dedup ({rb_ld}) remove them", docs_fresh3),
+    Claim("docs fresh 3: rustdoc", "docs_kept_fresh3.json",
+          "rustdoc's API pages** keep {std_k} of {std_n}. - The length floor removes {std_chars}, mostly redirect stubs", docs_fresh3),
+    Claim("docs fresh 3: rustdoc labels", "docs_kept_fresh3.json", "The duplicated-line character share removes {std_dup} whose", docs_fresh3),
+    Claim("docs fresh 3: pandas", "docs_kept_fresh3.json",
+          "pandas' API reference** keeps {pr_k} of {pr_n}. - Language ID removes {pr_lid}, most of them", docs_fresh3),
+    Claim("docs fresh 3: pandas floor", "docs_kept_fresh3.json", "The length floor removes {pr_chars}.", docs_fresh3),
+    Claim("docs fresh 3: the rest", "docs_kept_fresh3.json", "keep {lo:.0%}–{hi:.0%}, mostly losing pages to the length floor", docs_fresh3),
+    Claim("docs fresh 3: the frozen table's row", "docs_kept_fresh3.json", "`docs_kept_fresh3.json`: missed ({h0} → {h1} of {n} checks)",
+          lambda d: {"h0": res(load("docs_kept_fresh3_baseline.json"))["verdict"]["holds"], "h1": res(d)["verdict"]["holds"],
                      "n": res(d)["verdict"]["of"]}, doc="docs/decisions.md"),
     Claim("docs fresh: the dirty-web cost", "dirty_web_doc_generators.json",
           "boilerplate-only pages {b0:.1%} → {b1:.1%} removed, tag clouds {t0:.1%} → {t1:.1%}", dirty_web_generators),
