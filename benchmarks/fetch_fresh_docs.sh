@@ -4,8 +4,8 @@
 #
 # Usage:  bash benchmarks/fetch_fresh_docs.sh [TARGET_DIR [SET]]   (default ../fresh_corpora docs1)
 #
-# SET docs1 is the set of benchmarks/frozen/docs_kept_fresh.json; docs2 and docs3 (each into its own
-# TARGET_DIR) the sets of docs_kept_fresh2.json and docs_kept_fresh3.json.
+# SET docs1 is the set of benchmarks/frozen/docs_kept_fresh.json; docs2, docs3 and docs4 (each into
+# its own TARGET_DIR) the sets of docs_kept_fresh2.json, docs_kept_fresh3.json and docs_kept_fresh4.json.
 #
 # Registries only: six Debian bookworm packages at pinned versions, fetched with
 # `apt-get download` and unpacked with `dpkg-deb -x` (no maintainer script runs, nothing is
@@ -55,7 +55,15 @@ docs3) PACKAGES=(
   "debian-policy=4.6.2.0|usr/share/doc/debian-policy/policy.html|debian-policy/en|*.html"
   "debian-policy-ja=4.6.2.0|usr/share/doc/debian-policy/ja/policy.html|debian-policy/ja|*.html"
 ) ;;
-*) echo "fetch_fresh_docs: unknown set $SET (docs1, docs2 or docs3)" >&2; exit 1 ;;
+docs4) PACKAGES=(
+  "libstdc++-12-doc=12.2.0-14+deb12u1|usr/share/doc/gcc-12-base/libstdc++/manual|libstdc++-doc/manual|*.html"
+  "libstdc++-12-doc=12.2.0-14+deb12u1|usr/share/doc/gcc-12-base/libstdc++/user|libstdc++-doc/api|*.html"
+  "openjdk-17-doc=17.0.21.1+2-1~deb12u1|usr/share/doc/openjdk-17-jre-headless/api/java.base|openjdk-doc/java.base|*.html"
+  "erlang-doc=1:25.2.3+dfsg-1+deb12u4|usr/share/doc/erlang-doc/doc|erlang-doc/guides|*.html"
+  "erlang-doc=1:25.2.3+dfsg-1+deb12u4|usr/share/doc/erlang-doc/lib|erlang-doc/lib|*.html"
+  "libgtk-3-doc=3.24.38-2~deb12u3|usr/share/gtk-doc/html/gtk3|gtk3-doc|*.html"
+) ;;
+*) echo "fetch_fresh_docs: unknown set $SET (docs1 to docs4)" >&2; exit 1 ;;
 esac
 
 if [[ -e "$OUT" && -n "$(ls -A "$OUT" 2>/dev/null)" && ! -f "$OUT/FILES.tsv" ]]; then
