@@ -92,6 +92,13 @@ class QualityConfig(Strict):
     max_dup_line_frac: float = Field(0.30, ge=0.0, description="Share of lines that repeat an earlier line.")
     max_dup_para_frac: float = Field(0.30, ge=0.0, description="Share of paragraphs that repeat an earlier paragraph.")
     max_dup_line_char_frac: float = Field(0.20, ge=0.0, description="Share of line characters in repeated lines.")
+    max_dup_text_line_char_frac: float = Field(
+        1.0,
+        ge=0.0,
+        description="Share of text-line characters in repeated text lines (lines that are not code and have at least "
+        "4 words). Off (1.0) but for manuals (kind reference), where it takes max_dup_line_char_frac's limit in its "
+        "place: a manual's examples repeat their imports and brackets and its entries their labels.",
+    )
     max_dup_para_char_frac: float = Field(0.20, ge=0.0, description="Share of paragraph characters in repeated paragraphs.")
     max_top_ngram_char_frac: dict[int, ShareLimit] = Field(
         {2: 0.20, 3: 0.18, 4: 0.16}, description="n (2-4) -> limit on the word characters of the most frequent word n-gram."

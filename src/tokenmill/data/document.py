@@ -39,6 +39,8 @@ QUALITY_FIELDS: dict[str, pa.DataType] = {
     "dup_para_frac": pa.float64(),
     "dup_line_char_frac": pa.float64(),
     "dup_para_char_frac": pa.float64(),
+    # tokenmill: dup_line_char_frac over text lines only (not code, at least 4 words): manuals
+    "dup_text_line_char_frac": pa.float64(),
     **{f"top_{n}gram_char_frac": pa.float64() for n in (2, 3, 4)},
     **{f"dup_{n}gram_char_frac": pa.float64() for n in range(5, 11)},
     # C4 (Raffel et al. 2020): what its line rules keep, and its document rules' evidence

@@ -309,7 +309,7 @@ def test_a_manual_may_repeat_labels_but_not_its_text():
     pasted = "\n".join([API_ENTRIES[-1][1]] * 8 + lines[:8])  # one sentence pasted eight times
     doc = Doc(id="d", text=pasted, source="s", url="u", bucket="b", license="l", format="html", kind="reference")
     rejection = Quality(CurateConfig()).process(doc)
-    assert rejection is not None and rejection.rule == "max_dup_line_char_frac"
+    assert rejection is not None and rejection.rule == "max_dup_text_line_char_frac"  # its text lines, the manual's count
 
 
 # The installation guide's chapter 2 contents (zh-cn, abridged): a section number beside a title
@@ -351,3 +351,25 @@ def test_a_manual_may_describe_its_columns_in_one_phrasing(kind, rule):
     rejection = Quality(CurateConfig(quality=only_repetition)).process(doc)
     assert (rejection.rule if rejection else None) == rule
     assert doc.quality["top_4gram_char_frac"] > 0.16
+
+
+# An API page's examples (Node.js style, abridged): every example repeats its import and its brackets.
+EXAMPLES_PAGE = "\n".join(
+    line
+    for name, what in [("once", "Creates a Promise that is fulfilled when the emitter emits the given event."),
+                       ("on", "Returns an async iterator that iterates over the events of the given name."),
+                       ("getEventListeners", "Returns a copy of the array of listeners for the event named name."),
+                       ("setMaxListeners", "Sets the number of listeners that may be added for a particular event.")]
+    for line in (f"events.{name}(emitter, name)", "Added in: v11.13.0", what,
+                 "import { EventEmitter } from 'node:events';", "const ee = new EventEmitter();",
+                 "process.nextTick(() => {", "  ee.emit('myevent', 42);", "});", "}", "});")
+)
+
+
+@pytest.mark.parametrize("kind,rule", [("web", "max_dup_line_frac"), ("reference", None)])
+def test_a_manual_s_examples_may_repeat_their_code(kind, rule):
+    doc = Doc(id="d", text=EXAMPLES_PAGE, source="s", url="u", bucket="b", license="l", format="html", kind=kind)
+    only_repetition = QualityConfig(fineweb=False, c4=False, gopher=False)
+    rejection = Quality(CurateConfig(quality=only_repetition)).process(doc)
+    assert (rejection.rule if rejection else None) == rule
+    assert doc.quality["dup_line_char_frac"] > 0.2 and doc.quality["dup_text_line_char_frac"] == 0.0

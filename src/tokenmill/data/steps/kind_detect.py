@@ -87,6 +87,13 @@ _CODE_START = re.compile(
 )
 _CODE_END = re.compile(r"(?:[{}]|\);)\s*$|^\s*[})\]];?,?$")
 _INDENTED_CODE = re.compile(r"^(?: {2,}|\t).*[(){}=]")
+
+
+def is_code_line(line: str) -> bool:
+    """A line that reads as code: a keyword first, an end in { } or ");", or indented with ( ) { } =."""
+    return bool(_CODE_START.match(line) or _CODE_END.search(line) or _INDENTED_CODE.match(line))
+
+
 _HEADING = re.compile(r"^(?:\d+(?:\.\d+)*\.?\s+\S.{0,60}(?<![.,;:!?])|#{1,6}\s+\S.*|[=\-~^\"'*+#]{4,})$")
 _CHAPTER = re.compile(r"^\W*(?:CHAPTER|Chapter|BOOK|ACT|SCENE|Psalm|PSALM|VOLUME)\s+[\dIVXLC]+\b", re.M)
 _COMMAND = re.compile(r"^\s*(?:\$|#|>>>|%) \S|(?:^|\s)--[a-z][\w-]+|`[^`\n]{1,60}`|::$|^\s*\.\. \w+::")
@@ -175,7 +182,7 @@ def measure(text: str) -> Signals:
         ended_char_frac=_ended(lines, wrapped) / max(sum(lengths), 1),
         sentence_rate=100 * len(_SENTENCE_END.findall(window)) / words,
         wrapped_frac=sum(wrapped) / max(inner, 1),
-        code_line_frac=sum(bool(_CODE_START.match(x) or _CODE_END.search(x) or _INDENTED_CODE.match(x)) for x in lines) / n,
+        code_line_frac=sum(map(is_code_line, lines)) / n,
         symbol_rate=100 * len(_SYMBOL.findall(window)) / max(len(window), 1),
         heading_frac=sum(bool(_HEADING.match(x)) for x in lines) / n,
         command_rate=100 * sum(bool(_COMMAND.search(x)) for x in lines) / n,
