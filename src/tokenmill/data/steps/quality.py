@@ -227,7 +227,8 @@ def ngram_counts(ids: np.ndarray, word_counts: np.ndarray, n_max: int) -> list[n
 
 
 def text_lines(lines: list[str]) -> list[str]:
-    """The lines that are text: not code (kind_detect's code line) and at least TEXT_LINE_WORDS words."""
+    """The lines that are text: at least TEXT_LINE_WORDS words and not code (kind_detect's code line;
+    the lines here are stripped, so its indentation test never fires and a keyword or an ending decides)."""
     return [x for x in lines if len(x.split()) >= TEXT_LINE_WORDS and not is_code_line(x)]
 
 
@@ -240,7 +241,8 @@ def repetition_signals(p: Parts) -> dict[str, float]:
         "dup_para_frac": dup_para,
         "dup_line_char_frac": dup_line_chars,
         "dup_para_char_frac": dup_para_chars,
-        "dup_text_line_char_frac": _dup_fracs(text_lines(p.lines))[1],
+        # No repeated line, no repeated text line: the code-line test runs only where lines repeat.
+        "dup_text_line_char_frac": _dup_fracs(text_lines(p.lines))[1] if dup_line else 0.0,
     }
     words = p.words
     lens = np.fromiter(map(len, words), dtype=np.int64, count=len(words))

@@ -9,9 +9,10 @@ manual with a shell snippet fails C4's curly-bracket rule. So each kind gets its
 | kind      | rule families                                                 | detected (data/steps/kind_detect.py) |
 |-----------|---------------------------------------------------------------|-------------------|
 | web       | Gopher quality, Gopher repetition, C4, FineWeb                | lines that end no sentence, short lines, menus, separators: pages, and junk (link lists, tag clouds, shop pages) |
-| reference | Gopher quality (no '#'/'...' or letter rule), Gopher (no top  | shell prompts, --options, `code`, headings with code lines; paragraphs among headings and lists; technical prose; an HTML page a documentation toolchain made (extract.py) |
-|           | n-gram shares) repetition without the duplicated              |                  |
-|           | 5-10-gram rules, C4 without its curly-bracket rule; no FineWeb |                  |
+| reference | Gopher quality without '#'/'...' and the letter rule; Gopher  | shell prompts, --options, `code`, headings with code lines; paragraphs among headings and lists; technical prose; an HTML page a documentation toolchain made (extract.py) |
+|           | repetition without the top and duplicated n-gram shares, its  |                  |
+|           | duplicated-line share over text lines; C4 without its curly   |                  |
+|           | bracket rule; no FineWeb                                      |                  |
 |           | (manuals repeat their labels, commands and phrasing: of 1,054  |                  |
 |           | real manual pages and sections FineWeb's duplicated-line rule  |                  |
 |           | breaks 51%, Gopher's duplicated 5-gram rule 19%)               |                  |
