@@ -66,8 +66,8 @@ docs4) PACKAGES=(
 *) echo "fetch_fresh_docs: unknown set $SET (docs1 to docs4)" >&2; exit 1 ;;
 esac
 
-if [[ -e "$OUT" && -n "$(ls -A "$OUT" 2>/dev/null)" && ! -f "$OUT/FILES.tsv" ]]; then
-  echo "fetch_fresh_docs: $OUT exists, is not empty and holds no FILES.tsv: not ours, refusing to write there" >&2
+if [[ -e "$OUT" && -n "$(ls -A "$OUT" 2>/dev/null)" && ! ( -f "$OUT/FILES.tsv" && -f "$OUT/PACKAGES.tsv" ) ]]; then
+  echo "fetch_fresh_docs: $OUT exists, is not empty and holds no FILES.tsv and PACKAGES.tsv of an earlier fetch: not ours, refusing to write there" >&2
   exit 1
 fi
 rm -rf "$OUT/web_html" "$OUT/FILES.tsv"

@@ -310,3 +310,15 @@ def test_real_installation_guide_chapter_page_keeps_its_contents():
     doc = _doc(html, "html")
     assert Extract(CurateConfig()).process(doc) is None
     assert "7.2. Mounting encrypted volumes" in doc.text and doc.kind == "reference"
+
+
+def test_doc_generator_reads_one_bounded_tag_at_a_time():
+    # A tag longer than TAG_CHARS is not read (the work per tag is bounded) ...
+    padded = '<meta name="generator" ' + "x" * (ex.TAG_CHARS + 1) + ' content="DocBook XSL">'
+    assert ex.doc_generator(padded) is None
+    # ... and a head of unclosed, repeated tags is read tag by tag, not with nested backtracking
+    # (one pattern with two unbounded attribute runs took 39 s on this head).
+    hostile = "<link rel=index " * 1000 + "x" * 10_000
+    assert ex.doc_generator(hostile) is None
+    assert ex.doc_generator(hostile + '<link rel="index" href="genindex.html">') is None  # past the head window
+    assert ex.doc_generator('<link rel="index" href="genindex.html">' + hostile) == "Sphinx (a genindex.html link)"

@@ -83,9 +83,14 @@ DOC_GENERATORS = re.compile(
 )
 # Sphinx names no generator in its recent themes, but every page it writes links its general index
 # in the head (<link rel="index" title="Index" href="../genindex.html">): Django's documentation.
-_SPHINX_INDEX_LINK = re.compile(r"<link\b[^>]*\brel\s*=\s*[\"']?index\b[^>]*\bgenindex\.html\b[^>]*>", re.IGNORECASE)
 GENERATOR_HEAD_CHARS = 16_384  # the generator is named in the page's head: only its start is searched
-_GENERATOR_TAG = re.compile(r"<meta\b[^>]*\bname\s*=\s*[\"']?generator\b[^>]*>", re.IGNORECASE)
+# One tag at a time, each at most TAG_CHARS long, then its attributes: a single pattern with two
+# unbounded attribute runs backtracks quadratically (a head of 1,000 "<link rel=index " took 39 s).
+TAG_CHARS = 1024
+_TAG = re.compile(r"<(meta|link)\b([^<>]{0,%d})>" % TAG_CHARS, re.IGNORECASE)
+_GENERATOR_NAME = re.compile(r"\bname\s*=\s*[\"']?generator\b", re.IGNORECASE)
+_INDEX_REL = re.compile(r"\brel\s*=\s*[\"']?index\b", re.IGNORECASE)
+_GENINDEX = re.compile(r"\bgenindex\.html\b", re.IGNORECASE)
 _CONTENT_ATTR = re.compile(r"\bcontent\s*=\s*(?:\"([^\"]*)\"|'([^']*)')", re.IGNORECASE)
 
 # Page chrome that trafilatura's generic rules miss (fallback path): pydoc's header bar.
@@ -107,14 +112,17 @@ _PARSER = lxml.html.HTMLParser(encoding="utf-8", remove_comments=True)
 # --------------------------------------------------------------------------- primary
 def doc_generator(html: str) -> str | None:
     """The documentation toolchain a page names as its generator (`DOC_GENERATORS`), or None."""
-    for tag in _GENERATOR_TAG.finditer(html, 0, GENERATOR_HEAD_CHARS):
-        content = _CONTENT_ATTR.search(tag.group(0))
-        value = (content.group(1) or content.group(2) or "") if content else ""
-        if DOC_GENERATORS.search(value):
-            return " ".join(value.split())[:80]
-    if _SPHINX_INDEX_LINK.search(html, 0, GENERATOR_HEAD_CHARS):
-        return "Sphinx (a genindex.html link)"
-    return None
+    sphinx_index = False
+    for tag in _TAG.finditer(html, 0, GENERATOR_HEAD_CHARS):
+        name, attrs = tag.group(1).lower(), tag.group(2)
+        if name == "meta" and _GENERATOR_NAME.search(attrs):
+            content = _CONTENT_ATTR.search(attrs)
+            value = (content.group(1) or content.group(2) or "") if content else ""
+            if DOC_GENERATORS.search(value):
+                return " ".join(value.split())[:80]
+        elif name == "link" and _INDEX_REL.search(attrs) and _GENINDEX.search(attrs):
+            sphinx_index = True
+    return "Sphinx (a genindex.html link)" if sphinx_index else None
 
 
 def extract_primary(html: str, keep_toc: bool = False) -> str:
