@@ -21,6 +21,11 @@ in benchmarks/dirty_web.py:
   event_listing      one event-listing page template; only its slots change (names and words
                      taken from the row's held-out text).
   sentence_splice    the sentences of two unrelated held-out passages (different files) interleaved.
+  shuffled_words     (quality_signal2.json only) each paragraph's words shuffled within it.
+
+A second judgement (`--frozen benchmarks/frozen/quality_signal2.json`) reads its rows from a set
+fetched by `benchmarks/fetch_fresh_docs.sh TARGET text1` (`--fresh TARGET`; its FILES.tsv digest must
+be the frozen one): HTML pages rendered to text by render_html, gzipped text read as it is.
 
 The set is one JSONL file (only {"id", "text"} per line: no kind declared) curated by the real
 curate (`tokenmill.data.curate.curate`, what `tokenmill curate -o` calls) from a run config the
@@ -36,6 +41,7 @@ kind (with 95% Wilson intervals), the rules that removed most, the frozen rule's
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import math
@@ -45,6 +51,7 @@ import sys
 import time
 import unicodedata
 from collections import Counter
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -158,11 +165,69 @@ def render_roff(src: str) -> str:
     return "\n\n".join(out)
 
 
+# --------------------------------------------------------------------------- HTML pages to text
+_HTML_BLOCKS = {"p", "div", "h1", "h2", "h3", "h4", "h5", "h6", "li", "dt", "dd", "pre", "table", "tr", "blockquote",
+                "ul", "ol", "dl", "section", "article", "figure", "caption"}
+_HTML_SKIP = {"script", "style", "head", "title"}
+_HTML_NAV = {"navheader", "navfooter"}  # DocBook's navigation rows (previous / up / next)
+
+
+class _PageText(HTMLParser):
+    """The visible text of a page: a blank line around every block element, whitespace collapsed
+    outside <pre>; scripts, styles, the head and DocBook's navigation rows left out."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.out: list[str] = []
+        self.stack: list[tuple[str, bool]] = []  # (tag, skipped) of the open elements
+        self.pre = 0
+
+    def _skipping(self) -> bool:
+        return any(skip for _, skip in self.stack)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in {"br", "img", "meta", "link", "hr", "input"}:
+            if tag == "br" and not self._skipping():
+                self.out.append("\n")
+            return
+        classes = set((dict(attrs).get("class") or "").split())
+        self.stack.append((tag, tag in _HTML_SKIP or bool(classes & _HTML_NAV)))
+        if tag in _HTML_BLOCKS and not self._skipping():
+            self.out.append("\n\n")
+        self.pre += tag == "pre"
+
+    def handle_endtag(self, tag: str) -> None:
+        if not any(t == tag for t, _ in self.stack):
+            return
+        while self.stack:
+            t, _ = self.stack.pop()
+            self.pre -= t == "pre"
+            if t == tag:
+                break
+        if tag in _HTML_BLOCKS and not self._skipping():
+            self.out.append("\n\n")
+
+    def handle_data(self, data: str) -> None:
+        if not self._skipping():
+            self.out.append(data if self.pre else re.sub(r"\s+", " ", data))
+
+
+def render_html(src: str) -> str:
+    """A page's text, one block a paragraph (blank-line separated), lines stripped."""
+    parser = _PageText()
+    parser.feed(src)
+    parser.close()
+    lines = [line.strip() for line in "".join(parser.out).split("\n")]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+
+
 # --------------------------------------------------------------------------- passages
 def read_text(path: Path, render: str) -> str:
-    """A file's text as a user would feed it: as written, or a man page's roff rendered."""
-    text = path.read_text(encoding="utf-8", errors="replace")
-    return render_roff(text) if render == "roff" else text
+    """A file's text as a user would feed it: as written (gunzipped when it ends in .gz), a man
+    page's roff rendered, or an HTML page's visible text."""
+    raw = path.read_bytes()
+    text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8", errors="replace")
+    return render_roff(text) if render == "roff" else render_html(text) if render == "html" else text
 
 
 def cut_passages(text: str, lo: int, hi: int) -> list[str]:
@@ -407,6 +472,19 @@ def event_listing(rng: random.Random, names: list[str], words: list[str]) -> str
 
 
 # --------------------------------------------------------------------------- the set
+def shuffle_words(text: str, rng: random.Random) -> str:
+    """Each paragraph's words (whitespace-separated, punctuation attached) shuffled within the
+    paragraph; every line keeps its number of words, so the layout is the passage's own."""
+    out = []
+    for para in text.split("\n\n"):
+        lines = [line.split() for line in para.split("\n")]
+        pool = [w for line in lines for w in line]
+        rng.shuffle(pool)
+        words = iter(pool)
+        out.append("\n".join(" ".join(next(words) for _ in line) for line in lines))
+    return "\n\n".join(out)
+
+
 def _rng(seed: int, *parts: object) -> random.Random:
     """A generator seeded by a string of the parts (Python hashes a str seed with sha512: stable)."""
     return random.Random(":".join(map(str, (seed, *parts))))
@@ -416,8 +494,8 @@ def row_junk(row: str, held: list[tuple[str, str]], ev: dict[str, Any]) -> list[
     """The junk documents of one row, made from its held-out passages dealt in the frozen order."""
     k, kinds, seed = ev["junk_per_row_per_kind"], ev["junk_kinds"], ev["seed"]
     need = 4 * k + kinds["markov_chain"]["train_passages"]
-    if len(held) < need:
-        raise ValueError(f"{row}: {len(held)} held-out passages, the recipe needs {need}")
+    if len(held) < need + k * ("shuffled_words" in kinds):
+        raise ValueError(f"{row}: {len(held)} held-out passages, the recipe needs {need + k * ('shuffled_words' in kinds)}")
     ocr, sub, spl, train = held[:k], held[k:2 * k], held[2 * k:4 * k], held[4 * k:need]
     vocab = vocabulary([t for _, t in sub])
     train_tokens = [tok for _, t in train for tok in markov_tokens(t) + ["\n\n"]]
@@ -436,16 +514,23 @@ def row_junk(row: str, held: list[tuple[str, str]], ev: dict[str, Any]) -> list[
             "sentence_splice": (splice(spl[i][1], spl[(i + other) % (2 * k)][1], kinds["sentence_splice"]["max_chars"]),
                                 [spl[i][0], spl[(i + other) % (2 * k)][0]]),
         }
+        if "shuffled_words" in kinds:  # kinds a judgement lists after the five: their passages come after markov's
+            shuf = held[need + i]
+            made["shuffled_words"] = (shuffle_words(shuf[1], _rng(seed, row, "shuffle", i)), [shuf[0]])
         for kind, (text, src) in made.items():
             out.append({"id": f"{kind}/{row}/{i:03d}", "text": text, "kind": kind, "row": row, "from": src})
     return out
 
 
-def build_set(corpora: Path, ev: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every evaluation document with its label: clean per row, then junk per row and kind."""
+def build_set(corpora: Path, ev: dict[str, Any], fresh: Path | None = None) -> list[dict[str, Any]]:
+    """Every evaluation document with its label: clean per row, then junk per row and kind. A row
+    whose spec says "root": "fresh" is read from the fetched set (`fresh`), any other from the corpora."""
     docs: list[dict[str, Any]] = []
     for row, spec in ev["rows"].items():
-        passages = row_passages(corpora, spec, ev["cutting"])
+        root = corpora if spec.get("root", "corpora") == "corpora" else fresh
+        if root is None:
+            raise SystemExit(f"{row}: the row is read from a fetched set; give it with --fresh")
+        passages = row_passages(root, spec, ev["cutting"])
         c = ev["clean_per_row"]
         if len(passages) < c:
             raise ValueError(f"{row}: {len(passages)} passages, the recipe needs {c} clean ones")
@@ -583,6 +668,15 @@ def verdict(rule: dict[str, Any], rows: list[str], kinds: list[str], results: di
     return {"checks": checks, "all_hold": bool(checks) and all(c["holds"] for c in checks)}
 
 
+def check_digest(fresh: Path | None, expected: str) -> None:
+    """Refuse a fetched set whose FILES.tsv is not the frozen one (a different package version)."""
+    if fresh is None:
+        raise SystemExit("this judgement reads a fetched set: give it with --fresh (benchmarks/fetch_fresh_docs.sh)")
+    digest = hashlib.sha256((fresh / "FILES.tsv").read_bytes()).hexdigest()
+    if digest != expected:
+        raise SystemExit(f"{fresh / 'FILES.tsv'}: sha256 {digest}, the frozen set's is {expected}")
+
+
 def write_set(docs: list[dict[str, Any]], dest: Path) -> str:
     """The curate input: {"id", "text"} per line, nothing else (no kind, no label); its sha256."""
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -617,14 +711,18 @@ def main() -> None:
     ap.add_argument("--work", type=Path, required=True, help="the set, the reference and one folder per variant are written here")
     ap.add_argument("--variant", choices=["a_no_reference", "b_reference"], action="append", help="default: both")
     ap.add_argument("--json", type=Path, help="write the result here")
+    ap.add_argument("--frozen", type=Path, default=FROZEN, help="the frozen judgement (default: quality_signal.json)")
+    ap.add_argument("--fresh", type=Path, help="a set fetched by fetch_fresh_docs.sh, for rows read from it")
     args = ap.parse_args()
-    args.corpora, args.work = args.corpora.resolve(), args.work.resolve()
-    frozen = json.loads(FROZEN.read_text())
+    args.corpora, args.work, frozen_path = args.corpora.resolve(), args.work.resolve(), args.frozen.resolve()
+    frozen = json.loads(frozen_path.read_text())
+    if "files_sha256" in frozen:
+        check_digest(args.fresh, frozen["files_sha256"])
     ev = frozen["evaluation"]
     started = time.perf_counter()
-    docs = build_set(args.corpora, ev)
+    docs = build_set(args.corpora, ev, args.fresh.resolve() if args.fresh else None)
     data = args.work / "set.jsonl"
-    result: dict[str, Any] = {"frozen": str(FROZEN.relative_to(FROZEN.parents[2])), "set_sha256": write_set(docs, data),
+    result: dict[str, Any] = {"frozen": str(frozen_path.relative_to(FROZEN.parents[2])), "set_sha256": write_set(docs, data),
                               "set_seconds": round(time.perf_counter() - started, 1),
                               "documents": dict(Counter(d["kind"] for d in docs)), "variants": {}}
     print(f"set: {len(docs)} documents {result['documents']} ({result['set_seconds']} s) sha256 {result['set_sha256'][:16]}", flush=True)

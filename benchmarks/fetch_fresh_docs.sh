@@ -5,11 +5,13 @@
 # Usage:  bash benchmarks/fetch_fresh_docs.sh [TARGET_DIR [SET]]   (default ../fresh_corpora docs1)
 #
 # SET docs1 is the set of benchmarks/frozen/docs_kept_fresh.json; docs2, docs3 and docs4 (each into
-# its own TARGET_DIR) the sets of docs_kept_fresh2.json, docs_kept_fresh3.json and docs_kept_fresh4.json.
+# its own TARGET_DIR) the sets of docs_kept_fresh2.json, docs_kept_fresh3.json and docs_kept_fresh4.json;
+# text1 the set of quality_signal2.json (GIMP's user manual in four languages and FocaLinux's
+# Portuguese guide as gzipped plain text, under TARGET_DIR/docs/ instead of web_html/).
 #
 # Registries only: six Debian bookworm packages at pinned versions, fetched with
 # `apt-get download` and unpacked with `dpkg-deb -x` (no maintainer script runs, nothing is
-# installed). Only regular .html files are copied: a symlink (apache2-doc links every page a
+# installed). Only regular files matching the set's pattern (.html; text1's FocaLinux: .txt.gz) are copied: a symlink (apache2-doc links every page a
 # language has not translated to its English page) is left out, so a language folder holds only
 # its own translations. TARGET_DIR/FILES.tsv lists every file with its sha256; the scorer checks
 # the set's digest against the frozen one. About 40 MB, under a minute.
@@ -19,8 +21,9 @@ OUT=$(readlink -m "${1:-../fresh_corpora}")
 CACHE=$(mktemp -d)
 trap 'rm -rf "$CACHE"' EXIT
 
-# package=version|source folder inside the package|collection (under web_html/)|name filter
+# package=version|source folder inside the package|collection (under $TOP/)|name filter
 SET=${2:-docs1}
+TOP=web_html  # the folder under TARGET_DIR the collections go in (their paths in FILES.tsv start with it)
 case "$SET" in
 docs1) PACKAGES=(
   "apache2-doc=2.4.71-1~deb12u1|usr/share/doc/apache2-doc/manual|apache2-doc|*.html"
@@ -63,15 +66,21 @@ docs4) PACKAGES=(
   "erlang-doc=1:25.2.3+dfsg-1+deb12u4|usr/share/doc/erlang-doc/lib|erlang-doc/lib|*.html"
   "libgtk-3-doc=3.24.38-2~deb12u3|usr/share/gtk-doc/html/gtk3|gtk3-doc|*.html"
 ) ;;
-*) echo "fetch_fresh_docs: unknown set $SET (docs1 to docs4)" >&2; exit 1 ;;
+text1) TOP=docs PACKAGES=(
+  "focalinux-text=2010-09-3.1|usr/share/doc/focalinux/text|focalinux|*.txt.gz"
+)
+  for lang in en de es fr; do
+    PACKAGES+=("gimp-help-$lang=2.10.34-2|usr/share/gimp/2.0/help/$lang|gimp-help/$lang|*.html")
+  done ;;
+*) echo "fetch_fresh_docs: unknown set $SET (docs1 to docs4, text1)" >&2; exit 1 ;;
 esac
 
 if [[ -e "$OUT" && -n "$(ls -A "$OUT" 2>/dev/null)" && ! ( -f "$OUT/FILES.tsv" && -f "$OUT/PACKAGES.tsv" ) ]]; then
   echo "fetch_fresh_docs: $OUT exists, is not empty and holds no FILES.tsv and PACKAGES.tsv of an earlier fetch: not ours, refusing to write there" >&2
   exit 1
 fi
-rm -rf "$OUT/web_html" "$OUT/FILES.tsv"
-mkdir -p "$OUT/web_html"
+rm -rf "${OUT:?}/$TOP" "$OUT/FILES.tsv"
+mkdir -p "$OUT/$TOP"
 (
   cd "$CACHE"
   for pkg in $(printf '%s\n' "${PACKAGES[@]}" | cut -d'|' -f1 | sort -u); do
@@ -87,11 +96,11 @@ for spec in "${PACKAGES[@]}"; do
   fi
   (cd "$CACHE/x/$name/$src" && find . -type f -name "$pattern" -print0) |
     while IFS= read -r -d '' f; do
-      mkdir -p "$OUT/web_html/$coll/$(dirname "$f")"
-      cp "$CACHE/x/$name/$src/$f" "$OUT/web_html/$coll/$f"
+      mkdir -p "$OUT/$TOP/$coll/$(dirname "$f")"
+      cp "$CACHE/x/$name/$src/$f" "$OUT/$TOP/$coll/$f"
     done
   printf '%s\t%s\n' "$coll" "$pkg" >>"$CACHE/packages.tsv"
 done
 cp "$CACHE/packages.tsv" "$OUT/PACKAGES.tsv"
-(cd "$OUT" && find web_html -type f -print0 | sort -z | xargs -0 sha256sum | awk '{print $2 "\t" $1}') >"$OUT/FILES.tsv"
+(cd "$OUT" && find "$TOP" -type f -print0 | sort -z | xargs -0 sha256sum | awk '{print $2 "\t" $1}') >"$OUT/FILES.tsv"
 echo "fetch_fresh_docs: $(wc -l <"$OUT/FILES.tsv") files in $OUT"
