@@ -9,7 +9,10 @@ debian-reference de/fr: disjoint by file/site from the corpus's clean text), and
               the q-quantile of the held-out reference passages' values, q in QUANTILES):
                 perplexity       the n-gram perplexity (CCNet's score)
                 unigram_ratio    perplexity / the same LM's unigram perplexity of the document
-                context_ratio    the step's statistic (unigram vs bigram gain between frequent words)
+                context_ratio    issue 41's statistic (unigram vs bigram gain between the 300 most
+                                 probable tokens, 5 pairs or more), whose cut was fitted on shuffles
+                word_order       minus the step's word-order z (data/classifiers/word_order.py;
+                                 negated so that, like the others, higher reads worse)
 
     python benchmarks/record.py benchmarks/results/perplexity_gate.json -- \\
         benchmarks/bench_perplexity_gate.py --corpora /work/real_corpora --seeds 41 7
@@ -36,6 +39,7 @@ from dirty_web import CLEAN_KINDS, build, write_jsonl, write_reference  # noqa: 
 
 from tokenmill.config import CurateConfig  # noqa: E402
 from tokenmill.data.classifiers import ngram_lm  # noqa: E402
+from tokenmill.data.classifiers.word_order import order_test  # noqa: E402
 from tokenmill.data.steps import model_quality as mq  # noqa: E402
 from tokenmill.data.steps.langid import Identifier  # noqa: E402
 
@@ -59,8 +63,13 @@ def statistics(step: mq.ModelQuality) -> dict[str, Callable[[str], float | None]
             return None
         return float(np.exp(np.mean(lm.uni_logp[seq[pred]] - lm.token_logprobs(seq, pos)[pred])))
 
+    def word_order(text: str) -> float | None:
+        test = order_test(lm, ngram_lm.tokenize(text), step.judged, mq.MIN_PAIRS)
+        return None if test is None else -test.z
+
+    frequent = lm.frequent_words(300)
     return {"perplexity": lambda t: lm.perplexity(ngram_lm.tokenize(t)), "unigram_ratio": unigram_ratio,
-            "context_ratio": lambda t: lm.bigram_ratio(ngram_lm.tokenize(t), step.frequent, mq.MIN_PAIRS)}
+            "context_ratio": lambda t: lm.bigram_ratio(ngram_lm.tokenize(t), frequent, 5), "word_order": word_order}
 
 
 def gate_rows(out: Path) -> list[dict]:

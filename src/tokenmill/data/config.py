@@ -268,18 +268,24 @@ class ModelQualityConfig(Strict):
     ngram_order: int = Field(3, ge=1, description="Order of the n-gram language model.")
     max_perplexity: Annotated[float, Field(gt=0.0)] | Literal["auto"] | None = Field(
         "auto",
-        description='Remove documents above this perplexity; "auto": above a context-ratio cut calibrated per language on held-out reference passages and the same passages shuffled; None: score only.',
+        description='Remove documents above this perplexity; "auto": documents of a judged language whose word order a one-sided test does not show (the previous word predicts no better than nearby words); None: score only.',
     )
-    perplexity_quantile: float = Field(
-        0.99,
-        gt=0.5,
-        le=1.0,
-        description='With max_perplexity "auto": the cut is the geometric midpoint between this quantile of the held-out passages\' context ratios and the median of the same passages shuffled.',
+    order_significance: float = Field(
+        0.01,
+        gt=0.0,
+        lt=0.5,
+        description="With max_perplexity \"auto\": the word-order test's one-sided level; a document whose z is below the standard normal's 1 - this quantile (2.33 at 0.01) is removed.",
     )
     min_held_out: int = Field(
         20,
         ge=1,
         description='With max_perplexity "auto": a language needs this many held-out reference passages to be judged; documents in others are scored, not removed.',
+    )
+    min_held_out_pass: float = Field(
+        0.95,
+        ge=0.0,
+        le=1.0,
+        description='With max_perplexity "auto": a language is judged only when at least this share of its tested held-out reference passages pass the word-order test.',
     )
     classifier: bool = Field(True, description="Also train a reference-vs-random linear classifier.")
     labelled: str | None = Field(
@@ -311,6 +317,16 @@ class ModelQualityConfig(Strict):
         if v is not None and (len(v) != 2 or not v[0] < v[1]):
             raise ValueError(f"needs two increasing cut-points (head < first <= middle < second <= tail), got {v}")
         return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed_fields(cls, data: object) -> object:
+        if isinstance(data, dict) and "perplexity_quantile" in data:
+            raise ValueError(
+                "perplexity_quantile was removed: the auto cut is no longer fitted between held-out passages and "
+                "their shuffles but is a word-order test at order_significance (default 0.01); delete the key"
+            )
+        return data
 
     @model_validator(mode="after")
     def _cut_needs_classifier(self) -> "ModelQualityConfig":

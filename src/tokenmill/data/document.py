@@ -72,7 +72,7 @@ MODEL_QUALITY_FIELDS: dict[str, pa.DataType] = {
     "perplexity": pa.float64(),
     "classifier_score": pa.float64(),
     "tier": pa.string(),
-    "context_ratio": pa.float64(),
+    "word_order_z": pa.float64(),
     "perplexity_judged": pa.bool_(),
 }
 # Safety (data.steps.safety): toxicity score in [0, 1], how many listed terms matched, which pass

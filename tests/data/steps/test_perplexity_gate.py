@@ -1,13 +1,14 @@
-"""The auto perplexity gate of model_quality: a per-language cut on the context ratio at a quantile
-of held-out reference passages. Reference: two Austen novels (real text); judged: shuffled words
-of a paragraph of a third novel, the paragraph itself, Spanish text the reference lacks."""
+"""The auto perplexity gate of model_quality: a word-order test at a fixed one-sided level, in the
+languages whose held-out reference passages pass it. Reference: two Austen novels (real text);
+judged: shuffled words of a paragraph of a third novel, the paragraph itself, Spanish text the
+reference lacks."""
 
 from __future__ import annotations
 
 import json
-import math
 import random
 import re
+from statistics import NormalDist
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tokenmill.config import CurateConfig
+from tokenmill.data.classifiers import word_order
 from tokenmill.data.steps import model_quality as mq
 from tokenmill.data.document import Doc
 
@@ -69,40 +71,38 @@ def _paragraph() -> str:
     return max(text.split("\n\n")[200:260], key=len)
 
 
-def _quantile(values: list[float], q: float) -> float:
-    """numpy's default quantile (linear interpolation between order statistics), by hand."""
-    values = sorted(values)
-    pos = q * (len(values) - 1)
-    lo = int(pos)
-    return values[lo] + (values[min(lo + 1, len(values) - 1)] - values[lo]) * (pos - lo)
-
-
 @needs_corpora
-def test_auto_cut_lies_between_held_out_passages_and_their_shuffles(trained):
+def test_calibration_tests_held_out_passages_per_language_and_shuffles_nothing(trained):
     step, work = trained
     reference, _ = step.reference_texts()
     every = [p for text in reference for p in mq.passages(text)]
     held = every[mq.HOLDOUT_EVERY - 1::mq.HOLDOUT_EVERY]  # every 10th passage, counted from 1
-    clean, salad = [], []
-    for i, p in enumerate(held):
-        tokens = mq.ngram_lm.tokenize(p)
-        if (v := step.lm.bigram_ratio(tokens, step.frequent, mq.MIN_PAIRS)) is None:
-            continue
-        clean.append(v)
-        random.Random(i).shuffle(tokens)  # the same salad the step makes: seeded by position
-        if (w := step.lm.bigram_ratio(tokens, step.frequent, mq.MIN_PAIRS)) is not None:
-            salad.append(w)
-    q = step.mq.perplexity_quantile
-    hi, mid = _quantile(clean, q), _quantile(salad, 0.5)
+    judged = word_order.judged_words(step.lm, mq.JUDGED_WORDS)
+    tests = [word_order.order_test(step.lm, mq.ngram_lm.tokenize(p), judged, mq.MIN_PAIRS) for p in held]
+    tested = [t for t in tests if t is not None]
     manifest = json.loads((work / mq.SUBDIR / mq.MANIFEST).read_text())
     cal = manifest["calibration"]
-    assert cal["quantile"] == q == 0.99 and cal["held_out"] == len(held) and cal["statistic"] == "context_ratio"
-    en = cal["languages"]["en"]
-    assert en["held_out"] == len(clean) >= step.mq.min_held_out
-    assert en["clean_quantile"] == pytest.approx(hi, abs=1e-6) and en["salad_median"] == pytest.approx(mid, abs=1e-6)
-    assert hi < en["threshold"] < mid and en["threshold"] == pytest.approx(math.sqrt(hi * mid), abs=1e-6)
-    assert step.auto_cuts["en"] == en["threshold"]
+    assert cal["statistic"] == "word_order_z" and cal["significance"] == step.mq.order_significance == 0.01
+    assert cal["critical_z"] == pytest.approx(NormalDist().inv_cdf(0.99), abs=1e-6) == pytest.approx(2.326348, abs=1e-6)
+    assert cal["held_out"] == len(held) and set(cal) >= {"window", "min_held_out", "min_held_out_pass"}
+    en = cal["languages"]["en"]  # Austen is English: every held-out passage is identified as such
+    assert (en["held_out"], en["tested"]) == (len(held), len(tested)) and en["tested"] >= step.mq.min_held_out
+    assert en["passed"] == sum(t.z >= cal["critical_z"] for t in tested) and en["passed"] / en["tested"] >= 0.95
+    assert en["judged"] is True and step.judged_languages == {"en"}
+    assert not any("salad" in k or "quantile" in k for k in json.dumps(cal).split('"'))
     assert manifest["lm"]["passages"] == len(every)
+
+
+def test_a_language_is_judged_only_with_enough_held_out_passages_that_pass():
+    assert mq._language_check(30, 25, 25, 20, 0.95)["judged"] is True
+    assert mq._language_check(30, 19, 19, 20, 0.95)["judged"] is False  # too few tested
+    assert mq._language_check(30, 25, 23, 20, 0.95)["judged"] is False  # 0.92 of its own held-out text passes
+    assert mq._language_check(0, 0, 0, 0, 0.0)["judged"] is False  # nothing tested: nothing to go on
+
+
+def test_a_config_naming_the_removed_quantile_gets_one_clear_line(tmp_path):
+    with pytest.raises(ValueError, match="perplexity_quantile was removed.*order_significance"):
+        _cfg(tmp_path, perplexity_quantile=0.99)
 
 
 @needs_corpora
@@ -112,11 +112,12 @@ def test_shuffled_paragraph_is_removed_and_the_paragraph_kept(trained):
     good, salad = _doc(paragraph), _doc(_shuffled(paragraph))  # no language: the step identifies it
     assert step.process(good) is None
     assert good.model_quality["perplexity_judged"] is True
-    assert good.model_quality["context_ratio"] < step.auto_cuts["en"]
+    assert good.model_quality["word_order_z"] > step.critical_z
     rejection = step.process(salad)
     assert (rejection.step, rejection.rule) == ("model_quality", "perplexity")
-    assert rejection.value == mq.format_value(salad.model_quality["context_ratio"])
-    assert "held-out en reference passages" in rejection.reason and salad.model_quality["perplexity"] > 0
+    assert rejection.value == mq.format_value(salad.model_quality["word_order_z"])
+    assert "word order z" in rejection.reason and "one-sided level 0.01" in rejection.reason
+    assert salad.model_quality["perplexity"] > 0
 
 
 @needs_corpora
@@ -126,7 +127,7 @@ def test_none_only_scores(austen, trained):
     step.setup(work)
     salad = _doc(_shuffled(_paragraph()))
     assert step.process(salad) is None
-    assert salad.model_quality["perplexity_judged"] is None and salad.model_quality["context_ratio"] > step.auto_cuts["en"]
+    assert salad.model_quality["perplexity_judged"] is None and salad.model_quality["word_order_z"] < step.critical_z
 
 
 @needs_corpora
@@ -137,7 +138,7 @@ def test_a_language_the_reference_lacks_is_scored_not_judged(trained):
         doc = _doc(text, language="es")
         assert step.process(doc) is None
         assert doc.model_quality["perplexity_judged"] is False and doc.model_quality["perplexity"] > 0
-    assert "es" not in step.auto_cuts
+    assert "es" not in step.judged_languages
 
 
 @needs_corpora
@@ -174,8 +175,8 @@ def test_the_gate_works_on_text_every_python_ships(tmp_path):
     step = mq.ModelQuality(_cfg(tmp_path, min_held_out=10))
     step.prepare(tmp_path / "work")
     step.setup(tmp_path / "work")
-    assert step.auto_cuts.get("en") is not None
+    assert "en" in step.judged_languages
     assert step.process(_doc(paragraph, "en")) is None
     salad = _doc(_shuffled(paragraph), "en")
     rejection = step.process(salad)
-    assert rejection is not None and rejection.rule == "perplexity", (salad.model_quality, step.auto_cuts)
+    assert rejection is not None and rejection.rule == "perplexity", salad.model_quality

@@ -26,28 +26,26 @@ adds the sources' paths / sizes / mtimes and the sampling knobs. `prepare` retra
 whose fingerprint changed, so a resumed run does not retrain. Training is deterministic (fixed
 seed, sums in a fixed order). Rule "classifier_score" removes below `min_classifier_score` (opt-in);
 rule "perplexity" removes above a numeric `max_perplexity`, or with "auto" (the default) by the
-context ratio below; None only scores. The signals are stored on every document.
+word-order test below; None only scores. The signals are stored on every document.
 
 The auto perplexity gate. Raw perplexity measures topic as much as quality: clean documentation
 whose words the reference rarely uses scores as high as word salad (on the dirty-web corpus, a
 cut at the held-out reference passages' maximum perplexity removed 55-56% of the clean docs and
-73-76% of the clean prose reaching it, seeds 41 and 7; benchmarks/results/perplexity_gate.json). The gate's statistic is the context ratio: over the positions where a word and the
-word before it are both among the LM's FREQUENT_WORDS most probable words (mostly function
-words, whose order is grammar, not topic), exp(mean(log p_unigram(w) - log p_bigram(w | v))) of
-the same LM: below 1 when the previous word predicts the next (natural text, any topic), 1 or
-more for shuffled words; None with fewer than MIN_PAIRS such pairs (such a document is not
-judged). Chosen over perplexity and perplexity / unigram perplexity by separation
-(benchmarks/bench_perplexity_gate.py). Calibration uses held-out reference passages only: every
-HOLDOUT_EVERY-th passage of the reference is kept out of the LM's training, identified by the
-langid step's model, and scored as written and with its words shuffled (word salad made of the
-reference itself); per language with at least `min_held_out` passages the cut is the geometric
-midpoint between the `perplexity_quantile` of the first and the median of the second (manifest
-"calibration": held-out count, the clean quantile, the salad median, the cut). A cut
-at the held-out passages' own maximum sat inside the spread of new clean text — held-out
-passages come from the reference's files, new text does not — and removed 29-30% of the clean
-documentation reaching it on the dirty-web corpus; the midpoint leaves the margin to both sides.
+73-76% of the clean prose reaching it, seeds 41 and 7; benchmarks/results/perplexity_gate.json).
+So the gate asks the same LM a question topic does not change: does each word's previous word
+predict it better than nearby words of the same document do (data.classifiers.word_order, over
+pairs of the LM's JUDGED_WORDS most probable words)? A document whose z is below the one-sided
+`order_significance` level's cut (2.33 at 0.01) shows no word order and is removed; one with
+fewer than MIN_PAIRS pairs is not judged. The cut comes from the test's null, not from data: an
+earlier cut was fitted between held-out reference passages and the same passages with their
+words shuffled, which is the corruption a word-salad benchmark scores (issue 55).
+Held-out reference passages only decide which languages are judged: every HOLDOUT_EVERY-th
+passage of the reference is kept out of the LM's training, identified by the langid step's
+model, and tested; a language is judged when it has at least `min_held_out` of them and at least
+`min_held_out_pass` of those pass (the LM knows its word order well enough that clean text passes;
+manifest "calibration": per language, held-out passages, how many were tested and passed, judged).
 A document is judged in its langid language (identified here when langid did not run); in a
-language without a cut it is scored and kept, with `perplexity_judged: false`.
+language not judged it is scored and kept, with `perplexity_judged: false`.
 
 With `model_quality.labelled` (a JSONL file of {"text": ..., "label": "good" | "bad"}, also
 true/false or 1/0), the classifier learns from those labels instead of reference vs random, as
@@ -60,9 +58,7 @@ learns from the reference, and the random sample still gives the CCNet cut-point
 from __future__ import annotations
 
 import json
-import math
 import os
-import random
 import time
 import zipfile
 from pathlib import Path
@@ -74,7 +70,7 @@ import xxhash
 from tokenmill import json_limits
 from tokenmill.data.config import CurateConfig, SourceConfig
 from tokenmill.data.classifiers import linear_classifier as lc
-from tokenmill.data.classifiers import ngram_lm
+from tokenmill.data.classifiers import ngram_lm, word_order
 from tokenmill.data import sources as source_step
 from tokenmill.data.document import Doc, Rejection, format_value
 from tokenmill.data.steps.extract import Extract
@@ -84,15 +80,15 @@ from tokenmill.data.steps.normalize import Normalize, normalize_text
 from tokenmill.errors import UserError
 from tokenmill.data.step import DocStep
 
-VERSION = f"2+lm-{ngram_lm.VERSION}+clf-{lc.VERSION}"
+VERSION = f"3+lm-{ngram_lm.VERSION}+clf-{lc.VERSION}"
 SUBDIR = "model_quality"
 LM_FILE, CLF_FILE, MANIFEST = "lm.npz", "classifier.npz", "manifest.json"
 TIERS = ("head", "middle", "tail")
 SEED = 0  # the classifier's batch order; fixed so that a rerun trains the same bytes
 PASSAGE_CHARS = 3000  # classifier examples are passages of about a web page's extracted length
 HOLDOUT_EVERY = 10  # every 10th passage of each class is held out (classifier AUC, perplexity gate)
-FREQUENT_WORDS = 300  # the context ratio looks at pairs of the LM's 300 most probable words
-MIN_PAIRS = 5  # fewer such pairs than this: no context ratio (too few to say anything)
+JUDGED_WORDS = 1000  # the word-order test pairs the LM's 1000 most probable words (with a letter)
+MIN_PAIRS = 20  # fewer such pairs than this: not judged (too few for the test's normal approximation)
 CCNET_PERCENTILES = (30, 60)  # CCNet's head / tail cut-points (cc_net PerplexityBucket defaults)
 PERCENTILES = (10, 30, 60, 90)  # of the random sample's perplexity, recorded in the manifest
 REFERENCE_MAX_BYTES = 1 << 40  # reference files are read whole, whatever curate.max_doc_bytes says
@@ -180,17 +176,13 @@ def _files_digest(path: str) -> list[list[str]]:
 
 
 # --------------------------------------------------------------------------- the step
-def _cut(clean: list[float], salad: list[float], q: float, min_held_out: int) -> dict[str, Any]:
-    """One language's calibration: its held-out count, the clean q-quantile, the salad median
-    and the cut between them (None: too few passages to judge the language). The salad side is
-    its median, not a low quantile: a passage of repeated terms (a list of options, a table)
-    stays "predictable" when shuffled, so the salad's lowest values say little about salad."""
-    if len(clean) < min_held_out:
-        return {"held_out": len(clean), "threshold": None}
-    hi = float(np.quantile(clean, q))
-    mid = float(np.median(salad)) if salad else hi
-    cut = math.sqrt(hi * mid) if mid > hi else hi  # salad overlapping clean text: cut at the clean side
-    return {"held_out": len(clean), "clean_quantile": round(hi, 6), "salad_median": round(mid, 6), "threshold": round(cut, 6)}
+def _language_check(held_out: int, tested: int, passed: int, min_held_out: int, min_pass: float) -> dict[str, Any]:
+    """One language's held-out record and whether the gate judges it: enough tested held-out
+    passages, and enough of them pass (an LM that knows a language's word order too little to
+    pass its own held-out text would remove clean text in it)."""
+    share = passed / tested if tested else 0.0
+    judged = tested >= max(min_held_out, 1) and share >= min_pass
+    return {"held_out": held_out, "tested": tested, "passed": passed, "pass_share": round(share, 6), "judged": judged}
 
 
 class ModelQuality(DocStep):
@@ -205,9 +197,10 @@ class ModelQuality(DocStep):
         self.lm: ngram_lm.NgramLM | None = None
         self.classifier: lc.LinearClassifier | None = None
         self.cuts: list[float] = []  # tier cut-points: configured, or the random sample's percentiles
-        self.frequent = np.zeros(0, bool)  # the LM's FREQUENT_WORDS, by word id (context ratio)
+        self.judged = np.zeros(0, bool)  # the LM's JUDGED_WORDS, by word id (word-order test)
         self.calibration: dict[str, Any] = {}  # the manifest's calibration of the auto perplexity gate
-        self.auto_cuts: dict[str, float] = {}  # language -> context-ratio cut (auto gate)
+        self.judged_languages: set[str] = set()  # languages the auto gate judges
+        self.critical_z = word_order.critical_z(self.mq.order_significance)
         self._ident: Identifier | None = None
         # Reference and random text are cleaned by the same steps as the documents they judge.
         self._cleaners: tuple[DocStep, ...] = (Extract(cfg, base_dir), Normalize(cfg, base_dir))
@@ -333,9 +326,11 @@ class ModelQuality(DocStep):
         cal_fp = _hash_json(
             {
                 "lm": lm_fp,
-                "quantile": self.mq.perplexity_quantile,
-                "method": "salad-median-midpoint",
+                "method": "word-order-test",
+                "judged_words": JUDGED_WORDS,
+                "significance": self.mq.order_significance,
                 "min_held_out": self.mq.min_held_out,
+                "min_held_out_pass": self.mq.min_held_out_pass,
             }
         )
         lm_ok = old.get("lm", {}).get("fingerprint") == lm_fp and (out / LM_FILE).is_file()
@@ -382,35 +377,29 @@ class ModelQuality(DocStep):
         os.replace(tmp, manifest_path)
 
     def _calibrate(self, held_out: list[str], lm: ngram_lm.NgramLM) -> dict[str, Any]:
-        """Per language of the held-out passages (langid's lid.176, as the langid step): the
-        context ratios of the passages as written and of the same passages with their words
-        shuffled (word salad made of the reference itself, seeded by the passage's position).
-        The cut is the geometric midpoint between the perplexity_quantile of the first and the
-        median of the second: the widest margin on both sides, because
-        new clean text scores a little above held-out passages of the reference's own files, and
-        other salad a little below this one. A language with fewer than min_held_out passages
-        gets no cut (its documents are scored, never removed by the auto gate)."""
-        ident, frequent = Identifier(), lm.frequent_words(FREQUENT_WORDS)
-        by_lang: dict[str, tuple[list[float], list[float]]] = {}
-        for i, p in enumerate(held_out):
-            tokens = ngram_lm.tokenize(p)
-            ratio = lm.bigram_ratio(tokens, frequent, MIN_PAIRS)
-            if ratio is None:
-                continue
-            random.Random(i).shuffle(tokens)
-            salad = lm.bigram_ratio(tokens, frequent, MIN_PAIRS)
-            clean_v, salad_v = by_lang.setdefault(ident.identify(p)[0], ([], []))
-            clean_v.append(ratio)
-            if salad is not None:
-                salad_v.append(salad)
-        q = self.mq.perplexity_quantile
+        """Per language of the held-out passages (langid's lid.176, as the langid step): how many
+        there are, how many had enough pairs to be tested, how many passed the word-order test at
+        the configured level, and so whether the gate judges the language. Clean text only: no
+        corruption of the reference is made or scored."""
+        ident, judged = Identifier(), word_order.judged_words(lm, JUDGED_WORDS)
+        counts: dict[str, list[int]] = {}  # language -> [held out, tested, passed]
+        for p in held_out:
+            c = counts.setdefault(ident.identify(p)[0], [0, 0, 0])
+            c[0] += 1
+            if (test := word_order.order_test(lm, ngram_lm.tokenize(p), judged, MIN_PAIRS)) is not None:
+                c[1] += 1
+                c[2] += test.z >= self.critical_z
         languages = {
-            lang: _cut(clean_v, salad_v, q, self.mq.min_held_out) for lang, (clean_v, salad_v) in sorted(by_lang.items())
+            lang: _language_check(c[0], c[1], c[2], self.mq.min_held_out, self.mq.min_held_out_pass)
+            for lang, c in sorted(counts.items())
         }
         return {
-            "statistic": "context_ratio",
-            "quantile": q,
+            "statistic": "word_order_z",
+            "significance": self.mq.order_significance,
+            "critical_z": round(self.critical_z, 6),
+            "window": word_order.WINDOW,
             "min_held_out": self.mq.min_held_out,
+            "min_held_out_pass": self.mq.min_held_out_pass,
             "held_out": len(held_out),
             "languages": languages,
         }
@@ -467,9 +456,9 @@ class ModelQuality(DocStep):
             raise FileNotFoundError(f"{out / MANIFEST}: no trained models; ModelQuality.prepare must run first")
         manifest = json_limits.load_file((out / MANIFEST))
         self.lm = ngram_lm.NgramLM.from_arrays(read_npz(out / LM_FILE))
-        self.frequent = self.lm.frequent_words(FREQUENT_WORDS)
+        self.judged = word_order.judged_words(self.lm, JUDGED_WORDS)
         self.calibration = manifest["calibration"]
-        self.auto_cuts = {lang: c["threshold"] for lang, c in self.calibration["languages"].items() if c["threshold"] is not None}
+        self.judged_languages = {lang for lang, c in self.calibration["languages"].items() if c["judged"]}
         if self.mq.classifier:
             self.classifier = lc.LinearClassifier.from_arrays(read_npz(out / CLF_FILE))
         if self.mq.tier_perplexities is not None:
@@ -486,10 +475,10 @@ class ModelQuality(DocStep):
             self._ident = Identifier()
         return self._ident.identify(doc.text or "")[0]
 
-    def _perplexity_gate(self, doc: Doc, pp: float | None, ratio: float | None) -> Rejection | None:
-        """Rule "perplexity": a configured max_perplexity cuts the perplexity; "auto" cuts the
-        context ratio at its language's calibrated threshold (perplexity_judged records whether
-        the document was compared with a cut at all)."""
+    def _perplexity_gate(self, doc: Doc, pp: float | None, test: word_order.OrderTest | None) -> Rejection | None:
+        """Rule "perplexity": a configured max_perplexity cuts the perplexity; "auto" removes a
+        document of a judged language whose word order the test does not show (perplexity_judged
+        records whether the document was compared with a cut at all)."""
         limit, mq = self.mq.max_perplexity, doc.model_quality
         assert mq is not None
         if limit is None:
@@ -502,16 +491,15 @@ class ModelQuality(DocStep):
                 )
             return None
         lang = self._language(doc)
-        cut = self.auto_cuts.get(lang) if lang != UNDETERMINED else None
-        mq["perplexity_judged"] = cut is not None and ratio is not None
-        if cut is not None and ratio is not None and ratio > cut:
-            n = self.calibration["languages"][lang]["held_out"]
+        judged = lang != UNDETERMINED and lang in self.judged_languages and test is not None
+        mq["perplexity_judged"] = judged
+        if judged and test is not None and test.z < self.critical_z:
             return Rejection(
                 self.name,
                 "perplexity",
-                format_value(ratio),
-                f"context ratio {format_value(ratio)} > {format_value(cut)}, between {n} held-out "
-                f"{lang} reference passages and the same passages' words shuffled",
+                format_value(test.z),
+                f"word order z {format_value(test.z)} < {format_value(self.critical_z)}: over {test.pairs} word pairs "
+                f"the previous word predicts no better than nearby words (one-sided level {self.mq.order_significance})",
             )
         return None
 
@@ -520,15 +508,15 @@ class ModelQuality(DocStep):
         tokens = ngram_lm.tokenize(doc.text or "")
         pp = self.lm.perplexity(tokens)
         score = self.classifier.score(tokens) if self.classifier is not None else None
-        ratio = self.lm.bigram_ratio(tokens, self.frequent, MIN_PAIRS)
+        test = word_order.order_test(self.lm, tokens, self.judged, MIN_PAIRS)
         doc.model_quality = {
             "perplexity": pp,
             "classifier_score": score,
             "tier": tier_of(pp, self.cuts),
-            "context_ratio": ratio,
+            "word_order_z": test.z if test is not None else None,
             "perplexity_judged": None,
         }
-        if (rejection := self._perplexity_gate(doc, pp, ratio)) is not None:
+        if (rejection := self._perplexity_gate(doc, pp, test)) is not None:
             return rejection
         if score is not None and self.mq.min_classifier_score is not None and score < self.mq.min_classifier_score:
             return Rejection(
