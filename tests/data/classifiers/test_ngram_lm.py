@@ -153,6 +153,20 @@ def test_perplexity_training_text_below_shuffled_below_random_strings(lm3):
     assert lm3.perplexity([]) is None
 
 
+def test_pair_logprobs_equal_the_order_2_model_at_every_position(lm3):
+    """Seen and unseen bigrams, a held-out topic's and its pairs reversed (mostly unseen)."""
+    seq, pos = L.frame(lm3.encode(L.tokenize(topics["for"])))
+    at = np.flatnonzero(pos[1:] > 0) + 1  # every predicted position
+    want = lm3.token_logprobs(seq, pos, max_order=2)[at]
+    assert np.array_equal(lm3.pair_logprobs(seq[at - 1], seq[at]), want)
+    prev, nxt = seq[at], seq[at - 1]  # the pairs reversed: each framed as a line <s> prev nxt
+    lines = np.stack([np.full(at.size, L.BOS_ID), prev, nxt], axis=1).ravel()
+    framed = lm3.token_logprobs(lines, np.tile(np.arange(3), at.size), max_order=2)[2::3]
+    assert np.array_equal(lm3.pair_logprobs(prev, nxt), framed)
+    backed_off = framed == lm3.uni_logp[nxt] + lm3.uni_backoff[prev].astype(np.float64)
+    assert backed_off.any() and not backed_off.all()  # both branches: unseen pairs back off, seen ones do not
+
+
 def test_perplexity_is_pooled_over_lines(lm3):
     """CCNet: exp(-(sum of all lines' log p) / (sum of all lines' words + 1 each))."""
     a, b = L.tokenize("the value of x"), L.tokenize("a class definition")

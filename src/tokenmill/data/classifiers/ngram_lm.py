@@ -287,6 +287,19 @@ class NgramLM:
             ctx_bo = np.where(found, self.backoff[k - 2][j], 0.0)
         return lp
 
+    def pair_logprobs(self, prev: np.ndarray, nxt: np.ndarray) -> np.ndarray:
+        """log p(nxt[i] | prev[i]) of the model cut to order 2, for any pairs of ids: what
+        token_logprobs(..., max_order=2) gives at a position whose previous token is prev[i],
+        without framing the pairs as lines (one table lookup per pair)."""
+        lp = self.uni_logp[nxt].astype(np.float64)
+        if self.order < 2 or nxt.size == 0:
+            return lp
+        word = _mix(nxt.astype(np.uint64) + _GOLDEN)
+        slot, found = lookup(self.tables[0], _mix(prev.astype(np.uint64) * _GOLDEN + word))
+        lp += self.uni_backoff[prev].astype(np.float64)  # a miss backs off: the context's log gamma
+        lp[found] = self.logp[0][slot[found]]
+        return lp
+
     def score(self, tokens: list[str]) -> tuple[float, int]:
         """(sum of natural-log probabilities, number of predicted tokens) of a token list."""
         seq, pos = frame(self.encode(tokens))

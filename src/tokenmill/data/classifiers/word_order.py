@@ -71,22 +71,18 @@ def _null_sources(n: int, rng: np.random.Generator) -> np.ndarray:
 
 def order_test(lm: NgramLM, tokens: list[str], judged: np.ndarray, min_pairs: int) -> OrderTest | None:
     """The test on a tokenized document (ngram_lm.tokenize); None with fewer than min_pairs pairs."""
-    seq, pos = frame(lm.encode(tokens))
+    seq, _ = frame(lm.encode(tokens))
     if seq.size < 2:
         return None
     at = np.flatnonzero(judged[seq[1:]] & judged[seq[:-1]]) + 1
     n = int(at.size)
     if n < min_pairs:
         return None
-    true_lp = lm.token_logprobs(seq, pos, max_order=2)[at]
     prev, nxt = seq[at - 1], seq[at]
     rng = np.random.default_rng([n, int(seq.sum())])
     sources = _null_sources(n, rng).ravel()
-    # Each null pair is a line of its own: <s> u w, so w's bigram context is u alone.
-    lines = np.empty((sources.size, 3), np.int64)
-    lines[:, 0], lines[:, 1], lines[:, 2] = BOS_ID, prev[sources], np.tile(nxt, DRAWS)
-    null_lp = lm.token_logprobs(lines.ravel(), np.tile(np.arange(3), sources.size), max_order=2)[2::3]
-    d = true_lp - null_lp.reshape(DRAWS, n).mean(axis=0)
+    null_lp = lm.pair_logprobs(prev[sources], np.tile(nxt, DRAWS))
+    d = lm.pair_logprobs(prev, nxt) - null_lp.reshape(DRAWS, n).mean(axis=0)
     gain, sd = float(d.mean()), float(d.std(ddof=1))
     z = gain / (sd / math.sqrt(n)) if sd > 0 else (math.copysign(1e9, gain) if gain else 0.0)
     return OrderTest(gain, z, n)
