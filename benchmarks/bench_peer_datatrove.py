@@ -2,7 +2,8 @@
 issue 55, with the frozen scorer's own set, metric and decision-rule checks (imported, unchanged):
 
   quality_signal  the set bench_quality_signal.build_set makes from benchmarks/frozen/quality_signal.json
-                  (text, no extractor): kept per clean row and per junk kind with Wilson 95%.
+                  (text, no extractor): kept per clean row and per junk kind with Wilson 95%;
+                  `--frozen benchmarks/frozen/quality_signal2.json --fresh TARGET` the second one.
   docs_kept       every page of every row of benchmarks/frozen/docs_kept.json (HTML, extracted by
                   datatrove's Trafilatura): pages kept per language row and the gap to English on
                   the parity collections.
@@ -47,12 +48,16 @@ def top_reasons(outcomes: list[str]) -> list[dict[str, Any]]:
     return [{"reason": r, "docs": n} for r, n in Counter(o for o in outcomes if o != "kept").most_common(TOP)]
 
 
-def run_quality_signal(corpora: Path, languages: tuple[str, ...] | None, stop_words: str) -> dict[str, Any]:
-    """The quality-signal set built by the frozen scorer, judged by the peer, tallied as it tallies."""
-    frozen = json.loads(qs.FROZEN.read_text())
+def run_quality_signal(corpora: Path, languages: tuple[str, ...] | None, stop_words: str,
+                       frozen_path: Path = qs.FROZEN, fresh: Path | None = None) -> dict[str, Any]:
+    """The quality-signal set built by the frozen scorer, judged by the peer, tallied as it tallies
+    (quality_signal2.json: its rows read from the fetched set `fresh`, its digest checked)."""
+    frozen = json.loads(frozen_path.read_text())
+    if "files_sha256" in frozen:
+        qs.check_digest(fresh, frozen["files_sha256"])
     ev = frozen["evaluation"]
     started = time.perf_counter()
-    docs = qs.build_set(corpora, ev)
+    docs = qs.build_set(corpora, ev, fresh)
     set_seconds = round(time.perf_counter() - started, 1)
     langs = languages or tuple(sorted({ft_code(x) for r in ev["rows"].values() for x in r["languages"]}))
     print(f"set: {len(docs)} documents ({set_seconds} s); LanguageFilter keeps {langs}", flush=True)
@@ -69,7 +74,7 @@ def run_quality_signal(corpora: Path, languages: tuple[str, ...] | None, stop_wo
             continue
         top = "; ".join(f"{x['rule']} {x['docs']}" for x in g["removed_by"][:3])
         print(f"{key:32s} {g['kept']:4d}/{g['docs']:4d} kept ({g['keep_rate']:.3f}, 95% {g['wilson95']})  {top}", flush=True)
-    return {"frozen": "benchmarks/frozen/quality_signal.json", "documents": dict(Counter(d["kind"] for d in docs)),
+    return {"frozen": str(frozen_path.resolve().relative_to(qs.FROZEN.parents[2])), "documents": dict(Counter(d["kind"] for d in docs)),
             "languages": list(langs), "set_seconds": set_seconds, "recipe_seconds": seconds,
             "groups": groups, "removed_by": top_reasons(list(removed.values())),
             "verdict": qs.verdict(frozen["decision_rule"], list(ev["rows"]), list(ev["junk_kinds"]), {VARIANT: groups})}
@@ -130,12 +135,17 @@ def main() -> None:
     ap.add_argument("--languages", nargs="+", help="the LanguageFilter's languages (default: the set's own; FineWeb: en)")
     ap.add_argument("--stop-words", choices=["per_language", "english"], default="per_language")
     ap.add_argument("--json", type=Path, help="write the result here")
+    ap.add_argument("--frozen", type=Path, default=qs.FROZEN, help="with --set quality_signal: the frozen judgement")
+    ap.add_argument("--fresh", type=Path, help="with --set quality_signal: the fetched set its rows are read from")
     args = ap.parse_args()
     started = time.perf_counter()
-    run = run_quality_signal if args.set == "quality_signal" else run_docs_kept
     langs = tuple(args.languages) if args.languages else None
+    if args.set == "quality_signal":
+        scored = run_quality_signal(args.corpora.resolve(), langs, args.stop_words, args.frozen, args.fresh)
+    else:
+        scored = run_docs_kept(args.corpora.resolve(), langs, args.stop_words)
     result = {"set": args.set, "peer": "datatrove FineWeb recipe (benchmarks/peer_datatrove.py)",
-              "stop_words": args.stop_words, **run(args.corpora.resolve(), langs, args.stop_words)}
+              "stop_words": args.stop_words, **scored}
     result["seconds"] = round(time.perf_counter() - started, 1)
     for c in result["verdict"]["checks"]:
         print(f"{'holds' if c['holds'] else 'FAILS':6s} {c['check']}: {c['value']}")

@@ -5,6 +5,7 @@ Composed into the run config by `tokenmill.config.RunConfig`.
 
 from __future__ import annotations
 
+import warnings
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -321,10 +322,16 @@ class ModelQualityConfig(Strict):
     @model_validator(mode="before")
     @classmethod
     def _removed_fields(cls, data: object) -> object:
+        """A key an older tokenmill wrote (a run directory's saved config.yaml) still loads: it is
+        dropped with a warning that says what replaced it, instead of failing the run or report."""
         if isinstance(data, dict) and "perplexity_quantile" in data:
-            raise ValueError(
-                "perplexity_quantile was removed: the auto cut is no longer fitted between held-out passages and "
-                "their shuffles but is a word-order test at order_significance (default 0.01); delete the key"
+            data = {k: v for k, v in data.items() if k != "perplexity_quantile"}
+            warnings.warn(
+                "model_quality.perplexity_quantile no longer has an effect and is ignored: the auto cut is no "
+                "longer fitted between held-out passages and their shuffles but is a word-order test at "
+                "order_significance (default 0.01)",
+                UserWarning,
+                stacklevel=2,
             )
         return data
 

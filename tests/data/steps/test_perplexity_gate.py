@@ -100,9 +100,12 @@ def test_a_language_is_judged_only_with_enough_held_out_passages_that_pass():
     assert mq._language_check(0, 0, 0, 0, 0.0)["judged"] is False  # nothing tested: nothing to go on
 
 
-def test_a_config_naming_the_removed_quantile_gets_one_clear_line(tmp_path):
-    with pytest.raises(ValueError, match="perplexity_quantile was removed.*order_significance"):
-        _cfg(tmp_path, perplexity_quantile=0.99)
+def test_a_config_naming_the_removed_quantile_still_loads_and_says_it_is_ignored(tmp_path):
+    """A run directory saved by an older tokenmill keeps loading (report, resume), with one warning."""
+    with pytest.warns(UserWarning, match="perplexity_quantile no longer has an effect.*order_significance"):
+        cfg = _cfg(tmp_path, perplexity_quantile=0.99)
+    assert "perplexity_quantile" not in cfg.model_quality.model_dump()
+    assert cfg.model_quality == _cfg(tmp_path).model_quality
 
 
 @needs_corpora
