@@ -1323,6 +1323,13 @@ def quality_signal(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _checks_held(res: dict[str, Any], base: dict[str, Any], peer: dict[str, Any]) -> str:
+    """The frozen checks that hold before → after, and the peer's (one variant)."""
+    checks, old, peer_checks = res["verdict"]["checks"], base["verdict"]["checks"], peer["verdict"]["checks"]
+    return (f"\nFrozen checks that hold: **{sum(c['holds'] for c in old)} → {sum(c['holds'] for c in checks)} of {len(checks)}** "
+            f"(datatrove's recipe, one variant: {sum(c['holds'] for c in peer_checks)} of {len(peer_checks)}).")
+
+
 def quality_signal_scored(scored: dict[str, Any], baseline: dict[str, Any], peer: dict[str, Any]) -> list[str]:
     """bench_quality_signal.py scored once after the change, beside the baseline before any design
     and datatrove's FineWeb recipe on the same set (bench_peer_datatrove.py): share kept per clean
@@ -1335,11 +1342,26 @@ def quality_signal_scored(scored: dict[str, Any], baseline: dict[str, Any], peer
     for name, g, target in _signal_rows(a):
         lines.append(f"| {name} ({g['docs']}) | {target} | {before[name]['keep_rate']:.3f} | {_kept_cell(g)} "
                      f"| {_kept_cell(b[name])} | {_kept_cell(dt['groups'][name])} |")
-    checks, old = res["verdict"]["checks"], base["verdict"]["checks"]
-    peer_checks = dt["verdict"]["checks"]
-    lines.append(f"\nFrozen checks that hold: **{sum(c['holds'] for c in old)} → {sum(c['holds'] for c in checks)} of {len(checks)}** "
-                 f"(datatrove's recipe, one variant: {sum(c['holds'] for c in peer_checks)} of {len(peer_checks)}).")
-    return lines
+    return [*lines, _checks_held(res, base, dt)]
+
+
+def quality_signal2_scored(scored: dict[str, Any], baseline: dict[str, Any], peer: dict[str, Any]) -> list[str]:
+    """The second quality-signal judgement scored once: with a reference (the variant the change
+    touches) before and after, the perplexity gate's own removals, without a reference (the same
+    before and after), and datatrove's FineWeb recipe; then the frozen checks that hold."""
+    res, base, dt = _result(scored), _result(baseline), _result(peer)
+    b, b0 = res["variants"]["b_reference"]["groups"], base["variants"]["b_reference"]["groups"]
+    a = res["variants"]["a_no_reference"]["groups"]
+
+    def gate(g: dict[str, Any]) -> int:
+        return sum(x["docs"] for x in g["removed_by"] if x["rule"] == "model_quality/perplexity")
+
+    lines = ["| text | target | with reference: before | after | removed by the gate, before → after | no reference (before = after) | datatrove's FineWeb recipe |",
+             "|---|---|---|---|---|---|---|"]
+    for name, g, target in _signal_rows(b):
+        lines.append(f"| {name} ({g['docs']}) | {target} | {_kept_cell(b0[name])} | {_kept_cell(g)} | {gate(b0[name])} → {gate(g)} "
+                     f"| {a[name]['keep_rate']:.3f} | {_kept_cell(dt['groups'][name])} |")
+    return [*lines, _checks_held(res, base, dt)]
 
 
 def docs_kept_peer(scored: dict[str, Any], peer: dict[str, Any]) -> list[str]:

@@ -110,6 +110,8 @@ SECTIONS = (
     _table("quality_signal_scored", ("quality_signal.json", "quality_signal_baseline.json", "peer_datatrove_quality_signal.json"),
            entry_tables.quality_signal_scored),
     _table("docs_kept_peer", ("docs_kept.json", "peer_datatrove_docs_kept.json"), entry_tables.docs_kept_peer),
+    _table("quality_signal2_scored", ("quality_signal2.json", "quality_signal2_baseline.json", "peer_datatrove_quality_signal2.json"),
+           entry_tables.quality_signal2_scored),
     Section("provenance_gaps", PROVENANCE_BEGIN, PROVENANCE_END, HISTORICAL,
             lambda r: "\n".join([PROVENANCE_BEGIN, *entry_tables.provenance_gaps(HISTORICAL, *r), PROVENANCE_END])),
     _table("minhash", ("minhash.json",), entry_tables.minhash),

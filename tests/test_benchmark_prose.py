@@ -632,6 +632,70 @@ def manpage_after_docs(d: dict) -> dict:
     return {"met": r["checks_met"], "total": r["checks_total"], "lo": min(shares), "hi": max(shares)}
 
 
+def _gate(g: dict) -> int:
+    """Documents a quality-signal group lost to the auto perplexity gate."""
+    return sum(x["docs"] for x in g["removed_by"] if x["rule"] == "model_quality/perplexity")
+
+
+def word_salad_scored(d: dict) -> dict:
+    """The second quality-signal judgement: before (the freeze) and after the word-order test."""
+    after, before = res(d)["variants"], res(load("quality_signal2_baseline.json"))["variants"]
+    b1, b0 = after["b_reference"]["groups"], before["b_reference"]["groups"]
+    clean_gate = {row: (_gate(b0[row]), _gate(b1[row])) for row in b1 if row.startswith("clean/")}
+    de = {x["rule"]: x["docs"] for x in b1["clean/gimp-help-de"]["removed_by"]}
+    peer = res(load("peer_datatrove_quality_signal2.json"))["groups"]
+    junk = [k for k in b1 if "/" not in k and k != "shuffled_words"]
+    return {"s0": b0["shuffled_words"]["keep_rate"], "s1": b1["shuffled_words"]["keep_rate"],
+            "w0": b1["shuffled_words"]["wilson95"][0], "w1": b1["shuffled_words"]["wilson95"][1],
+            "g0": _gate(b0["shuffled_words"]), "g1": _gate(b1["shuffled_words"]),
+            "reached": b1["shuffled_words"]["perplexity_judged"],
+            "es_gate": clean_gate["clean/gimp-help-es"][1], "foca_gate": clean_gate["clean/focalinux"][0],
+            "others_gate": sum(a + b for row, (a, b) in clean_gate.items()) - clean_gate["clean/gimp-help-es"][1]
+            - clean_gate["clean/focalinux"][0],
+            "de_dedup": de.get("minhash_dedup/near_duplicate_of", 0) + de.get("exact_dedup/duplicate_of", 0),
+            "ocr": _gate(b1["ocr_damage"]), "sub": _gate(b1["word_substitution"]),
+            "untouched": sum(_gate(b1[k]) for k in ("markov_chain", "event_listing", "sentence_splice")),
+            "peer_more": sum(peer[k]["keep_rate"] < b1[k]["keep_rate"] for k in junk),
+            "peer_rows": all(peer[r]["keep_rate"] < b1[r]["keep_rate"] for r in b1 if r.startswith("clean/")),
+            "foca_peer": peer["clean/focalinux"]["kept"], "foca_n": peer["clean/focalinux"]["docs"],
+            "peer_shuf": peer["shuffled_words"]["keep_rate"], "peer_event": peer["event_listing"]["keep_rate"],
+            "a_same": after["a_no_reference"]["groups"] == before["a_no_reference"]["groups"]}
+
+
+def word_salad_design(d: dict) -> dict:
+    """The word-order test on the dirty-web design corpus, and the old cut there."""
+    new, old = res(d), res(load("perplexity_gate.json"))
+    shuf = {s: new[s]["pipeline"]["shuffled_words"] for s in ("seed_41", "seed_7")}
+    clean = sum(new[s]["pipeline"][k]["removed_by_gate"] for s in shuf for k in ("clean_docs", "clean_prose"))
+    return {"r41": shuf["seed_41"]["removed_by_gate"], "r7": shuf["seed_7"]["removed_by_gate"],
+            "n": shuf["seed_41"]["reached_gate"], "n7": shuf["seed_7"]["reached_gate"], "clean": clean,
+            "old": min(old[s]["pipeline"]["shuffled_words"]["removed_by_gate"] for s in shuf),
+            "old_n": max(old[s]["pipeline"]["shuffled_words"]["reached_gate"] for s in shuf)}
+
+
+def word_salad_spent(d: dict) -> dict:
+    """The spent first quality-signal judgement, with a reference, before and after the test."""
+    new = res(d)["variants"]["b_reference"]["groups"]
+    old = res(load("quality_signal_after_docs.json"))["variants"]["b_reference"]["groups"]
+    return {"ocr1": _gate(new["ocr_damage"]), "sub1": _gate(new["word_substitution"]),
+            "ocr0": _gate(old["ocr_damage"]), "sub0": _gate(old["word_substitution"]),
+            "es0": _gate(old["clean/bible-es-rv1909"]), "es1": _gate(new["clean/bible-es-rv1909"])}
+
+
+def word_order_cost(d: dict) -> dict:
+    r = res(d)
+    return {"us": r["us_per_doc_median"]["word_order_test (now)"], "pp": r["word_order_over_perplexity"],
+            "cr": r["word_order_over_context_ratio"], "rounds": r["rounds"], "docs": r["documents"],
+            "tokens": round(r["mean_tokens"])}
+
+
+def word_salad_provenance(d: dict) -> dict:
+    files = ("quality_signal2_baseline.json", "quality_signal2.json", "peer_datatrove_quality_signal2.json")
+    loads = [load(f)["load"]["others_cpu_share"]["mean"] for f in files]
+    assert not any(load(f)["dirty"] for f in files) and max(loads) < 0.01
+    return {"c0": load(files[0])["commit"][:7], "c1": load(files[1])["commit"][:7], "c2": load(files[2])["commit"][:7]}
+
+
 CLAIMS = (
     # issue 55: the two dirty-web results re-recorded on a clean tree
     Claim("dirty web rerun commit", "dirty_web.json", "were rerun on a clean tree (commit {c}). They ran with",
@@ -1107,6 +1171,50 @@ CLAIMS = (
           "still {met} of {total} languages within 10 points. The English originals are now kept at {lo:.0%} to {hi:.0%}.", manpage_after_docs),
     Claim("docs fresh: the dirty-web cost", "dirty_web_doc_generators.json",
           "boilerplate-only pages {b0:.1%} → {b1:.1%} removed, tag clouds {t0:.1%} → {t1:.1%}", dirty_web_generators),
+    Claim("word salad: provenance", "quality_signal2.json",
+          "committed at {c0}, before any change to the gate", word_salad_provenance),
+    Claim("word salad: commits", "quality_signal2.json",
+          "The change was scored once at {c1} (`quality_signal2.json`)", word_salad_provenance),
+    Claim("word salad: peer commit", "quality_signal2.json", "The peer ran at {c2} (`peer_datatrove_quality_signal2.json`)",
+          word_salad_provenance),
+    Claim("word salad: shuffled kept", "quality_signal2.json",
+          "kept {s0:.3f} → {s1:.3f} [{w0:.2f}, {w1:.2f}]. The gate removes {g1} of the {reached} shuffled texts that reach it, against {g0} before.",
+          word_salad_scored),
+    Claim("word salad: clean pages the gate removed", "quality_signal2.json",
+          "the gate removed {es_gate} clean page, a Spanish GIMP page (before: {foca_gate} FocaLinux passage)",
+          lambda d: {**word_salad_scored(d), "es_gate": "one" if word_salad_scored(d)["es_gate"] == 1 else "?",
+                     "foca_gate": "one" if word_salad_scored(d)["foca_gate"] == 1 and word_salad_scored(d)["others_gate"] == 0 else "?"}),
+    Claim("word salad: German dedup", "quality_signal2.json", "French manuals ({de_dedup} in German)", word_salad_scored),
+    Claim("word salad: other junk", "quality_signal2.json",
+          "It removes {ocr} OCR-damaged and {sub} word-substituted texts, and no Markov-chain text",
+          lambda d: {**word_salad_scored(d), "ocr": word_salad_scored(d)["ocr"] if word_salad_scored(d)["untouched"] == 0 else "?"}),
+    Claim("word salad: no reference unchanged", "quality_signal2.json", "**Without a reference** nothing changes",
+          lambda d: {} if word_salad_scored(d)["a_same"] else {"x": "?"}),
+    Claim("word salad: peer", "peer_datatrove_quality_signal2.json",
+          "The peer removes more of {n} junk kinds and keeps much less clean text on every row.** It keeps {foca_peer} of {foca_n} FocaLinux",
+          lambda d: {**word_salad_scored(load("quality_signal2.json")),
+                     "n": {5: "five", 4: "four", 6: "six"}[word_salad_scored(load("quality_signal2.json"))["peer_more"]]
+                     if word_salad_scored(load("quality_signal2.json"))["peer_rows"] else "?"}),
+    Claim("word salad: peer shuffled", "peer_datatrove_quality_signal2.json",
+          "Its shuffled words are kept at {peer_shuf:.3f}, and its event listings at {peer_event:.0f}.",
+          lambda d: word_salad_scored(load("quality_signal2.json"))),
+    Claim("word salad: dirty web", "perplexity_gate_word_order.json",
+          "the gate removes {r41} and {r7} of the {n} shuffled texts that reach it, and no clean row",
+          lambda d: {**word_salad_design(d), "n": word_salad_design(d)["n"] if word_salad_design(d)["n7"] == word_salad_design(d)["n"]
+                     and word_salad_design(d)["clean"] == 0 else "?"}),
+    Claim("word salad: old cut on dirty web", "perplexity_gate_word_order.json",
+          "The old cut removed {old} of {old_n} on the dirty-web corpus", word_salad_design),
+    Claim("word salad: spent set", "quality_signal_after_word_order.json",
+          "removes {ocr1} OCR-damaged and {sub1} word-substituted texts, against {ocr0} and {sub0} before, and no longer removes {es0} Spanish scripture passages",
+          lambda d: {**word_salad_spent(d), "es0": word_salad_spent(d)["es0"] if word_salad_spent(d)["es1"] == 0 else "?"}),
+    Claim("word salad: cost", "word_order_cost.json",
+          "median of {rounds} interleaved rounds over {docs} passages of {tokens} tokens): the test costs {us:.0f} µs per document. That is {pp:.2f}× the perplexity the step already computes, and {cr:.2f}× the context ratio",
+          word_order_cost),
+    Claim("word salad: the frozen table's row", "quality_signal2.json",
+          "`quality_signal2.json`: missed ({h0} → {h1} of {n} checks); shuffled words kept {s0:.3f} → {s1:.3f} with a reference",
+          lambda d: {**word_salad_scored(d), "h0": sum(c["holds"] for c in res(load("quality_signal2_baseline.json"))["verdict"]["checks"]),
+                     "h1": sum(c["holds"] for c in res(d)["verdict"]["checks"]), "n": len(res(d)["verdict"]["checks"])},
+          doc="docs/decisions.md"),
 )
 
 
