@@ -222,11 +222,12 @@ def render_html(src: str) -> str:
 
 
 # --------------------------------------------------------------------------- passages
-def read_text(path: Path, render: str) -> str:
+def read_text(path: Path, render: str, encoding: str = "utf-8") -> str:
     """A file's text as a user would feed it: as written (gunzipped when it ends in .gz), a man
-    page's roff rendered, or an HTML page's visible text."""
+    page's roff rendered, or an HTML page's visible text. A row may name its files' encoding
+    (quality_signal2.json names none, so FocaLinux's Latin-1 was decoded as UTF-8: see BENCHMARKS)."""
     raw = path.read_bytes()
-    text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8", errors="replace")
+    text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode(encoding, errors="replace")
     return render_roff(text) if render == "roff" else render_html(text) if render == "html" else text
 
 
@@ -293,7 +294,8 @@ def row_passages(corpora: Path, spec: dict[str, Any], cutting: dict[str, Any]) -
     for f in sorted(f for g in spec["globs"] for f in (corpora / spec["path"]).glob(g)):
         if f.is_file():
             rel = str(f.relative_to(corpora))
-            for k, p in enumerate(cut_passages(read_text(f, spec["render"]), cutting["min_chars"], cutting["max_chars"])):
+            text = read_text(f, spec["render"], spec.get("encoding", "utf-8"))
+            for k, p in enumerate(cut_passages(text, cutting["min_chars"], cutting["max_chars"])):
                 found.append((f"{rel}#{k}", p))
     found.sort(key=lambda x: _sha(x[0]))
     distinct = Distinct(cutting["near_copy_share"])
