@@ -1210,6 +1210,10 @@ CLAIMS = (
     Claim("word salad: cost", "word_order_cost.json",
           "median of {rounds} interleaved rounds over {docs} passages of {tokens} tokens): the test costs {us:.0f} µs per document. That is {pp:.2f}× the perplexity the step already computes, and {cr:.2f}× the context ratio",
           word_order_cost),
+    Claim("word salad: FocaLinux's encoding", "quality_signal2_set_check.json",
+          "I found this after scoring: {bad} of the row's {n} documents, clean and junk, hold U+FFFD",
+          lambda d: {"bad": res(d)["rows"]["focalinux"]["with_replacement_char"], "n": res(d)["rows"]["focalinux"]["documents"]}
+          if all(r["with_replacement_char"] == 0 for k, r in res(d)["rows"].items() if k != "focalinux") else {}),
     Claim("word salad: the frozen table's row", "quality_signal2.json",
           "`quality_signal2.json`: missed ({h0} → {h1} of {n} checks); shuffled words kept {s0:.3f} → {s1:.3f} with a reference",
           lambda d: {**word_salad_scored(d), "h0": sum(c["holds"] for c in res(load("quality_signal2_baseline.json"))["verdict"]["checks"]),
