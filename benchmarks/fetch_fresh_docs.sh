@@ -7,7 +7,8 @@
 # SET docs1 is the set of benchmarks/frozen/docs_kept_fresh.json; docs2, docs3 and docs4 (each into
 # its own TARGET_DIR) the sets of docs_kept_fresh2.json, docs_kept_fresh3.json and docs_kept_fresh4.json;
 # text1 the set of quality_signal2.json (GIMP's user manual in four languages and FocaLinux's
-# Portuguese guide as gzipped plain text, under TARGET_DIR/docs/ instead of web_html/).
+# Portuguese guide as gzipped plain text, under TARGET_DIR/docs/ instead of web_html/); web1 the
+# documentation sites of template_pages.json (CMake's, Octave's and GnuCash's).
 #
 # Registries only: six Debian bookworm packages at pinned versions, fetched with
 # `apt-get download` and unpacked with `dpkg-deb -x` (no maintainer script runs, nothing is
@@ -72,7 +73,13 @@ text1) TOP=docs PACKAGES=(
   for lang in en de es fr; do
     PACKAGES+=("gimp-help-$lang=2.10.34-2|usr/share/gimp/2.0/help/$lang|gimp-help/$lang|*.html")
   done ;;
-*) echo "fetch_fresh_docs: unknown set $SET (docs1 to docs4, text1)" >&2; exit 1 ;;
+web1) PACKAGES=(
+  "cmake-doc=3.25.1-1|usr/share/doc/cmake-data/html|cmake-doc|*.html"
+  "octave-doc=7.3.0-2|usr/share/doc/octave/octave.html|octave-doc|*.html"
+  "gnucash-docs=4.13-1|usr/share/doc/gnucash-docs/gnucash-guide-en|gnucash-docs/guide|*.html"
+  "gnucash-docs=4.13-1|usr/share/doc/gnucash-docs/gnucash-help-en|gnucash-docs/help|*.html"
+) ;;
+*) echo "fetch_fresh_docs: unknown set $SET (docs1 to docs4, text1, web1)" >&2; exit 1 ;;
 esac
 
 if [[ -e "$OUT" && -n "$(ls -A "$OUT" 2>/dev/null)" && ! ( -f "$OUT/FILES.tsv" && -f "$OUT/PACKAGES.tsv" ) ]]; then
