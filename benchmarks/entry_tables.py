@@ -1364,6 +1364,20 @@ def quality_signal2_scored(scored: dict[str, Any], baseline: dict[str, Any], pee
     return [*lines, _checks_held(res, base, dt)]
 
 
+def template_pages(r: dict[str, Any]) -> list[str]:
+    """bench_template_pages.py: pages kept per documentation site and per template, without and
+    with the reference, the rules that removed most without it, and the frozen checks that hold."""
+    res = _result(r)
+    a, b = res["variants"]["a_no_reference"], res["variants"]["b_reference"]
+    lines = ["| row | pages | target | kept, no reference | kept, with reference | removed most by (no reference) |", "|---|---|---|---|---|---|"]
+    for row, v in a.items():
+        target = "≤ 0.10" if row.startswith("template/") else "≥ 0.97"
+        top = ", ".join(f"`{t['rule']}` {t['pages']}" for t in v["top_rejections"][:2]) or "none"
+        lines.append(f"| {row} | {v['read']:,} | {target} | {v['keep_rate']:.3f} | {b[row]['keep_rate']:.3f} | {top} |")
+    lines.append(f"\nFrozen checks that hold: **{res['verdict']['holds']} of {res['verdict']['of']}**.")
+    return lines
+
+
 def docs_kept_peer(scored: dict[str, Any], peer: dict[str, Any]) -> list[str]:
     """Pages kept per documentation collection: tokenmill's defaults (no reference) beside
     datatrove's FineWeb recipe with Trafilatura on the same HTML pages (bench_peer_datatrove.py)."""

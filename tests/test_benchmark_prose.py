@@ -682,6 +682,25 @@ def word_salad_spent(d: dict) -> dict:
             "es0": _gate(old["clean/bible-es-rv1909"]), "es1": _gate(new["clean/bible-es-rv1909"])}
 
 
+def word_salad_docs(d: dict) -> dict:
+    """The four spent documentation sets with a reference, before and after the word-order test."""
+    out = {"b0": 0, "b1": 0, "n": 0, "gained": 0, "same": True}
+    for i in ("", "2", "3", "4"):
+        after, before = load(f"docs_kept_fresh{i}_word_order.json"), load(f"docs_kept_fresh{i}_before_word_order.json")
+        assert not after["dirty"] and not before["dirty"] and after["commit"].startswith("5d4db62")
+        a, b = res(after)["variants"], res(before)["variants"]
+        for row, r in a["b_reference"].items():
+            out["b1"] += r["kept"]
+            out["b0"] += b["b_reference"][row]["kept"]
+            out["n"] += r["read"]
+            out["gained"] += r["kept"] > b["b_reference"][row]["kept"]
+            out["same"] &= a["a_no_reference"][row]["kept"] == b["a_no_reference"][row]["kept"]
+        if i == "2":
+            django = (b["b_reference"]["python-django-doc/en"]["kept"], a["b_reference"]["python-django-doc/en"]["kept"])
+    out["django"] = django[0] - django[1]
+    return out
+
+
 def word_order_cost(d: dict) -> dict:
     r = res(d)
     return {"us": r["us_per_doc_median"]["word_order_test (now)"], "pp": r["word_order_over_perplexity"],
@@ -1207,6 +1226,22 @@ CLAIMS = (
     Claim("word salad: spent set", "quality_signal_after_word_order.json",
           "removes {ocr1} OCR-damaged and {sub1} word-substituted texts, against {ocr0} and {sub0} before, and no longer removes {es0} Spanish scripture passages",
           lambda d: {**word_salad_spent(d), "es0": word_salad_spent(d)["es0"] if word_salad_spent(d)["es1"] == 0 else "?"}),
+    Claim("word salad: documentation with a reference", "docs_kept_fresh2_word_order.json",
+          "{b0:,} → {b1:,} of {n:,} pages kept. Django's documentation loses {django} release-notes pages to the new gate, and {gained_w} rows gain pages",
+          lambda d: {**word_salad_docs(d), "gained_w": {6: "six", 5: "five", 7: "seven"}.get(word_salad_docs(d)["gained"], "?")}
+          if word_salad_docs(d)["same"] else {}),
+    Claim("templates: baseline provenance", "template_pages_baseline.json",
+          "(`template_pages_baseline.json`, clean tree; another process used {load:.0%} of the cores on average)",
+          lambda d: {"load": d["load"]["others_cpu_share"]["mean"]} if not d["dirty"] and d["commit"].startswith("29e2f9d") else {}),
+    Claim("templates: octave", "template_pages_baseline.json",
+          "Octave's manual keeps {k} of its {n} sampled pages.** The length floor removes {floor} of them",
+          lambda d: {"k": res(d)["variants"]["a_no_reference"]["octave-doc/en"]["kept"], "n": res(d)["variants"]["a_no_reference"]["octave-doc/en"]["read"],
+                     "floor": {t["rule"]: t["pages"] for t in res(d)["variants"]["a_no_reference"]["octave-doc/en"]["top_rejections"]}["quality/min_chars"]}),
+    Claim("templates: every page kept", "template_pages_baseline.json", "**Every templated page is kept, with and without a reference.**",
+          lambda d: {} if all(r["keep_rate"] == 1.0 for v in res(d)["variants"].values() for k, r in v.items() if k.startswith("template/")) else {"x": 1}),
+    Claim("templates: the frozen table's row", "template_pages_baseline.json",
+          "not scored: no change designed; the baseline holds {h} of {n} checks",
+          lambda d: {"h": res(d)["verdict"]["holds"], "n": res(d)["verdict"]["of"]}, doc="docs/decisions.md"),
     Claim("word salad: cost", "word_order_cost.json",
           "median of {rounds} interleaved rounds over {docs} passages of {tokens} tokens): the test costs {us:.0f} µs per document. That is {pp:.2f}× the perplexity the step already computes, and {cr:.2f}× the context ratio",
           word_order_cost),
