@@ -21,7 +21,9 @@ in benchmarks/dirty_web.py:
   event_listing      one event-listing page template; only its slots change (names and words
                      taken from the row's held-out text).
   sentence_splice    the sentences of two unrelated held-out passages (different files) interleaved.
-  shuffled_words     (quality_signal2.json only) each paragraph's words shuffled within it.
+  shuffled_words     (quality_signal2.json and 3) each paragraph's words shuffled within it.
+  keyboard_typos     (quality_signal3.json) letters mistyped as on a QWERTY keyboard: a neighbouring
+                     key, dropped, doubled or swapped with the next letter.
 
 A second judgement (`--frozen benchmarks/frozen/quality_signal2.json`) reads its rows from a set
 fetched by `benchmarks/fetch_fresh_docs.sh TARGET text1` (`--fresh TARGET`; its FILES.tsv digest must
@@ -487,6 +489,54 @@ def shuffle_words(text: str, rng: random.Random) -> str:
     return "\n\n".join(out)
 
 
+_QWERTY = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
+
+
+def _neighbours(c: str) -> str:
+    """The letters beside c on a QWERTY keyboard (same row, left and right; the keys above and below)."""
+    for r, row in enumerate(_QWERTY):
+        if c in row:
+            i = row.index(c)
+            near = row[max(0, i - 1) : i] + row[i + 1 : i + 2]
+            for other in (r - 1, r + 1):
+                if 0 <= other < len(_QWERTY):
+                    near += _QWERTY[other][max(0, i - 1) : i + 1]
+            return near
+    return ""
+
+
+def keyboard_typos(text: str, rng: random.Random, rate: float) -> str:
+    """Each ASCII letter, with probability rate, mistyped: a neighbouring key instead (case kept),
+    dropped, doubled, or swapped with the letter after it (one of the four at random)."""
+    out: list[str] = []
+    chars = list(text)
+    i = 0
+    while i < len(chars):
+        c = chars[i]
+        if c.isascii() and c.isalpha() and rng.random() < rate:
+            kind = rng.randrange(4)
+            near = _neighbours(c.lower())
+            if kind == 0 and near:
+                n = rng.choice(near)
+                out.append(n.upper() if c.isupper() else n)
+            elif kind == 1:
+                pass
+            elif kind == 2:
+                out.append(c + c)
+            elif i + 1 < len(chars) and chars[i + 1].isalpha():
+                out.append(chars[i + 1] + c)
+                i += 1
+            else:
+                out.append(c)
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+EXTRA_KINDS = ("shuffled_words", "keyboard_typos")  # kinds a judgement may list after the first five, dealt in this order
+
+
 def _rng(seed: int, *parts: object) -> random.Random:
     """A generator seeded by a string of the parts (Python hashes a str seed with sha512: stable)."""
     return random.Random(":".join(map(str, (seed, *parts))))
@@ -496,8 +546,9 @@ def row_junk(row: str, held: list[tuple[str, str]], ev: dict[str, Any]) -> list[
     """The junk documents of one row, made from its held-out passages dealt in the frozen order."""
     k, kinds, seed = ev["junk_per_row_per_kind"], ev["junk_kinds"], ev["seed"]
     need = 4 * k + kinds["markov_chain"]["train_passages"]
-    if len(held) < need + k * ("shuffled_words" in kinds):
-        raise ValueError(f"{row}: {len(held)} held-out passages, the recipe needs {need + k * ('shuffled_words' in kinds)}")
+    extras = [x for x in EXTRA_KINDS if x in kinds]
+    if len(held) < need + k * len(extras):
+        raise ValueError(f"{row}: {len(held)} held-out passages, the recipe needs {need + k * len(extras)}")
     ocr, sub, spl, train = held[:k], held[k:2 * k], held[2 * k:4 * k], held[4 * k:need]
     vocab = vocabulary([t for _, t in sub])
     train_tokens = [tok for _, t in train for tok in markov_tokens(t) + ["\n\n"]]
@@ -516,9 +567,12 @@ def row_junk(row: str, held: list[tuple[str, str]], ev: dict[str, Any]) -> list[
             "sentence_splice": (splice(spl[i][1], spl[(i + other) % (2 * k)][1], kinds["sentence_splice"]["max_chars"]),
                                 [spl[i][0], spl[(i + other) % (2 * k)][0]]),
         }
-        if "shuffled_words" in kinds:  # kinds a judgement lists after the five: their passages come after markov's
-            shuf = held[need + i]
-            made["shuffled_words"] = (shuffle_words(shuf[1], _rng(seed, row, "shuffle", i)), [shuf[0]])
+        for j, extra in enumerate(extras):  # kinds listed after the five: a block each, after markov's passages
+            src = held[need + j * k + i]
+            if extra == "shuffled_words":
+                made[extra] = (shuffle_words(src[1], _rng(seed, row, "shuffle", i)), [src[0]])
+            else:
+                made[extra] = (keyboard_typos(src[1], _rng(seed, row, "typos", i), kinds[extra]["rate"]), [src[0]])
         for kind, (text, src) in made.items():
             out.append({"id": f"{kind}/{row}/{i:03d}", "text": text, "kind": kind, "row": row, "from": src})
     return out

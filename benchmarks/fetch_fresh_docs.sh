@@ -8,7 +8,8 @@
 # its own TARGET_DIR) the sets of docs_kept_fresh2.json, docs_kept_fresh3.json and docs_kept_fresh4.json;
 # text1 the set of quality_signal2.json (GIMP's user manual in four languages and FocaLinux's
 # Portuguese guide as gzipped plain text, under TARGET_DIR/docs/ instead of web_html/); web1 the
-# documentation sites of template_pages.json (CMake's, Octave's and GnuCash's).
+# documentation sites of template_pages.json (CMake's, Octave's and GnuCash's); text2 the set of
+# quality_signal3.json (LilyPond's manuals in English, German, Spanish and French, under docs/).
 #
 # Registries only: six Debian bookworm packages at pinned versions, fetched with
 # `apt-get download` and unpacked with `dpkg-deb -x` (no maintainer script runs, nothing is
@@ -79,7 +80,13 @@ web1) PACKAGES=(
   "gnucash-docs=4.13-1|usr/share/doc/gnucash-docs/gnucash-guide-en|gnucash-docs/guide|*.html"
   "gnucash-docs=4.13-1|usr/share/doc/gnucash-docs/gnucash-help-en|gnucash-docs/help|*.html"
 ) ;;
-*) echo "fetch_fresh_docs: unknown set $SET (docs1 to docs4, text1, web1)" >&2; exit 1 ;;
+text2) TOP=docs PACKAGES=(
+  "lilypond-doc-html=2.24.1-2|usr/share/doc/lilypond/html|lilypond/en|*.html"
+)
+  for lang in de es fr; do
+    PACKAGES+=("lilypond-doc-html-$lang=2.24.1-2|usr/share/doc/lilypond/html|lilypond/$lang|*.$lang.html")
+  done ;;
+*) echo "fetch_fresh_docs: unknown set $SET (docs1 to docs4, text1, text2, web1)" >&2; exit 1 ;;
 esac
 
 if [[ -e "$OUT" && -n "$(ls -A "$OUT" 2>/dev/null)" && ! ( -f "$OUT/FILES.tsv" && -f "$OUT/PACKAGES.tsv" ) ]]; then
