@@ -296,6 +296,12 @@ class ModelQualityConfig(Strict):
     min_classifier_score: float | None = Field(
         None, ge=0.0, le=1.0, description="Remove documents below this score (None: score only)."
     )
+    max_nonword_frac: float | None = Field(
+        0.45,
+        ge=0.0,
+        le=1.0,
+        description="Remove a document of a judged language whose share of 4+-letter words the reference never saw, one edit from one of its 20,000 commonest words (OCR damage, typos), exceeds this; set above every clean design text (benchmarks/design_nonword_cut.py). None: score only.",
+    )
     keep_top_percent: float | None = Field(
         None,
         gt=0,

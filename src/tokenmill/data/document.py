@@ -73,6 +73,7 @@ MODEL_QUALITY_FIELDS: dict[str, pa.DataType] = {
     "classifier_score": pa.float64(),
     "tier": pa.string(),
     "word_order_z": pa.float64(),
+    "nonword_frac": pa.float64(),
     "perplexity_judged": pa.bool_(),
 }
 # Safety (data.steps.safety): toxicity score in [0, 1], how many listed terms matched, which pass

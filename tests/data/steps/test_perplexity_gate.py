@@ -183,3 +183,36 @@ def test_the_gate_works_on_text_every_python_ships(tmp_path):
     salad = _doc(_shuffled(paragraph), "en")
     rejection = step.process(salad)
     assert rejection is not None and rejection.rule == "perplexity", salad.model_quality
+
+
+def test_misspelt_text_is_removed_by_its_nonwords_and_the_text_kept(tmp_path):
+    """Rule nonword_frac, without the real corpora: a held-out Python topic is kept and measured;
+    the same topic with one letter changed in most of its words (our own corruption) is removed."""
+    import pydoc_data.topics as topics
+
+    keys = sorted(topics.topics)
+    (tmp_path / "reference").mkdir()
+    (tmp_path / "web").mkdir()
+    for i, key in enumerate(keys):
+        if i % 8:
+            (tmp_path / "reference" / f"{key}.txt").write_text(topics.topics[key], encoding="utf-8")
+    text = max((topics.topics[k] for i, k in enumerate(keys) if i % 8 == 0), key=len)
+    rng = random.Random(0)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    misspelt = " ".join(
+        w[:j] + rng.choice(letters) + w[j + 1 :] if len(w) >= 4 and w.isalpha() and rng.random() < 0.9 else w
+        for w in text.split(" ")
+        for j in [rng.randrange(max(1, len(w)))]
+    )
+    step = mq.ModelQuality(_cfg(tmp_path, min_held_out=10))
+    step.prepare(tmp_path / "work")
+    step.setup(tmp_path / "work")
+    good, bad = _doc(text, "en"), _doc(misspelt, "en")
+    assert step.process(good) is None and good.model_quality["nonword_frac"] < 0.1
+    rejection = step.process(bad)
+    assert rejection is not None and rejection.rule == "nonword_frac", bad.model_quality
+    assert rejection.value == mq.format_value(bad.model_quality["nonword_frac"]) and "one edit" in rejection.reason
+    off = mq.ModelQuality(_cfg(tmp_path, min_held_out=10, max_nonword_frac=None))
+    off.setup(tmp_path / "work")
+    kept = off.process(_doc(misspelt, "en"))
+    assert kept is None or kept.rule != "nonword_frac"  # None only scores

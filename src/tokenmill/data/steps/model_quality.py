@@ -47,6 +47,11 @@ manifest "calibration": per language, held-out passages, how many were tested an
 A document is judged in its langid language (identified here when langid did not run); in a
 language not judged it is scored and kept, with `perplexity_judged: false`.
 
+Rule "nonword_frac" (data.classifiers.nonwords), in the languages the gate judges: the share of a
+document's words of 4+ letters that the reference never saw but that are one edit from one of its
+20,000 commonest words (OCR damage, typos), removed above `max_nonword_frac` (0.45: above every
+clean design text, benchmarks/design_nonword_cut.py; never set on a corrupted text).
+
 With `model_quality.labelled` (a JSONL file of {"text": ..., "label": "good" | "bad"}, also
 true/false or 1/0), the classifier learns from those labels instead of reference vs random, as
 DCLM's fastText filter was trained on hand-picked positives and negatives; the file's bytes are
@@ -71,6 +76,7 @@ from tokenmill import json_limits
 from tokenmill.data.config import CurateConfig, SourceConfig
 from tokenmill.data.classifiers import linear_classifier as lc
 from tokenmill.data.classifiers import ngram_lm, word_order
+from tokenmill.data.classifiers.nonwords import NearWords
 from tokenmill.data import sources as source_step
 from tokenmill.data.document import Doc, Rejection, format_value
 from tokenmill.data.steps.extract import Extract
@@ -80,7 +86,7 @@ from tokenmill.data.steps.normalize import Normalize, normalize_text
 from tokenmill.errors import UserError
 from tokenmill.data.step import DocStep
 
-VERSION = f"3+lm-{ngram_lm.VERSION}+clf-{lc.VERSION}"
+VERSION = f"4+lm-{ngram_lm.VERSION}+clf-{lc.VERSION}"
 SUBDIR = "model_quality"
 LM_FILE, CLF_FILE, MANIFEST = "lm.npz", "classifier.npz", "manifest.json"
 TIERS = ("head", "middle", "tail")
@@ -200,6 +206,7 @@ class ModelQuality(DocStep):
         self.judged = np.zeros(0, bool)  # the LM's JUDGED_WORDS, by word id (word-order test)
         self.calibration: dict[str, Any] = {}  # the manifest's calibration of the auto perplexity gate
         self.judged_languages: set[str] = set()  # languages the auto gate judges
+        self.near: NearWords | None = None  # the reference's vocabulary for nonword_frac
         self.critical_z = word_order.critical_z(self.mq.order_significance)
         self._ident: Identifier | None = None
         # Reference and random text are cleaned by the same steps as the documents they judge.
@@ -457,6 +464,7 @@ class ModelQuality(DocStep):
         manifest = json_limits.load_file((out / MANIFEST))
         self.lm = ngram_lm.NgramLM.from_arrays(read_npz(out / LM_FILE))
         self.judged = word_order.judged_words(self.lm, JUDGED_WORDS)
+        self.near = NearWords(self.lm) if self.mq.max_nonword_frac is not None else None
         self.calibration = manifest["calibration"]
         self.judged_languages = {lang for lang, c in self.calibration["languages"].items() if c["judged"]}
         if self.mq.classifier:
@@ -503,6 +511,24 @@ class ModelQuality(DocStep):
             )
         return None
 
+    def _nonword_rule(self, doc: Doc, tokens: list[str]) -> Rejection | None:
+        """Rule "nonword_frac": in a language the gate judges (the reference knows its words),
+        too many words that are one edit from a common reference word but not words of it."""
+        mq = doc.model_quality
+        assert mq is not None
+        if self.near is None or self._language(doc) not in self.judged_languages:
+            return None
+        frac = mq["nonword_frac"] = self.near.frac(tokens)
+        limit = self.mq.max_nonword_frac
+        if frac is None or limit is None or frac <= limit:
+            return None
+        return Rejection(
+            self.name,
+            "nonword_frac",
+            format_value(frac),
+            f"nonword_frac {format_value(frac)} > {limit}: words the reference never saw, one edit from its common words",
+        )
+
     def process(self, doc: Doc) -> Rejection | None:
         assert self.lm is not None, "setup() loads the models before any document"
         tokens = ngram_lm.tokenize(doc.text or "")
@@ -514,9 +540,12 @@ class ModelQuality(DocStep):
             "classifier_score": score,
             "tier": tier_of(pp, self.cuts),
             "word_order_z": test.z if test is not None else None,
+            "nonword_frac": None,
             "perplexity_judged": None,
         }
         if (rejection := self._perplexity_gate(doc, pp, test)) is not None:
+            return rejection
+        if (rejection := self._nonword_rule(doc, tokens)) is not None:
             return rejection
         if score is not None and self.mq.min_classifier_score is not None and score < self.mq.min_classifier_score:
             return Rejection(
