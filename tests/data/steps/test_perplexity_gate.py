@@ -162,18 +162,24 @@ def test_an_old_config_with_a_number_still_cuts_the_perplexity(austen, tmp_path)
     assert rejected[0]["model_quality"]["perplexity_judged"] is True and rejected[0]["text"] != paragraph
 
 
-def test_the_gate_works_on_text_every_python_ships(tmp_path):
-    """Without the real corpora too (CI): Python's own reference topics as the reference, a topic
-    kept out of it as clean text; its shuffled words are removed, the topic is kept."""
+def _python_topics(root: Path) -> list[str]:
+    """Python's reference topics (every Python ships them): 7 in 8 written to root/reference, the
+    rest returned as held-out text; root/web is made for the config's source."""
     import pydoc_data.topics as topics
 
     keys = sorted(topics.topics)
-    (tmp_path / "reference").mkdir()
-    (tmp_path / "web").mkdir()
+    (root / "reference").mkdir()
+    (root / "web").mkdir()
     for i, key in enumerate(keys):
         if i % 8:
-            (tmp_path / "reference" / f"{key}.txt").write_text(topics.topics[key], encoding="utf-8")
-    held = [topics.topics[k] for i, k in enumerate(keys) if i % 8 == 0]
+            (root / "reference" / f"{key}.txt").write_text(topics.topics[key], encoding="utf-8")
+    return [topics.topics[k] for i, k in enumerate(keys) if i % 8 == 0]
+
+
+def test_the_gate_works_on_text_every_python_ships(tmp_path):
+    """Without the real corpora too (CI): Python's own reference topics as the reference, a topic
+    kept out of it as clean text; its shuffled words are removed, the topic is kept."""
+    held = _python_topics(tmp_path)
     paragraph = max((p for text in held for p in text.split("\n\n")), key=lambda p: p.count(". "))  # the most prose
     step = mq.ModelQuality(_cfg(tmp_path, min_held_out=10))
     step.prepare(tmp_path / "work")
@@ -188,15 +194,7 @@ def test_the_gate_works_on_text_every_python_ships(tmp_path):
 def test_misspelt_text_is_removed_by_its_nonwords_and_the_text_kept(tmp_path):
     """Rule nonword_frac, without the real corpora: a held-out Python topic is kept and measured;
     the same topic with one letter changed in most of its words (our own corruption) is removed."""
-    import pydoc_data.topics as topics
-
-    keys = sorted(topics.topics)
-    (tmp_path / "reference").mkdir()
-    (tmp_path / "web").mkdir()
-    for i, key in enumerate(keys):
-        if i % 8:
-            (tmp_path / "reference" / f"{key}.txt").write_text(topics.topics[key], encoding="utf-8")
-    text = max((topics.topics[k] for i, k in enumerate(keys) if i % 8 == 0), key=len)
+    text = max(_python_topics(tmp_path), key=len)
     rng = random.Random(0)
     letters = "abcdefghijklmnopqrstuvwxyz"
     misspelt = " ".join(
