@@ -1,5 +1,6 @@
-"""What the auto perplexity gate's word-order test costs per document, beside what model_quality
-already computes for every document (the n-gram perplexity) and the context ratio it replaced.
+"""What the auto perplexity gate's word-order test and the non-word rule cost per document, beside
+what model_quality already computes for every document (the n-gram perplexity) and the context
+ratio the test replaced.
 
 One LM (trigram, modified Kneser-Ney, as the step trains) on two Austen novels and the English
 Debian handbook; the documents are 400 passages of about 3,000 characters from Python's HTML
@@ -23,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from tokenmill.data.classifiers import ngram_lm  # noqa: E402
+from tokenmill.data.classifiers.nonwords import NearWords  # noqa: E402
 from tokenmill.data.classifiers.word_order import judged_words, order_test  # noqa: E402
 from tokenmill.data.steps import model_quality as mq  # noqa: E402
 from tokenmill.data.steps.extract import extract  # noqa: E402
@@ -56,10 +58,14 @@ def main() -> None:
     tokens = [ngram_lm.tokenize(d) for d in docs]
     tokenize_s = time.perf_counter() - t
     frequent, judged = lm.frequent_words(300), judged_words(lm, mq.JUDGED_WORDS)
+    t = time.perf_counter()
+    near = NearWords(lm)
+    near_index_s = time.perf_counter() - t
     scorers = {
         "perplexity": lambda tok: lm.perplexity(tok),
         "context_ratio (before)": lambda tok: lm.bigram_ratio(tok, frequent, 5),
         "word_order_test (now)": lambda tok: order_test(lm, tok, judged, mq.MIN_PAIRS),
+        "nonword_frac": lambda tok: near.frac(tok),
     }
     rounds: dict[str, list[float]] = {k: [] for k in scorers}
     for _ in range(ROUNDS):
@@ -78,6 +84,8 @@ def main() -> None:
         "us_per_doc_median": {k: round(v, 1) for k, v in per_doc.items()},
         "word_order_over_perplexity": round(per_doc["word_order_test (now)"] / per_doc["perplexity"], 3),
         "word_order_over_context_ratio": round(per_doc["word_order_test (now)"] / per_doc["context_ratio (before)"], 3),
+        "nonword_over_perplexity": round(per_doc["nonword_frac"] / per_doc["perplexity"], 3),
+        "nonword_index_seconds": round(near_index_s, 3),
         "round_seconds": {k: [round(x, 4) for x in v] for k, v in rounds.items()},
     }
     print(json.dumps({k: v for k, v in result.items() if k != "round_seconds"}, indent=1))
