@@ -1378,6 +1378,18 @@ def template_pages(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+def signal_values(r: dict[str, Any]) -> list[str]:
+    """signal_values.py on a scored run: the signal's smallest, median and largest value among the
+    documents it measured, for the clean ones and the kinds named below."""
+    kinds = _result(r)["kinds"]
+    names = {"clean": "clean", "ocr_damage": "OCR damage", "keyboard_typos": "keyboard typos", "word_substitution": "word substitution"}
+    lines = ["| documents measured by the rule | smallest | median | largest |", "|---|---|---|---|"]
+    for key, name in names.items():
+        v = kinds[key]
+        lines.append(f"| {name} ({v['measured']}) | {v['q0.0']:.3f} | {v['q0.5']:.3f} | {v['q1.0']:.3f} |")
+    return lines
+
+
 def docs_kept_peer(scored: dict[str, Any], peer: dict[str, Any]) -> list[str]:
     """Pages kept per documentation collection: tokenmill's defaults (no reference) beside
     datatrove's FineWeb recipe with Trafilatura on the same HTML pages (bench_peer_datatrove.py)."""

@@ -110,6 +110,7 @@ SECTIONS = (
     _table("quality_signal_scored", ("quality_signal.json", "quality_signal_baseline.json", "peer_datatrove_quality_signal.json"),
            entry_tables.quality_signal_scored),
     _table("docs_kept_peer", ("docs_kept.json", "peer_datatrove_docs_kept.json"), entry_tables.docs_kept_peer),
+    _table("quality_signal3_nonword_values", ("quality_signal3_nonword_values.json",), entry_tables.signal_values),
     _table("template_pages_baseline", ("template_pages_baseline.json",), entry_tables.template_pages),
     _table("quality_signal2_scored", ("quality_signal2.json", "quality_signal2_baseline.json", "peer_datatrove_quality_signal2.json"),
            entry_tables.quality_signal2_scored),

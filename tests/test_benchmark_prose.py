@@ -701,6 +701,27 @@ def word_salad_docs(d: dict) -> dict:
     return out
 
 
+def nonword_round(d: dict) -> dict:
+    """The third quality-signal judgement: the non-word rule, scored once, changed nothing."""
+    after, before = res(d), res(load("quality_signal3_baseline.json"))
+    design = res(load("design_nonword_cut.json"))
+    values = res(load("quality_signal3_nonword_values.json"))["kinds"]
+    junk_min = min(v["q0.0"] for k, v in values.items() if k in ("ocr_damage", "keyboard_typos"))
+    junk_max = max(v["q1.0"] for k, v in values.items() if k != "clean")
+    same = all(after["variants"][v]["groups"] == before["variants"][v]["groups"] for v in after["variants"])
+    removed = sum(x["docs"] for g in after["variants"]["b_reference"]["groups"].values() for x in g["removed_by"]
+                  if x["rule"] == "model_quality/nonword_frac")
+    assert same and removed == 0 and junk_max < 0.45 < 1 and design["all"]["max"] < 0.45
+    assert values["clean"]["q1.0"] < junk_min  # the signal separates on this set
+    return {"c0": before_commit(), "c1": load("quality_signal3.json")["commit"][:7],
+            "h0": sum(c["holds"] for c in before["verdict"]["checks"]), "h1": sum(c["holds"] for c in after["verdict"]["checks"]),
+            "n": len(after["verdict"]["checks"]), "docs": design["documents"], "med": design["all"]["q0.5"], "max": design["all"]["max"]}
+
+
+def before_commit() -> str:
+    return load("quality_signal3_baseline.json")["commit"][:7]
+
+
 def word_order_cost(d: dict) -> dict:
     r = res(d)
     return {"us": r["us_per_doc_median"]["word_order_test (now)"], "pp": r["word_order_over_perplexity"],
@@ -1242,6 +1263,17 @@ CLAIMS = (
     Claim("templates: the frozen table's row", "template_pages_baseline.json",
           "not scored: no change designed; the baseline holds {h} of {n} checks",
           lambda d: {"h": res(d)["verdict"]["holds"], "n": res(d)["verdict"]["of"]}, doc="docs/decisions.md"),
+    Claim("nonwords: freeze", "quality_signal3.json", "`benchmarks/frozen/quality_signal3.json` was committed at {c0}, before", nonword_round),
+    Claim("nonwords: scored", "quality_signal3.json", "The change was scored at {c1} (`quality_signal3.json`, clean tree, quiet machine)",
+          lambda d: {**nonword_round(d)} if not d["dirty"] and d["load"]["others_cpu_share"]["mean"] < 0.01 else {}),
+    Claim("nonwords: null", "quality_signal3.json", "**The result: nothing changed, {h0} → {h1} of {n} checks.**", nonword_round),
+    Claim("nonwords: design", "design_nonword_cut.json",
+          "sits above the largest of {docs:,} clean design texts (`design_nonword_cut.json`: median {med:.3f}, largest {max:.3f}, the 1909 Spanish Bible",
+          lambda d: nonword_round(load("quality_signal3.json"))),
+    Claim("nonwords: cost", "word_order_cost.json", "The rule costs {us:.0f} µs per document, {r:.2f}× the perplexity",
+          lambda d: {"us": res(d)["us_per_doc_median"]["nonword_frac"], "r": res(d)["nonword_over_perplexity"]}),
+    Claim("nonwords: the frozen table's row", "quality_signal3.json",
+          "`quality_signal3.json`: a null result ({h0} → {h1} of {n} checks); the non-word rule removed nothing", nonword_round, doc="docs/decisions.md"),
     Claim("word salad: cost", "word_order_cost.json",
           "median of {rounds} interleaved rounds over {docs} passages of {tokens} tokens): the test costs {us:.0f} µs per document. That is {pp:.2f}× the perplexity the step already computes, and {cr:.2f}× the context ratio",
           word_order_cost),
