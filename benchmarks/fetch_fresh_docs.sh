@@ -9,7 +9,8 @@
 # text1 the set of quality_signal2.json (GIMP's user manual in four languages and FocaLinux's
 # Portuguese guide as gzipped plain text, under TARGET_DIR/docs/ instead of web_html/); web1 the
 # documentation sites of template_pages.json (CMake's, Octave's and GnuCash's); text2 the set of
-# quality_signal3.json (LilyPond's manuals in English, German, Spanish and French, under docs/).
+# quality_signal3.json (LilyPond's manuals in English, German, Spanish and French, under docs/); text3
+# the set of quality_signal4.json (LibreOffice's help in the same four languages, under docs/).
 #
 # Registries only: six Debian bookworm packages at pinned versions, fetched with
 # `apt-get download` and unpacked with `dpkg-deb -x` (no maintainer script runs, nothing is
@@ -86,7 +87,13 @@ text2) TOP=docs PACKAGES=(
   for lang in de es fr; do
     PACKAGES+=("lilypond-doc-html-$lang=2.24.1-2|usr/share/doc/lilypond/html|lilypond/$lang|*.$lang.html")
   done ;;
-*) echo "fetch_fresh_docs: unknown set $SET (docs1 to docs4, text1, text2, web1)" >&2; exit 1 ;;
+text3) TOP=docs PACKAGES=(
+  "libreoffice-help-en-us=4:7.4.7-1+deb12u14|usr/share/libreoffice/help/en-US|libreoffice-help/en|*.html"
+)
+  for lang in de es fr; do
+    PACKAGES+=("libreoffice-help-$lang=4:7.4.7-1+deb12u14|usr/share/libreoffice/help/$lang|libreoffice-help/$lang|*.html")
+  done ;;
+*) echo "fetch_fresh_docs: unknown set $SET (docs1 to docs4, text1 to text3, web1)" >&2; exit 1 ;;
 esac
 
 if [[ -e "$OUT" && -n "$(ls -A "$OUT" 2>/dev/null)" && ! ( -f "$OUT/FILES.tsv" && -f "$OUT/PACKAGES.tsv" ) ]]; then
