@@ -5,8 +5,8 @@ text (benchmarks/frozen/quality_signal3.json forbids reading one while designing
 one the step trains on quality_signal3.json's reference (design collections: the Python docs, the
 Debian handbook in five languages, Austen, Spurgeon). The clean text is design text the reference
 does not hold: the clean documents of the two spent quality-signal judgements (Shakespeare, two
-Bibles, man pages in four languages, GIMP's manual in four; FocaLinux left out, its accents lost
-to a wrong decoding), and up to PER_COLLECTION pages (ascending sha256 of their path) of each
+Bibles, man pages in four languages, GIMP's manual in four, LilyPond's documentation in four;
+FocaLinux left out, its accents lost to a wrong decoding), and up to PER_COLLECTION pages (ascending sha256 of their path) of each
 design HTML collection below, through tokenmill's extractor. Only documents in a language the gate
 judges are measured, as in the step.
 
@@ -30,7 +30,7 @@ import bench_quality_signal as qs  # noqa: E402
 
 from tokenmill.config import CurateConfig  # noqa: E402
 from tokenmill.data.classifiers import ngram_lm  # noqa: E402
-from tokenmill.data.classifiers.nonwords import NearWords  # noqa: E402
+from tokenmill.data.classifiers.nonwords import COMMON_WORDS, NearWords  # noqa: E402
 from tokenmill.data.steps import model_quality as mq  # noqa: E402
 from tokenmill.data.steps.extract import extract  # noqa: E402
 from tokenmill.data.steps.langid import Identifier  # noqa: E402
@@ -74,7 +74,8 @@ def train_lm(corpora: Path, work: Path) -> tuple[ngram_lm.NgramLM, set[str]]:
 def clean_texts(corpora: Path, fresh_root: Path) -> dict[str, list[str]]:
     """Collection -> its clean design texts."""
     out: dict[str, list[str]] = defaultdict(list)
-    sets = (("quality_signal.json", None), ("quality_signal2.json", fresh_root / "fresh_text_1"))
+    sets = (("quality_signal.json", None), ("quality_signal2.json", fresh_root / "fresh_text_1"),
+            ("quality_signal3.json", fresh_root / "fresh_text_2"))
     for name, fresh in sets:
         frozen = json.loads((FROZEN / name).read_text())
         for d in qs.build_set(corpora, frozen["evaluation"], fresh):
@@ -97,9 +98,10 @@ def main() -> None:
     ap.add_argument("--fresh-root", type=Path, required=True, help="the folder holding fresh_corpora*, fresh_text_1")
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--common", type=int, default=COMMON_WORDS, help="near one of the LM's this many commonest words")
     args = ap.parse_args()
     lm, judged = train_lm(args.corpora.resolve(), args.work.resolve())
-    near, ident = NearWords(lm), Identifier()
+    near, ident = NearWords(lm, args.common), Identifier()
     per: dict[str, list[float]] = {}
     worst: list[tuple[float, str, str]] = []
     for coll, texts in clean_texts(args.corpora.resolve(), args.fresh_root.resolve()).items():
@@ -116,7 +118,7 @@ def main() -> None:
     def q(vs: list[float]) -> dict[str, float]:
         return {f"q{p}": round(vs[min(len(vs) - 1, int(p * len(vs)))], 4) for p in QUANTILES} | {"max": round(vs[-1], 4)}
 
-    result = {"judged_languages": sorted(judged), "documents": len(every), "all": q(every),
+    result = {"common_words": args.common, "judged_languages": sorted(judged), "documents": len(every), "all": q(every),
               "collections": {c: {"documents": len(v), **q(v)} for c, v in per.items() if v},
               "largest": [{"value": round(v, 4), "collection": c, "start": s} for v, c, s in sorted(worst, reverse=True)[:10]]}
     print(json.dumps(result, indent=1, ensure_ascii=False))

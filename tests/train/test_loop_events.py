@@ -15,8 +15,8 @@ They were replaced by hand once more, and nothing else, when the curate config g
 contents list), again when it gained `quality.max_dup_text_line_char_frac` (issue 55), and again
 when the model_quality config traded `perplexity_quantile` for `order_significance` and
 `min_held_out_pass` (issue 55: the auto perplexity cut became a word-order test), and again when it
-gained `max_nonword_frac` (issue 55): the config is part of the curate fingerprint, so the train
-fingerprint follows.
+gained `max_nonword_frac` (issue 55), and when that default moved (0.45 to 0.13): the config is
+part of the curate fingerprint, so the train fingerprint follows.
 Kinds, steps, decisions, checkpoints, LRs and every other count or schedule value are compared
 exactly; values out of the model's arithmetic within a tolerance derived from their conditioning
 (model_rel; the noise scale's differences of squared norms relative to their terms, noise_bounds),

@@ -297,10 +297,10 @@ class ModelQualityConfig(Strict):
         None, ge=0.0, le=1.0, description="Remove documents below this score (None: score only)."
     )
     max_nonword_frac: float | None = Field(
-        0.45,
+        0.13,
         ge=0.0,
         le=1.0,
-        description="Remove a document of a judged language whose share of 4+-letter words the reference never saw, one edit from one of its 20,000 commonest words (OCR damage, typos), exceeds this; set above every clean design text (benchmarks/design_nonword_cut.py). None: score only.",
+        description="Remove a document of a judged language whose share of 4+-letter words the reference never saw, one edit from one of its 1,000 commonest words (OCR damage, typos), exceeds this; the 99.9th percentile of clean design text, rounded up (benchmarks/design_nonword_cut.py). None: score only.",
     )
     keep_top_percent: float | None = Field(
         None,

@@ -49,8 +49,8 @@ language not judged it is scored and kept, with `perplexity_judged: false`.
 
 Rule "nonword_frac" (data.classifiers.nonwords), in the languages the gate judges: the share of a
 document's words of 4+ letters that the reference never saw but that are one edit from one of its
-20,000 commonest words (OCR damage, typos), removed above `max_nonword_frac` (0.45: above every
-clean design text, benchmarks/design_nonword_cut.py; never set on a corrupted text).
+1,000 commonest words (OCR damage, typos), removed above `max_nonword_frac` (0.13: the 99.9th
+percentile of clean design text, benchmarks/design_nonword_cut.py; never set on a corrupted text).
 
 With `model_quality.labelled` (a JSONL file of {"text": ..., "label": "good" | "bad"}, also
 true/false or 1/0), the classifier learns from those labels instead of reference vs random, as
@@ -86,7 +86,7 @@ from tokenmill.data.steps.normalize import Normalize, normalize_text
 from tokenmill.errors import UserError
 from tokenmill.data.step import DocStep
 
-VERSION = f"4+lm-{ngram_lm.VERSION}+clf-{lc.VERSION}"
+VERSION = f"5+lm-{ngram_lm.VERSION}+clf-{lc.VERSION}"
 SUBDIR = "model_quality"
 LM_FILE, CLF_FILE, MANIFEST = "lm.npz", "classifier.npz", "manifest.json"
 TIERS = ("head", "middle", "tail")
