@@ -1345,23 +1345,33 @@ def quality_signal_scored(scored: dict[str, Any], baseline: dict[str, Any], peer
     return [*lines, _checks_held(res, base, dt)]
 
 
-def quality_signal2_scored(scored: dict[str, Any], baseline: dict[str, Any], peer: dict[str, Any]) -> list[str]:
-    """The second quality-signal judgement scored once: with a reference (the variant the change
-    touches) before and after, the perplexity gate's own removals, without a reference (the same
-    before and after), and datatrove's FineWeb recipe; then the frozen checks that hold."""
+def _scored_with_rule(scored: dict[str, Any], baseline: dict[str, Any], peer: dict[str, Any], rule: str, label: str) -> list[str]:
+    """A quality-signal judgement scored once: with a reference (the variant the change touches)
+    before and after, the changed rule's own removals, without a reference (the same before and
+    after), and datatrove's FineWeb recipe; then the frozen checks that hold."""
     res, base, dt = _result(scored), _result(baseline), _result(peer)
     b, b0 = res["variants"]["b_reference"]["groups"], base["variants"]["b_reference"]["groups"]
     a = res["variants"]["a_no_reference"]["groups"]
 
-    def gate(g: dict[str, Any]) -> int:
-        return sum(x["docs"] for x in g["removed_by"] if x["rule"] == "model_quality/perplexity")
+    def removed(g: dict[str, Any]) -> int:
+        return sum(x["docs"] for x in g["removed_by"] if x["rule"] == rule)
 
-    lines = ["| text | target | with reference: before | after | removed by the gate, before → after | no reference (before = after) | datatrove's FineWeb recipe |",
+    lines = [f"| text | target | with reference: before | after | removed by {label}, before → after | no reference (before = after) | datatrove's FineWeb recipe |",
              "|---|---|---|---|---|---|---|"]
     for name, g, target in _signal_rows(b):
-        lines.append(f"| {name} ({g['docs']}) | {target} | {_kept_cell(b0[name])} | {_kept_cell(g)} | {gate(b0[name])} → {gate(g)} "
+        lines.append(f"| {name} ({g['docs']}) | {target} | {_kept_cell(b0[name])} | {_kept_cell(g)} | {removed(b0[name])} → {removed(g)} "
                      f"| {a[name]['keep_rate']:.3f} | {_kept_cell(dt['groups'][name])} |")
     return [*lines, _checks_held(res, base, dt)]
+
+
+def quality_signal2_scored(scored: dict[str, Any], baseline: dict[str, Any], peer: dict[str, Any]) -> list[str]:
+    """The second quality-signal judgement: the word-order gate (rule model_quality/perplexity)."""
+    return _scored_with_rule(scored, baseline, peer, "model_quality/perplexity", "the gate")
+
+
+def quality_signal4_scored(scored: dict[str, Any], baseline: dict[str, Any], peer: dict[str, Any]) -> list[str]:
+    """The fourth quality-signal judgement: the non-word rule (model_quality/nonword_frac)."""
+    return _scored_with_rule(scored, baseline, peer, "model_quality/nonword_frac", "the non-word rule")
 
 
 def template_pages(r: dict[str, Any]) -> list[str]:

@@ -722,6 +722,28 @@ def before_commit() -> str:
     return load("quality_signal3_baseline.json")["commit"][:7]
 
 
+def nonword_round4(d: dict) -> dict:
+    """The fourth quality-signal judgement: the non-word rule on the 1,000 commonest words."""
+    after, before = res(d), res(load("quality_signal4_baseline.json"))
+    b1, b0 = after["variants"]["b_reference"]["groups"], before["variants"]["b_reference"]["groups"]
+    design = res(load("design_nonword_cut_1k.json"))
+    values = res(load("quality_signal4_nonword_values.json"))["kinds"]
+
+    def rule(g: dict) -> int:
+        return sum(x["docs"] for x in g["removed_by"] if x["rule"] == "model_quality/nonword_frac")
+
+    clean_removed = {row: rule(g) for row, g in b1.items() if row.startswith("clean/")}
+    assert after["variants"]["a_no_reference"]["groups"] == before["variants"]["a_no_reference"]["groups"]
+    assert sum(clean_removed.values()) == clean_removed["clean/libreoffice-help-es"] == 1
+    return {"c0": load("quality_signal4_baseline.json")["commit"][:7], "c1": load("quality_signal4.json")["commit"][:7],
+            "o0": b0["ocr_damage"]["keep_rate"], "o1": b1["ocr_damage"]["keep_rate"],
+            "t0": b0["keyboard_typos"]["keep_rate"], "t1": b1["keyboard_typos"]["keep_rate"],
+            "on": rule(b1["ocr_damage"]), "tn": rule(b1["keyboard_typos"]),
+            "docs": design["documents"], "med": design["all"]["q0.5"], "q999": design["all"]["q0.999"], "max": design["all"]["max"],
+            "under": max(values["ocr_damage"]["q0.5"], values["keyboard_typos"]["q0.5"]) < 0.11,
+            "load": load("quality_signal4_baseline.json")["load"]["others_cpu_share"]["mean"]}
+
+
 def word_order_cost(d: dict) -> dict:
     r = res(d)
     return {"us": r["us_per_doc_median"]["word_order_test (now)"], "pp": r["word_order_over_perplexity"],
@@ -1274,6 +1296,26 @@ CLAIMS = (
           lambda d: {"us": res(d)["us_per_doc_median"]["nonword_frac"], "r": res(d)["nonword_over_perplexity"]}),
     Claim("nonwords: the frozen table's row", "quality_signal3.json",
           "`quality_signal3.json`: a null result ({h0} → {h1} of {n} checks); the non-word rule removed nothing", nonword_round, doc="docs/decisions.md"),
+    Claim("nonwords 1k: freeze and score", "quality_signal4.json",
+          "committed at {c0}, before the change. The rule and the seven junk kinds are those of quality_signal3", nonword_round4),
+    Claim("nonwords 1k: scored", "quality_signal4.json", "The change was scored at {c1} (`quality_signal4.json`, clean tree, quiet machine)",
+          lambda d: nonword_round4(d) if not d["dirty"] and d["load"]["others_cpu_share"]["mean"] < 0.01 else {}),
+    Claim("nonwords 1k: baseline load", "quality_signal4_baseline.json", "so another process used about half the cores",
+          lambda d: {} if 0.4 < d["load"]["others_cpu_share"]["mean"] < 0.6 else {"x": 1}),
+    Claim("nonwords 1k: design", "design_nonword_cut_1k.json",
+          "percentile of {docs:,} clean design texts (`design_nonword_cut_1k.json`: median {med:.3f}, 99.9th percentile {q999:.4f}, largest {max:.3f}",
+          lambda d: nonword_round4(load("quality_signal4.json"))),
+    Claim("nonwords 1k: kept", "quality_signal4.json",
+          "With a reference, OCR damage is kept {o0:.3f} → {o1:.3f} and keyboard typos {t0:.3f} → {t1:.3f}. The rule removes {on} and {tn} of them.",
+          nonword_round4),
+    Claim("nonwords 1k: one clean page", "quality_signal4.json", "It removes one clean page, a Spanish help page.", nonword_round4),
+    Claim("nonwords 1k: medians", "quality_signal4_nonword_values.json", "Their median is under 0.11",
+          lambda d: {} if nonword_round4(load("quality_signal4.json"))["under"] else {"x": 1}),
+    Claim("nonwords 1k: the frozen table's row", "quality_signal4.json",
+          "`quality_signal4.json`: missed ({h0} → {h1} of {n} checks); with a reference OCR damage kept {o0:.3f} → {o1:.3f}, keyboard typos {t0:.3f} → {t1:.3f}",
+          lambda d: {**nonword_round4(d), "h0": sum(c["holds"] for c in res(load("quality_signal4_baseline.json"))["verdict"]["checks"]),
+                     "h1": sum(c["holds"] for c in res(d)["verdict"]["checks"]), "n": len(res(d)["verdict"]["checks"])},
+          doc="docs/decisions.md"),
     Claim("word salad: cost", "word_order_cost.json",
           "median of {rounds} interleaved rounds over {docs} passages of {tokens} tokens): the test costs {us:.0f} µs per document. That is {pp:.2f}× the perplexity the step already computes, and {cr:.2f}× the context ratio",
           word_order_cost),
