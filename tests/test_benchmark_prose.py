@@ -744,6 +744,26 @@ def nonword_round4(d: dict) -> dict:
             "load": load("quality_signal4_baseline.json")["load"]["others_cpu_share"]["mean"]}
 
 
+def nonword_docs(d: dict) -> dict:
+    """The four spent documentation sets with a reference: before the non-word rule (the word-order
+    runs) and with it."""
+    out: dict = {"b0": 0, "b1": 0, "n": 0, "lost": {}}
+    for i in ("", "2", "3", "4"):
+        after, before = load(f"docs_kept_fresh{i}_nonwords.json"), load(f"docs_kept_fresh{i}_word_order.json")
+        assert not after["dirty"] and after["commit"].startswith("f79e13b")
+        a, b = res(after)["variants"], res(before)["variants"]
+        for row, r in a["b_reference"].items():
+            out["b1"] += r["kept"]
+            out["b0"] += b["b_reference"][row]["kept"]
+            out["n"] += r["read"]
+            if r["kept"] != b["b_reference"][row]["kept"]:
+                out["lost"][row] = b["b_reference"][row]["kept"] - r["kept"]
+            assert a["a_no_reference"][row]["kept"] == b["a_no_reference"][row]["kept"]
+    lost = out.pop("lost")
+    assert lost == {"postgresql-doc-15/en": 1, "rust-reference/en": 1, "rust-std/en": 2, "pandas-reference/en": 1, "libstdc++-api/en": 3}
+    return out
+
+
 def word_order_cost(d: dict) -> dict:
     r = res(d)
     return {"us": r["us_per_doc_median"]["word_order_test (now)"], "pp": r["word_order_over_perplexity"],
@@ -1316,6 +1336,8 @@ CLAIMS = (
           lambda d: {**nonword_round4(d), "h0": sum(c["holds"] for c in res(load("quality_signal4_baseline.json"))["verdict"]["checks"]),
                      "h1": sum(c["holds"] for c in res(d)["verdict"]["checks"]), "n": len(res(d)["verdict"]["checks"])},
           doc="docs/decisions.md"),
+    Claim("nonwords 1k: documentation cost", "docs_kept_fresh_nonwords.json", "the only code between them is this rule): {b0:,} → {b1:,} of {n:,} pages kept.",
+          nonword_docs),
     Claim("word salad: cost", "word_order_cost.json",
           "median of {rounds} interleaved rounds over {docs} passages of {tokens} tokens): the test costs {us:.0f} µs per document. That is {pp:.2f}× the perplexity the step already computes, and {cr:.2f}× the context ratio",
           word_order_cost),
