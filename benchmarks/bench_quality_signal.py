@@ -493,7 +493,9 @@ _QWERTY = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
 
 
 def _neighbours(c: str) -> str:
-    """The letters beside c on a QWERTY keyboard (same row, left and right; the keys above and below)."""
+    """The letters beside c on a QWERTY keyboard: left and right on its row, and on the rows above and
+    below the keys at the same index and one to the left (the rows are taken as not staggered, so
+    for "g" that is f, h, r, t, v, b; as quality_signal3.json and quality_signal4.json were built)."""
     for r, row in enumerate(_QWERTY):
         if c in row:
             i = row.index(c)

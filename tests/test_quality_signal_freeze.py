@@ -105,3 +105,60 @@ def test_frozen_rule_and_collections():
     groups = {"clean/r": {"keep_rate": 0.98}, "k": {"keep_rate": 0.11}}
     checks = bqs.verdict(FROZEN["decision_rule"], ["r"], ["k"], {"a": groups})["checks"]
     assert [c["holds"] for c in checks] == [True, False]
+
+
+def test_shuffle_words_keeps_every_word_and_each_line_its_length():
+    out = bqs.shuffle_words(TEXT, random.Random(5))
+    assert out != TEXT and out == bqs.shuffle_words(TEXT, random.Random(5))
+    for before, after in zip(TEXT.split("\n\n"), out.split("\n\n"), strict=True):
+        assert sorted(before.split()) == sorted(after.split())  # words stay in their paragraph
+        assert [len(line.split()) for line in before.split("\n")] == [len(line.split()) for line in after.split("\n")]
+
+
+def test_keyboard_typos_hit_about_the_rate_and_only_ascii_letters():
+    long = TEXT * 40
+    out = bqs.keyboard_typos(long, random.Random(7), 0.1)
+    assert out == bqs.keyboard_typos(long, random.Random(7), 0.1)
+    words = [(a, b) for a, b in zip(long.split(), out.split()) if a.isalpha()]
+    if len(long.split()) == len(out.split()):  # a typo never adds or removes a space
+        changed = sum(a != b for a, b in words) / len(words)
+        assert 0.2 < changed < 0.5  # about 1 - 0.9 ** 4.5 for words of 4-5 letters
+    assert bqs.keyboard_typos("ÉÉÉ 123 ---", random.Random(1), 1.0) == "ÉÉÉ 123 ---"
+    assert set(bqs._neighbours("g")) == set("fhrtvb")  # the scorer's rows are not staggered (see its docstring)
+
+
+def test_render_html_drops_navigation_scripts_and_head():
+    page = ("<html><head><title>T</title><style>p{}</style></head><body>"
+            "<div class='navheader'>Prev Up Next</div><h1>Title</h1><p>One  paragraph\n here.</p>"
+            "<script>var x;</script><pre>a\n  b</pre><p>Two</p><div class='navfooter'>Home</div></body></html>")
+    assert bqs.render_html(page) == "Title\n\nOne paragraph here.\n\na\nb\n\nTwo"
+
+
+def test_read_text_gunzips_and_decodes_as_a_row_says(tmp_path):
+    import gzip
+
+    path = tmp_path / "guide.txt.gz"
+    path.write_bytes(gzip.compress("Memória Auxiliar".encode("latin-1")))
+    assert bqs.read_text(path, "text", "latin-1") == "Memória Auxiliar"
+    assert "\ufffd" in bqs.read_text(path, "text")  # the default, UTF-8: what quality_signal2's FocaLinux row got
+
+
+def test_extra_kinds_take_their_own_held_out_blocks():
+    frozen3 = json.loads((bqs.FROZEN.parent / "quality_signal3.json").read_text())
+    ev = frozen3["evaluation"]
+    k = ev["junk_per_row_per_kind"]
+    need = 4 * k + ev["junk_kinds"]["markov_chain"]["train_passages"] + 2 * k
+    names = " The carts went to Dunmore with Hartley and Quince from Ashford."
+    held = [(f"f{i}#0", TEXT.replace("miller", f"miller{i}") + names) for i in range(need)]
+    docs = bqs.row_junk("r", held, ev)
+    by_kind = {d["kind"]: [x for x in docs if x["kind"] == d["kind"]] for d in docs}
+    assert len(by_kind) == 7 and all(len(v) == k for v in by_kind.values())
+    base = 4 * k + ev["junk_kinds"]["markov_chain"]["train_passages"]
+    assert [d["from"] for d in by_kind["shuffled_words"]] == [[f"f{base + i}#0"] for i in range(k)]
+    assert [d["from"] for d in by_kind["keyboard_typos"]] == [[f"f{base + k + i}#0"] for i in range(k)]
+    try:
+        bqs.row_junk("r", held[:-1], ev)
+    except ValueError as e:
+        assert "the recipe needs" in str(e)
+    else:
+        raise AssertionError("a row one passage short must be refused")
