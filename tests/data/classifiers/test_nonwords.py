@@ -58,3 +58,12 @@ def test_short_text_is_not_measured(topics):
     near, held = topics
     words = [w for w in ngram_lm.tokenize(held[0]) if len(w) >= 4 and w.isalpha()]
     assert near.frac(words[: MIN_WORDS - 1]) is None and near.frac(words[:MIN_WORDS]) is not None
+
+
+def test_a_hostile_endless_word_costs_one_length_check(topics):
+    """A million-letter "word" is never expanded into its deletions (which would be a terabyte)."""
+    near, _ = topics
+    giant = "function" * 125_000
+    assert not near.near_miss(giant)
+    assert near.frac(["functoin"] * 100 + [giant]) == 100 / 101  # counted as a word, never as a near-miss
+    assert near.max_len == max(map(len, near.common)) + 1

@@ -87,3 +87,9 @@ def test_null_sources_stay_near_and_never_pick_the_pair_itself():
     assert j.shape == (wo.DRAWS, 500)
     assert (np.abs(j - i) >= 1).all() and (np.abs(j - i) <= wo.WINDOW).all()
     assert ((j >= 0) & (j < 500)).all()
+
+
+def test_one_pair_is_no_test(topics):
+    lm, _ = topics
+    judged = wo.judged_words(lm, 1000)
+    assert wo.order_test(lm, ngram_lm.tokenize("the object"), judged, 1) is None

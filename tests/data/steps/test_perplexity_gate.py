@@ -212,5 +212,7 @@ def test_misspelt_text_is_removed_by_its_nonwords_and_the_text_kept(tmp_path):
     assert rejection.value == mq.format_value(bad.model_quality["nonword_frac"]) and "one edit" in rejection.reason
     off = mq.ModelQuality(_cfg(tmp_path, min_held_out=10, max_nonword_frac=None))
     off.setup(tmp_path / "work")
-    kept = off.process(_doc(misspelt, "en"))
-    assert kept is None or kept.rule != "nonword_frac"  # None only scores
+    scored = _doc(misspelt, "en")
+    kept = off.process(scored)
+    assert kept is None or kept.rule != "nonword_frac"  # None only scores...
+    assert scored.model_quality["nonword_frac"] == bad.model_quality["nonword_frac"]  # ...and still measures

@@ -53,10 +53,14 @@ class NearWords:
         words = [lm.vocab[i] for i in by_probability if i not in special and lm.vocab[i].isalpha()]
         self.common = frozenset(w for w in words[:common] if len(w) >= MIN_LETTERS - 1)
         self.deleted = frozenset(d for w in self.common for d in _deletions(w))
+        # A word longer than this cannot match (each side loses at most one letter): it is never
+        # expanded, so a hostile "word" of a million letters costs one length check, not a
+        # million deletions of a million letters each.
+        self.max_len = max(map(len, self.common), default=0) + 1
 
     def near_miss(self, word: str) -> bool:
         """Not a known word, and one edit from a common one (see the module docstring)."""
-        if word in self.known:
+        if word in self.known or len(word) > self.max_len:
             return False
         if word in self.deleted:  # a common word with one letter dropped
             return True

@@ -76,7 +76,7 @@ def order_test(lm: NgramLM, tokens: list[str], judged: np.ndarray, min_pairs: in
         return None
     at = np.flatnonzero(judged[seq[1:]] & judged[seq[:-1]]) + 1
     n = int(at.size)
-    if n < min_pairs:
+    if n < max(min_pairs, 2):  # one pair has no spread to test against
         return None
     prev, nxt = seq[at - 1], seq[at]
     rng = np.random.default_rng([n, int(seq.sum())])

@@ -86,7 +86,7 @@ from tokenmill.data.steps.normalize import Normalize, normalize_text
 from tokenmill.errors import UserError
 from tokenmill.data.step import DocStep
 
-VERSION = f"5+lm-{ngram_lm.VERSION}+clf-{lc.VERSION}"
+VERSION = f"6+lm-{ngram_lm.VERSION}+clf-{lc.VERSION}"
 SUBDIR = "model_quality"
 LM_FILE, CLF_FILE, MANIFEST = "lm.npz", "classifier.npz", "manifest.json"
 TIERS = ("head", "middle", "tail")
@@ -464,7 +464,7 @@ class ModelQuality(DocStep):
         manifest = json_limits.load_file((out / MANIFEST))
         self.lm = ngram_lm.NgramLM.from_arrays(read_npz(out / LM_FILE))
         self.judged = word_order.judged_words(self.lm, JUDGED_WORDS)
-        self.near = NearWords(self.lm) if self.mq.max_nonword_frac is not None else None
+        self.near = NearWords(self.lm)  # built even when max_nonword_frac is None: None still scores
         self.calibration = manifest["calibration"]
         self.judged_languages = {lang for lang, c in self.calibration["languages"].items() if c["judged"]}
         if self.mq.classifier:
@@ -483,7 +483,7 @@ class ModelQuality(DocStep):
             self._ident = Identifier()
         return self._ident.identify(doc.text or "")[0]
 
-    def _perplexity_gate(self, doc: Doc, pp: float | None, test: word_order.OrderTest | None) -> Rejection | None:
+    def _perplexity_gate(self, doc: Doc, lang: str, pp: float | None, test: word_order.OrderTest | None) -> Rejection | None:
         """Rule "perplexity": a configured max_perplexity cuts the perplexity; "auto" removes a
         document of a judged language whose word order the test does not show (perplexity_judged
         records whether the document was compared with a cut at all)."""
@@ -498,7 +498,6 @@ class ModelQuality(DocStep):
                     self.name, "perplexity", format_value(pp), f"perplexity {format_value(pp)} > max_perplexity {limit}"
                 )
             return None
-        lang = self._language(doc)
         judged = lang != UNDETERMINED and lang in self.judged_languages and test is not None
         mq["perplexity_judged"] = judged
         if judged and test is not None and test.z < self.critical_z:
@@ -511,12 +510,12 @@ class ModelQuality(DocStep):
             )
         return None
 
-    def _nonword_rule(self, doc: Doc, tokens: list[str]) -> Rejection | None:
+    def _nonword_rule(self, doc: Doc, lang: str, tokens: list[str]) -> Rejection | None:
         """Rule "nonword_frac": in a language the gate judges (the reference knows its words),
         too many words that are one edit from a common reference word but not words of it."""
         mq = doc.model_quality
         assert mq is not None
-        if self.near is None or self._language(doc) not in self.judged_languages:
+        if self.near is None or lang not in self.judged_languages:
             return None
         frac = mq["nonword_frac"] = self.near.frac(tokens)
         limit = self.mq.max_nonword_frac
@@ -543,9 +542,10 @@ class ModelQuality(DocStep):
             "nonword_frac": None,
             "perplexity_judged": None,
         }
-        if (rejection := self._perplexity_gate(doc, pp, test)) is not None:
+        lang = self._language(doc)  # identified once here when langid did not run: both rules use it
+        if (rejection := self._perplexity_gate(doc, lang, pp, test)) is not None:
             return rejection
-        if (rejection := self._nonword_rule(doc, tokens)) is not None:
+        if (rejection := self._nonword_rule(doc, lang, tokens)) is not None:
             return rejection
         if score is not None and self.mq.min_classifier_score is not None and score < self.mq.min_classifier_score:
             return Rejection(
