@@ -4,8 +4,8 @@
 #
 # Usage:  bash benchmarks/fetch_fresh_docs.sh [TARGET_DIR [SET]]   (default ../fresh_corpora docs1)
 #
-# SET docs1 is the set of benchmarks/frozen/docs_kept_fresh.json; docs2, docs3 and docs4 (each into
-# its own TARGET_DIR) the sets of docs_kept_fresh2.json, docs_kept_fresh3.json and docs_kept_fresh4.json;
+# SET docs1 is the set of benchmarks/frozen/docs_kept_fresh.json; docs2 to docs5 (each into its own
+# TARGET_DIR) the sets of docs_kept_fresh2.json to docs_kept_fresh5.json;
 # text1 the set of quality_signal2.json (GIMP's user manual in four languages and FocaLinux's
 # Portuguese guide as gzipped plain text, under TARGET_DIR/docs/ instead of web_html/); web1 the
 # documentation sites of template_pages.json (CMake's, Octave's and GnuCash's); text2 the set of
@@ -69,6 +69,15 @@ docs4) PACKAGES=(
   "erlang-doc=1:25.2.3+dfsg-1+deb12u4|usr/share/doc/erlang-doc/lib|erlang-doc/lib|*.html"
   "libgtk-3-doc=3.24.38-2~deb12u3|usr/share/gtk-doc/html/gtk3|gtk3-doc|*.html"
 ) ;;
+docs5) PACKAGES=(
+  "libsdl2-doc=2.26.5+dfsg-1|usr/share/doc/libsdl2-doc/html|libsdl2-doc|*.html"
+  "libglib2.0-doc=2.74.6-2+deb12u9|usr/share/gtk-doc/html/glib|glib-doc/glib|*.html"
+  "libglib2.0-doc=2.74.6-2+deb12u9|usr/share/gtk-doc/html/gio|glib-doc/gio|*.html"
+  "libglib2.0-doc=2.74.6-2+deb12u9|usr/share/gtk-doc/html/gobject|glib-doc/gobject|*.html"
+  "python-sqlalchemy-doc=1.4.46+ds1-1|usr/share/doc/python-sqlalchemy-doc/html|sqlalchemy-doc|*.html"
+  "python-flask-doc=2.2.2-3|usr/share/doc/python-flask-doc/html|flask-doc|*.html"
+  "python-werkzeug-doc=2.2.2-3+deb12u1|usr/share/doc/python-werkzeug-doc/html|werkzeug-doc|*.html"
+) ;;
 text1) TOP=docs PACKAGES=(
   "focalinux-text=2010-09-3.1|usr/share/doc/focalinux/text|focalinux|*.txt.gz"
 )
@@ -93,7 +102,7 @@ text3) TOP=docs PACKAGES=(
   for lang in de es fr; do
     PACKAGES+=("libreoffice-help-$lang=4:7.4.7-1+deb12u14|usr/share/libreoffice/help/$lang|libreoffice-help/$lang|*.html")
   done ;;
-*) echo "fetch_fresh_docs: unknown set $SET (docs1 to docs4, text1 to text3, web1)" >&2; exit 1 ;;
+*) echo "fetch_fresh_docs: unknown set $SET (docs1 to docs5, text1 to text3, web1)" >&2; exit 1 ;;
 esac
 
 if [[ -e "$OUT" && -n "$(ls -A "$OUT" 2>/dev/null)" && ! ( -f "$OUT/FILES.tsv" && -f "$OUT/PACKAGES.tsv" ) ]]; then
