@@ -15,7 +15,7 @@ from tokenmill.data.config import CurateConfig, QualityConfig
 from tokenmill.data.document import Doc
 from tokenmill.data.steps.kind_detect import detect_kind
 from tokenmill.data.steps.normalize import Normalize
-from tokenmill.data.steps.quality import Quality
+from tokenmill.data.steps.quality import REFERENCE_MAX_DUP_CHAR_FRAC, Quality
 from tokenmill.data.steps.text_kinds import FAMILIES, assign_kind, families, kind_of
 from tests.adversarial.conftest import run_cli
 
@@ -310,6 +310,35 @@ def test_a_manual_may_repeat_labels_but_not_its_text():
     doc = Doc(id="d", text=pasted, source="s", url="u", bucket="b", license="l", format="html", kind="reference")
     rejection = Quality(CurateConfig()).process(doc)
     assert rejection is not None and rejection.rule == "max_dup_text_line_char_frac"  # its text lines, the manual's count
+
+
+# Maxima's QUADPACK entries (abridged): each function restates the optional arguments it shares.
+QUADPACK_SHARED = [
+    "The keyword arguments are optional and may be specified in any order. They all take the form key=val.",
+    "epsrel", "Desired relative error of approximation. Default is 1d-8.",
+    "epsabs", "Desired absolute error of approximation. Default is 0.",
+]
+
+
+def _quadpack_page(functions: int) -> str:
+    entries = [
+        [f"Function: quad_q{name} (f(x), x, a, b, [epsrel, epsabs, limit])",
+         f"Integration of a general function over a finite interval, the {name} strategy of QUADPACK: "
+         f"{name} chooses its own subdivision of the interval and returns the integral with an error estimate.",
+         *QUADPACK_SHARED]
+        for name in ("ag", "ags", "agi", "awc", "awf", "awo", "aws")[:functions]
+    ]
+    return "\n\n".join(x for entry in entries for x in entry)
+
+
+def test_a_manual_may_restate_its_entries_but_not_mostly_repeat_itself():
+    page = _quadpack_page(7)
+    rule, doc = _judged(page, "reference", QualityConfig())
+    assert rule is None and 0.2 < doc.quality["dup_para_char_frac"] <= REFERENCE_MAX_DUP_CHAR_FRAC
+    assert _judged(page, "web", QualityConfig())[0] is not None  # a web page's repetition limits are far lower
+    padded = "\n\n".join([page] + [QUADPACK_SHARED[0]] * 40)  # one paragraph pasted forty more times
+    rule, doc = _judged(padded, "reference", QualityConfig())
+    assert rule == "max_dup_para_char_frac" and doc.quality["dup_para_char_frac"] > REFERENCE_MAX_DUP_CHAR_FRAC
 
 
 # The installation guide's chapter 2 contents (zh-cn, abridged): a section number beside a title
