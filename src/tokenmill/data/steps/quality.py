@@ -605,7 +605,7 @@ def kind_thresholds(kind: QualityKind, cfg: QualityConfig) -> QualityConfig:
         # (Maxima's QUADPACK entries each describe epsrel, epsabs and limit; rustdoc's trait methods say
         # "Performs the << operation." 92 times on i64's page), and each example reloads its package.
         # A manual is judged repetitive when more than half of it repeats itself: above the 99.9th
-        # percentile of 7,085 design manual pages over the length floor (paragraphs 0.37, text lines 0.46;
+        # percentile of 6,816 design manual pages over the length floor (paragraphs 0.37, text lines 0.46;
         # five pages are over, rustdoc's fn primitive, the same 76 impls, at 0.64 the most), and below
         # every repeated-paragraph page of the dirty-web design corpus (0.75 and up: four or more copies).
         limit = REFERENCE_MAX_DUP_CHAR_FRAC
