@@ -105,6 +105,7 @@ SECTIONS = (
     _table("docs_kept_fresh2", ("docs_kept_fresh2.json", "docs_kept_fresh2_baseline.json"), entry_tables.docs_kept_fresh),
     _table("docs_kept_fresh3", ("docs_kept_fresh3.json", "docs_kept_fresh3_baseline.json"), entry_tables.docs_kept_fresh),
     _table("docs_kept_fresh4", ("docs_kept_fresh4.json", "docs_kept_fresh4_baseline.json"), entry_tables.docs_kept_fresh),
+    _table("docs_kept_fresh5", ("docs_kept_fresh5.json", "docs_kept_fresh5_baseline.json"), entry_tables.docs_kept_fresh),
     _table("quality_signal_baseline", ("quality_signal_baseline.json",), entry_tables.quality_signal),
     _table("quality_signal_docs_rules", ("quality_signal_baseline_docs_rules.json",), entry_tables.quality_signal),
     _table("quality_signal_scored", ("quality_signal.json", "quality_signal_baseline.json", "peer_datatrove_quality_signal.json"),

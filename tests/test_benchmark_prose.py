@@ -778,6 +778,78 @@ def word_salad_provenance(d: dict) -> dict:
     return {"c0": load(files[0])["commit"][:7], "c1": load(files[1])["commit"][:7], "c2": load(files[2])["commit"][:7]}
 
 
+def docs_fresh5(d: dict) -> dict:
+    """bench_docs_fresh.py on the fifth set: pages kept before -> after, in all and per row the prose quotes."""
+    after, before = res(d)["variants"], res(load("docs_kept_fresh5_baseline.json"))["variants"]
+    assert not d["dirty"] and d["load"]["others_cpu_share"]["mean"] < 0.01  # "clean tree, under 1% of the cores"
+    out = {"n": sum(r["read"] for r in after["a_no_reference"].values()), "c0": load("docs_kept_fresh5_baseline.json")["commit"][:7],
+           "c1": d["commit"][:7]}
+    for variant, key in (("a_no_reference", "a"), ("b_reference", "b")):
+        out[f"{key}0"] = sum(r["kept"] for r in before[variant].values())
+        out[f"{key}1"] = sum(r["kept"] for r in after[variant].values())
+        assert all(after[variant][row]["kept"] >= r["kept"] for row, r in before[variant].items())  # "no row lost a page"
+    for key, row in (("gio", "gio-api/en"), ("glib", "glib-api/en"), ("sqla", "sqlalchemy/en")):
+        out.update({f"{key}0": before["a_no_reference"][row]["kept"], f"{key}1": after["a_no_reference"][row]["kept"],
+                    f"{key}n": after["a_no_reference"][row]["read"]})
+    sdl = after["a_no_reference"]["sdl2-api/en"]
+    out.update({"sdl_chars": {t["rule"]: t["pages"] for t in sdl["top_rejections"]}["quality/min_chars"], "sdln": sdl["read"]})
+    out.update({"h0": res(load("docs_kept_fresh5_baseline.json"))["verdict"]["holds"], "h1": res(d)["verdict"]["holds"],
+                "checks": res(d)["verdict"]["of"]})
+    return out
+
+
+def manual_repetition_design(d: dict) -> dict:
+    """design_manual_repetition.py: the two shares over the spent sets' manual pages and the dirty-web design corpus."""
+    m, dw = res(d)["manuals"], res(d)["dirty_web"]
+    assert not d["dirty"] and m["limit"] == 0.5
+    assert dw["reference_between_limits"] == {"clean_docs": 1}  # "a clean documentation page"
+    assert dw["repeated_paragraph_measured"] == 300
+    over = m["pages_over_limit"]
+    fn = next(p for p in over if p["page"].endswith("primitive.fn.html"))
+    assert fn["dup_para_char_frac"] == max(max(p["dup_para_char_frac"], p["dup_text_line_char_frac"]) for p in over)  # "the most repeated"
+    return {"pages": m["pages"], "para999": m["dup_para_char_frac"]["percentiles"]["99.9"],
+            "line999": m["dup_text_line_char_frac"]["percentiles"]["99.9"], "over": len(over), "fnmax": fn["dup_para_char_frac"],
+            "rp": dw["repeated_paragraph_smallest_share"], "between": sum(dw["reference_between_limits"].values())}
+
+
+MANUAL_REPETITION_SETS = ("docs_kept_fresh", "docs_kept_fresh2", "docs_kept_fresh3", "docs_kept_fresh4")
+
+
+def manual_repetition_spent(d: dict) -> dict:
+    """The four spent documentation sets before (the non-word rule's runs) and after the manuals' repetition limit."""
+    out = {"d0": 0, "d1": 0, "dn": 0}
+    for name in MANUAL_REPETITION_SETS:
+        after, before = load(f"{name}_manual_repetition.json"), load(f"{name}_nonwords.json")
+        assert not after["dirty"] and not before["dirty"]
+        a, b = res(after)["variants"]["a_no_reference"], res(before)["variants"]["a_no_reference"]
+        for row, r in b.items():
+            assert a[row]["kept"] >= r["kept"]  # "No row loses a page"
+            if "@" not in row:
+                out["d0"] += r["kept"]
+                out["d1"] += a[row]["kept"]
+                out["dn"] += r["read"]
+    for key, name, row in (("std", "docs_kept_fresh3", "rust-std/en"), ("java", "docs_kept_fresh4", "java-base-api/en")):
+        a = res(load(f"{name}_manual_repetition.json"))["variants"]["a_no_reference"][row]
+        b = res(load(f"{name}_nonwords.json"))["variants"]["a_no_reference"][row]
+        out.update({f"{key}0": b["kept"], f"{key}1": a["kept"], f"{key}n": a["read"]})
+    return out
+
+
+def manual_repetition_signal(d: dict) -> dict:
+    """The spent fourth quality-signal set before (its score) and after the manuals' repetition limit."""
+    new, old = res(d)["variants"], res(load("quality_signal4.json"))["variants"]
+    assert not d["dirty"]
+    gain = 0
+    for variant in ("a_no_reference", "b_reference"):
+        for group, g in old[variant]["groups"].items():
+            if group.startswith("clean/"):
+                gain += (new[variant]["groups"][group]["kept"] - g["kept"]) if variant == "a_no_reference" else 0
+            else:
+                assert new[variant]["groups"][group]["kept"] == g["kept"]  # "no junk kind moves in either variant"
+    en = "clean/libreoffice-help-en"
+    return {"qs_gain": gain, "en0": old["b_reference"]["groups"][en]["keep_rate"], "en1": new["b_reference"]["groups"][en]["keep_rate"]}
+
+
 CLAIMS = (
     # issue 55: the two dirty-web results re-recorded on a clean tree
     Claim("dirty web rerun commit", "dirty_web.json", "were rerun on a clean tree (commit {c}). They ran with",
@@ -1350,6 +1422,38 @@ CLAIMS = (
           lambda d: {**word_salad_scored(d), "h0": sum(c["holds"] for c in res(load("quality_signal2_baseline.json"))["verdict"]["checks"]),
                      "h1": sum(c["holds"] for c in res(d)["verdict"]["checks"]), "n": len(res(d)["verdict"]["checks"])},
           doc="docs/decisions.md"),
+    Claim("manual repetition: the freeze and the score", "docs_kept_fresh5.json",
+          "was committed at {c0}, before the change and before any code ran on the set", docs_fresh5),
+    Claim("manual repetition: scored at", "docs_kept_fresh5.json", "The change was scored at {c1} (`docs_kept_fresh5.json`, clean tree", docs_fresh5),
+    Claim("manual repetition: checks", "docs_kept_fresh5.json", "7 rows at ≥ 97% of pages, without and with a reference, so {checks} checks",
+          docs_fresh5),
+    Claim("manual repetition: pages kept", "docs_kept_fresh5.json",
+          "Without a reference, {a0} → {a1} of {n} pages are kept; with one, {b0} → {b1}.", docs_fresh5),
+    Claim("manual repetition: rows", "docs_kept_fresh5.json",
+          "GIO's reference keeps {gio0} → {gio1} of {gion} pages, GLib's {glib0} → {glib1} of {glibn}, and SQLAlchemy's {sqla0} → {sqla1} of {sqlan}.",
+          docs_fresh5),
+    Claim("manual repetition: SDL2's floor", "docs_kept_fresh5.json", "It takes {sdl_chars} of SDL2's {sdln} pages.", docs_fresh5),
+    Claim("manual repetition: title", "docs_kept_fresh5.json", "{a0} → {a1} of {n} pages kept, every row still short", docs_fresh5),
+    Claim("manual repetition: the frozen table's row", "docs_kept_fresh5.json",
+          "`docs_kept_fresh5.json`: missed ({h0} → {h1} of {checks} checks); {a0} → {a1} of {n} pages kept without a reference, no row losing one",
+          docs_fresh5, doc="docs/decisions.md"),
+    Claim("manual repetition: design pages", "design_manual_repetition.json",
+          "{pages:,} manual pages of the four spent documentation sets that pass the length floor, the 99.9th percentile is {para999:.2f} "
+          "for paragraphs and {line999:.2f} for text lines. {over} pages are over 0.5;", manual_repetition_design),
+    Claim("manual repetition: design fn", "design_manual_repetition.json", "the same 76 impls, at {fnmax:.2f}", manual_repetition_design),
+    Claim("manual repetition: design dirty web", "design_manual_repetition.json",
+          "every repeated-paragraph page measures {rp:.2f} or more (four or more copies of one paragraph), and {between} document judged as a manual",
+          manual_repetition_design),
+    Claim("manual repetition: the code's comment", "design_manual_repetition.json",
+          "percentile of {pages:,} design manual pages over the length floor (paragraphs {para999:.2f}, text lines {line999:.2f}; # {over} pages are over,",
+          manual_repetition_design, doc="src/tokenmill/data/steps/quality.py"),
+    Claim("manual repetition: spent sets", "docs_kept_fresh_manual_repetition.json",
+          "{d0:,} → {d1:,} of {dn:,} pages kept without a reference. No row loses a page.", manual_repetition_spent),
+    Claim("manual repetition: spent rows", "docs_kept_fresh_manual_repetition.json",
+          "rustdoc's API pages ({std0} → {std1} of {stdn}) and java.base's ({java0} → {java1} of {javan})", manual_repetition_spent),
+    Claim("manual repetition: quality signal", "quality_signal4_manual_repetition.json",
+          "Clean LibreOffice help gains {qs_gain} pages without a reference; English goes from {en0:.3f} to {en1:.3f} with one.",
+          manual_repetition_signal),
 )
 
 

@@ -606,7 +606,7 @@ def kind_thresholds(kind: QualityKind, cfg: QualityConfig) -> QualityConfig:
         # "Performs the << operation." 92 times on i64's page), and each example reloads its package.
         # A manual is judged repetitive when more than half of it repeats itself: above the 99.9th
         # percentile of 6,816 design manual pages over the length floor (paragraphs 0.37, text lines 0.46;
-        # five pages are over, rustdoc's fn primitive, the same 76 impls, at 0.64 the most), and below
+        # 5 pages are over, rustdoc's fn primitive, the same 76 impls, at 0.64 the most), and below
         # every repeated-paragraph page of the dirty-web design corpus (0.75 and up: four or more copies).
         limit = REFERENCE_MAX_DUP_CHAR_FRAC
         update.update({"max_dup_line_char_frac": 1.0, "max_dup_text_line_char_frac": max(cfg.max_dup_line_char_frac, limit)})
