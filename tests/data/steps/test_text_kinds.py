@@ -320,22 +320,23 @@ QUADPACK_SHARED = [
 ]
 
 
-def _quadpack_page(functions: int) -> str:
+def _quadpack_page() -> str:
     entries = [
         [f"Function: quad_q{name} (f(x), x, a, b, [epsrel, epsabs, limit])",
          f"Integration of a general function over a finite interval, the {name} strategy of QUADPACK: "
          f"{name} chooses its own subdivision of the interval and returns the integral with an error estimate.",
          *QUADPACK_SHARED]
-        for name in ("ag", "ags", "agi", "awc", "awf", "awo", "aws")[:functions]
+        for name in ("ag", "ags", "agi", "awc", "awf", "awo", "aws")
     ]
     return "\n\n".join(x for entry in entries for x in entry)
 
 
 def test_a_manual_may_restate_its_entries_but_not_mostly_repeat_itself():
-    page = _quadpack_page(7)
+    page = _quadpack_page()
     rule, doc = _judged(page, "reference", QualityConfig())
     assert rule is None and 0.2 < doc.quality["dup_para_char_frac"] <= REFERENCE_MAX_DUP_CHAR_FRAC
-    assert _judged(page, "web", QualityConfig())[0] is not None  # a web page's repetition limits are far lower
+    web_rule = _judged(page, "web", QualityConfig())[0]
+    assert web_rule is not None and web_rule.startswith("max_dup")  # a web page's repetition limits are far lower
     padded = "\n\n".join([page] + [QUADPACK_SHARED[0]] * 40)  # one paragraph pasted forty more times
     rule, doc = _judged(padded, "reference", QualityConfig())
     assert rule == "max_dup_para_char_frac" and doc.quality["dup_para_char_frac"] > REFERENCE_MAX_DUP_CHAR_FRAC

@@ -89,10 +89,10 @@ BULLETS: tuple[str, ...] = ("•", "●", "○", "◦", "▪", "‣", "⁃", "-"
 ELLIPSES: tuple[str, ...] = ("...", "…")
 _PUNCT = string.punctuation + "“”‘’«»…" + "。、，！？；：「」『』（）《》【】・"
 TOP_NGRAMS: tuple[int, ...] = (2, 3, 4)
+DUP_NGRAMS: tuple[int, ...] = tuple(range(5, 11))
 # A manual page is removed for repetition when more than half of its characters repeat its own
 # paragraphs or text lines (Gopher's web limit is a fifth). See kind_thresholds.
 REFERENCE_MAX_DUP_CHAR_FRAC = 0.5
-DUP_NGRAMS: tuple[int, ...] = tuple(range(5, 11))
 
 # Sentence terminals for FineWeb's line rule: Unicode Sentence_Terminal characters of the major
 # scripts (datatrove lists all 159; the rest are historic or rare scripts).
